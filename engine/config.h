@@ -1,0 +1,81 @@
+// config.h — the typed configuration of sparkd, parsed once from spark.toml.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace spark {
+
+struct ModelConfig {
+  std::string path;              // Hugging Face folder or .gguf file
+  std::string name;              // served model id; "" = file or folder name
+  std::string dtype = "auto";    // "auto" | "bf16" | "fp16"
+  std::string load_format = "auto";  // "auto" | "dummy"
+  int64_t max_model_len = 0;     // tokens; 0 = the model's own limit
+  std::string chat_template;     // path override; "" = the model's own
+  std::string tokenizer;         // path override; "" = from the model
+};
+
+struct EngineConfig {
+  std::string backend = "auto";  // "auto" | "cuda" | "cpu"
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t block_size = 16;
+  std::string kv_cache_dtype = "auto";  // "auto" | "fp8"
+  double memory_fraction = 0.85;
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  bool cuda_graphs = true;
+  int64_t cpu_threads = 0;       // 0 = every core
+};
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  int64_t max_queued_requests = 256;
+  int64_t max_body_bytes = 8 << 20;
+  double request_timeout_s = 600;
+  double drain_timeout_s = 30;
+  std::vector<std::string> cors_origins;
+  bool dashboard = true;
+  std::string dashboard_auth = "public";  // "public" | "api_key"
+};
+
+struct PeerConfig {
+  bool enabled = false;
+  std::string role = "head";       // "head" | "worker"
+  std::string head_addr;           // host:port of the control channel
+  std::string transport = "nccl";  // "nccl" | "tcp"
+  std::string nccl_ifname;
+  std::string nccl_ib_hca;
+  std::string layer_split = "auto";  // "auto" or the first layer of the worker
+  double timeout_s = 10;
+};
+
+struct LogConfig {
+  std::string level = "info";  // "debug" | "info" | "warn" | "error"
+  std::string format = "text"; // "text" | "json"
+};
+
+struct Config {
+  std::string source;  // the file it came from, for messages
+  ModelConfig model;
+  EngineConfig engine;
+  ServerConfig server;
+  PeerConfig peer;
+  LogConfig log;
+};
+
+// Reads and validates a TOML file, then applies "section.key=value" overrides (typed
+// like the key). Throws InputError naming file:line:column, the key, what was found and
+// what is accepted. Every check happens here, before anything starts.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from TOML text (tests; `source` names it in messages).
+Config parse_config(const std::string& toml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+// A config with every default and model.path set, for commands given --model PATH.
+Config config_for_model(const std::string& model_path);
+
+}  // namespace spark

@@ -1,0 +1,55 @@
+// model_spec.h — the architecture-independent description of a decoder-only model,
+// filled from a Hugging Face config.json or from GGUF metadata.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/tensor.h"
+
+namespace spark {
+
+enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, QWEN3_MOE };
+
+struct RopeScaling {
+  std::string type;  // "" (none), "llama3", "linear"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelSpec {
+  std::string architecture;  // Hugging Face class name, e.g. "LlamaForCausalLM"
+  Arch arch = Arch::LLAMA;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2)
+  bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
+
+  // Mixture of experts (Qwen3-MoE); num_experts == 0 for dense models.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
+  int32_t bos_token_id = -1;
+  std::vector<int32_t> eos_token_ids;
+  DType dtype = DType::BF16;  // torch_dtype of the checkpoint
+
+  bool layer_is_moe(int64_t layer) const;
+};
+
+}  // namespace spark

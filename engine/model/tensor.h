@@ -1,0 +1,41 @@
+// tensor.h — element types and the read-only tensor view shared by loaders and backends.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace spark {
+
+// Every element type a weight file may hold. Block-quantized types (Q*) pack
+// block_elems() values into block_bytes() bytes along the innermost dimension.
+enum class DType : uint8_t {
+  F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2,
+  Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K,
+};
+
+std::string_view dtype_name(DType t);
+bool dtype_is_quantized(DType t);
+int64_t dtype_block_elems(DType t);  // 1 for plain types
+int64_t dtype_block_bytes(DType t);  // bytes of one element for plain types
+// Bytes of a tensor of `elems` elements whose innermost dimension is `row`; throws
+// InputError when `row` is not a multiple of the block size.
+size_t dtype_nbytes(DType t, int64_t elems, int64_t row);
+
+// A view of one tensor. `shape` is outermost-first as in PyTorch / safetensors (a GGUF
+// tensor's ne[] is reversed to match). The bytes live in a mapping or buffer owned by
+// Weights; the view never owns them.
+struct Tensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+
+  int64_t numel() const;
+  int64_t rows() const { return shape.empty() ? 1 : numel() / shape.back(); }
+  int64_t cols() const { return shape.empty() ? 1 : shape.back(); }
+};
+
+}  // namespace spark

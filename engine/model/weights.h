@@ -1,0 +1,43 @@
+// weights.h — the registry of named tensors of one pipeline stage.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/tensor.h"
+
+namespace spark {
+
+// Which part of the model a process holds: layers [first_layer, last_layer), plus the
+// embedding when first_layer == 0 and the final norm and LM head when last_layer is the
+// model's last layer.
+struct LayerRange {
+  int64_t first_layer = 0;
+  int64_t last_layer = 0;
+};
+
+// Tensors use Hugging Face names ("model.layers.3.self_attn.q_proj.weight"), whatever
+// the file format; GGUF names are mapped to them at load. The registry owns the storage
+// (file mappings and any buffers it had to allocate); views stay valid while it lives.
+class Weights {
+ public:
+  const Tensor& get(const std::string& name) const;  // throws InputError naming the tensor
+  const Tensor* find(const std::string& name) const;  // nullptr when absent
+  const std::map<std::string, Tensor>& all() const { return tensors_; }
+  LayerRange range() const { return range_; }
+  size_t total_bytes() const;
+
+  // Used by the loaders.
+  void add(Tensor t);
+  void keep_alive(std::shared_ptr<const void> storage) { storage_.push_back(std::move(storage)); }
+  void set_range(LayerRange r) { range_ = r; }
+
+ private:
+  std::map<std::string, Tensor> tensors_;
+  std::vector<std::shared_ptr<const void>> storage_;
+  LayerRange range_;
+};
+
+}  // namespace spark

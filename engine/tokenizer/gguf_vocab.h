@@ -1,0 +1,23 @@
+// gguf_vocab.h — the tokenizer found in a GGUF file's metadata (tokenizer.ggml.*),
+// handed from the GGUF loader to the tokenizer.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace spark {
+
+struct GgufVocab {
+  std::string model;  // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE)
+  std::string pre;    // tokenizer.ggml.pre: names the pre-tokenizer regex ("smollm", "llama-bpe", ...)
+  std::vector<std::string> tokens;
+  std::vector<float> scores;        // empty when absent
+  std::vector<int32_t> token_types; // 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+  std::vector<std::string> merges;  // "a b" pairs, highest priority first
+  int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
+  bool add_bos = false, add_eos = false;
+  bool add_space_prefix = false;
+  std::string chat_template;  // tokenizer.chat_template, empty when absent
+};
+
+}  // namespace spark

@@ -1,0 +1,37 @@
+"""Sums JUnit XML results of every suite and prints the one closing line of `make test`."""
+import sys
+import xml.etree.ElementTree as ET
+
+
+def count(path):
+    passed = failed = skipped = 0
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, FileNotFoundError) as e:
+        print(f"{path}: unreadable results ({e})", file=sys.stderr)
+        return 0, 1, 0
+    for case in root.iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+        elif case.find("skipped") is not None:
+            skipped += 1
+        else:
+            passed += 1
+    return passed, failed, skipped
+
+
+def main(paths):
+    totals = [0, 0, 0]
+    if not paths:
+        totals[1] = 1
+    for p in paths:
+        for i, n in enumerate(count(p)):
+            totals[i] += n
+    passed, failed, skipped = totals
+    line = f"{passed} passed, {failed} failed"
+    print(line + (f", {skipped} skipped" if skipped else ""))
+    return 1 if failed or passed == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,62 @@
+// mmap.cpp — read-only file mappings (MAP_PRIVATE, PROT_READ) with access hints.
+#include "engine/util/mmap.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "engine/util/check.h"
+
+namespace spark {
+
+std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path, Access access) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError("cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw InputError("cannot stat '" + path + "': " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw InputError("'" + path + "' is not a regular file");
+  }
+  std::shared_ptr<MappedFile> m(new MappedFile());
+  m->path_ = path;
+  m->size_ = static_cast<size_t>(st.st_size);
+  if (m->size_ > 0) {
+    // PROT_READ + MAP_PRIVATE: the pages are shared with the page cache (no copy) and
+    // nothing this process does can write back to the model file.
+    void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      throw RuntimeError("cannot map '" + path + "' (" + std::to_string(m->size_) +
+                         " bytes): " + std::strerror(err));
+    }
+    m->data_ = static_cast<const uint8_t*>(p);
+    ::madvise(p, m->size_, access == Access::SEQUENTIAL ? MADV_SEQUENTIAL : MADV_RANDOM);
+  }
+  ::close(fd);  // the mapping keeps its own reference to the file
+  return m;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+void MappedFile::prefetch(size_t offset, size_t len) const {
+  if (!data_ || offset >= size_) return;
+  if (len > size_ - offset) len = size_ - offset;
+  // madvise wants a page-aligned start.
+  size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  size_t start = offset / page * page;
+  ::madvise(const_cast<uint8_t*>(data_) + start, len + (offset - start), MADV_WILLNEED);
+}
+
+}  // namespace spark

@@ -1,0 +1,136 @@
+// engine.h — the inference engine: one thread running schedule -> forward -> sample ->
+// postprocess, with thread-safe submit/cancel and a per-request output stream.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/config.h"
+#include "engine/core/block_manager.h"
+#include "engine/core/metrics.h"
+#include "engine/core/request_stream.h"
+#include "engine/core/sampler.h"
+#include "engine/core/scheduler.h"
+#include "engine/core/stop.h"
+#include "engine/model/model_spec.h"
+
+namespace spark {
+
+class Tokenizer;
+
+struct Request {
+  std::string request_id;  // unique among live requests; empty: the engine assigns one
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+};
+
+// Turns a request's output ids into text incrementally: deltas never split a UTF-8
+// character and their concatenation equals the full decode.
+class TokenDecoder {
+ public:
+  virtual ~TokenDecoder() = default;
+  virtual std::string push(int32_t token_id) = 0;
+  virtual std::string flush() = 0;
+};
+using DecoderFactory = std::function<std::unique_ptr<TokenDecoder>(bool skip_special_tokens)>;
+
+// What the health endpoint and the service watchdog read.
+struct EngineState {
+  bool alive = true;       // false after a backend failure or stop(); `reason` says which
+  std::string reason;
+  uint64_t heartbeat = 0;  // advances on every loop turn, at least every 100 ms when idle
+  uint64_t steps = 0;      // forward passes run
+  bool idle = true;        // nothing waiting or running
+  Clock::time_point last_heartbeat;
+  Clock::time_point step_started;  // set while a forward pass runs, else {}
+};
+
+class Engine {
+ public:
+  // Text comes from the tokenizer's IncrementalDetokenizer; EOS ids from the spec and
+  // the tokenizer. The tokenizer must outlive the engine.
+  Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, const Tokenizer& tokenizer,
+         int64_t num_kv_blocks);
+  // The same with any decoder (tests, or a worker that never produces text).
+  Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, DecoderFactory decoders,
+         int64_t num_kv_blocks);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void start();  // starts the engine thread; requests submitted before wait for it
+  // Stops the thread after the current step; requests still live finish with "abort".
+  void stop();
+
+  // Validates the request (InputError naming the problem: prompt ids, sampling params,
+  // prompt + max_tokens vs max_model_len, duplicate id) and queues it. Throws
+  // RuntimeError when the engine is dead or stopped. Thread-safe.
+  std::shared_ptr<RequestStream> submit(Request request);
+  // Aborts a waiting or running request; its KV blocks are freed before the next step
+  // and its stream ends with "abort". False when no such request is live. Thread-safe.
+  bool cancel(const std::string& request_id);
+
+  MetricsSnapshot metrics() const { return metrics_.snapshot(); }
+  EngineState state() const;
+  int64_t max_model_len() const { return max_model_len_; }
+  int64_t vocab_size() const { return spec_.vocab_size; }
+  int64_t num_kv_blocks() const { return blocks_.num_blocks(); }
+  const std::vector<int32_t>& eos_token_ids() const { return eos_ids_; }
+
+ private:
+  struct Live {
+    std::unique_ptr<Sequence> seq;
+    std::shared_ptr<RequestStream> stream;
+    std::unique_ptr<TokenDecoder> decoder;
+    StopChecker stop;
+    RequestTimings timings;
+    bool admitted = false;
+  };
+
+  void loop();
+  void take_inbox();
+  void step();
+  void emit_token(Live& live, const SampleOutput& sampled);
+  void finish(Live& live, FinishReason reason, RequestOutput out, const std::string& error = {});
+  void fail_all(const std::string& error);
+  void abort_all();
+  RequestOutput new_output(const Live& live) const;
+
+  const ModelSpec spec_;
+  std::unique_ptr<Backend> backend_;
+  DecoderFactory decoders_;
+  std::vector<int32_t> eos_ids_;
+  int64_t max_model_len_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  Sampler sampler_;
+  Metrics metrics_;
+  int64_t next_seq_id_ = 1;  // guarded by mu_
+  std::unordered_map<int64_t, Live> live_;  // by seq id; engine thread only
+  std::unordered_map<std::string, int64_t> seq_of_request_;  // engine thread only
+  int64_t reported_queries_ = 0, reported_hits_ = 0, reported_preemptions_ = 0;
+
+  // Shared with submitting threads.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Live>> inbox_;
+  std::vector<std::string> cancels_;
+  std::unordered_map<std::string, std::shared_ptr<RequestStream>> live_ids_;  // every live request
+  uint64_t next_request_number_ = 1;
+  bool stopping_ = false;
+  bool dead_ = false;
+  std::string dead_reason_;
+  EngineState state_;
+  std::thread thread_;
+};
+
+}  // namespace spark

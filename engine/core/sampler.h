@@ -1,0 +1,62 @@
+// sampler.h — turns one row of logits into the next token: logit bias, penalties,
+// temperature, min-p / top-k / top-p truncation, a per-sequence seeded draw, logprobs.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "engine/core/sampling_params.h"
+#include "engine/core/sequence.h"
+
+namespace spark {
+
+struct SampleOutput {
+  int32_t token = -1;
+  // Filled when params.logprobs: the chosen token's logprob and the top_logprobs most
+  // likely (token, logprob) pairs, most likely first (ties: lower id first).
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+};
+
+// A uniform double in [0, 1) that depends only on (seed, counter): the draw for a
+// sequence's n-th output token is uniform01(seed, n), so it is the same whatever else is
+// in the batch, and the same again after a preemption recomputes the sequence.
+double uniform01(uint64_t seed, uint64_t counter);
+
+// Order of operations (vLLM's): logits + logit_bias; EOS / stop_token_ids masked while
+// fewer than min_tokens were generated; repetition penalty over prompt and output
+// tokens; presence and frequency penalties over output tokens. Logprobs are the
+// log-softmax of these adjusted logits (before temperature and truncation: they describe
+// the model's distribution as the request shaped it, not the sampling knobs), floored at
+// -9999 so they stay finite in JSON. Then greedy argmax (lowest id on ties) when
+// temperature == 0, else temperature, min_p (relative to the most likely token), top_k,
+// top_p on the renormalized remainder, and an inverse-CDF draw.
+class Sampler {
+ public:
+  Sampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids);
+
+  // Samples seq's next token (output index seq.num_output_tokens()) from its logits row.
+  SampleOutput sample(const float* logits, const Sequence& seq);
+
+  // The same with the context spelled out: context = prompt followed by output tokens.
+  SampleOutput sample(const float* logits, const SamplingParams& params, std::span<const int32_t> context,
+                      int64_t num_prompt_tokens, uint64_t seed, uint64_t counter);
+
+  int64_t vocab_size() const { return vocab_size_; }
+
+ private:
+  void adjust_logits(const SamplingParams& params, std::span<const int32_t> context, int64_t num_prompt_tokens);
+  void fill_logprobs(const SamplingParams& params, SampleOutput& out);
+  int32_t draw(const SamplingParams& params, double u);
+
+  int64_t vocab_size_;
+  std::vector<int32_t> eos_ids_;
+  std::vector<float> logits_;   // the row being worked on
+  std::vector<float> probs_;
+  std::vector<int32_t> order_;  // candidate ids, most likely first
+  std::vector<int32_t> counts_; // output-token counts for the penalties (sparse reset)
+  std::vector<uint8_t> seen_;   // context tokens for the repetition penalty (sparse reset)
+};
+
+}  // namespace spark

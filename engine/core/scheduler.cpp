@@ -1,0 +1,182 @@
+// scheduler.cpp — step planning with token/sequence budgets, chunked prefill and
+// preemption by recompute.
+#include "engine/core/scheduler.h"
+
+#include <algorithm>
+
+#include "engine/util/check.h"
+
+namespace spark {
+
+Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : config_(config), blocks_(blocks) {
+  auto need = [](bool ok, const std::string& msg) {
+    if (!ok) throw InputError(msg);
+  };
+  need(config_.max_num_seqs >= 1, "engine.max_num_seqs must be >= 1, got " + std::to_string(config_.max_num_seqs));
+  need(config_.max_num_batched_tokens >= config_.max_num_seqs,
+       "engine.max_num_batched_tokens (" + std::to_string(config_.max_num_batched_tokens) +
+           ") must be >= engine.max_num_seqs (" + std::to_string(config_.max_num_seqs) +
+           ") so every running sequence can decode each step");
+  need(config_.max_model_len >= 1, "max_model_len must be >= 1");
+  need(config_.enable_chunked_prefill || config_.max_num_batched_tokens >= config_.max_model_len,
+       "engine.max_num_batched_tokens (" + std::to_string(config_.max_num_batched_tokens) +
+           ") must be >= max_model_len (" + std::to_string(config_.max_model_len) +
+           ") when chunked prefill is off, or a long prompt could never be scheduled");
+  need(blocks_.num_blocks() * blocks_.block_size() >= config_.max_model_len,
+       "the KV cache holds " + std::to_string(blocks_.num_blocks() * blocks_.block_size()) +
+           " tokens, less than max_model_len (" + std::to_string(config_.max_model_len) +
+           "); lower model.max_model_len or give the KV cache more memory");
+}
+
+int64_t Scheduler::resolve_max_tokens(int64_t num_prompt_tokens, const SamplingParams& params) const {
+  const int64_t limit = config_.max_model_len;
+  if (num_prompt_tokens < 1) throw InputError("the prompt is empty: at least one token is needed");
+  if (num_prompt_tokens >= limit)
+    throw InputError("the prompt has " + std::to_string(num_prompt_tokens) + " tokens; the model's context (max_model_len) is " +
+                     std::to_string(limit) + " tokens, which leaves no room for output");
+  if (!params.max_tokens) return limit - num_prompt_tokens;
+  if (num_prompt_tokens + *params.max_tokens > limit)
+    throw InputError("the prompt (" + std::to_string(num_prompt_tokens) + " tokens) plus max_tokens (" +
+                     std::to_string(*params.max_tokens) + ") is " + std::to_string(num_prompt_tokens + *params.max_tokens) +
+                     " tokens, more than the model's context (max_model_len) of " + std::to_string(limit) + " tokens");
+  return *params.max_tokens;
+}
+
+void Scheduler::add(Sequence* seq) {
+  SPARK_CHECK(seq && seq->status == SeqStatus::WAITING && seq->block_table.empty(), "add takes a fresh sequence");
+  SPARK_CHECK(seq->max_tokens >= 1 && seq->num_prompt_tokens + seq->max_tokens <= config_.max_model_len,
+              "max_tokens not resolved");
+  waiting_.push_back(seq);
+}
+
+void Scheduler::preempt(Sequence* seq) {
+  auto it = std::find(running_.begin(), running_.end(), seq);
+  SPARK_CHECK(it != running_.end(), "preempting a sequence that is not running");
+  running_.erase(it);
+  blocks_.free(*seq);
+  seq->num_computed_tokens = 0;
+  seq->status = SeqStatus::PREEMPTED;
+  ++seq->num_preemptions;
+  ++num_preemptions_;
+  waiting_.push_front(seq);
+}
+
+ScheduledStep Scheduler::schedule() {
+  ScheduledStep step;
+  int64_t budget = config_.max_num_batched_tokens;
+  auto plan = [&](Sequence* seq, int64_t n) {
+    step.seqs.push_back(seq);
+    step.num_new_tokens.push_back(n);
+    budget -= n;
+  };
+  auto unplan = [&](Sequence* seq) {
+    auto it = std::find(step.seqs.begin(), step.seqs.end(), seq);
+    if (it == step.seqs.end()) return;
+    size_t i = static_cast<size_t>(it - step.seqs.begin());
+    budget += step.num_new_tokens[i];
+    step.seqs.erase(it);
+    step.num_new_tokens.erase(step.num_new_tokens.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+
+  // Running sequences: decodes (one token each) before partial prefills, so a long
+  // prompt being chunked never holds back the tokens of sequences already streaming.
+  std::vector<Sequence*> order(running_);
+  std::stable_partition(order.begin(), order.end(), [](Sequence* s) { return s->num_uncomputed_tokens() == 1; });
+  for (Sequence* seq : order) {
+    if (seq->status != SeqStatus::RUNNING) continue;  // preempted earlier in this loop
+    if (budget == 0) break;
+    int64_t remaining = seq->num_uncomputed_tokens();
+    SPARK_CHECK(remaining >= 1, "a running sequence with nothing to compute");
+    int64_t n = std::min(remaining, budget);
+    if (!config_.enable_chunked_prefill && n < remaining) continue;
+    while (!blocks_.allocate(*seq, n)) {
+      Sequence* victim = running_.back();  // the newest request loses its blocks
+      unplan(victim);
+      preempt(victim);
+      step.preempted.push_back(victim);
+      if (victim == seq) break;
+    }
+    if (seq->status == SeqStatus::RUNNING) plan(seq, n);
+  }
+
+  // Admission, first come first served; none while this step had to preempt.
+  while (step.preempted.empty() && !waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    PrefixHit hit = blocks_.find_cached_prefix(*seq);
+    int64_t remaining = seq->num_tokens() - hit.num_tokens;
+    int64_t n = std::min(remaining, budget);
+    if (!config_.enable_chunked_prefill && n < remaining) break;
+    if (!blocks_.allocate(*seq, n, &hit)) break;
+    waiting_.pop_front();
+    seq->status = SeqStatus::RUNNING;
+    running_.push_back(seq);
+    plan(seq, n);
+  }
+
+  step.batch = build_batch(step);
+  return step;
+}
+
+Batch Scheduler::build_batch(ScheduledStep& step) const {
+  Batch b;
+  const int64_t bs = blocks_.block_size();
+  int64_t total = 0, max_blocks = 0;
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    total += step.num_new_tokens[i];
+    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(step.seqs[i]->block_table.size()));
+  }
+  b.token_ids.reserve(static_cast<size_t>(total));
+  b.positions.reserve(static_cast<size_t>(total));
+  b.slot_mapping.reserve(static_cast<size_t>(total));
+  b.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+  b.block_tables.assign(step.seqs.size() * static_cast<size_t>(max_blocks), 0);
+  b.query_start.push_back(0);
+  step.logits_index.assign(step.seqs.size(), -1);
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    const Sequence& seq = *step.seqs[i];
+    const int64_t start = seq.num_computed_tokens, end = start + step.num_new_tokens[i];
+    SPARK_CHECK(end <= seq.num_tokens() && static_cast<int64_t>(seq.block_table.size()) * bs >= end, "plan exceeds blocks");
+    for (int64_t pos = start; pos < end; ++pos) {
+      b.token_ids.push_back(seq.token_ids[pos]);
+      b.positions.push_back(static_cast<int32_t>(pos));
+      b.slot_mapping.push_back(static_cast<int32_t>(seq.block_table[pos / bs] * bs + pos % bs));
+    }
+    b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+    b.context_lens.push_back(static_cast<int32_t>(end));
+    std::copy(seq.block_table.begin(), seq.block_table.end(), b.block_tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
+    // Only the chunk that reaches the last known token yields a next token.
+    if (end == seq.num_tokens()) {
+      step.logits_index[i] = static_cast<int32_t>(b.logits_rows.size());
+      b.logits_rows.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
+    }
+  }
+  return b;
+}
+
+void Scheduler::update(const ScheduledStep& step, const std::vector<int32_t>& sampled) {
+  SPARK_CHECK(sampled.size() == step.batch.logits_rows.size(), "one sampled token per logits row");
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    Sequence* seq = step.seqs[i];
+    SPARK_CHECK(seq->status == SeqStatus::RUNNING, "a planned sequence left the running queue mid-step");
+    seq->num_computed_tokens += step.num_new_tokens[i];
+    blocks_.cache_full_blocks(*seq);
+    if (step.logits_index[i] >= 0) seq->append_token(sampled[static_cast<size_t>(step.logits_index[i])]);
+  }
+}
+
+void Scheduler::finish(Sequence* seq, FinishReason reason) {
+  if (seq->status == SeqStatus::FINISHED) return;
+  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) {
+    running_.erase(it);
+  } else if (auto w = std::find(waiting_.begin(), waiting_.end(), seq); w != waiting_.end()) {
+    waiting_.erase(w);
+  } else {
+    return;
+  }
+  blocks_.free(*seq);
+  seq->status = SeqStatus::FINISHED;
+  seq->finish_reason = reason;
+}
+
+}  // namespace spark

@@ -1,0 +1,81 @@
+// scheduler.h — continuous batching: which sequences run this step, with how many
+// tokens each, flattened into a Batch for the backend.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/core/block_manager.h"
+#include "engine/core/sequence.h"
+
+namespace spark {
+
+struct SchedulerConfig {
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t max_model_len = 4096;
+  bool enable_chunked_prefill = true;
+};
+
+// One step's plan. seqs[i] contributes num_new_tokens[i] rows to `batch`; when
+// logits_index[i] >= 0 its last row's logits are row logits_index[i] of the output and
+// a token is sampled for it.
+struct ScheduledStep {
+  Batch batch;
+  std::vector<Sequence*> seqs;
+  std::vector<int64_t> num_new_tokens;
+  std::vector<int32_t> logits_index;
+  std::vector<Sequence*> preempted;  // sequences preempted while planning this step
+
+  bool empty() const { return seqs.empty(); }
+};
+
+// Sequences are owned by the caller; the scheduler keeps pointers until they finish or
+// are aborted. Not thread-safe: one engine thread owns it.
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, BlockManager& blocks);
+
+  // Throws InputError with the numbers when prompt + max_tokens exceeds max_model_len;
+  // resolves an absent max_tokens to the room left in the context. Pure: callable from
+  // any thread before add().
+  int64_t resolve_max_tokens(int64_t num_prompt_tokens, const SamplingParams& params) const;
+
+  // Queues a sequence (status WAITING) at the back of the waiting queue.
+  void add(Sequence* seq);
+
+  // Plans one step: decode tokens of running sequences first, then partial prefills,
+  // then admission of waiting sequences (chunked when enabled), within the token and
+  // sequence budgets. When blocks run out, the newest running sequence is preempted
+  // (recompute) and goes to the front of the waiting queue.
+  ScheduledStep schedule();
+
+  // After the backend ran `step`: advances computed tokens, registers full blocks in the
+  // prefix cache and appends sampled[i] to every sequence with logits_index[i] >= 0
+  // (sampled is indexed by logits row).
+  void update(const ScheduledStep& step, const std::vector<int32_t>& sampled);
+
+  // Ends a running or waiting sequence (finished, aborted or failed): frees its blocks
+  // and forgets it. A sequence the scheduler does not hold is ignored.
+  void finish(Sequence* seq, FinishReason reason);
+
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
+  const std::vector<Sequence*>& running() const { return running_; }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  const SchedulerConfig& config() const { return config_; }
+  BlockManager& blocks() { return blocks_; }
+  int64_t num_preemptions() const { return num_preemptions_; }
+
+ private:
+  void preempt(Sequence* seq);
+  Batch build_batch(ScheduledStep& step) const;
+
+  SchedulerConfig config_;
+  BlockManager& blocks_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // in admission order: the back is the newest
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace spark

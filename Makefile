@@ -62,11 +62,11 @@ $(BUILD)/obj/%.cu.o: %.cu
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
 # The version string carries the git revision; version.o rebuilds only when it changes.
-$(BUILD)/gen/version.h: FORCE
+$(BUILD)/gen/build_info.h: FORCE
 	@mkdir -p $(@D)
 	@v='#define SPARKD_VERSION "$(VERSION)"'; r="#define SPARKD_GIT_REV \"$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\""; \
 	  printf '%s\n%s\n' "$$v" "$$r" > $@.tmp; cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
-$(BUILD)/obj/engine/util/version.o: $(BUILD)/gen/version.h
+$(BUILD)/obj/engine/util/version.o: $(BUILD)/gen/build_info.h
 $(BUILD)/obj/engine/util/version.o: CXXFLAGS += -I$(BUILD)/gen
 FORCE:
 

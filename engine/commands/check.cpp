@@ -1,0 +1,102 @@
+// check.cpp — `sparkd check`: validate the config and model files, print the spec and
+// the memory plan, allocate nothing.
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "engine/commands/commands.h"
+#include "engine/config.h"
+#include "engine/model/arch.h"
+#include "engine/model/memory_plan.h"
+#include "engine/model/model_loader.h"
+#include "engine/util/check.h"
+#include "engine/util/flags.h"
+
+namespace spark {
+namespace {
+
+std::string describe_spec(const ModelInfo& info) {
+  const ModelSpec& s = info.spec;
+  std::ostringstream o;
+  o << "model\n";
+  o << "  path             " << info.path << " (" << model_format_name(info.format) << ")\n";
+  o << "  architecture     " << s.architecture << "\n";
+  o << "  layers           " << s.num_layers << ", hidden " << s.hidden_size;
+  if (s.intermediate_size > 0) o << ", intermediate " << s.intermediate_size;
+  o << "\n  attention        " << s.num_heads << " heads, " << s.num_kv_heads << " kv heads, head_dim "
+    << s.head_dim << (s.attention_bias ? ", qkv bias" : "") << (s.qk_norm ? ", q/k norm" : "") << "\n";
+  o << "  rope             theta " << s.rope_theta;
+  if (!s.rope_scaling.type.empty()) {
+    o << ", " << s.rope_scaling.type << " scaling factor " << s.rope_scaling.factor;
+    if (s.rope_scaling.type == "llama3")
+      o << " (low " << s.rope_scaling.low_freq_factor << ", high " << s.rope_scaling.high_freq_factor
+        << ", original " << s.rope_scaling.original_max_position_embeddings << ")";
+  }
+  o << "\n  vocab            " << s.vocab_size << (s.tie_word_embeddings ? ", tied embeddings" : "") << "\n";
+  o << "  max positions    " << s.max_position_embeddings << ", rms_norm_eps " << s.rms_norm_eps << "\n";
+  if (s.num_experts > 0) {
+    o << "  experts          " << s.num_experts << ", top " << s.num_experts_per_tok << ", moe_intermediate "
+      << s.moe_intermediate_size << ", norm_topk_prob " << (s.norm_topk_prob ? "true" : "false")
+      << ", decoder_sparse_step " << s.decoder_sparse_step;
+    if (!s.mlp_only_layers.empty()) o << ", " << s.mlp_only_layers.size() << " dense layers";
+    o << "\n";
+  }
+  o << "  special tokens   bos " << s.bos_token_id << ", eos [";
+  for (size_t i = 0; i < s.eos_token_ids.size(); ++i) o << (i ? ", " : "") << s.eos_token_ids[i];
+  o << "]\n  dtype            " << dtype_name(s.dtype);
+  if (!info.tensors.empty()) {
+    std::map<std::string, int> counts;
+    for (const auto& [name, t] : info.tensors) ++counts[std::string(dtype_name(t.dtype))];
+    o << " (tensors stored as";
+    for (const auto& [d, n] : counts) o << " " << d << " x" << n;
+    o << ")";
+  } else if (info.format == ModelFormat::DUMMY) {
+    o << " (dummy weights in " << dtype_name(info.weight_dtype) << ", no weight file read)";
+  }
+  o << "\n  tokenizer        " << info.tokenizer_path << "\n";
+  return o.str();
+}
+
+// This box's layers: all of them, or its half of a two-box pipeline.
+LayerRange stage_range(const Config& c, const ModelSpec& s) {
+  if (!c.peer.enabled) return full_range(s);
+  int64_t split = s.num_layers / 2;
+  if (c.peer.layer_split != "auto") {
+    try {
+      size_t used = 0;
+      split = std::stoll(c.peer.layer_split, &used);
+      if (used != c.peer.layer_split.size()) throw std::invalid_argument("trailing characters");
+    } catch (const std::exception&) {
+      throw InputError("peer.layer_split = \"" + c.peer.layer_split + "\" is neither \"auto\" nor a layer number");
+    }
+  }
+  if (split < 1 || split >= s.num_layers)
+    throw InputError("peer.layer_split = " + std::to_string(split) + " must be between 1 and " +
+                     std::to_string(s.num_layers - 1) + " for a model of " + std::to_string(s.num_layers) + " layers");
+  return c.peer.role == "worker" ? LayerRange{split, s.num_layers} : LayerRange{0, split};
+}
+
+}  // namespace
+
+int run_check(const Args& args) {
+  Flags flags(args);
+  flags.expect_only({"config", "set", "model"});
+  if (!flags.positional().empty()) throw InputError("unexpected argument '" + flags.positional()[0] + "'");
+  auto config_path = flags.get("config");
+  auto model_path = flags.get("model");
+  if (config_path.has_value() == model_path.has_value())
+    throw InputError("usage: sparkd check --config spark.toml [--set section.key=value ...] | --model PATH");
+  Config config = config_path ? load_config(*config_path, flags.get_all("set")) : config_for_model(*model_path);
+  if (model_path && flags.has("set")) throw InputError("--set applies to --config, not to --model");
+
+  ModelInfo info = inspect_model(config);
+  LayerRange range = stage_range(config, info.spec);
+  MemoryPlan plan = plan_memory(info.spec, range, stage_weight_bytes(info, range), config, host_memory_budget());
+  std::printf("%s%s", describe_spec(info).c_str(), describe_plan(plan).c_str());
+  std::fflush(stdout);
+  require_fits(plan);
+  std::printf("ok\n");
+  return 0;
+}
+
+}  // namespace spark

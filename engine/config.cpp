@@ -1,0 +1,344 @@
+// config.cpp — spark.toml parsing: a table of known keys, their types and ranges, then
+// the checks that span several keys. Every error names where the value came from.
+#include "engine/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+#include <variant>
+
+#include "engine/util/check.h"
+
+namespace spark {
+namespace {
+
+enum class KeyType { STRING, INT, FLOAT, BOOL, STRING_LIST, STRING_OR_INT };
+using Value = std::variant<std::string, int64_t, double, bool, std::vector<std::string>>;
+
+struct KeySpec {
+  const char* section;
+  const char* key;
+  KeyType type;
+  std::vector<std::string> choices;  // allowed strings, if restricted
+  double min = -INFINITY, max = INFINITY;
+  std::function<void(Config&, const Value&)> set;
+};
+
+template <typename T>
+std::function<void(Config&, const Value&)> setter(T Config::*section_member, auto member) {
+  return [section_member, member](Config& c, const Value& v) {
+    auto& field = (c.*section_member).*member;
+    using F = std::remove_reference_t<decltype(field)>;
+    if constexpr (std::is_same_v<F, double>) {
+      field = std::holds_alternative<int64_t>(v) ? double(std::get<int64_t>(v)) : std::get<double>(v);
+    } else {
+      field = std::get<F>(v);
+    }
+  };
+}
+
+const std::vector<KeySpec>& key_specs() {
+  using C = Config;
+  static const std::vector<KeySpec> specs = {
+      {"model", "path", KeyType::STRING, {}, 0, 0, setter(&C::model, &ModelConfig::path)},
+      {"model", "name", KeyType::STRING, {}, 0, 0, setter(&C::model, &ModelConfig::name)},
+      {"model", "dtype", KeyType::STRING, {"auto", "bf16", "fp16"}, 0, 0, setter(&C::model, &ModelConfig::dtype)},
+      {"model", "load_format", KeyType::STRING, {"auto", "dummy"}, 0, 0, setter(&C::model, &ModelConfig::load_format)},
+      {"model", "max_model_len", KeyType::INT, {}, 0, 16 << 20, setter(&C::model, &ModelConfig::max_model_len)},
+      {"model", "chat_template", KeyType::STRING, {}, 0, 0, setter(&C::model, &ModelConfig::chat_template)},
+      {"model", "tokenizer", KeyType::STRING, {}, 0, 0, setter(&C::model, &ModelConfig::tokenizer)},
+
+      {"engine", "backend", KeyType::STRING, {"auto", "cuda", "cpu"}, 0, 0, setter(&C::engine, &EngineConfig::backend)},
+      {"engine", "max_num_seqs", KeyType::INT, {}, 1, 4096, setter(&C::engine, &EngineConfig::max_num_seqs)},
+      {"engine", "max_num_batched_tokens", KeyType::INT, {}, 1, 1 << 20, setter(&C::engine, &EngineConfig::max_num_batched_tokens)},
+      {"engine", "block_size", KeyType::INT, {}, 1, 256, setter(&C::engine, &EngineConfig::block_size)},
+      {"engine", "kv_cache_dtype", KeyType::STRING, {"auto", "fp8"}, 0, 0, setter(&C::engine, &EngineConfig::kv_cache_dtype)},
+      {"engine", "memory_fraction", KeyType::FLOAT, {}, 0.01, 1.0, setter(&C::engine, &EngineConfig::memory_fraction)},
+      {"engine", "enable_prefix_caching", KeyType::BOOL, {}, 0, 0, setter(&C::engine, &EngineConfig::enable_prefix_caching)},
+      {"engine", "enable_chunked_prefill", KeyType::BOOL, {}, 0, 0, setter(&C::engine, &EngineConfig::enable_chunked_prefill)},
+      {"engine", "cuda_graphs", KeyType::BOOL, {}, 0, 0, setter(&C::engine, &EngineConfig::cuda_graphs)},
+      {"engine", "cpu_threads", KeyType::INT, {}, 0, 1024, setter(&C::engine, &EngineConfig::cpu_threads)},
+
+      {"server", "host", KeyType::STRING, {}, 0, 0, setter(&C::server, &ServerConfig::host)},
+      {"server", "port", KeyType::INT, {}, 0, 65535, setter(&C::server, &ServerConfig::port)},
+      {"server", "api_keys", KeyType::STRING_LIST, {}, 0, 0, setter(&C::server, &ServerConfig::api_keys)},
+      {"server", "api_key_file", KeyType::STRING, {}, 0, 0, setter(&C::server, &ServerConfig::api_key_file)},
+      {"server", "max_queued_requests", KeyType::INT, {}, 0, 1 << 20, setter(&C::server, &ServerConfig::max_queued_requests)},
+      {"server", "max_body_bytes", KeyType::INT, {}, 1024, int64_t(1) << 30, setter(&C::server, &ServerConfig::max_body_bytes)},
+      {"server", "request_timeout_s", KeyType::FLOAT, {}, 0.001, 7 * 86400, setter(&C::server, &ServerConfig::request_timeout_s)},
+      {"server", "drain_timeout_s", KeyType::FLOAT, {}, 0, 86400, setter(&C::server, &ServerConfig::drain_timeout_s)},
+      {"server", "cors_origins", KeyType::STRING_LIST, {}, 0, 0, setter(&C::server, &ServerConfig::cors_origins)},
+      {"server", "dashboard", KeyType::BOOL, {}, 0, 0, setter(&C::server, &ServerConfig::dashboard)},
+      {"server", "dashboard_auth", KeyType::STRING, {"public", "api_key"}, 0, 0, setter(&C::server, &ServerConfig::dashboard_auth)},
+
+      {"peer", "enabled", KeyType::BOOL, {}, 0, 0, setter(&C::peer, &PeerConfig::enabled)},
+      {"peer", "role", KeyType::STRING, {"head", "worker"}, 0, 0, setter(&C::peer, &PeerConfig::role)},
+      {"peer", "head_addr", KeyType::STRING, {}, 0, 0, setter(&C::peer, &PeerConfig::head_addr)},
+      {"peer", "transport", KeyType::STRING, {"nccl", "tcp"}, 0, 0, setter(&C::peer, &PeerConfig::transport)},
+      {"peer", "nccl_ifname", KeyType::STRING, {}, 0, 0, setter(&C::peer, &PeerConfig::nccl_ifname)},
+      {"peer", "nccl_ib_hca", KeyType::STRING, {}, 0, 0, setter(&C::peer, &PeerConfig::nccl_ib_hca)},
+      {"peer", "layer_split", KeyType::STRING_OR_INT, {}, 1, 1 << 16, setter(&C::peer, &PeerConfig::layer_split)},
+      {"peer", "timeout_s", KeyType::FLOAT, {}, 0.1, 3600, setter(&C::peer, &PeerConfig::timeout_s)},
+
+      {"log", "level", KeyType::STRING, {"debug", "info", "warn", "error"}, 0, 0, setter(&C::log, &LogConfig::level)},
+      {"log", "format", KeyType::STRING, {"text", "json"}, 0, 0, setter(&C::log, &LogConfig::format)},
+  };
+  return specs;
+}
+
+std::string type_name(KeyType t) {
+  switch (t) {
+    case KeyType::STRING: return "a string";
+    case KeyType::INT: return "an integer";
+    case KeyType::FLOAT: return "a number";
+    case KeyType::BOOL: return "true or false";
+    case KeyType::STRING_LIST: return "a list of strings";
+    case KeyType::STRING_OR_INT: return "\"auto\" or an integer";
+  }
+  return "?";
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string known_keys_hint(const std::string& section, const std::string& key) {
+  std::string best, all;
+  size_t best_d = 3;
+  for (const auto& s : key_specs()) {
+    if (s.section != section) continue;
+    all += all.empty() ? s.key : std::string(", ") + s.key;
+    size_t d = edit_distance(key, s.key);
+    if (d < best_d) best_d = d, best = s.key;
+  }
+  return (best.empty() ? "" : "did you mean '" + best + "'? ") + "known keys: " + all;
+}
+
+const KeySpec* find_spec(const std::string& section, const std::string& key) {
+  for (const auto& s : key_specs())
+    if (s.section == section && s.key == key) return &s;
+  return nullptr;
+}
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw InputError(where + ": " + what);
+}
+
+std::string describe_accepted(const KeySpec& s) {
+  if (!s.choices.empty()) {
+    std::string out = "one of";
+    for (size_t i = 0; i < s.choices.size(); ++i) out += (i ? ", \"" : " \"") + s.choices[i] + "\"";
+    return out;
+  }
+  std::ostringstream o;
+  o << type_name(s.type);
+  if ((s.type == KeyType::INT || s.type == KeyType::FLOAT) && std::isfinite(s.min))
+    o << " from " << s.min << " to " << s.max;
+  return o.str();
+}
+
+// Range and choice checks shared by the file and --set paths.
+void check_value(const KeySpec& s, const Value& v, const std::string& where, const std::string& shown) {
+  std::string key = std::string("[") + s.section + "] " + s.key;
+  auto bad = [&](const std::string& why) {
+    fail(where, key + " = " + shown + ": " + why + "; accepted: " + describe_accepted(s));
+  };
+  if (!s.choices.empty() && std::find(s.choices.begin(), s.choices.end(), std::get<std::string>(v)) == s.choices.end())
+    bad("not an accepted value");
+  if (s.type == KeyType::INT || s.type == KeyType::FLOAT) {
+    double d = std::holds_alternative<int64_t>(v) ? double(std::get<int64_t>(v)) : std::get<double>(v);
+    if (!std::isfinite(d) || d < s.min || d > s.max) bad("out of range");
+  }
+  if (s.type == KeyType::STRING_OR_INT) {
+    const std::string& text = std::get<std::string>(v);
+    if (text != "auto") {
+      char* end = nullptr;
+      long long n = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0') bad("not \"auto\" or an integer");
+      if (n < s.min || n > s.max) bad("out of range");
+    }
+  }
+}
+
+std::string show(const toml::node& node) {
+  std::ostringstream o;
+  node.visit([&](const auto& n) { o << n; });
+  return o.str();
+}
+
+std::string where_of(const std::string& source, const toml::source_region& r) {
+  return source + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
+}
+
+Value value_from_toml(const KeySpec& s, const toml::node& node, const std::string& where) {
+  std::string key = std::string("[") + s.section + "] " + s.key;
+  auto wrong = [&]() -> Value {
+    fail(where, key + " = " + show(node) + ": wrong type; accepted: " + describe_accepted(s));
+  };
+  switch (s.type) {
+    case KeyType::STRING:
+      if (auto v = node.value_exact<std::string>()) return *v;
+      return wrong();
+    case KeyType::INT:
+      if (auto v = node.value_exact<int64_t>()) return *v;
+      return wrong();
+    case KeyType::FLOAT:
+      if (auto v = node.value_exact<double>()) return *v;
+      if (auto v = node.value_exact<int64_t>()) return double(*v);
+      return wrong();
+    case KeyType::BOOL:
+      if (auto v = node.value_exact<bool>()) return *v;
+      return wrong();
+    case KeyType::STRING_OR_INT:
+      if (auto v = node.value_exact<std::string>()) return *v;
+      if (auto v = node.value_exact<int64_t>()) return std::to_string(*v);
+      return wrong();
+    case KeyType::STRING_LIST: {
+      const toml::array* arr = node.as_array();
+      if (!arr) return wrong();
+      std::vector<std::string> out;
+      for (const auto& item : *arr) {
+        auto v = item.value_exact<std::string>();
+        if (!v) return wrong();
+        out.push_back(*v);
+      }
+      return out;
+    }
+  }
+  return wrong();
+}
+
+// "--set section.key=value": the value text is read as the key's type.
+void apply_override(Config& config, const std::string& text) {
+  std::string where = "--set " + text;
+  size_t eq = text.find('='), dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    fail(where, "expected section.key=value");
+  std::string section = text.substr(0, dot), key = text.substr(dot + 1, eq - dot - 1), raw = text.substr(eq + 1);
+  const KeySpec* s = find_spec(section, key);
+  if (!s) {
+    bool known_section = std::any_of(key_specs().begin(), key_specs().end(),
+                                     [&](const KeySpec& k) { return k.section == section; });
+    if (!known_section) fail(where, "unknown section [" + section + "]; known: model, engine, server, peer, log");
+    fail(where, "unknown key '" + key + "' in [" + section + "]; " + known_keys_hint(section, key));
+  }
+  // Parse the value as a one-line TOML document so quoting and arrays work as in the file;
+  // a bare word is taken as a string for string-typed keys.
+  Value v;
+  try {
+    toml::table t = toml::parse("v = " + raw);
+    v = value_from_toml(*s, *t.get("v"), where);
+  } catch (const toml::parse_error&) {
+    if (s->type != KeyType::STRING && s->type != KeyType::STRING_OR_INT)
+      fail(where, std::string("[") + s->section + "] " + s->key + " = " + raw + ": wrong type; accepted: " +
+                      describe_accepted(*s));
+    v = raw;
+  }
+  check_value(*s, v, where, raw);
+  s->set(config, v);
+}
+
+void validate_whole(const Config& c) {
+  const std::string& src = c.source;
+  auto bad = [&](const std::string& what) { fail(src, what); };
+  if (c.engine.block_size & (c.engine.block_size - 1))
+    bad("[engine] block_size = " + std::to_string(c.engine.block_size) + ": must be a power of two (1..256)");
+  if (c.engine.max_num_batched_tokens < c.engine.max_num_seqs)
+    bad("[engine] max_num_batched_tokens (" + std::to_string(c.engine.max_num_batched_tokens) +
+        ") is below max_num_seqs (" + std::to_string(c.engine.max_num_seqs) +
+        "): every running sequence needs at least one token per step");
+  if (!c.engine.enable_chunked_prefill && c.model.max_model_len > c.engine.max_num_batched_tokens)
+    bad("[engine] enable_chunked_prefill = false needs max_num_batched_tokens (" +
+        std::to_string(c.engine.max_num_batched_tokens) + ") >= [model] max_model_len (" +
+        std::to_string(c.model.max_model_len) + ") so a whole prompt fits in one step");
+  if (c.server.dashboard_auth == "api_key" && c.server.api_keys.empty() && c.server.api_key_file.empty())
+    bad("[server] dashboard_auth = \"api_key\" but no api_keys or api_key_file is set");
+  for (const auto& k : c.server.api_keys)
+    if (k.size() < 8) bad("[server] api_keys: a key shorter than 8 characters is refused");
+  if (c.peer.enabled && c.peer.head_addr.empty())
+    bad("[peer] enabled = true needs head_addr (host:port of the head's control channel)");
+  if (c.peer.enabled && c.peer.transport == "nccl" && c.engine.backend == "cpu")
+    bad("[peer] transport = \"nccl\" needs the CUDA backend, but [engine] backend = \"cpu\"; use transport = \"tcp\"");
+  if (c.model.load_format != "dummy" && c.model.path.empty())
+    bad("[model] path is empty: set it to a Hugging Face model folder or a .gguf file");
+}
+
+void apply_table(Config& config, const toml::table& root, const std::string& source) {
+  for (auto&& [section_key, section_node] : root) {
+    std::string section(section_key.str());
+    std::string where = where_of(source, section_key.source());
+    const toml::table* table = section_node.as_table();
+    bool known = std::any_of(key_specs().begin(), key_specs().end(),
+                             [&](const KeySpec& k) { return k.section == section; });
+    if (!known || !table)
+      fail(where, "unknown " + std::string(table ? "section [" + section + "]" : "top-level key '" + section + "'") +
+                      "; known sections: [model], [engine], [server], [peer], [log]");
+    for (auto&& [key_node, value_node] : *table) {
+      std::string key(key_node.str());
+      std::string kwhere = where_of(source, key_node.source());
+      const KeySpec* s = find_spec(section, key);
+      if (!s) fail(kwhere, "unknown key '" + key + "' in [" + section + "]; " + known_keys_hint(section, key));
+      Value v = value_from_toml(*s, value_node, kwhere);
+      check_value(*s, v, kwhere, show(value_node));
+      s->set(config, v);
+    }
+  }
+}
+
+}  // namespace
+
+Config parse_config(const std::string& toml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  Config config;
+  config.source = source;
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    fail(where_of(source, e.source()), std::string("invalid TOML: ") + std::string(e.description()));
+  }
+  apply_table(config, root, source);
+  for (const auto& o : overrides) apply_override(config, o);
+  validate_whole(config);
+  return config;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot read the config file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  Config config = parse_config(text.str(), path, overrides);
+  // Relative file paths in a config file are relative to that file, so a unit started
+  // from any working directory finds the same files.
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  for (std::string* p : {&config.model.path, &config.model.chat_template, &config.model.tokenizer,
+                         &config.server.api_key_file})
+    if (!p->empty() && std::filesystem::path(*p).is_relative()) *p = (dir / *p).lexically_normal().string();
+  return config;
+}
+
+Config config_for_model(const std::string& model_path) {
+  Config config;
+  config.source = "--model";
+  config.model.path = model_path;
+  return config;
+}
+
+}  // namespace spark

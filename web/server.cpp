@@ -1,0 +1,163 @@
+// server.cpp — cpp-httplib setup, the error wrapper, API keys, CORS and limits.
+#include "web/server.h"
+
+#include <httplib.h>
+
+#include <fstream>
+#include <regex>
+
+#include "engine/util/check.h"
+#include "engine/util/log.h"
+#include "web/http_error.h"
+
+namespace spark {
+namespace {
+
+// Compares in time that depends only on the lengths, so a timing attacker learns nothing
+// about how much of a key matched.
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  size_t n = std::max(a.size(), b.size());
+  unsigned diff = unsigned(a.size() != b.size());
+  for (size_t i = 0; i < n; ++i)
+    diff |= unsigned((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+std::vector<std::string> read_key_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("[server] api_key_file = \"" + path + "\": cannot read the file");
+  std::vector<std::string> keys;
+  for (std::string line; std::getline(in, line);) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#') continue;
+    keys.push_back(line.substr(start));
+  }
+  if (keys.empty()) throw InputError("[server] api_key_file = \"" + path + "\": holds no keys");
+  return keys;
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type = "",
+                const std::string& param = "", const std::string& code = "") {
+  send_json(res, status, error_body(status, message, type, param, code).dump());
+}
+
+}  // namespace
+
+void send_json(httplib::Response& res, int status, const std::string& json_text) {
+  res.status = status;
+  res.set_content(json_text, "application/json");
+}
+
+HttpServer::HttpServer(const ServerConfig& config, ServerState& state)
+    : config_(config), state_(state), api_keys_(config.api_keys), http_(std::make_unique<httplib::Server>()) {
+  if (!config.api_key_file.empty())
+    for (auto& k : read_key_file(config.api_key_file)) api_keys_.push_back(std::move(k));
+
+  // Enough workers that max_num_seqs open streams never starve /health or the dashboard.
+  size_t workers = size_t(std::max<int64_t>(config.max_queued_requests, 64)) + 16;
+  http_->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  http_->set_payload_max_length(size_t(config.max_body_bytes));
+  // A body trickled slowly, or a client that stops reading, cannot hold a worker forever.
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
+  http_->set_keep_alive_max_count(1000);
+  http_->set_keep_alive_timeout(30);
+
+  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a handler already wrote an error body
+    if (res.status == 404) {
+      for (const auto& r : routes_)
+        if (r.method != req.method && std::regex_match(req.path, std::regex(r.pattern))) {
+          send_error(res, 405, "method " + req.method + " is not allowed on " + req.path + "; use " + r.method);
+          return;
+        }
+      send_error(res, 404, "no route " + req.method + " " + req.path);
+    } else if (res.status == 413) {
+      send_error(res, 413, "request body is larger than server.max_body_bytes (" +
+                               std::to_string(config_.max_body_bytes) + " bytes)");
+    } else {
+      send_error(res, res.status, "request failed with status " + std::to_string(res.status));
+    }
+  });
+  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    send_error(res, 500, "internal error");
+  });
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (auto origin = req.get_header_value("Origin"); !origin.empty())
+      for (const auto& allowed : config_.cors_origins)
+        if (allowed == "*" || allowed == origin) {
+          res.set_header("Access-Control-Allow-Origin", allowed == "*" ? "*" : origin);
+          res.set_header("Vary", "Origin");
+          if (req.method == "OPTIONS") {
+            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+            res.status = 204;
+            return httplib::Server::HandlerResponse::Handled;
+          }
+        }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+}
+
+HttpServer::~HttpServer() = default;
+
+bool HttpServer::key_ok(const httplib::Request& req) const {
+  if (api_keys_.empty()) return true;
+  std::string auth = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (auth.rfind(prefix, 0) != 0) return false;
+  std::string given = auth.substr(prefix.size());
+  bool ok = false;
+  for (const auto& k : api_keys_) ok |= constant_time_equal(given, k);  // no early exit
+  return ok;
+}
+
+void HttpServer::wrap(const Route& route, const httplib::Request& req, httplib::Response& res) const {
+  try {
+    bool needs_key = route.access == Access::API_KEY ||
+                     (route.access == Access::DASHBOARD && config_.dashboard_auth == "api_key");
+    if (needs_key && !key_ok(req))
+      throw HttpError(401, "missing or invalid API key: send 'Authorization: Bearer <key>'", "authentication_error", "",
+                      "invalid_api_key");
+    if (route.refused_while_draining) {
+      ServeStatus s = state_.status();
+      if (s != ServeStatus::READY)
+        throw HttpError(503, "server is not serving: " + state_.reason(), "service_unavailable_error");
+    }
+    route.handler(req, res);
+  } catch (const HttpError& e) {
+    send_error(res, e.status, e.what(), e.type, e.param, e.code);
+  } catch (const InputError& e) {
+    send_error(res, 400, e.what());
+  } catch (const std::exception& e) {
+    log_error("handler for ", req.method, " ", req.path, " failed: ", e.what());
+    send_error(res, 500, std::string("internal error: ") + e.what());
+  }
+}
+
+void HttpServer::add_routes(const std::vector<Route>& routes) {
+  for (const auto& r : routes) {
+    routes_.push_back(r);
+    auto handler = [this, r](const httplib::Request& req, httplib::Response& res) { wrap(r, req, res); };
+    if (r.method == "GET") http_->Get(r.pattern, handler);
+    else if (r.method == "POST") http_->Post(r.pattern, handler);
+    else if (r.method == "DELETE") http_->Delete(r.pattern, handler);
+    else SPARK_CHECK(false, "unsupported method " + r.method);
+  }
+}
+
+int HttpServer::bind() {
+  int port = config_.port == 0 ? http_->bind_to_any_port(config_.host)
+                               : (http_->bind_to_port(config_.host, int(config_.port)) ? int(config_.port) : -1);
+  if (port < 0)
+    throw RuntimeError("cannot listen on " + config_.host + ":" + std::to_string(config_.port) +
+                       " (in use, or not an address of this machine)");
+  return port;
+}
+
+void HttpServer::run() { http_->listen_after_bind(); }
+
+void HttpServer::stop() { http_->stop(); }
+
+}  // namespace spark

@@ -149,6 +149,7 @@ void Engine::loop() {
     try {
       take_inbox();
       if (scheduler_.has_work()) step();
+      publish_gauges();
     } catch (const std::exception& e) {
       fail_all(e.what());
       return;
@@ -228,6 +229,9 @@ void Engine::step() {
   reported_hits_ = blocks_.prefix_cache_hits();
   metrics_.add_preemptions(static_cast<uint64_t>(scheduler_.num_preemptions() - reported_preemptions_));
   reported_preemptions_ = scheduler_.num_preemptions();
+}
+
+void Engine::publish_gauges() {
   metrics_.set_gauges(static_cast<int64_t>(scheduler_.running().size()), static_cast<int64_t>(scheduler_.waiting().size()),
                       blocks_.num_used_blocks(), blocks_.num_blocks());
 }
@@ -326,6 +330,7 @@ void Engine::fail_all(const std::string& error) {
     Live& live = live_.at(id);
     finish(live, FinishReason::ERROR, new_output(live), dead_reason_);
   }
+  publish_gauges();
 }
 
 void Engine::abort_all() {
@@ -346,6 +351,7 @@ void Engine::abort_all() {
     Live& live = live_.at(id);
     finish(live, FinishReason::ABORT, new_output(live));
   }
+  publish_gauges();
 }
 
 }  // namespace spark

@@ -103,6 +103,7 @@ class Engine {
   void finish(Live& live, FinishReason reason, RequestOutput out, const std::string& error = {});
   void fail_all(const std::string& error);
   void abort_all();
+  void publish_gauges();
   RequestOutput new_output(const Live& live) const;
 
   const ModelSpec spec_;

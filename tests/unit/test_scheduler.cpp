@@ -1,0 +1,231 @@
+// test_scheduler.cpp — budgets, chunked prefill, the flat Batch, preemption and resume,
+// abort in every state, and the max_model_len check.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <numeric>
+
+#include "engine/core/scheduler.h"
+#include "engine/util/check.h"
+
+using namespace spark;
+
+namespace {
+
+std::unique_ptr<Sequence> make_seq(int64_t id, int32_t first_token, int32_t len, int64_t max_tokens,
+                                   const Scheduler& sched) {
+  std::vector<int32_t> prompt(static_cast<size_t>(len));
+  std::iota(prompt.begin(), prompt.end(), first_token);
+  SamplingParams p;
+  p.max_tokens = max_tokens;
+  auto seq = std::make_unique<Sequence>(id, prompt, p);
+  seq->max_tokens = sched.resolve_max_tokens(len, p);
+  return seq;
+}
+
+// Runs one step as the engine would, sampling `token` for every logits row, and finishes
+// sequences that reached max_tokens.
+ScheduledStep run_step(Scheduler& sched, int32_t token) {
+  ScheduledStep step = sched.schedule();
+  sched.update(step, std::vector<int32_t>(step.batch.logits_rows.size(), token));
+  for (size_t i = 0; i < step.seqs.size(); ++i)
+    if (step.logits_index[i] >= 0 && step.seqs[i]->num_output_tokens() >= step.seqs[i]->max_tokens)
+      sched.finish(step.seqs[i], FinishReason::LENGTH);
+  sched.blocks().check_invariants();
+  return step;
+}
+
+SchedulerConfig config(int64_t seqs, int64_t tokens, int64_t max_len, bool chunked = true) {
+  SchedulerConfig c;
+  c.max_num_seqs = seqs;
+  c.max_num_batched_tokens = tokens;
+  c.max_model_len = max_len;
+  c.enable_chunked_prefill = chunked;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("scheduler: token budget, chunked prefill and the flat batch") {
+  BlockManager bm(16, 4, true);
+  Scheduler sched(config(2, 16, 32), bm);
+  auto a = make_seq(1, 1, 10, 4, sched), b = make_seq(2, 21, 10, 4, sched), c = make_seq(3, 41, 10, 4, sched);
+  sched.add(a.get());
+  sched.add(b.get());
+  sched.add(c.get());
+
+  ScheduledStep s1 = sched.schedule();
+  REQUIRE(s1.seqs == std::vector<Sequence*>{a.get(), b.get()});
+  CHECK(s1.num_new_tokens == std::vector<int64_t>{10, 6});  // b is chunked to the 6 tokens left
+  const Batch& b1 = s1.batch;
+  CHECK(b1.token_ids == std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 21, 22, 23, 24, 25, 26});
+  CHECK(b1.positions == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5});
+  CHECK(b1.slot_mapping == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 14, 15, 16, 17});
+  CHECK(b1.query_start == std::vector<int32_t>{0, 10, 16});
+  CHECK(b1.context_lens == std::vector<int32_t>{10, 6});
+  CHECK(b1.max_blocks_per_seq == 3);
+  CHECK(b1.block_tables == std::vector<int32_t>{0, 1, 2, 3, 4, 0});
+  CHECK(b1.logits_rows == std::vector<int32_t>{9});  // b's chunk ends mid-prompt: no logits
+  CHECK(s1.logits_index == std::vector<int32_t>{0, -1});
+  CHECK(sched.waiting().size() == 1);
+  sched.update(s1, {99});
+  CHECK(a->output_ids() == std::vector<int32_t>{99});
+  CHECK(b->num_computed_tokens == 6);
+  CHECK(b->num_output_tokens() == 0);
+
+  ScheduledStep s2 = sched.schedule();
+  REQUIRE(s2.seqs == std::vector<Sequence*>{a.get(), b.get()});  // c waits: max_num_seqs = 2
+  CHECK(s2.num_new_tokens == std::vector<int64_t>{1, 4});
+  CHECK(s2.batch.token_ids == std::vector<int32_t>{99, 27, 28, 29, 30});
+  CHECK(s2.batch.positions == std::vector<int32_t>{10, 6, 7, 8, 9});
+  CHECK(s2.batch.slot_mapping == std::vector<int32_t>{10, 18, 19, 20, 21});
+  CHECK(s2.batch.context_lens == std::vector<int32_t>{11, 10});
+  CHECK(s2.batch.logits_rows == std::vector<int32_t>{0, 4});
+  CHECK(b->block_table == std::vector<int32_t>{3, 4, 5});
+  sched.update(s2, {50, 60});
+  CHECK(a->output_ids() == std::vector<int32_t>{99, 50});
+  CHECK(b->output_ids() == std::vector<int32_t>{60});
+}
+
+TEST_CASE("scheduler: decode rows come before partial prefills") {
+  BlockManager bm(32, 4, true);
+  Scheduler sched(config(4, 10, 64), bm);
+  auto x = make_seq(1, 1, 9, 1, sched), a = make_seq(2, 100, 22, 4, sched);
+  sched.add(x.get());
+  sched.add(a.get());
+  ScheduledStep s1 = run_step(sched, 5);  // x: 9 prompt tokens, a: 1
+  CHECK(s1.num_new_tokens == std::vector<int64_t>{9, 1});
+  CHECK(x->is_finished());
+  auto b = make_seq(3, 200, 2, 3, sched);
+  sched.add(b.get());
+  ScheduledStep s2 = run_step(sched, 5);  // a takes the whole budget: b waits
+  CHECK(s2.seqs == std::vector<Sequence*>{a.get()});
+  CHECK(s2.num_new_tokens == std::vector<int64_t>{10});
+  run_step(sched, 5);  // a: 10 more (21 of 22)
+  ScheduledStep s4 = run_step(sched, 5);  // a: last prompt token, b: its 2 tokens
+  CHECK(s4.seqs == std::vector<Sequence*>{a.get(), b.get()});
+  CHECK(s4.num_new_tokens == std::vector<int64_t>{1, 2});
+  ScheduledStep s5 = run_step(sched, 5);
+  CHECK(s5.num_new_tokens == std::vector<int64_t>{1, 1});
+}
+
+TEST_CASE("scheduler: without chunked prefill a prompt waits for a budget that fits it whole") {
+  BlockManager bm(16, 4, true);
+  Scheduler sched(config(4, 16, 16, false), bm);
+  auto a = make_seq(1, 1, 10, 2, sched), b = make_seq(2, 21, 10, 2, sched);
+  sched.add(a.get());
+  sched.add(b.get());
+  ScheduledStep s1 = run_step(sched, 7);
+  CHECK(s1.seqs == std::vector<Sequence*>{a.get()});
+  ScheduledStep s2 = run_step(sched, 7);  // a decodes 1; b fits now (1 + 10 <= 16)
+  CHECK(s2.seqs == std::vector<Sequence*>{a.get(), b.get()});
+  CHECK(s2.num_new_tokens == std::vector<int64_t>{1, 10});
+}
+
+TEST_CASE("scheduler: out of blocks the newest is preempted, then resumes by recompute and finishes") {
+  BlockManager bm(4, 2, true);
+  Scheduler sched(config(4, 16, 8), bm);
+  auto a = make_seq(1, 1, 3, 5, sched), b = make_seq(2, 11, 3, 5, sched);
+  sched.add(a.get());
+  sched.add(b.get());
+  run_step(sched, 90);  // both prefilled: a [0 1], b [2 3]
+  CHECK(a->block_table == std::vector<int32_t>{0, 1});
+  CHECK(b->block_table == std::vector<int32_t>{2, 3});
+  run_step(sched, 91);  // both decode inside their second block
+  CHECK(bm.num_free_blocks() == 0);
+
+  ScheduledStep s3 = sched.schedule();  // a needs a third block: b (newest) is preempted
+  CHECK(s3.preempted == std::vector<Sequence*>{b.get()});
+  CHECK(s3.seqs == std::vector<Sequence*>{a.get()});
+  CHECK(b->status == SeqStatus::PREEMPTED);
+  CHECK(b->block_table.empty());
+  CHECK(b->num_computed_tokens == 0);
+  CHECK(sched.waiting().front() == b.get());
+  CHECK(a->block_table == std::vector<int32_t>{0, 1, 3});  // b's last block, evicted first
+  CHECK(sched.num_preemptions() == 1);
+  sched.update(s3, {92});
+
+  int guard = 0;
+  while (!a->is_finished() && ++guard < 10) run_step(sched, 93);
+  CHECK(a->output_ids() == std::vector<int32_t>{90, 91, 92, 93, 93});
+  CHECK(a->finish_reason == FinishReason::LENGTH);
+  // b resumes: its 3 prompt + 2 output tokens are recomputed in one chunk with logits.
+  ScheduledStep resume = sched.schedule();
+  REQUIRE(resume.seqs == std::vector<Sequence*>{b.get()});
+  CHECK(resume.num_new_tokens[0] + b->num_cached_tokens == 5);
+  CHECK(resume.batch.logits_rows.size() == 1);
+  sched.update(resume, {94});
+  CHECK(b->status == SeqStatus::RUNNING);
+  while (!b->is_finished() && ++guard < 20) run_step(sched, 95);
+  CHECK(b->output_ids() == std::vector<int32_t>{90, 91, 94, 95, 95});
+  CHECK(bm.num_free_blocks() == 4);
+  CHECK_FALSE(sched.has_work());
+}
+
+TEST_CASE("scheduler: abort in every state frees blocks and forgets the sequence") {
+  BlockManager bm(8, 2, true);
+  Scheduler sched(config(4, 4, 12), bm);
+  auto a = make_seq(1, 1, 6, 4, sched), b = make_seq(2, 11, 3, 4, sched), c = make_seq(3, 21, 3, 4, sched);
+  sched.add(a.get());
+  sched.add(b.get());
+  sched.add(c.get());
+
+  SUBCASE("waiting") {
+    sched.finish(c.get(), FinishReason::ABORT);
+    CHECK(c->status == SeqStatus::FINISHED);
+    CHECK(c->finish_reason == FinishReason::ABORT);
+    CHECK(sched.waiting().size() == 2);
+  }
+  SUBCASE("running in the middle of its prefill") {
+    run_step(sched, 5);  // a: 4 of 6 prompt tokens
+    REQUIRE(a->status == SeqStatus::RUNNING);
+    REQUIRE(a->num_computed_tokens == 4);
+    sched.finish(a.get(), FinishReason::ABORT);
+    CHECK(a->block_table.empty());
+    CHECK(bm.num_free_blocks() == 8);
+    CHECK(sched.running().empty());
+  }
+  SUBCASE("preempted") {
+    BlockManager small(3, 2, true);
+    Scheduler s2(config(4, 16, 6), small);
+    auto x = make_seq(4, 1, 2, 4, s2), y = make_seq(5, 11, 2, 4, s2);
+    s2.add(x.get());
+    s2.add(y.get());
+    run_step(s2, 5);  // x [0], y [1] ... both need a second block next
+    run_step(s2, 5);
+    REQUIRE(y->status == SeqStatus::PREEMPTED);
+    s2.finish(y.get(), FinishReason::ABORT);
+    CHECK(y->status == SeqStatus::FINISHED);
+    CHECK(s2.waiting().empty());
+    small.check_invariants();
+  }
+  SUBCASE("finished: a second finish is ignored") {
+    sched.finish(b.get(), FinishReason::STOP);
+    sched.finish(b.get(), FinishReason::ABORT);
+    CHECK(b->finish_reason == FinishReason::STOP);
+  }
+  while (sched.has_work()) run_step(sched, 5);
+  CHECK(bm.num_free_blocks() == 8);
+  bm.check_invariants();
+}
+
+TEST_CASE("scheduler: prompt + max_tokens is checked against max_model_len") {
+  BlockManager bm(8, 4, true);
+  Scheduler sched(config(4, 32, 32), bm);
+  SamplingParams p;
+  CHECK(sched.resolve_max_tokens(10, p) == 22);  // absent: the room left
+  p.max_tokens = 22;
+  CHECK(sched.resolve_max_tokens(10, p) == 22);
+  p.max_tokens = 23;
+  CHECK_THROWS_WITH_AS(sched.resolve_max_tokens(10, p),
+                       doctest::Contains("prompt (10 tokens) plus max_tokens (23) is 33 tokens"), InputError);
+  CHECK_THROWS_WITH_AS(sched.resolve_max_tokens(32, SamplingParams{}), doctest::Contains("32 tokens"), InputError);
+  CHECK_THROWS_AS(sched.resolve_max_tokens(0, SamplingParams{}), InputError);
+}
+
+TEST_CASE("scheduler: configurations that could deadlock are refused") {
+  BlockManager bm(8, 4, true);
+  CHECK_THROWS_WITH_AS(Scheduler(config(16, 8, 32), bm), doctest::Contains("max_num_seqs"), InputError);
+  CHECK_THROWS_WITH_AS(Scheduler(config(4, 16, 32, false), bm), doctest::Contains("chunked prefill"), InputError);
+  CHECK_THROWS_WITH_AS(Scheduler(config(4, 64, 64), bm), doctest::Contains("KV cache holds 32 tokens"), InputError);
+}

@@ -290,6 +290,7 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput out, const st
   scheduler_.finish(&seq, reason);
   seq.status = SeqStatus::FINISHED;  // also for sequences still in the inbox (never added)
   seq.finish_reason = reason;
+  publish_gauges();  // a reader woken by the final output sees the blocks already freed
   const auto now = Clock::now();
   live.timings.finished = now;
   out.timings = live.timings;
@@ -301,11 +302,11 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput out, const st
   if (seq.num_output_tokens() >= 2)
     metrics_.observe_tpot(seconds_between(live.timings.first_token, live.timings.last_token) /
                           static_cast<double>(seq.num_output_tokens() - 1));
-  live.stream->push(std::move(out));
   {
     std::lock_guard lock(mu_);
-    live_ids_.erase(seq.request_id);
+    live_ids_.erase(seq.request_id);  // before the final output: its reader sees it gone
   }
+  live.stream->push(std::move(out));
   const int64_t seq_id = seq.seq_id;
   seq_of_request_.erase(seq.request_id);
   live_.erase(seq_id);  // `live` dies here

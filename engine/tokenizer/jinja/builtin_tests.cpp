@@ -1,0 +1,113 @@
+// builtin_tests.cpp — jinja2's tests (`x is defined`, `n is divisibleby 3`, ...), with the
+// Python type checks behind them (a bool is a number but not an integer).
+#include <unordered_map>
+
+#include "engine/tokenizer/jinja/evaluator.h"
+#include "engine/tokenizer/jinja/unicode.h"
+
+namespace spark::jinja {
+namespace {
+
+const Value& arg0(CallArgs& a, const char* test) {
+  if (a.args.empty()) {
+    if (!a.kwargs.empty()) return a.kwargs[0].second;
+    throw TemplateError(std::string("test '") + test + "' needs an argument");
+  }
+  return a.args[0];
+}
+
+int64_t int_of(const Value& v, const char* test) {
+  if (v.is_int() || v.is_bool()) return v.as_int();
+  if (v.is_float()) return static_cast<int64_t>(v.as_float());
+  if (v.is_undefined()) throw TemplateError(v.as_string().empty() ? "undefined value in a test" : v.as_string());
+  throw TemplateError(std::string("test '") + test + "' needs a number, not " + type_name(v));
+}
+
+bool t_defined(Evaluator&, const Value& v, CallArgs&) { return !v.is_undefined(); }
+bool t_undefined(Evaluator&, const Value& v, CallArgs&) { return v.is_undefined(); }
+bool t_none(Evaluator&, const Value& v, CallArgs&) { return v.is_none(); }
+bool t_boolean(Evaluator&, const Value& v, CallArgs&) { return v.is_bool(); }
+bool t_true(Evaluator&, const Value& v, CallArgs&) { return v.is_bool() && v.as_bool(); }
+bool t_false(Evaluator&, const Value& v, CallArgs&) { return v.is_bool() && !v.as_bool(); }
+bool t_integer(Evaluator&, const Value& v, CallArgs&) { return v.is_int(); }
+bool t_float(Evaluator&, const Value& v, CallArgs&) { return v.is_float(); }
+bool t_number(Evaluator&, const Value& v, CallArgs&) { return v.is_number(); }
+bool t_string(Evaluator&, const Value& v, CallArgs&) { return v.is_string(); }
+bool t_mapping(Evaluator&, const Value& v, CallArgs&) { return v.is_dict(); }
+bool t_sequence(Evaluator&, const Value& v, CallArgs&) { return v.is_string() || v.is_sequence() || v.is_dict(); }
+bool t_iterable(Evaluator&, const Value& v, CallArgs&) {
+  return v.is_string() || v.is_sequence() || v.is_dict() || v.is_iterator() || v.is_undefined();
+}
+bool t_callable(Evaluator&, const Value& v, CallArgs&) {
+  if (v.is_namespace()) return v.as_dict().find(std::string("__call__")) != nullptr;
+  return v.is_callable() || v.is_undefined();
+}
+bool t_odd(Evaluator&, const Value& v, CallArgs&) { return (int_of(v, "odd") % 2) != 0; }
+bool t_even(Evaluator&, const Value& v, CallArgs&) { return (int_of(v, "even") % 2) == 0; }
+bool t_divisibleby(Evaluator&, const Value& v, CallArgs& a) {
+  int64_t n = int_of(arg0(a, "divisibleby"), "divisibleby");
+  if (n == 0) throw TemplateError("integer division or modulo by zero");
+  return int_of(v, "divisibleby") % n == 0;
+}
+bool t_lower(Evaluator&, const Value& v, CallArgs&) {
+  bool cased = false;
+  for (char32_t cp : utf8_decode(to_str(v))) {
+    if (py_isupper(cp)) return false;
+    cased = cased || py_islower(cp);
+  }
+  return cased;
+}
+bool t_upper(Evaluator&, const Value& v, CallArgs&) {
+  bool cased = false;
+  for (char32_t cp : utf8_decode(to_str(v))) {
+    if (py_islower(cp)) return false;
+    cased = cased || py_isupper(cp);
+  }
+  return cased;
+}
+bool t_in(Evaluator&, const Value& v, CallArgs& a) { return contains(arg0(a, "in"), v); }
+bool t_eq(Evaluator&, const Value& v, CallArgs& a) { return equals(v, arg0(a, "eq")); }
+bool t_ne(Evaluator&, const Value& v, CallArgs& a) { return !equals(v, arg0(a, "ne")); }
+bool t_lt(Evaluator&, const Value& v, CallArgs& a) { return less_than(v, arg0(a, "lt")); }
+bool t_gt(Evaluator&, const Value& v, CallArgs& a) { return less_than(arg0(a, "gt"), v); }
+bool t_le(Evaluator&, const Value& v, CallArgs& a) { return less_than(v, arg0(a, "le")) || equals(v, arg0(a, "le")); }
+bool t_ge(Evaluator&, const Value& v, CallArgs& a) { return less_than(arg0(a, "ge"), v) || equals(v, arg0(a, "ge")); }
+bool t_sameas(Evaluator&, const Value& v, CallArgs& a) {
+  const Value& o = arg0(a, "sameas");
+  if (v.kind() != o.kind()) return false;
+  switch (v.kind()) {
+    case Kind::NONE: return true;
+    case Kind::BOOL: case Kind::INT: case Kind::FLOAT: case Kind::STRING: return equals(v, o);
+    case Kind::LIST: case Kind::TUPLE: return &v.items() == &o.items();
+    case Kind::DICT: case Kind::NAMESPACE: return v.dict_ptr() == o.dict_ptr();
+    default: return equals(v, o);
+  }
+}
+bool t_escaped(Evaluator&, const Value&, CallArgs&) { return false; }
+bool t_filter(Evaluator&, const Value& v, CallArgs&) { return v.is_string() && find_filter(v.as_string()); }
+bool t_test(Evaluator&, const Value& v, CallArgs&) { return v.is_string() && find_test(v.as_string()); }
+
+const std::unordered_map<std::string, TestFn>& test_table() {
+  static const std::unordered_map<std::string, TestFn> table = {
+      {"defined", t_defined}, {"undefined", t_undefined}, {"none", t_none}, {"boolean", t_boolean},
+      {"true", t_true}, {"false", t_false}, {"integer", t_integer}, {"float", t_float},
+      {"number", t_number}, {"string", t_string}, {"mapping", t_mapping}, {"sequence", t_sequence},
+      {"iterable", t_iterable}, {"callable", t_callable}, {"odd", t_odd}, {"even", t_even},
+      {"divisibleby", t_divisibleby}, {"lower", t_lower}, {"upper", t_upper}, {"in", t_in},
+      {"eq", t_eq}, {"equalto", t_eq}, {"==", t_eq}, {"ne", t_ne}, {"!=", t_ne},
+      {"lt", t_lt}, {"lessthan", t_lt}, {"<", t_lt}, {"gt", t_gt}, {"greaterthan", t_gt}, {">", t_gt},
+      {"le", t_le}, {"<=", t_le}, {"ge", t_ge}, {">=", t_ge}, {"sameas", t_sameas},
+      {"escaped", t_escaped}, {"filter", t_filter}, {"test", t_test},
+  };
+  return table;
+}
+
+}  // namespace
+
+TestFn find_test(const std::string& name) {
+  const auto& table = test_table();
+  auto it = table.find(name);
+  return it == table.end() ? nullptr : it->second;
+}
+
+}  // namespace spark::jinja

@@ -1,0 +1,31 @@
+// error.h — TemplateError, the one exception a chat template can raise, and render limits.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "engine/util/check.h"
+
+namespace spark {
+
+// A template that cannot be parsed or rendered, or that called raise_exception().
+// It is bad input (the template or the messages come from outside), hence an InputError.
+struct TemplateError : InputError {
+  using InputError::InputError;
+};
+
+namespace jinja {
+
+// Budgets that keep a hostile template from exhausting stack, memory or time.
+// Python's jinja2 would hit its own recursion limit or run away; we stop cleanly.
+struct Limits {
+  int max_parse_depth = 100;           // nesting of expressions and blocks in the source
+  int max_eval_depth = 600;            // nested expression / statement evaluation at run time
+  int max_macro_depth = 100;           // macro calls inside macro calls (recursion)
+  size_t max_output_bytes = 64u << 20; // total rendered text
+  size_t max_string_bytes = 64u << 20; // any one string or list built while rendering
+  size_t max_steps = 20'000'000;       // loop iterations + calls + outputs, a time budget
+  size_t max_range = 100'000;          // range() length, as jinja2's sandbox (MAX_RANGE)
+};
+
+}  // namespace jinja
+}  // namespace spark

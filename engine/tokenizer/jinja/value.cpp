@@ -1,0 +1,385 @@
+// value.cpp — construction, truthiness, equality, ordering and printing of Jinja values,
+// each following what CPython does for the same Python object.
+#include "engine/tokenizer/jinja/value.h"
+
+#include <cmath>
+
+#include "engine/tokenizer/jinja/error.h"
+#include "engine/tokenizer/jinja/pyformat.h"
+#include "engine/tokenizer/jinja/unicode.h"
+
+namespace spark::jinja {
+
+Value Value::undefined(std::string hint) {
+  Value v;
+  v.s_ = std::move(hint);
+  return v;
+}
+
+Value Value::unsafe(std::string message) {
+  Value v;
+  v.s_ = std::move(message);
+  v.unsafe_ = true;
+  return v;
+}
+
+Value Value::none() {
+  Value v;
+  v.kind_ = Kind::NONE;
+  return v;
+}
+
+Value Value::boolean(bool b) {
+  Value v;
+  v.kind_ = Kind::BOOL;
+  v.b_ = b;
+  return v;
+}
+
+Value Value::integer(int64_t i) {
+  Value v;
+  v.kind_ = Kind::INT;
+  v.i_ = i;
+  return v;
+}
+
+Value Value::floating(double f) {
+  Value v;
+  v.kind_ = Kind::FLOAT;
+  v.f_ = f;
+  return v;
+}
+
+Value Value::string(std::string s) {
+  Value v;
+  v.kind_ = Kind::STRING;
+  v.s_ = std::move(s);
+  return v;
+}
+
+Value Value::list(ValueList items) {
+  Value v;
+  v.kind_ = Kind::LIST;
+  v.list_ = std::make_shared<ValueList>(std::move(items));
+  return v;
+}
+
+Value Value::tuple(ValueList items) {
+  Value v = list(std::move(items));
+  v.kind_ = Kind::TUPLE;
+  return v;
+}
+
+Value Value::dict() { return dict(std::make_shared<Dict>()); }
+
+Value Value::dict(std::shared_ptr<Dict> d) {
+  Value v;
+  v.kind_ = Kind::DICT;
+  v.dict_ = std::move(d);
+  return v;
+}
+
+Value Value::iterator(ValueList items, std::string type_name) {
+  Value v;
+  v.kind_ = Kind::ITERATOR;
+  v.iter_ = std::make_shared<IterState>();
+  v.iter_->items = std::move(items);
+  v.iter_->type_name = std::move(type_name);
+  return v;
+}
+
+Value Value::function(std::string name, std::function<Value(CallArgs&)> fn) {
+  Value v;
+  v.kind_ = Kind::FUNCTION;
+  v.fn_ = std::make_shared<Callable>(Callable{std::move(name), std::move(fn)});
+  return v;
+}
+
+Value Value::namespace_(std::shared_ptr<Dict> attrs) {
+  Value v;
+  v.kind_ = Kind::NAMESPACE;
+  v.dict_ = std::move(attrs);
+  return v;
+}
+
+Value make_undefined_name(const std::string& name) {
+  return Value::undefined("'" + name + "' is undefined");
+}
+
+bool Value::truthy() const {
+  switch (kind_) {
+    case Kind::UNDEFINED:
+      if (unsafe_) throw TemplateError(s_);
+      return false;
+    case Kind::NONE: return false;
+    case Kind::BOOL: return b_;
+    case Kind::INT: return i_ != 0;
+    case Kind::FLOAT: return f_ != 0.0;
+    case Kind::STRING: return !s_.empty();
+    case Kind::LIST:
+    case Kind::TUPLE: return !list_->empty();
+    case Kind::DICT: return dict_->size() != 0;
+    default: return true;
+  }
+}
+
+std::string hash_key(const Value& v) {
+  switch (v.kind()) {
+    case Kind::STRING: return "s" + v.as_string();
+    case Kind::BOOL:
+    case Kind::INT: return "i" + std::to_string(v.as_int());
+    case Kind::FLOAT: {
+      double f = v.as_float();
+      if (std::isfinite(f) && f == std::floor(f) && std::fabs(f) < 9.2e18)
+        return "i" + std::to_string(static_cast<int64_t>(f));
+      return "f" + float_repr(f);
+    }
+    case Kind::NONE: return "n";
+    case Kind::TUPLE: {
+      std::string k = "t(";
+      for (const Value& item : v.items()) k += hash_key(item) + "\x1f";
+      return k + ")";
+    }
+    default: throw TemplateError(std::string("unhashable type: '") + type_name(v) + "'");
+  }
+}
+
+const Value* Dict::find(const Value& key) const {
+  if (!(key.is_string() || key.is_number() || key.is_none() || key.is_tuple())) return nullptr;
+  auto it = index.find(hash_key(key));
+  return it == index.end() ? nullptr : &entries[it->second].second;
+}
+
+const Value* Dict::find(const std::string& key) const {
+  auto it = index.find("s" + key);
+  return it == index.end() ? nullptr : &entries[it->second].second;
+}
+
+void Dict::set(const Value& key, Value value) {
+  std::string k = hash_key(key);
+  auto it = index.find(k);
+  if (it != index.end()) {
+    entries[it->second].second = std::move(value);
+    return;
+  }
+  index.emplace(std::move(k), entries.size());
+  entries.emplace_back(key, std::move(value));
+}
+
+const char* type_name(const Value& v) {
+  switch (v.kind()) {
+    case Kind::UNDEFINED: return "Undefined";
+    case Kind::NONE: return "NoneType";
+    case Kind::BOOL: return "bool";
+    case Kind::INT: return "int";
+    case Kind::FLOAT: return "float";
+    case Kind::STRING: return "str";
+    case Kind::LIST: return "list";
+    case Kind::TUPLE: return "tuple";
+    case Kind::DICT: return "dict";
+    case Kind::ITERATOR: return v.iter().type_name.c_str();
+    case Kind::FUNCTION: return "function";
+    case Kind::NAMESPACE: return "Namespace";
+  }
+  return "object";
+}
+
+static void repr_into(std::string& out, const Value& v, int depth);
+
+static void repr_dict_into(std::string& out, const Dict& d, int depth) {
+  out += '{';
+  bool first = true;
+  for (const auto& [k, val] : d.entries) {
+    if (!first) out += ", ";
+    first = false;
+    repr_into(out, k, depth + 1);
+    out += ": ";
+    repr_into(out, val, depth + 1);
+  }
+  out += '}';
+}
+
+static void repr_into(std::string& out, const Value& v, int depth) {
+  if (depth > 500) throw TemplateError("value nested too deeply to print");
+  switch (v.kind()) {
+    case Kind::STRING: out += string_repr(v.as_string()); return;
+    case Kind::UNDEFINED:
+      if (v.is_unsafe()) throw TemplateError(v.as_string());
+      out += "Undefined";
+      return;
+    case Kind::LIST:
+    case Kind::TUPLE: {
+      bool tuple = v.is_tuple();
+      out += tuple ? '(' : '[';
+      const ValueList& items = v.items();
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i) out += ", ";
+        repr_into(out, items[i], depth + 1);
+      }
+      if (tuple && items.size() == 1) out += ',';
+      out += tuple ? ')' : ']';
+      return;
+    }
+    case Kind::DICT: repr_dict_into(out, v.as_dict(), depth); return;
+    case Kind::NAMESPACE:
+      out += "<Namespace ";
+      repr_dict_into(out, v.as_dict(), depth);
+      out += '>';
+      return;
+    case Kind::ITERATOR: out += "<" + v.iter().type_name + " object>"; return;
+    case Kind::FUNCTION: out += "<function " + v.callable().name + ">"; return;
+    default: out += to_str(v); return;
+  }
+}
+
+std::string repr(const Value& v) {
+  std::string out;
+  repr_into(out, v, 0);
+  return out;
+}
+
+std::string to_str(const Value& v) {
+  switch (v.kind()) {
+    case Kind::UNDEFINED:
+      if (v.is_unsafe()) throw TemplateError(v.as_string());
+      return "";
+    case Kind::NONE: return "None";
+    case Kind::BOOL: return v.as_bool() ? "True" : "False";
+    case Kind::INT: return std::to_string(v.as_int());
+    case Kind::FLOAT: return float_repr(v.as_float());
+    case Kind::STRING: return v.as_string();
+    default: return repr(v);
+  }
+}
+
+bool equals(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.as_float() == b.as_float();
+    return a.as_int() == b.as_int();
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Kind::UNDEFINED:
+    case Kind::NONE: return true;
+    case Kind::STRING: return a.as_string() == b.as_string();
+    case Kind::LIST:
+    case Kind::TUPLE: {
+      const ValueList &x = a.items(), &y = b.items();
+      if (x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i)
+        if (!equals(x[i], y[i])) return false;
+      return true;
+    }
+    case Kind::DICT: {
+      const Dict &x = a.as_dict(), &y = b.as_dict();
+      if (x.size() != y.size()) return false;
+      for (const auto& [k, val] : x.entries) {
+        const Value* other = y.find(k);
+        if (!other || !equals(val, *other)) return false;
+      }
+      return true;
+    }
+    case Kind::NAMESPACE: return a.dict_ptr() == b.dict_ptr();
+    case Kind::ITERATOR: return &a.iter() == &b.iter();
+    case Kind::FUNCTION: return &a.callable() == &b.callable();
+    default: return false;
+  }
+}
+
+bool less_than(const Value& a, const Value& b) {
+  if (a.is_undefined() || b.is_undefined()) {
+    const Value& u = a.is_undefined() ? a : b;
+    throw TemplateError(u.as_string().empty() ? "undefined value used in a comparison" : u.as_string());
+  }
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.as_float() < b.as_float();
+    return a.as_int() < b.as_int();
+  }
+  if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
+  if (a.kind() == b.kind() && a.is_sequence()) {
+    const ValueList &x = a.items(), &y = b.items();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (!equals(x[i], y[i])) return less_than(x[i], y[i]);
+    }
+    return x.size() < y.size();
+  }
+  throw TemplateError(std::string("'<' not supported between instances of '") + type_name(a) +
+                      "' and '" + type_name(b) + "'");
+}
+
+ValueList iterate(const Value& v) {
+  switch (v.kind()) {
+    case Kind::LIST:
+    case Kind::TUPLE: return v.items();
+    case Kind::DICT: {
+      ValueList keys;
+      keys.reserve(v.as_dict().size());
+      for (const auto& entry : v.as_dict().entries) keys.push_back(entry.first);
+      return keys;
+    }
+    case Kind::STRING: {
+      ValueList chars;
+      for (char32_t cp : utf8_decode(v.as_string())) {
+        std::string s;
+        utf8_append(s, cp);
+        chars.push_back(Value::string(std::move(s)));
+      }
+      return chars;
+    }
+    case Kind::ITERATOR: {
+      IterState& it = v.iter();
+      ValueList rest(it.items.begin() + static_cast<std::ptrdiff_t>(it.pos), it.items.end());
+      it.pos = it.items.size();
+      return rest;
+    }
+    case Kind::UNDEFINED:
+      if (v.is_unsafe()) throw TemplateError(v.as_string());
+      return {};
+    default:
+      throw TemplateError(std::string("'") + type_name(v) + "' object is not iterable");
+  }
+}
+
+int64_t length(const Value& v) {
+  switch (v.kind()) {
+    case Kind::STRING: return static_cast<int64_t>(utf8_length(v.as_string()));
+    case Kind::LIST:
+    case Kind::TUPLE: return static_cast<int64_t>(v.items().size());
+    case Kind::DICT: return static_cast<int64_t>(v.as_dict().size());
+    case Kind::UNDEFINED:
+      if (v.is_unsafe()) throw TemplateError(v.as_string());
+      return 0;
+    default:
+      throw TemplateError(std::string("object of type '") + type_name(v) + "' has no len()");
+  }
+}
+
+Value from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth > 256) throw TemplateError("JSON input nested too deeply (more than 256 levels)");
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value::integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      uint64_t u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value::floating(static_cast<double>(u));
+      return Value::integer(static_cast<int64_t>(u));
+    }
+    case nlohmann::ordered_json::value_t::number_float: return Value::floating(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      ValueList items;
+      items.reserve(j.size());
+      for (const auto& item : j) items.push_back(from_json(item, depth + 1));
+      return Value::list(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Value d = Value::dict();
+      for (const auto& [k, item] : j.items()) d.as_dict().set(k, from_json(item, depth + 1));
+      return d;
+    }
+    default: return Value::none();
+  }
+}
+
+}  // namespace spark::jinja

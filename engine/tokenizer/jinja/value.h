@@ -1,0 +1,137 @@
+// value.h — the Jinja value model: Python's None/bool/int/float/str/list/tuple/dict plus
+// jinja2's Undefined, one-shot iterators (what map/select return), callables and namespaces.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace spark::jinja {
+
+class Value;
+using ValueList = std::vector<Value>;
+
+enum class Kind : uint8_t {
+  UNDEFINED, NONE, BOOL, INT, FLOAT, STRING, LIST, TUPLE, DICT, ITERATOR, FUNCTION, NAMESPACE
+};
+
+struct Dict;
+struct Callable;
+struct IterState;
+
+// Arguments of a call: positional, then keyword in the order written.
+struct CallArgs {
+  ValueList args;
+  std::vector<std::pair<std::string, Value>> kwargs;
+};
+
+class Value {
+ public:
+  Value() = default;  // undefined
+  static Value undefined(std::string hint = "");
+  static Value unsafe(std::string message);  // sandbox-denied attribute: any use raises
+  static Value none();
+  static Value boolean(bool b);
+  static Value integer(int64_t i);
+  static Value floating(double f);
+  static Value string(std::string s);
+  static Value list(ValueList items = {});
+  static Value tuple(ValueList items);
+  static Value dict();
+  static Value dict(std::shared_ptr<Dict> d);
+  static Value iterator(ValueList items, std::string type_name = "generator");
+  static Value function(std::string name, std::function<Value(CallArgs&)> fn);
+  static Value namespace_(std::shared_ptr<Dict> attrs);
+
+  Kind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == Kind::UNDEFINED; }
+  bool is_none() const { return kind_ == Kind::NONE; }
+  bool is_bool() const { return kind_ == Kind::BOOL; }
+  bool is_int() const { return kind_ == Kind::INT; }
+  bool is_float() const { return kind_ == Kind::FLOAT; }
+  bool is_number() const { return kind_ == Kind::INT || kind_ == Kind::FLOAT || kind_ == Kind::BOOL; }
+  bool is_string() const { return kind_ == Kind::STRING; }
+  bool is_list() const { return kind_ == Kind::LIST; }
+  bool is_tuple() const { return kind_ == Kind::TUPLE; }
+  bool is_sequence() const { return kind_ == Kind::LIST || kind_ == Kind::TUPLE; }
+  bool is_dict() const { return kind_ == Kind::DICT; }
+  bool is_iterator() const { return kind_ == Kind::ITERATOR; }
+  bool is_callable() const { return kind_ == Kind::FUNCTION; }
+  bool is_namespace() const { return kind_ == Kind::NAMESPACE; }
+  bool is_unsafe() const { return kind_ == Kind::UNDEFINED && unsafe_; }
+
+  bool as_bool() const { return b_; }
+  int64_t as_int() const { return kind_ == Kind::BOOL ? (b_ ? 1 : 0) : i_; }  // bool is an int
+  double as_float() const { return kind_ == Kind::FLOAT ? f_ : static_cast<double>(as_int()); }
+  const std::string& as_string() const { return s_; }  // string text; undefined: its hint
+  const ValueList& items() const { return *list_; }      // list / tuple
+  ValueList& mutable_items() { return *list_; }
+  Dict& as_dict() const { return *dict_; }               // dict / namespace attributes
+  const std::shared_ptr<Dict>& dict_ptr() const { return dict_; }
+  IterState& iter() const { return *iter_; }
+  const Callable& callable() const { return *fn_; }
+
+  // Python truthiness (an undefined is false; an iterator is always true, as in Python).
+  bool truthy() const;
+
+ private:
+  Kind kind_ = Kind::UNDEFINED;
+  bool b_ = false;
+  bool unsafe_ = false;
+  int64_t i_ = 0;
+  double f_ = 0;
+  std::string s_;
+  std::shared_ptr<ValueList> list_;
+  std::shared_ptr<Dict> dict_;
+  std::shared_ptr<IterState> iter_;
+  std::shared_ptr<Callable> fn_;
+};
+
+// An insertion-ordered mapping, as Python's dict. Keys are hashable values.
+struct Dict {
+  std::vector<std::pair<Value, Value>> entries;
+  std::unordered_map<std::string, size_t> index;  // hash_key(key) -> position in entries
+
+  const Value* find(const Value& key) const;
+  const Value* find(const std::string& key) const;
+  void set(const Value& key, Value value);
+  void set(const std::string& key, Value value) { set(Value::string(key), std::move(value)); }
+  size_t size() const { return entries.size(); }
+};
+
+struct IterState {
+  ValueList items;
+  size_t pos = 0;
+  std::string type_name;
+};
+
+struct Callable {
+  std::string name;
+  std::function<Value(CallArgs&)> fn;
+};
+
+// The identity Python's dict uses for a key (True, 1 and 1.0 are the same key);
+// throws TemplateError for unhashable values.
+std::string hash_key(const Value& v);
+
+const char* type_name(const Value& v);  // Python's type name: "str", "int", "dict", ...
+std::string to_str(const Value& v);     // Python's str(v), jinja2's printing
+std::string repr(const Value& v);       // Python's repr(v)
+bool equals(const Value& a, const Value& b);  // Python ==
+// Python <, as used by comparisons and sort; throws TemplateError for unorderable types.
+bool less_than(const Value& a, const Value& b);
+
+// Materializes anything iterable (list, tuple, dict keys, string chars, iterator: consumed,
+// undefined: empty); throws TemplateError for the rest.
+ValueList iterate(const Value& v);
+// len(v); throws TemplateError where Python would.
+int64_t length(const Value& v);
+
+Value from_json(const nlohmann::ordered_json& j, int depth = 0);
+Value make_undefined_name(const std::string& name);
+
+}  // namespace spark::jinja

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/model_spec.h"
 #include "engine/model/tensor.h"
 #include "engine/tokenizer/gguf_vocab.h"
 #include "engine/util/mmap.h"
@@ -95,6 +96,12 @@ DType ggml_type_to_dtype(uint32_t ggml_type, const std::string& context);
 // Array lengths and special ids are checked against the token count.
 GgufVocab read_gguf_vocab(const GgufFile& file);
 GgufVocab read_gguf_vocab(const std::string& path);
+
+// The model spec from GGUF metadata (general.architecture llama, qwen2, qwen3 or
+// qwen3moe and its {arch}.* keys), named after the matching Hugging Face class. Llama 3
+// rope scaling stored as a rope_freqs tensor is recognised and turned back into
+// RopeScaling parameters.
+ModelSpec spec_from_gguf(const GgufFile& file);
 
 // Hugging Face name of a GGUF tensor ("blk.3.attn_q.weight" ->
 // "model.layers.3.self_attn.q_proj.weight"); nullopt for names with no HF counterpart.

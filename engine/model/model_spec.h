@@ -53,3 +53,18 @@ struct ModelSpec {
 };
 
 }  // namespace spark
+
+namespace spark {
+
+// The Hugging Face architectures sparkd runs, in the order messages list them.
+const std::vector<std::string>& supported_architectures();
+
+// Builds a spec from the text of config.json and of generation_config.json ("" when the
+// folder has none; its eos_token_id, when given, is the one generation stops on).
+// Throws InputError naming `source`, the key and the accepted values.
+ModelSpec parse_hf_config(const std::string& config_json, const std::string& generation_config_json,
+                          const std::string& source);
+// The same from a model folder (config.json required, generation_config.json optional).
+ModelSpec load_hf_spec(const std::string& dir);
+
+}  // namespace spark

@@ -1,0 +1,168 @@
+// gguf_spec.cpp — GGUF llama-family metadata to ModelSpec.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/model/gguf.h"
+#include "engine/model/quant.h"
+#include "engine/util/check.h"
+
+namespace spark {
+namespace {
+
+constexpr int64_t MAX_DIM = 1 << 20;
+
+struct Meta {
+  const GgufFile& f;
+  std::string arch;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw InputError("GGUF file '" + f.source + "': " + key + " " + what);
+  }
+  int64_t integer(const std::string& key, int64_t lo, int64_t hi, std::optional<int64_t> fallback = {}) const {
+    std::string k = arch + "." + key;
+    const GgufValue* v = f.find(k);
+    if (v && v->type == GgufType::ARRAY) fail(k, "varies per layer, which is not supported");
+    auto x = f.get_int(k);
+    if (!x) {
+      if (!fallback) fail(k, "is missing");
+      return *fallback;
+    }
+    if (*x < lo || *x > hi) fail(k, "= " + std::to_string(*x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return *x;
+  }
+  double number(const std::string& key, double fallback) const {
+    auto x = f.get_float(arch + "." + key);
+    if (x && !std::isfinite(*x)) fail(arch + "." + key, "is not finite");
+    return x.value_or(fallback);
+  }
+};
+
+// Llama 3.x's frequency scaling as llama.cpp's converter stores it (a rope_freqs
+// tensor of per-frequency divisors). The parameters are recovered by assuming the
+// published low/high factors and original context, and accepted only if recomputing
+// every divisor from them reproduces the tensor.
+void recover_llama3_rope(const GgufFile& f, const GgufTensorInfo& t, ModelSpec& s) {
+  int64_t n = s.head_dim / 2;
+  if (t.dtype != DType::F32 || t.shape.size() != 1 || t.shape[0] != n)
+    throw InputError("GGUF file '" + f.source + "': rope_freqs.weight must be F32 of " + std::to_string(n) + " values");
+  std::vector<float> div(static_cast<size_t>(n));
+  std::memcpy(div.data(), f.tensor_data(t), div.size() * 4);
+  float factor = *std::max_element(div.begin(), div.end());
+  RopeScaling r;
+  r.type = "llama3";
+  r.factor = factor;
+  r.low_freq_factor = 1.0;
+  r.high_freq_factor = 4.0;
+  r.original_max_position_embeddings = 8192;
+  double low_wavelen = r.original_max_position_embeddings / r.low_freq_factor;
+  double high_wavelen = r.original_max_position_embeddings / r.high_freq_factor;
+  for (int64_t i = 0; i < n; ++i) {
+    double freq = 1.0 / std::pow(s.rope_theta, 2.0 * i / s.head_dim);
+    double wavelen = 2 * M_PI / freq;
+    double want = 1.0;
+    if (wavelen > low_wavelen) {
+      want = factor;
+    } else if (wavelen >= high_wavelen) {
+      double smooth = (r.original_max_position_embeddings / wavelen - r.low_freq_factor) /
+                      (r.high_freq_factor - r.low_freq_factor);
+      want = 1.0 / ((1 - smooth) / factor + smooth);
+    }
+    if (std::fabs(want - div[static_cast<size_t>(i)]) > 1e-3 * want)
+      throw InputError("GGUF file '" + f.source +
+                       "': rope_freqs.weight is not Llama 3 scaling with low/high factors 1/4 and original "
+                       "context 8192; this rope scaling is not supported");
+  }
+  s.rope_scaling = r;
+}
+
+}  // namespace
+
+ModelSpec spec_from_gguf(const GgufFile& f) {
+  auto arch = f.get_string("general.architecture");
+  if (!arch) throw InputError("GGUF file '" + f.source + "' has no general.architecture");
+  static const std::pair<const char*, Arch> known[] = {{"llama", Arch::LLAMA}, {"qwen2", Arch::QWEN2},
+                                                       {"qwen3", Arch::QWEN3}, {"qwen3moe", Arch::QWEN3_MOE}};
+  ModelSpec s;
+  bool found = false;
+  for (auto [name, a] : known)
+    if (*arch == name) {
+      s.arch = a;
+      found = true;
+    }
+  if (!found)
+    throw InputError("GGUF file '" + f.source + "': architecture '" + *arch +
+                     "' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
+  s.architecture = s.arch == Arch::LLAMA ? "LlamaForCausalLM"
+                   : s.arch == Arch::QWEN2 ? "Qwen2ForCausalLM"
+                   : s.arch == Arch::QWEN3 ? "Qwen3ForCausalLM"
+                                           : "Qwen3MoeForCausalLM";
+  Meta m{f, *arch};
+  s.hidden_size = m.integer("embedding_length", 1, MAX_DIM);
+  s.num_layers = m.integer("block_count", 1, 1 << 12);
+  s.num_heads = m.integer("attention.head_count", 1, MAX_DIM);
+  s.num_kv_heads = m.integer("attention.head_count_kv", 1, s.num_heads, s.num_heads);
+  if (s.num_heads % s.num_kv_heads != 0) m.fail(*arch + ".attention.head_count_kv", "must divide head_count");
+  if (!f.find(*arch + ".attention.key_length") && s.hidden_size % s.num_heads != 0)
+    m.fail(*arch + ".embedding_length", "is not a multiple of head_count");
+  s.head_dim = m.integer("attention.key_length", 2, MAX_DIM, s.hidden_size / s.num_heads);
+  if (m.integer("attention.value_length", 1, MAX_DIM, s.head_dim) != s.head_dim)
+    m.fail(*arch + ".attention.value_length", "differs from key_length, which is not supported");
+  if (s.head_dim % 2 != 0) m.fail(*arch + ".attention.key_length", "must be even");
+  s.rms_norm_eps = m.number("attention.layer_norm_rms_epsilon", 1e-6);
+  if (!(s.rms_norm_eps > 0)) m.fail(*arch + ".attention.layer_norm_rms_epsilon", "must be positive");
+  s.rope_theta = m.number("rope.freq_base", 10000.0);
+  if (!(s.rope_theta > 0)) m.fail(*arch + ".rope.freq_base", "must be positive");
+  if (m.integer("rope.dimension_count", 1, MAX_DIM, s.head_dim) != s.head_dim)
+    m.fail(*arch + ".rope.dimension_count", "differs from the head size (partial rotary is not supported)");
+  s.max_position_embeddings = m.integer("context_length", 1, 1ll << 26, 2048);
+
+  // The vocabulary size is the embedding's row count: the authority the weights obey.
+  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
+  if (!embd || embd->shape.size() != 2) throw InputError("GGUF file '" + f.source + "' has no 2-D token_embd.weight");
+  s.vocab_size = embd->shape[0];
+  if (s.vocab_size < 1 || s.vocab_size > (1 << 24)) m.fail("token_embd.weight", "has an implausible vocabulary size");
+  s.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
+  s.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  s.qk_norm = s.arch == Arch::QWEN3 || s.arch == Arch::QWEN3_MOE;
+
+  if (s.arch == Arch::QWEN3_MOE) {
+    s.num_experts = m.integer("expert_count", 1, 1 << 12);
+    s.num_experts_per_tok = m.integer("expert_used_count", 1, s.num_experts);
+    s.moe_intermediate_size = m.integer("expert_feed_forward_length", 1, MAX_DIM);
+    // llama.cpp always renormalises the top-k weights for qwen3moe.
+    s.norm_topk_prob = f.get_bool(*arch + ".expert_weights_norm").value_or(true);
+    s.intermediate_size = m.integer("feed_forward_length", 0, MAX_DIM, 0);
+  } else {
+    s.intermediate_size = m.integer("feed_forward_length", 1, MAX_DIM);
+  }
+
+  if (auto type = f.get_string(*arch + ".rope.scaling.type"); type && *type != "none") {
+    if (*type != "linear")
+      throw InputError("GGUF file '" + f.source + "': rope scaling '" + *type + "' is not supported (supported: linear)");
+    s.rope_scaling.type = "linear";
+    s.rope_scaling.factor = m.number("rope.scaling.factor", 1.0);
+    if (!(s.rope_scaling.factor >= 1.0)) m.fail(*arch + ".rope.scaling.factor", "must be at least 1");
+  }
+  if (const GgufTensorInfo* rf = f.find_tensor("rope_freqs.weight")) recover_llama3_rope(f, *rf, s);
+
+  auto id = [&](const char* key) -> int32_t {
+    auto v = f.get_int(key);
+    if (!v) return -1;
+    if (*v < 0 || *v >= s.vocab_size) m.fail(key, "= " + std::to_string(*v) + " is outside the vocabulary");
+    return static_cast<int32_t>(*v);
+  };
+  s.bos_token_id = id("tokenizer.ggml.bos_token_id");
+  // Generation stops at EOS and at the end-of-turn / end-of-message tokens when given.
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    int32_t v = id(key);
+    if (v >= 0 && std::find(s.eos_token_ids.begin(), s.eos_token_ids.end(), v) == s.eos_token_ids.end())
+      s.eos_token_ids.push_back(v);
+  }
+  // Activations and the KV cache run in the file's float type when it has one, else BF16.
+  int64_t file_type = f.get_int("general.file_type").value_or(-1);
+  s.dtype = file_type == 0 ? DType::F32 : file_type == 1 ? DType::F16 : DType::BF16;
+  return s;
+}
+
+}  // namespace spark

@@ -1,0 +1,116 @@
+// model_loader.cpp — format detection and stage loading for Hugging Face folders, GGUF
+// files and dummy weights.
+#include "engine/model/model_loader.h"
+
+#include <filesystem>
+
+#include "engine/model/arch.h"
+#include "engine/model/dummy.h"
+#include "engine/model/load_weights.h"
+#include "engine/util/check.h"
+
+namespace spark {
+
+namespace fs = std::filesystem;
+
+std::string_view model_format_name(ModelFormat f) {
+  switch (f) {
+    case ModelFormat::SAFETENSORS: return "safetensors";
+    case ModelFormat::GGUF: return "gguf";
+    case ModelFormat::DUMMY: return "dummy";
+  }
+  return "?";
+}
+
+namespace {
+
+bool is_gguf_path(const std::string& p) {
+  return p.size() >= 5 && p.compare(p.size() - 5, 5, ".gguf") == 0;
+}
+
+DType weight_dtype_for(const Config& c, const ModelSpec& s) {
+  if (c.model.dtype == "bf16") return DType::BF16;
+  if (c.model.dtype == "fp16") return DType::F16;
+  return s.dtype;
+}
+
+}  // namespace
+
+ModelInfo inspect_model(const Config& c) {
+  const std::string& path = c.model.path;
+  if (path.empty()) throw InputError("model.path is not set: name a Hugging Face model folder or a .gguf file");
+  std::error_code ec;
+  fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw InputError("model path '" + path + "' does not exist");
+  ModelInfo info;
+  info.path = path;
+  info.tokenizer_path = c.model.tokenizer.empty() ? path : c.model.tokenizer;
+  info.chat_template_path = c.model.chat_template;
+  bool dummy = c.model.load_format == "dummy";
+  if (c.model.load_format != "auto" && !dummy)
+    throw InputError("model.load_format = \"" + c.model.load_format + "\" is not one of auto, dummy");
+
+  if (fs::is_regular_file(st)) {
+    if (!is_gguf_path(path) && fs::path(path).filename() == "config.json" && dummy) {
+      // load_format = dummy may name the config.json itself.
+      info.spec = load_hf_spec(fs::path(path).parent_path().string());
+    } else if (is_gguf_path(path)) {
+      auto g = std::make_shared<GgufFile>(GgufFile::open(path));
+      info.spec = spec_from_gguf(*g);
+      if (!dummy) {
+        info.tensors = gguf_hf_tensors(*g);
+        check_tensor_set(info.tensors, info.spec, full_range(info.spec), "GGUF file '" + path + "'");
+      }
+      info.gguf = std::move(g);
+    } else {
+      throw InputError("model path '" + path + "' is a file but not a .gguf; give a .gguf file or a Hugging Face folder");
+    }
+  } else if (fs::is_directory(st)) {
+    info.spec = load_hf_spec(path);
+    if (!dummy) {
+      auto st_model = std::make_shared<SafetensorsModel>(open_safetensors_model(path));
+      info.tensors = st_model->tensors;
+      check_tensor_set(info.tensors, info.spec, full_range(info.spec), "model folder '" + path + "'");
+      info.safetensors = std::move(st_model);
+    }
+  } else {
+    throw InputError("model path '" + path + "' is neither a file nor a folder");
+  }
+  info.format = dummy ? ModelFormat::DUMMY : info.gguf ? ModelFormat::GGUF : ModelFormat::SAFETENSORS;
+  info.weight_dtype = weight_dtype_for(c, info.spec);
+  return info;
+}
+
+uint64_t stage_weight_bytes(const ModelInfo& info, LayerRange range) {
+  uint64_t total = 0;
+  for (const TensorSpec& t : expected_tensors(info.spec, range)) {
+    if (info.format == ModelFormat::DUMMY) {
+      uint64_t n = 1;
+      for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+      total += n * static_cast<uint64_t>(dtype_block_bytes(info.weight_dtype));
+    } else {
+      total += info.tensors.at(t.name).nbytes;  // present: inspect_model checked the set
+    }
+  }
+  return total;
+}
+
+Weights load_stage_weights(const ModelInfo& info, LayerRange range) {
+  check_range(info.spec, range);
+  switch (info.format) {
+    case ModelFormat::DUMMY: return make_dummy_weights(info.spec, range, info.weight_dtype);
+    case ModelFormat::GGUF: return load_gguf_weights(*info.gguf, info.spec, range);
+    case ModelFormat::SAFETENSORS:
+      return load_safetensors_weights(*info.safetensors, info.spec, range, "model folder '" + info.path + "'");
+  }
+  SPARK_CHECK(false, "unknown model format");
+}
+
+LoadedModel load_model(const Config& config, LayerRange range) {
+  LoadedModel m{inspect_model(config), Weights{}};
+  if (range.last_layer == 0) range = full_range(m.info.spec);
+  m.weights = load_stage_weights(m.info, range);
+  return m;
+}
+
+}  // namespace spark

@@ -1,0 +1,269 @@
+// model_spec.cpp — Hugging Face config.json / generation_config.json to ModelSpec.
+#include "engine/model/model_spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/util/check.h"
+
+namespace spark {
+namespace {
+
+using nlohmann::json;
+
+// Upper bounds far above any real model; they keep later size arithmetic (bytes of the
+// KV cache, parameter counts) well inside 64 bits whatever a config says.
+constexpr int64_t MAX_DIM = 1 << 20;
+constexpr int64_t MAX_VOCAB = 1 << 24;
+constexpr int64_t MAX_LAYERS = 1 << 12;
+constexpr int64_t MAX_POSITIONS = 1ll << 26;
+
+struct Reader {
+  const json& j;
+  const std::string& source;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw InputError(source + ": \"" + key + "\" " + what);
+  }
+  bool has(const std::string& key) const { return j.contains(key) && !j[key].is_null(); }
+  int64_t integer(const std::string& key, int64_t lo, int64_t hi) const {
+    if (!has(key)) fail(key, "is missing");
+    return integer_or(key, lo, hi, 0);
+  }
+  int64_t integer_or(const std::string& key, int64_t lo, int64_t hi, int64_t fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j[key];
+    if (!v.is_number_integer()) fail(key, "must be an integer");
+    int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi) ? hi + 1 : v.get<int64_t>();
+    if (x < lo || x > hi)
+      fail(key, "= " + v.dump() + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  }
+  double number_or(const std::string& key, double fallback) const {
+    if (!has(key)) return fallback;
+    if (!j[key].is_number()) fail(key, "must be a number");
+    double x = j[key].get<double>();
+    if (!std::isfinite(x)) fail(key, "must be finite");
+    return x;
+  }
+  bool boolean_or(const std::string& key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j[key].is_boolean()) fail(key, "must be true or false");
+    return j[key].get<bool>();
+  }
+};
+
+json parse_json(const std::string& text, const std::string& source) {
+  try {
+    json j = json::parse(text);
+    if (!j.is_object()) throw InputError(source + ": not a JSON object");
+    return j;
+  } catch (const json::exception& e) {
+    throw InputError(source + ": invalid JSON: " + e.what());
+  }
+}
+
+std::vector<int32_t> token_ids(const json& v, const std::string& source, const std::string& key, int64_t vocab) {
+  std::vector<int32_t> out;
+  auto one = [&](const json& x) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab)
+      throw InputError(source + ": \"" + key + "\" holds " + x.dump() + ", not a token id below vocab_size " +
+                       std::to_string(vocab));
+    out.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  };
+  if (v.is_array()) {
+    for (const json& x : v) one(x);
+  } else if (!v.is_null()) {
+    one(v);
+  }
+  return out;
+}
+
+DType parse_dtype(const std::string& s, const std::string& source) {
+  if (s == "bfloat16") return DType::BF16;
+  if (s == "float16" || s == "half") return DType::F16;
+  if (s == "float32" || s == "float") return DType::F32;
+  throw InputError(source + ": \"torch_dtype\" = \"" + s + "\" is not one of bfloat16, float16, float32");
+}
+
+void parse_rope(const Reader& r, ModelSpec& s) {
+  // Transformers 5 nests RoPE settings in "rope_parameters"; older configs use
+  // "rope_theta" and "rope_scaling" at the top level.
+  const json* scaling = nullptr;
+  s.rope_theta = r.number_or("rope_theta", 10000.0);
+  if (r.has("rope_parameters")) {
+    if (!r.j["rope_parameters"].is_object()) r.fail("rope_parameters", "must be an object");
+    scaling = &r.j["rope_parameters"];
+    Reader p{*scaling, r.source};
+    s.rope_theta = p.number_or("rope_theta", s.rope_theta);
+  } else if (r.has("rope_scaling")) {
+    if (!r.j["rope_scaling"].is_object()) r.fail("rope_scaling", "must be an object");
+    scaling = &r.j["rope_scaling"];
+  }
+  if (!(s.rope_theta > 0)) r.fail("rope_theta", "must be positive");
+  if (!scaling) return;
+  Reader p{*scaling, r.source};
+  std::string type;
+  for (const char* k : {"rope_type", "type"})
+    if (p.has(k)) {
+      if (!(*scaling)[k].is_string()) p.fail(k, "must be a string");
+      type = (*scaling)[k].get<std::string>();
+      break;
+    }
+  if (type.empty() || type == "default") return;
+  if (type != "llama3" && type != "linear")
+    throw InputError(r.source + ": rope scaling type \"" + type + "\" is not supported (supported: llama3, linear)");
+  s.rope_scaling.type = type;
+  s.rope_scaling.factor = p.number_or("factor", 1.0);
+  if (!(s.rope_scaling.factor >= 1.0)) p.fail("factor", "must be at least 1");
+  if (type == "llama3") {
+    s.rope_scaling.low_freq_factor = p.number_or("low_freq_factor", 1.0);
+    s.rope_scaling.high_freq_factor = p.number_or("high_freq_factor", 4.0);
+    s.rope_scaling.original_max_position_embeddings =
+        p.integer_or("original_max_position_embeddings", 1, MAX_POSITIONS, 8192);
+    if (!(s.rope_scaling.low_freq_factor > 0) || !(s.rope_scaling.high_freq_factor > s.rope_scaling.low_freq_factor))
+      p.fail("high_freq_factor", "must exceed low_freq_factor, and both must be positive");
+  }
+}
+
+}  // namespace
+
+bool ModelSpec::layer_is_moe(int64_t layer) const {
+  // Transformers' Qwen3-MoE rule: a sparse block every decoder_sparse_step layers,
+  // except the layers listed in mlp_only_layers.
+  if (num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
+}
+
+const std::vector<std::string>& supported_architectures() {
+  static const std::vector<std::string> archs = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                                 "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"};
+  return archs;
+}
+
+ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen_text, const std::string& source) {
+  json j = parse_json(config_text, source);
+  Reader r{j, source};
+  ModelSpec s;
+  if (!r.has("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
+      !j["architectures"][0].is_string())
+    r.fail("architectures", "must list the model class, e.g. [\"LlamaForCausalLM\"]");
+  s.architecture = j["architectures"][0].get<std::string>();
+  const auto& sup = supported_architectures();
+  auto it = std::find(sup.begin(), sup.end(), s.architecture);
+  if (it == sup.end()) {
+    std::string list;
+    for (const auto& a : sup) list += (list.empty() ? "" : ", ") + a;
+    throw InputError(source + ": architecture " + s.architecture + " is not supported (supported: " + list + ")");
+  }
+  s.arch = static_cast<Arch>(it - sup.begin());
+
+  s.vocab_size = r.integer("vocab_size", 1, MAX_VOCAB);
+  s.hidden_size = r.integer("hidden_size", 1, MAX_DIM);
+  s.num_layers = r.integer("num_hidden_layers", 1, MAX_LAYERS);
+  s.num_heads = r.integer("num_attention_heads", 1, MAX_DIM);
+  s.num_kv_heads = r.integer_or("num_key_value_heads", 1, MAX_DIM, s.num_heads);
+  if (s.num_heads % s.num_kv_heads != 0)
+    r.fail("num_key_value_heads", "= " + std::to_string(s.num_kv_heads) + " must divide num_attention_heads = " +
+                                      std::to_string(s.num_heads));
+  if (!r.has("head_dim") && s.hidden_size % s.num_heads != 0)
+    r.fail("hidden_size", "must be a multiple of num_attention_heads when head_dim is not given");
+  s.head_dim = r.integer_or("head_dim", 1, MAX_DIM, s.hidden_size / s.num_heads);
+  if (s.head_dim % 2 != 0) r.fail("head_dim", "must be even (rotary embeddings rotate pairs)");
+  s.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  if (!(s.rms_norm_eps > 0)) r.fail("rms_norm_eps", "must be positive");
+  parse_rope(r, s);
+  s.max_position_embeddings = r.integer_or("max_position_embeddings", 1, MAX_POSITIONS, 2048);
+  s.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
+  std::string dtype = "bfloat16";
+  for (const char* k : {"torch_dtype", "dtype"})
+    if (r.has(k)) {
+      if (!j[k].is_string()) r.fail(k, "must be a string");
+      dtype = j[k].get<std::string>();
+      break;
+    }
+  s.dtype = parse_dtype(dtype, source);
+
+  switch (s.arch) {
+    case Arch::QWEN2: s.attention_bias = true; break;  // Qwen2 always has q/k/v biases
+    case Arch::QWEN3:
+    case Arch::QWEN3_MOE: s.qk_norm = true; [[fallthrough]];
+    default:
+      // Llama's attention_bias also adds an o_proj bias, which the backends do not model.
+      if (r.boolean_or("attention_bias", false))
+        r.fail("attention_bias", "= true is not supported for " + s.architecture);
+      if (r.boolean_or("mlp_bias", false)) r.fail("mlp_bias", "= true is not supported");
+  }
+  // A sliding window shorter than the context is exact only up to the window: cap there.
+  if (r.has("sliding_window") && r.boolean_or("use_sliding_window", s.arch == Arch::MISTRAL)) {
+    int64_t w = r.integer("sliding_window", 1, MAX_POSITIONS);
+    s.max_position_embeddings = std::min(s.max_position_embeddings, w);
+  }
+
+  if (s.arch == Arch::QWEN3_MOE) {
+    s.num_experts = r.integer("num_experts", 1, 1 << 12);
+    s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, s.num_experts);
+    s.moe_intermediate_size = r.integer("moe_intermediate_size", 1, MAX_DIM);
+    s.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
+    s.decoder_sparse_step = r.integer_or("decoder_sparse_step", 1, MAX_LAYERS, 1);
+    if (r.has("mlp_only_layers")) {
+      if (!j["mlp_only_layers"].is_array()) r.fail("mlp_only_layers", "must be a list of layer indices");
+      for (const json& x : j["mlp_only_layers"]) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= s.num_layers)
+          r.fail("mlp_only_layers", "holds " + x.dump() + ", not a layer index");
+        s.mlp_only_layers.push_back(x.get<int64_t>());
+      }
+    }
+    bool any_dense = false;
+    for (int64_t l = 0; l < s.num_layers; ++l) any_dense = any_dense || !s.layer_is_moe(l);
+    s.intermediate_size = any_dense ? r.integer("intermediate_size", 1, MAX_DIM)
+                                    : r.integer_or("intermediate_size", 1, MAX_DIM, 0);
+  } else {
+    s.intermediate_size = r.integer("intermediate_size", 1, MAX_DIM);
+  }
+
+  if (r.has("bos_token_id")) {
+    auto b = token_ids(j["bos_token_id"], source, "bos_token_id", s.vocab_size);
+    if (!b.empty()) s.bos_token_id = b[0];
+  }
+  if (r.has("eos_token_id")) s.eos_token_ids = token_ids(j["eos_token_id"], source, "eos_token_id", s.vocab_size);
+  if (!gen_text.empty()) {
+    std::string gsrc = source + " (generation_config.json)";
+    json g = parse_json(gen_text, gsrc);
+    if (g.contains("eos_token_id") && !g["eos_token_id"].is_null())
+      s.eos_token_ids = token_ids(g["eos_token_id"], gsrc, "eos_token_id", s.vocab_size);
+    if (g.contains("bos_token_id") && !g["bos_token_id"].is_null()) {
+      auto b = token_ids(g["bos_token_id"], gsrc, "bos_token_id", s.vocab_size);
+      if (!b.empty()) s.bos_token_id = b[0];
+    }
+  }
+  return s;
+}
+
+namespace {
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw InputError("cannot read '" + p.string() + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().size() > (16u << 20)) throw InputError("'" + p.string() + "' is larger than 16 MiB");
+  return ss.str();
+}
+}  // namespace
+
+ModelSpec load_hf_spec(const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::path cfg = fs::path(dir) / "config.json";
+  if (!fs::is_regular_file(cfg)) throw InputError("model folder '" + dir + "' has no config.json");
+  fs::path gen = fs::path(dir) / "generation_config.json";
+  std::string gen_text = fs::is_regular_file(gen) ? read_text(gen) : "";
+  return parse_hf_config(read_text(cfg), gen_text, cfg.string());
+}
+
+}  // namespace spark

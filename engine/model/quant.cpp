@@ -1,0 +1,209 @@
+// quant.cpp — dequantization of F16/BF16 and GGML Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K.
+#include "engine/model/quant.h"
+
+#include <cstring>
+
+#include "engine/util/check.h"
+
+// The reference computes every product and difference as a separately rounded f32
+// operation; a fused multiply-add would differ in the last bit.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace spark {
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t man = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13);  // inf / NaN (payload kept)
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {
+    // Subnormal half: normalize into an f32 exponent.
+    int e = -1;
+    do {
+      ++e;
+      man <<= 1;
+    } while ((man & 0x400) == 0);
+    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((man & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float bf16_to_f32(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t n;
+  std::memcpy(&n, &f, 4);
+  if ((n & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((n >> 16) | 64);
+  return static_cast<uint16_t>((static_cast<uint64_t>(n) + 0x7FFF + ((n >> 16) & 1)) >> 16);
+}
+
+bool dequant_supported(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
+    case DType::Q4_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+namespace {
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (get_scale_min_k4).
+void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void deq_q8_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
+    float d = f16_to_f32(load_u16(b));
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+  }
+}
+
+void deq_q4_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
+    float d = f16_to_f32(load_u16(b));
+    const uint8_t* qs = b + 2;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
+      y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void deq_q4_1(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 20, y += 32) {
+    float d = f16_to_f32(load_u16(b));
+    float m = f16_to_f32(load_u16(b + 2));
+    const uint8_t* qs = b + 4;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
+      y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+void deq_q4_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 144) {
+    float d = f16_to_f32(load_u16(b));
+    float dmin = f16_to_f32(load_u16(b + 2));
+    const uint8_t* scales = b + 4;
+    const uint8_t* q = b + 16;
+    for (int j = 0; j < 8; j += 2, q += 32) {
+      uint8_t sc, m;
+      scale_min_k4(j, scales, sc, m);
+      float d1 = d * sc, m1 = dmin * m;
+      scale_min_k4(j + 1, scales, sc, m);
+      float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+    }
+  }
+}
+
+void deq_q5_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 176) {
+    float d = f16_to_f32(load_u16(b));
+    float dmin = f16_to_f32(load_u16(b + 2));
+    const uint8_t* scales = b + 4;
+    const uint8_t* qh = b + 16;
+    const uint8_t* ql = b + 48;
+    uint8_t u1 = 1, u2 = 2;
+    for (int j = 0; j < 8; j += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
+      uint8_t sc, m;
+      scale_min_k4(j, scales, sc, m);
+      float d1 = d * sc, m1 = dmin * m;
+      scale_min_k4(j + 1, scales, sc, m);
+      float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l)
+        *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; ++l)
+        *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+    }
+  }
+}
+
+void deq_q6_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 210) {
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    float d = f16_to_f32(load_u16(b + 208));
+    for (int half = 0; half < 2; ++half, y += 128, ql += 64, qh += 32, sc += 8) {
+      for (int l = 0; l < 32; ++l) {
+        int is = l / 16;
+        int q1 = static_cast<int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        int q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        int q3 = static_cast<int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        int q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = (d * static_cast<float>(sc[is])) * static_cast<float>(q1);
+        y[l + 32] = (d * static_cast<float>(sc[is + 2])) * static_cast<float>(q2);
+        y[l + 64] = (d * static_cast<float>(sc[is + 4])) * static_cast<float>(q3);
+        y[l + 96] = (d * static_cast<float>(sc[is + 6])) * static_cast<float>(q4);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  SPARK_CHECK(dequant_supported(t), "no dequantization for " + std::string(dtype_name(t)));
+  int64_t block = dtype_block_elems(t);
+  SPARK_CHECK(n >= 0 && n % block == 0, "row length not a whole number of blocks");
+  const uint8_t* b = static_cast<const uint8_t*>(src);
+  int64_t nb = n / block;
+  switch (t) {
+    case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(b + 2 * i));
+      break;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(b + 2 * i));
+      break;
+    case DType::Q8_0: deq_q8_0(b, dst, nb); break;
+    case DType::Q4_0: deq_q4_0(b, dst, nb); break;
+    case DType::Q4_1: deq_q4_1(b, dst, nb); break;
+    case DType::Q4_K: deq_q4_k(b, dst, nb); break;
+    case DType::Q5_K: deq_q5_k(b, dst, nb); break;
+    case DType::Q6_K: deq_q6_k(b, dst, nb); break;
+    default: break;
+  }
+}
+
+void dequantize_tensor_row(const Tensor& t, int64_t row, float* dst) {
+  SPARK_CHECK(row >= 0 && row < t.rows(), "row out of range in " + t.name);
+  int64_t cols = t.cols();
+  size_t row_bytes = dtype_nbytes(t.dtype, cols, cols);
+  dequantize_row(t.dtype, static_cast<const uint8_t*>(t.data) + row_bytes * static_cast<size_t>(row), dst, cols);
+}
+
+}  // namespace spark

@@ -1,0 +1,87 @@
+// weights.cpp — the named tensor registry and the check of a checkpoint's tensor set.
+#include "engine/model/weights.h"
+
+#include <set>
+
+#include "engine/model/load_weights.h"
+#include "engine/util/check.h"
+
+namespace spark {
+
+const Tensor& Weights::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    throw InputError("tensor '" + name + "' is not loaded (layers [" + std::to_string(range_.first_layer) + ", " +
+                     std::to_string(range_.last_layer) + "))");
+  return it->second;
+}
+
+const Tensor* Weights::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+size_t Weights::total_bytes() const {
+  size_t n = 0;
+  for (const auto& [name, t] : tensors_) n += t.nbytes;
+  return n;
+}
+
+void Weights::add(Tensor t) {
+  std::string name = t.name;
+  bool inserted = tensors_.emplace(name, std::move(t)).second;
+  SPARK_CHECK(inserted, "tensor added twice: " + name);
+}
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Names checkpoints carry that the model does not use and Transformers ignores too.
+bool ignorable(const std::string& name, const ModelSpec& spec) {
+  if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) return true;
+  if (name == "lm_head.weight" && spec.tie_word_embeddings) return true;
+  return false;
+}
+
+std::string list_names(const std::vector<std::string>& names) {
+  std::string out;
+  size_t shown = std::min<size_t>(names.size(), 8);
+  for (size_t i = 0; i < shown; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > shown) out += " and " + std::to_string(names.size() - shown) + " more";
+  return out;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> check_tensor_set(const std::map<std::string, Tensor>& found, const ModelSpec& spec,
+                                         LayerRange range, const std::string& source) {
+  std::vector<TensorSpec> all = expected_tensors(spec, full_range(spec));
+  std::set<std::string> known;
+  for (const auto& t : all) known.insert(t.name);
+  std::vector<std::string> unexpected, missing, bad_shape;
+  for (const auto& [name, t] : found)
+    if (!known.count(name) && !ignorable(name, spec)) unexpected.push_back(name);
+  std::vector<TensorSpec> need = expected_tensors(spec, range);
+  for (const auto& want : need) {
+    auto it = found.find(want.name);
+    if (it == found.end()) {
+      missing.push_back(want.name);
+    } else if (it->second.shape != want.shape) {
+      bad_shape.push_back(want.name + " is " + shape_str(it->second.shape) + ", expected " + shape_str(want.shape));
+    }
+  }
+  std::string msg;
+  if (!missing.empty()) msg += "\n  missing tensors: " + list_names(missing);
+  if (!unexpected.empty()) msg += "\n  unexpected tensors: " + list_names(unexpected);
+  if (!bad_shape.empty()) msg += "\n  wrong shapes: " + list_names(bad_shape);
+  if (!msg.empty())
+    throw InputError(source + " does not match " + spec.architecture + " as its config describes it:" + msg);
+  return need;
+}
+
+}  // namespace spark

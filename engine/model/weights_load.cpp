@@ -1,0 +1,95 @@
+// weights_load.cpp — Weights from safetensors folders and GGUF files.
+#include <cstring>
+#include <memory>
+
+#include "engine/model/load_weights.h"
+#include "engine/util/check.h"
+
+namespace spark {
+
+Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec& spec, LayerRange range,
+                                 const std::string& source) {
+  std::vector<TensorSpec> need = check_tensor_set(model.tensors, spec, range, source);
+  Weights w;
+  w.set_range(range);
+  for (const auto& f : model.files) w.keep_alive(f);
+  for (const TensorSpec& ts : need) {
+    const Tensor& t = model.tensors.at(ts.name);
+    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+      throw InputError(source + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
+                       "; weights must be F32, F16 or BF16");
+    w.add(t);
+  }
+  return w;
+}
+
+std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f) {
+  std::map<std::string, Tensor> out;
+  for (const GgufTensorInfo& info : f.tensors) {
+    if (info.name == "rope_freqs.weight") continue;  // folded into the spec's RopeScaling
+    auto hf = gguf_to_hf_name(info.name);
+    if (!hf) throw InputError("GGUF file '" + f.source + "': tensor '" + info.name + "' is not part of any supported architecture");
+    Tensor t;
+    t.dtype = info.dtype;
+    t.data = f.tensor_data(info);
+    if (!gguf_is_stacked_experts(info.name)) {
+      t.name = *hf;
+      t.shape = info.shape;
+      t.nbytes = info.nbytes;
+      if (!out.emplace(t.name, t).second) throw InputError("GGUF file '" + f.source + "': tensor '" + t.name + "' appears twice");
+      continue;
+    }
+    // [n_expert, rows, cols] stacked: expert e is the e-th contiguous slab.
+    if (info.shape.size() != 3 || info.shape[0] < 1)
+      throw InputError("GGUF file '" + f.source + "': expert tensor '" + info.name + "' must be 3-D");
+    int64_t n_expert = info.shape[0];
+    size_t slab = info.nbytes / static_cast<size_t>(n_expert);
+    for (int64_t e = 0; e < n_expert; ++e) {
+      Tensor x = t;
+      x.name = gguf_expert_name(*hf, e);
+      x.shape = {info.shape[1], info.shape[2]};
+      x.nbytes = slab;
+      x.data = static_cast<const uint8_t*>(t.data) + slab * static_cast<size_t>(e);
+      if (!out.emplace(x.name, x).second) throw InputError("GGUF file '" + f.source + "': tensor '" + x.name + "' appears twice");
+    }
+  }
+  return out;
+}
+
+void gguf_unpermute_rows(const uint8_t* src, uint8_t* dst, int64_t rows, size_t row_bytes, int64_t head_dim) {
+  SPARK_CHECK(head_dim > 0 && head_dim % 2 == 0 && rows % head_dim == 0, "bad Q/K shape for unpermuting");
+  int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < rows / head_dim; ++h) {
+    const uint8_t* s = src + static_cast<size_t>(h * head_dim) * row_bytes;
+    uint8_t* d = dst + static_cast<size_t>(h * head_dim) * row_bytes;
+    for (int64_t i = 0; i < half; ++i) {
+      std::memcpy(d + static_cast<size_t>(i) * row_bytes, s + static_cast<size_t>(2 * i) * row_bytes, row_bytes);
+      std::memcpy(d + static_cast<size_t>(i + half) * row_bytes, s + static_cast<size_t>(2 * i + 1) * row_bytes, row_bytes);
+    }
+  }
+}
+
+Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange range) {
+  std::map<std::string, Tensor> all = gguf_hf_tensors(f);
+  std::vector<TensorSpec> need = check_tensor_set(all, spec, range, "GGUF file '" + f.source + "'");
+  Weights w;
+  w.set_range(range);
+  if (f.mapping()) w.keep_alive(f.mapping());
+  for (const TensorSpec& ts : need) {
+    Tensor t = all.at(ts.name);
+    bool is_q = t.name.find(".self_attn.q_proj.") != std::string::npos;
+    bool is_k = t.name.find(".self_attn.k_proj.") != std::string::npos;
+    if (spec.arch == Arch::LLAMA && (is_q || is_k)) {
+      auto buf = std::make_shared<std::vector<uint8_t>>(t.nbytes);
+      int64_t rows = t.shape[0];
+      gguf_unpermute_rows(static_cast<const uint8_t*>(t.data), buf->data(), rows, t.nbytes / static_cast<size_t>(rows),
+                          spec.head_dim);
+      t.data = buf->data();
+      w.keep_alive(std::move(buf));
+    }
+    w.add(std::move(t));
+  }
+  return w;
+}
+
+}  // namespace spark

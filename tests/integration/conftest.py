@@ -1,0 +1,113 @@
+"""Shared helpers for the integration tests: where things are, and a real sparkd server."""
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+SPARKD = Path(os.environ.get("SPARKD_BIN", REPO / "build" / "sparkd")).resolve()
+FIXTURES = Path(os.environ.get("SPARKD_FIXTURES", REPO.parent / "shared" / "fixtures")).resolve()
+MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_sparkd(*args, stdin=None, timeout=120, env=None):
+    """Runs a sparkd subcommand to completion; returns the CompletedProcess (text mode)."""
+    return subprocess.run([str(SPARKD), *map(str, args)], input=stdin, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+class Server:
+    """A sparkd serve process on a free port, with a config written for the test."""
+
+    def __init__(self, settings=None, env=None, model=MODEL):
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="sparkd-test-"))
+        base = {"model.path": str(model), "server.port": self.port, "server.host": "127.0.0.1",
+                "engine.cpu_threads": 2}
+        base.update(settings or {})
+        self.config = self.dir / "spark.toml"
+        self.config.write_text(to_toml(base))
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(self.dir / "sparkd.log", "w+")
+        self.proc = subprocess.Popen([str(SPARKD), "serve", "--config", str(self.config)],
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+
+    def wait_ready(self, timeout=120):
+        """Waits until /health answers 200; fails with the log if the process dies first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"sparkd exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"sparkd not ready after {timeout}s:\n{self.output()}")
+
+    def output(self):
+        self.log.flush()
+        return (self.dir / "sparkd.log").read_text(errors="replace")
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def to_toml(settings):
+    """{"section.key": value} -> TOML text."""
+    sections = {}
+    for dotted, value in settings.items():
+        section, key = dotted.split(".", 1)
+        sections.setdefault(section, {})[key] = value
+    lines = []
+    for section, keys in sections.items():
+        lines.append(f"[{section}]")
+        for key, value in keys.items():
+            lines.append(f"{key} = {toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@pytest.fixture(scope="session")
+def server():
+    """One ready server with the default model, shared by the tests that only read from it."""
+    s = Server().wait_ready()
+    yield s
+    s.stop()

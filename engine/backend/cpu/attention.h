@@ -1,0 +1,40 @@
+// attention.h — the paged f32 KV cache of one layer and causal attention over block tables.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/util/thread_pool.h"
+
+namespace spark::cpu {
+
+// Geometry shared by every layer's cache: slot s of a layer holds K (and V) of one token
+// for all kv heads, at offset s * kv_heads * head_dim.
+struct KvGeometry {
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t slots() const { return num_blocks * block_size; }
+  int64_t slot_floats() const { return kv_heads * head_dim; }
+};
+
+struct LayerKv {
+  std::vector<float> k;  // [slots, kv_heads, head_dim]
+  std::vector<float> v;
+};
+
+// Stores the K and V rows of this step ([T, kv_heads * head_dim] each) at their slots.
+void write_kv(const Batch& batch, const KvGeometry& g, const float* k, const float* v, LayerKv& cache);
+
+// For each row t of sequence s: attends over the first (context_lens[s] - rows_of_s + i + 1)
+// tokens of s's context (i = t's index within s), read through s's block table. q is
+// [T, heads, head_dim]; out is the same shape. Heads share kv heads in groups (GQA).
+void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_t heads, const float* q,
+               const LayerKv& cache, float* out);
+
+// Checks that the batch's sequence layout, slots and block tables fit the cache;
+// throws InputError describing the first problem.
+void validate_batch(const Batch& batch, const KvGeometry& g);
+
+}  // namespace spark::cpu

@@ -1,0 +1,228 @@
+// cpu_backend.cpp — the decoder forward pass (Llama, Qwen2, Qwen3, Qwen3-MoE) on the CPU.
+#include "engine/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/backend/cpu/matmul.h"
+#include "engine/util/check.h"
+
+namespace spark {
+
+namespace {
+
+const Tensor& need(const Weights& w, const std::string& name, std::vector<int64_t> shape) {
+  const Tensor& t = w.get(name);
+  if (t.shape != shape) {
+    auto str = [](const std::vector<int64_t>& s) {
+      std::string r = "[";
+      for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+      return r + "]";
+    };
+    throw InputError("tensor " + name + " has shape " + str(t.shape) + ", the model config implies " + str(shape));
+  }
+  if (!cpu::matmul_supports(t.dtype))
+    throw InputError("tensor " + name + " has dtype " + std::string(dtype_name(t.dtype)) +
+                     ", which the CPU backend cannot read");
+  return t;
+}
+
+// Small vectors (norm weights, biases) are decoded to f32 once.
+std::vector<float> vec_f32(const Weights& w, const std::string& name, int64_t n) {
+  const Tensor& t = need(w, name, {n});
+  std::vector<float> out(static_cast<size_t>(n));
+  cpu::decode_row(t, 0, out.data());
+  return out;
+}
+
+template <typename T>
+void grow(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const ModelSpec& spec, const Weights& weights, int threads)
+    : spec_(spec), range_(weights.range()), rope_(spec), pool_(std::make_unique<ThreadPool>(threads)) {
+  const int64_t H = spec.hidden_size, hd = spec.head_dim, nh = spec.num_heads, nkv = spec.num_kv_heads;
+  if (H <= 0 || hd <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0 || spec.vocab_size <= 0)
+    throw InputError("model config: hidden_size, head_dim, num_heads, num_kv_heads and vocab_size must be "
+                     "positive and num_heads a multiple of num_kv_heads");
+  if (range_.first_layer < 0 || range_.last_layer > spec.num_layers || range_.first_layer >= range_.last_layer)
+    throw InputError("layer range [" + std::to_string(range_.first_layer) + ", " + std::to_string(range_.last_layer) +
+                     ") does not fit a model of " + std::to_string(spec.num_layers) + " layers");
+  has_embedding_ = range_.first_layer == 0;
+  has_head_ = range_.last_layer == spec.num_layers;
+  if (has_embedding_) embedding_ = &need(weights, "model.embed_tokens.weight", {spec.vocab_size, H});
+  if (has_head_) {
+    final_norm_ = vec_f32(weights, "model.norm.weight", H);
+    // Tied models reuse the embedding as the LM head.
+    const bool own_head = weights.find("lm_head.weight") != nullptr;
+    lm_head_ = &need(weights, own_head ? "lm_head.weight" : "model.embed_tokens.weight", {spec.vocab_size, H});
+  }
+  for (int64_t l = range_.first_layer; l < range_.last_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Layer L;
+    L.q = &need(weights, p + "self_attn.q_proj.weight", {nh * hd, H});
+    L.k = &need(weights, p + "self_attn.k_proj.weight", {nkv * hd, H});
+    L.v = &need(weights, p + "self_attn.v_proj.weight", {nkv * hd, H});
+    L.o = &need(weights, p + "self_attn.o_proj.weight", {H, nh * hd});
+    if (spec.attention_bias || weights.find(p + "self_attn.q_proj.bias")) {
+      L.q_bias = vec_f32(weights, p + "self_attn.q_proj.bias", nh * hd);
+      L.k_bias = vec_f32(weights, p + "self_attn.k_proj.bias", nkv * hd);
+      L.v_bias = vec_f32(weights, p + "self_attn.v_proj.bias", nkv * hd);
+    }
+    if (spec.qk_norm) {
+      L.q_norm = vec_f32(weights, p + "self_attn.q_norm.weight", hd);
+      L.k_norm = vec_f32(weights, p + "self_attn.k_norm.weight", hd);
+    }
+    L.attn_norm = vec_f32(weights, p + "input_layernorm.weight", H);
+    L.ffn_norm = vec_f32(weights, p + "post_attention_layernorm.weight", H);
+    // The router's presence marks an MoE layer, which keeps decoder_sparse_step and
+    // mlp_only_layers the loader's business.
+    if (spec.num_experts > 0 && weights.find(p + "mlp.gate.weight")) {
+      const int64_t E = spec.num_experts, I = spec.moe_intermediate_size;
+      L.moe.router = &need(weights, p + "mlp.gate.weight", {E, H});
+      L.moe.top_k = spec.num_experts_per_tok;
+      L.moe.norm_topk_prob = spec.norm_topk_prob;
+      if (L.moe.top_k <= 0 || L.moe.top_k > E) throw InputError("model config: num_experts_per_tok must be in [1, num_experts]");
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+        L.moe.gate.push_back(&need(weights, q + "gate_proj.weight", {I, H}));
+        L.moe.up.push_back(&need(weights, q + "up_proj.weight", {I, H}));
+        L.moe.down.push_back(&need(weights, q + "down_proj.weight", {H, I}));
+      }
+    } else {
+      const int64_t I = spec.intermediate_size;
+      L.gate = &need(weights, p + "mlp.gate_proj.weight", {I, H});
+      L.up = &need(weights, p + "mlp.up_proj.weight", {I, H});
+      L.down = &need(weights, p + "mlp.down_proj.weight", {H, I});
+    }
+    layers_.push_back(std::move(L));
+  }
+}
+
+std::string CpuBackend::describe() const { return "cpu (" + std::to_string(pool_->size()) + " threads)"; }
+
+size_t CpuBackend::kv_block_bytes(int64_t block_size) const {
+  const int64_t layers = range_.last_layer - range_.first_layer;
+  return static_cast<size_t>(2 * layers * block_size * spec_.num_kv_heads * spec_.head_dim) * sizeof(float);
+}
+
+void CpuBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
+  SPARK_CHECK(num_blocks > 0 && block_size > 0, "init_kv_cache: empty cache");
+  kv_ = {num_blocks, block_size, spec_.num_kv_heads, spec_.head_dim};
+  cache_.assign(layers_.size(), {});
+  const size_t n = static_cast<size_t>(kv_.slots() * kv_.slot_floats());
+  for (auto& c : cache_) {
+    c.k.assign(n, 0.0f);
+    c.v.assign(n, 0.0f);
+  }
+}
+
+void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
+  const Layer& L = layers_[static_cast<size_t>(index)];
+  ThreadPool& pool = *pool_;
+  const int64_t T = batch.num_tokens(), H = spec_.hidden_size, hd = spec_.head_dim;
+  const int64_t nh = spec_.num_heads, nkv = spec_.num_kv_heads;
+  const float eps = static_cast<float>(spec_.rms_norm_eps);
+  float* h = h_.data();
+
+  pool.parallel_for(T, 8, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.attn_norm.data(), H, eps, h + t * H);
+  });
+  cpu::matmul(pool, h, T, *L.q, q_.data());
+  cpu::matmul(pool, h, T, *L.k, k_.data());
+  cpu::matmul(pool, h, T, *L.v, v_.data());
+  pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* q = q_.data() + t * nh * hd;
+      float* k = k_.data() + t * nkv * hd;
+      float* v = v_.data() + t * nkv * hd;
+      if (!L.q_bias.empty()) {
+        for (int64_t i = 0; i < nh * hd; ++i) q[i] += L.q_bias[static_cast<size_t>(i)];
+        for (int64_t i = 0; i < nkv * hd; ++i) k[i] += L.k_bias[static_cast<size_t>(i)];
+        for (int64_t i = 0; i < nkv * hd; ++i) v[i] += L.v_bias[static_cast<size_t>(i)];
+      }
+      if (!L.q_norm.empty()) {  // Qwen3 normalizes each head before RoPE
+        for (int64_t i = 0; i < nh; ++i) cpu::rms_norm(q + i * hd, L.q_norm.data(), hd, eps, q + i * hd);
+        for (int64_t i = 0; i < nkv; ++i) cpu::rms_norm(k + i * hd, L.k_norm.data(), hd, eps, k + i * hd);
+      }
+      rope_.apply(q, nh, batch.positions[static_cast<size_t>(t)]);
+      rope_.apply(k, nkv, batch.positions[static_cast<size_t>(t)]);
+    }
+  });
+  cpu::LayerKv& cache = cache_[static_cast<size_t>(index)];
+  cpu::write_kv(batch, kv_, k_.data(), v_.data(), cache);
+  cpu::attention(pool, batch, kv_, nh, q_.data(), cache, att_.data());
+  cpu::matmul(pool, att_.data(), T, *L.o, h);
+  for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
+
+  pool.parallel_for(T, 8, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.ffn_norm.data(), H, eps, h + t * H);
+  });
+  if (L.moe.router) {
+    cpu::moe_ffn(pool, L.moe, h, T, H, att_.data());
+    for (int64_t i = 0; i < T * H; ++i) x[i] += att_[static_cast<size_t>(i)];
+    return;
+  }
+  const int64_t I = L.gate->rows();
+  cpu::matmul(pool, h, T, *L.gate, gate_.data());
+  cpu::matmul(pool, h, T, *L.up, up_.data());
+  pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
+    cpu::silu_mul(gate_.data() + b * I, up_.data() + b * I, (e - b) * I, gate_.data() + b * I);
+  });
+  cpu::matmul(pool, gate_.data(), T, *L.down, h);
+  for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
+}
+
+void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResult& out) {
+  SPARK_CHECK(!cache_.empty(), "forward before init_kv_cache");
+  cpu::validate_batch(batch, kv_);
+  const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
+  out.logits.clear();
+  out.hidden.clear();
+  if (T == 0) return;
+
+  const int64_t qkv = std::max(spec_.num_heads, spec_.num_kv_heads) * spec_.head_dim;
+  int64_t inter = spec_.intermediate_size;
+  grow(x_, T * H);
+  grow(h_, T * H);
+  grow(q_, T * spec_.num_heads * spec_.head_dim);
+  grow(k_, T * spec_.num_kv_heads * spec_.head_dim);
+  grow(v_, T * spec_.num_kv_heads * spec_.head_dim);
+  grow(att_, T * std::max(qkv, H));
+  grow(gate_, T * inter);
+  grow(up_, T * inter);
+
+  float* x = x_.data();
+  if (hidden_in) {
+    std::copy(hidden_in, hidden_in + T * H, x);
+  } else {
+    if (!has_embedding_) throw InputError("this pipeline stage needs hidden states from the previous stage");
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = batch.token_ids[static_cast<size_t>(t)];
+      if (id < 0 || id >= spec_.vocab_size)
+        throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                         std::to_string(spec_.vocab_size));
+      cpu::decode_row(*embedding_, id, x + t * H);
+    }
+  }
+  for (int64_t l = 0; l < static_cast<int64_t>(layers_.size()); ++l) run_layer(l, batch, x);
+
+  if (!has_head_) {
+    out.hidden.assign(x, x + T * H);
+    return;
+  }
+  const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
+  if (R == 0) return;
+  // Only the wanted rows go through the final norm and the (large) LM head.
+  float* h = h_.data();
+  const float eps = static_cast<float>(spec_.rms_norm_eps);
+  for (int64_t r = 0; r < R; ++r)
+    cpu::rms_norm(x + batch.logits_rows[static_cast<size_t>(r)] * H, final_norm_.data(), H, eps, h + r * H);
+  out.logits.resize(static_cast<size_t>(R * spec_.vocab_size));
+  cpu::matmul(*pool_, h, R, *lm_head_, out.logits.data());
+}
+
+}  // namespace spark

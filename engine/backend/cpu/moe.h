@@ -1,0 +1,24 @@
+// moe.h — the sparse mixture-of-experts feed-forward block (Qwen3-MoE) on the CPU.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/tensor.h"
+#include "engine/util/thread_pool.h"
+
+namespace spark::cpu {
+
+struct MoeWeights {
+  const Tensor* router = nullptr;    // [experts, hidden]
+  std::vector<const Tensor*> gate;   // per expert [moe_intermediate, hidden]
+  std::vector<const Tensor*> up;     // per expert [moe_intermediate, hidden]
+  std::vector<const Tensor*> down;   // per expert [hidden, moe_intermediate]
+  int64_t top_k = 0;
+  bool norm_topk_prob = false;
+};
+
+// out[t] = sum over the top_k experts e of x[t]'s router softmax: p_e * down_e(silu(gate_e x) * up_e x).
+// Tokens are grouped by expert so each expert's weights are read once per call.
+void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t tokens, int64_t hidden, float* out);
+
+}  // namespace spark::cpu

@@ -1,0 +1,97 @@
+// ops.cpp — RMSNorm, rotary embedding, SwiGLU and softmax for the CPU backend.
+#include "engine/backend/cpu/ops.h"
+
+#include <cmath>
+
+#include "engine/util/check.h"
+
+#pragma GCC optimize("O3")
+
+namespace spark::cpu {
+
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv);
+}
+
+Rope::Rope(const ModelSpec& spec) : head_dim_(spec.head_dim) {
+  SPARK_CHECK(head_dim_ > 0 && head_dim_ % 2 == 0, "rope: head_dim must be even");
+  const int64_t half = head_dim_ / 2;
+  inv_freq_.resize(static_cast<size_t>(half));
+  const float base = static_cast<float>(spec.rope_theta);
+  for (int64_t i = 0; i < half; ++i) {
+    // transformers: 1 / base ** (arange(0, dim, 2).float() / dim), all in f32.
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim_);
+    const float p = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(expo)));
+    inv_freq_[static_cast<size_t>(i)] = 1.0f / p;
+  }
+  const RopeScaling& rs = spec.rope_scaling;
+  if (rs.type == "llama3") {
+    // transformers' _compute_llama3_parameters: long wavelengths slowed by `factor`,
+    // short ones kept, the band between blended smoothly.
+    const float factor = static_cast<float>(rs.factor);
+    const float old_ctx = static_cast<float>(rs.original_max_position_embeddings);
+    const float low_wavelen = old_ctx / static_cast<float>(rs.low_freq_factor);
+    const float high_wavelen = old_ctx / static_cast<float>(rs.high_freq_factor);
+    const float pi = 3.14159265358979323846f;
+    for (auto& f : inv_freq_) {
+      const float wavelen = 2 * pi / f;
+      if (wavelen > low_wavelen) {
+        f = f / factor;
+      } else if (wavelen >= high_wavelen) {
+        const float smooth = (old_ctx / wavelen - static_cast<float>(rs.low_freq_factor)) /
+                             static_cast<float>(rs.high_freq_factor - rs.low_freq_factor);
+        f = (1 - smooth) * f / factor + smooth * f;
+      }
+    }
+  } else if (rs.type == "linear") {
+    position_scale_ = 1.0f / static_cast<float>(rs.factor);
+  } else if (!rs.type.empty() && rs.type != "default") {
+    throw InputError("rope_scaling type \"" + rs.type + "\" is not supported by the CPU backend "
+                     "(supported: none, llama3, linear)");
+  }
+}
+
+void Rope::apply(float* x, int64_t heads, int64_t pos) const {
+  const int64_t half = head_dim_ / 2;
+  // Angles for this position once, shared by all heads.
+  float cos_v[512], sin_v[512];
+  SPARK_CHECK(half <= 512, "rope: head_dim too large");
+  const float p = static_cast<float>(pos) * position_scale_;
+  for (int64_t i = 0; i < half; ++i) {
+    const float angle = p * inv_freq_[static_cast<size_t>(i)];
+    cos_v[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+    sin_v[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = x + h * head_dim_;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * cos_v[i] - b * sin_v[i];
+      v[i + half] = b * cos_v[i] + a * sin_v[i];
+    }
+  }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace spark::cpu

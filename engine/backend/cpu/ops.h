@@ -1,0 +1,38 @@
+// ops.h — the element-wise and per-row operations of a decoder layer on the CPU:
+// RMSNorm, rotary embedding (HF rotate_half convention), SwiGLU, softmax.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/model_spec.h"
+
+namespace spark::cpu {
+
+// out = x / sqrt(mean(x²) + eps) * weight over n values; out may alias x.
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
+
+// The rotary frequencies of a model (rope_theta, head_dim and rope_scaling), computed in
+// f32 the way transformers does so angles agree with the reference bit for bit at small
+// positions.
+class Rope {
+ public:
+  Rope() = default;
+  explicit Rope(const ModelSpec& spec);
+  // Rotates the first and second halves of each of `heads` vectors of head_dim values
+  // starting at x (stride head_dim) for position `pos`.
+  void apply(float* x, int64_t heads, int64_t pos) const;
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
+
+ private:
+  int64_t head_dim_ = 0;
+  float position_scale_ = 1.0f;  // linear scaling divides positions by its factor
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+};
+
+// out[i] = silu(gate[i]) * up[i] for n values; out may alias gate.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+
+// In-place softmax of n values.
+void softmax(float* x, int64_t n);
+
+}  // namespace spark::cpu

@@ -101,9 +101,8 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests
 	@$(MAKE) --no-print-directory model
 	@rm -rf $(BUILD)/test-results && mkdir -p $(BUILD)/test-results
-	@$(BUILD)/unit_tests --reporters=junit --out=$(BUILD)/test-results/unit.xml >/dev/null; \
-	  $(BUILD)/unit_tests --no-version --minimal 2>&1 | tail -n 20; \
-	  SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration \
+	@echo "== unit tests (doctest)"; $(BUILD)/unit_tests --reporters=junit --out=$(BUILD)/test-results/unit.xml; \
+	  echo "== integration and oracle tests (pytest)"; SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration \
 	    --junitxml=$(BUILD)/test-results/integration.xml; \
 	  $(PY) tests/summary.py $(BUILD)/test-results/*.xml
 

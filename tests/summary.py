@@ -4,6 +4,7 @@ import xml.etree.ElementTree as ET
 
 
 def count(path):
+    """(passed, failed, skipped) of one JUnit file; failures are printed by name."""
     passed = failed = skipped = 0
     try:
         root = ET.parse(path).getroot()
@@ -11,8 +12,13 @@ def count(path):
         print(f"{path}: unreadable results ({e})", file=sys.stderr)
         return 0, 1, 0
     for case in root.iter("testcase"):
-        if case.find("failure") is not None or case.find("error") is not None:
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        if problem is not None:
             failed += 1
+            name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
+            print(f"FAILED {name}: {(problem.get('message') or '').strip()[:300]}", file=sys.stderr)
         elif case.find("skipped") is not None:
             skipped += 1
         else:

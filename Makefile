@@ -66,7 +66,7 @@ $(BUILD)/gen/build_info.h: FORCE
 	@mkdir -p $(@D)
 	@v='#define SPARKD_VERSION "$(VERSION)"'; r="#define SPARKD_GIT_REV \"$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\""; \
 	  printf '%s\n%s\n' "$$v" "$$r" > $@.tmp; cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
-$(BUILD)/obj/engine/util/version.o: $(BUILD)/gen/build_info.h
+$(BUILD)/obj/engine/util/version.o $(BUILD)/fuzz/obj/engine/util/version.o: $(BUILD)/gen/build_info.h
 $(BUILD)/obj/engine/util/version.o: CXXFLAGS += -I$(BUILD)/gen
 FORCE:
 
@@ -76,7 +76,7 @@ $(BUILD)/obj/assets.o: $(ASSET_FILES) assets/embed.sh
 	sh assets/embed.sh $(ASSET_FILES) > $(BUILD)/gen-assets.S
 	$(CXX) -c -o $@ $(BUILD)/gen-assets.S
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
 
 # ---- dependencies -----------------------------------------------------------------
 DEB_PACKAGES := g++ make git clang libclang-rt-14-dev clang-format python3 python3-venv \
@@ -129,22 +129,30 @@ run: deps all model
 	$(BUILD)/sparkd --config spark.toml
 
 # ---- fuzzing (clang + libFuzzer) --------------------------------------------------
+# Engine sources are compiled once with coverage and sanitizers; each target links them.
 FUZZ_SECONDS ?= 20
-FUZZ_FLAGS := -std=c++20 -O1 -g -I. -DSPARKD_CUDA=0 -fsanitize=fuzzer,address,undefined
-FUZZ_LIB_SRCS := $(shell find engine -name '*.cpp' | sort)
+FUZZ_CXXFLAGS := -std=c++20 -O1 -g -I. -I$(BUILD)/gen -DSPARKD_CUDA=0 -MMD -MP -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_OBJS := $(patsubst %.cpp,$(BUILD)/fuzz/obj/%.o,$(shell find engine -name '*.cpp' | sort))
+FUZZ_BINS := $(patsubst tests/fuzz/%.cpp,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
+
+$(BUILD)/fuzz/obj/%.o: %.cpp | $(BUILD)/.deps-stamp
+	@mkdir -p $(@D)
+	clang++ $(FUZZ_CXXFLAGS) -c -o $@ $<
+$(BUILD)/fuzz/%: tests/fuzz/%.cpp $(FUZZ_OBJS)
+	clang++ $(FUZZ_CXXFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) -lpcre2-8 -lutf8proc
+
 fuzz: deps
-	@mkdir -p $(BUILD)/fuzz
-	@for t in $(FUZZ_SRCS); do n=$$(basename $$t .cpp); \
-	  echo "== $$n"; \
-	  clang++ $(FUZZ_FLAGS) -o $(BUILD)/fuzz/$$n $$t $(FUZZ_LIB_SRCS) -lpcre2-8 -lutf8proc || exit 1; \
-	  mkdir -p $(BUILD)/fuzz/$$n.corpus; \
-	  $(BUILD)/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 \
-	    -artifact_prefix=$(BUILD)/fuzz/$$n- $(BUILD)/fuzz/$$n.corpus tests/fuzz/seeds/$$n 2>&1 | tail -n 3 || exit 1; \
+	@$(MAKE) --no-print-directory -j$(JOBS) $(FUZZ_BINS)
+	@for b in $(FUZZ_BINS); do n=$$(basename $$b); echo "== $$n ($(FUZZ_SECONDS) s)"; \
+	  mkdir -p $$b.corpus; \
+	  $$b -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 -print_final_stats=0 \
+	    -artifact_prefix=$(BUILD)/fuzz/$$n- $$b.corpus tests/fuzz/seeds/$$n 2>&1 | tail -n 2 || exit 1; \
 	done
 
 # ---- GPU ----------------------------------------------------------------------------
 gpu-check:
 	@test "$(CUDA)" = 1 || { echo "gpu-check needs nvcc"; exit 2; }
+	@test -f tests/gpu/gpu.mk || { echo "gpu-check: the CUDA backend's checks are not built yet"; exit 2; }
 	@$(MAKE) --no-print-directory -f tests/gpu/gpu.mk BUILD=$(BUILD) CUDA_ARCHS="$(CUDA_ARCHS)"
 
 # ---- housekeeping -----------------------------------------------------------------

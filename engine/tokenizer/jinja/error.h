@@ -23,7 +23,7 @@ struct Limits {
   int max_macro_depth = 100;           // macro calls inside macro calls (recursion)
   size_t max_output_bytes = 64u << 20; // total rendered text
   size_t max_string_bytes = 64u << 20; // any one string or list built while rendering
-  size_t max_steps = 20'000'000;       // loop iterations + calls + outputs, a time budget
+  size_t max_steps = 2'000'000;        // loop iterations + calls + outputs, a time budget
   size_t max_range = 100'000;          // range() length, as jinja2's sandbox (MAX_RANGE)
 };
 

@@ -202,9 +202,7 @@ bool contains(const Value& container, const Value& item) {
         if (equals(v, item)) return true;
       return false;
     case Kind::DICT: return container.as_dict().find(item) != nullptr;
-    case Kind::UNDEFINED:
-      if (container.is_unsafe()) throw TemplateError(container.as_string());
-      return false;
+    case Kind::UNDEFINED: return false;
     case Kind::ITERATOR: {
       IterState& it = container.iter();
       while (it.pos < it.items.size())

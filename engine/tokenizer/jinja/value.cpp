@@ -108,9 +108,7 @@ Value make_undefined_name(const std::string& name) {
 
 bool Value::truthy() const {
   switch (kind_) {
-    case Kind::UNDEFINED:
-      if (unsafe_) throw TemplateError(s_);
-      return false;
+    case Kind::UNDEFINED: return false;
     case Kind::NONE: return false;
     case Kind::BOOL: return b_;
     case Kind::INT: return i_ != 0;
@@ -203,10 +201,7 @@ static void repr_into(std::string& out, const Value& v, int depth) {
   if (depth > 500) throw TemplateError("value nested too deeply to print");
   switch (v.kind()) {
     case Kind::STRING: out += string_repr(v.as_string()); return;
-    case Kind::UNDEFINED:
-      if (v.is_unsafe()) throw TemplateError(v.as_string());
-      out += "Undefined";
-      return;
+    case Kind::UNDEFINED: out += "Undefined"; return;
     case Kind::LIST:
     case Kind::TUPLE: {
       bool tuple = v.is_tuple();
@@ -240,9 +235,7 @@ std::string repr(const Value& v) {
 
 std::string to_str(const Value& v) {
   switch (v.kind()) {
-    case Kind::UNDEFINED:
-      if (v.is_unsafe()) throw TemplateError(v.as_string());
-      return "";
+    case Kind::UNDEFINED: return "";  // also a sandbox-denied attribute: only using it raises
     case Kind::NONE: return "None";
     case Kind::BOOL: return v.as_bool() ? "True" : "False";
     case Kind::INT: return std::to_string(v.as_int());
@@ -332,9 +325,7 @@ ValueList iterate(const Value& v) {
       it.pos = it.items.size();
       return rest;
     }
-    case Kind::UNDEFINED:
-      if (v.is_unsafe()) throw TemplateError(v.as_string());
-      return {};
+    case Kind::UNDEFINED: return {};
     default:
       throw TemplateError(std::string("'") + type_name(v) + "' object is not iterable");
   }
@@ -346,9 +337,7 @@ int64_t length(const Value& v) {
     case Kind::LIST:
     case Kind::TUPLE: return static_cast<int64_t>(v.items().size());
     case Kind::DICT: return static_cast<int64_t>(v.as_dict().size());
-    case Kind::UNDEFINED:
-      if (v.is_unsafe()) throw TemplateError(v.as_string());
-      return 0;
+    case Kind::UNDEFINED: return 0;
     default:
       throw TemplateError(std::string("object of type '") + type_name(v) + "' has no len()");
   }

@@ -33,7 +33,7 @@ class Value {
  public:
   Value() = default;  // undefined
   static Value undefined(std::string hint = "");
-  static Value unsafe(std::string message);  // sandbox-denied attribute: any use raises
+  static Value unsafe(std::string message);  // sandbox-denied attribute: calling or reading it raises
   static Value none();
   static Value boolean(bool b);
   static Value integer(int64_t i);

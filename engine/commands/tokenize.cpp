@@ -1,11 +1,95 @@
-// tokenize.cpp — sparkd tokenize / detokenize (arrive with the tokenizer).
+// tokenize.cpp — `sparkd tokenize` and `sparkd detokenize`: JSONL on stdin, one JSON line
+// out per input line, for scripts and for checking against reference tokenizers.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
 #include "engine/commands/commands.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
 #include "engine/util/check.h"
+#include "engine/util/flags.h"
 
 namespace spark {
 
-int run_tokenize(const Args&) { throw InputError("this subcommand is not available yet"); }
+using json = nlohmann::json;
 
-int run_detokenize(const Args&) { throw InputError("this subcommand is not available yet"); }
+namespace {
+
+std::unique_ptr<Tokenizer> load_for(const Args& args, const char* command) {
+  Flags flags(args);
+  flags.expect_only({"model"});
+  if (!flags.has("model")) throw InputError(std::string("usage: sparkd ") + command + " --model PATH < input.jsonl");
+  return Tokenizer::load(flags.require("model"));
+}
+
+bool optional_bool(const json& j, const char* key, bool fallback, size_t line) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_boolean()) throw InputError("line " + std::to_string(line) + ": '" + key + "' must be true or false");
+  return j[key].get<bool>();
+}
+
+// Runs `handle` on each non-blank stdin line parsed as a JSON object. Input bytes that are
+// not UTF-8 are read as U+FFFD, as a Python reader with errors="replace" would.
+template <typename F>
+int for_each_line(F&& handle) {
+  std::string line, out;
+  size_t number = 0;
+  while (std::getline(std::cin, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    json j;
+    try {
+      j = json::parse(utf8::repair_copy(line));
+    } catch (const json::exception& e) {
+      throw InputError("line " + std::to_string(number) + ": not valid JSON: " + e.what());
+    }
+    if (!j.is_object()) throw InputError("line " + std::to_string(number) + ": expected a JSON object");
+    out.clear();
+    handle(j, number, out);
+    out += '\n';
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int run_tokenize(const Args& args) {
+  auto tok = load_for(args, "tokenize");
+  return for_each_line([&](const json& j, size_t line, std::string& out) {
+    if (!j.contains("text") || !j["text"].is_string())
+      throw InputError("line " + std::to_string(line) + ": expected {\"text\": \"...\"}");
+    bool add_special = optional_bool(j, "add_special_tokens", true, line);
+    bool parse_special = optional_bool(j, "parse_special", true, line);
+    auto ids = tok->encode(j["text"].get_ref<const std::string&>(), add_special, parse_special);
+    out += "{\"ids\":[";
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i) out += ',';
+      out += std::to_string(ids[i]);
+    }
+    out += "]}";
+  });
+}
+
+int run_detokenize(const Args& args) {
+  auto tok = load_for(args, "detokenize");
+  return for_each_line([&](const json& j, size_t line, std::string& out) {
+    if (!j.contains("ids") || !j["ids"].is_array())
+      throw InputError("line " + std::to_string(line) + ": expected {\"ids\": [...]}");
+    std::vector<int32_t> ids;
+    ids.reserve(j["ids"].size());
+    for (const auto& v : j["ids"]) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+        throw InputError("line " + std::to_string(line) + ": ids must be non-negative integers");
+      ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    }
+    bool skip = optional_bool(j, "skip_special_tokens", false, line);
+    out += json{{"text", tok->decode(ids, skip)}}.dump();
+  });
+}
 
 }  // namespace spark

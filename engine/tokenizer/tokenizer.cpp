@@ -1,0 +1,133 @@
+// tokenizer.cpp — the encode and decode pipelines and the path-based loader.
+#include "engine/tokenizer/tokenizer.h"
+
+#include <filesystem>
+
+#include "engine/model/gguf.h"
+#include "engine/tokenizer/bpe.h"
+#include "engine/tokenizer/decoder.h"
+#include "engine/tokenizer/normalizer.h"
+#include "engine/tokenizer/post_processor.h"
+#include "engine/tokenizer/pre_tokenizer.h"
+#include "engine/tokenizer/utf8.h"
+#include "engine/util/check.h"
+
+namespace spark {
+
+Tokenizer::Tokenizer() = default;
+Tokenizer::~Tokenizer() = default;
+
+void Tokenizer::finish(bool raw_bytes_allowed) {
+  // Byte-level BPE whose last pre-tokenizer stage is ByteLevel can skip the byte -> character
+  // mapping: the model is then keyed by raw bytes.
+  if (raw_bytes_allowed && pre_tokenizer_ && pre_tokenizer_->set_raw_bytes_output()) model_->use_raw_bytes();
+  int32_t max_id = model_->max_id();
+  for (const auto& t : added_.tokens()) max_id = std::max(max_id, t.id);
+  vocab_size_ = max_id + 1;
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    fs::path dir(path);
+    if (!fs::exists(dir / "tokenizer.json", ec)) {
+      // A folder holding a single GGUF is accepted too.
+      for (const auto& e : fs::directory_iterator(dir, ec))
+        if (e.path().extension() == ".gguf") return load(e.path().string());
+      throw InputError("no tokenizer.json in model folder " + path);
+    }
+    fs::path cfg = dir / "tokenizer_config.json";
+    return from_json_file((dir / "tokenizer.json").string(), fs::exists(cfg, ec) ? cfg.string() : "");
+  }
+  if (!fs::exists(path, ec)) throw InputError("model path does not exist: " + path);
+  if (fs::path(path).extension() == ".gguf") return from_gguf_vocab(read_gguf_vocab(path));
+  if (fs::path(path).filename() == "tokenizer.json") {
+    fs::path cfg = fs::path(path).parent_path() / "tokenizer_config.json";
+    return from_json_file(path, fs::exists(cfg, ec) ? cfg.string() : "");
+  }
+  throw InputError("model path must be a folder with tokenizer.json or a .gguf file: " + path);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens, bool parse_special) const {
+  std::string repaired;
+  if (!utf8::is_valid(text)) {
+    repaired = utf8::repair(text);
+    text = repaired;
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  std::vector<Segment> segments;
+  added_.split(text, parse_special, normalizer_.get(), segments);
+  std::vector<PreToken> pieces;
+  for (Segment& seg : segments) {
+    if (seg.id >= 0) {
+      ids.push_back(seg.id);
+      continue;
+    }
+    if (!pre_tokenizer_) {
+      model_->tokenize(seg.text.text, ids);
+      continue;
+    }
+    pieces.clear();
+    pieces.push_back(std::move(seg.text));
+    pre_tokenizer_->pre_tokenize(pieces);
+    for (const auto& p : pieces) model_->tokenize(p.text, ids);
+  }
+  if (post_processor_) post_processor_->process(ids, add_special_tokens);
+  return ids;
+}
+
+bool Tokenizer::decodes_to_nothing(int32_t id, bool skip_special_tokens) const {
+  const std::string* text = nullptr;
+  if (const AddedToken* t = added_.find_id(id)) text = &t->content;
+  else text = model_->id_to_token(id);
+  if (!text) return true;
+  return skip_special_tokens && added_.is_special_content(*text);
+}
+
+bool Tokenizer::has_byte_fallback_decoder() const { return decoder_ && decoder_->has_byte_fallback(); }
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    const std::string* text = nullptr;
+    if (const AddedToken* t = added_.find_id(id)) text = &t->content;
+    else text = model_->id_to_token(id);
+    if (!text) continue;
+    if (skip_special_tokens && added_.is_special_content(*text)) continue;
+    tokens.push_back(*text);
+  }
+  if (!decoder_) {
+    std::string out;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i) out += ' ';
+      out += tokens[i];
+    }
+    return out;
+  }
+  decoder_->decode_chain(tokens);
+  std::string out;
+  for (const auto& t : tokens) out += t;
+  return out;
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  const AddedToken* t = added_.find_id(id);
+  return t && t->special;
+}
+
+std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
+  if (const AddedToken* t = added_.find_content(token)) return t->id;
+  return model_->token_to_id(token);
+}
+
+const std::string& Tokenizer::token_text(int32_t id) const {
+  static const std::string empty;
+  if (const AddedToken* t = added_.find_id(id)) return t->content;
+  const std::string* s = model_->id_to_token(id);
+  return s ? *s : empty;
+}
+
+}  // namespace spark

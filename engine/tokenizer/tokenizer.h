@@ -1,0 +1,73 @@
+// tokenizer.h — the tokenizer: text <-> token ids, loaded from tokenizer.json or GGUF metadata,
+// with the semantics of Hugging Face's `tokenizers` (encode, decode, special tokens).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/tokenizer/added_tokens.h"
+#include "engine/tokenizer/gguf_vocab.h"
+
+namespace spark {
+
+class Normalizer;
+class PreTokenizer;
+class BpeModel;
+class PostProcessor;
+class Decoder;
+
+class Tokenizer {
+ public:
+  static std::unique_ptr<Tokenizer> from_json_file(const std::string& tokenizer_json_path,
+                                                   const std::string& tokenizer_config_path /* may be "" */);
+  // From the text of tokenizer.json (and tokenizer_config.json, may be empty).
+  static std::unique_ptr<Tokenizer> from_json_text(const std::string& tokenizer_json, const std::string& config_json);
+  static std::unique_ptr<Tokenizer> from_gguf_vocab(const GgufVocab& v);
+  // A model folder (tokenizer.json [+ tokenizer_config.json]) or a .gguf file.
+  static std::unique_ptr<Tokenizer> load(const std::string& model_path);
+  ~Tokenizer();
+
+  // add_special_tokens: BOS/EOS per the post-processor, as HF encode() does.
+  // parse_special: match special-token text in `text` (HF default true); false treats it as
+  // plain text (safe for chat content). Ill-formed UTF-8 is read as U+FFFD.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true, bool parse_special = true) const;
+  // Ids outside the vocabulary are skipped, as in the reference. Output is valid UTF-8.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+
+  int32_t vocab_size() const { return vocab_size_; }  // including added tokens
+  bool is_special(int32_t id) const;
+  std::optional<int32_t> token_id(std::string_view token) const;  // exact token string -> id
+  const std::string& token_text(int32_t id) const;                 // raw vocab string ("" if none)
+  int32_t bos_id() const { return bos_id_; }
+  int32_t eos_id() const { return eos_id_; }
+  std::string bos_token() const { return bos_token_; }
+  std::string eos_token() const { return eos_token_; }
+
+  // True when decode() would drop this id (not in the vocabulary, or a special token
+  // while skipping them); the detokenizer uses it to keep its window to visible tokens.
+  bool decodes_to_nothing(int32_t id, bool skip_special_tokens) const;
+  // True when <0xNN> byte tokens are decoded jointly with their neighbours.
+  bool has_byte_fallback_decoder() const;
+
+ private:
+  Tokenizer();
+  void finish(bool raw_bytes_allowed);
+  void set_bos_eos_from_config(const std::string& config_json);
+
+  std::unique_ptr<Normalizer> normalizer_;
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<BpeModel> model_;
+  AddedVocabulary added_;
+  std::unique_ptr<PostProcessor> post_processor_;
+  std::unique_ptr<Decoder> decoder_;
+  int32_t vocab_size_ = 0;
+  int32_t bos_id_ = -1, eos_id_ = -1;
+  std::string bos_token_, eos_token_;
+
+  friend struct TokenizerBuilder;
+};
+
+}  // namespace spark

@@ -61,22 +61,52 @@ std::vector<TensorSpec> expected_tensors(const ModelSpec& s, LayerRange range) {
   return out;
 }
 
-int64_t parameter_count(const ModelSpec& s) {
-  // Counted from the shapes in closed form, so a 235B MoE does not need its tensor list.
+namespace {
+struct Counts {
+  int64_t params = 0;
+  int64_t tensors = 0;
+};
+
+Counts count(const ModelSpec& s, LayerRange range) {
+  // Mirrors expected_tensors() above, in closed form.
   const int64_t h = s.hidden_size, hd = s.head_dim;
   const int64_t q_dim = s.num_heads * hd, kv_dim = s.num_kv_heads * hd;
-  int64_t per_attn = h + q_dim * h + 2 * kv_dim * h + h * q_dim + h;
-  if (s.attention_bias) per_attn += q_dim + 2 * kv_dim;
-  if (s.qk_norm) per_attn += 2 * hd;
-  int64_t n = s.vocab_size * h * (s.tie_word_embeddings ? 1 : 2) + h;
-  for (int64_t l = 0; l < s.num_layers; ++l) {
-    n += per_attn;
-    if (s.layer_is_moe(l))
-      n += s.num_experts * h + s.num_experts * 3 * s.moe_intermediate_size * h;
-    else
-      n += 3 * s.intermediate_size * h;
+  Counts c;
+  bool last_stage = range.last_layer == s.num_layers;
+  if (range.first_layer == 0 || (last_stage && s.tie_word_embeddings)) {
+    c.params += s.vocab_size * h;
+    c.tensors += 1;
   }
-  return n;
+  int64_t attn = h + q_dim * h + 2 * kv_dim * h + h * q_dim + h, attn_tensors = 7;
+  if (s.attention_bias) attn += q_dim + 2 * kv_dim, attn_tensors += 3;
+  if (s.qk_norm) attn += 2 * hd, attn_tensors += 2;
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
+    c.params += attn;
+    c.tensors += attn_tensors;
+    if (s.layer_is_moe(l)) {
+      c.params += s.num_experts * h + s.num_experts * 3 * s.moe_intermediate_size * h;
+      c.tensors += 1 + 3 * s.num_experts;
+    } else {
+      c.params += 3 * s.intermediate_size * h;
+      c.tensors += 3;
+    }
+  }
+  if (last_stage) {
+    c.params += h + (s.tie_word_embeddings ? 0 : s.vocab_size * h);
+    c.tensors += s.tie_word_embeddings ? 1 : 2;
+  }
+  return c;
+}
+}  // namespace
+
+int64_t parameter_count(const ModelSpec& s) { return count(s, full_range(s)).params; }
+int64_t parameter_count(const ModelSpec& s, LayerRange range) {
+  check_range(s, range);
+  return count(s, range).params;
+}
+int64_t expected_tensor_count(const ModelSpec& s, LayerRange range) {
+  check_range(s, range);
+  return count(s, range).tensors;
 }
 
 }  // namespace spark

@@ -22,7 +22,12 @@ LayerRange full_range(const ModelSpec& spec);
 // Throws InputError unless 0 <= first < last <= num_layers.
 void check_range(const ModelSpec& spec, LayerRange range);
 
-// Parameters of the whole model (tied embeddings counted once).
+// Parameters of the whole model (tied embeddings counted once), and of what a stage
+// holding `range` keeps; both in closed form, without listing tensors.
 int64_t parameter_count(const ModelSpec& spec);
+int64_t parameter_count(const ModelSpec& spec, LayerRange range);
+// expected_tensors(spec, range).size() in closed form: lets a loader refuse a file that
+// cannot match before listing millions of names a hostile config asks for.
+int64_t expected_tensor_count(const ModelSpec& spec, LayerRange range);
 
 }  // namespace spark

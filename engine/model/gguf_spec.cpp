@@ -98,8 +98,8 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
                    : s.arch == Arch::QWEN3 ? "Qwen3ForCausalLM"
                                            : "Qwen3MoeForCausalLM";
   Meta m{f, *arch};
-  s.hidden_size = m.integer("embedding_length", 1, MAX_DIM);
-  s.num_layers = m.integer("block_count", 1, 1 << 12);
+  s.hidden_size = m.integer("embedding_length", 1, 1 << 17);
+  s.num_layers = m.integer("block_count", 1, 1 << 10);
   s.num_heads = m.integer("attention.head_count", 1, MAX_DIM);
   s.num_kv_heads = m.integer("attention.head_count_kv", 1, s.num_heads, s.num_heads);
   if (s.num_heads % s.num_kv_heads != 0) m.fail(*arch + ".attention.head_count_kv", "must divide head_count");
@@ -109,6 +109,7 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   if (m.integer("attention.value_length", 1, MAX_DIM, s.head_dim) != s.head_dim)
     m.fail(*arch + ".attention.value_length", "differs from key_length, which is not supported");
   if (s.head_dim % 2 != 0) m.fail(*arch + ".attention.key_length", "must be even");
+  if (s.num_heads * s.head_dim > MAX_DIM) m.fail(*arch + ".attention.head_count", "x key_length is implausibly large");
   s.rms_norm_eps = m.number("attention.layer_norm_rms_epsilon", 1e-6);
   if (!(s.rms_norm_eps > 0)) m.fail(*arch + ".attention.layer_norm_rms_epsilon", "must be positive");
   s.rope_theta = m.number("rope.freq_base", 10000.0);
@@ -127,7 +128,7 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   s.qk_norm = s.arch == Arch::QWEN3 || s.arch == Arch::QWEN3_MOE;
 
   if (s.arch == Arch::QWEN3_MOE) {
-    s.num_experts = m.integer("expert_count", 1, 1 << 12);
+    s.num_experts = m.integer("expert_count", 1, 1 << 10);
     s.num_experts_per_tok = m.integer("expert_used_count", 1, s.num_experts);
     s.moe_intermediate_size = m.integer("expert_feed_forward_length", 1, MAX_DIM);
     // llama.cpp always renormalises the top-k weights for qwen3moe.

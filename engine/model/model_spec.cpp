@@ -19,8 +19,10 @@ using nlohmann::json;
 // Upper bounds far above any real model; they keep later size arithmetic (bytes of the
 // KV cache, parameter counts) well inside 64 bits whatever a config says.
 constexpr int64_t MAX_DIM = 1 << 20;
+constexpr int64_t MAX_HIDDEN = 1 << 17;
 constexpr int64_t MAX_VOCAB = 1 << 24;
-constexpr int64_t MAX_LAYERS = 1 << 12;
+constexpr int64_t MAX_LAYERS = 1 << 10;
+constexpr int64_t MAX_EXPERTS = 1 << 10;
 constexpr int64_t MAX_POSITIONS = 1ll << 26;
 
 struct Reader {
@@ -165,7 +167,7 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
   s.arch = static_cast<Arch>(it - sup.begin());
 
   s.vocab_size = r.integer("vocab_size", 1, MAX_VOCAB);
-  s.hidden_size = r.integer("hidden_size", 1, MAX_DIM);
+  s.hidden_size = r.integer("hidden_size", 1, MAX_HIDDEN);
   s.num_layers = r.integer("num_hidden_layers", 1, MAX_LAYERS);
   s.num_heads = r.integer("num_attention_heads", 1, MAX_DIM);
   s.num_kv_heads = r.integer_or("num_key_value_heads", 1, MAX_DIM, s.num_heads);
@@ -176,6 +178,7 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
     r.fail("hidden_size", "must be a multiple of num_attention_heads when head_dim is not given");
   s.head_dim = r.integer_or("head_dim", 1, MAX_DIM, s.hidden_size / s.num_heads);
   if (s.head_dim % 2 != 0) r.fail("head_dim", "must be even (rotary embeddings rotate pairs)");
+  if (s.num_heads * s.head_dim > MAX_DIM) r.fail("num_attention_heads", "x head_dim is implausibly large");
   s.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
   if (!(s.rms_norm_eps > 0)) r.fail("rms_norm_eps", "must be positive");
   parse_rope(r, s);
@@ -207,7 +210,9 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
   }
 
   if (s.arch == Arch::QWEN3_MOE) {
-    s.num_experts = r.integer("num_experts", 1, 1 << 12);
+    // Transformers 5 writes "num_local_experts"; published Qwen3-MoE configs say "num_experts".
+    s.num_experts = r.has("num_experts") ? r.integer("num_experts", 1, MAX_EXPERTS)
+                                         : r.integer("num_local_experts", 1, MAX_EXPERTS);
     s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, s.num_experts);
     s.moe_intermediate_size = r.integer("moe_intermediate_size", 1, MAX_DIM);
     s.norm_topk_prob = r.boolean_or("norm_topk_prob", false);

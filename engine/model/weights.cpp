@@ -60,6 +60,10 @@ std::string list_names(const std::vector<std::string>& names) {
 
 std::vector<TensorSpec> check_tensor_set(const std::map<std::string, Tensor>& found, const ModelSpec& spec,
                                          LayerRange range, const std::string& source) {
+  int64_t want_count = expected_tensor_count(spec, full_range(spec));
+  if (want_count > static_cast<int64_t>(found.size()) + 64)
+    throw InputError(source + " holds " + std::to_string(found.size()) + " tensors, but " + spec.architecture +
+                     " as its config describes it has " + std::to_string(want_count));
   std::vector<TensorSpec> all = expected_tensors(spec, full_range(spec));
   std::set<std::string> known;
   for (const auto& t : all) known.insert(t.name);

@@ -80,8 +80,10 @@ Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange r
     bool is_q = t.name.find(".self_attn.q_proj.") != std::string::npos;
     bool is_k = t.name.find(".self_attn.k_proj.") != std::string::npos;
     if (spec.arch == Arch::LLAMA && (is_q || is_k)) {
-      auto buf = std::make_shared<std::vector<uint8_t>>(t.nbytes);
       int64_t rows = t.shape[0];
+      if (t.shape.size() == 1 && dtype_is_quantized(t.dtype))
+        throw InputError("GGUF file '" + f.source + "': bias '" + t.name + "' is block-quantized");
+      auto buf = std::make_shared<std::vector<uint8_t>>(t.nbytes);
       gguf_unpermute_rows(static_cast<const uint8_t*>(t.data), buf->data(), rows, t.nbytes / static_cast<size_t>(rows),
                           spec.head_dim);
       t.data = buf->data();

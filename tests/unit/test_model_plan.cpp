@@ -1,0 +1,101 @@
+// test_model_plan.cpp — the memory plan (weights, KV bytes per token, blocks under the
+// budget, refusal with numbers) and MemAvailable parsing.
+#include <doctest/doctest.h>
+
+#include "engine/model/arch.h"
+#include "engine/model/memory_plan.h"
+#include "engine/model/model_loader.h"
+#include "engine/util/mem_info.h"
+#include "tests/unit/test_model_golden.h"
+
+using namespace spark;
+
+namespace {
+constexpr uint64_t GiB = 1ull << 30;
+
+Config dummy_8b() {
+  Config c = config_for_model("tests/golden/configs/llama3_8b");
+  c.model.load_format = "dummy";
+  return c;
+}
+}  // namespace
+
+TEST_CASE("memory plan: Llama-3.1-8B with dummy weights, no weight file") {
+  Config c = dummy_8b();
+  c.model.max_model_len = 8192;
+  ModelInfo info = inspect_model(c);
+  LayerRange all = full_range(info.spec);
+  uint64_t weights = stage_weight_bytes(info, all);
+  CHECK(weights == 8030261248ull * 2);  // bf16
+  MemoryPlan p = plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"});
+  CHECK(p.parameter_count == 8030261248);
+  CHECK(p.kv_dtype == "bf16");
+  CHECK(p.kv_bytes_per_token == 2ull * 32 * 8 * 128 * 2);  // K and V, 32 layers, 8 heads x 128, bf16
+  CHECK(p.kv_block_bytes == p.kv_bytes_per_token * 16);
+  CHECK(p.budget_bytes == static_cast<uint64_t>(64.0 * GiB * 0.85));
+  uint64_t fixed = p.weight_bytes + p.workspace_bytes + p.reserve_bytes;
+  REQUIRE(p.budget_bytes > fixed);
+  // The blocks use what is left, and one more would not fit.
+  CHECK(static_cast<uint64_t>(p.kv_blocks) * p.kv_block_bytes <= p.budget_bytes - fixed);
+  CHECK(static_cast<uint64_t>(p.kv_blocks + 1) * p.kv_block_bytes > p.budget_bytes - fixed);
+  CHECK(p.kv_tokens == p.kv_blocks * 16);
+  CHECK(p.blocks_per_sequence == 512);
+  CHECK(p.fits);
+  CHECK_NOTHROW(require_fits(p));
+  std::string text = describe_plan(p);
+  CHECK(text.find("131072 bytes/token") != std::string::npos);
+  CHECK(text.find("fits             yes") != std::string::npos);
+
+  c.engine.kv_cache_dtype = "fp8";
+  CHECK(plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}).kv_bytes_per_token == 65536);
+  c.engine.kv_cache_dtype = "auto";
+  c.model.dtype = "fp16";
+  CHECK(plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}).kv_dtype == "fp16");
+}
+
+TEST_CASE("memory plan: a plan that does not fit is refused with the numbers") {
+  Config c = dummy_8b();
+  ModelInfo info = inspect_model(c);
+  LayerRange all = full_range(info.spec);
+  uint64_t weights = stage_weight_bytes(info, all);
+  MemoryPlan small = plan_memory(info.spec, all, weights, c, MemoryBudget{8 * GiB, "MemAvailable"});
+  CHECK_FALSE(small.fits);
+  CHECK_INPUT_ERROR(require_fits(small), "leaves nothing for the KV cache");
+  CHECK_INPUT_ERROR(require_fits(small), "weights 14.96 GiB");
+  // Weights fit, a full 131072-token sequence does not: the message says what to set.
+  MemoryPlan ctx = plan_memory(info.spec, all, weights, c, MemoryBudget{24 * GiB, "MemAvailable"});
+  CHECK_FALSE(ctx.fits);
+  CHECK(ctx.kv_blocks > 0);
+  CHECK_INPUT_ERROR(require_fits(ctx), "one sequence of 131072 tokens needs 131072");
+  CHECK_INPUT_ERROR(require_fits(ctx), "set model.max_model_len to at most " + std::to_string(ctx.kv_tokens));
+  c.model.max_model_len = 200000;
+  CHECK_INPUT_ERROR(plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "x"}), "exceeds the model's 131072 positions");
+}
+
+TEST_CASE("memory plan: a pipeline stage plans only its own layers") {
+  Config c = dummy_8b();
+  c.model.max_model_len = 4096;
+  ModelInfo info = inspect_model(c);
+  MemoryPlan head = plan_memory(info.spec, {0, 16}, stage_weight_bytes(info, {0, 16}), c, MemoryBudget{64 * GiB, "t"});
+  MemoryPlan tail = plan_memory(info.spec, {16, 32}, stage_weight_bytes(info, {16, 32}), c, MemoryBudget{64 * GiB, "t"});
+  CHECK(head.kv_bytes_per_token == 65536);
+  CHECK(tail.kv_bytes_per_token == 65536);
+  CHECK(head.weight_bytes + tail.weight_bytes == 8030261248ull * 2);
+  // Only the last stage pays for logits.
+  CHECK(tail.workspace_bytes - head.workspace_bytes == 64ull * 128256 * 4);
+}
+
+TEST_CASE("meminfo: parsed robustly") {
+  auto m = parse_meminfo("MemTotal:       24684092 kB\nMemFree:        23392988 kB\nMemAvailable:   24085548 kB\n");
+  REQUIRE(m.has_value());
+  CHECK(m->total_bytes == 24684092ull * 1024);
+  CHECK(m->available_bytes == 24085548ull * 1024);
+  CHECK(parse_meminfo("MemAvailable:\t5 kB\r\nMemTotal: 9 kB\r\n")->available_bytes == 5 * 1024);
+  CHECK(parse_meminfo("garbage\n\n:::\nMemTotal: 10\nMemAvailable: 7\n")->available_bytes == 7);
+  CHECK_FALSE(parse_meminfo("MemTotal: 10 kB\n").has_value());
+  CHECK_FALSE(parse_meminfo("MemTotal: 10 kB\nMemAvailable: x kB\n").has_value());
+  CHECK_FALSE(parse_meminfo("MemTotal: 10 kB\nMemAvailable: 99999999999999999999999 kB\n").has_value());
+  CHECK_FALSE(parse_meminfo("MemTotal: 10 kB\nMemAvailable: 18014398509481984 kB\n").has_value());  // overflows in bytes
+  CHECK_FALSE(parse_meminfo("").has_value());
+  CHECK(read_host_memory().available_bytes > 0);
+}

@@ -1,0 +1,142 @@
+// test_model_spec.cpp — config.json and GGUF metadata to ModelSpec, for every supported
+// architecture, and the errors for configs sparkd cannot run.
+#include <doctest/doctest.h>
+
+#include "engine/model/arch.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model_spec.h"
+#include "tests/unit/test_model_golden.h"
+
+using namespace spark;
+using spark::testing::golden;
+using spark::testing::golden_dir;
+
+namespace {
+
+void check_against_golden(const ModelSpec& s, const nlohmann::json& ref, bool from_gguf) {
+  CHECK(s.architecture == ref["architecture"].get<std::string>());
+  CHECK(s.vocab_size == ref["vocab_size"].get<int64_t>());
+  CHECK(s.hidden_size == ref["hidden_size"].get<int64_t>());
+  if (ref["num_experts"].get<int64_t>() == 0 || !from_gguf)
+    CHECK(s.intermediate_size == ref["intermediate_size"].get<int64_t>());
+  CHECK(s.num_layers == ref["num_layers"].get<int64_t>());
+  CHECK(s.num_heads == ref["num_heads"].get<int64_t>());
+  CHECK(s.num_kv_heads == ref["num_kv_heads"].get<int64_t>());
+  CHECK(s.head_dim == ref["head_dim"].get<int64_t>());
+  // GGUF stores eps and theta as f32.
+  CHECK(static_cast<float>(s.rms_norm_eps) == static_cast<float>(ref["rms_norm_eps"].get<double>()));
+  CHECK(static_cast<float>(s.rope_theta) == static_cast<float>(ref["rope_theta"].get<double>()));
+  std::string rope = ref["rope_type"].get<std::string>();
+  CHECK(s.rope_scaling.type == (rope == "default" ? "" : rope));
+  CHECK(s.rope_scaling.factor == doctest::Approx(ref["rope_factor"].get<double>()));
+  CHECK(s.max_position_embeddings == ref["max_position_embeddings"].get<int64_t>());
+  CHECK(s.tie_word_embeddings == ref["tie_word_embeddings"].get<bool>());
+  CHECK(s.num_experts == ref["num_experts"].get<int64_t>());
+  CHECK(s.num_experts_per_tok == ref["num_experts_per_tok"].get<int64_t>());
+  CHECK(s.moe_intermediate_size == ref["moe_intermediate_size"].get<int64_t>());
+  CHECK(s.norm_topk_prob == ref["norm_topk_prob"].get<bool>());
+  CHECK(s.bos_token_id == 1);
+}
+
+std::string minimal(const std::string& arch, const std::string& extra = "") {
+  return R"({"architectures":[")" + arch + R"("],"vocab_size":100,"hidden_size":64,"intermediate_size":128,)"
+         R"("num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2)" + extra + "}";
+}
+
+}  // namespace
+
+TEST_CASE("model spec: Hugging Face folders and GGUF files give the same spec") {
+  for (const auto& m : golden()["models"]) {
+    std::string arch = m["arch"].get<std::string>();
+    CAPTURE(arch);
+    ModelSpec hf = load_hf_spec(golden_dir() + "/" + m["hf_folder"].get<std::string>());
+    check_against_golden(hf, m["spec"], false);
+    CHECK(hf.eos_token_ids == std::vector<int32_t>{2, 3});  // generation_config.json wins
+    ModelSpec gg = spec_from_gguf(GgufFile::open(golden_dir() + "/" + m["gguf"].get<std::string>()));
+    check_against_golden(gg, m["spec"], true);
+    CHECK(gg.eos_token_ids == std::vector<int32_t>{2});
+    CHECK(hf.arch == gg.arch);
+    CHECK(hf.attention_bias == gg.attention_bias);
+    CHECK(hf.qk_norm == gg.qk_norm);
+    CHECK(hf.attention_bias == (arch == "qwen2"));
+    CHECK(hf.qk_norm == (arch == "qwen3" || arch == "qwen3moe"));
+    CHECK(hf.dtype == DType::F16);
+    CHECK(gg.dtype == DType::F16);
+    if (arch == "llama") {
+      for (const ModelSpec* s : {&hf, &gg}) {
+        CHECK(s->rope_scaling.low_freq_factor == 1.0);
+        CHECK(s->rope_scaling.high_freq_factor == 4.0);
+        CHECK(s->rope_scaling.original_max_position_embeddings == 8192);
+      }
+    }
+  }
+}
+
+TEST_CASE("model spec: Llama-3.1-8B shape and parameter count") {
+  ModelSpec s = load_hf_spec("tests/golden/configs/llama3_8b");
+  CHECK(s.arch == Arch::LLAMA);
+  CHECK(s.head_dim == 128);
+  CHECK(s.num_kv_heads == 8);
+  CHECK(s.rope_theta == 500000.0);
+  CHECK(s.rope_scaling.type == "llama3");
+  CHECK(s.rope_scaling.factor == 8.0);
+  CHECK(s.max_position_embeddings == 131072);
+  CHECK(s.bos_token_id == 128000);
+  CHECK(s.eos_token_ids == std::vector<int32_t>{128001, 128008, 128009});
+  CHECK(s.dtype == DType::BF16);
+  // The published parameter count of Llama-3.1-8B.
+  CHECK(parameter_count(s) == 8030261248);
+}
+
+TEST_CASE("model spec: architecture-specific fields") {
+  ModelSpec q2 = parse_hf_config(minimal("Qwen2ForCausalLM", R"(,"tie_word_embeddings":true,"torch_dtype":"bfloat16")"), "", "c");
+  CHECK(q2.attention_bias);
+  CHECK(q2.tie_word_embeddings);
+  CHECK(q2.head_dim == 16);
+  ModelSpec moe = parse_hf_config(minimal("Qwen3MoeForCausalLM",
+      R"(,"num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":32,"decoder_sparse_step":2,"mlp_only_layers":[3],"norm_topk_prob":true,"head_dim":32)"), "", "c");
+  CHECK(moe.num_experts == 8);
+  CHECK(moe.head_dim == 32);
+  CHECK_FALSE(moe.layer_is_moe(0));
+  CHECK(moe.layer_is_moe(1));
+  CHECK_FALSE(moe.layer_is_moe(2));
+  CHECK_FALSE(moe.layer_is_moe(3));  // every second layer, but listed in mlp_only_layers
+  ModelSpec dense = parse_hf_config(minimal("LlamaForCausalLM"), "", "c");
+  CHECK_FALSE(dense.layer_is_moe(0));
+  ModelSpec mis = parse_hf_config(minimal("MistralForCausalLM", R"(,"sliding_window":1024,"max_position_embeddings":32768)"), "", "c");
+  CHECK(mis.max_position_embeddings == 1024);  // exact attention only inside the window
+  ModelSpec mis2 = parse_hf_config(minimal("MistralForCausalLM", R"(,"sliding_window":null,"max_position_embeddings":32768)"), "", "c");
+  CHECK(mis2.max_position_embeddings == 32768);
+  ModelSpec old = parse_hf_config(minimal("LlamaForCausalLM", R"(,"rope_theta":1e6,"rope_scaling":{"type":"linear","factor":2.0})"), "", "c");
+  CHECK(old.rope_theta == 1e6);
+  CHECK(old.rope_scaling.type == "linear");
+  CHECK(old.rope_scaling.factor == 2.0);
+  ModelSpec eos = parse_hf_config(minimal("LlamaForCausalLM", R"(,"eos_token_id":5)"), R"({"eos_token_id":[6,7]})", "c");
+  CHECK(eos.eos_token_ids == std::vector<int32_t>{6, 7});
+}
+
+TEST_CASE("model spec: configs sparkd cannot run are refused with a clear message") {
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("GPT2LMHeadModel"), "", "c"),
+                    "architecture GPT2LMHeadModel is not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
+                    "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
+  CHECK_INPUT_ERROR(parse_hf_config(R"({"vocab_size":5})", "", "c"), "\"architectures\" must list");
+  CHECK_INPUT_ERROR(parse_hf_config("[1]", "", "c"), "not a JSON object");
+  CHECK_INPUT_ERROR(parse_hf_config("{", "", "c"), "invalid JSON");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"num_key_value_heads":3)"), "", "c"), "must divide");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"head_dim":15)"), "", "c"), "must be even");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"rope_scaling":{"rope_type":"yarn","factor":4})"), "", "c"),
+                    "rope scaling type \"yarn\" is not supported");
+  CHECK_INPUT_ERROR(parse_hf_config(R"({"architectures":["LlamaForCausalLM"],"vocab_size":-1})", "", "c"), "\"vocab_size\" = -1");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"eos_token_id":100)"), "", "c"), "not a token id below vocab_size");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"torch_dtype":"int8")"), "", "c"), "torch_dtype");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"hidden_size":1e30)"), "", "c"), "must be an integer");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"num_hidden_layers":18446744073709551615)"), "", "c"), "outside");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"attention_bias":true)"), "", "c"), "attention_bias");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"rms_norm_eps":0)"), "", "c"), "rms_norm_eps");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("Qwen3MoeForCausalLM", R"(,"num_experts":4,"num_experts_per_tok":5,"moe_intermediate_size":8)"), "", "c"),
+                    "num_experts_per_tok");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("Qwen3MoeForCausalLM", R"(,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":8,"mlp_only_layers":[9])"), "", "c"),
+                    "mlp_only_layers");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM"), "{", "c"), "generation_config.json");
+  CHECK_INPUT_ERROR(load_hf_spec("/nonexistent-folder"), "has no config.json");
+}

@@ -22,8 +22,20 @@ namespace {
   throw TemplateError("integer overflow: the result does not fit in 64 bits");
 }
 
-int64_t checked(bool overflowed, int64_t r) {
-  if (overflowed) overflow();
+// The builtins write the wrapped result and report overflow, which Python never has.
+int64_t checked_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) overflow();
+  return r;
+}
+int64_t checked_sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) overflow();
+  return r;
+}
+int64_t checked_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) overflow();
   return r;
 }
 
@@ -73,9 +85,9 @@ Value power(const Value& a, const Value& b) {
   if (!a.is_float() && !b.is_float() && b.as_int() >= 0) {
     int64_t base = a.as_int(), exp = b.as_int(), result = 1;
     while (exp > 0) {
-      if (exp & 1) result = checked(__builtin_mul_overflow(result, base, &result), result);
+      if (exp & 1) result = checked_mul(result, base);
       exp >>= 1;
-      if (exp > 0) base = checked(__builtin_mul_overflow(base, base, &base), base);
+      if (exp > 0) base = checked_mul(base, base);
     }
     return Value::integer(result);
   }
@@ -113,8 +125,7 @@ Value binary_op(Evaluator& ev, BinaryOp op, const Value& a, const Value& b) {
     case BinaryOp::ADD:
       if (numbers) {
         if (floats) return Value::floating(a.as_float() + b.as_float());
-        int64_t r;
-        return Value::integer(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r));
+        return Value::integer(checked_add(a.as_int(), b.as_int()));
       }
       if (a.is_string() && b.is_string()) {
         ev.check_size(a.as_string().size() + b.as_string().size(), "concatenated string");
@@ -133,15 +144,11 @@ Value binary_op(Evaluator& ev, BinaryOp op, const Value& a, const Value& b) {
     case BinaryOp::SUB:
       if (!numbers) unsupported("-", a, b);
       if (floats) return Value::floating(a.as_float() - b.as_float());
-      {
-        int64_t r;
-        return Value::integer(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r));
-      }
+      return Value::integer(checked_sub(a.as_int(), b.as_int()));
     case BinaryOp::MUL:
       if (numbers) {
         if (floats) return Value::floating(a.as_float() * b.as_float());
-        int64_t r;
-        return Value::integer(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
+        return Value::integer(checked_mul(a.as_int(), b.as_int()));
       }
       if ((a.is_string() || a.is_sequence()) && (b.is_int() || b.is_bool())) return repeat(ev, a, b.as_int());
       if ((b.is_string() || b.is_sequence()) && (a.is_int() || a.is_bool())) return repeat(ev, b, a.as_int());

@@ -1,5 +1,6 @@
 // tokenize.cpp — `sparkd tokenize` and `sparkd detokenize`: JSONL on stdin, one JSON line
 // out per input line, for scripts and for checking against reference tokenizers.
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -18,8 +19,8 @@ using json = nlohmann::json;
 namespace {
 
 std::unique_ptr<Tokenizer> load_for(const Args& args, const char* command) {
-  Flags flags(args);
-  flags.expect_only({"model"});
+  Flags flags(args, {"stats"});
+  flags.expect_only({"model", "stats"});
   if (!flags.has("model")) throw InputError(std::string("usage: sparkd ") + command + " --model PATH < input.jsonl");
   return Tokenizer::load(flags.require("model"));
 }
@@ -60,12 +61,21 @@ int for_each_line(F&& handle) {
 
 int run_tokenize(const Args& args) {
   auto tok = load_for(args, "tokenize");
-  return for_each_line([&](const json& j, size_t line, std::string& out) {
+  // --stats: report encode throughput (the encode calls only, not JSON or loading) on stderr.
+  const bool stats = Flags(args, {"stats"}).has("stats");
+  double encode_seconds = 0;
+  size_t encode_bytes = 0, encode_ids = 0;
+  int rc = for_each_line([&](const json& j, size_t line, std::string& out) {
     if (!j.contains("text") || !j["text"].is_string())
       throw InputError("line " + std::to_string(line) + ": expected {\"text\": \"...\"}");
     bool add_special = optional_bool(j, "add_special_tokens", true, line);
     bool parse_special = optional_bool(j, "parse_special", true, line);
-    auto ids = tok->encode(j["text"].get_ref<const std::string&>(), add_special, parse_special);
+    const std::string& text = j["text"].get_ref<const std::string&>();
+    auto t0 = std::chrono::steady_clock::now();
+    auto ids = tok->encode(text, add_special, parse_special);
+    encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    encode_bytes += text.size();
+    encode_ids += ids.size();
     out += "{\"ids\":[";
     for (size_t i = 0; i < ids.size(); ++i) {
       if (i) out += ',';
@@ -73,6 +83,10 @@ int run_tokenize(const Args& args) {
     }
     out += "]}";
   });
+  if (stats)
+    std::fprintf(stderr, "encode: %zu bytes, %zu ids in %.3f s: %.2f MB/s\n", encode_bytes, encode_ids, encode_seconds,
+                 encode_seconds > 0 ? encode_bytes / encode_seconds / 1e6 : 0.0);
+  return rc;
 }
 
 int run_detokenize(const Args& args) {

@@ -93,27 +93,39 @@ std::string byte_token(uint8_t b) {
 
 }  // namespace
 
-BpeModel::BpeModel(StringIdMap vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opts)
-    : vocab_(std::move(vocab)), opts_(std::move(opts)), cache_(std::make_unique<Cache>()) {
+void BpeVocab::add_merge(std::string_view left, std::string_view right) {
+  merge_spans.push_back(uint32_t(merge_arena.size()));
+  merge_spans.push_back(uint32_t(left.size()));
+  merge_arena.append(left);
+  merge_spans.push_back(uint32_t(merge_arena.size()));
+  merge_spans.push_back(uint32_t(right.size()));
+  merge_arena.append(right);
+}
+
+BpeModel::BpeModel(BpeVocab vocab, BpeOptions opts)
+    : vocab_(std::move(vocab.tokens)), opts_(std::move(opts)), cache_(std::make_unique<Cache>()) {
   build_reverse();
-  merges_ = std::make_unique<MergeTable>(merges.size());
+  const size_t n = vocab.merge_count();
+  merges_ = std::make_unique<MergeTable>(n);
   const size_t prefix_len = opts_.continuing_subword_prefix.size();
-  for (size_t r = 0; r < merges.size(); ++r) {
-    const auto& [a, b] = merges[r];
-    auto ia = vocab_.find(a), ib = vocab_.find(b);
-    if (ia == vocab_.end() || ib == vocab_.end())
-      throw InputError("tokenizer.json: merge #" + std::to_string(r) + " '" + a + " " + b +
+  std::string merged;
+  for (size_t r = 0; r < n; ++r) {
+    std::string_view a = vocab.merge_part(r, 0), b = vocab.merge_part(r, 1);
+    int32_t ia = vocab_.find(a), ib = vocab_.find(b);
+    if (ia < 0 || ib < 0)
+      throw InputError("tokenizer.json: merge #" + std::to_string(r) + " '" + std::string(a) + " " + std::string(b) +
                        "' uses a token that is not in the vocabulary");
-    std::string merged = a + (b.size() >= prefix_len ? b.substr(prefix_len) : std::string());
-    auto im = vocab_.find(merged);
-    if (im == vocab_.end())
-      throw InputError("tokenizer.json: merge #" + std::to_string(r) + " '" + a + " " + b + "' produces '" +
-                       merged + "', which is not in the vocabulary");
-    merges_->put(ia->second, ib->second, static_cast<uint32_t>(r), im->second);
+    merged.assign(a);
+    if (b.size() >= prefix_len) merged.append(b.substr(prefix_len));
+    int32_t im = vocab_.find(merged);
+    if (im < 0)
+      throw InputError("tokenizer.json: merge #" + std::to_string(r) + " '" + std::string(a) + " " + std::string(b) +
+                       "' produces '" + merged + "', which is not in the vocabulary");
+    merges_->put(ia, ib, static_cast<uint32_t>(r), im);
   }
 }
 
-BpeModel::BpeModel(StringIdMap vocab, const std::vector<float>& scores, BpeOptions opts)
+BpeModel::BpeModel(TokenIndex vocab, const std::vector<float>& scores, BpeOptions opts)
     : vocab_(std::move(vocab)), opts_(std::move(opts)), cache_(std::make_unique<Cache>()) {
   build_reverse();
   struct Candidate {
@@ -121,14 +133,15 @@ BpeModel::BpeModel(StringIdMap vocab, const std::vector<float>& scores, BpeOptio
     int32_t left, right, merged;
   };
   std::vector<Candidate> cands;
-  for (const auto& [tok, id] : vocab_) {
-    float score = id >= 0 && size_t(id) < scores.size() ? scores[id] : 0.f;
+  for (size_t e = 0; e < vocab_.size(); ++e) {
+    std::string_view tok = vocab_.key(e);
+    int32_t id = vocab_.id(e);
+    float score = size_t(id) < scores.size() ? scores[size_t(id)] : 0.f;
     size_t i = 0;
     utf8::next(tok, i);
     for (; i < tok.size(); utf8::next(tok, i)) {
-      auto l = vocab_.find(std::string_view(tok).substr(0, i));
-      auto r = vocab_.find(std::string_view(tok).substr(i));
-      if (l != vocab_.end() && r != vocab_.end()) cands.push_back({score, l->second, r->second, id});
+      int32_t l = vocab_.find(tok.substr(0, i)), r = vocab_.find(tok.substr(i));
+      if (l >= 0 && r >= 0) cands.push_back({score, l, r, id});
     }
   }
   // Higher score first; ties by the ids of the two halves, as Hugging Face's converter orders them.
@@ -144,20 +157,25 @@ BpeModel::BpeModel(StringIdMap vocab, const std::vector<float>& scores, BpeOptio
 BpeModel::~BpeModel() = default;
 
 void BpeModel::build_reverse() {
-  for (const auto& [tok, id] : vocab_) {
-    if (id < 0) throw InputError("tokenizer: token '" + tok + "' has a negative id");
-    max_id_ = std::max(max_id_, id);
+  for (size_t e = 0; e < vocab_.size(); ++e) {
+    if (vocab_.id(e) < 0) throw InputError("tokenizer: token '" + std::string(vocab_.key(e)) + "' has a negative id");
+    max_id_ = std::max(max_id_, vocab_.id(e));
   }
   if (max_id_ >= (1 << 28)) throw InputError("tokenizer: token id " + std::to_string(max_id_) + " is implausibly large");
-  reverse_.assign(size_t(max_id_ + 1), nullptr);
-  for (const auto& [tok, id] : vocab_) reverse_[size_t(id)] = &tok;
+  reverse_.assign(size_t(max_id_ + 1), std::string());
+  present_.assign(size_t(max_id_ + 1), false);
+  for (size_t e = 0; e < vocab_.size(); ++e) {
+    size_t id = size_t(vocab_.id(e));
+    if (present_[id]) continue;
+    reverse_[id] = std::string(vocab_.key(e));
+    present_[id] = true;
+  }
   if (opts_.unk_token) {
-    auto it = vocab_.find(*opts_.unk_token);
-    if (it != vocab_.end()) unk_id_ = it->second;
+    int32_t id = vocab_.find(*opts_.unk_token);
+    if (id >= 0) unk_id_ = id;
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = vocab_.find(byte_token(uint8_t(b)));
-    byte_fallback_ids_[b] = it == vocab_.end() ? -1 : it->second;
+    byte_fallback_ids_[b] = vocab_.find(byte_token(uint8_t(b)));
     raw_byte_ids_[b] = -1;
   }
 }
@@ -166,25 +184,22 @@ void BpeModel::use_raw_bytes() {
   if (!opts_.continuing_subword_prefix.empty() || !opts_.end_of_word_suffix.empty()) return;
   raw_bytes_ = true;
   raw_vocab_.reserve(vocab_.size());
-  for (const auto& [tok, id] : vocab_) {
-    auto raw = byte_level::decode(tok);
-    if (raw) raw_vocab_.emplace(std::move(*raw), id);
+  for (size_t e = 0; e < vocab_.size(); ++e) {
+    auto raw = byte_level::decode(vocab_.key(e));
+    if (raw) raw_vocab_.insert(*raw, vocab_.id(e));
   }
-  for (int b = 0; b < 256; ++b) {
-    auto it = raw_vocab_.find(std::string(1, char(b)));
-    raw_byte_ids_[b] = it == raw_vocab_.end() ? -1 : it->second;
-  }
+  for (int b = 0; b < 256; ++b) raw_byte_ids_[b] = raw_vocab_.find(std::string(1, char(b)));
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  int32_t id = vocab_.find(token);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
-  if (id < 0 || id > max_id_) return nullptr;
-  return reverse_[size_t(id)];
+  if (id < 0 || id > max_id_ || !present_[size_t(id)]) return nullptr;
+  return &reverse_[size_t(id)];
 }
 
 void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& ids) const {
@@ -223,17 +238,17 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& ids)
       size_t s = i;
       i += std::min<size_t>(utf8::seq_len(static_cast<unsigned char>(word[i])), word.size() - i);
       std::string_view ch = word.substr(s, i - s);
-      StringIdMap::const_iterator it;
+      int32_t id;
       if (affixes) {
         piece.clear();
         if (s > 0) piece += opts_.continuing_subword_prefix;
         piece += ch;
         if (i == word.size()) piece += opts_.end_of_word_suffix;
-        it = vocab_.find(piece);
+        id = vocab_.find(piece);
       } else {
-        it = vocab_.find(ch);
+        id = vocab_.find(ch);
       }
-      if (it != vocab_.end()) known(it->second);
+      if (id >= 0) known(id);
       else if (!fallback(ch)) unknown();
     }
   }
@@ -284,10 +299,9 @@ void BpeModel::merge(std::vector<int32_t>& ids) const {
 
 void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& out) const {
   if (opts_.ignore_merges) {
-    const StringIdMap& v = raw_bytes_ ? raw_vocab_ : vocab_;
-    auto it = v.find(word);
-    if (it != v.end()) {
-      out.push_back(it->second);
+    int32_t id = (raw_bytes_ ? raw_vocab_ : vocab_).find(word);
+    if (id >= 0) {
+      out.push_back(id);
       return;
     }
   }

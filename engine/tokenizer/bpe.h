@@ -9,13 +9,26 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/tokenizer/token_index.h"
+
 namespace spark {
 
 struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const noexcept;
 };
-using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+// A BPE vocabulary and merge list as read from a file, before the merges are resolved.
+struct BpeVocab {
+  TokenIndex tokens;  // token -> id
+  std::string merge_arena;
+  std::vector<uint32_t> merge_spans;  // per merge: left offset, left length, right offset, right length
+  void add_merge(std::string_view left, std::string_view right);
+  size_t merge_count() const { return merge_spans.size() / 4; }
+  std::string_view merge_part(size_t merge, int side) const {
+    return std::string_view(merge_arena).substr(merge_spans[merge * 4 + side * 2], merge_spans[merge * 4 + side * 2 + 1]);
+  }
+};
 
 struct BpeOptions {
   std::optional<std::string> unk_token;
@@ -28,13 +41,12 @@ struct BpeOptions {
 
 class BpeModel {
  public:
-  // `vocab` maps token strings to ids (ids may be sparse); `merges` are (left, right) pairs,
-  // highest priority first. Throws InputError when a merge names or produces a token that is
-  // not in the vocabulary.
-  BpeModel(StringIdMap vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opts);
+  // Token ids may be sparse; merges are (left, right) pairs, highest priority first. Throws
+  // InputError when a merge names or produces a token that is not in the vocabulary.
+  BpeModel(BpeVocab vocab, BpeOptions opts);
   // SentencePiece BPE without a merge list (GGUF "llama"): a pair merges when its
   // concatenation is a token, and higher-scoring tokens merge first.
-  BpeModel(StringIdMap vocab, const std::vector<float>& scores, BpeOptions opts);
+  BpeModel(TokenIndex vocab, const std::vector<float>& scores, BpeOptions opts);
   ~BpeModel();
 
   // Byte-level mode: words arrive as raw bytes rather than GPT-2 mapped characters. Tokens
@@ -47,7 +59,6 @@ class BpeModel {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   const std::string* id_to_token(int32_t id) const;
   int32_t max_id() const { return max_id_; }
-  const StringIdMap& vocab() const { return vocab_; }
 
  private:
   struct MergeTable;
@@ -57,15 +68,16 @@ class BpeModel {
   void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
   void merge(std::vector<int32_t>& ids) const;
 
-  StringIdMap vocab_;
-  std::vector<const std::string*> reverse_;  // id -> token (nullptr for gaps)
+  TokenIndex vocab_;
+  std::vector<std::string> reverse_;  // id -> token
+  std::vector<bool> present_;         // ids that have a token
   int32_t max_id_ = -1;
   BpeOptions opts_;
   std::unique_ptr<MergeTable> merges_;
   std::optional<int32_t> unk_id_;
   int32_t byte_fallback_ids_[256];
   bool raw_bytes_ = false;
-  StringIdMap raw_vocab_;  // raw-byte spelling -> id (byte-level mode)
+  TokenIndex raw_vocab_;  // raw-byte spelling -> id (byte-level mode)
   int32_t raw_byte_ids_[256];
   std::unique_ptr<Cache> cache_;
 };

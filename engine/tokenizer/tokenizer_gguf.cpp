@@ -86,9 +86,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf_vocab(const GgufVocab& v) {
   check_id(v.unk_id, n, "unknown-token");
   check_id(v.pad_id, n, "padding");
 
-  StringIdMap vocab;
+  TokenIndex vocab;
   vocab.reserve(n);
-  for (size_t i = 0; i < n; ++i) vocab.emplace(v.tokens[i], int32_t(i));  // first spelling wins
+  for (size_t i = 0; i < n; ++i) vocab.insert(v.tokens[i], int32_t(i));  // first spelling wins
 
   // Control (3) and user-defined (4) tokens are matched in text before the model, like the
   // added tokens of tokenizer.json; control and unknown (2) ones are special.
@@ -107,15 +107,15 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf_vocab(const GgufVocab& v) {
 
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   if (v.model == "gpt2") {
-    std::vector<std::pair<std::string, std::string>> merges;
-    merges.reserve(v.merges.size());
+    BpeVocab bv;
+    bv.tokens = std::move(vocab);
     for (size_t r = 0; r < v.merges.size(); ++r) {
-      const std::string& m = v.merges[r];
+      std::string_view m = v.merges[r];
       size_t sp = m.find(' ', 1);
       if (sp == std::string::npos) throw InputError("GGUF tokenizer: merge #" + std::to_string(r) + " has no space");
-      merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
+      bv.add_merge(m.substr(0, sp), m.substr(sp + 1));
     }
-    t->model_ = std::make_unique<BpeModel>(std::move(vocab), merges, BpeOptions{});
+    t->model_ = std::make_unique<BpeModel>(std::move(bv), BpeOptions{});
     t->pre_tokenizer_ = gpt2_pre_tokenizer(v.pre.empty() ? "default" : v.pre);
     t->decoder_ = make_byte_level_decoder();
   } else if (v.model == "llama") {

@@ -9,6 +9,7 @@
 #include "engine/tokenizer/post_processor.h"
 #include "engine/tokenizer/pre_tokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_json_reader.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -45,37 +46,13 @@ bool opt_flag(const json& j, const char* key) {
   return j[key].get<bool>();
 }
 
-std::unique_ptr<BpeModel> make_bpe(const json& m) {
+std::unique_ptr<BpeModel> make_bpe(const json& m, BpeVocab vocab, bool has_vocab) {
   if (!m.is_object()) throw InputError("tokenizer.json: 'model' must be an object");
   std::string type = m.contains("type") && m["type"].is_string() ? m["type"].get<std::string>() : "BPE";
   if (type != "BPE")
     throw InputError("tokenizer.json: model type '" + type + "' is not supported (BPE tokenizers only)");
-  if (!m.contains("vocab") || !m["vocab"].is_object()) throw InputError("tokenizer.json: BPE model needs a 'vocab' object");
-  StringIdMap vocab;
-  vocab.reserve(m["vocab"].size());
-  for (const auto& [tok, id] : m["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t(1) << 28))
-      throw InputError("tokenizer.json: vocabulary entry '" + tok + "' has an invalid id");
-    vocab[tok] = static_cast<int32_t>(id.get<int64_t>());
-  }
-  std::vector<std::pair<std::string, std::string>> merges;
-  if (m.contains("merges")) {
-    if (!m["merges"].is_array()) throw InputError("tokenizer.json: 'merges' must be an array");
-    merges.reserve(m["merges"].size());
-    for (const auto& e : m["merges"]) {
-      if (e.is_string()) {
-        const std::string& s = e.get_ref<const std::string&>();
-        size_t sp = s.find(' ');
-        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-          throw InputError("tokenizer.json: merge '" + s + "' is not two tokens separated by one space");
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-        merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
-      } else {
-        throw InputError("tokenizer.json: each merge must be \"a b\" or [\"a\", \"b\"]");
-      }
-    }
-  }
+  if (!has_vocab) throw InputError("tokenizer.json: BPE model needs a 'vocab' object");
+  if (m.contains("merges")) throw InputError("tokenizer.json: 'merges' must be an array of merges");
   BpeOptions o;
   o.unk_token = opt_string(m, "unk_token");
   o.fuse_unk = opt_flag(m, "fuse_unk");
@@ -83,7 +60,7 @@ std::unique_ptr<BpeModel> make_bpe(const json& m) {
   o.ignore_merges = opt_flag(m, "ignore_merges");
   o.continuing_subword_prefix = opt_string(m, "continuing_subword_prefix").value_or("");
   o.end_of_word_suffix = opt_string(m, "end_of_word_suffix").value_or("");
-  return std::make_unique<BpeModel>(std::move(vocab), merges, std::move(o));
+  return std::make_unique<BpeModel>(std::move(vocab), std::move(o));
 }
 
 std::vector<AddedToken> parse_added(const json& j, int32_t model_max_id) {
@@ -137,10 +114,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_file(const std::string& json_pat
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& tokenizer_json, const std::string& config_json) {
-  json j = parse(tokenizer_json, "tokenizer.json");
+  TokenizerJsonParts parts = read_tokenizer_json(tokenizer_json);
+  const json& j = parts.rest;
   if (!j.is_object() || !j.contains("model")) throw InputError("tokenizer.json: missing 'model'");
   std::unique_ptr<Tokenizer> t(new Tokenizer());
-  t->model_ = make_bpe(j["model"]);
+  t->model_ = make_bpe(j["model"], std::move(parts.vocab), parts.has_vocab);
   t->normalizer_ = make_normalizer(j.value("normalizer", json()));
   t->pre_tokenizer_ = make_pre_tokenizer(j.value("pre_tokenizer", json()));
   t->added_ = AddedVocabulary(parse_added(j.value("added_tokens", json()), t->model_->max_id()), t->normalizer_.get());

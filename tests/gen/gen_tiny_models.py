@@ -95,7 +95,6 @@ def main():
     torch.manual_seed(0)
     for i, (name, cfg) in enumerate(configs().items()):
         gen = torch.Generator().manual_seed(1000 + i)
-        cfg.torch_dtype = torch.float32
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
         randomize(model, gen)
         if name.endswith("_bf16"):

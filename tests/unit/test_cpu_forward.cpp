@@ -1,0 +1,254 @@
+// test_cpu_forward.cpp — CPU backend logits against transformers' golden logits, paged
+// attention across steps, mixed batches and a two-stage layer split.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/backend/backend_factory.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/config.h"
+#include "engine/model/model_loader.h"
+#include "engine/util/check.h"
+
+using namespace spark;
+
+namespace {
+
+const char* kGoldenDir = "tests/golden/models/";
+const char* kModels[] = {"llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_bf16"};
+
+struct Golden {
+  std::vector<std::vector<int32_t>> sequences;
+  std::vector<std::vector<float>> logits;  // [len x vocab] per sequence
+  int64_t vocab = 0;
+};
+
+Golden read_golden(const std::string& dir) {
+  std::ifstream f(dir + "/golden.json");
+  REQUIRE(f.good());
+  auto j = nlohmann::json::parse(f);
+  Golden g;
+  g.vocab = j["vocab_size"].get<int64_t>();
+  for (size_t i = 0; i < j["sequences"].size(); ++i) {
+    g.sequences.push_back(j["sequences"][i].get<std::vector<int32_t>>());
+    std::ifstream lf(dir + "/" + j["logits"][i].get<std::string>(), std::ios::binary);
+    REQUIRE(lf.good());
+    std::vector<float> v(g.sequences.back().size() * static_cast<size_t>(g.vocab));
+    lf.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+    REQUIRE(lf.gcount() == static_cast<std::streamsize>(v.size() * sizeof(float)));
+    g.logits.push_back(std::move(v));
+  }
+  return g;
+}
+
+// max |a - b| / max |b|: the error relative to the scale of the logits.
+double rel_error(const float* a, const float* b, size_t n) {
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    mag = std::max(mag, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / (mag + 1e-30);
+}
+
+constexpr int kBlockSize = 16;
+constexpr int kNumBlocks = 32;
+
+// One sequence's slice of a step: the tokens of context positions [begin, end), the
+// whole context living in `blocks`.
+struct Chunk {
+  const std::vector<int32_t>* tokens;
+  int32_t begin, end;
+  std::vector<int32_t> blocks;
+};
+
+Batch make_batch(const std::vector<Chunk>& chunks, bool all_logits) {
+  Batch b;
+  int32_t max_blocks = 0;
+  for (const auto& c : chunks) max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(c.blocks.size()));
+  b.max_blocks_per_seq = max_blocks;
+  b.query_start.push_back(0);
+  for (const auto& c : chunks) {
+    for (int32_t p = c.begin; p < c.end; ++p) {
+      if (all_logits || p == c.end - 1) b.logits_rows.push_back(b.num_tokens());
+      b.token_ids.push_back((*c.tokens)[static_cast<size_t>(p)]);
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(c.blocks[static_cast<size_t>(p / kBlockSize)] * kBlockSize + p % kBlockSize);
+    }
+    b.query_start.push_back(b.num_tokens());
+    b.context_lens.push_back(c.end);
+    for (int32_t i = 0; i < max_blocks; ++i)
+      b.block_tables.push_back(i < static_cast<int32_t>(c.blocks.size()) ? c.blocks[static_cast<size_t>(i)] : 0);
+  }
+  return b;
+}
+
+std::vector<int32_t> blocks_for(int32_t len, int32_t first) {
+  std::vector<int32_t> blocks;
+  // Deliberately scattered, descending ids: block tables, not contiguity, must matter.
+  for (int32_t i = 0; i * kBlockSize < len; ++i) blocks.push_back(first - 3 * i);
+  return blocks;
+}
+
+LoadedModel load(const std::string& name, LayerRange range = {}) {
+  return load_model(config_for_model(std::string(kGoldenDir) + name), range);
+}
+
+}  // namespace
+
+TEST_CASE("cpu forward: tiny models match transformers' logits within 1e-4") {
+  for (const char* name : kModels) {
+    CAPTURE(name);
+    const Golden g = read_golden(std::string(kGoldenDir) + name);
+    LoadedModel m = load(name);
+    CpuBackend backend(m.info.spec, m.weights, 2);
+    backend.init_kv_cache(kNumBlocks, kBlockSize);
+    double worst = 0;
+    for (size_t s = 0; s < g.sequences.size(); ++s) {
+      const auto& seq = g.sequences[s];
+      const int32_t len = static_cast<int32_t>(seq.size());
+      Batch b = make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true);
+      ForwardResult out;
+      backend.forward(b, nullptr, out);
+      REQUIRE(out.logits.size() == g.logits[s].size());
+      worst = std::max(worst, rel_error(out.logits.data(), g.logits[s].data(), out.logits.size()));
+    }
+    MESSAGE(std::string(name) << ": max relative logit error " << worst);
+    CHECK(worst < 1e-4);
+  }
+}
+
+TEST_CASE("cpu forward: chunked prefill and decode across steps in mixed batches equal the golden logits") {
+  for (const char* name : kModels) {
+    CAPTURE(name);
+    const Golden g = read_golden(std::string(kGoldenDir) + name);
+    LoadedModel m = load(name);
+    CpuBackend backend(m.info.spec, m.weights, 2);
+    backend.init_kv_cache(kNumBlocks, kBlockSize);
+    const auto& a = g.sequences[3];  // 40 tokens
+    const auto& b = g.sequences[2];  // 23 tokens
+    const auto ba = blocks_for(40, 31), bb = blocks_for(23, 20);
+    const size_t V = static_cast<size_t>(g.vocab);
+    std::vector<float> got_a(a.size() * V), got_b(b.size() * V);
+    auto take = [&](const ForwardResult& out, const Batch& batch, const std::vector<Chunk>& chunks) {
+      size_t r = 0;
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        auto& dst = chunks[c].tokens == &a ? got_a : got_b;
+        for (int32_t p = chunks[c].begin; p < chunks[c].end; ++p, ++r)
+          std::copy(out.logits.begin() + static_cast<long>(r * V), out.logits.begin() + static_cast<long>((r + 1) * V),
+                    dst.begin() + static_cast<long>(p * V));
+      }
+      CHECK(r == batch.logits_rows.size());
+    };
+    // Step 1: a's first chunk alone. Step 2: a's second chunk beside b's first chunk.
+    // Step 3: b's rest beside a's chunk ending on a block edge. Then decode-style
+    // single-token steps for both, interleaved with a's final chunk.
+    std::vector<std::vector<Chunk>> steps = {
+        {{&a, 0, 13, ba}},
+        {{&a, 13, 16, ba}, {&b, 0, 9, bb}},
+        {{&b, 9, 22, bb}, {&a, 16, 32, ba}},
+        {{&a, 32, 33, ba}, {&b, 22, 23, bb}},
+        {{&a, 33, 40, ba}},
+    };
+    for (const auto& chunks : steps) {
+      Batch batch = make_batch(chunks, true);
+      ForwardResult out;
+      backend.forward(batch, nullptr, out);
+      take(out, batch, chunks);
+    }
+    const double ea = rel_error(got_a.data(), g.logits[3].data(), got_a.size());
+    const double eb = rel_error(got_b.data(), g.logits[2].data(), got_b.size());
+    MESSAGE(std::string(name) << ": chunked max relative error " << std::max(ea, eb));
+    CHECK(ea < 1e-4);
+    CHECK(eb < 1e-4);
+  }
+}
+
+TEST_CASE("cpu forward: logits only for the requested rows") {
+  const Golden g = read_golden(std::string(kGoldenDir) + "qwen3");
+  LoadedModel m = load("qwen3");
+  CpuBackend backend(m.info.spec, m.weights, 2);
+  backend.init_kv_cache(kNumBlocks, kBlockSize);
+  const auto& seq = g.sequences[2];
+  Batch b = make_batch({{&seq, 0, 23, blocks_for(23, 10)}}, false);
+  REQUIRE(b.logits_rows == std::vector<int32_t>{22});
+  ForwardResult out;
+  backend.forward(b, nullptr, out);
+  REQUIRE(out.logits.size() == static_cast<size_t>(g.vocab));
+  CHECK(rel_error(out.logits.data(), g.logits[2].data() + 22 * g.vocab, out.logits.size()) < 1e-4);
+  CHECK(out.hidden.empty());
+}
+
+TEST_CASE("cpu forward: a two-stage layer split gives the full model's logits") {
+  for (const char* name : {"llama", "qwen3_moe"}) {
+    CAPTURE(name);
+    const Golden g = read_golden(std::string(kGoldenDir) + name);
+    LoadedModel full = load(name);
+    const int64_t split = 1;
+    LoadedModel first = load(name, {0, split});
+    LoadedModel second = load(name, {split, full.info.spec.num_layers});
+    CpuBackend a(first.info.spec, first.weights, 2), b(second.info.spec, second.weights, 2);
+    CHECK(a.layers().last_layer == split);
+    CHECK(b.layers().first_layer == split);
+    CHECK(a.kv_block_bytes(16) + b.kv_block_bytes(16) == CpuBackend(full.info.spec, full.weights, 1).kv_block_bytes(16));
+    a.init_kv_cache(kNumBlocks, kBlockSize);
+    b.init_kv_cache(kNumBlocks, kBlockSize);
+    const auto& seq = g.sequences[3];
+    const auto blocks = blocks_for(40, 25);
+    std::vector<float> got(seq.size() * static_cast<size_t>(g.vocab));
+    // Two steps, so stage B's cache carries state from stage A's hidden states too.
+    for (auto [lo, hi] : {std::pair{0, 29}, std::pair{29, 40}}) {
+      Batch batch = make_batch({{&seq, lo, hi, blocks}}, true);
+      ForwardResult ha, lb;
+      a.forward(batch, nullptr, ha);
+      REQUIRE(ha.logits.empty());
+      REQUIRE(ha.hidden.size() == static_cast<size_t>((hi - lo) * full.info.spec.hidden_size));
+      CHECK_THROWS_AS(b.forward(batch, nullptr, lb), InputError);  // stage B has no embedding
+      b.forward(batch, ha.hidden.data(), lb);
+      REQUIRE(lb.logits.size() == static_cast<size_t>((hi - lo) * g.vocab));
+      std::copy(lb.logits.begin(), lb.logits.end(), got.begin() + static_cast<long>(lo * g.vocab));
+    }
+    CHECK(rel_error(got.data(), g.logits[3].data(), got.size()) < 1e-4);
+  }
+}
+
+TEST_CASE("cpu forward: bad batches and token ids are rejected with InputError") {
+  LoadedModel m = load("qwen2");
+  CpuBackend backend(m.info.spec, m.weights, 1);
+  backend.init_kv_cache(4, kBlockSize);
+  std::vector<int32_t> seq = {5, 6, 7};
+  ForwardResult out;
+  Batch ok = make_batch({{&seq, 0, 3, {1}}}, true);
+  backend.forward(ok, nullptr, out);
+  CHECK(out.logits.size() == 3 * 256);
+  Batch bad_token = ok;
+  bad_token.token_ids[1] = 256;
+  CHECK_THROWS_AS(backend.forward(bad_token, nullptr, out), InputError);
+  Batch bad_slot = ok;
+  bad_slot.slot_mapping[0] = 4 * kBlockSize;
+  CHECK_THROWS_AS(backend.forward(bad_slot, nullptr, out), InputError);
+  Batch bad_block = ok;
+  bad_block.block_tables[0] = 9;
+  CHECK_THROWS_AS(backend.forward(bad_block, nullptr, out), InputError);
+  Batch short_ctx = ok;
+  short_ctx.context_lens[0] = 2;
+  CHECK_THROWS_AS(backend.forward(short_ctx, nullptr, out), InputError);
+}
+
+TEST_CASE("cpu forward: the backend factory builds the CPU backend and refuses cuda") {
+  LoadedModel m = load("qwen2");
+  Config c = config_for_model(std::string(kGoldenDir) + "qwen2");
+  c.engine.cpu_threads = 2;
+  for (const char* kind : {"auto", "cpu"}) {
+    c.engine.backend = kind;
+    auto b = make_backend(c, m.info.spec, m.weights);
+    CHECK(b->describe() == "cpu (2 threads)");
+  }
+  c.engine.backend = "cuda";
+  CHECK_THROWS_AS(make_backend(c, m.info.spec, m.weights), InputError);
+}

@@ -358,6 +358,8 @@ Value Evaluator::getattr(const Value& obj, const std::string& name) {
   if (obj.is_undefined()) throw TemplateError(obj.as_string().empty() ? "'" + name + "' of an undefined value" : obj.as_string());
   if (obj.is_namespace()) {
     if (const Value* v = obj.as_dict().find(name)) return *v;
+  } else if (obj.is_tuple() && obj.items().size() == 2 && (name == "grouper" || name == "list")) {
+    return obj.items()[name == "grouper" ? 0 : 1];  // groupby's (grouper, list) named tuple
   } else {
     if (auto m = find_method(*this, obj, name)) return *m;
     if (obj.is_dict())

@@ -7,6 +7,7 @@
 #include <queue>
 
 #include "engine/tokenizer/byte_level.h"
+#include "engine/tokenizer/decoder.h"
 #include "engine/tokenizer/utf8.h"
 #include "engine/util/check.h"
 
@@ -173,6 +174,16 @@ void BpeModel::build_reverse() {
   if (opts_.unk_token) {
     int32_t id = vocab_.find(*opts_.unk_token);
     if (id >= 0) unk_id_ = id;
+  }
+  if (opts_.byte_fallback) {
+    // With byte fallback, "<0x..>" tokens stand for bytes; a malformed one means a corrupt file.
+    for (size_t e = 0; e < vocab_.size(); ++e) {
+      std::string_view t = vocab_.key(e);
+      if (t.size() == 6 && t.substr(0, 3) == "<0x" && t.back() == '>' &&
+          parse_byte_token(std::string(t)) < 0)
+        throw InputError("tokenizer: byte-fallback token '" + std::string(t) + "' (id " + std::to_string(vocab_.id(e)) +
+                         ") is not of the form <0xNN> with two hex digits");
+    }
   }
   for (int b = 0; b < 256; ++b) {
     byte_fallback_ids_[b] = vocab_.find(byte_token(uint8_t(b)));

@@ -86,6 +86,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf_vocab(const GgufVocab& v) {
   check_id(v.unk_id, n, "unknown-token");
   check_id(v.pad_id, n, "padding");
 
+  for (size_t i = 0; i < v.token_types.size(); ++i)
+    if (v.token_types[i] == 6 && parse_byte_token(v.tokens[i]) < 0)
+      throw InputError("GGUF tokenizer: byte token " + std::to_string(i) + " '" + v.tokens[i] +
+                       "' is not of the form <0xNN> with two hex digits");
   TokenIndex vocab;
   vocab.reserve(n);
   for (size_t i = 0; i < n; ++i) vocab.insert(v.tokens[i], int32_t(i));  // first spelling wins

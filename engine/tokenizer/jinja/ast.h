@@ -27,6 +27,7 @@ enum class BinaryOp { ADD, SUB, MUL, DIV, FLOORDIV, MOD, POW, CONCAT, EQ, NE, LT
 struct Expr {
   ExprKind kind;
   int line = 0;
+  int depth = 1;                  // height of this subtree (bounded by the parser)
   Value constant;                 // CONST
   std::string name;               // NAME; GETATTR attribute; FILTER / TEST name
   std::vector<ExprPtr> items;     // LIST / TUPLE items; DICT keys and values alternating;

@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "engine/tokenizer/jinja/evaluator.h"
+#include "engine/tokenizer/jinja/pyformat.h"
 #include "engine/tokenizer/jinja/unicode.h"
 
 namespace spark::jinja {
@@ -18,7 +19,7 @@ const Value& arg0(CallArgs& a, const char* test) {
 
 int64_t int_of(const Value& v, const char* test) {
   if (v.is_int() || v.is_bool()) return v.as_int();
-  if (v.is_float()) return static_cast<int64_t>(v.as_float());
+  if (v.is_float()) return float_to_int(v.as_float());
   if (v.is_undefined()) throw TemplateError(v.as_string().empty() ? "undefined value in a test" : v.as_string());
   throw TemplateError(std::string("test '") + test + "' needs a number, not " + type_name(v));
 }

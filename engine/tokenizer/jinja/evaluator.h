@@ -85,6 +85,10 @@ TestFn find_test(const std::string& name);
 std::optional<Value> find_method(Evaluator& ev, const Value& obj, const std::string& name);
 void add_globals(Dict& globals);
 
+// Refuses a str.replace whose result would pass the string size limit, before building it.
+void check_replace_size(Evaluator& ev, const std::string& s, const std::string& old_text,
+                        const std::string& new_text, int64_t count);
+
 // Reads filter/function arguments by position or keyword, as a Python signature would.
 class ArgReader {
  public:

@@ -61,7 +61,7 @@ Value get_path(Evaluator& ev, const Value& item, const Value& attribute) {
 
 int64_t int_arg(const Value& v, const char* what) {
   if (v.is_int() || v.is_bool()) return v.as_int();
-  if (v.is_float()) return static_cast<int64_t>(v.as_float());
+  if (v.is_float()) return float_to_int(v.as_float());
   throw TemplateError(std::string(what) + " must be an integer, not " + type_name(v));
 }
 
@@ -104,9 +104,10 @@ Value f_trim(Evaluator&, const Value& v, CallArgs& a) {
 Value f_replace(Evaluator& ev, const Value& v, CallArgs& a) {
   ArgReader r(a, "replace");
   Value count = r.get(2, "count", Value::none());
-  std::string out = py_replace(to_str(v), to_str(r.require(0, "old")), to_str(r.require(1, "new")),
-                               count.is_none() ? -1 : int_arg(count, "count"));
-  ev.check_size(out.size(), "replaced string");
+  std::string s = to_str(v), old_text = to_str(r.require(0, "old")), new_text = to_str(r.require(1, "new"));
+  int64_t n = count.is_none() ? -1 : int_arg(count, "count");
+  check_replace_size(ev, s, old_text, new_text, n);
+  std::string out = py_replace(s, old_text, new_text, n);
   return Value::string(std::move(out));
 }
 
@@ -153,6 +154,7 @@ Value f_indent(Evaluator& ev, const Value& v, CallArgs& a) {
     for (size_t i = 0; i < lines.size(); ++i) {
       if (i) out += "\n" + indention;
       out += lines[i];
+      ev.check_size(out.size(), "indented string");
     }
   } else {
     out = lines.empty() ? "" : lines[0];
@@ -333,7 +335,7 @@ Value f_round(Evaluator&, const Value& v, CallArgs& a) {
   if (method == "common") {
     if (!v.is_float()) {
       if (precision >= 0) return Value::integer(v.as_int());
-      return Value::integer(static_cast<int64_t>(round_half_even(static_cast<double>(v.as_int()), precision)));
+      return Value::integer(float_to_int(round_half_even(static_cast<double>(v.as_int()), precision)));
     }
     return Value::floating(round_half_even(v.as_float(), precision));
   }

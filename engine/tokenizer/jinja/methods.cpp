@@ -72,7 +72,9 @@ Value justify(Evaluator& ev, const Value& self, CallArgs& a, char how) {
   std::string fill = r.get(1, "fillchar", Value::string(" ")).as_string();
   int64_t len = length(self);
   if (width <= len) return self;
-  ev.check_size(static_cast<size_t>(width) * std::max<size_t>(fill.size(), 1), "padded string");
+  if (utf8_length(fill) != 1) throw TemplateError("The fill character must be exactly one character long");
+  ev.check_size(static_cast<size_t>(width), "padded string");
+  ev.check_size(static_cast<size_t>(width) * fill.size(), "padded string");
   int64_t total = width - len;
   int64_t left = how == 'l' ? 0 : how == 'r' ? total : total / 2 + (total & width & 1);
   std::string out;
@@ -107,8 +109,8 @@ Value str_method(Evaluator& ev, const Value& self, const std::string& name, Call
   if (name == "replace") {
     std::string old_text = str_arg(r, 0, "old", "replace"), new_text = str_arg(r, 1, "new", "replace");
     int64_t count = r.get(2, "count", Value::integer(-1)).as_int();
+    check_replace_size(ev, s, old_text, new_text, count);
     std::string out = py_replace(s, old_text, new_text, count);
-    ev.check_size(out.size(), "replaced string");
     return Value::string(std::move(out));
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {

@@ -1,5 +1,6 @@
 // operators.cpp — arithmetic, concatenation, comparison, membership and slicing with
 // Python's semantics (int/float promotion, floor division, modulo sign, str/list repetition).
+#include <algorithm>
 #include <cmath>
 
 #include "engine/tokenizer/jinja/evaluator.h"
@@ -184,6 +185,17 @@ Value binary_op(Evaluator& ev, BinaryOp op, const Value& a, const Value& b) {
     default: break;
   }
   throw TemplateError("unknown operator");
+}
+
+void check_replace_size(Evaluator& ev, const std::string& s, const std::string& old_text,
+                        const std::string& new_text, int64_t count) {
+  uint64_t hits = static_cast<uint64_t>(py_count(s, old_text));
+  if (count >= 0) hits = std::min<uint64_t>(hits, static_cast<uint64_t>(count));
+  if (new_text.size() > old_text.size() && hits > 0) {
+    uint64_t grow = new_text.size() - old_text.size();
+    if (hits > ev.limits().max_string_bytes / grow + 1) ev.check_size(static_cast<size_t>(-1), "replaced string");
+    ev.check_size(s.size() + static_cast<size_t>(hits * grow), "replaced string");
+  }
 }
 
 Value unary_op(UnaryOp op, const Value& a) {

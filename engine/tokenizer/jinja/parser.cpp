@@ -2,6 +2,7 @@
 // jinja2.parser so precedence and tuple/filter/test binding agree with the reference.
 #include "engine/tokenizer/jinja/parser.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 
@@ -80,6 +81,23 @@ class Parser {
   };
 
   ExprPtr make(ExprKind k) { return std::make_unique<Expr>(k, cur().line); }
+
+  // Chains like `a ~ b ~ c ...` or `x|f|f|f ...` grow the tree without nesting in the
+  // source; bounding the tree's height keeps evaluation and destruction off deep recursion.
+  ExprPtr finish(ExprPtr e) {
+    int d = 0;
+    auto see = [&](const ExprPtr& c) {
+      if (c) d = std::max(d, c->depth);
+    };
+    see(e->a), see(e->b), see(e->c), see(e->star_args), see(e->star_kwargs);
+    for (const auto& c : e->items) see(c);
+    for (const auto& c : e->args) see(c);
+    for (const auto& kv : e->kwargs) see(kv.second);
+    e->depth = d + 1;
+    if (e->depth > 4 * limits_.max_parse_depth)
+      fail("expression too deeply nested or chained (more than " + std::to_string(4 * limits_.max_parse_depth) + " levels)");
+    return e;
+  }
 
   // ---- statements ----
   // Parses until a `{% name %}` with name in `ends`; leaves the name token current.
@@ -345,7 +363,7 @@ class Parser {
     }
     auto t = std::make_unique<Expr>(ExprKind::TUPLE, line);
     t->items = std::move(args);
-    return t;
+    return finish(std::move(t));
   }
 
   ExprPtr parse_expression(bool with_condexpr) {
@@ -361,7 +379,7 @@ class Parser {
       c->b = parse_or();
       if (skip_name("else")) c->c = parse_condexpr();
       c->a = std::move(expr);
-      expr = std::move(c);
+      expr = finish(std::move(c));
     }
     return expr;
   }
@@ -370,7 +388,7 @@ class Parser {
     auto e = std::make_unique<Expr>(kind, line);
     e->a = std::move(left);
     e->b = std::move(right);
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -400,7 +418,7 @@ class Parser {
       next();
       e->unary_op = UnaryOp::NOT;
       e->a = parse_not();
-      return e;
+      return finish(std::move(e));
     }
     return parse_compare();
   }
@@ -436,7 +454,7 @@ class Parser {
     e->items.push_back(std::move(first));
     for (auto& o : operands) e->items.push_back(std::move(o));
     e->compare_ops = std::move(ops);
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr binop(BinaryOp op, ExprPtr left, ExprPtr right, int line) {
@@ -496,7 +514,7 @@ class Parser {
       e->unary_op = is_op("-") ? UnaryOp::NEG : UnaryOp::POS;
       next();
       e->a = parse_unary(false);
-      node = std::move(e);
+      node = finish(std::move(e));
     } else {
       node = parse_primary();
     }
@@ -559,7 +577,7 @@ class Parser {
         e->items.push_back(parse_expression(true));
       }
       next();
-      return e;
+      return finish(std::move(e));
     }
     if (is_op("{")) {
       auto e = make(ExprKind::DICT);
@@ -572,7 +590,7 @@ class Parser {
         e->items.push_back(parse_expression(true));
       }
       next();
-      return e;
+      return finish(std::move(e));
     }
     fail("unexpected " + describe(tok));
   }
@@ -593,16 +611,20 @@ class Parser {
         e->name = cur().value;
         e->a = std::move(node);
         next();
-        return e;
+        return finish(std::move(e));
       }
       if (cur().type == TokenType::INTEGER) {
         auto e = std::make_unique<Expr>(ExprKind::GETITEM, line);
         auto idx = std::make_unique<Expr>(ExprKind::CONST, line);
-        idx->constant = Value::integer(std::stoll(cur().value));
+        try {
+          idx->constant = Value::integer(std::stoll(cur().value));
+        } catch (const std::out_of_range&) {
+          fail("integer literal too large");
+        }
         e->a = std::move(node);
         e->b = std::move(idx);
         next();
-        return e;
+        return finish(std::move(e));
       }
       fail("expected name or number after '.'");
     }
@@ -620,9 +642,9 @@ class Parser {
     } else {
       auto t = std::make_unique<Expr>(ExprKind::TUPLE, line);
       t->items = std::move(args);
-      e->b = std::move(t);
+      e->b = finish(std::move(t));
     }
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr parse_subscribed() {
@@ -646,7 +668,7 @@ class Parser {
     }
     auto s = std::make_unique<Expr>(ExprKind::SLICE, line);
     s->items = std::move(parts);
-    return s;
+    return finish(std::move(s));
   }
 
   void parse_call_args(Expr& call) {
@@ -680,7 +702,7 @@ class Parser {
     auto e = make(ExprKind::CALL);
     e->a = std::move(node);
     parse_call_args(*e);
-    return e;
+    return finish(std::move(e));
   }
 
   std::string parse_dotted_name() {
@@ -702,7 +724,7 @@ class Parser {
       f->name = parse_dotted_name();
       if (is_op("(")) parse_call_args(*f);
       f->a = std::move(node);
-      node = std::move(f);
+      node = finish(std::move(f));
     }
     return node;
   }
@@ -736,7 +758,7 @@ class Parser {
       e->args.push_back(parse_postfix(parse_primary()));
     }
     e->a = std::move(node);
-    return e;
+    return finish(std::move(e));
   }
 
   const std::vector<Token>& t_;

@@ -46,6 +46,17 @@ std::string float_repr(double f) {
   return out + ebuf;
 }
 
+void check_formatted_size(size_t bytes) {
+  if (bytes > kMaxFormattedBytes)
+    throw TemplateError("formatted text exceeds the limit of " + std::to_string(kMaxFormattedBytes) + " bytes");
+}
+
+int64_t float_to_int(double f) {
+  if (std::isnan(f)) throw TemplateError("cannot convert float NaN to integer");
+  if (!(f > -9.2e18 && f < 9.2e18)) throw TemplateError("cannot convert float " + float_repr(f) + " to a 64-bit integer");
+  return static_cast<int64_t>(f);
+}
+
 static bool is_printable(char32_t cp) {
   if (cp == ' ') return true;
   if (cp < 0x20 || cp == 0x7F) return false;
@@ -161,12 +172,14 @@ struct JsonWriter {
   std::string out;
 
   void newline(int level) {
+    check_formatted_size(out.size() + o.indent->size() * static_cast<size_t>(level));
     out += '\n';
     for (int i = 0; i < level; ++i) out += *o.indent;
   }
 
   void write(const Value& v, int level) {
     if (level > 500) throw TemplateError("value nested too deeply for tojson");
+    check_formatted_size(out.size());
     switch (v.kind()) {
       case Kind::NONE: out += "null"; return;
       case Kind::BOOL: out += v.as_bool() ? "true" : "false"; return;
@@ -262,7 +275,7 @@ std::string format_number(const Value& v, const Spec& spec) {
   std::string s;
   switch (spec.type) {
     case 'd': case 'i': case 'u': {
-      int64_t i = v.is_float() ? static_cast<int64_t>(v.as_float()) : v.as_int();
+      int64_t i = v.is_float() ? float_to_int(v.as_float()) : v.as_int();
       s = std::to_string(i);
       break;
     }
@@ -330,12 +343,12 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     auto read_int = [&](int& target) {
       if (i < fmt.size() && fmt[i] == '*') {
         if (next >= positional.size()) throw TemplateError("not enough arguments for format string");
-        target = static_cast<int>(positional[next++].as_int());
+        target = static_cast<int>(std::clamp<int64_t>(positional[next++].as_int(), -100000, 100000));
         ++i;
         return;
       }
       int n = -1;
-      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') n = std::max(n, 0) * 10 + (fmt[i++] - '0');
+      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') n = std::min(std::max(n, 0) * 10 + (fmt[i++] - '0'), 1000000);
       target = std::min(n, 100000);
     };
     read_int(spec.width);
@@ -354,6 +367,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       mapped = &positional[next++];
     }
     out += format_one(*mapped, spec);
+    check_formatted_size(out.size());
   }
   if (!args.is_dict() && next < positional.size())
     throw TemplateError("not all arguments converted during string formatting");
@@ -385,12 +399,12 @@ static std::string apply_format_spec(const Value& v, const std::string& spec_tex
   }
   int width = -1;
   while (i < spec_text.size() && isdigit(static_cast<unsigned char>(spec_text[i])))
-    width = std::max(width, 0) * 10 + (spec_text[i++] - '0');
+    width = std::min(std::max(width, 0) * 10 + (spec_text[i++] - '0'), 1000000);
   if (i < spec_text.size() && spec_text[i] == '.') {
     ++i;
     spec.precision = 0;
     while (i < spec_text.size() && isdigit(static_cast<unsigned char>(spec_text[i])))
-      spec.precision = spec.precision * 10 + (spec_text[i++] - '0');
+      spec.precision = std::min(spec.precision * 10 + (spec_text[i++] - '0'), 1000000);
   }
   char type = i < spec_text.size() ? spec_text[i] : 0;
   std::string s;
@@ -454,7 +468,12 @@ std::string str_format(const std::string& fmt, const CallArgs& call) {
     }
     Value v;
     if (field.empty() || isdigit(static_cast<unsigned char>(field[0]))) {
-      size_t index = field.empty() ? auto_index++ : static_cast<size_t>(std::stoul(field));
+      size_t index = auto_index++;
+      if (!field.empty()) {
+        if (field.size() > 9 || field.find_first_not_of("0123456789") != std::string::npos)
+          throw TemplateError("unsupported format field '" + field + "'");
+        index = static_cast<size_t>(std::stoul(field));
+      }
       if (index >= call.args.size())
         throw TemplateError("Replacement index " + std::to_string(index) + " out of range for positional args tuple");
       v = call.args[index];
@@ -467,6 +486,7 @@ std::string str_format(const std::string& fmt, const CallArgs& call) {
     if (conversion == 'r') v = Value::string(repr(v));
     else if (conversion == 's') v = Value::string(to_str(v));
     out += apply_format_spec(v, spec);
+    check_formatted_size(out.size());
   }
   return out;
 }

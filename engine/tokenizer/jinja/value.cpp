@@ -2,6 +2,7 @@
 // each following what CPython does for the same Python object.
 #include "engine/tokenizer/jinja/value.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/tokenizer/jinja/error.h"
@@ -57,9 +58,18 @@ Value Value::string(std::string s) {
   return v;
 }
 
+static int items_depth(const ValueList& items) {
+  int d = 0;
+  for (const Value& item : items) d = std::max(d, item.nesting());
+  if (d + 1 > kMaxNesting)
+    throw TemplateError("value nested too deeply (more than " + std::to_string(kMaxNesting) + " levels)");
+  return d + 1;
+}
+
 Value Value::list(ValueList items) {
   Value v;
   v.kind_ = Kind::LIST;
+  v.depth_ = items_depth(items);
   v.list_ = std::make_shared<ValueList>(std::move(items));
   return v;
 }
@@ -83,6 +93,7 @@ Value Value::iterator(ValueList items, std::string type_name) {
   Value v;
   v.kind_ = Kind::ITERATOR;
   v.iter_ = std::make_shared<IterState>();
+  v.depth_ = items_depth(items);
   v.iter_->items = std::move(items);
   v.iter_->type_name = std::move(type_name);
   return v;
@@ -104,6 +115,17 @@ Value Value::namespace_(std::shared_ptr<Dict> attrs) {
 
 Value make_undefined_name(const std::string& name) {
   return Value::undefined("'" + name + "' is undefined");
+}
+
+int Value::nesting() const {
+  switch (kind_) {
+    case Kind::LIST:
+    case Kind::TUPLE:
+    case Kind::ITERATOR: return depth_;
+    case Kind::DICT:
+    case Kind::NAMESPACE: return dict_->depth;
+    default: return 0;
+  }
 }
 
 bool Value::truthy() const {
@@ -154,6 +176,10 @@ const Value* Dict::find(const std::string& key) const {
 }
 
 void Dict::set(const Value& key, Value value) {
+  int d = std::max(key.nesting(), value.nesting()) + 1;
+  if (d > kMaxNesting)
+    throw TemplateError("value nested too deeply (more than " + std::to_string(kMaxNesting) + " levels)");
+  depth = std::max(depth, d);
   std::string k = hash_key(key);
   auto it = index.find(k);
   if (it != index.end()) {
@@ -199,6 +225,7 @@ static void repr_dict_into(std::string& out, const Dict& d, int depth) {
 
 static void repr_into(std::string& out, const Value& v, int depth) {
   if (depth > 500) throw TemplateError("value nested too deeply to print");
+  check_formatted_size(out.size());
   switch (v.kind()) {
     case Kind::STRING: out += string_repr(v.as_string()); return;
     case Kind::UNDEFINED: out += "Undefined"; return;

@@ -15,6 +15,8 @@ namespace spark::jinja {
 class Value;
 using ValueList = std::vector<Value>;
 
+constexpr int kMaxNesting = 512;  // containers inside containers, at most
+
 enum class Kind : uint8_t {
   UNDEFINED, NONE, BOOL, INT, FLOAT, STRING, LIST, TUPLE, DICT, ITERATOR, FUNCTION, NAMESPACE
 };
@@ -69,7 +71,6 @@ class Value {
   double as_float() const { return kind_ == Kind::FLOAT ? f_ : static_cast<double>(as_int()); }
   const std::string& as_string() const { return s_; }  // string text; undefined: its hint
   const ValueList& items() const { return *list_; }      // list / tuple
-  ValueList& mutable_items() { return *list_; }
   Dict& as_dict() const { return *dict_; }               // dict / namespace attributes
   const std::shared_ptr<Dict>& dict_ptr() const { return dict_; }
   IterState& iter() const { return *iter_; }
@@ -77,11 +78,15 @@ class Value {
 
   // Python truthiness (an undefined is false; an iterator is always true, as in Python).
   bool truthy() const;
+  // How deeply containers nest inside this value (0 for scalars). Bounded by kMaxNesting so
+  // that comparing, printing and freeing values never recurses without limit.
+  int nesting() const;
 
  private:
   Kind kind_ = Kind::UNDEFINED;
   bool b_ = false;
   bool unsafe_ = false;
+  int depth_ = 0;  // LIST / TUPLE / ITERATOR: 1 + the deepest item
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;
@@ -94,6 +99,7 @@ class Value {
 // An insertion-ordered mapping, as Python's dict. Keys are hashable values.
 struct Dict {
   std::vector<std::pair<Value, Value>> entries;
+  int depth = 1;  // 1 + the deepest value ever stored (namespaces can change after creation)
   std::unordered_map<std::string, size_t> index;  // hash_key(key) -> position in entries
 
   const Value* find(const Value& key) const;

@@ -57,6 +57,24 @@ std::string describe_spec(const ModelInfo& info) {
   return o.str();
 }
 
+// A TOML basic string holding `s`.
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04X", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 // This box's layers: all of them, or its half of a two-box pipeline.
 LayerRange stage_range(const Config& c, const ModelSpec& s) {
   if (!c.peer.enabled) return full_range(s);
@@ -85,13 +103,18 @@ int run_check(const Args& args) {
   auto config_path = flags.get("config");
   auto model_path = flags.get("model");
   if (config_path.has_value() == model_path.has_value())
-    throw InputError("usage: sparkd check --config spark.toml [--set section.key=value ...] | --model PATH");
+    throw InputError("usage: sparkd check --config spark.toml | --model PATH  [--set section.key=value ...]");
   Config config = config_path ? load_config(*config_path, flags.get_all("set")) : config_for_model(*model_path);
-  if (model_path && flags.has("set")) throw InputError("--set applies to --config, not to --model");
+  if (model_path && flags.has("set")) {
+    // --model PATH with overrides: the defaults, the path, then each --set, validated alike.
+    std::vector<std::string> sets = {"model.path=" + toml_string(*model_path)};
+    for (const auto& s : flags.get_all("set")) sets.push_back(s);
+    config = parse_config("", "--model", sets);
+  }
 
   ModelInfo info = inspect_model(config);
   LayerRange range = stage_range(config, info.spec);
-  MemoryPlan plan = plan_memory(info.spec, range, stage_weight_bytes(info, range), config, host_memory_budget());
+  MemoryPlan plan = plan_memory(info.spec, range, stage_weight_bytes(info, range), config, memory_budget(config));
   std::printf("%s%s", describe_spec(info).c_str(), describe_plan(plan).c_str());
   std::fflush(stdout);
   require_fits(plan);

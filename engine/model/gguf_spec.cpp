@@ -134,6 +134,14 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
     // llama.cpp always renormalises the top-k weights for qwen3moe.
     s.norm_topk_prob = f.get_bool(*arch + ".expert_weights_norm").value_or(true);
     s.intermediate_size = m.integer("feed_forward_length", 0, MAX_DIM, 0);
+    // GGUF has no mlp_only_layers key: a layer stored with a dense MLP and no router is one.
+    for (int64_t l = 0; l < s.num_layers; ++l) {
+      std::string p = "blk." + std::to_string(l) + ".";
+      if (!f.find_tensor(p + "ffn_gate_inp.weight") && f.find_tensor(p + "ffn_gate.weight"))
+        s.mlp_only_layers.push_back(l);
+    }
+    if (!s.mlp_only_layers.empty() && s.intermediate_size == 0)
+      m.fail(*arch + ".feed_forward_length", "is needed for the dense layers");
   } else {
     s.intermediate_size = m.integer("feed_forward_length", 1, MAX_DIM);
   }

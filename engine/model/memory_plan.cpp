@@ -8,6 +8,9 @@
 #include "engine/model/arch.h"
 #include "engine/util/check.h"
 #include "engine/util/mem_info.h"
+#if SPARKD_CUDA
+#include "engine/backend/cuda/device_info.h"
+#endif
 
 namespace spark {
 
@@ -18,6 +21,18 @@ constexpr uint64_t RESERVE_BYTES = 256ull << 20;
 MemoryBudget host_memory_budget() {
   HostMemory m = read_host_memory();
   return MemoryBudget{m.available_bytes, "MemAvailable (" + m.source + ")"};
+}
+
+MemoryBudget memory_budget(const Config& c) {
+#if SPARKD_CUDA
+  if (c.engine.backend != "cpu") {
+    auto devices = cuda_devices();
+    if (!devices.empty() && !devices[0].integrated)
+      return MemoryBudget{static_cast<uint64_t>(std::max<int64_t>(devices[0].free_bytes, 0)),
+                          "free memory of " + devices[0].name};
+  }
+#endif
+  return host_memory_budget();
 }
 
 std::string format_bytes(uint64_t b) {

@@ -17,6 +17,10 @@ struct MemoryBudget {
   std::string source;  // "MemAvailable (/proc/meminfo)", "cuda device free memory", ...
 };
 MemoryBudget host_memory_budget();
+// The budget for this config on this machine: a discrete CUDA GPU's free memory when the
+// CUDA backend would run on one, else host_memory_budget() (CPU backend, no GPU, or an
+// integrated GPU that shares host memory, as on GB10).
+MemoryBudget memory_budget(const Config& config);
 
 struct MemoryPlan {
   std::string architecture;

@@ -24,7 +24,9 @@ def meminfo_env(tmp_path, available):
 
 
 def test_check_smollm2_prints_spec_and_plan(tmp_path):
-    r = run_sparkd("check", "--model", MODEL, env=meminfo_env(tmp_path, 16 * GiB), timeout=60)
+    # The CPU backend plans against MemAvailable, which the test fixes.
+    r = run_sparkd("check", "--model", MODEL, "--set", 'engine.backend="cpu"', env=meminfo_env(tmp_path, 16 * GiB),
+                   timeout=60)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     # The spec, against what the gguf package reads from the same file.
@@ -57,7 +59,8 @@ def write_config(tmp_path, lines):
 def test_check_dummy_llama3_8b_plans_without_weights(tmp_path):
     model = REPO / "tests" / "golden" / "configs" / "llama3_8b"
     assert not any(model.glob("*.safetensors"))
-    cfg = write_config(tmp_path, ["[model]", f'path = "{model}"', 'load_format = "dummy"', "max_model_len = 8192"])
+    cfg = write_config(tmp_path, ["[model]", f'path = "{model}"', 'load_format = "dummy"', "max_model_len = 8192",
+                                  "[engine]", 'backend = "cpu"'])
     r = run_sparkd("check", "--config", cfg, env=meminfo_env(tmp_path, 64 * GiB), timeout=60)
     assert r.returncode == 0, r.stderr
     assert "8.030 B (8030261248)" in r.stdout
@@ -74,7 +77,7 @@ def test_check_dummy_llama3_8b_plans_without_weights(tmp_path):
 
 def test_check_refuses_a_plan_that_does_not_fit(tmp_path):
     model = REPO / "tests" / "golden" / "configs" / "llama3_8b"
-    cfg = write_config(tmp_path, ["[model]", f'path = "{model}"', 'load_format = "dummy"'])
+    cfg = write_config(tmp_path, ["[model]", f'path = "{model}"', 'load_format = "dummy"', "[engine]", 'backend = "cpu"'])
     r = run_sparkd("check", "--config", cfg, env=meminfo_env(tmp_path, 8 * GiB), timeout=60)
     assert r.returncode == 2
     assert "the model does not fit" in r.stderr

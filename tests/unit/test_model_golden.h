@@ -22,8 +22,8 @@ inline std::string golden_dir() {
   return d && *d ? d : "tests/golden/loader";
 }
 
-inline nlohmann::json golden() {
-  static nlohmann::json g = [] {
+inline const nlohmann::json& golden() {
+  static const nlohmann::json g = [] {
     std::ifstream in(golden_dir() + "/golden.json");
     if (!in) throw std::runtime_error("cannot read " + golden_dir() + "/golden.json");
     return nlohmann::json::parse(in);

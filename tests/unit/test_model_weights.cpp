@@ -99,7 +99,7 @@ TEST_CASE("weights: a GGUF file loads to the same Hugging Face tensors as its so
     }
     if (arch == "llama") {
       // And the raw GGUF rows really are permuted: the check above is not vacuous.
-      const Tensor& raw = gguf_hf_tensors(*gg.gguf).at("model.layers.0.self_attn.q_proj.weight");
+      Tensor raw = gguf_hf_tensors(*gg.gguf).at("model.layers.0.self_attn.q_proj.weight");
       CHECK(to_f32(raw) != to_f32(wh.get("model.layers.0.self_attn.q_proj.weight")));
     }
   }

@@ -5,11 +5,31 @@
 #include <algorithm>
 #include <random>
 
+#include "engine/tokenizer/detokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
 
 namespace spark {
 
 namespace {
+
+class DetokenizerDecoder : public TokenDecoder {
+ public:
+  DetokenizerDecoder(const Tokenizer& tokenizer, bool skip_special_tokens) : detok_(tokenizer, skip_special_tokens) {}
+  std::string push(int32_t token_id) override { return detok_.push(token_id); }
+  std::string flush() override { return detok_.flush(); }
+
+ private:
+  IncrementalDetokenizer detok_;
+};
+
+// The model's EOS ids (config.json / generation_config / GGUF) plus the tokenizer's own.
+ModelSpec with_tokenizer_eos(ModelSpec spec, const Tokenizer& tokenizer) {
+  const int32_t eos = tokenizer.eos_id();
+  auto& ids = spec.eos_token_ids;
+  if (eos >= 0 && std::find(ids.begin(), ids.end(), eos) == ids.end()) ids.push_back(eos);
+  return spec;
+}
 
 constexpr auto kIdleWake = std::chrono::milliseconds(100);
 
@@ -55,6 +75,12 @@ Engine::Engine(const Config& config, std::unique_ptr<Backend> backend, const Mod
   metrics_.set_gauges(0, 0, 0, num_kv_blocks);
   state_.last_heartbeat = Clock::now();
 }
+
+Engine::Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, const Tokenizer& tokenizer,
+               int64_t num_kv_blocks)
+    : Engine(config, std::move(backend), with_tokenizer_eos(spec, tokenizer),
+             [&tokenizer](bool skip_special) { return std::make_unique<DetokenizerDecoder>(tokenizer, skip_special); },
+             num_kv_blocks) {}
 
 Engine::~Engine() { stop(); }
 

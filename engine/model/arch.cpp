@@ -77,7 +77,7 @@ Counts count(const ModelSpec& s, LayerRange range) {
     c.params += s.vocab_size * h;
     c.tensors += 1;
   }
-  int64_t attn = h + q_dim * h + 2 * kv_dim * h + h * q_dim + h, attn_tensors = 7;
+  int64_t attn = h + q_dim * h + 2 * kv_dim * h + h * q_dim + h, attn_tensors = 6;  // 2 norms, q k v o
   if (s.attention_bias) attn += q_dim + 2 * kv_dim, attn_tensors += 3;
   if (s.qk_norm) attn += 2 * hd, attn_tensors += 2;
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) {

@@ -163,6 +163,17 @@ TEST_CASE("weights: missing, unexpected and misshapen tensors are listed") {
   CHECK(msg.find("unexpected tensors: model.layers.0.self_attn.rotary.weight\n") != std::string::npos);
   CHECK(msg.find("wrong shapes: model.layers.0.mlp.up_proj.weight is [7, 64], expected [96, 64]") != std::string::npos);
   CHECK(msg.find("inv_freq") == std::string::npos);
+  // A config asking for millions of tensors is refused by count, before listing them.
+  ModelSpec huge = info.spec;
+  huge.arch = Arch::QWEN3_MOE;
+  huge.num_layers = 1024;
+  huge.num_experts = 1024;
+  huge.num_experts_per_tok = 8;
+  huge.moe_intermediate_size = 64;
+  CHECK(expected_tensor_count(huge, full_range(huge)) == 1 + 1024 * (9 + 1 + 3 * 1024) + 2);
+  CHECK_INPUT_ERROR(check_tensor_set(info.tensors, huge, {0, 1024}, "folder"), "holds 27 tensors, but");
+  for (LayerRange r : {LayerRange{0, 2}, LayerRange{0, 1}, LayerRange{1, 2}})
+    CHECK(expected_tensor_count(info.spec, r) == static_cast<int64_t>(expected_tensors(info.spec, r).size()));
   // A stage only misses what it needs: layer 0 alone does not need model.norm.
   tensors = info.tensors;
   tensors.erase("model.norm.weight");

@@ -84,6 +84,8 @@ int32_t AddedVocabulary::Trie::child(int32_t node, unsigned char b) const {
 AddedVocabulary::AddedVocabulary(std::vector<AddedToken> tokens, const Normalizer* normalizer)
     : tokens_(std::move(tokens)) {
   for (size_t i = 0; i < tokens_.size(); ++i) {
+    tokens_[i].decoded = tokens_[i].content;
+    if (tokens_[i].normalized && normalizer) normalizer->normalize(tokens_[i].decoded);
     by_id_[tokens_[i].id] = i;
     by_content_.emplace(tokens_[i].content, i);
   }
@@ -159,9 +161,8 @@ void AddedVocabulary::find_matches(std::string_view text, const Trie& trie, bool
     if (t.rstrip) e += leading_space_len(text.substr(end));
     out.push_back({s, e, token});
     start_offset = e;
-    // The search resumes after the token itself; rstrip-consumed spaces are not searched
-    // again because the next accepted match cannot start before start_offset.
-    pos = std::max(pos, e);
+    // The search resumes right after the matched text, not after the spaces rstrip took:
+    // the reference's matcher does not know about them, so a match may start inside them.
   }
 }
 

@@ -21,6 +21,8 @@ struct AddedToken {
   bool rstrip = false;
   bool single_word = false;
   bool normalized = false;
+  // What decode() shows: normalized tokens are shown in normalized form, as the reference does.
+  std::string decoded;
 };
 
 // A piece of input after added-token extraction: either an added token (id >= 0) or

@@ -105,14 +105,16 @@ class StripNormalizer : public Normalizer {
   bool left_, right_;
 };
 
-void strip_marks(std::string& t) {
+// StripAccents drops every mark; BERT's accent stripping drops only nonspacing ones (Mn).
+void strip_marks(std::string& t, bool nonspacing_only = false) {
   std::string out;
   out.reserve(t.size());
   size_t i = 0;
   while (i < t.size()) {
     size_t s = i;
     char32_t cp = utf8::next(t, i);
-    if (!is_mark(cp)) out.append(t, s, i - s);
+    bool drop = nonspacing_only ? is_nonspacing_mark(cp) : is_mark(cp);
+    if (!drop) out.append(t, s, i - s);
   }
   t.swap(out);
 }
@@ -156,7 +158,7 @@ class BertNormalizer : public Normalizer {
     while (i < t.size()) {
       char32_t cp = utf8::next(t, i);
       if (clean_) {
-        if (cp == 0 || cp == 0xFFFD || (cp != '\t' && cp != '\n' && cp != '\r' && is_control(cp))) continue;
+        if (cp == 0 || cp == 0xFFFD || (cp != '\t' && cp != '\n' && cp != '\r' && is_other(cp))) continue;
         if (is_white_space(cp)) cp = ' ';
       }
       if (chinese_ && is_cjk_ideograph(cp)) {
@@ -169,7 +171,7 @@ class BertNormalizer : public Normalizer {
     }
     if (strip_) {
       unicode_normalize(out, UnicodeForm::NFD);
-      strip_marks(out);
+      strip_marks(out, true);
     }
     if (lower_) lowercase(out);
     t.swap(out);

@@ -44,11 +44,13 @@ MatchScratch& scratch() {
 
 // Oniguruma's \s is Unicode White_Space, which includes U+0085; PCRE2's \s under UCP does not.
 // Oniguruma's \w is the Unicode word property (letters, marks, decimal digits, connectors).
-constexpr const char* SPACE_SET = "\\s\\x{85}";
-constexpr const char* WORD_SET = "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}";
+constexpr const char* SPACE_SET =
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+constexpr const char* WORD_SET = "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{200C}\\x{200D}\\x{24B6}-\\x{24E9}";
 
 }  // namespace
 
+// Inside a character class \S and \W keep PCRE2's meaning: a negated set cannot nest there.
 std::string translate_oniguruma(const std::string& p) {
   std::string out;
   out.reserve(p.size() + 16);

@@ -80,7 +80,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 
 bool Tokenizer::decodes_to_nothing(int32_t id, bool skip_special_tokens) const {
   const std::string* text = nullptr;
-  if (const AddedToken* t = added_.find_id(id)) text = &t->content;
+  if (const AddedToken* t = added_.find_id(id)) text = &t->decoded;
   else text = model_->id_to_token(id);
   if (!text) return true;
   return skip_special_tokens && added_.is_special_content(*text);
@@ -93,7 +93,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
     const std::string* text = nullptr;
-    if (const AddedToken* t = added_.find_id(id)) text = &t->content;
+    if (const AddedToken* t = added_.find_id(id)) text = &t->decoded;
     else text = model_->id_to_token(id);
     if (!text) continue;
     if (skip_special_tokens && added_.is_special_content(*text)) continue;

@@ -20,7 +20,15 @@ bool is_mark(char32_t cp) {
   return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
 }
 
+bool is_nonspacing_mark(char32_t cp) { return cat(cp) == UTF8PROC_CATEGORY_MN; }
+
 bool is_control(char32_t cp) { return cat(cp) == UTF8PROC_CATEGORY_CC; }
+
+bool is_other(char32_t cp) {
+  auto c = cat(cp);
+  return c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF || c == UTF8PROC_CATEGORY_CS ||
+         c == UTF8PROC_CATEGORY_CO;
+}
 
 bool is_numeric(char32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';

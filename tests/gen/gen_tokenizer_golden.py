@@ -72,8 +72,10 @@ def golden_for(name, texts):
 
 
 def write(path, obj):
-    with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
-        json.dump(obj, f, ensure_ascii=True, separators=(",", ":"))
+    # mtime=0 keeps the files byte-identical when the reference output has not changed.
+    data = json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode()
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as f:
+        f.write(data)
 
 
 def main():

@@ -114,7 +114,7 @@ static void json_ascii_char(std::string& out, char c) {
     case '\f': out += "\\f"; break;
     default:
       if (static_cast<unsigned char>(c) < 0x20) {
-        char buf[8];
+        char buf[16];
         std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
         out += buf;
       } else {
@@ -129,7 +129,7 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
     for (char c : s) json_ascii_char(out, c);
   } else {
     auto escape_cp = [&](unsigned cp) {
-      char buf[8];
+      char buf[16];
       std::snprintf(buf, sizeof buf, "\\u%04x", cp);
       out += buf;
     };

@@ -8,6 +8,7 @@
 
 #include "engine/backend/cpu/matmul.h"
 #include "engine/backend/cpu/quant_blocks.h"
+#include "engine/model/quant.h"
 
 using namespace spark;
 using namespace spark::cpu;
@@ -69,7 +70,7 @@ Tensor random_weight(DType t, int64_t rows, int64_t cols, std::mt19937& rng, std
 float f16v(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
+  return cpu::f16_to_f32(h);
 }
 
 // Element i of a block, computed from the format's index formulas (not the loop order the
@@ -158,14 +159,34 @@ TEST_CASE("cpu kernels: decode_row matches the format's index formulas for every
   }
 }
 
+TEST_CASE("cpu kernels: decode_row agrees bit for bit with the loader's dequantization") {
+  // The loader's dequantize_tensor_row follows GGML's operation order; the kernels must
+  // produce the same values, so the CPU backend computes on exactly the stored weights.
+  std::mt19937 rng(5);
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    CAPTURE(dtype_name(t));
+    std::vector<uint8_t> bytes;
+    const Tensor w = random_weight(t, 4, 768, rng, bytes);
+    std::vector<float> got(768), want(768);
+    int mismatches = 0;
+    for (int64_t r = 0; r < 4; ++r) {
+      decode_row(w, r, got.data());
+      spark::dequantize_tensor_row(w, r, want.data());
+      for (int i = 0; i < 768; ++i) mismatches += std::memcmp(&got[i], &want[i], 4) != 0;
+    }
+    CHECK(mismatches == 0);
+  }
+}
+
 TEST_CASE("cpu kernels: f16 and bf16 conversions of known values") {
-  CHECK(f16_to_f32(0x3c00) == 1.0f);
-  CHECK(f16_to_f32(0xc000) == -2.0f);
-  CHECK(f16_to_f32(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
-  CHECK(f16_to_f32(0x7bff) == 65504.0f);
-  CHECK(std::isinf(f16_to_f32(0x7c00)));
-  CHECK(bf16_to_f32(0x3f80) == 1.0f);
-  CHECK(bf16_to_f32(0xc0a0) == -5.0f);
+  CHECK(cpu::f16_to_f32(0x3c00) == 1.0f);
+  CHECK(cpu::f16_to_f32(0xc000) == -2.0f);
+  CHECK(cpu::f16_to_f32(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
+  CHECK(cpu::f16_to_f32(0x7bff) == 65504.0f);
+  CHECK(std::isinf(cpu::f16_to_f32(0x7c00)));
+  CHECK(cpu::bf16_to_f32(0x3f80) == 1.0f);
+  CHECK(cpu::bf16_to_f32(0xc0a0) == -5.0f);
 }
 
 TEST_CASE("cpu kernels: matmul equals a double-precision reference for every dtype and batch size") {

@@ -8,7 +8,7 @@
 #include "engine/backend/cpu/simd.h"
 #include "engine/util/check.h"
 
-#pragma GCC optimize("O3", "fp-contract=fast")
+#pragma GCC optimize("O3")
 
 namespace spark::cpu {
 

@@ -2,6 +2,7 @@
 // shared by the CPU matmul (fused decode) and embedding lookup.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "engine/backend/cpu/simd.h"
 
@@ -43,26 +44,49 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
-// Each decoder writes the block's values in order: 32 for the Q*_0/1 types, 256 for K types.
+// Each decoder writes the block's values in order: 32 for the Q*_0/1 types, 256 for K
+// types. They work on 8 values at a time in GCC vector types (one AVX register, two NEON
+// registers; wider types make GCC's AVX2 lowering scalarize); the arithmetic per value is
+// the loader's, in the same order.
+typedef uint8_t v8u8 __attribute__((vector_size(8)));
+typedef int8_t v8i8 __attribute__((vector_size(8)));
+typedef int32_t v8i32 __attribute__((vector_size(32)));
+
+inline v8u8 load8u(const uint8_t* p) {
+  v8u8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+// Through int32: GCC emits widening moves and one conversion for byte -> int32 -> float.
+inline v8f to_f(const v8u8& v) { return __builtin_convertvector(__builtin_convertvector(v, v8i32), v8f); }
+inline v8f to_f(const v8i8& v) { return __builtin_convertvector(__builtin_convertvector(v, v8i32), v8f); }
+
 inline void decode_block(const BlockQ8_0& b, float* y) {
-  const float d = f16_to_f32(b.d);
-  for (int i = 0; i < 32; ++i) y[i] = d * static_cast<float>(b.qs[i]);
+  const v8f d = splat8(f16_to_f32(b.d));
+  for (int h = 0; h < 32; h += 8) {
+    v8i8 q;
+    std::memcpy(&q, b.qs + h, sizeof(q));
+    store8(y + h, d * to_f(q));
+  }
 }
 
 inline void decode_block(const BlockQ4_0& b, float* y) {
-  const float d = f16_to_f32(b.d);
-  for (int i = 0; i < 16; ++i) {
-    y[i] = d * static_cast<float>((b.qs[i] & 0x0f) - 8);
-    y[i + 16] = d * static_cast<float>((b.qs[i] >> 4) - 8);
+  const v8f d = splat8(f16_to_f32(b.d));
+  const v8f eight = splat8(8.0f);
+  for (int h = 0; h < 16; h += 8) {
+    const v8u8 q = load8u(b.qs + h);
+    store8(y + h, d * (to_f(q & 0x0f) - eight));
+    store8(y + 16 + h, d * (to_f(q >> 4) - eight));
   }
 }
 
 inline void decode_block(const BlockQ4_1& b, float* y) {
-  const float d = f16_to_f32(b.d);
-  const float m = f16_to_f32(b.m);
-  for (int i = 0; i < 16; ++i) {
-    y[i] = d * static_cast<float>(b.qs[i] & 0x0f) + m;
-    y[i + 16] = d * static_cast<float>(b.qs[i] >> 4) + m;
+  const v8f d = splat8(f16_to_f32(b.d));
+  const v8f m = splat8(f16_to_f32(b.m));
+  for (int h = 0; h < 16; h += 8) {
+    const v8u8 q = load8u(b.qs + h);
+    store8(y + h, d * to_f(q & 0x0f) + m);
+    store8(y + 16 + h, d * to_f(q >> 4) + m);
   }
 }
 
@@ -84,11 +108,14 @@ inline void decode_block(const BlockQ4_K& b, float* y) {
   for (int j = 0; j < 8; j += 2) {
     uint8_t sc, m;
     k_scale_min(j, b.scales, sc, m);
-    const float d1 = d * sc, m1 = dmin * m;
+    const v8f d1 = splat8(d * sc), m1 = splat8(dmin * m);
     k_scale_min(j + 1, b.scales, sc, m);
-    const float d2 = d * sc, m2 = dmin * m;
-    for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0x0f) - m1;
-    for (int l = 0; l < 32; ++l) y[l + 32] = d2 * static_cast<float>(q[l] >> 4) - m2;
+    const v8f d2 = splat8(d * sc), m2 = splat8(dmin * m);
+    for (int h = 0; h < 32; h += 8) {
+      const v8u8 v = load8u(q + h);
+      store8(y + h, d1 * to_f(v & 0x0f) - m1);
+      store8(y + 32 + h, d2 * to_f(v >> 4) - m2);
+    }
     q += 32;
     y += 64;
   }
@@ -98,21 +125,23 @@ inline void decode_block(const BlockQ5_K& b, float* y) {
   const float d = f16_to_f32(b.d);
   const float dmin = f16_to_f32(b.dmin);
   const uint8_t* ql = b.qs;
-  uint8_t u1 = 1, u2 = 2;
   for (int j = 0; j < 8; j += 2) {
     uint8_t sc, m;
     k_scale_min(j, b.scales, sc, m);
-    const float d1 = d * sc, m1 = dmin * m;
+    const v8f d1 = splat8(d * sc), m1 = splat8(dmin * m);
     k_scale_min(j + 1, b.scales, sc, m);
-    const float d2 = d * sc, m2 = dmin * m;
-    for (int l = 0; l < 32; ++l)
-      y[l] = d1 * static_cast<float>((ql[l] & 0x0f) + ((b.qh[l] & u1) ? 16 : 0)) - m1;
-    for (int l = 0; l < 32; ++l)
-      y[l + 32] = d2 * static_cast<float>((ql[l] >> 4) + ((b.qh[l] & u2) ? 16 : 0)) - m2;
+    const v8f d2 = splat8(d * sc), m2 = splat8(dmin * m);
+    for (int h = 0; h < 32; h += 8) {
+      const v8u8 v = load8u(ql + h);
+      const v8u8 hb = load8u(b.qh + h);
+      // Bit j of qh[l] is the fifth bit of sub-block j's value l.
+      const v8u8 lo = (v & 0x0f) | (((hb >> j) & 1) << 4);
+      const v8u8 hi = (v >> 4) | (((hb >> (j + 1)) & 1) << 4);
+      store8(y + h, d1 * to_f(lo) - m1);
+      store8(y + 32 + h, d2 * to_f(hi) - m2);
+    }
     ql += 32;
     y += 64;
-    u1 = static_cast<uint8_t>(u1 << 2);
-    u2 = static_cast<uint8_t>(u2 << 2);
   }
 }
 
@@ -122,16 +151,18 @@ inline void decode_block(const BlockQ6_K& b, float* y) {
   const uint8_t* qh = b.qh;
   const int8_t* sc = b.scales;
   for (int n = 0; n < 256; n += 128) {
-    for (int l = 0; l < 32; ++l) {
+    for (int l = 0; l < 32; l += 8) {
       const int is = l / 16;
-      const int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
-      y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-      y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-      y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+      const v8u8 a = load8u(ql + l), c = load8u(ql + l + 32), h = load8u(qh + l);
+      // Six-bit values less 32, as signed bytes (range -32..31).
+      const v8i8 q1 = (v8i8)((a & 0x0f) | ((h & 3) << 4)) - 32;
+      const v8i8 q2 = (v8i8)((c & 0x0f) | (((h >> 2) & 3) << 4)) - 32;
+      const v8i8 q3 = (v8i8)((a >> 4) | (((h >> 4) & 3) << 4)) - 32;
+      const v8i8 q4 = (v8i8)((c >> 4) | (((h >> 6) & 3) << 4)) - 32;
+      store8(y + l, splat8(d * static_cast<float>(sc[is])) * to_f(q1));
+      store8(y + l + 32, splat8(d * static_cast<float>(sc[is + 2])) * to_f(q2));
+      store8(y + l + 64, splat8(d * static_cast<float>(sc[is + 4])) * to_f(q3));
+      store8(y + l + 96, splat8(d * static_cast<float>(sc[is + 6])) * to_f(q4));
     }
     y += 128;
     ql += 64;

@@ -19,7 +19,7 @@ inline v8f load8(const float* p) {
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
+inline void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof(v)); }
 inline v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
 inline float hsum8(const v8f& v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));

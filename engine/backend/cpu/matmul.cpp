@@ -2,6 +2,7 @@
 #include "engine/backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "engine/backend/cpu/quant_blocks.h"
@@ -114,6 +115,72 @@ SPARK_KERNEL void dot_tile(const float* w0, const float* w1, const float* x, int
   }
 }
 
+// The 32 quantized values of a Q*_0/1 block as f32, without scale or offset.
+inline void block_values(const BlockQ8_0& b, v8f q[4]) {
+  for (int k = 0; k < 4; ++k) {
+    v8i8 v;
+    std::memcpy(&v, b.qs + 8 * k, sizeof(v));
+    q[k] = to_f(v);
+  }
+}
+inline void block_values(const BlockQ4_0& b, v8f q[4]) {
+  const v8f eight = splat8(8.0f);
+  for (int k = 0; k < 2; ++k) {
+    const v8u8 v = load8u(b.qs + 8 * k);
+    q[k] = to_f(v & 0x0f) - eight;
+    q[k + 2] = to_f(v >> 4) - eight;
+  }
+}
+inline void block_values(const BlockQ4_1& b, v8f q[4]) {
+  for (int k = 0; k < 2; ++k) {
+    const v8u8 v = load8u(b.qs + 8 * k);
+    q[k] = to_f(v & 0x0f);
+    q[k + 2] = to_f(v >> 4);
+  }
+}
+inline float block_offset(const BlockQ4_1& b) { return f16_to_f32(b.m); }
+template <typename Block>
+inline float block_offset(const Block&) { return 0.0f; }
+
+// Weight rows of 32-value blocks times up to four activation rows without materializing
+// the f32 row: sum_i (d q_i + m) x_i = d * sum_i q_i x_i + m * sum_i x_i, with the block
+// sums of x computed once per call. Decode steps (one to a few rows) spend most of their
+// time here, so this saves the store and reload of every decoded weight.
+template <typename Block>
+SPARK_KERNEL void fused_rows(const float* x, int nx, int64_t n, const Tensor& w, int64_t out_begin,
+                             int64_t out_end, float* y, int64_t y_stride) {
+  const int64_t nb = n / 32;
+  thread_local std::vector<float> xsum;
+  constexpr bool has_offset = std::is_same_v<Block, BlockQ4_1>;
+  if (has_offset) {
+    xsum.resize(static_cast<size_t>(nx * nb));
+    for (int r = 0; r < nx; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        v8f s = load8(x + r * n + 32 * b) + load8(x + r * n + 32 * b + 8) + load8(x + r * n + 32 * b + 16) +
+                load8(x + r * n + 32 * b + 24);
+        xsum[static_cast<size_t>(r * nb + b)] = hsum8(s);
+      }
+  }
+  const Block* rows = static_cast<const Block*>(w.data);
+  for (int64_t o = out_begin; o < out_end; ++o) {
+    const Block* wr = rows + o * nb;
+    v8f acc[4] = {};
+    float offs[4] = {};
+    for (int64_t b = 0; b < nb; ++b) {
+      v8f q[4];
+      block_values(wr[b], q);
+      const v8f d = splat8(f16_to_f32(wr[b].d));
+      for (int r = 0; r < nx; ++r) {
+        const float* xr = x + r * n + 32 * b;
+        const v8f t = q[0] * load8(xr) + q[1] * load8(xr + 8) + q[2] * load8(xr + 16) + q[3] * load8(xr + 24);
+        acc[r] += d * t;
+        if (has_offset) offs[r] += block_offset(wr[b]) * xsum[static_cast<size_t>(r * nb + b)];
+      }
+    }
+    for (int r = 0; r < nx; ++r) y[r * y_stride + o] = hsum8(acc[r]) + offs[r];
+  }
+}
+
 }  // namespace
 
 bool matmul_supports(DType t) {
@@ -133,6 +200,13 @@ void decode_row(const Tensor& w, int64_t row, float* out) {
 void matmul_rows(const float* x, int64_t rows, const Tensor& w, int64_t out_begin, int64_t out_end,
                  float* y, int64_t y_stride) {
   const int64_t n = w.cols();
+  if (rows <= 4 && (w.dtype == DType::Q8_0 || w.dtype == DType::Q4_0 || w.dtype == DType::Q4_1)) {
+    const int nx = static_cast<int>(rows);
+    if (w.dtype == DType::Q8_0) fused_rows<BlockQ8_0>(x, nx, n, w, out_begin, out_end, y, y_stride);
+    if (w.dtype == DType::Q4_0) fused_rows<BlockQ4_0>(x, nx, n, w, out_begin, out_end, y, y_stride);
+    if (w.dtype == DType::Q4_1) fused_rows<BlockQ4_1>(x, nx, n, w, out_begin, out_end, y, y_stride);
+    return;
+  }
   // Two decoded weight rows, reused across every activation row.
   thread_local std::vector<float> buf;
   if (buf.size() < static_cast<size_t>(2 * n)) buf.resize(static_cast<size_t>(2 * n));

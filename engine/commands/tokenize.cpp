@@ -49,7 +49,13 @@ int for_each_line(F&& handle) {
     }
     if (!j.is_object()) throw InputError("line " + std::to_string(number) + ": expected a JSON object");
     out.clear();
-    handle(j, number, out);
+    try {
+      handle(j, number, out);
+    } catch (const InputError& e) {
+      std::string msg = e.what();
+      if (msg.rfind("line ", 0) == 0) throw;
+      throw InputError("line " + std::to_string(number) + ": " + msg);
+    }
     out += '\n';
     std::fwrite(out.data(), 1, out.size(), stdout);
   }

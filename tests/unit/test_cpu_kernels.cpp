@@ -227,3 +227,28 @@ TEST_CASE("cpu kernels: matmul equals a double-precision reference for every dty
     }
   }
 }
+
+TEST_CASE("cpu kernels: matmul_many equals separate matmuls, across matrix boundaries") {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> val(-1.f, 1.f);
+  ThreadPool pool(2);
+  std::vector<uint8_t> b1, b2, b3;
+  // Sizes that are not multiples of the chunk size put chunk edges inside matrices.
+  const Tensor w1 = random_weight(DType::Q4_1, 37, 64, rng, b1);
+  const Tensor w2 = random_weight(DType::Q8_0, 50, 64, rng, b2);
+  const Tensor w3 = random_weight(DType::F32, 3, 64, rng, b3);
+  for (int64_t rows : {1, 6}) {
+    std::vector<float> x(static_cast<size_t>(rows * 64));
+    for (auto& v : x) v = val(rng);
+    std::vector<float> y1(static_cast<size_t>(rows * 37)), y2(static_cast<size_t>(rows * 50)),
+        y3(static_cast<size_t>(rows * 3));
+    std::vector<float> z1 = y1, z2 = y2, z3 = y3;
+    matmul_many(pool, x.data(), rows, {{&w1, y1.data()}, {&w2, y2.data()}, {&w3, y3.data()}});
+    matmul(pool, x.data(), rows, w1, z1.data());
+    matmul(pool, x.data(), rows, w2, z2.data());
+    matmul(pool, x.data(), rows, w3, z3.data());
+    CHECK(y1 == z1);
+    CHECK(y2 == z2);
+    CHECK(y3 == z3);
+  }
+}

@@ -131,9 +131,7 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
   pool.parallel_for(T, 8, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.attn_norm.data(), H, eps, h + t * H);
   });
-  cpu::matmul(pool, h, T, *L.q, q_.data());
-  cpu::matmul(pool, h, T, *L.k, k_.data());
-  cpu::matmul(pool, h, T, *L.v, v_.data());
+  cpu::matmul_many(pool, h, T, {{L.q, q_.data()}, {L.k, k_.data()}, {L.v, v_.data()}});
   pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       float* q = q_.data() + t * nh * hd;
@@ -167,8 +165,7 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
     return;
   }
   const int64_t I = L.gate->rows();
-  cpu::matmul(pool, h, T, *L.gate, gate_.data());
-  cpu::matmul(pool, h, T, *L.up, up_.data());
+  cpu::matmul_many(pool, h, T, {{L.gate, gate_.data()}, {L.up, up_.data()}});
   pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
     cpu::silu_mul(gate_.data() + b * I, up_.data() + b * I, (e - b) * I, gate_.data() + b * I);
   });

@@ -222,15 +222,31 @@ void matmul_rows(const float* x, int64_t rows, const Tensor& w, int64_t out_begi
 }
 
 void matmul(ThreadPool& pool, const float* x, int64_t rows, const Tensor& w, float* y) {
-  SPARK_CHECK(w.shape.size() == 2, "matmul: weight " + w.name + " is not 2-D");
-  SPARK_CHECK(matmul_supports(w.dtype), "matmul: unsupported dtype of " + w.name);
-  const int64_t out = w.rows();
+  matmul_many(pool, x, rows, {{&w, y}});
+}
+
+void matmul_many(ThreadPool& pool, const float* x, int64_t rows, std::initializer_list<MatmulOut> outs) {
+  // Output rows of all matrices are numbered one after another; each chunk of that range
+  // is split at matrix boundaries.
+  int64_t total = 0;
+  for (const MatmulOut& m : outs) {
+    SPARK_CHECK(m.w->shape.size() == 2, "matmul: weight " + m.w->name + " is not 2-D");
+    SPARK_CHECK(matmul_supports(m.w->dtype), "matmul: unsupported dtype of " + m.w->name);
+    SPARK_CHECK(m.w->cols() == outs.begin()->w->cols(), "matmul_many: weights disagree on the input size");
+    total += m.w->rows();
+  }
   // Chunks of output rows small enough to balance threads, large enough to amortize
-  // dispatch; an even size keeps the 2-row tile whole.
-  int64_t grain = std::max<int64_t>(2, out / (8 * pool.size()));
+  // dispatch; a multiple of 16 keeps the 2-row tile whole.
+  int64_t grain = std::max<int64_t>(2, total / (8 * pool.size()));
   grain = (grain + 15) / 16 * 16;
-  pool.parallel_for(out, grain, [&](int64_t begin, int64_t end) {
-    matmul_rows(x, rows, w, begin, end, y, out);
+  pool.parallel_for(total, grain, [&](int64_t begin, int64_t end) {
+    int64_t base = 0;
+    for (const MatmulOut& m : outs) {
+      const int64_t n = m.w->rows();
+      const int64_t lo = std::max(begin, base), hi = std::min(end, base + n);
+      if (lo < hi) matmul_rows(x, rows, *m.w, lo - base, hi - base, m.y, n);
+      base += n;
+    }
   });
 }
 

@@ -48,8 +48,7 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t toke
     gate.resize(static_cast<size_t>(n * inter));
     up.resize(static_cast<size_t>(n * inter));
     down.resize(static_cast<size_t>(n * hidden));
-    matmul(pool, xs.data(), n, *w.gate[static_cast<size_t>(e)], gate.data());
-    matmul(pool, xs.data(), n, *w.up[static_cast<size_t>(e)], up.data());
+    matmul_many(pool, xs.data(), n, {{w.gate[static_cast<size_t>(e)], gate.data()}, {w.up[static_cast<size_t>(e)], up.data()}});
     silu_mul(gate.data(), up.data(), n * inter, gate.data());
     matmul(pool, gate.data(), n, *w.down[static_cast<size_t>(e)], down.data());
     for (int64_t i = 0; i < n; ++i) {

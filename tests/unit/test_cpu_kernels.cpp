@@ -247,8 +247,15 @@ TEST_CASE("cpu kernels: matmul_many equals separate matmuls, across matrix bound
     matmul(pool, x.data(), rows, w1, z1.data());
     matmul(pool, x.data(), rows, w2, z2.data());
     matmul(pool, x.data(), rows, w3, z3.data());
-    CHECK(y1 == z1);
-    CHECK(y2 == z2);
-    CHECK(y3 == z3);
+    // Chunks may pair output rows differently in the 2-row tile, which changes the
+    // summation order, not the result beyond rounding.
+    auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+      for (size_t i = 0; i < a.size(); ++i)
+        if (std::fabs(a[i] - b[i]) > 1e-5f * (1 + std::fabs(b[i]))) return false;
+      return true;
+    };
+    CHECK(close(y1, z1));
+    CHECK(close(y2, z2));
+    CHECK(close(y3, z3));
   }
 }

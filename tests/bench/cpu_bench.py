@@ -122,9 +122,10 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--bench-exe", help="a cpu_bench binary already built (skips compiling one)")
     args = ap.parse_args()
 
-    exe = build_sparkd_bench(args.build)
+    exe = args.bench_exe or build_sparkd_bench(args.build)
     try:
         llama = LlamaCpp(args.model, args.threads, args.prompt_len + args.decode_tokens, args.batch)
     except ImportError:

@@ -166,3 +166,16 @@ TEST_CASE("jinja renders a long conversation within budget") {
   std::string out = render("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}", ojson{{"messages", messages}});
   CHECK(out.rfind("<assistant>m4999") != std::string::npos);
 }
+
+TEST_CASE("jinja hostile: self-referencing namespaces and huge lists end cleanly") {
+  // A namespace made to hold itself renders, and is emptied when the render ends.
+  CHECK(render("{% set ns = namespace() %}{% set ns.x = [ns] %}{{ ns.x | length }}{{ ns == ns.x[0] }}") == "1True");
+  CHECK_THROWS_AS(render("{% set ns = namespace() %}{% set ns.x = [ns] %}{{ ns }}"), TemplateError);
+  // Nesting values ever deeper stops at the nesting limit instead of recursing on free.
+  CHECK_THROWS_AS(render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"),
+                  TemplateError);
+  // A million references to one long string: cheap to build, refused when printed.
+  CHECK_THROWS_AS(render("{% set s = 'a' * 1000000 %}{{ [s] * 1000 }}"), TemplateError);
+  // Only namespace() objects take attributes, as in jinja2.
+  CHECK_THROWS_AS(render("{% for i in [1] %}{% set loop.x = loop %}{% endfor %}"), TemplateError);
+}

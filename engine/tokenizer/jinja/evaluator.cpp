@@ -62,6 +62,7 @@ void Evaluator::append(std::string& out, const std::string& text) {
 }
 
 std::string Evaluator::render(const Body& body, const Value& globals) {
+  NamespaceArena arena;
   root_ = std::make_shared<Scope>();
   Dict builtins;
   add_globals(builtins);
@@ -140,7 +141,8 @@ void Evaluator::exec_set(const Stmt& s, const ScopePtr& scope, Value value) {
   const Expr& target = *s.target;
   if (target.kind == ExprKind::GETATTR) {
     Value ns = eval(*target.a, scope);
-    if (!ns.is_namespace()) throw TemplateError("cannot assign attribute on non-namespace object");
+    if (!ns.is_namespace() || !ns.as_dict().assignable)
+      throw TemplateError("cannot assign attribute on non-namespace object");
     if (!target.name.empty() && target.name[0] == '_')
       throw TemplateError("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" +
                           target.name + "'. Please rename the attribute.");
@@ -234,7 +236,7 @@ void Evaluator::exec_for(const Stmt& s, const ScopePtr& scope, std::string& out,
         return Value::string(std::move(text));
       }));
     }
-    iter_scope->vars["loop"] = Value::namespace_(loop);
+    iter_scope->vars["loop"] = Value::object(loop);
     Flow f = exec_body(s.body, iter_scope, out);
     if (f == Flow::BREAK) break;
   }

@@ -60,7 +60,9 @@ Value g_namespace(CallArgs& a) {
     if (k.is_string() && !k.as_string().empty() && k.as_string()[0] == '_')
       throw TemplateError("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" +
                           k.as_string() + "'. Please rename the attribute.");
-  return Value::namespace_(d.dict_ptr());
+  // Not make_shared: the arena's weak reference must not keep the object's memory alive.
+  std::shared_ptr<Dict> attrs(new Dict(d.as_dict()));
+  return Value::namespace_(attrs);
 }
 
 Value g_raise_exception(CallArgs& a) {
@@ -95,7 +97,7 @@ Value g_cycler(CallArgs& a) {
     return Value::none();
   }));
   attrs->set("current", (*items)[0]);
-  return Value::namespace_(attrs);
+  return Value::object(attrs);
 }
 
 Value g_joiner(CallArgs& a) {

@@ -11,15 +11,20 @@
 
 namespace spark::jinja {
 
+const std::string& Value::empty_string() {
+  static const std::string empty;
+  return empty;
+}
+
 Value Value::undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 
 Value Value::unsafe(std::string message) {
   Value v;
-  v.s_ = std::move(message);
+  v.s_ = std::make_shared<const std::string>(std::move(message));
   v.unsafe_ = true;
   return v;
 }
@@ -54,7 +59,7 @@ Value Value::floating(double f) {
 Value Value::string(std::string s) {
   Value v;
   v.kind_ = Kind::STRING;
-  v.s_ = std::move(s);
+  v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 
@@ -106,7 +111,43 @@ Value Value::function(std::string name, std::function<Value(CallArgs&)> fn) {
   return v;
 }
 
+namespace {
+thread_local NamespaceArena* current_arena = nullptr;
+}
+
+NamespaceArena::NamespaceArena() : previous_(current_arena) { current_arena = this; }
+
+NamespaceArena::~NamespaceArena() {
+  current_arena = previous_;
+  for (auto& weak : made_) {
+    if (auto d = weak.lock()) {
+      std::vector<std::pair<Value, Value>> entries;
+      entries.swap(d->entries);  // destroyed here, after d no longer refers to them
+      d->index.clear();
+    }
+  }
+}
+
+void NamespaceArena::track(const std::shared_ptr<Dict>& attrs) {
+  NamespaceArena* a = current_arena;
+  if (!a) return;
+  a->made_.push_back(attrs);
+  if (a->made_.size() >= a->compact_at_) {  // forget namespaces already freed
+    std::erase_if(a->made_, [](const std::weak_ptr<Dict>& w) { return w.expired(); });
+    a->compact_at_ = std::max<size_t>(1024, 2 * a->made_.size());
+  }
+}
+
+Value Value::object(std::shared_ptr<Dict> attrs) {
+  Value v;
+  v.kind_ = Kind::NAMESPACE;
+  v.dict_ = std::move(attrs);
+  return v;
+}
+
 Value Value::namespace_(std::shared_ptr<Dict> attrs) {
+  attrs->assignable = true;
+  NamespaceArena::track(attrs);
   Value v;
   v.kind_ = Kind::NAMESPACE;
   v.dict_ = std::move(attrs);
@@ -135,7 +176,7 @@ bool Value::truthy() const {
     case Kind::BOOL: return b_;
     case Kind::INT: return i_ != 0;
     case Kind::FLOAT: return f_ != 0.0;
-    case Kind::STRING: return !s_.empty();
+    case Kind::STRING: return !as_string().empty();
     case Kind::LIST:
     case Kind::TUPLE: return !list_->empty();
     case Kind::DICT: return dict_->size() != 0;

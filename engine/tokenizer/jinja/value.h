@@ -47,7 +47,8 @@ class Value {
   static Value dict(std::shared_ptr<Dict> d);
   static Value iterator(ValueList items, std::string type_name = "generator");
   static Value function(std::string name, std::function<Value(CallArgs&)> fn);
-  static Value namespace_(std::shared_ptr<Dict> attrs);
+  static Value namespace_(std::shared_ptr<Dict> attrs);  // a namespace() templates may assign to
+  static Value object(std::shared_ptr<Dict> attrs);      // read-only attributes (loop, cycler)
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::UNDEFINED; }
@@ -69,7 +70,8 @@ class Value {
   bool as_bool() const { return b_; }
   int64_t as_int() const { return kind_ == Kind::BOOL ? (b_ ? 1 : 0) : i_; }  // bool is an int
   double as_float() const { return kind_ == Kind::FLOAT ? f_ : static_cast<double>(as_int()); }
-  const std::string& as_string() const { return s_; }  // string text; undefined: its hint
+  // String text; for an undefined, its hint. Shared: copying a Value never copies text.
+  const std::string& as_string() const { return s_ ? *s_ : empty_string(); }
   const ValueList& items() const { return *list_; }      // list / tuple
   Dict& as_dict() const { return *dict_; }               // dict / namespace attributes
   const std::shared_ptr<Dict>& dict_ptr() const { return dict_; }
@@ -89,7 +91,8 @@ class Value {
   int depth_ = 0;  // LIST / TUPLE / ITERATOR: 1 + the deepest item
   int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;
+  std::shared_ptr<const std::string> s_;
+  static const std::string& empty_string();
   std::shared_ptr<ValueList> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<IterState> iter_;
@@ -100,6 +103,7 @@ class Value {
 struct Dict {
   std::vector<std::pair<Value, Value>> entries;
   int depth = 1;  // 1 + the deepest value ever stored (namespaces can change after creation)
+  bool assignable = false;  // `{% set ns.attr = ... %}` allowed: namespace() objects only
   std::unordered_map<std::string, size_t> index;  // hash_key(key) -> position in entries
 
   const Value* find(const Value& key) const;
@@ -118,6 +122,23 @@ struct IterState {
 struct Callable {
   std::string name;
   std::function<Value(CallArgs&)> fn;
+};
+
+// A template can make a namespace hold itself (`{% set ns.me = [ns] %}`), a reference cycle
+// shared_ptr cannot free. While an arena is installed on a thread, every namespace made
+// there is recorded; the arena empties them when it ends, which breaks the cycles.
+class NamespaceArena {
+ public:
+  NamespaceArena();
+  ~NamespaceArena();
+  NamespaceArena(const NamespaceArena&) = delete;
+  NamespaceArena& operator=(const NamespaceArena&) = delete;
+  static void track(const std::shared_ptr<Dict>& attrs);
+
+ private:
+  std::vector<std::weak_ptr<Dict>> made_;
+  size_t compact_at_ = 1024;
+  NamespaceArena* previous_;
 };
 
 // The identity Python's dict uses for a key (True, 1 and 1.0 are the same key);

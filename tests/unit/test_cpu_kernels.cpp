@@ -126,7 +126,12 @@ std::vector<float> reference_row(const Tensor& w, int64_t row) {
     uint16_t h;
     switch (w.dtype) {
       case DType::F32: std::memcpy(&out[i], r + 4 * i, 4); break;
-      case DType::F16: std::memcpy(&h, r + 2 * i, 2); out[i] = static_cast<float>(*reinterpret_cast<_Float16*>(&h)); break;
+      case DType::F16: {
+        _Float16 v;
+        std::memcpy(&v, r + 2 * i, 2);
+        out[i] = static_cast<float>(v);
+        break;
+      }
       case DType::BF16: {
         std::memcpy(&h, r + 2 * i, 2);
         uint32_t bits = static_cast<uint32_t>(h) << 16;

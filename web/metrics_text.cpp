@@ -1,7 +1,9 @@
 // metrics_text.cpp — Prometheus text format 0.0.4 writer for the engine's snapshot.
 #include "web/metrics_text.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 namespace spark {
@@ -18,9 +20,17 @@ std::string escape_label(const std::string& v) {
   return out;
 }
 
+// The shortest text that reads back as the same double ("0.005", not "0.0050000000000000001").
 std::string number(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   return buf;
 }
 

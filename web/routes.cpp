@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/util/version.h"
+#include "web/completions.h"
 #include "web/http_error.h"
+#include "web/info_handlers.h"
 
 namespace spark {
 namespace {
@@ -36,10 +38,17 @@ void version(App& app, const httplib::Request&, httplib::Response& res) {
 std::vector<Route> make_routes(App& app) {
   using Req = const httplib::Request&;
   using Res = httplib::Response&;
-  return {
+  std::vector<Route> routes = {
       {"GET", "/health", Access::PUBLIC, false, [&app](Req q, Res r) { health(app, q, r); }},
       {"GET", "/version", Access::PUBLIC, false, [&app](Req q, Res r) { version(app, q, r); }},
+      {"GET", "/metrics", Access::DASHBOARD, false, [&app](Req q, Res r) { handle_metrics(app, q, r); }},
+      {"GET", "/v1/models", Access::API_KEY, false, [&app](Req q, Res r) { handle_models(app, q, r); }},
+      {"POST", "/v1/chat/completions", Access::API_KEY, true, [&app](Req q, Res r) { handle_chat_completions(app, q, r); }},
+      {"POST", "/v1/completions", Access::API_KEY, true, [&app](Req q, Res r) { handle_completions(app, q, r); }},
+      {"POST", "/tokenize", Access::API_KEY, true, [&app](Req q, Res r) { handle_tokenize(app, q, r); }},
+      {"POST", "/detokenize", Access::API_KEY, true, [&app](Req q, Res r) { handle_detokenize(app, q, r); }},
   };
+  return routes;
 }
 
 }  // namespace spark

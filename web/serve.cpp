@@ -3,19 +3,29 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <ctime>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
+#include "engine/backend/backend_factory.h"
 #include "engine/commands/commands.h"
 #include "engine/config.h"
+#include "engine/core/engine.h"
+#include "engine/model/arch.h"
+#include "engine/model/memory_plan.h"
+#include "engine/model/model_loader.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
 #include "engine/util/flags.h"
 #include "engine/util/log.h"
 #include "engine/util/sd_notify.h"
 #include "engine/util/version.h"
 #include "web/app.h"
+#include "web/chat_prompt.h"
+#include "web/connection.h"
 #include "web/routes.h"
 #include "web/server.h"
 
@@ -63,17 +73,89 @@ class SignalWatcher {
   std::thread thread_;
 };
 
-// Sends WATCHDOG=1 at half the interval systemd asked for, but only while the engine is
-// healthy: a wedged engine stops the pings and systemd restarts the service.
-void start_watchdog(ServerState& state, std::atomic<bool>& stop) {
+// A loop turn that takes longer than this means the engine is wedged (a step of the
+// largest batch takes well under it on every supported backend).
+constexpr auto kEngineStallLimit = std::chrono::seconds(60);
+
+// "" while the engine loop is alive and turning, else why not.
+std::string engine_problem(const Engine& engine) {
+  EngineState s = engine.state();
+  if (!s.alive) return "the engine is down: " + s.reason;
+  auto age = Clock::now() - s.last_heartbeat;
+  if (age > kEngineStallLimit)
+    return "the engine loop has not advanced for " +
+           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(age).count()) + " s";
+  return "";
+}
+
+// Sends WATCHDOG=1 at half the interval systemd asked for, but only while the engine loop's
+// heartbeat is fresh: a wedged engine stops the pings and systemd restarts the service.
+// Pings start with the engine (after READY=1); draining keeps pinging: the engine works.
+void start_watchdog(ServerState& state, const std::atomic<Engine*>& engine, std::atomic<bool>& stop) {
   auto interval = sd_watchdog_interval();
   if (interval.count() == 0) return;
-  std::thread([&state, &stop, interval] {
+  std::thread([&state, &engine, &stop, interval] {
     while (!stop.load()) {
-      if (state.status() != ServeStatus::DEAD && state.problem().empty()) sd_notify("WATCHDOG=1");
+      Engine* e = engine.load();
+      if (e != nullptr && state.status() != ServeStatus::DEAD && engine_problem(*e).empty()) sd_notify("WATCHDOG=1");
       std::this_thread::sleep_for(interval / 2);
     }
   }).detach();
+}
+
+std::string served_model_name(const Config& config) {
+  if (!config.model.name.empty()) return config.model.name;
+  std::string path = config.model.path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Everything a loaded model consists of; lives until the server has stopped.
+struct LoadedParts {
+  ModelInfo info;
+  Weights weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ChatTemplate> chat_template;
+  std::unique_ptr<Engine> engine;
+  std::string backend_description;  // for the dashboard
+  uint64_t weight_bytes = 0, kv_cache_bytes = 0;
+};
+
+std::unique_ptr<LoadedParts> load_parts(const Config& config) {
+  auto parts = std::make_unique<LoadedParts>();
+  parts->info = inspect_model(config);
+  const ModelInfo& info = parts->info;
+  const LayerRange range = full_range(info.spec);
+  MemoryPlan plan = plan_memory(info.spec, range, stage_weight_bytes(info, range), config, host_memory_budget());
+  require_fits(plan);
+  parts->weights = load_stage_weights(info, range);
+  parts->tokenizer = Tokenizer::load(info.tokenizer_path);
+  try {
+    parts->chat_template = std::make_unique<ChatTemplate>(ChatTemplate::from_model(info.path, info.chat_template_path));
+  } catch (const InputError& e) {
+    log_warn("no chat template (", e.what(), "): /v1/chat/completions will refuse requests");
+  }
+  auto backend = make_backend(config, info.spec, parts->weights);
+  // The plan's KV bytes, in blocks as this backend stores them (the CPU backend keeps f32).
+  // More blocks than max_num_seqs full-length sequences can reference are never used
+  // (beyond prefix-cache retention), so the cache is not made larger than that.
+  const uint64_t block_bytes = std::max<uint64_t>(backend->kv_block_bytes(config.engine.block_size), 1);
+  const int64_t affordable = int64_t(uint64_t(plan.kv_blocks) * plan.kv_block_bytes / block_bytes);
+  const int64_t useful = std::max<int64_t>(config.engine.max_num_seqs * plan.blocks_per_sequence, plan.blocks_per_sequence);
+  const int64_t blocks = std::min(affordable, useful);
+  if (blocks < plan.blocks_per_sequence)
+    throw InputError("the KV cache holds " + std::to_string(blocks) + " blocks as the " + backend->describe() +
+                     " backend stores them, fewer than one sequence of model.max_model_len needs (" +
+                     std::to_string(plan.blocks_per_sequence) + "); lower model.max_model_len");
+  log_info("memory plan:\n", describe_plan(plan), "  kv blocks used   ", blocks, " (", format_bytes(uint64_t(blocks) * block_bytes),
+           " as the backend stores them)");
+  parts->backend_description = backend->describe();
+  parts->weight_bytes = plan.weight_bytes;
+  parts->kv_cache_bytes = uint64_t(blocks) * block_bytes;
+  parts->engine = std::make_unique<Engine>(config, std::move(backend), info.spec, *parts->tokenizer, blocks);
+  parts->engine->start();
+  return parts;
 }
 
 }  // namespace
@@ -85,19 +167,45 @@ int run_serve(const Args& args) {
   log_configure(config.log.level, config.log.format);
   log_info("sparkd ", version_string(), " starting with ", config.source);
 
+  raise_open_file_limit();
   SignalWatcher signals;  // before any thread starts, so every thread inherits the mask
   ServerState state;
   HttpServer http(config.server, state);
-  App app{config, state, http, config.model.name};
+  App app{config, state, http, served_model_name(config)};
   http.add_routes(make_routes(app));
   int port = http.bind();
   std::thread http_thread([&http] { http.run(); });
-  log_info("listening on http://", config.server.host, ":", port);
+  log_info("listening on http://", config.server.host, ":", port, " (503 until the model is loaded)");
+  std::atomic<Engine*> live_engine{nullptr};
+  std::atomic<bool> stop_watchdog{false};
+  start_watchdog(state, live_engine, stop_watchdog);
+
+  std::unique_ptr<LoadedParts> parts;
+  try {
+    auto started = std::chrono::steady_clock::now();
+    parts = load_parts(config);
+    log_info("model ", app.model_id, " loaded in ",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), " s");
+  } catch (...) {
+    stop_watchdog = true;
+    http.stop();
+    http_thread.join();
+    throw;
+  }
+  app.engine = parts->engine.get();
+  app.tokenizer = parts->tokenizer.get();
+  app.chat_template = parts->chat_template.get();
+  app.created = static_cast<int64_t>(std::time(nullptr));
+  app.backend_description = parts->backend_description;
+  app.weight_bytes = parts->weight_bytes;
+  app.kv_cache_bytes = parts->kv_cache_bytes;
+  detect_model_traits(app);
+  Engine& engine = *parts->engine;
+  state.set_liveness([&engine] { return engine_problem(engine); });
+  live_engine = &engine;
 
   state.set(ServeStatus::READY);
-  sd_notify("READY=1\nSTATUS=serving on port " + std::to_string(port));
-  std::atomic<bool> stop_watchdog{false};
-  start_watchdog(state, stop_watchdog);
+  sd_notify("READY=1\nSTATUS=serving " + app.model_id + " on port " + std::to_string(port));
 
   std::string sig = signals.wait_first();
   log_info(sig, " received: draining (", state.in_flight(), " requests in flight, up to ",
@@ -106,11 +214,17 @@ int run_serve(const Args& args) {
   sd_notify("STOPPING=1\nSTATUS=draining");
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(int64_t(config.server.drain_timeout_s * 1000));
-  if (!state.wait_idle(deadline))
+  if (!state.wait_idle(deadline)) {
     log_warn("drain timeout: ", state.in_flight(), " requests still in flight are cut off");
-  stop_watchdog = true;
+    // Stopping the engine ends every live request ("abort"), so their handlers answer
+    // and return instead of holding the HTTP workers that stop() joins.
+    engine.stop();
+    state.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  }
   http.stop();
   http_thread.join();
+  stop_watchdog = true;
+  engine.stop();
   log_info("stopped");
   return 0;
 }

@@ -8,10 +8,13 @@
 
 #include "engine/util/check.h"
 #include "engine/util/log.h"
+#include "web/connection.h"
 #include "web/http_error.h"
 
 namespace spark {
 namespace {
+
+constexpr int64_t kMinWorkerCap = 1024;
 
 // Compares in time that depends only on the lengths, so a timing attacker learns nothing
 // about how much of a key matched.
@@ -39,7 +42,7 @@ std::vector<std::string> read_key_file(const std::string& path) {
 
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type = "",
                 const std::string& param = "", const std::string& code = "") {
-  send_json(res, status, error_body(status, message, type, param, code).dump());
+  send_json(res, status, error_body(status, message, type, param, code).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 }  // namespace
@@ -54,15 +57,18 @@ HttpServer::HttpServer(const ServerConfig& config, ServerState& state)
   if (!config.api_key_file.empty())
     for (auto& k : read_key_file(config.api_key_file)) api_keys_.push_back(std::move(k));
 
-  // Enough workers that max_num_seqs open streams never starve /health or the dashboard.
-  size_t workers = size_t(std::max<int64_t>(config.max_queued_requests, 64)) + 16;
-  http_->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  // Each open connection holds a worker for its whole keep-alive life, so the pool grows
+  // with them: max_num_seqs open streams, queued requests and idle clients never starve
+  // /health, /metrics or the dashboard. The cap only bounds a flood.
+  size_t workers = size_t(std::max<int64_t>(config.max_queued_requests + 256, kMinWorkerCap));
+  http_->new_task_queue = [workers] { return new GrowingTaskQueue(workers); };
   http_->set_payload_max_length(size_t(config.max_body_bytes));
   // A body trickled slowly, or a client that stops reading, cannot hold a worker forever.
   http_->set_read_timeout(30, 0);
   http_->set_write_timeout(30, 0);
   http_->set_keep_alive_max_count(1000);
-  http_->set_keep_alive_timeout(30);
+  // An idle keep-alive connection holds its worker this long; clients reconnect cheaply.
+  http_->set_keep_alive_timeout(5);
 
   http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler already wrote an error body

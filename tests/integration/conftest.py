@@ -34,8 +34,11 @@ class Server:
     def __init__(self, settings=None, env=None, model=MODEL):
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="sparkd-test-"))
+        # A serving process sizes its KV cache from the memory budget, up to max_num_seqs
+        # sequences of max_model_len; these bounds keep a test server to a few hundred MB
+        # (settings override them).
         base = {"model.path": str(model), "server.port": self.port, "server.host": "127.0.0.1",
-                "engine.cpu_threads": 2}
+                "engine.cpu_threads": 2, "model.max_model_len": 2048, "engine.max_num_seqs": 8}
         base.update(settings or {})
         self.config = self.dir / "spark.toml"
         self.config.write_text(to_toml(base))
@@ -111,3 +114,61 @@ def server():
     s = Server().wait_ready()
     yield s
     s.stop()
+
+
+# ---- API servers and helpers (shared by test_api_*.py and test_drain*.py) ------------------
+
+# Small context and KV cache so a test server starts in seconds and uses little memory; 64
+# sequences so the concurrency tests run at the default batch width.
+API_SETTINGS = {"model.max_model_len": 384, "engine.max_num_seqs": 64, "server.max_queued_requests": 64,
+                "engine.max_num_batched_tokens": 2048}
+
+
+def model_id(model=MODEL):
+    """The id a server started on `model` with no model.name serves."""
+    return Path(model).name
+
+
+@pytest.fixture(scope="session")
+def api_server():
+    """One ready server for the API tests that do not stop or overload it."""
+    s = Server(settings=API_SETTINGS).wait_ready()
+    yield s
+    s.stop()
+
+
+def parse_metrics(text):
+    """Prometheus text -> {sample name with labels stripped: value} (the last one wins)."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_labels, value = line.rsplit(" ", 1)
+        out[name_labels.split("{", 1)[0]] = float(value)
+    return out
+
+
+def metrics(url):
+    r = requests.get(url + "/metrics", timeout=10)
+    r.raise_for_status()
+    return parse_metrics(r.text)
+
+
+def wait_engine_idle(url, timeout=20):
+    """Waits until no request runs or waits and no KV block is referenced; returns the metrics."""
+    deadline = time.monotonic() + timeout
+    m = {}
+    while time.monotonic() < deadline:
+        m = metrics(url)
+        if (m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
+                and m["sparkd_kv_blocks_used"] == 0 and m["sparkd_sequences_admitted"] == 0):
+            return m
+        time.sleep(0.05)
+    raise AssertionError(f"engine not idle after {timeout}s: " + str(
+        {k: v for k, v in m.items() if k in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                                             "sparkd_kv_blocks_used", "sparkd_sequences_admitted")}))
+
+
+def health_ok(url, timeout=5):
+    r = requests.get(url + "/health", timeout=timeout)
+    return r.status_code == 200

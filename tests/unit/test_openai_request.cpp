@@ -71,8 +71,8 @@ TEST_CASE("chat: max_completion_tokens wins; tiny temperatures become the sample
 
 TEST_CASE("chat: out-of-range and wrong-typed fields are refused with their param") {
   struct Case {
-    const char* extra;
-    const char* param;
+    std::string extra;
+    std::string param;
   };
   const Case cases[] = {
       {R"("temperature": -0.1)", "temperature"}, {R"("temperature": 2.5)", "temperature"},

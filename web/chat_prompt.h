@@ -1,0 +1,31 @@
+// chat_prompt.h — from a parsed chat request to prompt token ids: the model's chat template
+// with tools and tool_choice, the forced start of a required tool call, and how the
+// answer's text is to be split (reasoning, tool calls).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "web/app.h"
+#include "web/openai_request.h"
+#include "web/tool_calls.h"
+
+namespace spark {
+
+struct ChatPrompt {
+  std::string text;
+  std::vector<int32_t> ids;
+  // Answer text the prompt already holds (the forced opening of a required tool call);
+  // it is parsed as if the model had written it.
+  std::string prefill;
+  OutputParserOptions parser;
+};
+
+// Reads the tool-call format and whether the model thinks from its chat template.
+void detect_model_traits(App& app);
+
+// Throws HttpError 400 when the model has no chat template or the template refuses the
+// conversation (its raise_exception text is the message).
+ChatPrompt build_chat_prompt(const App& app, const ApiRequest& request);
+
+}  // namespace spark

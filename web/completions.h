@@ -1,0 +1,13 @@
+// completions.h — the handlers of POST /v1/chat/completions and POST /v1/completions:
+// parse, build prompts, run them on the engine, answer as JSON or as an SSE stream.
+#pragma once
+#include <httplib.h>
+
+#include "web/app.h"
+
+namespace spark {
+
+void handle_chat_completions(App& app, const httplib::Request& req, httplib::Response& res);
+void handle_completions(App& app, const httplib::Request& req, httplib::Response& res);
+
+}  // namespace spark

@@ -68,7 +68,13 @@ RequestRecord warm_up(BenchClient& client, BenchEndpoint endpoint, const std::st
   std::optional<RequestRecord> record;
   std::atomic<bool> done{false};
   std::thread t([&] {
-    record = client.stream(endpoint, body, cancel);
+    try {
+      record = client.stream(endpoint, body, cancel);
+    } catch (const std::exception& e) {  // must not escape the thread
+      record = RequestRecord{};
+      record->error_kind = ErrorKind::OTHER;
+      record->error = e.what();
+    }
     done.store(true);
   });
   while (!done.load()) {
@@ -87,6 +93,34 @@ std::string describe_warmup(const RequestRecord& r) {
   std::snprintf(buf, sizeof buf, "%.3f s", r.e2e_s);
   if (r.success) return std::string("ok (") + buf + ")";
   return std::string("failed after ") + buf + ": " + error_kind_name(r.error_kind) + ": " + r.error;
+}
+
+// Thrown by the token counter when ctrl-C arrives while prompts are being built.
+struct Interrupted {};
+
+// The measured prompts; `warmup` receives the warm-up's. Random sets get one prompt more
+// than measured for the warm-up, so that it leaves no measured prompt in the server's
+// prefix cache (only the shared prefix, which all of them use); a dataset has no spare
+// and its first line serves.
+PromptSet build_prompts(const BenchOptions& o, BenchRunInfo& info, BenchClient& client, BenchPrompt& warmup) {
+  TokenCounter counter = [&](const std::string& text) {
+    if (g_interrupted.load()) throw Interrupted{};
+    return client.count_tokens(info.model, text);
+  };
+  PromptSet set;
+  if (o.dataset.empty()) {
+    std::fprintf(stderr, "sparkd bench: building %zu prompts of %lld tokens for %s\n", o.num_prompts + 1,
+                 (long long)(o.prefix_len + o.input_len), info.model.c_str());
+    set = random_prompts(o.num_prompts + 1, o.input_len, o.prefix_len, o.seed, counter);
+    warmup = set.prompts.back();
+    set.prompts.pop_back();
+    info.prompt_source = "random";
+  } else {
+    set = dataset_prompts(o.dataset, o.num_prompts, o.endpoint == BenchEndpoint::CHAT, counter);
+    warmup = set.prompts.front();
+    info.prompt_source = o.dataset;
+  }
+  return set;
 }
 
 }  // namespace
@@ -115,25 +149,17 @@ int run_bench(const Args& args) {
   info.model = o.model.empty() ? main_client.first_model() : o.model;
   info.endpoint_path = o.endpoint == BenchEndpoint::CHAT ? "/v1/chat/completions" : "/v1/completions";
 
-  TokenCounter counter = [&](const std::string& text) { return main_client.count_tokens(info.model, text); };
   PromptSet set;
-  size_t n = o.num_prompts;
-  std::optional<BenchPrompt> warmup_prompt;
-  if (o.dataset.empty()) {
-    std::fprintf(stderr, "sparkd bench: building %zu prompts of %lld tokens for %s\n", n + 1,
-                 (long long)(o.prefix_len + o.input_len), info.model.c_str());
-    // One prompt more than measured: the warm-up uses its own, so it leaves no measured
-    // prompt in the server's prefix cache (only the shared prefix, which all use).
-    set = random_prompts(n + 1, o.input_len, o.prefix_len, o.seed, counter);
-    warmup_prompt = set.prompts.back();
-    set.prompts.pop_back();
-    info.prompt_source = "random";
-  } else {
-    set = dataset_prompts(o.dataset, n, o.endpoint == BenchEndpoint::CHAT, counter);
-    n = set.prompts.size();
-    warmup_prompt = set.prompts.front();  // real prompts have no spare: reuse the first
-    info.prompt_source = o.dataset;
+  BenchPrompt warmup_prompt;
+  try {
+    set = build_prompts(o, info, main_client, warmup_prompt);
+  } catch (const Interrupted&) {
+    std::fprintf(stderr, "sparkd bench: interrupted before the run started\n");
+    return 130;
   }
+  size_t n = set.prompts.size();
+  if (o.endpoint == BenchEndpoint::CHAT && o.dataset.empty())
+    set.length_note += "; the chat template adds its own tokens (see input tokens below)";
   info.length_note = set.length_note;
   info.prefix_tokens = set.prefix_tokens;
   long long known = 0, total_len = 0;
@@ -150,19 +176,21 @@ int run_bench(const Args& args) {
 
   std::vector<std::string> bodies;
   bodies.reserve(n);
-  for (const BenchPrompt& p : set.prompts) bodies.push_back(request_body(o.endpoint, info.model, p, o.output_len).dump());
+  for (const BenchPrompt& p : set.prompts)
+    bodies.push_back(request_body(o.endpoint, info.model, p, o.output_len).dump());
 
-  RequestRecord warm = warm_up(main_client, o.endpoint,
-                               request_body(o.endpoint, info.model, *warmup_prompt, o.output_len).dump());
+  size_t max_workers = o.concurrency > 0 ? o.concurrency : n;
+  BenchClientPool pool(target, max_workers);
+  // The first worker's client sends the warm-up, so its connection is open when timing
+  // starts (with --concurrency 1 no measured request pays for a connection).
+  RequestRecord warm =
+      warm_up(pool.get(0), o.endpoint, request_body(o.endpoint, info.model, warmup_prompt, o.output_len).dump());
   info.warmup = describe_warmup(warm);
   if (!warm.success && warm.error_kind != ErrorKind::CANCELLED)
     std::fprintf(stderr, "sparkd bench: warning: warm-up %s\n", info.warmup.c_str());
 
   // The timed run.
-  std::vector<double> release = o.poisson() ? poisson_arrivals(n, o.request_rate, o.seed)
-                                            : std::vector<double>(n, 0.0);
-  size_t max_workers = o.concurrency > 0 ? o.concurrency : n;
-  BenchClientPool pool(target, max_workers);
+  std::vector<double> release = o.poisson() ? poisson_arrivals(n, o.request_rate, o.seed) : std::vector<double>(n, 0.0);
   std::vector<std::optional<RequestRecord>> results(n);
   std::atomic<bool> cancel{false};
   std::atomic<size_t> done_count{0}, failed_count{0};

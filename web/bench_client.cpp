@@ -18,8 +18,8 @@ BenchTarget parse_target(const std::string& url, const std::string& api_key, dou
     throw InputError("--url must start with http:// or https://, got '" + url + "'");
   size_t host_begin = scheme_end + 3;
   size_t path_begin = url.find('/', host_begin);
-  std::string host_port = url.substr(host_begin, path_begin == std::string::npos ? std::string::npos
-                                                                                 : path_begin - host_begin);
+  std::string host_port =
+      url.substr(host_begin, path_begin == std::string::npos ? std::string::npos : path_begin - host_begin);
   if (host_port.empty()) throw InputError("--url has no host: '" + url + "'");
   if (host_port.find_first_of("?#@ ") != std::string::npos)
     throw InputError("--url must be scheme://host[:port][/path], got '" + url + "'");
@@ -37,12 +37,9 @@ BenchTarget parse_target(const std::string& url, const std::string& api_key, dou
 
 nlohmann::json request_body(BenchEndpoint endpoint, const std::string& model, const BenchPrompt& prompt,
                             long long max_tokens) {
-  nlohmann::json body = {{"model", model},
-                         {"max_tokens", prompt.max_tokens.value_or(max_tokens)},
-                         {"stream", true},
-                         {"stream_options", {{"include_usage", true}}},
-                         {"ignore_eos", true},
-                         {"temperature", 0.0}};
+  nlohmann::json body = {{"model", model},     {"max_tokens", prompt.max_tokens.value_or(max_tokens)},
+                         {"stream", true},     {"stream_options", {{"include_usage", true}}},
+                         {"ignore_eos", true}, {"temperature", 0.0}};
   if (endpoint == BenchEndpoint::CHAT) {
     body["messages"] = prompt.messages.is_array()
                            ? prompt.messages
@@ -84,7 +81,9 @@ BenchClient::~BenchClient() = default;
 
 std::string BenchClient::first_model() {
   auto res = http_->Get(target_.base_path + "/v1/models");
-  if (!res) throw RuntimeError("GET " + target_.origin + target_.base_path + "/v1/models failed: " + httplib::to_string(res.error()));
+  if (!res)
+    throw RuntimeError("GET " + target_.origin + target_.base_path +
+                       "/v1/models failed: " + httplib::to_string(res.error()));
   if (res->status != 200)
     throw RuntimeError("GET /v1/models answered " + std::to_string(res->status) + ": " +
                        error_message_from_body(res->body) + " (pass --model)");
@@ -110,10 +109,14 @@ std::optional<long long> BenchClient::count_tokens(const std::string& model, con
   auto prompt_style = [&] { return try_tokenize({{"model", model}, {"prompt", text}}, true); };
   auto content_style = [&] { return try_tokenize({{"content", text}, {"add_special", true}}, false); };
   switch (tokenize_style_) {
-    case TokenizeStyle::PROMPT: return prompt_style();
-    case TokenizeStyle::CONTENT: return content_style();
-    case TokenizeStyle::NONE: return std::nullopt;
-    case TokenizeStyle::UNKNOWN: break;
+    case TokenizeStyle::PROMPT:
+      return prompt_style();
+    case TokenizeStyle::CONTENT:
+      return content_style();
+    case TokenizeStyle::NONE:
+      return std::nullopt;
+    case TokenizeStyle::UNKNOWN:
+      break;
   }
   // A non-empty text has at least one token: a server that answers 0 read another field.
   if (auto n = prompt_style(); n && *n > 0) {

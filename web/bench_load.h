@@ -6,9 +6,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
-#include <deque>
 #include <thread>
 #include <vector>
 
@@ -20,9 +20,9 @@ class BenchRng {
  public:
   explicit BenchRng(uint64_t seed) : state_(seed) {}
   uint64_t next();
-  double uniform();                    // [0, 1) with 53 random bits
-  size_t below(size_t n);              // [0, n); n > 0
-  double exponential(double rate);     // mean 1/rate; rate > 0
+  double uniform();                 // [0, 1) with 53 random bits
+  size_t below(size_t n);           // [0, n); n > 0
+  double exponential(double rate);  // mean 1/rate; rate > 0
 
  private:
   uint64_t state_;

@@ -55,8 +55,8 @@ long long positive_int(const Flags& f, const char* name, long long fallback, lon
 
 BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   Flags f(args);
-  f.expect_only({"url", "model", "api-key", "endpoint", "concurrency", "request-rate", "num-prompts",
-                 "input-len", "output-len", "prefix-len", "dataset", "seed", "json", "timeout"});
+  f.expect_only({"url", "model", "api-key", "endpoint", "concurrency", "request-rate", "num-prompts", "input-len",
+                 "output-len", "prefix-len", "dataset", "seed", "json", "timeout"});
   BenchOptions o;
   o.url = f.require("url");
   if (o.url.empty()) throw InputError("--url must not be empty");

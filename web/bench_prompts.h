@@ -13,9 +13,9 @@
 namespace spark {
 
 struct BenchPrompt {
-  std::string text;            // the prompt, or the user message when sent to chat
-  nlohmann::json messages;     // a dataset line's "messages" (null otherwise)
-  long long tokens = -1;       // prompt length as counted or estimated; -1 unknown
+  std::string text;                     // the prompt, or the user message when sent to chat
+  nlohmann::json messages;              // a dataset line's "messages" (null otherwise)
+  long long tokens = -1;                // prompt length as counted or estimated; -1 unknown
   std::optional<long long> max_tokens;  // a dataset line's own "max_tokens"
 };
 
@@ -25,8 +25,8 @@ using TokenCounter = std::function<std::optional<long long>(const std::string& t
 
 struct PromptSet {
   std::vector<BenchPrompt> prompts;
-  bool counted = false;       // lengths come from the server's tokenizer
-  std::string length_note;    // how the lengths were obtained, for the report
+  bool counted = false;     // lengths come from the server's tokenizer
+  std::string length_note;  // how the lengths were obtained, for the report
   long long prefix_tokens = 0;
 };
 

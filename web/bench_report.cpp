@@ -41,7 +41,7 @@ void row(std::FILE* out, const char* name, const Distribution& d) {
 }
 
 nlohmann::json dist_json(const Distribution& d) {
-  return {{"count", d.count}, {"mean", d.mean * 1e3}, {"p50", d.p50 * 1e3}, {"p90", d.p90 * 1e3},
+  return {{"count", d.count},   {"mean", d.mean * 1e3}, {"p50", d.p50 * 1e3}, {"p90", d.p90 * 1e3},
           {"p99", d.p99 * 1e3}, {"min", d.min * 1e3},   {"max", d.max * 1e3}};
 }
 
@@ -70,8 +70,8 @@ void print_report(std::FILE* out, const BenchRunInfo& info, const Summary& s) {
   std::fprintf(out, "  %-26s %s\n", "errors", error_list(s).c_str());
   std::fprintf(out, "  %-26s %.3f s\n", "duration", s.duration_s);
   std::fprintf(out, "  %-26s %lld\n", "input tokens", s.input_tokens);
-  std::fprintf(out, "  %-26s %lld (%zu of %zu requests from usage, others counted)\n", "output tokens",
-               s.output_tokens, s.output_from_usage, s.succeeded);
+  std::fprintf(out, "  %-26s %lld (%zu of %zu requests from usage, others counted)\n", "output tokens", s.output_tokens,
+               s.output_from_usage, s.succeeded);
   if (s.cached_reported > 0)
     std::fprintf(out, "  %-26s %lld (%.1f%% of input, reported by %zu requests)\n", "cached prompt tokens",
                  s.cached_tokens, s.input_tokens > 0 ? 100.0 * double(s.cached_tokens) / double(s.input_tokens) : 0.0,
@@ -111,47 +111,49 @@ nlohmann::json report_json(const BenchRunInfo& info, const Summary& s, const std
       {"warmup", info.warmup}};
   nlohmann::json errors = nlohmann::json::object();
   for (int k = 1; k < kErrorKindCount; ++k) errors[error_kind_name(ErrorKind(k))] = s.errors[size_t(k)];
-  nlohmann::json summary = {{"interrupted", info.interrupted},
-                            {"planned", s.planned},
-                            {"succeeded", s.succeeded},
-                            {"failed", s.failed},
-                            {"cancelled", s.cancelled},
-                            {"not_sent", s.not_sent},
-                            {"errors", errors},
-                            {"duration_s", s.duration_s},
-                            {"input_tokens", s.input_tokens},
-                            {"output_tokens", s.output_tokens},
-                            {"output_tokens_from_usage", s.output_from_usage},
-                            {"cached_tokens", s.cached_reported > 0 ? nlohmann::json(s.cached_tokens) : nlohmann::json(nullptr)},
-                            {"request_throughput", s.request_throughput},
-                            {"output_throughput", s.output_throughput},
-                            {"total_token_throughput", s.total_token_throughput},
-                            {"peak_concurrency", s.max_concurrency_seen},
-                            {"ttft_ms", dist_json(s.ttft)},
-                            {"tpot_ms", dist_json(s.tpot)},
-                            {"itl_ms", dist_json(s.itl)},
-                            {"e2e_ms", dist_json(s.e2e)}};
+  nlohmann::json summary = {
+      {"interrupted", info.interrupted},
+      {"planned", s.planned},
+      {"succeeded", s.succeeded},
+      {"failed", s.failed},
+      {"cancelled", s.cancelled},
+      {"not_sent", s.not_sent},
+      {"errors", errors},
+      {"duration_s", s.duration_s},
+      {"input_tokens", s.input_tokens},
+      {"output_tokens", s.output_tokens},
+      {"output_tokens_from_usage", s.output_from_usage},
+      {"cached_tokens", s.cached_reported > 0 ? nlohmann::json(s.cached_tokens) : nlohmann::json(nullptr)},
+      {"request_throughput", s.request_throughput},
+      {"output_throughput", s.output_throughput},
+      {"total_token_throughput", s.total_token_throughput},
+      {"peak_concurrency", s.max_concurrency_seen},
+      {"ttft_ms", dist_json(s.ttft)},
+      {"tpot_ms", dist_json(s.tpot)},
+      {"itl_ms", dist_json(s.itl)},
+      {"e2e_ms", dist_json(s.e2e)}};
   nlohmann::json requests = nlohmann::json::array();
   for (const RequestRecord& r : records) {
     nlohmann::json itl = nlohmann::json::array();
     for (double x : r.itl_s) itl.push_back(ms(x));
     auto tpot = r.tpot_s();
-    requests.push_back({{"prompt_index", r.prompt_index},
-                        {"start_ms", ms(r.start_s)},
-                        {"success", r.success},
-                        {"error_kind", r.success ? nlohmann::json(nullptr) : nlohmann::json(error_kind_name(r.error_kind))},
-                        {"error", r.success ? nlohmann::json(nullptr) : nlohmann::json(r.error)},
-                        {"http_status", r.http_status},
-                        {"ttft_ms", r.ttft_s ? nlohmann::json(ms(*r.ttft_s)) : nlohmann::json(nullptr)},
-                        {"tpot_ms", tpot ? nlohmann::json(ms(*tpot)) : nlohmann::json(nullptr)},
-                        {"e2e_ms", ms(r.e2e_s)},
-                        {"itl_ms", itl},
-                        {"output_tokens", r.output_tokens},
-                        {"output_tokens_from_usage", r.output_tokens_from_usage},
-                        {"prompt_tokens", r.prompt_tokens},
-                        {"prompt_tokens_from_usage", r.prompt_tokens_from_usage},
-                        {"cached_tokens", r.cached_tokens ? nlohmann::json(*r.cached_tokens) : nlohmann::json(nullptr)},
-                        {"content_chunks", r.content_chunks}});
+    requests.push_back(
+        {{"prompt_index", r.prompt_index},
+         {"start_ms", ms(r.start_s)},
+         {"success", r.success},
+         {"error_kind", r.success ? nlohmann::json(nullptr) : nlohmann::json(error_kind_name(r.error_kind))},
+         {"error", r.success ? nlohmann::json(nullptr) : nlohmann::json(r.error)},
+         {"http_status", r.http_status},
+         {"ttft_ms", r.ttft_s ? nlohmann::json(ms(*r.ttft_s)) : nlohmann::json(nullptr)},
+         {"tpot_ms", tpot ? nlohmann::json(ms(*tpot)) : nlohmann::json(nullptr)},
+         {"e2e_ms", ms(r.e2e_s)},
+         {"itl_ms", itl},
+         {"output_tokens", r.output_tokens},
+         {"output_tokens_from_usage", r.output_tokens_from_usage},
+         {"prompt_tokens", r.prompt_tokens},
+         {"prompt_tokens_from_usage", r.prompt_tokens_from_usage},
+         {"cached_tokens", r.cached_tokens ? nlohmann::json(*r.cached_tokens) : nlohmann::json(nullptr)},
+         {"content_chunks", r.content_chunks}});
   }
   return {{"config", config}, {"summary", summary}, {"requests", requests}};
 }

@@ -16,12 +16,12 @@ namespace spark {
 struct BenchRunInfo {
   BenchOptions options;
   std::string model;
-  std::string endpoint_path;   // "/v1/completions" or "/v1/chat/completions"
-  std::string prompt_source;   // "random" or the dataset path
-  std::string length_note;     // how prompt lengths were obtained
+  std::string endpoint_path;  // "/v1/completions" or "/v1/chat/completions"
+  std::string prompt_source;  // "random" or the dataset path
+  std::string length_note;    // how prompt lengths were obtained
   long long prefix_tokens = 0;
   double mean_prompt_tokens = 0;  // as generated (before the server's usage)
-  std::string warmup;          // "ok (0.21 s)" or the warm-up's error
+  std::string warmup;             // "ok (0.21 s)" or the warm-up's error
   bool interrupted = false;
 };
 
@@ -30,8 +30,7 @@ void print_report(std::FILE* out, const BenchRunInfo& info, const Summary& summa
 
 // {"config": ..., "summary": ..., "requests": [...]}; times in the JSON are milliseconds
 // (fields named *_ms) except the run's duration_s.
-nlohmann::json report_json(const BenchRunInfo& info, const Summary& summary,
-                           const std::vector<RequestRecord>& records);
+nlohmann::json report_json(const BenchRunInfo& info, const Summary& summary, const std::vector<RequestRecord>& records);
 
 // A one-line bar redrawn in place on stderr; draws nothing unless stderr is a terminal.
 class ProgressBar {

@@ -53,16 +53,26 @@ void SseParser::take_line(std::vector<SseEvent>& out) {
 
 const char* error_kind_name(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::NONE: return "none";
-    case ErrorKind::CONNECT: return "connect";
-    case ErrorKind::TIMEOUT: return "timeout";
-    case ErrorKind::HTTP_4XX: return "http_4xx";
-    case ErrorKind::HTTP_5XX: return "http_5xx";
-    case ErrorKind::STREAM_CUT: return "stream_cut";
-    case ErrorKind::MALFORMED: return "malformed";
-    case ErrorKind::STREAM_ERROR: return "stream_error";
-    case ErrorKind::CANCELLED: return "cancelled";
-    case ErrorKind::OTHER: return "other";
+    case ErrorKind::NONE:
+      return "none";
+    case ErrorKind::CONNECT:
+      return "connect";
+    case ErrorKind::TIMEOUT:
+      return "timeout";
+    case ErrorKind::HTTP_4XX:
+      return "http_4xx";
+    case ErrorKind::HTTP_5XX:
+      return "http_5xx";
+    case ErrorKind::STREAM_CUT:
+      return "stream_cut";
+    case ErrorKind::MALFORMED:
+      return "malformed";
+    case ErrorKind::STREAM_ERROR:
+      return "stream_error";
+    case ErrorKind::CANCELLED:
+      return "cancelled";
+    case ErrorKind::OTHER:
+      return "other";
   }
   return "other";
 }
@@ -126,7 +136,7 @@ bool CompletionStreamReader::handle(const SseEvent& ev, double t) {
     for (const auto& choice : *choices) {
       if (!choice.is_object()) return fail(ErrorKind::MALFORMED, "a choice is not an object: " + shorten(ev.data));
       if (non_empty_string(choice, "text")) content = true;  // /v1/completions
-      auto delta = choice.find("delta");                      // /v1/chat/completions
+      auto delta = choice.find("delta");                     // /v1/chat/completions
       if (delta != choice.end() && delta->is_object()) {
         // A role-only first delta is not a token; reasoning text and tool calls are.
         if (non_empty_string(*delta, "content") || non_empty_string(*delta, "reasoning_content") ||

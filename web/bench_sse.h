@@ -63,8 +63,8 @@ class CompletionStreamReader {
   // Times of the chunks that carried generated content (text, content, reasoning or a
   // tool call); the first is the time to first token.
   const std::vector<double>& token_times() const { return token_times_; }
-  bool saw_done() const { return saw_done_; }          // data: [DONE]
-  bool saw_finish() const { return saw_finish_; }      // a choice with a finish_reason
+  bool saw_done() const { return saw_done_; }      // data: [DONE]
+  bool saw_finish() const { return saw_finish_; }  // a choice with a finish_reason
   // A stream is complete when it said [DONE], or it gave a finish_reason (servers that
   // omit [DONE]) and then closed cleanly: the caller knows which close it was.
   bool complete_on_clean_close() const { return saw_done_ || saw_finish_; }

@@ -17,15 +17,15 @@ struct RequestRecord {
   double start_s = 0;
   bool success = false;
   ErrorKind error_kind = ErrorKind::NONE;
-  std::string error;  // the server's or the transport's message
-  int http_status = 0;  // 0 when no response arrived
+  std::string error;             // the server's or the transport's message
+  int http_status = 0;           // 0 when no response arrived
   std::optional<double> ttft_s;  // first content chunk; absent when none arrived
   double e2e_s = 0;              // until the stream ended (or failed)
   std::vector<double> itl_s;     // gaps between consecutive content chunks
   long long output_tokens = 0;
   bool output_tokens_from_usage = false;  // else: counted content chunks
   long long prompt_tokens = 0;
-  bool prompt_tokens_from_usage = false;  // else: the prompt generator's count
+  bool prompt_tokens_from_usage = false;   // else: the prompt generator's count
   std::optional<long long> cached_tokens;  // usage.prompt_tokens_details.cached_tokens
   size_t content_chunks = 0;
 
@@ -46,21 +46,21 @@ struct Distribution {
 Distribution distribution_of(std::vector<double> values);
 
 struct Summary {
-  size_t planned = 0;    // prompts the run was asked to send
+  size_t planned = 0;  // prompts the run was asked to send
   size_t succeeded = 0;
-  size_t failed = 0;     // finished with an error
-  size_t cancelled = 0;  // in flight when the run was interrupted
-  size_t not_sent = 0;   // never started (the run was interrupted)
+  size_t failed = 0;                             // finished with an error
+  size_t cancelled = 0;                          // in flight when the run was interrupted
+  size_t not_sent = 0;                           // never started (the run was interrupted)
   std::array<size_t, kErrorKindCount> errors{};  // indexed by ErrorKind
-  double duration_s = 0;  // wall time of the timed run, warm-up excluded
-  long long input_tokens = 0;   // of succeeded requests
-  long long output_tokens = 0;  // of succeeded requests
-  long long cached_tokens = 0;  // of succeeded requests that reported it
-  size_t cached_reported = 0;   // succeeded requests that reported cached tokens
-  size_t output_from_usage = 0;  // succeeded requests whose output count came from usage
-  double request_throughput = 0;       // succeeded requests / duration
-  double output_throughput = 0;        // output tokens / duration
-  double total_token_throughput = 0;   // (input + output tokens) / duration
+  double duration_s = 0;                         // wall time of the timed run, warm-up excluded
+  long long input_tokens = 0;                    // of succeeded requests
+  long long output_tokens = 0;                   // of succeeded requests
+  long long cached_tokens = 0;                   // of succeeded requests that reported it
+  size_t cached_reported = 0;                    // succeeded requests that reported cached tokens
+  size_t output_from_usage = 0;                  // succeeded requests whose output count came from usage
+  double request_throughput = 0;                 // succeeded requests / duration
+  double output_throughput = 0;                  // output tokens / duration
+  double total_token_throughput = 0;             // (input + output tokens) / duration
   size_t max_concurrency_seen = 0;
   Distribution ttft, tpot, itl, e2e;  // seconds
 };

@@ -42,7 +42,8 @@ TEST_CASE("poisson arrivals: gaps have mean 1/rate and an exponential distributi
   double d = 0;
   for (size_t i = 0; i < gaps.size(); ++i) {
     double cdf = 1.0 - std::exp(-rate * gaps[i]);
-    d = std::max({d, std::abs(cdf - double(i) / double(gaps.size())), std::abs(cdf - double(i + 1) / double(gaps.size()))});
+    d = std::max(
+        {d, std::abs(cdf - double(i) / double(gaps.size())), std::abs(cdf - double(i + 1) / double(gaps.size()))});
   }
   CHECK(d < 0.0115);
 }

@@ -20,8 +20,7 @@ std::vector<SseEvent> parse_in_pieces(const std::string& stream, size_t piece) {
 
 std::string completion_chunk(const std::string& text, const char* finish = nullptr) {
   std::string f = finish ? std::string("\"") + finish + "\"" : "null";
-  return "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"" + text + "\",\"finish_reason\":" + f +
-         "}]}\n\n";
+  return "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"" + text + "\",\"finish_reason\":" + f + "}]}\n\n";
 }
 
 }  // namespace

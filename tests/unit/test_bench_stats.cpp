@@ -74,8 +74,7 @@ RequestRecord failed(ErrorKind kind, double start, double e2e) {
 
 TEST_CASE("summary: totals and throughput from succeeded requests only, errors by kind") {
   std::vector<RequestRecord> records = {ok(0.0, 0.1, 1.1, 11, 100), ok(0.5, 0.3, 2.3, 21, 50),
-                                        failed(ErrorKind::HTTP_5XX, 1.0, 0.01),
-                                        failed(ErrorKind::HTTP_5XX, 1.1, 0.01),
+                                        failed(ErrorKind::HTTP_5XX, 1.0, 0.01), failed(ErrorKind::HTTP_5XX, 1.1, 0.01),
                                         failed(ErrorKind::CANCELLED, 2.0, 0.5)};
   records[1].cached_tokens = 40;
   Summary s = summarize(records, 8, 4.0);

@@ -65,7 +65,7 @@ nlohmann::json point_json(const StatsPoint& p) {
           {"mem_free", opt(p.mem_free)}};
 }
 
-nlohmann::json record_json(const RequestRecord& r) {
+nlohmann::json record_json(const RequestLogEntry& r) {
   auto num = [](double v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
   return {{"id", r.id},
           {"status", r.status},

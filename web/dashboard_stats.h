@@ -94,6 +94,6 @@ class StatsSampler {
 };
 
 nlohmann::json point_json(const StatsPoint& p);
-nlohmann::json record_json(const RequestRecord& r);
+nlohmann::json record_json(const RequestLogEntry& r);
 
 }  // namespace spark

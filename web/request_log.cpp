@@ -22,7 +22,7 @@ int64_t unix_ms_now() {
 }
 
 // Fills the counts and the timings the engine reported so far.
-void apply_output(RequestRecord& r, const RequestOutput& out) {
+void apply_output(RequestLogEntry& r, const RequestOutput& out) {
   r.prompt_tokens = std::max(r.prompt_tokens, out.num_prompt_tokens);
   r.cached_tokens = out.num_cached_tokens;
   r.generated_tokens = out.num_output_tokens;
@@ -37,18 +37,18 @@ void apply_output(RequestRecord& r, const RequestOutput& out) {
 
 RequestLog::RequestLog(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
-RequestRecord* RequestLog::find(const std::string& id) {
+RequestLogEntry* RequestLog::find(const std::string& id) {
   // Live requests sit near the back; the ring is small, so a backward scan is cheap.
   for (auto it = records_.rbegin(); it != records_.rend(); ++it)
     if (it->id == id) return &*it;
   return nullptr;
 }
 
-void RequestLog::touch(RequestRecord& r) { r.version = ++version_; }
+void RequestLog::touch(RequestLogEntry& r) { r.version = ++version_; }
 
 void RequestLog::start(const std::string& id, int64_t prompt_tokens) {
   std::lock_guard lock(mu_);
-  RequestRecord r;
+  RequestLogEntry r;
   r.id = id;
   r.status = "queued";
   r.started_unix_ms = unix_ms_now();
@@ -61,7 +61,7 @@ void RequestLog::start(const std::string& id, int64_t prompt_tokens) {
 
 void RequestLog::progress(const std::string& id, const RequestOutput& out) {
   std::lock_guard lock(mu_);
-  RequestRecord* r = find(id);
+  RequestLogEntry* r = find(id);
   if (!r || r->status == "finished" || r->status == "failed") return;
   apply_output(*r, out);
   touch(*r);
@@ -69,7 +69,7 @@ void RequestLog::progress(const std::string& id, const RequestOutput& out) {
 
 void RequestLog::finish(const std::string& id, const RequestOutput& out) {
   std::lock_guard lock(mu_);
-  RequestRecord* r = find(id);
+  RequestLogEntry* r = find(id);
   if (!r) return;
   apply_output(*r, out);
   const RequestTimings& t = out.timings;
@@ -88,7 +88,7 @@ void RequestLog::finish(const std::string& id, const RequestOutput& out) {
 
 void RequestLog::fail(const std::string& id, const std::string& finish_reason, const std::string& error) {
   std::lock_guard lock(mu_);
-  RequestRecord* r = find(id);
+  RequestLogEntry* r = find(id);
   if (!r || r->status == "finished" || r->status == "failed") return;
   r->e2e_s = seconds(r->started, Clock::now());
   r->finish_reason = finish_reason;
@@ -97,9 +97,9 @@ void RequestLog::fail(const std::string& id, const std::string& finish_reason, c
   touch(*r);
 }
 
-std::vector<RequestRecord> RequestLog::changed_since(uint64_t version, uint64_t* latest) const {
+std::vector<RequestLogEntry> RequestLog::changed_since(uint64_t version, uint64_t* latest) const {
   std::lock_guard lock(mu_);
-  std::vector<RequestRecord> out;
+  std::vector<RequestLogEntry> out;
   for (const auto& r : records_)
     if (r.version > version) out.push_back(r);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.version < b.version; });
@@ -107,7 +107,7 @@ std::vector<RequestRecord> RequestLog::changed_since(uint64_t version, uint64_t*
   return out;
 }
 
-std::vector<RequestRecord> RequestLog::recent() const {
+std::vector<RequestLogEntry> RequestLog::recent() const {
   std::lock_guard lock(mu_);
   return {records_.rbegin(), records_.rend()};
 }

@@ -11,7 +11,7 @@
 
 namespace spark {
 
-struct RequestRecord {
+struct RequestLogEntry {
   std::string id;
   std::string status;  // "queued", "running", "finished", "failed"
   int64_t started_unix_ms = 0;
@@ -49,19 +49,19 @@ class RequestLog {
   void fail(const std::string& id, const std::string& finish_reason, const std::string& error);
 
   // Records changed after `version`, oldest change first; `latest` receives the newest version.
-  std::vector<RequestRecord> changed_since(uint64_t version, uint64_t* latest) const;
-  std::vector<RequestRecord> recent() const;  // every kept record, newest first
+  std::vector<RequestLogEntry> changed_since(uint64_t version, uint64_t* latest) const;
+  std::vector<RequestLogEntry> recent() const;  // every kept record, newest first
   uint64_t version() const;
   // Latencies of requests that finished at or after `since`.
   std::vector<LatencySample> latencies_since(Clock::time_point since) const;
 
  private:
-  RequestRecord* find(const std::string& id);  // mu_ held
-  void touch(RequestRecord& r);                // mu_ held
+  RequestLogEntry* find(const std::string& id);  // mu_ held
+  void touch(RequestLogEntry& r);                // mu_ held
 
   const size_t capacity_;
   mutable std::mutex mu_;
-  std::deque<RequestRecord> records_;   // oldest first
+  std::deque<RequestLogEntry> records_;   // oldest first
   std::deque<LatencySample> latencies_;  // oldest first, pruned by age and count
   uint64_t version_ = 0;
 };

@@ -1,0 +1,242 @@
+// dashboard.cpp — the dashboard's routes: the embedded page and files, GET /api/snapshot
+// and the GET /api/stream SSE feed of the sampler's per-second events.
+#include "web/dashboard.h"
+
+#include <httplib.h>
+
+#include <atomic>
+
+#include "engine/core/engine.h"
+#include "engine/util/mem_info.h"
+#include "engine/util/version.h"
+#include "web/assets.h"
+#include "web/dashboard_config.h"
+#include "web/dashboard_stats.h"
+#include "web/http_error.h"
+
+namespace spark {
+namespace {
+
+// Each stream holds an HTTP worker; a few per box is plenty (one per open tab).
+constexpr int kMaxStreams = 16;
+constexpr auto kKeepAlive = std::chrono::milliseconds(2500);
+
+struct Dashboard {
+  App& app;
+  std::unique_ptr<StatsSampler> sampler;
+  std::atomic<int> streams{0};
+  explicit Dashboard(App& a) : app(a) {}
+};
+
+int64_t unix_ms(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+std::string status_name(ServeStatus s) {
+  switch (s) {
+    case ServeStatus::LOADING: return "loading";
+    case ServeStatus::READY: return "ready";
+    case ServeStatus::DRAINING: return "draining";
+    case ServeStatus::DEAD: return "dead";
+  }
+  return "unknown";
+}
+
+nlohmann::json health_json(const App& app) {
+  const ServeStatus s = app.state.status();
+  std::string problem = app.state.problem();
+  return {{"status", problem.empty() || s != ServeStatus::READY ? status_name(s) : "unhealthy"},
+          {"reason", s == ServeStatus::READY ? problem : app.state.reason()},
+          {"in_flight", app.state.in_flight()}};
+}
+
+double uptime_s(const App& app) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - app.state.started()).count();
+}
+
+// What the peer panel shows. The link fields stay null until peer mode reports them:
+// link_state ("connecting", "up", "down"), rtt_ms, tx/rx_bytes_per_s, last_error.
+nlohmann::json peer_json(const App& app) {
+  const PeerConfig& p = app.config.peer;
+  return {{"enabled", p.enabled},
+          {"role", p.enabled ? nlohmann::json(p.role) : nlohmann::json(nullptr)},
+          {"address", p.enabled ? nlohmann::json(p.head_addr) : nlohmann::json(nullptr)},
+          {"transport", p.enabled ? nlohmann::json(p.transport) : nlohmann::json(nullptr)},
+          {"link_state", p.enabled ? nlohmann::json(nullptr) : nlohmann::json("disabled")},
+          {"rtt_ms", nullptr},
+          {"tx_bytes_per_s", nullptr},
+          {"rx_bytes_per_s", nullptr},
+          {"last_error", nullptr}};
+}
+
+// Engine-dependent figures. serve fills the engine and model fields before the status
+// turns READY (an atomic store), so reading them after seeing READY is safe; after
+// DRAINING the engine may be going away and is not touched again.
+bool model_ready(const App& app) { return app.state.status() == ServeStatus::READY; }
+
+std::optional<MetricsSnapshot> engine_metrics(const App& app) {
+  if (!model_ready(app) || !app.engine) return std::nullopt;
+  return app.engine->metrics();
+}
+
+MemoryFigures memory_figures(const App& app) {
+  if (!model_ready(app)) return {};
+  return {app.weight_bytes, app.kv_cache_bytes};
+}
+
+nlohmann::json server_json(const App& app) {
+  const auto started = std::chrono::system_clock::now() -
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                           std::chrono::steady_clock::now() - app.state.started());
+  return {{"model", app.model_id},
+          {"version", version_number()},
+          {"build", version_string()},
+          {"cuda_build", bool(SPARKD_CUDA)},
+          {"backend", app.backend_description.empty() ? app.config.engine.backend : app.backend_description},
+          {"max_model_len", model_ready(app) && app.engine ? nlohmann::json(app.engine->max_model_len()) : nullptr},
+          {"kv_blocks", model_ready(app) && app.engine ? nlohmann::json(app.engine->num_kv_blocks()) : nullptr},
+          {"started", unix_ms(started)},
+          {"uptime_s", uptime_s(app)},
+          {"max_num_seqs", app.config.engine.max_num_seqs},
+          {"block_size", app.config.engine.block_size},
+          {"prefix_caching", app.config.engine.enable_prefix_caching},
+          {"api_keys", !app.config.server.api_keys.empty() || !app.config.server.api_key_file.empty()}};
+}
+
+// Small fields sent with every tick.
+nlohmann::json live_json(const App& app) {
+  return {{"health", health_json(app)}, {"uptime_s", uptime_s(app)}, {"peer", peer_json(app)}};
+}
+
+StatsSources sources_for(App& app) {
+  StatsSources s;
+  s.metrics = [&app] { return engine_metrics(app); };
+  s.memory = [&app] { return memory_figures(app); };
+  s.memory_available = []() -> std::optional<uint64_t> {
+    try {
+      return read_host_memory().available_bytes;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  s.live = [&app] { return live_json(app); };
+  s.closing = [&app] {
+    ServeStatus st = app.state.status();
+    return st == ServeStatus::DRAINING || st == ServeStatus::DEAD;
+  };
+  s.requests = &app.requests;
+  return s;
+}
+
+void snapshot(Dashboard& d, httplib::Response& res) {
+  nlohmann::json out = {{"server", server_json(d.app)},
+                        {"live", live_json(d.app)},
+                        {"peer", peer_json(d.app)},
+                        {"series", d.sampler->history()},
+                        {"totals", d.sampler->totals()},
+                        {"config", redacted_config(d.app.config)},
+                        {"history_seconds", StatsSampler::kHistorySeconds},
+                        {"latency_window_seconds", StatsSampler::kLatencyWindowSeconds}};
+  nlohmann::json requests = nlohmann::json::array();
+  for (const auto& r : d.app.requests.recent()) requests.push_back(record_json(r));
+  out["requests"] = std::move(requests);
+  res.set_header("Cache-Control", "no-store");
+  send_json(res, 200, out.dump());
+}
+
+void stream(Dashboard& d, httplib::Response& res) {
+  const ServeStatus st = d.app.state.status();
+  if (st == ServeStatus::DRAINING || st == ServeStatus::DEAD)
+    throw HttpError(503, "server is not serving: " + d.app.state.reason(), "service_unavailable_error");
+  if (d.streams.fetch_add(1) >= kMaxStreams) {
+    d.streams.fetch_sub(1);
+    throw HttpError(429, "too many dashboard streams are open (" + std::to_string(kMaxStreams) + ")",
+                    "rate_limit_error");
+  }
+  res.set_header("Cache-Control", "no-store");
+  res.set_header("X-Accel-Buffering", "no");  // a reverse proxy must not hold events back
+  Dashboard* dp = &d;
+  uint64_t last = d.sampler->latest_seq();
+  bool opened = false;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [dp, last, opened](size_t, httplib::DataSink& sink) mutable {
+        if (!opened) {  // tells the browser right away that the stream is up
+          opened = true;
+          static const std::string hello = "retry: 2000\n: sparkd stats\n\n";
+          return sink.write(hello.data(), hello.size());
+        }
+        auto tick = dp->sampler->wait_next(last, kKeepAlive);
+        if (!tick) {
+          if (dp->sampler->closed()) {  // draining or stopping: end the stream
+            sink.done();
+            return true;
+          }
+          static const std::string ping = ": ping\n\n";
+          return sink.write(ping.data(), ping.size());
+        }
+        last = tick->seq;
+        return sink.write(tick->event->data(), tick->event->size());
+      },
+      [dp](bool) { dp->streams.fetch_sub(1); });
+}
+
+// The dashboard page itself; with server.dashboard_auth = "api_key" it needs a key, sent
+// as a Bearer header or as the session cookie the login page sets.
+bool page_allowed(const App& app, const httplib::Request& req) {
+  if (app.config.server.dashboard_auth != "api_key" || app.http.key_ok(req)) return true;
+  const std::string cookies = req.get_header_value("Cookie");
+  const std::string name = "sparkd_key=";
+  for (size_t pos = 0; pos < cookies.size();) {
+    size_t end = cookies.find(';', pos);
+    if (end == std::string::npos) end = cookies.size();
+    size_t start = cookies.find_first_not_of(' ', pos);
+    if (start < end && cookies.compare(start, name.size(), name) == 0) {
+      httplib::Request with_key;
+      with_key.headers.emplace("Authorization", "Bearer " + httplib::detail::decode_url(
+                                                    cookies.substr(start + name.size(), end - start - name.size()), false));
+      return app.http.key_ok(with_key);
+    }
+    pos = end + 1;
+  }
+  return false;
+}
+
+void send_asset(httplib::Response& res, const std::string& path, int status = 200) {
+  const Asset* a = find_asset(path);
+  if (!a) throw HttpError(404, "no dashboard file " + path, "not_found_error");
+  res.status = status;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("Content-Security-Policy",
+                 "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+                 "connect-src 'self'; frame-ancestors 'none'");
+  res.set_content(std::string(a->data), std::string(a->mime));
+}
+
+}  // namespace
+
+std::vector<Route> dashboard_routes(App& app) {
+  if (!app.config.server.dashboard) return {};
+  auto owned = std::make_shared<Dashboard>(app);
+  owned->sampler = std::make_unique<StatsSampler>(sources_for(app));
+  Dashboard* d = owned.get();
+  app.dashboard = owned;  // the app owns it: the sampler stops before what it reads goes away
+
+  using Req = const httplib::Request&;
+  using Res = httplib::Response&;
+  return {
+      {"GET", "/", Access::PUBLIC, false,
+       [d](Req q, Res r) {
+         if (page_allowed(d->app, q)) send_asset(r, "index.html");
+         else send_asset(r, "login.html", 401);
+       }},
+      // Files only: no data is in them. The login page needs them before it has a key.
+      {"GET", R"(/static/([A-Za-z0-9_\-]+\.(?:css|js|svg|png)))", Access::PUBLIC, false,
+       [](Req q, Res r) { send_asset(r, q.matches[1].str()); }},
+      {"GET", "/api/snapshot", Access::API_KEY, false, [d](Req, Res r) { snapshot(*d, r); }},
+      {"GET", "/api/stream", Access::API_KEY, false, [d](Req, Res r) { stream(*d, r); }},
+  };
+}
+
+}  // namespace spark

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/util/version.h"
+#include "web/dashboard.h"
 #include "web/completions.h"
 #include "web/http_error.h"
 #include "web/info_handlers.h"
@@ -48,6 +49,7 @@ std::vector<Route> make_routes(App& app) {
       {"POST", "/tokenize", Access::API_KEY, true, [&app](Req q, Res r) { handle_tokenize(app, q, r); }},
       {"POST", "/detokenize", Access::API_KEY, true, [&app](Req q, Res r) { handle_detokenize(app, q, r); }},
   };
+  for (auto& r : dashboard_routes(app)) routes.push_back(std::move(r));
   return routes;
 }
 

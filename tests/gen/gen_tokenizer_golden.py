@@ -31,8 +31,8 @@ def random_id_sequences(tok, seed):
     rng = random.Random(seed)
     size = tok.get_vocab_size(with_added_tokens=True)
     vocab = tok.get_vocab(with_added_tokens=True)
-    byte_ids = [i for t, i in vocab.items() if len(t) == 6 and t.startswith("<0x") and t.endswith(">")]
-    special = [i for i, t in tok.get_added_tokens_decoder().items() if t.special]
+    byte_ids = sorted(i for t, i in vocab.items() if len(t) == 6 and t.startswith("<0x") and t.endswith(">"))
+    special = sorted(i for i, t in tok.get_added_tokens_decoder().items() if t.special)
     out = []
     for _ in range(RANDOM_ID_SEQUENCES):
         seq = []

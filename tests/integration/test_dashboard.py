@@ -138,7 +138,7 @@ def test_playground_streams_and_stop_aborts(dash_server, driver):
     # A long reply, stopped after its first tokens: the server must cancel it. The small
     # model sometimes ends a reply on its own before the click lands; then it tries again.
     def engine_aborts():
-        m = re.search(r'^sparkd_requests_finished\{reason="abort"\} (\S+)$',
+        m = re.search(r'^sparkd_requests_finished_total\{[^}]*reason="abort"[^}]*\} (\S+)$',
                       requests.get(dash_server.url + "/metrics", timeout=10).text, re.M)
         return float(m.group(1)) if m else 0.0
 
@@ -174,7 +174,7 @@ def test_playground_streams_and_stop_aborts(dash_server, driver):
     rec = wait_for(aborted, timeout=15, what="the aborted request in the snapshot")
     assert rec[0]["generated_tokens"] < 2000 and rec[0]["error"] == "the client disconnected"
     metrics = requests.get(dash_server.url + "/metrics", timeout=10).text
-    counted = re.search(r'^sparkd_requests_finished\{reason="abort"\} (\S+)$', metrics, re.M)
+    counted = re.search(r'^sparkd_requests_finished_total\{[^}]*reason="abort"[^}]*\} (\S+)$', metrics, re.M)
     assert counted and float(counted.group(1)) >= 1, metrics
     wait_for(lambda: driver.execute_script(
         "return [...document.querySelectorAll('#req-rows td.finish-abort')].length > 0"),
@@ -280,8 +280,10 @@ def test_stats_stream_cost_and_drain():
         time.sleep(window)
         streaming = proc_cpu_seconds(s.proc.pid) - c1
         cost = max(0.0, streaming - idle) / window * 100
+        tick = 1 / os.sysconf("SC_CLK_TCK")
         print(f"\nstats stream cost: {cost:.2f}% of one core with 3 subscribers "
-              f"(idle {idle / window * 100:.2f}%, with streams {streaming / window * 100:.2f}%)")
+              f"(idle {idle / window * 100:.2f}%, with streams {streaming / window * 100:.2f}%; "
+              f"resolution {tick / window * 100:.2f}%)")
         assert min(events) >= window - 2
         assert cost < 1.0
 

@@ -149,7 +149,7 @@ function renderTiles(totals) {
   const life = q ? hits / q : null;
   setTile("t-hit", life == null ? "—" : (life * 100).toFixed(1), life == null ? "" : "%",
           s.prefix_caching === false ? "prefix caching is off"
-            : q ? fmt.compact(hits) + " / " + fmt.compact(q) + " prompt tokens" : "no lookups yet");
+            : q ? fmt.compact(hits) + " / " + fmt.compact(q) + " tokens" : "no lookups yet");
   const ttft = lastKnown("ttft_p50"), ttft95 = lastKnown("ttft_p95");
   setTile("t-ttft", fmt.dur(ttft), "", ttft == null ? "p50 · no requests yet" : "p50 · p95 " + fmt.dur(ttft95));
   const tpot = lastKnown("tpot_p50"), tpot95 = lastKnown("tpot_p95");

@@ -3,6 +3,7 @@
 
 #include <httplib.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <regex>
 
@@ -102,6 +103,20 @@ HttpServer::HttpServer(const ServerConfig& config, ServerState& state)
             return httplib::Server::HandlerResponse::Handled;
           }
         }
+    // cpp-httplib would read (and discard) a too-large body before answering; a client
+    // that declares 10 GB and sends nothing would hold the worker until the read timeout.
+    // The declared length is known here, before any body byte is read.
+    if (req.has_header("Content-Length")) {
+      const std::string declared = req.get_header_value("Content-Length");
+      char* end = nullptr;
+      unsigned long long length = std::strtoull(declared.c_str(), &end, 10);
+      if (end != declared.c_str() && *end == '\0' && length > uint64_t(config_.max_body_bytes)) {
+        send_error(res, 413, "request body is larger than server.max_body_bytes (" +
+                                 std::to_string(config_.max_body_bytes) + " bytes)");
+        res.set_header("Connection", "close");  // the unread body must not be parsed as a request
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
 }

@@ -21,8 +21,8 @@ struct Limits {
   int max_parse_depth = 100;           // nesting of expressions and blocks in the source
   int max_eval_depth = 600;            // nested expression / statement evaluation at run time
   int max_macro_depth = 100;           // macro calls inside macro calls (recursion)
-  size_t max_output_bytes = 64u << 20; // total rendered text
-  size_t max_string_bytes = 64u << 20; // any one string or list built while rendering
+  size_t max_output_bytes = 32u << 20; // total rendered text (a long prompt is well under 1 MiB)
+  size_t max_string_bytes = 16u << 20; // any one string or list built while rendering
   size_t max_steps = 2'000'000;        // loop iterations + calls + outputs, a time budget
   size_t max_range = 100'000;          // range() length, as jinja2's sandbox (MAX_RANGE)
 };

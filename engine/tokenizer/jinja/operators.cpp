@@ -47,6 +47,7 @@ Value repeat(Evaluator& ev, const Value& seq, int64_t times) {
     if (!s.empty() && static_cast<uint64_t>(times) > ev.limits().max_string_bytes / s.size() + 1)
       ev.check_size(static_cast<size_t>(-1), "repeated string");
     ev.check_size(s.size() * static_cast<size_t>(times), "repeated string");
+    if (s.size() == 1) return Value::string(std::string(static_cast<size_t>(times), s[0]));
     std::string out;
     out.reserve(s.size() * static_cast<size_t>(times));
     for (int64_t i = 0; i < times; ++i) out += s;

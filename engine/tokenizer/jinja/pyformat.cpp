@@ -77,6 +77,15 @@ std::string string_repr(const std::string& s) {
   bool has_double = s.find('"') != std::string::npos;
   char quote = has_single && !has_double ? '"' : '\'';
   std::string out(1, quote);
+  bool plain = true;  // printable ASCII without the quote or a backslash: copied as is
+  for (char c : s) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7F || c == quote || c == '\\') {
+      plain = false;
+      break;
+    }
+  }
+  if (plain) return out + s + quote;
   for (char32_t cp : utf8_decode(s)) {
     if (cp == static_cast<char32_t>(quote) || cp == '\\') {
       out += '\\';

@@ -10,7 +10,7 @@ namespace spark::jinja {
 
 // Text built by repr, json.dumps and formatting stops here (TemplateError): a template can
 // make a small value print enormously (a list of a million references to a long string).
-constexpr size_t kMaxFormattedBytes = 64u << 20;
+constexpr size_t kMaxFormattedBytes = 16u << 20;
 void check_formatted_size(size_t bytes);
 
 std::string float_repr(double f);                  // repr(1.0) == "1.0", repr(1e16) == "1e+16"

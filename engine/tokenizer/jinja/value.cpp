@@ -268,7 +268,10 @@ static void repr_into(std::string& out, const Value& v, int depth) {
   if (depth > 500) throw TemplateError("value nested too deeply to print");
   check_formatted_size(out.size());
   switch (v.kind()) {
-    case Kind::STRING: out += string_repr(v.as_string()); return;
+    case Kind::STRING:
+      check_formatted_size(out.size() + v.as_string().size());
+      out += string_repr(v.as_string());
+      return;
     case Kind::UNDEFINED: out += "Undefined"; return;
     case Kind::LIST:
     case Kind::TUPLE: {

@@ -105,9 +105,6 @@ class Relay(BaseHTTPRequestHandler):
                 usage = chunk.usage
             self.write_event(chunk.model_dump_json())
         end = time.monotonic()
-        self.write_event("[DONE]")
-        self.wfile.write(b"0\r\n\r\n")
-
         completion_tokens = usage.completion_tokens if usage else chunks
         record = {
             "arrival": arrival, "end": end, "e2e_s": end - arrival,
@@ -118,9 +115,13 @@ class Relay(BaseHTTPRequestHandler):
             "content_chunks": chunks,
             "prompt": body.get("prompt") if not chat else body.get("messages"),
         }
+        # Logged before the stream's last bytes go out: a caller that has seen [DONE] can
+        # rely on the record being there.
         with self.log_lock:
             self.log.write(json.dumps(record) + "\n")
             self.log.flush()
+        self.write_event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
 
 
 def main():

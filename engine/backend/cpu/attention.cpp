@@ -63,12 +63,17 @@ void validate_batch(const Batch& b, const KvGeometry& g) {
       fail("logits_rows must be ascending row indices");
 }
 
+void KvBuffer::allocate(size_t floats) {
+  data_.reset(static_cast<float*>(std::calloc(floats, sizeof(float))));
+  if (!data_) throw RuntimeError("cannot allocate a KV cache of " + std::to_string(floats * sizeof(float)) + " bytes");
+}
+
 void write_kv(const Batch& batch, const KvGeometry& g, const float* k, const float* v, LayerKv& cache) {
   const int64_t n = g.slot_floats();
   for (int64_t t = 0; t < batch.num_tokens(); ++t) {
     const int64_t slot = batch.slot_mapping[static_cast<size_t>(t)];
-    std::copy(k + t * n, k + (t + 1) * n, cache.k.begin() + slot * n);
-    std::copy(v + t * n, v + (t + 1) * n, cache.v.begin() + slot * n);
+    std::copy(k + t * n, k + (t + 1) * n, cache.k.data() + slot * n);
+    std::copy(v + t * n, v + (t + 1) * n, cache.v.data() + slot * n);
   }
 }
 

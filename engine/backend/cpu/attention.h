@@ -1,6 +1,8 @@
 // attention.h — the paged f32 KV cache of one layer and causal attention over block tables.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -19,9 +21,23 @@ struct KvGeometry {
   int64_t slot_floats() const { return kv_heads * head_dim; }
 };
 
+// Zeroed floats from calloc: for a large cache the kernel hands out pages on first
+// write, so a cache planned for the whole memory budget costs memory only as it fills.
+class KvBuffer {
+ public:
+  void allocate(size_t floats);  // throws RuntimeError when the memory is not there
+  float* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+};
+
 struct LayerKv {
-  std::vector<float> k;  // [slots, kv_heads, head_dim]
-  std::vector<float> v;
+  KvBuffer k;  // [slots, kv_heads, head_dim]
+  KvBuffer v;
 };
 
 // Stores the K and V rows of this step ([T, kv_heads * head_dim] each) at their slots.

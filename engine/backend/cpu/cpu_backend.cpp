@@ -112,11 +112,11 @@ size_t CpuBackend::kv_block_bytes(int64_t block_size) const {
 void CpuBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
   SPARK_CHECK(num_blocks > 0 && block_size > 0, "init_kv_cache: empty cache");
   kv_ = {num_blocks, block_size, spec_.num_kv_heads, spec_.head_dim};
-  cache_.assign(layers_.size(), {});
+  cache_ = std::vector<cpu::LayerKv>(layers_.size());
   const size_t n = static_cast<size_t>(kv_.slots() * kv_.slot_floats());
   for (auto& c : cache_) {
-    c.k.assign(n, 0.0f);
-    c.v.assign(n, 0.0f);
+    c.k.allocate(n);
+    c.v.allocate(n);
   }
 }
 

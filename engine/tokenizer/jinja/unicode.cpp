@@ -1,6 +1,8 @@
 // unicode.cpp — UTF-8 decoding/encoding and Python str operations on code points.
 #include "engine/tokenizer/jinja/unicode.h"
 
+#include "engine/tokenizer/utf8.h"
+
 #include <utf8proc.h>
 
 namespace spark::jinja {
@@ -44,23 +46,11 @@ std::u32string utf8_decode(std::string_view s) {
 }
 
 void utf8_append(std::string& out, char32_t cp) {
-  if (cp >= 0xDC80 && cp <= 0xDCFF) {  // an escaped invalid byte
+  if (cp >= 0xDC80 && cp <= 0xDCFF) {  // an escaped invalid byte goes back out as that byte
     out.push_back(static_cast<char>(cp - 0xDC00));
-  } else if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    return;
   }
+  utf8::append(out, cp);
 }
 
 std::string utf8_encode(std::u32string_view cps) {

@@ -14,6 +14,9 @@ for f in "$@"; do
   echo "    .asciz \"${f#assets/}\""
   i=$((i + 1))
 done
+# The table holds addresses, which a position-independent binary relocates at load time:
+# it lives in .data.rel.ro (read-only after relocation), not .rodata.
+echo '    .section .data.rel.ro'
 echo '    .balign 8'
 echo '    .globl sparkd_assets'
 echo 'sparkd_assets:'

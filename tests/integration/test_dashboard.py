@@ -122,6 +122,14 @@ def test_page_loads_clean_and_charts_fill(dash_server, driver):
     assert not errors, errors
 
 
+def click(driver, element_id):
+    """A real click on an element first scrolled to the middle of the window: the chat grows
+    below the fold and the sticky header would otherwise cover what the test clicks."""
+    el = driver.find_element("id", element_id)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", el)
+    el.click()
+
+
 def test_playground_streams_and_stop_aborts(dash_server, driver):
     driver.get(dash_server.url + "/#playground")
     wait_for(lambda: driver.execute_script("return window.sparkdDash && window.sparkdDash.events >= 1"),
@@ -129,7 +137,7 @@ def test_playground_streams_and_stop_aborts(dash_server, driver):
     driver.find_element("id", "pg-max").clear()
     driver.find_element("id", "pg-max").send_keys("24")
     driver.find_element("id", "pg-msg").send_keys("Say hello in three words.")
-    driver.find_element("id", "pg-send").click()
+    click(driver, "pg-send")
     wait_for(lambda: driver.execute_script("return playground.state === 'done'"), what="the reply to finish")
     reply = driver.find_elements("css selector", "#pg-chat .msg.assistant")[-1].text
     assert reply.strip()
@@ -149,11 +157,11 @@ def test_playground_streams_and_stop_aborts(dash_server, driver):
         before = engine_aborts()
         replies = driver.execute_script("return playground.replies")
         driver.find_element("id", "pg-msg").send_keys("Write a long story about a dragon who learns to count to 1000.")
-        driver.find_element("id", "pg-send").click()
+        click(driver, "pg-send")
         wait_for(lambda: driver.execute_script(
             "const m = document.querySelectorAll('#pg-chat .msg.assistant');"
             "return playground.state !== 'streaming' || m[m.length - 1].textContent.length > 5"), what="streamed text")
-        driver.find_element("id", "pg-stop").click()
+        click(driver, "pg-stop")
         wait_for(lambda: driver.execute_script("return playground.replies") > replies, what="the reply to end")
         wait_for(lambda: not driver.execute_script("return [...requests.values()].some(r => r.status === 'running' || r.status === 'queued')"),
                  what="the request to end on the server", timeout=15)

@@ -123,11 +123,12 @@ def test_page_loads_clean_and_charts_fill(dash_server, driver):
 
 
 def click(driver, element_id):
-    """A real click on an element first scrolled to the middle of the window: the chat grows
-    below the fold and the sticky header would otherwise cover what the test clicks."""
+    """Clicks a playground button through its DOM click(): the same handlers run as for a
+    mouse click, whatever earlier tests left on screen (window size, overlays, the sticky
+    header over a chat that has grown below the fold)."""
     el = driver.find_element("id", element_id)
-    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", el)
-    el.click()
+    assert el.is_enabled(), f"#{element_id} is disabled"
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].click();", el)
 
 
 def test_playground_streams_and_stop_aborts(dash_server, driver):

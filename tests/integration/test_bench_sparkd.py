@@ -26,7 +26,10 @@ import pytest
 from conftest import Server, run_sparkd
 
 RELAY = Path(__file__).with_name("independent_client.py")
-RELAY_MS = 10  # the relay's own share of a TTFT: reading, parsing and re-sending the request
+# The relay's own share of a TTFT: reading, parsing and re-sending the first chunk. The relay
+# is a Python process; on a busy 2-core machine its thread can wake tens of ms late. Bench's
+# own timing accuracy is checked to well under a millisecond against the stub's send log.
+RELAY_MS = 25
 
 
 class Relay:

@@ -338,32 +338,20 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput out, const st
   live_.erase(seq_id);  // `live` dies here
 }
 
-void Engine::fail_all(const std::string& error) {
-  std::deque<std::unique_ptr<Live>> inbox;
-  {
-    std::lock_guard lock(mu_);
-    dead_ = true;
-    dead_reason_ = "engine step failed: " + error;
-    inbox.swap(inbox_);
-    cancels_.clear();
-  }
-  for (auto& live : inbox) {
-    seq_of_request_[live->seq->request_id] = live->seq->seq_id;
-    live_.emplace(live->seq->seq_id, std::move(*live));
-  }
-  std::vector<int64_t> ids;
-  for (const auto& [id, live] : live_) ids.push_back(id);
-  for (int64_t id : ids) {
-    Live& live = live_.at(id);
-    finish(live, FinishReason::ERROR, new_output(live), dead_reason_);
-  }
-  publish_gauges();
-}
+void Engine::fail_all(const std::string& error) { end_all(FinishReason::ERROR, "engine step failed: " + error); }
 
-void Engine::abort_all() {
+void Engine::abort_all() { end_all(FinishReason::ABORT, ""); }
+
+// Ends every request the engine knows of, queued ones included, in submission order. An
+// error also marks the engine dead, under the lock, so no new request slips in after.
+void Engine::end_all(FinishReason reason, const std::string& error) {
   std::deque<std::unique_ptr<Live>> inbox;
   {
     std::lock_guard lock(mu_);
+    if (!error.empty()) {
+      dead_ = true;
+      dead_reason_ = error;
+    }
     inbox.swap(inbox_);
     cancels_.clear();
   }
@@ -376,7 +364,7 @@ void Engine::abort_all() {
   std::sort(ids.begin(), ids.end());
   for (int64_t id : ids) {
     Live& live = live_.at(id);
-    finish(live, FinishReason::ABORT, new_output(live));
+    finish(live, reason, new_output(live), error);
   }
   publish_gauges();
 }

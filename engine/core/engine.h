@@ -103,6 +103,7 @@ class Engine {
   void finish(Live& live, FinishReason reason, RequestOutput out, const std::string& error = {});
   void fail_all(const std::string& error);
   void abort_all();
+  void end_all(FinishReason reason, const std::string& error);
   void publish_gauges();
   RequestOutput new_output(const Live& live) const;
 

@@ -7,17 +7,11 @@
 #include <numeric>
 
 #include "engine/util/check.h"
+#include "engine/util/splitmix.h"
 
 namespace spark {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 constexpr float kLogprobFloor = -9999.0f;
 

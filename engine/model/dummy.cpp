@@ -9,16 +9,10 @@
 #include "engine/model/arch.h"
 #include "engine/model/quant.h"
 #include "engine/util/check.h"
+#include "engine/util/splitmix.h"
 
 namespace spark {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 uint64_t name_hash(uint64_t seed, const std::string& name) {
   uint64_t h = 1469598103934665603ull ^ seed;  // FNV-1a

@@ -88,9 +88,12 @@ function renderPeer(p) {
     ["Address", p.address || "—"],
     ["Transport", p.transport || "—"],
     ["Link", state],
+    ["Worker", p.worker || "—"],
+    ["Data path", p.link || "—"],
     ["Round trip", p.rtt_ms == null ? "—" : fmt.dur(p.rtt_ms / 1000)],
-    ["Sent", p.tx_bytes_per_s == null ? "—" : fmt.bytes(p.tx_bytes_per_s) + "/s"],
-    ["Received", p.rx_bytes_per_s == null ? "—" : fmt.bytes(p.rx_bytes_per_s) + "/s"],
+    ["Bandwidth", p.link_bytes_per_s == null ? "—" : fmt.bytes(p.link_bytes_per_s) + "/s"],
+    ["Sent", p.tx_bytes == null ? "—" : fmt.bytes(p.tx_bytes)],
+    ["Received", p.rx_bytes == null ? "—" : fmt.bytes(p.rx_bytes)],
     ["Last error", p.last_error || "none"],
   ];
   fillKv($("peer-fields"), rows);

@@ -17,6 +17,7 @@ class HttpServer;
 class Engine;
 class Tokenizer;
 class ChatTemplate;
+class PeerHead;
 
 struct App {
   const Config& config;
@@ -29,6 +30,7 @@ struct App {
   Engine* engine = nullptr;
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null when the model ships none
+  const PeerHead* peer = nullptr;               // peer mode, head: the pair's state
   ToolFormat tool_format = ToolFormat::HERMES;  // how this model writes tool calls
   bool thinking_model = false;                  // its template knows <think>
   int64_t created = 0;                          // unix time the model was loaded

@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "engine/core/engine.h"
+#include "engine/peer/head.h"
 #include "engine/util/mem_info.h"
 #include "engine/util/version.h"
 #include "web/assets.h"
@@ -54,19 +55,53 @@ double uptime_s(const App& app) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - app.state.started()).count();
 }
 
-// What the peer panel shows. The link fields stay null until peer mode reports them:
-// link_state ("connecting", "up", "down"), rtt_ms, tx/rx_bytes_per_s, last_error.
+// What the peer panel shows: the configuration, and on a head the pair's live state
+// (link_state "waiting", "up", "down" or "refused"; rtt and bandwidth measured at pairing).
 nlohmann::json peer_json(const App& app) {
   const PeerConfig& p = app.config.peer;
-  return {{"enabled", p.enabled},
-          {"role", p.enabled ? nlohmann::json(p.role) : nlohmann::json(nullptr)},
-          {"address", p.enabled ? nlohmann::json(p.head_addr) : nlohmann::json(nullptr)},
-          {"transport", p.enabled ? nlohmann::json(p.transport) : nlohmann::json(nullptr)},
-          {"link_state", p.enabled ? nlohmann::json(nullptr) : nlohmann::json("disabled")},
-          {"rtt_ms", nullptr},
-          {"tx_bytes_per_s", nullptr},
-          {"rx_bytes_per_s", nullptr},
-          {"last_error", nullptr}};
+  auto when = [&](auto v) { return p.enabled ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json j = {{"enabled", p.enabled},
+                      {"role", when(p.role)},
+                      {"address", when(p.head_addr)},
+                      {"transport", when(p.transport)},
+                      {"link_state", p.enabled ? nlohmann::json(nullptr) : nlohmann::json("disabled")},
+                      {"worker", nullptr},
+                      {"link", nullptr},
+                      {"rtt_ms", nullptr},
+                      {"link_bytes_per_s", nullptr},
+                      {"tx_bytes", nullptr},
+                      {"rx_bytes", nullptr},
+                      {"last_error", nullptr}};
+  if (app.peer == nullptr) return j;
+  PeerStatus st = app.peer->status();
+  auto known = [](double v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  j["link_state"] = st.state;
+  j["worker"] = st.worker.empty() ? nlohmann::json(nullptr) : nlohmann::json(st.worker);
+  j["link"] = st.link.empty() ? nlohmann::json(nullptr) : nlohmann::json(st.link);
+  j["rtt_ms"] = known(st.rtt_ms);
+  j["link_bytes_per_s"] = known(st.link_bytes_per_s);
+  j["tx_bytes"] = st.tx_bytes;
+  j["rx_bytes"] = st.rx_bytes;
+  j["pairings"] = st.pairings;
+  j["last_error"] = st.reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(st.reason);
+  return j;
+}
+
+// GET /api/peer: the pair's state and the last micro-batches' trips through both boxes
+// (wall-clock microseconds), which show whether both compute at the same time.
+void peer_route(const App& app, httplib::Response& res) {
+  nlohmann::json j = peer_json(app);
+  nlohmann::json timeline = nlohmann::json::array();
+  if (app.peer)
+    for (const PipelineTiming& t : app.peer->timeline())
+      timeline.push_back({{"id", t.id},
+                          {"tokens", t.tokens},
+                          {"head_start_us", t.head_start_us},
+                          {"head_end_us", t.head_end_us},
+                          {"worker_start_us", t.worker_start_us},
+                          {"worker_end_us", t.worker_end_us}});
+  j["timeline"] = std::move(timeline);
+  res.set_content(j.dump(), "application/json");
 }
 
 // Engine-dependent figures. serve fills the engine and model fields before the status
@@ -236,6 +271,7 @@ std::vector<Route> dashboard_routes(App& app) {
        [](Req q, Res r) { send_asset(r, q.matches[1].str()); }},
       {"GET", "/api/snapshot", Access::API_KEY, false, [d](Req, Res r) { snapshot(*d, r); }},
       {"GET", "/api/stream", Access::API_KEY, false, [d](Req, Res r) { stream(*d, r); }},
+      {"GET", "/api/peer", Access::API_KEY, false, [d](Req, Res r) { peer_route(d->app, r); }},
   };
 }
 

@@ -16,6 +16,10 @@
 #include "engine/model/arch.h"
 #include "engine/model/memory_plan.h"
 #include "engine/model/model_loader.h"
+#include "engine/peer/head.h"
+#include "engine/peer/link.h"
+#include "engine/peer/model_identity.h"
+#include "engine/peer/worker.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
@@ -117,16 +121,46 @@ struct LoadedParts {
   Weights weights;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ChatTemplate> chat_template;
+  std::unique_ptr<PeerHead> peer;  // peer mode: declared before the engine, which uses it
   std::unique_ptr<Engine> engine;
   std::string backend_description;  // for the dashboard
   uint64_t weight_bytes = 0, kv_cache_bytes = 0;
 };
 
+// The head's side of a pair: listens for the worker, which must agree on everything in
+// the identity; the session limits bound every frame the worker may send or expect.
+std::unique_ptr<PeerHead> start_peer_head(const Config& config, const ModelInfo& info, LayerRange range, int64_t blocks) {
+  if (config.peer.transport == "nccl" && !nccl_available())
+    throw InputError("peer.transport = \"nccl\" needs a CUDA build and an NVIDIA GPU on this box; use \"tcp\"");
+  PeerIdentity id;
+  id.sparkd_version = version_string();
+  id.model_fingerprint = model_fingerprint(info);
+  id.model_label = model_label(info);
+  id.num_layers = info.spec.num_layers;
+  id.layer_split = range.last_layer;
+  id.block_size = config.engine.block_size;
+  id.kv_dtype = kv_dtype_name(config, info.spec);
+  id.transport = config.peer.transport;
+  id.kv_blocks = blocks;
+  Welcome limits;
+  limits.kv_blocks = blocks;
+  limits.block_size = config.engine.block_size;
+  limits.max_step_tokens = config.engine.max_num_batched_tokens;
+  limits.max_step_seqs = config.engine.max_num_seqs;
+  limits.max_model_len = blocks * config.engine.block_size;  // no context outgrows the cache
+  limits.vocab_size = info.spec.vocab_size;
+  limits.hidden_size = info.spec.hidden_size;
+  limits.eos_token_ids = info.spec.eos_token_ids;
+  auto head = std::make_unique<PeerHead>(config.peer, id, limits);
+  head->start();
+  return head;
+}
+
 std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   auto parts = std::make_unique<LoadedParts>();
   parts->info = inspect_model(config);
   const ModelInfo& info = parts->info;
-  const LayerRange range = full_range(info.spec);
+  const LayerRange range = stage_range(config, info);
   MemoryPlan plan = plan_memory(info.spec, range, stage_weight_bytes(info, range), config, host_memory_budget());
   require_fits(plan);
   parts->weights = load_stage_weights(info, range);
@@ -153,9 +187,28 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   parts->backend_description = backend->describe();
   parts->weight_bytes = plan.weight_bytes;
   parts->kv_cache_bytes = uint64_t(blocks) * block_bytes;
-  parts->engine = std::make_unique<Engine>(config, std::move(backend), info.spec, *parts->tokenizer, blocks);
+  if (config.peer.enabled) parts->peer = start_peer_head(config, info, range, blocks);
+  parts->engine = std::make_unique<Engine>(config, std::move(backend), info.spec, *parts->tokenizer, blocks, parts->peer.get());
   parts->engine->start();
   return parts;
+}
+
+// The worker serves no HTTP: it runs the head's micro-batches until a signal stops it.
+int serve_worker(const Config& config) {
+  if (config.peer.transport == "nccl" && !nccl_available())
+    throw InputError("peer.transport = \"nccl\" needs a CUDA build and an NVIDIA GPU on this box; use \"tcp\"");
+  // Never destroyed: the thread waiting for a signal may still block on them at exit
+  // (destroying a condition variable with a waiter blocks).
+  auto* signals = new SignalWatcher;
+  auto* stop = new std::atomic<bool>(false);
+  std::thread([signals, stop] {
+    std::string sig = signals->wait_first();
+    log_info(sig, " received: the worker stops");
+    *stop = true;
+  }).detach();
+  int rc = run_worker(config, *stop);
+  log_info("stopped");
+  return rc;
 }
 
 }  // namespace
@@ -166,6 +219,7 @@ int run_serve(const Args& args) {
   Config config = load_config(flags.require("config"), flags.get_all("set"));
   log_configure(config.log.level, config.log.format);
   log_info("sparkd ", version_string(), " starting with ", config.source);
+  if (config.peer.enabled && config.peer.role == "worker") return serve_worker(config);
 
   raise_open_file_limit();
   SignalWatcher signals;  // before any thread starts, so every thread inherits the mask
@@ -201,7 +255,12 @@ int run_serve(const Args& args) {
   app.kv_cache_bytes = parts->kv_cache_bytes;
   detect_model_traits(app);
   Engine& engine = *parts->engine;
-  state.set_liveness([&engine] { return engine_problem(engine); });
+  const PeerHead* peer = parts->peer.get();
+  app.peer = peer;
+  state.set_liveness([&engine, peer] {
+    std::string problem = engine_problem(engine);
+    return problem.empty() && peer ? peer->problem() : problem;
+  });
   live_engine = &engine;
 
   state.set(ServeStatus::READY);

@@ -9,6 +9,8 @@
 #include "engine/model/arch.h"
 #include "engine/model/memory_plan.h"
 #include "engine/model/model_loader.h"
+#include "engine/peer/model_identity.h"
+#include "engine/peer/probe.h"
 #include "engine/util/check.h"
 #include "engine/util/flags.h"
 
@@ -75,25 +77,6 @@ std::string toml_string(const std::string& s) {
   return out + "\"";
 }
 
-// This box's layers: all of them, or its half of a two-box pipeline.
-LayerRange stage_range(const Config& c, const ModelSpec& s) {
-  if (!c.peer.enabled) return full_range(s);
-  int64_t split = s.num_layers / 2;
-  if (c.peer.layer_split != "auto") {
-    try {
-      size_t used = 0;
-      split = std::stoll(c.peer.layer_split, &used);
-      if (used != c.peer.layer_split.size()) throw std::invalid_argument("trailing characters");
-    } catch (const std::exception&) {
-      throw InputError("peer.layer_split = \"" + c.peer.layer_split + "\" is neither \"auto\" nor a layer number");
-    }
-  }
-  if (split < 1 || split >= s.num_layers)
-    throw InputError("peer.layer_split = " + std::to_string(split) + " must be between 1 and " +
-                     std::to_string(s.num_layers - 1) + " for a model of " + std::to_string(s.num_layers) + " layers");
-  return c.peer.role == "worker" ? LayerRange{split, s.num_layers} : LayerRange{0, split};
-}
-
 }  // namespace
 
 int run_check(const Args& args) {
@@ -113,11 +96,17 @@ int run_check(const Args& args) {
   }
 
   ModelInfo info = inspect_model(config);
-  LayerRange range = stage_range(config, info.spec);
+  LayerRange range = stage_range(config, info);
   MemoryPlan plan = plan_memory(info.spec, range, stage_weight_bytes(info, range), config, memory_budget(config));
   std::printf("%s%s", describe_spec(info).c_str(), describe_plan(plan).c_str());
   std::fflush(stdout);
   require_fits(plan);
+  if (config.peer.enabled) {
+    std::printf("peer\n  this box         %s, layers [%lld, %lld)\n  pair             %s\n", config.peer.role.c_str(),
+                static_cast<long long>(range.first_layer), static_cast<long long>(range.last_layer),
+                probe_peer(config.peer).c_str());
+    std::fflush(stdout);
+  }
   std::printf("ok\n");
   return 0;
 }

@@ -210,6 +210,14 @@ std::vector<int32_t> BlockManager::free_queue() const {
   return ids;
 }
 
+void BlockManager::forget_cached() {
+  for (Block& b : blocks_) {
+    b.hashed = false;
+    b.tokens.clear();
+  }
+  cached_.clear();
+}
+
 void BlockManager::check_invariants() const {
   int64_t walked = 0;
   int32_t prev = -1;

@@ -57,6 +57,10 @@ class BlockManager {
   int64_t prefix_cache_queries() const { return queries_; }
   int64_t prefix_cache_hits() const { return hits_; }
 
+  // Drops every cached prefix (the KV it described is gone, e.g. with a peer's
+  // layers); blocks in use stay allocated but are no longer shareable.
+  void forget_cached();
+
   // Aborts (SPARK_CHECK) if the free queue, ref counts or hash index disagree.
   void check_invariants() const;
 

@@ -61,26 +61,32 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 Engine::Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, DecoderFactory decoders,
-               int64_t num_kv_blocks)
+               int64_t num_kv_blocks, RemoteStage* remote)
     : spec_(spec),
       backend_(std::move(backend)),
       decoders_(std::move(decoders)),
       eos_ids_(spec.eos_token_ids),
       max_model_len_(resolve_max_model_len(config, spec, num_kv_blocks)),
       blocks_(num_kv_blocks, config.engine.block_size, config.engine.enable_prefix_caching),
-      scheduler_(scheduler_config(config.engine, max_model_len_), blocks_),
-      sampler_(spec.vocab_size, spec.eos_token_ids) {
+      sampler_(spec.vocab_size, spec.eos_token_ids),
+      remote_(remote) {
   SPARK_CHECK(backend_ != nullptr && decoders_ != nullptr, "an engine needs a backend and a decoder factory");
+  // Two micro-batch slots with a remote stage, so both boxes compute at once; each gets
+  // half the sequences so that decode-only traffic fills both.
+  const size_t slots = remote_ ? 2 : 1;
+  SchedulerConfig sc = scheduler_config(config.engine, max_model_len_);
+  sc.max_num_seqs = std::max<int64_t>(1, (sc.max_num_seqs + int64_t(slots) - 1) / int64_t(slots));
+  for (size_t i = 0; i < slots; ++i) schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_));
   backend_->init_kv_cache(num_kv_blocks, config.engine.block_size);
   metrics_.set_gauges(0, 0, 0, num_kv_blocks);
   state_.last_heartbeat = Clock::now();
 }
 
 Engine::Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, const Tokenizer& tokenizer,
-               int64_t num_kv_blocks)
+               int64_t num_kv_blocks, RemoteStage* remote)
     : Engine(config, std::move(backend), with_tokenizer_eos(spec, tokenizer),
              [&tokenizer](bool skip_special) { return std::make_unique<DetokenizerDecoder>(tokenizer, skip_special); },
-             num_kv_blocks) {}
+             num_kv_blocks, remote) {}
 
 Engine::~Engine() { stop(); }
 
@@ -119,7 +125,7 @@ std::shared_ptr<RequestStream> Engine::submit(Request request) {
       throw InputError("prompt token " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
                        " is outside the vocabulary [0, " + std::to_string(spec_.vocab_size) + ")");
   request.params.validate(spec_.vocab_size);
-  const int64_t max_tokens = scheduler_.resolve_max_tokens(static_cast<int64_t>(ids.size()), request.params);
+  const int64_t max_tokens = schedulers_[0]->resolve_max_tokens(static_cast<int64_t>(ids.size()), request.params);
 
   auto live = std::make_unique<Live>(Live{
       nullptr, nullptr, decoders_(request.params.skip_special_tokens),
@@ -129,6 +135,8 @@ std::shared_ptr<RequestStream> Engine::submit(Request request) {
     std::lock_guard lock(mu_);
     if (dead_) throw RuntimeError("the engine has failed and accepts no requests: " + dead_reason_);
     if (stopping_) throw RuntimeError("the engine is shutting down and accepts no requests");
+    if (remote_)
+      if (std::string problem = remote_->problem(); !problem.empty()) throw RuntimeError(problem);
     if (request.request_id.empty()) request.request_id = "req-" + std::to_string(next_request_number_++);
     if (live_ids_.count(request.request_id))
       throw InputError("request id '" + request.request_id + "' is already in use by a live request");
@@ -167,14 +175,15 @@ void Engine::loop() {
       auto now = Clock::now();
       ++state_.heartbeat;
       state_.last_heartbeat = now;
-      state_.idle = inbox_.empty() && !scheduler_.has_work();
-      if (!stopping_ && inbox_.empty() && cancels_.empty() && !scheduler_.has_work())
+      state_.idle = inbox_.empty() && !has_work();
+      if (!stopping_ && inbox_.empty() && cancels_.empty() && !has_work())
         wake_.wait_for(lock, kIdleWake);
       if (stopping_) return;
     }
     try {
       take_inbox();
-      if (scheduler_.has_work()) step();
+      if (remote_) pipeline_turn();
+      else if (has_work()) step();
       publish_gauges();
     } catch (const std::exception& e) {
       fail_all(e.what());
@@ -186,28 +195,47 @@ void Engine::loop() {
 void Engine::take_inbox() {
   std::deque<std::unique_ptr<Live>> inbox;
   std::vector<std::string> cancels;
+  cancels.swap(deferred_cancels_);
   {
     std::lock_guard lock(mu_);
     inbox.swap(inbox_);
-    cancels.swap(cancels_);
+    cancels.insert(cancels.end(), cancels_.begin(), cancels_.end());
+    cancels_.clear();
   }
   for (auto& live : inbox) {
     Sequence* seq = live->seq.get();
     seq_of_request_[seq->request_id] = seq->seq_id;
-    scheduler_.add(seq);
+    // The slot with the fewest sequences, so micro-batches stay balanced.
+    size_t best = 0, best_load = SIZE_MAX;
+    for (size_t i = 0; i < schedulers_.size(); ++i) {
+      size_t load = schedulers_[i]->running().size() + schedulers_[i]->waiting().size();
+      if (load < best_load) best = i, best_load = load;
+    }
+    live->slot = best;
+    schedulers_[best]->add(seq);
     live_.emplace(seq->seq_id, std::move(*live));
   }
   for (const auto& id : cancels) {
     auto it = seq_of_request_.find(id);
     if (it == seq_of_request_.end()) continue;  // finished in the meantime
     Live& live = live_.at(it->second);
+    if (live.in_flight) {  // its micro-batch still points at it: end it when that returns
+      deferred_cancels_.push_back(id);
+      continue;
+    }
     finish(live, FinishReason::ABORT, new_output(live));
   }
 }
 
-void Engine::step() {
-  ScheduledStep plan = scheduler_.schedule();
-  SPARK_CHECK(!plan.empty(), "work is queued but nothing could be scheduled");
+bool Engine::has_work() const {
+  if (!in_flight_.empty()) return true;
+  for (const auto& s : schedulers_)
+    if (s->has_work()) return true;
+  return false;
+}
+
+// First-time bookkeeping for the sequences a plan admits.
+void Engine::admit(const ScheduledStep& plan) {
   const auto now = Clock::now();
   for (Sequence* seq : plan.seqs) {
     Live& live = live_.at(seq->seq_id);
@@ -217,10 +245,17 @@ void Engine::step() {
     metrics_.observe_queue_time(seconds_between(live.timings.queued, now));
     metrics_.add_prompt_tokens(static_cast<uint64_t>(seq->num_prompt_tokens));
   }
+}
+
+void Engine::step() {
+  Scheduler& scheduler = *schedulers_[0];
+  ScheduledStep plan = scheduler.schedule();
+  SPARK_CHECK(!plan.empty(), "work is queued but nothing could be scheduled");
+  admit(plan);
 
   {
     std::lock_guard lock(mu_);
-    state_.step_started = now;
+    state_.step_started = Clock::now();
   }
   ForwardResult result;
   backend_->forward(plan.batch, nullptr, result);
@@ -236,30 +271,54 @@ void Engine::step() {
                        std::to_string(rows) + " rows x " + std::to_string(vocab));
 
   std::vector<SampleOutput> samples(rows);
-  std::vector<int32_t> tokens(rows);
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const int32_t row = plan.logits_index[i];
-    if (row < 0) continue;
-    samples[row] = sampler_.sample(result.logits.data() + static_cast<size_t>(row) * vocab, *plan.seqs[i]);
-    tokens[row] = samples[row].token;
+    if (row >= 0) samples[row] = sampler_.sample(result.logits.data() + static_cast<size_t>(row) * vocab, *plan.seqs[i]);
   }
-  scheduler_.update(plan, tokens);
-  for (size_t i = 0; i < plan.seqs.size(); ++i)
-    if (plan.logits_index[i] >= 0) emit_token(live_.at(plan.seqs[i]->seq_id), samples[plan.logits_index[i]]);
+  emit_all(plan, samples);
+}
 
+// Appends the sampled tokens (samples[r] belongs to logits row r), emits them, and
+// counts the step.
+void Engine::emit_all(const ScheduledStep& plan, const std::vector<SampleOutput>& samples) {
+  std::vector<int32_t> tokens(samples.size());
+  for (size_t r = 0; r < samples.size(); ++r) tokens[r] = samples[r].token;
+  schedulers_[live_.at(plan.seqs.front()->seq_id).slot]->update(plan, tokens);
+  // Ids first: emitting may finish a sequence, and its Sequence dies with it.
+  std::vector<std::pair<int64_t, int32_t>> emits;
+  for (size_t i = 0; i < plan.seqs.size(); ++i)
+    if (plan.logits_index[i] >= 0) emits.emplace_back(plan.seqs[i]->seq_id, plan.logits_index[i]);
+  for (const auto& [seq_id, row] : emits) {
+    Live& live = live_.at(seq_id);
+    try {
+      emit_token(live, samples[size_t(row)]);
+    } catch (const std::exception& e) {  // e.g. a decoder that throws: this request alone fails
+      if (live_.count(seq_id)) finish(live, FinishReason::ERROR, new_output(live), std::string("output failed: ") + e.what());
+    }
+  }
+  count_step(plan);
+  metrics_.add_generation_tokens(samples.size());
+}
+
+void Engine::count_step(const ScheduledStep&) {
   metrics_.add_step();
-  metrics_.add_generation_tokens(rows);
   metrics_.add_prefix_cache(static_cast<uint64_t>(blocks_.prefix_cache_queries() - reported_queries_),
                             static_cast<uint64_t>(blocks_.prefix_cache_hits() - reported_hits_));
   reported_queries_ = blocks_.prefix_cache_queries();
   reported_hits_ = blocks_.prefix_cache_hits();
-  metrics_.add_preemptions(static_cast<uint64_t>(scheduler_.num_preemptions() - reported_preemptions_));
-  reported_preemptions_ = scheduler_.num_preemptions();
+  int64_t preemptions = 0;
+  for (const auto& s : schedulers_) preemptions += s->num_preemptions();
+  metrics_.add_preemptions(static_cast<uint64_t>(preemptions - reported_preemptions_));
+  reported_preemptions_ = preemptions;
 }
 
 void Engine::publish_gauges() {
-  metrics_.set_gauges(static_cast<int64_t>(scheduler_.running().size()), static_cast<int64_t>(scheduler_.waiting().size()),
-                      blocks_.num_used_blocks(), blocks_.num_blocks());
+  int64_t running = 0, waiting = 0;
+  for (const auto& s : schedulers_) {
+    running += static_cast<int64_t>(s->running().size());
+    waiting += static_cast<int64_t>(s->waiting().size());
+  }
+  metrics_.set_gauges(running, waiting, blocks_.num_used_blocks(), blocks_.num_blocks());
 }
 
 RequestOutput Engine::new_output(const Live& live) const {
@@ -313,7 +372,8 @@ void Engine::emit_token(Live& live, const SampleOutput& sampled) {
 
 void Engine::finish(Live& live, FinishReason reason, RequestOutput out, const std::string& error) {
   Sequence& seq = *live.seq;
-  scheduler_.finish(&seq, reason);
+  schedulers_[live.slot]->finish(&seq, reason);
+  if (live.opened) pending_closes_.push_back(seq.seq_id);
   seq.status = SeqStatus::FINISHED;  // also for sequences still in the inbox (never added)
   seq.finish_reason = reason;
   publish_gauges();  // a reader woken by the final output sees the blocks already freed
@@ -338,17 +398,19 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput out, const st
   live_.erase(seq_id);  // `live` dies here
 }
 
-void Engine::fail_all(const std::string& error) { end_all(FinishReason::ERROR, "engine step failed: " + error); }
+void Engine::fail_all(const std::string& error) { end_all(FinishReason::ERROR, "engine step failed: " + error, true); }
 
-void Engine::abort_all() { end_all(FinishReason::ABORT, ""); }
+void Engine::abort_all() { end_all(FinishReason::ABORT, "", false); }
 
-// Ends every request the engine knows of, queued ones included, in submission order. An
-// error also marks the engine dead, under the lock, so no new request slips in after.
-void Engine::end_all(FinishReason reason, const std::string& error) {
+// Ends every request the engine knows of, queued ones included, in submission order.
+// engine_dead also marks the engine dead, under the lock, so no new request slips in after.
+void Engine::end_all(FinishReason reason, const std::string& error, bool engine_dead) {
   std::deque<std::unique_ptr<Live>> inbox;
+  in_flight_.clear();  // their plans point at sequences about to end
+  deferred_cancels_.clear();
   {
     std::lock_guard lock(mu_);
-    if (!error.empty()) {
+    if (engine_dead) {
       dead_ = true;
       dead_reason_ = error;
     }

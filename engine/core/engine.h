@@ -22,6 +22,7 @@
 #include "engine/core/scheduler.h"
 #include "engine/core/stop.h"
 #include "engine/model/model_spec.h"
+#include "engine/peer/stage.h"
 
 namespace spark {
 
@@ -58,11 +59,14 @@ class Engine {
  public:
   // Text comes from the tokenizer's IncrementalDetokenizer; EOS ids from the spec and
   // the tokenizer. The tokenizer must outlive the engine.
+  // With `remote` (peer mode, head), the backend runs the first layers and the remote
+  // stage the rest plus sampling; two micro-batches are kept in flight, each sequence in
+  // one of them for its whole life. `remote` must outlive the engine.
   Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, const Tokenizer& tokenizer,
-         int64_t num_kv_blocks);
-  // The same with any decoder (tests, or a worker that never produces text).
+         int64_t num_kv_blocks, RemoteStage* remote = nullptr);
+  // The same with any decoder (tests).
   Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, DecoderFactory decoders,
-         int64_t num_kv_blocks);
+         int64_t num_kv_blocks, RemoteStage* remote = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -94,16 +98,33 @@ class Engine {
     StopChecker stop;
     RequestTimings timings;
     bool admitted = false;
+    size_t slot = 0;         // its scheduler (micro-batch slot)
+    bool opened = false;     // the remote stage knows it
+    bool in_flight = false;  // in a micro-batch the remote stage has not answered yet
+  };
+  struct InFlight {
+    size_t slot = 0;
+    ScheduledStep plan;
+    uint64_t id = 0;
   };
 
   void loop();
   void take_inbox();
   void step();
+  bool has_work() const;
+  void admit(const ScheduledStep& plan);
+  void count_step(const ScheduledStep& plan);
+  void emit_all(const ScheduledStep& plan, const std::vector<SampleOutput>& samples);
+  // Peer mode (engine_pipeline.cpp).
+  void pipeline_turn();
+  void launch(size_t slot);
+  void complete();
+  void peer_lost(const std::string& why);
   void emit_token(Live& live, const SampleOutput& sampled);
   void finish(Live& live, FinishReason reason, RequestOutput out, const std::string& error = {});
   void fail_all(const std::string& error);
   void abort_all();
-  void end_all(FinishReason reason, const std::string& error);
+  void end_all(FinishReason reason, const std::string& error, bool engine_dead);
   void publish_gauges();
   RequestOutput new_output(const Live& live) const;
 
@@ -113,13 +134,19 @@ class Engine {
   std::vector<int32_t> eos_ids_;
   int64_t max_model_len_;
   BlockManager blocks_;
-  Scheduler scheduler_;
+  std::vector<std::unique_ptr<Scheduler>> schedulers_;  // one per micro-batch slot
   Sampler sampler_;
   Metrics metrics_;
   int64_t next_seq_id_ = 1;  // guarded by mu_
   std::unordered_map<int64_t, Live> live_;  // by seq id; engine thread only
   std::unordered_map<std::string, int64_t> seq_of_request_;  // engine thread only
   int64_t reported_queries_ = 0, reported_hits_ = 0, reported_preemptions_ = 0;
+  RemoteStage* remote_ = nullptr;
+  uint64_t remote_session_ = 0;  // the pairing the live sequences were opened in
+  uint64_t next_plan_id_ = 1;
+  std::deque<InFlight> in_flight_;  // oldest first
+  std::vector<int64_t> pending_closes_;       // finished sequences the remote still holds
+  std::vector<std::string> deferred_cancels_;  // cancels of sequences in flight
 
   // Shared with submitting threads.
   mutable std::mutex mu_;

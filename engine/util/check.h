@@ -17,6 +17,12 @@ struct RuntimeError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The peer box closed, reset or stopped answering: the pair is unusable until it
+// pairs again. In-flight requests fail; the process goes on.
+struct PeerLost : RuntimeError {
+  using RuntimeError::RuntimeError;
+};
+
 [[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
 
 }  // namespace spark

@@ -199,7 +199,7 @@ def test_snapshot_content(dash_server):
     assert s["backend"].startswith("cpu") and s["kv_blocks"] > 0 and s["max_model_len"] > 0
     assert snap["live"]["health"]["status"] == "ready"
     assert snap["peer"]["link_state"] == "disabled"
-    for key in ("rtt_ms", "tx_bytes_per_s", "rx_bytes_per_s", "last_error", "role", "address"):
+    for key in ("rtt_ms", "link_bytes_per_s", "tx_bytes", "rx_bytes", "last_error", "role", "address"):
         assert key in snap["peer"]
     cols = snap["series"]
     assert len(cols["t"]) >= 1 and len(cols["t"]) == len(cols["generation_tps"]) == len(cols["mem_free"])

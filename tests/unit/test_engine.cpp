@@ -416,3 +416,44 @@ TEST_CASE("histogram: buckets and quantiles") {
   CHECK(hist.quantile(0.5) == doctest::Approx(1.75));  // rank 2.5: 3/4 into (1, 2]
   CHECK(hist.quantile(1.0) == doctest::Approx(4.0));
 }
+
+TEST_CASE("engine: a decoder that throws fails its own request only") {
+  // Requests with skip_special_tokens = false get a decoder that throws on its third token.
+  class ThrowingDecoder : public TokenDecoder {
+   public:
+    std::string push(int32_t id) override {
+      if (++pushed_ == 3) throw InputError("undecodable token " + std::to_string(id));
+      return "x";
+    }
+    std::string flush() override { return ""; }
+
+   private:
+    int pushed_ = 0;
+  };
+  Config config = test_config(2048);
+  auto engine = std::make_unique<Engine>(
+      config, std::make_unique<ContextBackend>(), test_spec(),
+      [](bool skip_special) -> std::unique_ptr<TokenDecoder> {
+        if (skip_special) return std::make_unique<CommaDecoder>();
+        return std::make_unique<ThrowingDecoder>();
+      },
+      64);
+  Request bad, good;
+  bad.prompt_ids = {1, 2, 3};
+  bad.params.skip_special_tokens = false;
+  good.prompt_ids = {4, 5, 6};
+  for (Request* r : {&bad, &good}) {
+    r->params.max_tokens = 8;
+    r->params.ignore_eos = true;
+  }
+  auto bad_stream = engine->submit(bad);
+  auto good_stream = engine->submit(good);
+  engine->start();
+  RequestOutput b = collect(*bad_stream), g = collect(*good_stream);
+  CHECK(b.finish_reason == FinishReason::ERROR);
+  CHECK(b.error.find("undecodable token") != std::string::npos);
+  CHECK(g.finish_reason == FinishReason::LENGTH);
+  CHECK(g.token_ids.size() == 8);
+  CHECK(engine->state().alive);
+  CHECK(engine->metrics().kv_blocks_used == 0);
+}

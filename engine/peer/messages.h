@@ -1,0 +1,91 @@
+// messages.h — the peer protocol's payloads and their codecs. Every decoder checks
+// every count, range and cross-field relation before anything acts on the data: a
+// frame from the peer is outside input (InputError on any violation).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/core/sampler.h"
+#include "engine/core/sampling_params.h"
+
+namespace spark {
+
+// What each box says about itself at the handshake; the pair serves only when these agree.
+struct PeerIdentity {
+  std::string sparkd_version;
+  uint64_t model_fingerprint = 0;
+  std::string model_label;  // file or folder name and size, for messages
+  int64_t num_layers = 0;
+  int64_t layer_split = 0;  // first layer of the worker
+  int64_t block_size = 0;
+  std::string kv_dtype;
+  std::string transport;
+  // Head: KV blocks its block tables address. Worker: KV blocks it can hold.
+  int64_t kv_blocks = 0;
+};
+std::vector<uint8_t> encode_identity(const PeerIdentity& id);
+PeerIdentity decode_identity(const std::vector<uint8_t>& payload);
+// Every disagreement between the head's and the worker's identity, each naming both
+// values ("layer split: head 15, worker 12"); empty when they can pair.
+std::vector<std::string> identity_mismatches(const PeerIdentity& head, const PeerIdentity& worker);
+
+// The head's answer to an acceptable HELLO: the session's limits, which bound every
+// later frame.
+struct Welcome {
+  uint64_t session = 0;
+  int64_t kv_blocks = 0;
+  int64_t block_size = 0;
+  int64_t max_step_tokens = 0;  // engine.max_num_batched_tokens
+  int64_t max_step_seqs = 0;    // engine.max_num_seqs
+  int64_t max_model_len = 0;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  std::vector<int32_t> eos_token_ids;  // the head's (model + tokenizer), for min_tokens
+  double heartbeat_s = 1;
+  double timeout_s = 10;
+  std::vector<uint8_t> nccl_unique_id;  // empty for the TCP data path
+};
+std::vector<uint8_t> encode_welcome(const Welcome& w);
+Welcome decode_welcome(const std::vector<uint8_t>& payload);
+
+// A sequence the worker has not sampled for yet: what its sampler needs.
+struct SeqOpen {
+  int64_t seq_id = 0;
+  int64_t num_prompt_tokens = 0;
+  uint64_t seed = 0;
+  SamplingParams params;        // only the fields the sampler reads travel
+  std::vector<int32_t> tokens;  // prompt and output so far
+};
+
+// One micro-batch: sequences to forget and to learn, the batch, and for each logits row
+// the sequence to sample for. Its activations follow on the data path.
+struct MicroBatchPlan {
+  uint64_t id = 0;
+  std::vector<int64_t> closes;
+  std::vector<SeqOpen> opens;
+  Batch batch;
+  std::vector<int64_t> sample_seq_ids;  // [batch.logits_rows.size()]
+};
+std::vector<uint8_t> encode_plan(const MicroBatchPlan& p);
+// Decodes and validates against the session's limits (block ids, slots, positions,
+// row boundaries): a plan that passes can be run without any further check.
+MicroBatchPlan decode_plan(const std::vector<uint8_t>& payload, const Welcome& session);
+// The structural checks alone (also used by tests): throws InputError naming the field.
+void check_batch(const Batch& b, const Welcome& session);
+
+struct StepResult {
+  uint64_t id = 0;
+  int64_t worker_start_us = 0, worker_end_us = 0;  // wall clock, for the pipeline timeline
+  std::vector<SampleOutput> samples;               // one per logits row
+};
+std::vector<uint8_t> encode_result(const StepResult& r);
+// expected_rows: the plan's logits rows; tokens are checked against vocab_size.
+StepResult decode_result(const std::vector<uint8_t>& payload, size_t expected_rows, int64_t vocab_size);
+
+// REFUSE and PROBE_REPLY carry one string.
+std::vector<uint8_t> encode_text(const std::string& s);
+std::string decode_text(const std::vector<uint8_t>& payload);
+
+}  // namespace spark

@@ -1,0 +1,130 @@
+// model_identity.cpp — layer split and model fingerprint for the peer handshake.
+#include "engine/peer/model_identity.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/model/arch.h"
+#include "engine/model/memory_plan.h"
+#include "engine/util/check.h"
+#include "engine/util/splitmix.h"
+
+namespace spark {
+
+namespace {
+
+class Hasher {
+ public:
+  void add(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) {
+      word_ = word_ << 8 | b[i];
+      if (++fill_ == 8) flush();
+    }
+  }
+  void add(const std::string& s) {
+    add(s.data(), s.size());
+    add_int(int64_t(s.size()));
+  }
+  void add_int(int64_t v) { add(&v, sizeof v); }
+  void add_double(double v) { add(&v, sizeof v); }
+  uint64_t digest() {
+    flush();
+    return splitmix64(state_ ^ total_);
+  }
+
+ private:
+  void flush() {
+    state_ = splitmix64(state_ ^ word_);
+    total_ += fill_;
+    word_ = 0;
+    fill_ = 0;
+  }
+  uint64_t state_ = 0x5350524b44ULL, word_ = 0, total_ = 0;
+  int fill_ = 0;
+};
+
+constexpr size_t kSampleBytes = 64;
+
+}  // namespace
+
+int64_t resolve_layer_split(const Config& config, const ModelInfo& info) {
+  const ModelSpec& s = info.spec;
+  const std::string& text = config.peer.layer_split;
+  int64_t split = 0;
+  if (text == "auto") {
+    if (s.num_layers < 2) throw InputError("a model of " + std::to_string(s.num_layers) + " layer cannot be split over two boxes");
+    // Balance the work per token: weight bytes read, except that the head's embedding
+    // is a gather (nearly free) while the worker's LM head is a full matmul.
+    const auto it = info.tensors.find("model.embed_tokens.weight");
+    const int64_t embedding = it != info.tensors.end() ? int64_t(it->second.nbytes)
+                                                       : s.vocab_size * s.hidden_size * dtype_block_bytes(info.weight_dtype);
+    int64_t best_gap = INT64_MAX;
+    for (int64_t k = 1; k < s.num_layers; ++k) {
+      int64_t head = int64_t(stage_weight_bytes(info, {0, k})) - embedding;
+      int64_t worker = int64_t(stage_weight_bytes(info, {k, s.num_layers}));
+      if (std::llabs(head - worker) < best_gap) {
+        best_gap = std::llabs(head - worker);
+        split = k;
+      }
+    }
+    return split;
+  }
+  try {
+    size_t used = 0;
+    split = std::stoll(text, &used);
+    if (used != text.size()) throw std::invalid_argument("trailing characters");
+  } catch (const std::exception&) {
+    throw InputError("peer.layer_split = \"" + text + "\" is neither \"auto\" nor a layer number");
+  }
+  if (split < 1 || split >= s.num_layers)
+    throw InputError("peer.layer_split = " + std::to_string(split) + " must be between 1 and " +
+                     std::to_string(s.num_layers - 1) + " for a model of " + std::to_string(s.num_layers) + " layers");
+  return split;
+}
+
+LayerRange stage_range(const Config& config, const ModelInfo& info) {
+  if (!config.peer.enabled) return full_range(info.spec);
+  const int64_t split = resolve_layer_split(config, info);
+  return config.peer.role == "worker" ? LayerRange{split, info.spec.num_layers} : LayerRange{0, split};
+}
+
+uint64_t model_fingerprint(const ModelInfo& info) {
+  const ModelSpec& s = info.spec;
+  Hasher h;
+  h.add(s.architecture);
+  for (int64_t v : {s.vocab_size, s.hidden_size, s.intermediate_size, s.num_layers, s.num_heads, s.num_kv_heads,
+                    s.head_dim, s.max_position_embeddings, s.num_experts, s.num_experts_per_tok,
+                    s.moe_intermediate_size, int64_t(s.tie_word_embeddings), int64_t(s.attention_bias),
+                    int64_t(s.qk_norm)})
+    h.add_int(v);
+  h.add_double(s.rms_norm_eps);
+  h.add_double(s.rope_theta);
+  h.add(std::string(model_format_name(info.format)));
+  h.add(std::string(dtype_name(info.weight_dtype)));
+  for (const auto& [name, t] : info.tensors) {  // std::map: the same order on both boxes
+    h.add(name);
+    h.add(std::string(dtype_name(t.dtype)));
+    for (int64_t d : t.shape) h.add_int(d);
+    h.add_int(int64_t(t.nbytes));
+    if (t.data == nullptr || t.nbytes == 0) continue;
+    const auto* bytes = static_cast<const uint8_t*>(t.data);
+    const size_t n = std::min(kSampleBytes, t.nbytes);
+    for (size_t at : {size_t(0), t.nbytes / 3, 2 * (t.nbytes / 3), t.nbytes - n})
+      h.add(bytes + std::min(at, t.nbytes - n), n);
+  }
+  return h.digest();
+}
+
+std::string model_label(const ModelInfo& info) {
+  std::string path = info.path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  size_t slash = path.find_last_of('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (info.format == ModelFormat::DUMMY) return name + " (dummy weights)";
+  uint64_t bytes = 0;
+  for (const auto& [n, t] : info.tensors) bytes += t.nbytes;
+  return name + " (" + format_bytes(bytes) + " of weights)";
+}
+
+}  // namespace spark

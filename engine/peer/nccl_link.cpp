@@ -1,0 +1,156 @@
+// nccl_link.cpp — activations over NCCL send/recv (rank 0 head, rank 1 worker). The
+// communicator is created non-blocking and every wait polls its async error between
+// the caller's liveness checks, so a dead peer turns into PeerLost and ncclCommAbort,
+// never a hang. Host buffers are staged through device memory until the CUDA backend
+// hands device pointers directly.
+#include "engine/peer/link.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <ctime>
+#include <cstring>
+
+#if SPARKD_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+namespace spark {
+
+#if SPARKD_CUDA
+
+namespace {
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw PeerLost(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+class NcclLink : public Link {
+ public:
+  NcclLink(const PeerConfig& config, int rank, const std::vector<uint8_t>& unique_id) : rank_(rank) {
+    if (unique_id.size() != sizeof(ncclUniqueId))
+      throw InputError("NCCL unique id of " + std::to_string(unique_id.size()) + " bytes, expected " +
+                       std::to_string(sizeof(ncclUniqueId)));
+    // NCCL reads its interface choice from the environment at communicator creation.
+    if (!config.nccl_ifname.empty()) setenv("NCCL_SOCKET_IFNAME", config.nccl_ifname.c_str(), 1);
+    if (!config.nccl_ib_hca.empty()) setenv("NCCL_IB_HCA", config.nccl_ib_hca.c_str(), 1);
+    ncclUniqueId id;
+    std::memcpy(&id, unique_id.data(), sizeof id);
+    cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t rc = ncclCommInitRankConfig(&comm_, 2, id, rank_, &cfg);
+    if (rc != ncclSuccess && rc != ncclInProgress) throw PeerLost(std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(rc));
+    const SteadyTime deadline = steady_after(config.timeout_s);
+    wait_comm([deadline] {
+      if (std::chrono::steady_clock::now() > deadline) throw PeerLost("the NCCL communicator did not come up within peer.timeout_s");
+    });
+  }
+
+  ~NcclLink() override {
+    if (comm_) {
+      if (aborted_) ncclCommAbort(comm_);
+      else ncclCommDestroy(comm_);
+    }
+    if (buffer_) cudaFree(buffer_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string describe() const override { return "nccl rank " + std::to_string(rank_); }
+
+  void send(const float* data, size_t count, const WaitCheck& check) override {
+    reserve(count);
+    cuda_ok(cudaMemcpyAsync(buffer_, data, count * sizeof(float), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+    enqueue(ncclSend(buffer_, count, ncclFloat, 1 - rank_, comm_, stream_), check);
+    wait_stream(check);
+  }
+
+  void recv(float* data, size_t count, const WaitCheck& check) override {
+    reserve(count);
+    enqueue(ncclRecv(buffer_, count, ncclFloat, 1 - rank_, comm_, stream_), check);
+    cuda_ok(cudaMemcpyAsync(data, buffer_, count * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    wait_stream(check);
+  }
+
+  void abort() override {
+    if (!aborted_.exchange(true) && comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+ private:
+  void reserve(size_t count) {
+    if (count <= capacity_) return;
+    if (buffer_) cudaFree(buffer_);
+    buffer_ = nullptr;
+    cuda_ok(cudaMalloc(&buffer_, count * sizeof(float)), "cudaMalloc for the NCCL staging buffer");
+    capacity_ = count;
+  }
+  template <typename Check>
+  void wait_comm(const Check& check) {
+    for (;;) {
+      if (aborted_) throw PeerLost("the link was aborted");
+      ncclResult_t state;
+      ncclCommGetAsyncError(comm_, &state);
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) throw PeerLost(std::string("NCCL: ") + ncclGetErrorString(state));
+      check();
+      struct timespec ts{0, 200000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  void enqueue(ncclResult_t rc, const WaitCheck& check) {
+    if (rc != ncclSuccess && rc != ncclInProgress) throw PeerLost(std::string("NCCL: ") + ncclGetErrorString(rc));
+    wait_comm([&] { if (check) check(); });
+  }
+  void wait_stream(const WaitCheck& check) {
+    for (;;) {
+      cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) cuda_ok(e, "NCCL stream");
+      wait_comm([&] { if (check) check(); });
+      struct timespec ts{0, 50000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+
+  int rank_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  float* buffer_ = nullptr;
+  size_t capacity_ = 0;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace
+
+bool nccl_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::vector<uint8_t> nccl_unique_id() {
+  ncclUniqueId id;
+  ncclResult_t rc = ncclGetUniqueId(&id);
+  if (rc != ncclSuccess) throw RuntimeError(std::string("ncclGetUniqueId: ") + ncclGetErrorString(rc));
+  return std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id);
+}
+
+std::unique_ptr<Link> make_nccl_link(const PeerConfig& config, int rank, const std::vector<uint8_t>& unique_id) {
+  return std::make_unique<NcclLink>(config, rank, unique_id);
+}
+
+#else  // a CPU-only build
+
+bool nccl_available() { return false; }
+
+std::vector<uint8_t> nccl_unique_id() {
+  throw InputError("peer.transport = \"nccl\" needs a sparkd built with CUDA; this build has none (use \"tcp\")");
+}
+
+std::unique_ptr<Link> make_nccl_link(const PeerConfig&, int, const std::vector<uint8_t>&) {
+  throw InputError("peer.transport = \"nccl\" needs a sparkd built with CUDA; this build has none (use \"tcp\")");
+}
+
+#endif
+
+}  // namespace spark

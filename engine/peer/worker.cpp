@@ -1,0 +1,250 @@
+// worker.cpp — the worker's session loop: handshake, heartbeats, micro-batches.
+#include "engine/peer/worker.h"
+
+#include <chrono>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/backend/backend_factory.h"
+#include "engine/core/sampler.h"
+#include "engine/model/memory_plan.h"
+#include "engine/model/model_loader.h"
+#include "engine/peer/frame.h"
+#include "engine/peer/link.h"
+#include "engine/peer/messages.h"
+#include "engine/peer/model_identity.h"
+#include "engine/peer/stage.h"
+#include "engine/peer/wire.h"
+#include "engine/util/log.h"
+#include "engine/util/sd_notify.h"
+#include "engine/util/version.h"
+
+namespace spark {
+
+namespace {
+
+constexpr size_t kMaxShadows = 1 << 16;
+constexpr uint64_t kMaxLinkTestFloats = 64 << 20;
+
+// What the sampler needs of a sequence the head is running.
+struct Shadow {
+  SamplingParams params;
+  uint64_t seed = 0;
+  int64_t num_prompt_tokens = 0;
+  std::vector<int32_t> tokens;
+};
+
+// The head refused this box for good (a mismatch), as opposed to a lost connection.
+struct Refused : InputError {
+  using InputError::InputError;
+};
+
+class Worker {
+ public:
+  Worker(const Config& config, const std::atomic<bool>& stop) : config_(config), stop_(stop) {}
+
+  int run() {
+    load();
+    const Endpoint head = parse_endpoint(config_.peer.head_addr, "peer.head_addr");
+    sd_notify("READY=1\nSTATUS=worker: waiting for the head at " + head.str());
+    std::string last_problem;
+    while (!stop_) {
+      try {
+        session(head);
+      } catch (const Refused& e) {
+        log_error("peer: ", e.what());
+        return 2;
+      } catch (const std::exception& e) {
+        std::string problem = e.what();
+        if (problem != last_problem) log_warn("peer: ", problem, "; retrying every second");
+        last_problem = problem;
+      }
+      shadows_.clear();  // the head's sequences died with the pairing
+      for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return 0;
+  }
+
+ private:
+  void load() {
+    info_ = inspect_model(config_);
+    const ModelSpec& spec = info_.spec;
+    range_ = stage_range(config_, info_);
+    MemoryPlan plan = plan_memory(spec, range_, stage_weight_bytes(info_, range_), config_, memory_budget(config_));
+    require_fits(plan);
+    weights_ = load_stage_weights(info_, range_);
+    backend_ = make_backend(config_, spec, weights_);
+    const uint64_t block_bytes = std::max<uint64_t>(backend_->kv_block_bytes(config_.engine.block_size), 1);
+    identity_.sparkd_version = version_string();
+    identity_.model_fingerprint = model_fingerprint(info_);
+    identity_.model_label = model_label(info_);
+    identity_.num_layers = spec.num_layers;
+    identity_.layer_split = range_.first_layer;
+    identity_.block_size = config_.engine.block_size;
+    identity_.kv_dtype = kv_dtype_name(config_, spec);
+    identity_.transport = config_.peer.transport;
+    identity_.kv_blocks = int64_t(uint64_t(plan.kv_blocks) * plan.kv_block_bytes / block_bytes);
+    log_info("peer: worker holds layers [", range_.first_layer, ", ", range_.last_layer, ") of ", identity_.model_label,
+             " on ", backend_->describe(), "; room for ", identity_.kv_blocks, " KV blocks");
+  }
+
+  void session(const Endpoint& head) {
+    const double timeout = config_.peer.timeout_s;
+    Socket control = connect_to(head, steady_after(timeout));
+    write_frame(control, FrameType::HELLO, encode_identity(identity_), steady_after(timeout));
+    Frame answer = read_frame(control, kMaxControlPayload, steady_after(timeout));
+    if (answer.type == FrameType::REFUSE) {
+      std::string why = decode_text(answer.payload);
+      if (why.rfind("busy:", 0) == 0) throw PeerLost("the head refused: " + why);  // try again later
+      throw Refused("the head at " + head.str() + " refused this worker: " + why);
+    }
+    if (answer.type != FrameType::WELCOME)
+      throw InputError("the head sent " + std::string(frame_type_name(answer.type)) + " where WELCOME was expected");
+    const Welcome w = decode_welcome(answer.payload);
+    const ModelSpec& spec = info_.spec;
+    if (w.hidden_size != spec.hidden_size || w.vocab_size != spec.vocab_size ||
+        w.block_size != config_.engine.block_size || w.kv_blocks > identity_.kv_blocks)
+      throw Refused("the head's session (hidden " + std::to_string(w.hidden_size) + ", vocab " +
+                    std::to_string(w.vocab_size) + ", block size " + std::to_string(w.block_size) + ", " +
+                    std::to_string(w.kv_blocks) + " KV blocks) does not fit this worker (hidden " +
+                    std::to_string(spec.hidden_size) + ", vocab " + std::to_string(spec.vocab_size) + ", block size " +
+                    std::to_string(config_.engine.block_size) + ", room for " + std::to_string(identity_.kv_blocks) +
+                    " KV blocks)");
+    if (w.kv_blocks != kv_blocks_) {
+      backend_->init_kv_cache(w.kv_blocks, w.block_size);
+      kv_blocks_ = w.kv_blocks;
+    }
+    sampler_ = std::make_unique<Sampler>(spec.vocab_size, w.eos_token_ids);
+
+    Socket data = connect_to(head, steady_after(timeout));
+    WireWriter hello;
+    hello.u64(w.session);
+    write_frame(data, FrameType::DATA_HELLO, hello.bytes(), steady_after(timeout));
+    std::unique_ptr<Link> link = config_.peer.transport == "nccl" ? make_nccl_link(config_.peer, 1, w.nccl_unique_id)
+                                                                  : make_tcp_link(data);
+    write_frame(control, FrameType::READY, {}, steady_after(timeout));
+
+    // The control channel on a thread of its own: heartbeats both ways, pings answered.
+    std::atomic<bool> alive{true};
+    std::string why;
+    std::mutex why_mu;
+    auto fail = [&](const std::string& reason) {
+      std::lock_guard lock(why_mu);
+      if (!alive) return;
+      why = reason;
+      alive = false;
+      control.shutdown();
+      data.shutdown();
+      link->abort();
+    };
+    std::thread watcher([&] {
+      auto last_seen = std::chrono::steady_clock::now(), last_sent = last_seen;
+      try {
+        for (;;) {
+          Frame f = read_frame(control, kMaxControlPayload, kNoDeadline, [&] {
+            if (!alive || stop_) throw PeerLost(stop_ ? "the worker is stopping" : "the data path failed");
+            auto now = std::chrono::steady_clock::now();
+            if (std::chrono::duration<double>(now - last_seen).count() > timeout)
+              throw PeerLost("no heartbeat from the head for " + std::to_string(timeout) + " s (peer.timeout_s)");
+            if (std::chrono::duration<double>(now - last_sent).count() >= w.heartbeat_s) {
+              last_sent = now;
+              write_frame(control, FrameType::HEARTBEAT, {}, steady_after(timeout));
+              sd_notify("WATCHDOG=1");
+            }
+          });
+          last_seen = std::chrono::steady_clock::now();
+          if (f.type == FrameType::PING) write_frame(control, FrameType::PONG, {}, steady_after(timeout));
+          else if (f.type != FrameType::HEARTBEAT)
+            throw InputError("unexpected " + std::string(frame_type_name(f.type)) + " on the control channel");
+        }
+      } catch (const std::exception& e) {
+        fail(e.what());
+      }
+    });
+    log_info("peer: paired with the head at ", head.str(), " (session ", w.session, ", ", link->describe(), ")");
+    sd_notify("STATUS=worker: paired with the head at " + head.str());
+    try {
+      serve(data, *link, w, [&] {
+        if (alive) return;
+        std::lock_guard lock(why_mu);
+        throw PeerLost(why);
+      });
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+    watcher.join();
+    link.reset();  // aborted above: a blocked NCCL call cannot hold the teardown
+    throw PeerLost("the session with the head at " + head.str() + " ended: " + why);
+  }
+
+  // Micro-batches in order until the link fails (which throws).
+  void serve(const Socket& data, Link& link, const Welcome& w, const WaitCheck& check) {
+    const size_t max_plan = (1u << 20) + size_t(w.max_step_tokens) * 64 +
+                            size_t(w.max_step_seqs) * (size_t(w.max_model_len) * 8 + (64u << 10));
+    std::vector<float> hidden;
+    ForwardResult out;
+    for (;;) {
+      Frame f = read_frame(data, max_plan, kNoDeadline, check);
+      if (f.type == FrameType::LINK_TEST) {
+        WireReader r(f.payload);
+        uint64_t n = r.u64("count");
+        if (n > kMaxLinkTestFloats) throw InputError("link test of " + std::to_string(n) + " floats is too large");
+        hidden.resize(n);
+        link.recv(hidden.data(), n, check);
+        write_frame(data, FrameType::LINK_TEST_ACK, {}, kNoDeadline, check);
+        continue;
+      }
+      if (f.type != FrameType::MICRO_BATCH)
+        throw InputError("unexpected " + std::string(frame_type_name(f.type)) + " on the data path");
+      MicroBatchPlan plan = decode_plan(f.payload, w);
+      for (int64_t id : plan.closes) shadows_.erase(id);
+      for (SeqOpen& o : plan.opens) {
+        if (shadows_.size() >= kMaxShadows) throw InputError("the head opened more than " + std::to_string(kMaxShadows) + " sequences");
+        shadows_[o.seq_id] = Shadow{std::move(o.params), o.seed, o.num_prompt_tokens, std::move(o.tokens)};
+      }
+      std::vector<Shadow*> targets;
+      for (int64_t id : plan.sample_seq_ids) {
+        auto it = shadows_.find(id);
+        if (it == shadows_.end()) throw InputError("the head asked to sample for unknown sequence " + std::to_string(id));
+        targets.push_back(&it->second);
+      }
+      hidden.resize(size_t(plan.batch.num_tokens()) * size_t(w.hidden_size));
+      link.recv(hidden.data(), hidden.size(), check);
+
+      StepResult result;
+      result.id = plan.id;
+      result.worker_start_us = wall_us();
+      backend_->forward(plan.batch, hidden.data(), out);
+      const size_t vocab = size_t(w.vocab_size);
+      SPARK_CHECK(out.logits.size() == targets.size() * vocab, "the last stage returns one logits row per sample");
+      for (size_t i = 0; i < targets.size(); ++i) {
+        Shadow& sh = *targets[i];
+        if (int64_t(sh.tokens.size()) >= w.max_model_len)
+          throw InputError("the head asked for a token beyond max_model_len for sequence " + std::to_string(plan.sample_seq_ids[i]));
+        result.samples.push_back(sampler_->sample(out.logits.data() + i * vocab, sh.params, sh.tokens,
+                                                  sh.num_prompt_tokens, sh.seed,
+                                                  uint64_t(int64_t(sh.tokens.size()) - sh.num_prompt_tokens)));
+        sh.tokens.push_back(result.samples.back().token);
+      }
+      result.worker_end_us = wall_us();
+      write_frame(data, FrameType::STEP_RESULT, encode_result(result), kNoDeadline, check);
+    }
+  }
+
+  const Config& config_;
+  const std::atomic<bool>& stop_;
+  ModelInfo info_;
+  LayerRange range_;
+  Weights weights_;
+  std::unique_ptr<Backend> backend_;
+  PeerIdentity identity_;
+  int64_t kv_blocks_ = 0;
+  std::unique_ptr<Sampler> sampler_;
+  std::unordered_map<int64_t, Shadow> shadows_;
+};
+
+}  // namespace
+
+int run_worker(const Config& config, const std::atomic<bool>& stop) { return Worker(config, stop).run(); }
+
+}  // namespace spark

@@ -54,15 +54,22 @@ Generation::Generation(App& app, const std::string& id, const std::vector<std::v
         finished_.push_back(false);
         app.requests.start(streams_.back()->request_id(), int64_t(prompts[p].size()));  // dashboard
       }
-  } catch (const InputError& e) {
+  } catch (...) {
+    // The constructor does not finish, so the destructor will not run: cancel what was
+    // submitted and give the admission back here.
     cancel_all();
-    throw HttpError(400, e.what(), "invalid_request_error");
-  } catch (const HttpError&) {
-    cancel_all();
-    throw;
-  } catch (const std::exception& e) {
-    cancel_all();
-    throw HttpError(503, std::string("the engine accepts no requests: ") + e.what(), "service_unavailable_error");
+    for (const auto& stream : streams_) app.requests.fail(stream->request_id(), "abort", "a sibling choice was refused");
+    app.sequences_in_flight.fetch_sub(admitted_);
+    admitted_ = 0;
+    try {
+      throw;
+    } catch (const InputError& e) {
+      throw HttpError(400, e.what(), "invalid_request_error");
+    } catch (const HttpError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw HttpError(503, std::string("the engine accepts no requests: ") + e.what(), "service_unavailable_error");
+    }
   }
 }
 

@@ -139,7 +139,7 @@ std::unique_ptr<PeerHead> start_peer_head(const Config& config, const ModelInfo&
   id.num_layers = info.spec.num_layers;
   id.layer_split = range.last_layer;
   id.block_size = config.engine.block_size;
-  id.kv_dtype = kv_dtype_name(config, info.spec);
+  id.kv_dtype = kv_dtype_name(config, info.spec, resolve_backend(config));
   id.transport = config.peer.transport;
   id.kv_blocks = blocks;
   Welcome limits;
@@ -161,7 +161,9 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   parts->info = inspect_model(config);
   const ModelInfo& info = parts->info;
   const LayerRange range = stage_range(config, info);
-  MemoryPlan plan = plan_memory(info.spec, range, stage_weight_bytes(info, range), config, host_memory_budget());
+  const std::string backend_name = resolve_backend(config);
+  MemoryPlan plan = plan_memory(info.spec, range, stage_weight_bytes(info, range), config, memory_budget(backend_name),
+                                backend_name);
   require_fits(plan);
   parts->weights = load_stage_weights(info, range);
   parts->tokenizer = Tokenizer::load(info.tokenizer_path);
@@ -171,22 +173,17 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
     log_warn("no chat template (", e.what(), "): /v1/chat/completions will refuse requests");
   }
   auto backend = make_backend(config, info.spec, parts->weights);
-  // The plan's KV bytes, in blocks as this backend stores them (the CPU backend keeps f32).
+  SPARK_CHECK(backend->kv_block_bytes(config.engine.block_size) == plan.kv_block_bytes,
+              "the memory plan and the backend disagree on the KV block size");
   // More blocks than max_num_seqs full-length sequences can reference are never used
   // (beyond prefix-cache retention), so the cache is not made larger than that.
-  const uint64_t block_bytes = std::max<uint64_t>(backend->kv_block_bytes(config.engine.block_size), 1);
-  const int64_t affordable = int64_t(uint64_t(plan.kv_blocks) * plan.kv_block_bytes / block_bytes);
   const int64_t useful = std::max<int64_t>(config.engine.max_num_seqs * plan.blocks_per_sequence, plan.blocks_per_sequence);
-  const int64_t blocks = std::min(affordable, useful);
-  if (blocks < plan.blocks_per_sequence)
-    throw InputError("the KV cache holds " + std::to_string(blocks) + " blocks as the " + backend->describe() +
-                     " backend stores them, fewer than one sequence of model.max_model_len needs (" +
-                     std::to_string(plan.blocks_per_sequence) + "); lower model.max_model_len");
-  log_info("memory plan:\n", describe_plan(plan), "  kv blocks used   ", blocks, " (", format_bytes(uint64_t(blocks) * block_bytes),
-           " as the backend stores them)");
+  const int64_t blocks = std::min(plan.kv_blocks, useful);
+  log_info("memory plan:\n", describe_plan(plan), "  kv blocks used   ", blocks, " (",
+           format_bytes(uint64_t(blocks) * plan.kv_block_bytes), ")");
   parts->backend_description = backend->describe();
   parts->weight_bytes = plan.weight_bytes;
-  parts->kv_cache_bytes = uint64_t(blocks) * block_bytes;
+  parts->kv_cache_bytes = uint64_t(blocks) * plan.kv_block_bytes;
   if (config.peer.enabled) parts->peer = start_peer_head(config, info, range, blocks);
   parts->engine = std::make_unique<Engine>(config, std::move(backend), info.spec, *parts->tokenizer, blocks, parts->peer.get());
   parts->engine->start();

@@ -6,7 +6,7 @@
 
 namespace spark {
 
-std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spec, const Weights& weights) {
+std::string resolve_backend(const Config& config) {
   const std::string& name = config.engine.backend;
   if (name == "cuda")
     // No CUDA backend is compiled into sparkd yet, whatever the build flags.
@@ -14,6 +14,14 @@ std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spe
                      "set engine.backend = \"cpu\" or \"auto\"");
   if (name != "auto" && name != "cpu")
     throw InputError("engine.backend = \"" + name + "\" is not one of \"auto\", \"cuda\", \"cpu\"");
+  if (config.engine.kv_cache_dtype == "fp8")
+    throw InputError("engine.kv_cache_dtype = \"fp8\" needs the CUDA backend; the CPU backend keeps its KV cache in "
+                     "f32 (set kv_cache_dtype = \"auto\")");
+  return "cpu";
+}
+
+std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spec, const Weights& weights) {
+  resolve_backend(config);
   if (config.engine.cpu_threads < 0) throw InputError("engine.cpu_threads must be >= 0 (0 = every core)");
   return std::make_unique<CpuBackend>(spec, weights, static_cast<int>(config.engine.cpu_threads));
 }

@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "engine/backend/backend_factory.h"
 #include "engine/commands/commands.h"
 #include "engine/config.h"
 #include "engine/model/arch.h"
@@ -97,7 +98,9 @@ int run_check(const Args& args) {
 
   ModelInfo info = inspect_model(config);
   LayerRange range = stage_range(config, info);
-  MemoryPlan plan = plan_memory(info.spec, range, stage_weight_bytes(info, range), config, memory_budget(config));
+  const std::string backend = resolve_backend(config);
+  MemoryPlan plan =
+      plan_memory(info.spec, range, stage_weight_bytes(info, range), config, memory_budget(backend), backend);
   std::printf("%s%s", describe_spec(info).c_str(), describe_plan(plan).c_str());
   std::fflush(stdout);
   require_fits(plan);

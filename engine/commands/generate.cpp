@@ -57,7 +57,8 @@ int run_generate(const Args& args) {
   Config config = config_for_model(opt.model);
   ModelInfo info = inspect_model(config);
   const LayerRange range = full_range(info.spec);
-  require_fits(plan_memory(info.spec, range, stage_weight_bytes(info, range), config, host_memory_budget()));
+  const std::string backend = resolve_backend(config);
+  require_fits(plan_memory(info.spec, range, stage_weight_bytes(info, range), config, memory_budget(backend), backend));
 
   auto tokenizer = Tokenizer::load(info.tokenizer_path);
   Request request;

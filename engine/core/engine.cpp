@@ -234,6 +234,18 @@ bool Engine::has_work() const {
   return false;
 }
 
+// The backend's forward pass, visible to the watchdog while it runs.
+void Engine::run_forward(const Batch& batch, ForwardResult& result) {
+  {
+    std::lock_guard lock(mu_);
+    state_.step_started = Clock::now();
+  }
+  backend_->forward(batch, nullptr, result);
+  std::lock_guard lock(mu_);
+  state_.step_started = {};
+  ++state_.steps;
+}
+
 // First-time bookkeeping for the sequences a plan admits.
 void Engine::admit(const ScheduledStep& plan) {
   const auto now = Clock::now();
@@ -253,17 +265,8 @@ void Engine::step() {
   SPARK_CHECK(!plan.empty(), "work is queued but nothing could be scheduled");
   admit(plan);
 
-  {
-    std::lock_guard lock(mu_);
-    state_.step_started = Clock::now();
-  }
   ForwardResult result;
-  backend_->forward(plan.batch, nullptr, result);
-  {
-    std::lock_guard lock(mu_);
-    state_.step_started = {};
-    ++state_.steps;
-  }
+  run_forward(plan.batch, result);
   const size_t rows = plan.batch.logits_rows.size();
   const auto vocab = static_cast<size_t>(spec_.vocab_size);
   if (result.logits.size() != rows * vocab)
@@ -296,11 +299,11 @@ void Engine::emit_all(const ScheduledStep& plan, const std::vector<SampleOutput>
       if (live_.count(seq_id)) finish(live, FinishReason::ERROR, new_output(live), std::string("output failed: ") + e.what());
     }
   }
-  count_step(plan);
+  count_step();
   metrics_.add_generation_tokens(samples.size());
 }
 
-void Engine::count_step(const ScheduledStep&) {
+void Engine::count_step() {
   metrics_.add_step();
   metrics_.add_prefix_cache(static_cast<uint64_t>(blocks_.prefix_cache_queries() - reported_queries_),
                             static_cast<uint64_t>(blocks_.prefix_cache_hits() - reported_hits_));

@@ -112,8 +112,9 @@ class Engine {
   void take_inbox();
   void step();
   bool has_work() const;
+  void run_forward(const Batch& batch, ForwardResult& result);
   void admit(const ScheduledStep& plan);
-  void count_step(const ScheduledStep& plan);
+  void count_step();
   void emit_all(const ScheduledStep& plan, const std::vector<SampleOutput>& samples);
   // Peer mode (engine_pipeline.cpp).
   void pipeline_turn();

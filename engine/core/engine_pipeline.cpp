@@ -43,17 +43,8 @@ void Engine::launch(size_t slot) {
   admit(plan);
 
   const int64_t start_us = wall_us();
-  {
-    std::lock_guard lock(mu_);
-    state_.step_started = Clock::now();
-  }
   ForwardResult result;
-  backend_->forward(plan.batch, nullptr, result);
-  {
-    std::lock_guard lock(mu_);
-    state_.step_started = {};
-    ++state_.steps;
-  }
+  run_forward(plan.batch, result);
   const int64_t end_us = wall_us();
   SPARK_CHECK(result.hidden.size() == size_t(plan.batch.num_tokens()) * size_t(spec_.hidden_size),
               "a first pipeline stage returns hidden states for every row");

@@ -23,9 +23,9 @@ MemoryBudget host_memory_budget() {
   return MemoryBudget{m.available_bytes, "MemAvailable (" + m.source + ")"};
 }
 
-MemoryBudget memory_budget(const Config& c) {
+MemoryBudget memory_budget(const std::string& backend) {
 #if SPARKD_CUDA
-  if (c.engine.backend != "cpu") {
+  if (backend == "cuda") {
     auto devices = cuda_devices();
     if (!devices.empty() && !devices[0].integrated)
       return MemoryBudget{static_cast<uint64_t>(std::max<int64_t>(devices[0].free_bytes, 0)),
@@ -50,13 +50,15 @@ static DType compute_dtype(const Config& c, const ModelSpec& s) {
   return s.dtype;
 }
 
-std::string kv_dtype_name(const Config& c, const ModelSpec& s) {
+std::string kv_dtype_name(const Config& c, const ModelSpec& s, const std::string& backend) {
+  if (backend == "cpu") return "f32";
   if (c.engine.kv_cache_dtype == "fp8") return "fp8";
   DType d = compute_dtype(c, s);
   return d == DType::F16 ? "fp16" : d == DType::F32 ? "f32" : "bf16";
 }
 
-int64_t kv_elem_bytes(const Config& c, const ModelSpec& s) {
+int64_t kv_elem_bytes(const Config& c, const ModelSpec& s, const std::string& backend) {
+  if (backend == "cpu") return 4;
   if (c.engine.kv_cache_dtype == "fp8") return 1;
   DType d = compute_dtype(c, s);
   return d == DType::F32 ? 4 : 2;
@@ -71,16 +73,16 @@ int64_t effective_max_model_len(const Config& c, const ModelSpec& s) {
 }
 
 MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, uint64_t weight_bytes, const Config& c,
-                       const MemoryBudget& budget) {
+                       const MemoryBudget& budget, const std::string& backend) {
   check_range(s, range);
   MemoryPlan p;
   p.architecture = s.architecture;
   p.range = range;
   p.parameter_count = parameter_count(s);
   p.weight_bytes = weight_bytes;
-  p.kv_dtype = kv_dtype_name(c, s);
+  p.kv_dtype = kv_dtype_name(c, s, backend);
   int64_t layers = range.last_layer - range.first_layer;
-  p.kv_bytes_per_token = 2ull * layers * s.num_kv_heads * s.head_dim * kv_elem_bytes(c, s);
+  p.kv_bytes_per_token = 2ull * layers * s.num_kv_heads * s.head_dim * kv_elem_bytes(c, s, backend);
   p.block_size = c.engine.block_size;
   SPARK_CHECK(p.block_size > 0, "block_size validated by the config");
   p.kv_block_bytes = p.kv_bytes_per_token * static_cast<uint64_t>(p.block_size);

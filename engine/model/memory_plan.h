@@ -17,10 +17,10 @@ struct MemoryBudget {
   std::string source;  // "MemAvailable (/proc/meminfo)", "cuda device free memory", ...
 };
 MemoryBudget host_memory_budget();
-// The budget for this config on this machine: a discrete CUDA GPU's free memory when the
-// CUDA backend would run on one, else host_memory_budget() (CPU backend, no GPU, or an
-// integrated GPU that shares host memory, as on GB10).
-MemoryBudget memory_budget(const Config& config);
+// The budget for `backend` (resolve_backend) on this machine: a discrete CUDA GPU's free
+// memory for "cuda" on one, else host_memory_budget() (CPU backend, or an integrated GPU
+// that shares host memory, as on GB10).
+MemoryBudget memory_budget(const std::string& backend);
 
 struct MemoryPlan {
   std::string architecture;
@@ -45,16 +45,17 @@ struct MemoryPlan {
   std::string problem;           // why it does not fit, with the numbers and what to change
 };
 
-// KV element size for the configured kv_cache_dtype ("auto" = the compute dtype:
-// model.dtype when set, else the checkpoint's; "fp8" = 1 byte).
-std::string kv_dtype_name(const Config& config, const ModelSpec& spec);
-int64_t kv_elem_bytes(const Config& config, const ModelSpec& spec);
+// KV element as `backend` stores it: the CPU backend keeps f32; the CUDA backend the
+// configured kv_cache_dtype ("auto" = the compute dtype: model.dtype when set, else the
+// checkpoint's; "fp8" = 1 byte).
+std::string kv_dtype_name(const Config& config, const ModelSpec& spec, const std::string& backend);
+int64_t kv_elem_bytes(const Config& config, const ModelSpec& spec, const std::string& backend);
 // The model's context limit under model.max_model_len; InputError if it asks for more
 // than the model supports.
 int64_t effective_max_model_len(const Config& config, const ModelSpec& spec);
 
 MemoryPlan plan_memory(const ModelSpec& spec, LayerRange range, uint64_t weight_bytes, const Config& config,
-                       const MemoryBudget& budget);
+                       const MemoryBudget& budget, const std::string& backend);
 // Throws InputError with plan.problem when the plan does not fit.
 void require_fits(const MemoryPlan& plan);
 // A few aligned lines for `sparkd check` and the startup log.

@@ -70,7 +70,9 @@ class Worker {
     info_ = inspect_model(config_);
     const ModelSpec& spec = info_.spec;
     range_ = stage_range(config_, info_);
-    MemoryPlan plan = plan_memory(spec, range_, stage_weight_bytes(info_, range_), config_, memory_budget(config_));
+    const std::string backend = resolve_backend(config_);
+    MemoryPlan plan =
+        plan_memory(spec, range_, stage_weight_bytes(info_, range_), config_, memory_budget(backend), backend);
     require_fits(plan);
     weights_ = load_stage_weights(info_, range_);
     backend_ = make_backend(config_, spec, weights_);
@@ -81,7 +83,7 @@ class Worker {
     identity_.num_layers = spec.num_layers;
     identity_.layer_split = range_.first_layer;
     identity_.block_size = config_.engine.block_size;
-    identity_.kv_dtype = kv_dtype_name(config_, spec);
+    identity_.kv_dtype = kv_dtype_name(config_, spec, backend);
     identity_.transport = config_.peer.transport;
     identity_.kv_blocks = int64_t(uint64_t(plan.kv_blocks) * plan.kv_block_bytes / block_bytes);
     log_info("peer: worker holds layers [", range_.first_layer, ", ", range_.last_layer, ") of ", identity_.model_label,

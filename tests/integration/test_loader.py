@@ -44,8 +44,9 @@ def test_check_smollm2_prints_spec_and_plan(tmp_path):
     assert "weights          " in out
     weights_line = next(l for l in out.splitlines() if l.strip().startswith("weights"))
     assert f"{stored / (1 << 20):.1f} MiB" in weights_line
-    # KV: 2 (K, V) x 30 layers x 3 kv heads x 64 x 2 bytes (bf16).
-    assert f"{2 * 30 * 3 * 64 * 2} bytes/token" in out
+    # KV as the CPU backend stores it: 2 (K, V) x 30 layers x 3 kv heads x 64 x 4 bytes (f32).
+    assert "kv cache dtype   f32" in out
+    assert f"{2 * 30 * 3 * 64 * 4} bytes/token" in out
     assert "MemAvailable" in out
     assert "fits             yes" in out
 
@@ -66,13 +67,14 @@ def test_check_dummy_llama3_8b_plans_without_weights(tmp_path):
     assert "8.030 B (8030261248)" in r.stdout
     assert "dummy weights in BF16, no weight file read" in r.stdout
     assert f"{8030261248 * 2 / GiB:.2f} GiB" in r.stdout
-    assert "131072 bytes/token" in r.stdout
+    assert "262144 bytes/token" in r.stdout  # 2 x 32 layers x 8 kv heads x 128 x 4 (f32 on the CPU)
     assert "fits             yes" in r.stdout
-    # fp8 KV halves the bytes per token.
+    # An fp8 KV cache is a CUDA backend feature: the CPU backend says so instead of
+    # silently planning a cache it would not store.
     r = run_sparkd("check", "--config", cfg, "--set", 'engine.kv_cache_dtype="fp8"',
                    env=meminfo_env(tmp_path, 64 * GiB), timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert "65536 bytes/token" in r.stdout
+    assert r.returncode == 2
+    assert 'kv_cache_dtype = "fp8" needs the CUDA backend' in r.stderr
 
 
 def test_check_refuses_a_plan_that_does_not_fit(tmp_path):

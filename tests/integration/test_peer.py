@@ -4,13 +4,12 @@ The pair must produce the single process's greedy outputs token for token, keep 
 micro-batches in flight, survive a kill -9 of the worker, refuse mismatched boxes naming
 both sides' values, and shrug off hostile bytes on its control port.
 """
-import json
+import signal
 import socket
 import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
@@ -284,3 +283,27 @@ def test_client_disconnect_mid_stream_frees_everything(pair):
     m = wait_engine_idle(pair.head.url)
     assert m["sparkd_kv_blocks_used"] == 0
     assert complete(pair.head.url, "The capital of France is", max_tokens=4)["usage"]["completion_tokens"] == 4
+
+
+def test_silent_worker_is_declared_lost_within_the_timeout():
+    """SIGSTOP: the worker's sockets stay open but nothing answers; the heartbeat decides."""
+    pair = Pair().wait_ready()
+    try:
+        first, result = threading.Event(), {}
+        t = threading.Thread(target=read_stream, args=(pair.head.url, "Count to a thousand:", first, result))
+        t.start()
+        assert first.wait(60)
+        pair.worker.proc.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        t.join(30)
+        assert not t.is_alive()
+        assert result["ended"] - stopped <= TIMEOUT_S + 1
+        assert any(b"no heartbeat" in e for e in result["events"]), result["events"][-2:]
+        assert requests.get(pair.head.url + "/health", timeout=10).status_code == 503
+        # Woken up, the worker finds its session gone, reconnects and the pair serves again.
+        pair.worker.proc.send_signal(signal.SIGCONT)
+        pair.wait_ready(60)
+        assert complete(pair.head.url, "The capital of France is", max_tokens=4)["usage"]["completion_tokens"] == 4
+    finally:
+        pair.worker.proc.send_signal(signal.SIGCONT)
+        pair.stop()

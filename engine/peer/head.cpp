@@ -112,12 +112,19 @@ void PeerHead::on_connection(Socket s) {
   try {
     Frame f = read_frame(s, kMaxControlPayload, steady_after(std::min(kFirstFrameSeconds, config_.timeout_s)));
     switch (f.type) {
-      case FrameType::HELLO: pair(std::move(s), decode_identity(f.payload)); return;
+      case FrameType::HELLO: {
+        const PeerIdentity worker = decode_identity(f.payload);
+        pair(std::move(s), worker);
+        return;
+      }
       case FrameType::PROBE: write_frame(s, FrameType::PROBE_REPLY, encode_text(probe_text()), steady_after(1)); return;
       default:
         throw InputError("a connection must start with HELLO or PROBE, not " + std::string(frame_type_name(f.type)));
     }
   } catch (const std::exception& e) {
+    // Tell the other end why (a sparkd of another protocol version reads at least the
+    // header's version, and names both in its own message), then drop it.
+    refuse(s, e.what());
     log_warn("peer: dropped a connection from ", from.empty() ? "?" : from, ": ", e.what());
   }
 }

@@ -60,6 +60,7 @@ class Worker {
         last_problem = problem;
       }
       shadows_.clear();  // the head's sequences died with the pairing
+      sd_notify("WATCHDOG=1");  // waiting for a head is healthy; a wedged worker stops pinging
       for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return 0;

@@ -114,6 +114,9 @@ def test_both_boxes_compute_at_once_and_beat_one_process(single, pair):
     overlaps = sum(1 for a in timeline for b in timeline if a["id"] != b["id"]
                    and b["head_start_us"] < a["worker_end_us"] and a["worker_start_us"] < b["head_end_us"])
     single_rate, pair_rate = single_tokens / single_s, pair_tokens / pair_s
+    head_ms = sum(t["head_end_us"] - t["head_start_us"] for t in timeline) / max(len(timeline), 1) / 1000
+    worker_ms = sum(t["worker_end_us"] - t["worker_start_us"] for t in timeline) / max(len(timeline), 1) / 1000
+    print(f"\nper micro-batch: head {head_ms:.1f} ms, worker {worker_ms:.1f} ms")
     print(f"\n16 concurrent requests x 48 tokens, 1 thread per process: single {single_rate:.1f} tok/s, "
           f"pair {pair_rate:.1f} tok/s ({pair_rate / single_rate:.2f}x); {overlaps} overlapping stage pairs "
           f"in {len(timeline)} micro-batches")

@@ -457,3 +457,133 @@ TEST_CASE("engine: a decoder that throws fails its own request only") {
   CHECK(engine->state().alive);
   CHECK(engine->metrics().kv_blocks_used == 0);
 }
+
+// ---- peer mode: the engine as the first stage of a two-stage pipeline ----------------
+
+namespace {
+
+// The first stage: the same context-hashing backend, whose "hidden state" of a row is the
+// logits row it would have produced (zeros for rows without logits).
+class FirstStage : public ContextBackend {
+ public:
+  void forward(const Batch& b, const float* in, ForwardResult& out) override {
+    ContextBackend::forward(b, in, out);
+    out.hidden.assign(size_t(b.num_tokens()) * kVocab, 0.0f);
+    for (size_t i = 0; i < b.logits_rows.size(); ++i)
+      std::copy_n(out.logits.begin() + std::ptrdiff_t(i * kVocab), kVocab,
+                  out.hidden.begin() + std::ptrdiff_t(size_t(b.logits_rows[i]) * kVocab));
+    out.logits.clear();
+  }
+};
+
+// The second stage in process: samples each logits row with the real Sampler from what
+// the plans opened, as the worker does, and checks the pipeline's promises.
+class FakeRemote : public RemoteStage {
+ public:
+  std::string problem() const override { return session_ ? "" : "no worker"; }
+  uint64_t session() const override { return session_; }
+  void send(uint64_t session, const MicroBatchPlan& plan, const std::vector<float>& hidden, int64_t, int64_t) override {
+    REQUIRE(session == session_);
+    for (int64_t id : plan.closes) shadows_.erase(id);
+    for (const SeqOpen& o : plan.opens) shadows_[o.seq_id] = o;
+    for (const auto& [pending, _] : pending_)
+      for (int64_t id : pending.sample_seq_ids)
+        for (int64_t mine : plan.sample_seq_ids) CHECK_MESSAGE(id != mine, "a sequence in two micro-batches at once");
+    REQUIRE(hidden.size() == size_t(plan.batch.num_tokens()) * kVocab);
+    pending_.emplace_back(plan, hidden);
+    max_in_flight = std::max(max_in_flight, pending_.size());
+  }
+  StepResult receive(uint64_t plan_id, size_t rows) override {
+    if (fail_next) {
+      fail_next = false;
+      session_ = 0;
+      pending_.clear();
+      shadows_.clear();
+      throw PeerLost("the worker vanished");
+    }
+    REQUIRE(!pending_.empty());
+    auto [plan, hidden] = std::move(pending_.front());
+    pending_.pop_front();
+    REQUIRE(plan.id == plan_id);
+    REQUIRE(plan.batch.logits_rows.size() == rows);
+    StepResult r;
+    r.id = plan_id;
+    for (size_t i = 0; i < rows; ++i) {
+      SeqOpen& s = shadows_.at(plan.sample_seq_ids[i]);
+      const float* row = hidden.data() + size_t(plan.batch.logits_rows[i]) * kVocab;
+      r.samples.push_back(sampler_.sample(row, s.params, s.tokens, s.num_prompt_tokens, s.seed,
+                                          uint64_t(int64_t(s.tokens.size()) - s.num_prompt_tokens)));
+      s.tokens.push_back(r.samples.back().token);
+    }
+    return r;
+  }
+  void reconnect() { session_ = 99; }
+
+  std::atomic<bool> fail_next{false};
+  size_t max_in_flight = 0;
+
+ private:
+  uint64_t session_ = 7;
+  Sampler sampler_{kVocab, {kEos}};
+  std::map<int64_t, SeqOpen> shadows_;
+  std::deque<std::pair<MicroBatchPlan, std::vector<float>>> pending_;
+};
+
+std::unique_ptr<Engine> pipeline_engine(const Config& config, int64_t num_blocks, FakeRemote& remote) {
+  ModelSpec spec = test_spec();
+  spec.hidden_size = kVocab;  // the first stage's "hidden states" are logits rows
+  return std::make_unique<Engine>(config, std::make_unique<FirstStage>(), spec,
+                                  [](bool) { return std::make_unique<CommaDecoder>(); }, num_blocks, &remote);
+}
+
+}  // namespace
+
+TEST_CASE("pipeline engine: same outputs as one stage, two micro-batches in flight, one per sequence") {
+  auto reqs = mixed_requests(32, 0.8);
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& r : reqs) alone.push_back(run_together(test_config(2048), 256, {r})[0].token_ids);
+  for (int64_t budget : {2048, 33}) {
+    CAPTURE(budget);
+    FakeRemote remote;
+    auto engine = pipeline_engine(test_config(budget), 256, remote);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : reqs) streams.push_back(engine->submit(r));
+    engine->start();
+    for (size_t i = 0; i < reqs.size(); ++i) CHECK(collect(*streams[i]).token_ids == alone[i]);
+    CHECK(remote.max_in_flight == 2);
+    CHECK(engine->metrics().kv_blocks_used == 0);
+  }
+}
+
+TEST_CASE("pipeline engine: cancels of sequences in flight, and a lost peer that comes back") {
+  FakeRemote remote;
+  auto engine = pipeline_engine(test_config(2048), 256, remote);
+  engine->start();
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    Request r;
+    r.prompt_ids = {1, 2, static_cast<int32_t>(i)};
+    r.params.ignore_eos = true;
+    r.params.max_tokens = 200;
+    streams.push_back(engine->submit(r));
+  }
+  for (auto& s : streams) REQUIRE(s->pop(std::chrono::seconds(10)).has_value());  // all running
+  for (size_t i = 0; i < 3; ++i) engine->cancel(streams[i]->request_id());
+  for (size_t i = 0; i < 3; ++i) CHECK(collect(*streams[i]).finish_reason == FinishReason::ABORT);
+
+  remote.fail_next = true;  // the rest die with the worker; the engine lives on
+  for (size_t i = 3; i < 6; ++i) {
+    RequestOutput out = collect(*streams[i]);
+    CHECK(out.finish_reason == FinishReason::ERROR);
+    CHECK(out.error.find("the worker vanished") != std::string::npos);
+  }
+  CHECK(engine->state().alive);
+  Request late;
+  late.prompt_ids = {1, 2, 3};
+  late.params.max_tokens = 4;
+  CHECK_THROWS_WITH_AS(engine->submit(late), doctest::Contains("no worker"), RuntimeError);
+  remote.reconnect();
+  RequestOutput again = collect(*engine->submit(late));
+  CHECK(again.token_ids.size() == 4);
+  CHECK(engine->metrics().kv_blocks_used == 0);
+}

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "engine/core/engine.h"
 #include "engine/util/check.h"
@@ -494,6 +495,11 @@ class FakeRemote : public RemoteStage {
     max_in_flight = std::max(max_in_flight, pending_.size());
   }
   StepResult receive(uint64_t plan_id, size_t rows) override {
+    {
+      std::unique_lock lock(gate_mu_);
+      gate_.wait(lock, [&] { return !held_; });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a worker takes time
     if (fail_next) {
       fail_next = false;
       session_ = 0;
@@ -518,6 +524,14 @@ class FakeRemote : public RemoteStage {
     return r;
   }
   void reconnect() { session_ = 99; }
+  // While held, the engine waits for results with its micro-batches in flight.
+  void hold(bool on) {
+    {
+      std::lock_guard lock(gate_mu_);
+      held_ = on;
+    }
+    gate_.notify_all();
+  }
 
   std::atomic<bool> fail_next{false};
   size_t max_in_flight = 0;
@@ -527,6 +541,9 @@ class FakeRemote : public RemoteStage {
   Sampler sampler_{kVocab, {kEos}};
   std::map<int64_t, SeqOpen> shadows_;
   std::deque<std::pair<MicroBatchPlan, std::vector<float>>> pending_;
+  std::mutex gate_mu_;
+  std::condition_variable gate_;
+  bool held_ = false;
 };
 
 std::unique_ptr<Engine> pipeline_engine(const Config& config, int64_t num_blocks, FakeRemote& remote) {
@@ -564,14 +581,18 @@ TEST_CASE("pipeline engine: cancels of sequences in flight, and a lost peer that
     Request r;
     r.prompt_ids = {1, 2, static_cast<int32_t>(i)};
     r.params.ignore_eos = true;
-    r.params.max_tokens = 200;
+    r.params.max_tokens = 240;  // ~0.5 s at the fake worker's pace: still running when it dies
     streams.push_back(engine->submit(r));
   }
   for (auto& s : streams) REQUIRE(s->pop(std::chrono::seconds(10)).has_value());  // all running
+  remote.hold(true);  // every running sequence is now in a micro-batch the worker holds
   for (size_t i = 0; i < 3; ++i) engine->cancel(streams[i]->request_id());
+  remote.hold(false);  // the cancels apply as their micro-batches return
   for (size_t i = 0; i < 3; ++i) CHECK(collect(*streams[i]).finish_reason == FinishReason::ABORT);
 
+  remote.hold(true);
   remote.fail_next = true;  // the rest die with the worker; the engine lives on
+  remote.hold(false);
   for (size_t i = 3; i < 6; ++i) {
     RequestOutput out = collect(*streams[i]);
     CHECK(out.finish_reason == FinishReason::ERROR);

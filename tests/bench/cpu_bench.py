@@ -34,6 +34,9 @@ def build_sparkd_bench(build):
     cmd = ["g++", "-O2", "-std=c++20", "-I", ROOT, "-pthread", os.path.join(ROOT, "tests/bench/cpu_bench.cpp"),
            *objs, os.path.join(ROOT, build, "obj", "assets.o"), "-o", exe, "-static-libstdc++", "-static-libgcc", *LIBS]
     cmd = [c for c in cmd if not c.endswith("assets.o") or os.path.exists(c)]
+    if any(o.endswith(".cu.o") for o in objs):  # a CUDA build: its objects need the CUDA libraries
+        cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        cmd += [f"-L{cuda}/lib64", "-lcudart_static", "-lcublasLt", "-lnccl"]
     subprocess.run(cmd, check=True)
     return exe
 

@@ -24,6 +24,12 @@ void Tokenizer::finish(bool raw_bytes_allowed) {
   int32_t max_id = model_->max_id();
   for (const auto& t : added_.tokens()) max_id = std::max(max_id, t.id);
   vocab_size_ = max_id + 1;
+  if (decoder_) {
+    WindowCheck check;
+    decoder_->check_window(check);
+    decodes_in_window_ = check.exact;
+    byte_fallback_ = check.byte_fallback;
+  }
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
@@ -78,27 +84,49 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return ids;
 }
 
-bool Tokenizer::decodes_to_nothing(int32_t id, bool skip_special_tokens) const {
+namespace {
+
+// The text decode() starts from for `id`; null when it drops the id.
+const std::string* decoder_text(const AddedVocabulary& added, const BpeModel& model, int32_t id,
+                                bool skip_special_tokens) {
   const std::string* text = nullptr;
-  if (const AddedToken* t = added_.find_id(id)) text = &t->decoded;
-  else text = model_->id_to_token(id);
-  if (!text) return true;
-  return skip_special_tokens && added_.is_special_content(*text);
+  if (const AddedToken* t = added.find_id(id)) text = &t->decoded;
+  else text = model.id_to_token(id);
+  if (text && skip_special_tokens && added.is_special_content(*text)) return nullptr;
+  return text;
 }
 
-bool Tokenizer::has_byte_fallback_decoder() const { return decoder_ && decoder_->has_byte_fallback(); }
-
-std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+// decoder_text of every id, dropped ones left out. The lookup is spelled out again rather
+// than called: this loop runs for every streamed token and the call did not get inlined.
+std::vector<std::string> decoder_texts(const AddedVocabulary& added, const BpeModel& model,
+                                       const std::vector<int32_t>& ids, bool skip_special_tokens) {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
     const std::string* text = nullptr;
-    if (const AddedToken* t = added_.find_id(id)) text = &t->decoded;
-    else text = model_->id_to_token(id);
+    if (const AddedToken* t = added.find_id(id)) text = &t->decoded;
+    else text = model.id_to_token(id);
     if (!text) continue;
-    if (skip_special_tokens && added_.is_special_content(*text)) continue;
+    if (skip_special_tokens && added.is_special_content(*text)) continue;
     tokens.push_back(*text);
   }
+  return tokens;
+}
+
+}  // namespace
+
+bool Tokenizer::decodes_to_nothing(int32_t id, bool skip_special_tokens) const {
+  return decoder_text(added_, *model_, id, skip_special_tokens) == nullptr;
+}
+
+bool Tokenizer::is_fallback_byte(int32_t id) const {
+  if (!byte_fallback_) return false;
+  const std::string* text = decoder_text(added_, *model_, id, false);
+  return text && parse_byte_token(*text) >= 0;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::vector<std::string> tokens = decoder_texts(added_, *model_, ids, skip_special_tokens);
   if (!decoder_) {
     std::string out;
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -110,6 +138,25 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   decoder_->decode_chain(tokens);
   std::string out;
   for (const auto& t : tokens) out += t;
+  return out;
+}
+
+std::string Tokenizer::decode_open(const std::vector<int32_t>& ids, bool skip_special_tokens, size_t& stable) const {
+  if (!decoder_) {
+    // Joining with spaces only ever appends.
+    std::string out = decode(ids, skip_special_tokens);
+    stable = out.size();
+    return out;
+  }
+  std::vector<std::string> tokens = decoder_texts(added_, *model_, ids, skip_special_tokens);
+  StablePrefix prefix{tokens.size(), 0};
+  decoder_->decode_open(tokens, prefix);
+  std::string out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i == prefix.tokens) stable = out.size() + std::min(prefix.bytes, tokens[i].size());
+    out += tokens[i];
+  }
+  if (prefix.tokens >= tokens.size()) stable = out.size();
   return out;
 }
 

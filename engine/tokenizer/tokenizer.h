@@ -46,11 +46,17 @@ class Tokenizer {
   std::string bos_token() const { return bos_token_; }
   std::string eos_token() const { return eos_token_; }
 
+  // For IncrementalDetokenizer, which states what these promise.
   // True when decode() would drop this id (not in the vocabulary, or a special token
   // while skipping them); the detokenizer uses it to keep its window to visible tokens.
   bool decodes_to_nothing(int32_t id, bool skip_special_tokens) const;
-  // True when <0xNN> byte tokens are decoded jointly with their neighbours.
-  bool has_byte_fallback_decoder() const;
+  // True when the decoder chain lets a short window of tokens stand for the whole sequence.
+  bool decodes_in_window() const { return decodes_in_window_; }
+  // True when the decoder joins this id's text, a <0xNN> byte token, with neighbouring ones.
+  bool is_fallback_byte(int32_t id) const;
+  // decode() of ids that more ids may follow; `stable` is set to how many leading bytes of
+  // the result no later id can change.
+  std::string decode_open(const std::vector<int32_t>& ids, bool skip_special_tokens, size_t& stable) const;
 
  private:
   Tokenizer();
@@ -64,6 +70,8 @@ class Tokenizer {
   std::unique_ptr<PostProcessor> post_processor_;
   std::unique_ptr<Decoder> decoder_;
   int32_t vocab_size_ = 0;
+  bool decodes_in_window_ = true;
+  bool byte_fallback_ = false;
   int32_t bos_id_ = -1, eos_id_ = -1;
   std::string bos_token_, eos_token_;
 

@@ -162,7 +162,12 @@ void BpeModel::build_reverse() {
     if (vocab_.id(e) < 0) throw InputError("tokenizer: token '" + std::string(vocab_.key(e)) + "' has a negative id");
     max_id_ = std::max(max_id_, vocab_.id(e));
   }
-  if (max_id_ >= (1 << 28)) throw InputError("tokenizer: token id " + std::to_string(max_id_) + " is implausibly large");
+  // Ids index dense tables, so an id far past the number of tokens would cost memory out of
+  // all proportion to the file (a few bytes of JSON could ask for gigabytes).
+  const size_t id_limit = std::min(size_t(1) << 28, 2 * vocab_.size() + 1024);
+  if (size_t(max_id_) >= id_limit)
+    throw InputError("tokenizer: token id " + std::to_string(max_id_) + " is implausibly large for a vocabulary of " +
+                     std::to_string(vocab_.size()) + " tokens");
   reverse_.assign(size_t(max_id_ + 1), std::string());
   present_.assign(size_t(max_id_ + 1), false);
   for (size_t e = 0; e < vocab_.size(); ++e) {

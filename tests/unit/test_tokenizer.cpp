@@ -159,6 +159,16 @@ TEST_CASE("tokenizer: hostile tokenizer.json files end in a clear InputError") {
     k["post_processor"]["special_tokens"]["<|x|>"]["ids"] = {4000};
     CHECK(error_of(k).find("outside the vocabulary") != std::string::npos);
   }
+  SUBCASE("vocabulary id far past the number of tokens (fuzz finding: gigabytes for 500 bytes)") {
+    json j = tiny_byte_level();
+    j["model"]["vocab"]["|"] = 44444420;
+    CHECK(error_of(j).find("implausibly large") != std::string::npos);
+  }
+  SUBCASE("Metaspace decoder with an empty replacement") {
+    json j = tiny_sentencepiece();
+    j["decoder"] = {{"type", "Metaspace"}, {"replacement", ""}, {"prepend_scheme", "always"}};
+    CHECK(error_of(j).find("non-empty 'replacement'") != std::string::npos);
+  }
   SUBCASE("catastrophic-backtracking split regex stops with an error, not a hang") {
     json j = tiny_byte_level();
     j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(x+x+)+$"}}}, {"behavior", "Isolated"}, {"invert", false}};

@@ -133,6 +133,8 @@ run: deps all model
 FUZZ_SECONDS ?= 20
 FUZZ_CXXFLAGS := -std=c++20 -O1 -g -I. -I$(BUILD)/gen -DSPARKD_CUDA=0 -MMD -MP -fsanitize=fuzzer-no-link,address,undefined
 FUZZ_OBJS := $(patsubst %.cpp,$(BUILD)/fuzz/obj/%.o,$(shell find engine -name '*.cpp' | sort))
+# Kept between runs: make would otherwise delete them as intermediates of the targets.
+.SECONDARY: $(FUZZ_OBJS)
 FUZZ_BINS := $(patsubst tests/fuzz/%.cpp,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 
 $(BUILD)/fuzz/obj/%.o: %.cpp | $(BUILD)/.deps-stamp

@@ -135,7 +135,7 @@ def test_both_boxes_compute_at_once_and_beat_one_process(single, pair):
           f"in {len(timeline)} micro-batches; per micro-batch head {head_ms:.1f} ms, worker {worker_ms:.1f} ms; "
           f"this machine runs {capacity:.2f} processes' worth of CPU work at once")
     assert overlaps > len(timeline) // 4, "the two boxes rarely computed at the same time"
-    if capacity < 1.6:
+    if capacity < 1.4:
         pytest.skip(f"two processes here get only {capacity:.2f}x the CPU of one (shared physical core), so "
                     f"two overlapping stages cannot out-compute one process; pair {pair_rate:.1f} vs single "
                     f"{single_rate:.1f} tok/s")

@@ -21,6 +21,11 @@ J bytes_of(const std::string& s) {
 // JSON has no -Infinity: a token the sampler masked out is reported with a floor value.
 double finite_logprob(float lp) { return std::isfinite(lp) ? double(lp) : -9999.0; }
 
+// The fields every response and chunk starts with.
+J envelope(const ResponseHead& head, const char* object) {
+  return J{{"id", head.id}, {"object", object}, {"created", head.created}, {"model", head.model}};
+}
+
 }  // namespace
 
 std::string finish_reason_text(const ChoiceResult& c) {
@@ -97,11 +102,7 @@ J tool_calls_json(const std::vector<ToolCall>& calls) {
 
 J chat_response(const ResponseHead& head, const std::vector<ChoiceResult>& choices, const std::vector<J>& logprobs,
                 const Usage& usage) {
-  J out = J::object();
-  out["id"] = head.id;
-  out["object"] = "chat.completion";
-  out["created"] = head.created;
-  out["model"] = head.model;
+  J out = envelope(head, "chat.completion");
   J list = J::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
@@ -125,11 +126,7 @@ J chat_response(const ResponseHead& head, const std::vector<ChoiceResult>& choic
 
 J completion_response(const ResponseHead& head, const std::vector<ChoiceResult>& choices, const std::vector<J>& logprobs,
                       const Usage& usage) {
-  J out = J::object();
-  out["id"] = head.id;
-  out["object"] = "text_completion";
-  out["created"] = head.created;
-  out["model"] = head.model;
+  J out = envelope(head, "text_completion");
   J list = J::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     J choice = J::object();
@@ -145,11 +142,7 @@ J completion_response(const ResponseHead& head, const std::vector<ChoiceResult>&
 }
 
 J chat_chunk(const ResponseHead& head, size_t index, J delta, J logprobs, J finish_reason, bool with_usage_field) {
-  J out = J::object();
-  out["id"] = head.id;
-  out["object"] = "chat.completion.chunk";
-  out["created"] = head.created;
-  out["model"] = head.model;
+  J out = envelope(head, "chat.completion.chunk");
   J choice = J::object();
   choice["index"] = index;
   choice["delta"] = std::move(delta);
@@ -162,11 +155,7 @@ J chat_chunk(const ResponseHead& head, size_t index, J delta, J logprobs, J fini
 
 J completion_chunk(const ResponseHead& head, size_t index, const std::string& text, J logprobs, J finish_reason,
                    bool with_usage_field) {
-  J out = J::object();
-  out["id"] = head.id;
-  out["object"] = "text_completion";
-  out["created"] = head.created;
-  out["model"] = head.model;
+  J out = envelope(head, "text_completion");
   J choice = J::object();
   choice["index"] = index;
   choice["text"] = text;
@@ -178,11 +167,7 @@ J completion_chunk(const ResponseHead& head, size_t index, const std::string& te
 }
 
 J usage_chunk(const ResponseHead& head, const char* object, const Usage& usage) {
-  J out = J::object();
-  out["id"] = head.id;
-  out["object"] = object;
-  out["created"] = head.created;
-  out["model"] = head.model;
+  J out = envelope(head, object);
   out["choices"] = J::array();
   out["usage"] = usage_json(usage);
   return out;

@@ -278,15 +278,15 @@ void Engine::step() {
     const int32_t row = plan.logits_index[i];
     if (row >= 0) samples[row] = sampler_.sample(result.logits.data() + static_cast<size_t>(row) * vocab, *plan.seqs[i]);
   }
-  emit_all(plan, samples);
+  emit_all(0, plan, samples);
 }
 
-// Appends the sampled tokens (samples[r] belongs to logits row r), emits them, and
+// Appends slot's sampled tokens (samples[r] belongs to logits row r), emits them, and
 // counts the step.
-void Engine::emit_all(const ScheduledStep& plan, const std::vector<SampleOutput>& samples) {
+void Engine::emit_all(size_t slot, const ScheduledStep& plan, const std::vector<SampleOutput>& samples) {
   std::vector<int32_t> tokens(samples.size());
   for (size_t r = 0; r < samples.size(); ++r) tokens[r] = samples[r].token;
-  schedulers_[live_.at(plan.seqs.front()->seq_id).slot]->update(plan, tokens);
+  schedulers_[slot]->update(plan, tokens);
   // Ids first: emitting may finish a sequence, and its Sequence dies with it.
   std::vector<std::pair<int64_t, int32_t>> emits;
   for (size_t i = 0; i < plan.seqs.size(); ++i)

@@ -115,7 +115,7 @@ class Engine {
   void run_forward(const Batch& batch, ForwardResult& result);
   void admit(const ScheduledStep& plan);
   void count_step();
-  void emit_all(const ScheduledStep& plan, const std::vector<SampleOutput>& samples);
+  void emit_all(size_t slot, const ScheduledStep& plan, const std::vector<SampleOutput>& samples);
   // Peer mode (engine_pipeline.cpp).
   void pipeline_turn();
   void launch(size_t slot);

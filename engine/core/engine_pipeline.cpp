@@ -73,7 +73,7 @@ void Engine::complete() {
   in_flight_.pop_front();
   StepResult result = remote_->receive(f.id, f.plan.batch.logits_rows.size());
   for (Sequence* seq : f.plan.seqs) live_.at(seq->seq_id).in_flight = false;
-  emit_all(f.plan, result.samples);
+  emit_all(f.slot, f.plan, result.samples);
 }
 
 void Engine::peer_lost(const std::string& why) {

@@ -50,8 +50,8 @@ struct Frame {
   std::vector<uint8_t> payload;
 };
 
-// One whole frame; the header and payload go out in one call (no interleaving with
-// other writers is possible only if the caller holds the socket's write lock).
+// One whole frame, header then payload. A socket has one writer at a time: the pairing
+// thread, then the watcher on the control channel; the engine thread on the data path.
 void write_frame(const Socket& s, FrameType type, const void* payload, size_t n, SteadyTime deadline,
                  const WaitCheck& check = {});
 inline void write_frame(const Socket& s, FrameType type, const std::vector<uint8_t>& payload, SteadyTime deadline,

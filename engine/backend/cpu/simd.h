@@ -20,6 +20,7 @@ inline v8f load8(const float* p) {
   return v;
 }
 inline void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof(v)); }
+
 inline v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
 inline float hsum8(const v8f& v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
@@ -31,6 +32,21 @@ inline float hsum8(const v8f& v) {
 #define SPARK_KERNEL __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define SPARK_KERNEL
+#endif
+
+// Kernels written with AVX2 intrinsics, where GCC's lowering of the portable types is
+// poor; callers check cpu_has_avx2() at run time and fall back to the portable kernel.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SPARK_X86_AVX2 1
+#define SPARK_AVX2 __attribute__((target("avx2,fma,f16c")))
+inline bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  return has;
+}
+#else
+#define SPARK_X86_AVX2 0
+inline bool cpu_has_avx2() { return false; }
 #endif
 
 inline float bf16_to_f32(uint16_t h) {

@@ -8,6 +8,7 @@
 
 #include "engine/backend/cpu/matmul.h"
 #include "engine/backend/cpu/quant_blocks.h"
+#include "engine/backend/cpu/simd.h"
 #include "engine/model/quant.h"
 
 using namespace spark;
@@ -194,8 +195,10 @@ TEST_CASE("cpu kernels: f16 and bf16 conversions of known values") {
   CHECK(cpu::bf16_to_f32(0xc0a0) == -5.0f);
 }
 
-TEST_CASE("cpu kernels: matmul equals a double-precision reference for every dtype and batch size") {
-  std::mt19937 rng(11);
+namespace {
+
+void check_matmul_against_reference(uint32_t seed) {
+  std::mt19937 rng(seed);
   std::uniform_real_distribution<float> val(-1.f, 1.f);
   ThreadPool pool(2);
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
@@ -231,6 +234,18 @@ TEST_CASE("cpu kernels: matmul equals a double-precision reference for every dty
       }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("cpu kernels: matmul equals a double-precision reference for every dtype and batch size") {
+  check_matmul_against_reference(11);
+}
+
+TEST_CASE("cpu kernels: the portable kernels (used without AVX2, and on aarch64) equal the reference too") {
+  portable_kernels_forced() = true;
+  check_matmul_against_reference(12);
+  portable_kernels_forced() = false;
 }
 
 TEST_CASE("cpu kernels: matmul_many equals separate matmuls, across matrix boundaries") {

@@ -116,51 +116,60 @@ SPARK_KERNEL void decoded_rows(const float* x, int64_t rows, const Tensor& w, in
   }
 }
 
-// Q8_0 / Q4_0 / Q4_1 rows, decoded in registers by `Blocks`. Few activation rows: each
-// block is decoded next to the FMAs that use it, and the weights are never stored as f32.
-// More rows: each pair of weight rows is decoded once into L1 and the f32 tile above
-// streams the activation rows past it. Both compute the same weights and the same dot
-// products in the same order, so the choice never changes a sequence's result.
+// Block-quantized rows, decoded 32 weights at a time in registers by `Blocks`. Few
+// activation rows: each sub-block is decoded next to the FMAs that use it and the weights
+// are never stored as f32. More rows: each pair of weight rows is decoded once into L1 and
+// the f32 tile above streams the activation rows past it. Both compute the same weights
+// and the same dot products in the same order, so the choice never changes a result.
+
 // NO weight rows (consecutive, from `wr`) times NX activation rows. Each pair's
-// accumulator takes four dependent FMAs per block, so several weight rows run side by
-// side to keep the FMA units busy when there are few activation rows.
+// accumulator takes four dependent FMAs per sub-block, so several weight rows run side
+// by side to keep the FMA units busy when there are few activation rows.
 template <typename Block, typename Blocks, int NO, int NX>
-[[gnu::always_inline]] inline void quant_tile(const Block* wr, int64_t nb, const float* x, int64_t n, float* y,
-                                              int64_t y_stride) {
+[[gnu::always_inline]] inline void quant_tile(Blocks& blocks, const Block* wr, int64_t nb, const float* x, int64_t n,
+                                              float* y, int64_t y_stride) {
+  constexpr int S = kSubBlocks<Block>;
   v8f acc[NO][NX] = {};
   for (int64_t b = 0; b < nb; ++b)
     for (int j = 0; j < NO; ++j) {
-      v8f w[4];
-      // Several short row streams at once: the hardware prefetcher alone lets the decode
-      // wait on memory (measured: Q8_0 at batch 1 about 1.5x faster with this).
+      // Several short row streams at once: on its own the hardware prefetcher lets the
+      // decode wait on memory (measured: Q8_0 at batch 1 about 1.5x faster with this).
       __builtin_prefetch(reinterpret_cast<const char*>(wr + j * nb + b) + 256);
-      Blocks::decode(wr[j * nb + b], w);
-      for (int k = 0; k < 4; ++k)
-        for (int r = 0; r < NX; ++r) acc[j][r] += w[k] * load8(x + r * n + 32 * b + 8 * k);
+      for (int s = 0; s < S; ++s) {
+        v8f w[4];
+        blocks.decode(wr[j * nb + b], s, w);
+        const float* xs = x + 32 * (S * b + s);
+        for (int k = 0; k < 4; ++k)
+          for (int r = 0; r < NX; ++r) acc[j][r] += w[k] * load8(xs + r * n + 8 * k);
+      }
     }
   for (int j = 0; j < NO; ++j)
     for (int r = 0; r < NX; ++r) y[r * y_stride + j] = hsum8(acc[j][r]);
 }
 
 template <typename Block, typename Blocks, int NX>
-[[gnu::always_inline]] inline void quant_few_rows(const Block* blocks, int64_t nb, const float* x, int64_t n,
-                                                  int64_t out_begin, int64_t out_end, float* y, int64_t y_stride) {
+[[gnu::always_inline]] inline void quant_few_rows(Blocks& decoder, const Block* blocks, int64_t nb, const float* x,
+                                                  int64_t n, int64_t out_begin, int64_t out_end, float* y,
+                                                  int64_t y_stride) {
   constexpr int NO = NX == 1 ? 4 : 2;
   int64_t o = out_begin;
-  for (; o + NO <= out_end; o += NO) quant_tile<Block, Blocks, NO, NX>(blocks + o * nb, nb, x, n, y + o, y_stride);
-  for (; o < out_end; ++o) quant_tile<Block, Blocks, 1, NX>(blocks + o * nb, nb, x, n, y + o, y_stride);
+  for (; o + NO <= out_end; o += NO)
+    quant_tile<Block, Blocks, NO, NX>(decoder, blocks + o * nb, nb, x, n, y + o, y_stride);
+  for (; o < out_end; ++o) quant_tile<Block, Blocks, 1, NX>(decoder, blocks + o * nb, nb, x, n, y + o, y_stride);
 }
 
 template <typename Block, typename Blocks>
 [[gnu::always_inline]] inline void quant_rows_body(const float* x, int64_t rows, const Tensor& w, int64_t out_begin,
                                                    int64_t out_end, float* y, int64_t y_stride) {
-  const int64_t n = w.cols(), nb = n / 32;
+  constexpr int S = kSubBlocks<Block>;
+  const int64_t n = w.cols(), nb = n / (32 * S);
   const Block* blocks = static_cast<const Block*>(w.data);
+  Blocks decoder;
   switch (rows) {
-    case 1: return quant_few_rows<Block, Blocks, 1>(blocks, nb, x, n, out_begin, out_end, y, y_stride);
-    case 2: return quant_few_rows<Block, Blocks, 2>(blocks, nb, x, n, out_begin, out_end, y, y_stride);
-    case 3: return quant_few_rows<Block, Blocks, 3>(blocks, nb, x, n, out_begin, out_end, y, y_stride);
-    case 4: return quant_few_rows<Block, Blocks, 4>(blocks, nb, x, n, out_begin, out_end, y, y_stride);
+    case 1: return quant_few_rows<Block, Blocks, 1>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
+    case 2: return quant_few_rows<Block, Blocks, 2>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
+    case 3: return quant_few_rows<Block, Blocks, 3>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
+    case 4: return quant_few_rows<Block, Blocks, 4>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
     default: break;
   }
   thread_local std::vector<float> decoded;
@@ -169,11 +178,13 @@ template <typename Block, typename Blocks>
     const int nw = out_end - o >= 2 ? 2 : 1;
     for (int k = 0; k < nw; ++k) {
       const Block* wr = blocks + (o + k) * nb;
-      for (int64_t b = 0; b < nb; ++b) {
-        v8f v[4];
-        Blocks::decode(wr[b], v);
-        for (int j = 0; j < 4; ++j) store8(decoded.data() + k * n + 32 * b + 8 * j, v[j]);
-      }
+      float* out = decoded.data() + k * n;
+      for (int64_t b = 0; b < nb; ++b)
+        for (int s = 0; s < S; ++s) {
+          v8f v[4];
+          decoder.decode(wr[b], s, v);
+          for (int j = 0; j < 4; ++j) store8(out + 32 * (S * b + s) + 8 * j, v[j]);
+        }
     }
     const float* wr[2] = {decoded.data(), decoded.data() + n};
     if (nw == 2) dot_rows<2>(wr, x, rows, n, y + o, y_stride);
@@ -226,6 +237,9 @@ void matmul_rows(const float* x, int64_t rows, const Tensor& w, int64_t out_begi
     case DType::Q8_0: return quant_rows<BlockQ8_0>(x, rows, w, out_begin, out_end, y, y_stride);
     case DType::Q4_0: return quant_rows<BlockQ4_0>(x, rows, w, out_begin, out_end, y, y_stride);
     case DType::Q4_1: return quant_rows<BlockQ4_1>(x, rows, w, out_begin, out_end, y, y_stride);
+    case DType::Q4_K: return quant_rows<BlockQ4_K>(x, rows, w, out_begin, out_end, y, y_stride);
+    case DType::Q5_K: return quant_rows<BlockQ5_K>(x, rows, w, out_begin, out_end, y, y_stride);
+    case DType::Q6_K: return quant_rows<BlockQ6_K>(x, rows, w, out_begin, out_end, y, y_stride);
     default: return decoded_rows(x, rows, w, out_begin, out_end, y, y_stride);
   }
 }

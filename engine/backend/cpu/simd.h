@@ -39,13 +39,22 @@ inline float hsum8(const v8f& v) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SPARK_X86_AVX2 1
 #define SPARK_AVX2 __attribute__((target("avx2,fma,f16c")))
+// Tests set this to check the portable kernels on a machine that has AVX2.
+inline bool& portable_kernels_forced() {
+  static bool forced = false;
+  return forced;
+}
 inline bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                           __builtin_cpu_supports("f16c");
-  return has;
+  return has && !portable_kernels_forced();
 }
 #else
 #define SPARK_X86_AVX2 0
+inline bool& portable_kernels_forced() {
+  static bool forced = false;
+  return forced;
+}
 inline bool cpu_has_avx2() { return false; }
 #endif
 

@@ -58,8 +58,9 @@ const float* row_f32(const Tensor& w, int64_t row, float* out) {
   return out;
 }
 
-// Dot products of NW (1..2) weight rows with NX (1..4) activation rows: a register tile,
-// so every loaded vector feeds several FMAs. Each pair has one accumulator, filled in
+// Dot products of NW (1..3) weight rows with NX (1..4) activation rows: a register tile,
+// so every loaded vector feeds several FMAs (3 x 4 fills the 16 AVX2 registers with 12
+// accumulators, and loads 7 vectors per 12 FMAs). Each pair has one accumulator, filled in
 // element order, whatever the tile's shape: a row's result never depends on which other
 // rows share its tile, so a sequence's logits do not depend on what else is in its batch.
 template <int NW, int NX>
@@ -83,6 +84,9 @@ template <int NW, int NX>
     }
 }
 
+// Weight rows decoded to f32 at a time by the callers below.
+constexpr int kTileRows = 3;
+
 // The NW weight rows `w` (already f32) times every activation row, four at a time.
 template <int NW>
 [[gnu::always_inline]] inline void dot_rows(const float* const* w, const float* x, int64_t rows, int64_t n,
@@ -99,26 +103,33 @@ template <int NW>
   }
 }
 
-// Rows of any decodable dtype: two weight rows decoded to f32, reused by every activation row.
+template <int NW = kTileRows>
+[[gnu::always_inline]] inline void dot_rows(int nw, const float* const* w, const float* x, int64_t rows, int64_t n,
+                                            float* y, int64_t y_stride) {
+  if constexpr (NW > 1) {
+    if (nw < NW) return dot_rows<NW - 1>(nw, w, x, rows, n, y, y_stride);
+  }
+  dot_rows<NW>(w, x, rows, n, y, y_stride);
+}
+
+// Rows of any decodable dtype: kTileRows weight rows decoded to f32, reused by every
+// activation row.
 SPARK_KERNEL void decoded_rows(const float* x, int64_t rows, const Tensor& w, int64_t out_begin, int64_t out_end,
                                float* y, int64_t y_stride) {
   const int64_t n = w.cols();
   thread_local std::vector<float> buf;
-  if (buf.size() < static_cast<size_t>(2 * n)) buf.resize(static_cast<size_t>(2 * n));
-  for (int64_t o = out_begin; o < out_end; o += 2) {
-    const float* wr[2] = {row_f32(w, o, buf.data()), nullptr};
-    if (out_end - o >= 2) {
-      wr[1] = row_f32(w, o + 1, buf.data() + n);
-      dot_rows<2>(wr, x, rows, n, y + o, y_stride);
-    } else {
-      dot_rows<1>(wr, x, rows, n, y + o, y_stride);
-    }
+  buf.resize(static_cast<size_t>(kTileRows * n));
+  for (int64_t o = out_begin; o < out_end; o += kTileRows) {
+    const int nw = static_cast<int>(std::min<int64_t>(kTileRows, out_end - o));
+    const float* wr[kTileRows];
+    for (int k = 0; k < nw; ++k) wr[k] = row_f32(w, o + k, buf.data() + k * n);
+    dot_rows(nw, wr, x, rows, n, y + o, y_stride);
   }
 }
 
 // Block-quantized rows, decoded 32 weights at a time in registers by `Blocks`. Few
 // activation rows: each sub-block is decoded next to the FMAs that use it and the weights
-// are never stored as f32. More rows: each pair of weight rows is decoded once into L1 and
+// are never stored as f32. More rows: kTileRows weight rows at a time are decoded into L1 and
 // the f32 tile above streams the activation rows past it. Both compute the same weights
 // and the same dot products in the same order, so the choice never changes a result.
 
@@ -173,9 +184,10 @@ template <typename Block, typename Blocks>
     default: break;
   }
   thread_local std::vector<float> decoded;
-  decoded.resize(static_cast<size_t>(2 * n));
-  for (int64_t o = out_begin; o < out_end; o += 2) {
-    const int nw = out_end - o >= 2 ? 2 : 1;
+  decoded.resize(static_cast<size_t>(kTileRows * n));
+  for (int64_t o = out_begin; o < out_end; o += kTileRows) {
+    const int nw = static_cast<int>(std::min<int64_t>(kTileRows, out_end - o));
+    const float* rows_f32[kTileRows];
     for (int k = 0; k < nw; ++k) {
       const Block* wr = blocks + (o + k) * nb;
       float* out = decoded.data() + k * n;
@@ -185,10 +197,9 @@ template <typename Block, typename Blocks>
           decoder.decode(wr[b], s, v);
           for (int j = 0; j < 4; ++j) store8(out + 32 * (S * b + s) + 8 * j, v[j]);
         }
+      rows_f32[k] = out;
     }
-    const float* wr[2] = {decoded.data(), decoded.data() + n};
-    if (nw == 2) dot_rows<2>(wr, x, rows, n, y + o, y_stride);
-    else dot_rows<1>(wr, x, rows, n, y + o, y_stride);
+    dot_rows(nw, rows_f32, x, rows, n, y + o, y_stride);
   }
 }
 
@@ -259,9 +270,9 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t rows, std::initialize
     total += m.w->rows();
   }
   // Chunks of output rows small enough to balance threads, large enough to amortize
-  // dispatch; a multiple of 16 keeps the 2-row tile whole.
+  // dispatch; a multiple of 48 keeps the tiles of 2, 3 and 4 weight rows whole.
   int64_t grain = std::max<int64_t>(2, total / (8 * pool.size()));
-  grain = (grain + 15) / 16 * 16;
+  grain = (grain + 47) / 48 * 48;
   pool.parallel_for(total, grain, [&](int64_t begin, int64_t end) {
     int64_t base = 0;
     for (const MatmulOut& m : outs) {

@@ -84,7 +84,7 @@ template <int NW, int NX>
     }
 }
 
-// Weight rows decoded to f32 at a time by the callers below.
+// How many weight rows the callers below decode to f32 before running the tile over them.
 constexpr int kTileRows = 3;
 
 // The NW weight rows `w` (already f32) times every activation row, four at a time.

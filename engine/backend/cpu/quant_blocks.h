@@ -1,5 +1,5 @@
-// quant_blocks.h — the GGUF block layouts and inline decoders of one block to f32,
-// shared by the CPU matmul (fused decode) and embedding lookup.
+// quant_blocks.h — the GGUF block layouts and portable inline decoders of one block to
+// f32, used by the embedding lookup and the CPU matmul's portable path.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -45,9 +45,10 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 // Each decoder writes the block's values in order: 32 for the Q*_0/1 types, 256 for K
-// types. They work on 8 values at a time in GCC vector types (one AVX register, two NEON
-// registers; wider types make GCC's AVX2 lowering scalarize); the arithmetic per value is
-// the loader's, in the same order.
+// types. They work on 8 values at a time in GCC vector types (two NEON registers; on x86
+// GCC extracts these byte vectors one byte at a time, so the matmul decodes with AVX2
+// intrinsics there, see block_values.h); the arithmetic per value is the loader's, in the
+// same order.
 typedef uint8_t v8u8 __attribute__((vector_size(8)));
 typedef int8_t v8i8 __attribute__((vector_size(8)));
 typedef int32_t v8i32 __attribute__((vector_size(32)));

@@ -88,30 +88,27 @@ struct Avx2Blocks {
     widen32(nibbles(v, 0), nibbles(v, 4), q);
     for (int k = 0; k < 4; ++k) w[k] = (v8f)_mm256_fmadd_ps(d, q[k], m);
   }
-  // Q4_K sub-block j: the low (j even) or high nibbles of the pair's 32 bytes, scaled by
-  // d * sc_j, less dmin * m_j.
-  SPARK_AVX2 static inline void decode(const BlockQ4_K& b, int j, v8f w[4]) {
+  // Q4_K / Q5_K sub-block j: the low (j even) or high nibbles of the pair's 32 bytes, with
+  // Q5_K's fifth bits (`fifth`, zero for Q4_K) above them, scaled by d * sc_j, less
+  // dmin * m_j.
+  template <typename Block>
+  SPARK_AVX2 static inline void decode_k(const Block& b, int j, __m128i fifth_lo, __m128i fifth_hi, v8f w[4]) {
     uint8_t sc, mn;
     k_scale_min(j, b.scales, sc, mn);
     const __m256 d = splat(f16_to_f32(b.d) * sc), m = splat(f16_to_f32(b.dmin) * mn);
     const uint8_t* q = b.qs + 32 * (j / 2);
     const int shift = 4 * (j % 2);
     __m256 v[4];
-    widen32(nibbles(load16(q), shift), nibbles(load16(q + 16), shift), v);
+    widen32(_mm_or_si128(nibbles(load16(q), shift), fifth_lo), _mm_or_si128(nibbles(load16(q + 16), shift), fifth_hi),
+            v);
     for (int k = 0; k < 4; ++k) w[k] = (v8f)_mm256_fmsub_ps(d, v[k], m);
   }
-  // Q5_K: as Q4_K, with bit j of qh[l] as the fifth bit of value l.
+  SPARK_AVX2 static inline void decode(const BlockQ4_K& b, int j, v8f w[4]) {
+    decode_k(b, j, _mm_setzero_si128(), _mm_setzero_si128(), w);
+  }
+  // Bit j of qh[l] is the fifth bit of value l.
   SPARK_AVX2 static inline void decode(const BlockQ5_K& b, int j, v8f w[4]) {
-    uint8_t sc, mn;
-    k_scale_min(j, b.scales, sc, mn);
-    const __m256 d = splat(f16_to_f32(b.d) * sc), m = splat(f16_to_f32(b.dmin) * mn);
-    const uint8_t* q = b.qs + 32 * (j / 2);
-    const int shift = 4 * (j % 2);
-    const __m128i lo = _mm_or_si128(nibbles(load16(q), shift), bits(load16(b.qh), j, 1, 4));
-    const __m128i hi = _mm_or_si128(nibbles(load16(q + 16), shift), bits(load16(b.qh + 16), j, 1, 4));
-    __m256 v[4];
-    widen32(lo, hi, v);
-    for (int k = 0; k < 4; ++k) w[k] = (v8f)_mm256_fmsub_ps(d, v[k], m);
+    decode_k(b, j, bits(load16(b.qh), j, 1, 4), bits(load16(b.qh + 16), j, 1, 4), w);
   }
   // Q6_K sub-block s: half h = s / 4 (128 values), part p = s % 4 within it. Value l of
   // the part is a nibble of ql (low for p < 2, of byte l + 32 for odd p) with bits

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/backend/backend_factory.h"
 #include "engine/model/arch.h"
 #include "engine/model/memory_plan.h"
 #include "engine/util/check.h"
@@ -54,15 +55,22 @@ int64_t resolve_layer_split(const Config& config, const ModelInfo& info) {
   int64_t split = 0;
   if (text == "auto") {
     if (s.num_layers < 2) throw InputError("a model of " + std::to_string(s.num_layers) + " layer cannot be split over two boxes");
-    // Balance the work per token: weight bytes read, except that the head's embedding
-    // is a gather (nearly free) while the worker's LM head is a full matmul.
+    // Balance the work per token. A GPU streams the weights, so its step time follows
+    // their bytes; the CPU backend decodes every weight to f32, so its time follows their
+    // number. Either way the head's embedding is a gather (nearly free) while the
+    // worker's LM head is a full matmul.
+    const bool by_count = resolve_backend(config) == "cpu";
+    auto work = [&](LayerRange r) {
+      return by_count ? parameter_count(s, r) : int64_t(stage_weight_bytes(info, r));
+    };
     const auto it = info.tensors.find("model.embed_tokens.weight");
-    const int64_t embedding = it != info.tensors.end() ? int64_t(it->second.nbytes)
-                                                       : s.vocab_size * s.hidden_size * dtype_block_bytes(info.weight_dtype);
+    const int64_t embedding = by_count ? s.vocab_size * s.hidden_size
+                              : it != info.tensors.end() ? int64_t(it->second.nbytes)
+                                                         : s.vocab_size * s.hidden_size * dtype_block_bytes(info.weight_dtype);
     int64_t best_gap = INT64_MAX;
     for (int64_t k = 1; k < s.num_layers; ++k) {
-      int64_t head = int64_t(stage_weight_bytes(info, {0, k})) - embedding;
-      int64_t worker = int64_t(stage_weight_bytes(info, {k, s.num_layers}));
+      const int64_t head = work({0, k}) - embedding;
+      const int64_t worker = work({k, s.num_layers});
       if (std::llabs(head - worker) < best_gap) {
         best_gap = std::llabs(head - worker);
         split = k;

@@ -10,8 +10,9 @@
 namespace spark {
 
 // The first layer of the worker: peer.layer_split, or with "auto" the split that gives
-// both boxes about the same work per token (weight bytes read per step). Throws InputError for a split
-// outside [1, num_layers - 1] or text that is not a number.
+// both boxes about the same work per token (weight bytes read per step on a GPU, weights
+// decoded per step on the CPU). Throws InputError for a split outside [1, num_layers - 1]
+// or text that is not a number.
 int64_t resolve_layer_split(const Config& config, const ModelInfo& info);
 
 // This box's layers: all of them, or its half of the pair.

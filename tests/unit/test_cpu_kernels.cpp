@@ -267,8 +267,8 @@ TEST_CASE("cpu kernels: matmul_many equals separate matmuls, across matrix bound
     matmul(pool, x.data(), rows, w1, z1.data());
     matmul(pool, x.data(), rows, w2, z2.data());
     matmul(pool, x.data(), rows, w3, z3.data());
-    // Chunks may pair output rows differently in the 2-row tile; every pair of rows has
-    // its own accumulator, so the bits do not change.
+    // Chunks may group output rows differently into tiles; every pair of rows has its own
+    // accumulator, so the bits do not change.
     CHECK(std::memcmp(y1.data(), z1.data(), y1.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(y2.data(), z2.data(), y2.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(y3.data(), z3.data(), y3.size() * sizeof(float)) == 0);

@@ -19,9 +19,15 @@
 
 namespace spark::cpu {
 
-// 32-weight sub-blocks per block.
+// 32-weight sub-blocks per block: the K types' super-blocks hold 8.
 template <typename Block>
-constexpr int kSubBlocks = sizeof(Block) > 64 ? 8 : 1;
+constexpr int kSubBlocks = 1;
+template <>
+constexpr int kSubBlocks<BlockQ4_K> = 8;
+template <>
+constexpr int kSubBlocks<BlockQ5_K> = 8;
+template <>
+constexpr int kSubBlocks<BlockQ6_K> = 8;
 
 // Decodes the whole block once (the shared scalar-vector decoders) and hands out its
 // sub-blocks; callers ask for a block's sub-blocks one after another.

@@ -20,7 +20,6 @@ inline v8f load8(const float* p) {
   return v;
 }
 inline void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof(v)); }
-
 inline v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
 inline float hsum8(const v8f& v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
@@ -34,16 +33,17 @@ inline float hsum8(const v8f& v) {
 #define SPARK_KERNEL
 #endif
 
-// Kernels written with AVX2 intrinsics, where GCC's lowering of the portable types is
-// poor; callers check cpu_has_avx2() at run time and fall back to the portable kernel.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SPARK_X86_AVX2 1
-#define SPARK_AVX2 __attribute__((target("avx2,fma,f16c")))
 // Tests set this to check the portable kernels on a machine that has AVX2.
 inline bool& portable_kernels_forced() {
   static bool forced = false;
   return forced;
 }
+
+// Kernels written with AVX2 intrinsics, where GCC's lowering of the portable types is
+// poor; callers check cpu_has_avx2() at run time and fall back to the portable kernel.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SPARK_X86_AVX2 1
+#define SPARK_AVX2 __attribute__((target("avx2,fma,f16c")))
 inline bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                           __builtin_cpu_supports("f16c");
@@ -51,10 +51,6 @@ inline bool cpu_has_avx2() {
 }
 #else
 #define SPARK_X86_AVX2 0
-inline bool& portable_kernels_forced() {
-  static bool forced = false;
-  return forced;
-}
 inline bool cpu_has_avx2() { return false; }
 #endif
 

@@ -73,13 +73,13 @@ struct Avx2Blocks {
     return _mm_sll_epi16(field, _mm_cvtsi32_si128(to));  // fields are < 2^(8 - to): no carry across bytes
   }
 
-  // Value i of a Q4_0 / Q4_1 block is the low nibble of byte i for i < 16, the high
-  // nibble of byte i - 16 after that.
   SPARK_AVX2 static inline void decode(const BlockQ8_0& b, int, v8f w[4]) {
     const __m256 d = splat_f16(b.d);
     for (int k = 0; k < 4; ++k)
       w[k] = (v8f)_mm256_mul_ps(d, widen(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * k))));
   }
+  // Value i of a Q4_0 / Q4_1 block is the low nibble of byte i for i < 16, the high
+  // nibble of byte i - 16 after that.
   SPARK_AVX2 static inline void decode(const BlockQ4_0& b, int, v8f w[4]) {
     const __m256 d = splat_f16(b.d);
     const __m128i v = load16(b.qs), eight = _mm_set1_epi8(8);

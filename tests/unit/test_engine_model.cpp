@@ -1,8 +1,10 @@
-// test_engine_model.cpp — the engine over the CPU backend and a real (tiny, random-weight)
-// model: prefix reuse gives a cold run's logits, and greedy output is batch invariant
-// among 31 other requests with prefill chunked at several budgets.
+// test_engine_model.cpp — the engine over the CPU backend and real models (tiny
+// random-weight ones, and the default 4-bit one): prefix reuse gives a cold run's logits,
+// and greedy output is batch invariant among 31 other requests with prefill chunked at
+// several budgets.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <random>
 
 #include "engine/backend/cpu/cpu_backend.h"
@@ -14,6 +16,8 @@ using namespace spark;
 namespace {
 
 const char* kTinyModels[] = {"tests/golden/models/llama", "tests/golden/models/qwen3_moe"};
+// The default model: 4-bit weights, on the quantized matmul paths (`make test` fetches it).
+const char* kQuantizedModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 class IdDecoder : public TokenDecoder {
  public:
@@ -70,7 +74,9 @@ std::vector<RequestOutput> run(const std::string& path, int64_t budget, int64_t 
 }  // namespace
 
 TEST_CASE("engine + CPU backend: greedy output alone equals output among 31 others, chunked at several budgets") {
-  for (const char* path : kTinyModels) {
+  // Not only the same tokens: the same logprob bits, since every kernel computes a row the
+  // same way whatever else is in its batch.
+  for (const char* path : {kTinyModels[0], kTinyModels[1], kQuantizedModel}) {
     CAPTURE(path);
     std::mt19937 rng(7);
     std::vector<Request> reqs;
@@ -82,16 +88,27 @@ TEST_CASE("engine + CPU backend: greedy output alone equals output among 31 othe
       r.params.temperature = 0;
       r.params.max_tokens = 6;
       r.params.ignore_eos = true;
+      r.params.logprobs = true;
       reqs.push_back(r);
     }
-    std::vector<std::vector<int32_t>> alone;
-    for (const auto& r : reqs) alone.push_back(run(path, 8192, 64, {r})[0].token_ids);
+    auto logprob_bits = [](const RequestOutput& o) {
+      std::vector<uint32_t> bits;
+      for (const auto& lp : o.logprobs) {
+        uint32_t b;
+        std::memcpy(&b, &lp.logprob, sizeof b);
+        bits.push_back(b);
+      }
+      return bits;
+    };
+    std::vector<RequestOutput> alone;
+    for (const auto& r : reqs) alone.push_back(run(path, 8192, 64, {r})[0]);
     for (int64_t budget : {8192, 61, 32}) {
       CAPTURE(budget);
       auto outs = run(path, budget, 512, reqs);
       for (size_t i = 0; i < reqs.size(); ++i) {
         CAPTURE(i);
-        CHECK(outs[i].token_ids == alone[i]);
+        CHECK(outs[i].token_ids == alone[i].token_ids);
+        CHECK(logprob_bits(outs[i]) == logprob_bits(alone[i]));
       }
     }
   }

@@ -17,11 +17,7 @@ constexpr float kLogprobFloor = -9999.0f;
 
 }  // namespace
 
-double uniform01(uint64_t seed, uint64_t counter) {
-  // Two rounds keep nearby (seed, counter) pairs from giving correlated streams.
-  uint64_t bits = splitmix64(splitmix64(seed) ^ splitmix64(counter + 0x632be59bd9b4e019ULL));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
+double uniform01(uint64_t seed, uint64_t counter) { return splitmix_uniform01(seed, counter); }
 
 Sampler::Sampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids)
     : vocab_size_(vocab_size), eos_ids_(std::move(eos_token_ids)) {

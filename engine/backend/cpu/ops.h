@@ -22,6 +22,7 @@ class Rope {
   // starting at x (stride head_dim) for position `pos`.
   void apply(float* x, int64_t heads, int64_t pos) const;
   const std::vector<float>& inv_freq() const { return inv_freq_; }
+  float position_scale() const { return position_scale_; }
 
  private:
   int64_t head_dim_ = 0;

@@ -1,0 +1,57 @@
+// attention.h — causal attention over the paged KV cache: a tiled tensor-core kernel for
+// prefill rows (variable length, cached prefixes) and a split-K kernel over block tables
+// for decode rows (one query per sequence, GQA heads of a kv head together).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/kernel_args.h"
+
+namespace spark::cuda {
+
+struct AttentionShape {
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;  // 16, 32, 64, 128 or 256
+  int32_t block_size = 0;
+  KvDtype kv_dtype = KvDtype::BF16;
+  int32_t max_tokens = 0;          // rows of the largest step (max_num_batched_tokens)
+  int32_t max_seqs = 0;            // sequences of the largest step
+  int32_t max_blocks_per_seq = 0;  // block-table stride: blocks of one max_model_len sequence
+  float scale = 0.0f;              // softmax scale, 1 / sqrt(head_dim)
+};
+
+class Attention {
+ public:
+  // Allocates its device workspace (plan arrays, split-K partial results): exactly
+  // workspace_bytes(shape), so the memory plan can count it.
+  explicit Attention(const AttentionShape& shape);
+  ~Attention();
+  Attention(const Attention&) = delete;
+  Attention& operator=(const Attention&) = delete;
+  static size_t workspace_bytes(const AttentionShape& shape);
+
+  // Once per step, before run() for each layer: plans this step from the host batch
+  // (which sequences are decode rows, the prefill tiles) and uploads what the kernels
+  // need on `stream`. Returns true when every sequence has exactly one query row; such
+  // steps depend on nothing prepare() uploads, so a CUDA graph captured for one
+  // decode-only step replays correctly for any other with the same num_seqs.
+  bool prepare(const Batch& batch, cudaStream_t stream);
+
+  // out[t, h * head_dim ...] = softmax(q[t, h] · K_sᵀ · scale) · V_s over the causal
+  // prefix of t's sequence s: row i of a sequence with n query rows sees its first
+  // context_lens[s] - n + i + 1 tokens, read through s's block table. q and out are
+  // [num_tokens, num_heads * head_dim] bf16; head h reads kv head h / (num_heads /
+  // num_kv_heads). Sequences with context_lens 0 (graph padding) give zeros.
+  void run(const DeviceBatch& batch, KvLayer cache, const __nv_bfloat16* q, __nv_bfloat16* out, cudaStream_t stream);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace spark::cuda

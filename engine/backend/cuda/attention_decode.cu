@@ -1,0 +1,337 @@
+// attention_decode.cu — split-K decode attention (one query row per sequence) over the paged cache, and the combine of
+// its partitions.
+#include <string>
+#include <type_traits>
+
+#include "engine/backend/cuda/attention_kernels.h"
+
+namespace spark::cuda::attn {
+
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+// 8 cache values per lane: 16 bytes of bf16, 8 bytes of e4m3.
+template <bool FP8>
+using KvVec = std::conditional_t<FP8, uint2, uint4>;
+
+// One CTA: one sequence, one kv head (and up to NG of the q heads sharing it), one
+// partition of the context. Lanes work in groups of L = D/8 on one cache row (2 lanes at
+// head_dim 16, so a warp covers 16 rows), so each K/V row is one coalesced
+// 16-byte-per-lane read (8 bytes for FP8), and each row is read once for all NG heads. The partition is walked in
+// chunks of C rows: all loads of a chunk are issued first, the chunk's logits go to shared memory, one warp per head
+// folds them into the running max/sum, and the rescaled P·V accumulates in registers.
+template <int D, int NG, bool FP8>
+__global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const DecodeParams p) {
+  static_assert(D == 16 || D == 32 || D == 64 || D == 128 || D == 256, "head_dim 16, 32, 64, 128 or 256");
+  constexpr int L = D / 8;     // lanes per cache row
+  constexpr int RPW = 32 / L;  // rows per warp per step
+  constexpr int NW = kDecodeThreads / 32;
+  constexpr int STEP = NW * RPW;      // rows per step of the CTA
+  constexpr int U = NG <= 4 ? 8 : 4;  // steps per chunk: loads in flight per lane
+  constexpr int C = U * STEP;
+  constexpr int XI = (C + 31) / 32;
+  constexpr int HPW = (NG + NW - 1) / NW;  // heads whose softmax state one warp keeps
+  using Vec = KvVec<FP8>;
+  using Elem = std::conditional_t<FP8, uint8_t, bf16>;
+
+  // Logits and rescale factors are double-buffered by chunk parity: a warp still in the
+  // P·V of chunk k reads buffer k&1 while faster warps write chunk k+1's logits.
+  __shared__ float s_logit[2][NG][C];
+  __shared__ float s_alpha[2][NG];
+  __shared__ float s_m[NG], s_l[NG];
+  __shared__ __align__(16) float s_red[NW][NG][D];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gi = lane / L, j = lane % L;
+  const int slot_i = blockIdx.x;
+  const int seq = p.seq_list ? p.seq_list[slot_i] : slot_i;
+  const int ctx = p.context_lens[seq];
+  const int group = p.num_heads / p.num_kv_heads;
+  const int kvh = blockIdx.y / p.head_chunks;
+  const int head0 = kvh * group + (blockIdx.y % p.head_chunks) * NG;
+  const int nh = min(NG, (kvh + 1) * group - head0);  // heads of this CTA that exist
+  const int64_t row_off = int64_t(p.query_start[seq]) * p.num_heads * D;
+  const DecodeSplit split = decode_split(ctx, p.parts_cap);
+  const int part = blockIdx.z;
+  if (split.parts == 0) {  // empty context (graph padding): the output is zeros
+    if (part == 0)
+      for (int i = tid; i < nh * D; i += kDecodeThreads)
+        p.out[row_off + int64_t(head0) * D + i] = __float2bfloat16(0.0f);
+    return;
+  }
+  if (part >= split.parts) return;
+  const int t_begin = part * split.len;
+  const int t_end = min(ctx, t_begin + split.len);
+
+  // q pre-scaled by scale * log2(e): logits come out in the exp2 domain.
+  float qf[NG][8];
+#pragma unroll
+  for (int h = 0; h < NG; ++h) {
+    if (h < nh) {
+      const uint4 w = *reinterpret_cast<const uint4*>(p.q + row_off + int64_t(head0 + h) * D + j * 8);
+      unpack8(w, qf[h]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) qf[h][e] *= p.scale_log2;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) qf[h][e] = 0.0f;
+    }
+  }
+
+  const Elem* kc = static_cast<const Elem*>(p.cache.k);
+  const Elem* vc = static_cast<const Elem*>(p.cache.v);
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
+  const int lbs = p.block_size_log2;
+  const int bmask = (1 << lbs) - 1;
+
+  float acc[NG][8];
+#pragma unroll
+  for (int h = 0; h < NG; ++h)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[h][e] = 0.0f;
+  float run_m[HPW], run_l[HPW];
+#pragma unroll
+  for (int i = 0; i < HPW; ++i) run_m[i] = -INFINITY, run_l[i] = 0.0f;
+
+  int it = 0;
+  for (int c0 = t_begin; c0 < t_end; c0 += C, ++it) {
+    const int buf = it & 1;
+    Vec kv[U], vv[U];
+    float ks[U], vs[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int tok = c0 + u * STEP + warp * RPW + gi;
+      kv[u] = Vec{};
+      vv[u] = Vec{};
+      ks[u] = vs[u] = 0.0f;
+      if (tok < t_end) {
+        const int64_t slot = (int64_t(__ldg(table + (tok >> lbs))) << lbs) | (tok & bmask);
+        const int64_t hv = slot * p.num_kv_heads + kvh;
+        kv[u] = __ldg(reinterpret_cast<const Vec*>(kc + hv * D + j * 8));
+        vv[u] = __ldg(reinterpret_cast<const Vec*>(vc + hv * D + j * 8));
+        if constexpr (FP8) {
+          ks[u] = fp8_scale_value(__ldg(p.cache.k_scale + hv));
+          vs[u] = fp8_scale_value(__ldg(p.cache.v_scale + hv));
+        }
+      }
+    }
+    // Logits of this chunk: partial dots over each lane's 8 values, summed over the L lanes of the row.
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8];
+      unpack8(kv[u], kf);
+      float d[NG];
+#pragma unroll
+      for (int h = 0; h < NG; ++h) {
+        d[h] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d[h] = fmaf(qf[h][e], kf[e], d[h]);
+      }
+#pragma unroll
+      for (int off = L / 2; off > 0; off >>= 1)
+#pragma unroll
+        for (int h = 0; h < NG; ++h) d[h] += __shfl_xor_sync(kFull, d[h], off);
+      const int r = u * STEP + warp * RPW + gi;
+      const bool valid = c0 + r < t_end;
+      // Every lane of the group holds every head's sum; lane h % L writes head h (at
+      // head_dim >= 64, L >= 8 >= NG: lane h; at 16 and 32 a lane writes NG / L heads).
+#pragma unroll
+      for (int h = 0; h < NG; ++h)
+        if (j == h % L) s_logit[buf][h][r] = valid ? (FP8 ? d[h] * ks[u] : d[h]) : -INFINITY;
+    }
+    __syncthreads();
+
+    // Online softmax across chunks: warp w owns heads w, w + NW, ...
+#pragma unroll
+    for (int hh = 0; hh < HPW; ++hh) {
+      const int h = warp + hh * NW;
+      if (h < NG) {
+        float x[XI];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < XI; ++i) {
+          const int r = lane + 32 * i;
+          x[i] = r < C ? s_logit[buf][h][r] : -INFINITY;
+          mx = fmaxf(mx, x[i]);
+        }
+        mx = warp_max(mx);
+        const float m_new = fmaxf(run_m[hh], mx);  // finite: every chunk holds a valid row
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < XI; ++i) {
+          const int r = lane + 32 * i;
+          const float e = exp2f(x[i] - m_new);
+          if (r < C) s_logit[buf][h][r] = e;
+          sum += e;
+        }
+        sum = warp_sum(sum);
+        const float alpha = exp2f(run_m[hh] - m_new);
+        run_l[hh] = run_l[hh] * alpha + sum;
+        run_m[hh] = m_new;
+        if (lane == 0) s_alpha[buf][h] = alpha;
+      }
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int h = 0; h < NG; ++h) {
+      const float a = s_alpha[buf][h];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[h][e] *= a;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[8];
+      unpack8(vv[u], vf);
+      const int r = u * STEP + warp * RPW + gi;
+#pragma unroll
+      for (int h = 0; h < NG; ++h) {
+        float w = s_logit[buf][h][r];
+        if constexpr (FP8) w *= vs[u];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[h][e] = fmaf(w, vf[e], acc[h][e]);
+      }
+    }
+  }
+
+  // Sum the row groups of each warp, then the warps.
+#pragma unroll
+  for (int off = L; off < 32; off <<= 1)
+#pragma unroll
+    for (int h = 0; h < NG; ++h)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[h][e] += __shfl_xor_sync(kFull, acc[h][e], off);
+  if (gi == 0) {
+#pragma unroll
+    for (int h = 0; h < NG; ++h) {
+      float4* dst = reinterpret_cast<float4*>(&s_red[warp][h][j * 8]);
+      dst[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+      dst[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < HPW; ++hh) {
+    const int h = warp + hh * NW;
+    if (h < NG && lane == 0) {
+      s_m[h] = run_m[hh];
+      s_l[h] = run_l[hh];
+    }
+  }
+  __syncthreads();
+
+  const bool single = split.parts == 1;
+  const int64_t part_base = (int64_t(slot_i) * p.num_heads + head0) * p.parts_cap + part;
+  for (int i = tid; i < nh * D; i += kDecodeThreads) {
+    const int h = i / D, d = i % D;
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) s += s_red[w][h][d];
+    if (single)
+      p.out[row_off + int64_t(head0 + h) * D + d] = __float2bfloat16(s / s_l[h]);
+    else
+      p.part_acc[(part_base + int64_t(h) * p.parts_cap) * D + d] = s;
+  }
+  if (!single && tid < nh) {
+    p.part_m[part_base + int64_t(tid) * p.parts_cap] = s_m[tid];
+    p.part_l[part_base + int64_t(tid) * p.parts_cap] = s_l[tid];
+  }
+}
+
+// One CTA per (decode slot, q head): weights each partition by exp2(m_p - max) and
+// normalises by the weighted sum of the partition sums. Sequences that took a single
+// partition were written by the split kernel itself.
+__global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams p) {
+  __shared__ float s_w[kMaxPartitions];
+  __shared__ float s_inv;
+  const int slot_i = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
+  const int seq = p.seq_list ? p.seq_list[slot_i] : slot_i;
+  const DecodeSplit split = decode_split(p.context_lens[seq], p.parts_cap);
+  if (split.parts <= 1) return;
+  const int64_t base = (int64_t(slot_i) * p.num_heads + head) * p.parts_cap;
+  if (tid < 32) {
+    float m = -INFINITY;
+    for (int i = tid; i < split.parts; i += 32) m = fmaxf(m, p.part_m[base + i]);
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int i = tid; i < split.parts; i += 32) {
+      const float w = exp2f(p.part_m[base + i] - m);
+      s_w[i] = w;
+      l += w * p.part_l[base + i];
+    }
+    l = warp_sum(l);
+    if (tid == 0) s_inv = 1.0f / l;
+  }
+  __syncthreads();
+  const int D = p.head_dim;
+  const int64_t out_off = int64_t(p.query_start[seq]) * p.num_heads * D + int64_t(head) * D;
+  for (int d = tid; d < D; d += blockDim.x) {
+    float s = 0.0f;
+    for (int i = 0; i < split.parts; ++i) s = fmaf(s_w[i], p.part_acc[(base + i) * D + d], s);
+    p.out[out_off + d] = __float2bfloat16(s * s_inv);
+  }
+}
+
+template <int D, bool FP8>
+void launch_split(const DecodeParams& p, int ng, dim3 grid, cudaStream_t stream) {
+  switch (ng) {
+    case 1:
+      decode_split_kernel<D, 1, FP8><<<grid, kDecodeThreads, 0, stream>>>(p);
+      break;
+    case 2:
+      decode_split_kernel<D, 2, FP8><<<grid, kDecodeThreads, 0, stream>>>(p);
+      break;
+    case 4:
+      decode_split_kernel<D, 4, FP8><<<grid, kDecodeThreads, 0, stream>>>(p);
+      break;
+    default:
+      decode_split_kernel<D, 8, FP8><<<grid, kDecodeThreads, 0, stream>>>(p);
+      break;
+  }
+}
+
+template <bool FP8>
+void launch_split_d(const DecodeParams& p, int ng, dim3 grid, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 16:
+      launch_split<16, FP8>(p, ng, grid, stream);
+      break;
+    case 32:
+      launch_split<32, FP8>(p, ng, grid, stream);
+      break;
+    case 64:
+      launch_split<64, FP8>(p, ng, grid, stream);
+      break;
+    case 128:
+      launch_split<128, FP8>(p, ng, grid, stream);
+      break;
+    case 256:
+      launch_split<256, FP8>(p, ng, grid, stream);
+      break;
+    default:
+      SPARK_CHECK(false, "decode attention: unsupported head_dim " + std::to_string(p.head_dim));
+  }
+}
+
+}  // namespace
+
+void launch_decode(const DecodeParams& p, KvDtype dtype, cudaStream_t stream) {
+  if (p.num_decode == 0) return;
+  const int group = p.num_heads / p.num_kv_heads;
+  SPARK_CHECK(p.head_chunks == decode_head_chunks(group), "decode attention: head_chunks does not match the group");
+  SPARK_CHECK(p.parts_cap >= 1 && p.parts_cap <= kMaxPartitions, "decode attention: bad partition count");
+  const int g = std::min(group, kDecodeMaxGroup);
+  const int ng = g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : 8;
+  const dim3 grid(unsigned(p.num_decode), unsigned(p.num_kv_heads * p.head_chunks), unsigned(p.parts_cap));
+  if (dtype == KvDtype::FP8)
+    launch_split_d<true>(p, ng, grid, stream);
+  else
+    launch_split_d<false>(p, ng, grid, stream);
+  CUDA_CHECK_LAUNCH();
+  if (p.parts_cap > 1) {
+    decode_combine_kernel<<<dim3(unsigned(p.num_decode), unsigned(p.num_heads)), 128, 0, stream>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace spark::cuda::attn

@@ -1,0 +1,136 @@
+// attention_kernels.h — launchers and shared planning rules of the attention kernels;
+// included only by attention.cu, attention_prefill.cu and attention_decode.cu.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/kernel_args.h"
+
+namespace spark::cuda::attn {
+
+// Prefill: query rows per CTA (4 warps x 16 rows of mma.m16n8k16).
+inline constexpr int kPrefillRows = 64;
+inline constexpr int kPrefillThreads = 128;
+
+// Decode split-K: a partition takes at least kMinPartition tokens; a sequence is cut in
+// at most parts_cap partitions, parts_cap chosen per launch so that the grid holds about
+// kTargetCtas working CTAs (enough to fill every SM several times at batch 1, few
+// partial results at large batch). kMaxPartitions bounds the workspace and the grid.
+inline constexpr int kDecodeThreads = 128;
+inline constexpr int kMinPartition = 128;
+inline constexpr int kMaxPartitions = 64;
+inline constexpr int kTargetCtas = 2048;
+// q heads one decode CTA serves; larger GQA groups are cut into chunks of this size.
+inline constexpr int kDecodeMaxGroup = 8;
+
+struct PrefillTile {
+  int32_t seq;   // sequence index in the batch
+  int32_t row0;  // first query row of the tile, counted from the sequence's first row
+};
+
+inline int decode_head_chunks(int group) { return (group + kDecodeMaxGroup - 1) / kDecodeMaxGroup; }
+
+// Partitions per sequence a decode launch over num_decode sequences uses (the grid's z).
+inline int decode_parts_cap(int num_decode, int num_kv_heads, int head_chunks, int max_parts) {
+  const int64_t ctas = int64_t(std::max(num_decode, 1)) * num_kv_heads * head_chunks;
+  const int64_t want = (kTargetCtas + ctas - 1) / ctas;
+  return int(std::clamp<int64_t>(want, 1, max_parts));
+}
+
+struct DecodeSplit {
+  int32_t len;    // tokens per partition (the last may be shorter)
+  int32_t parts;  // partitions that hold tokens; 0 for an empty context
+};
+
+// The same rule in the split kernel and the combine kernel: both derive a sequence's
+// partitions from its context length alone, so nothing per sequence is uploaded.
+__host__ __device__ inline DecodeSplit decode_split(int32_t ctx, int32_t parts_cap) {
+  if (ctx <= 0) return {0, 0};
+  int32_t parts = (ctx + kMinPartition - 1) / kMinPartition;
+  parts = parts < parts_cap ? parts : parts_cap;
+  int32_t len = (ctx + parts - 1) / parts;
+  len = (len + 63) / 64 * 64;
+  return {len, (ctx + len - 1) / len};
+}
+
+struct DecodeParams {
+  const __nv_bfloat16* q = nullptr;  // [T, num_heads * head_dim]
+  __nv_bfloat16* out = nullptr;
+  KvLayer cache;
+  const int32_t* query_start = nullptr;
+  const int32_t* context_lens = nullptr;
+  const int32_t* block_tables = nullptr;
+  const int32_t* seq_list = nullptr;  // decode slot -> sequence; null: slot i is sequence i
+  int32_t num_decode = 0;             // grid x
+  int32_t max_blocks_per_seq = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t head_chunks = 0;
+  int32_t block_size_log2 = 0;
+  int32_t parts_cap = 0;  // grid z; also the stride of the partial results
+  float scale_log2 = 0;   // softmax scale * log2(e)
+  // Partial results of partition p of head h of decode slot i at (i * num_heads + h) * parts_cap + p.
+  float* part_m = nullptr;    // running max (log2 domain)
+  float* part_l = nullptr;    // sum of exp2(logit - max)
+  float* part_acc = nullptr;  // [.., head_dim] unnormalised output
+};
+
+void launch_decode(const DecodeParams& p, KvDtype dtype, cudaStream_t stream);
+
+struct PrefillParams {
+  const __nv_bfloat16* q = nullptr;
+  __nv_bfloat16* out = nullptr;
+  KvLayer cache;
+  const int32_t* query_start = nullptr;
+  const int32_t* context_lens = nullptr;
+  const int32_t* block_tables = nullptr;
+  const PrefillTile* tiles = nullptr;
+  int32_t num_tiles = 0;
+  int32_t max_blocks_per_seq = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size_log2 = 0;
+  float scale_log2 = 0;
+};
+
+// Dynamic shared memory of the prefill kernel for this head size and cache type.
+size_t prefill_smem_bytes(int head_dim, KvDtype dtype);
+// Once per process and shape, before the first launch: raises the kernel's shared memory
+// limit; throws RuntimeError when the device cannot give that much.
+void prefill_setup(int head_dim, KvDtype dtype);
+void launch_prefill(const PrefillParams& p, KvDtype dtype, cudaStream_t stream);
+
+#ifdef __CUDACC__
+// Eight cache values as f32: bf16 from a 16-byte load, e4m3 from an 8-byte one.
+__device__ __forceinline__ void unpack8(const uint4& w, float (&f)[8]) {
+  const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(u[i] << 16);
+    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ void unpack8(const uint2& w, float (&f)[8]) {
+  const uint32_t u[2] = {w.x, w.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] >> (16 * j)), __NV_E4M3);
+      const float2 v = __half22float2(__half2(h));
+      f[4 * i + 2 * j] = v.x;
+      f[4 * i + 2 * j + 1] = v.y;
+    }
+  }
+}
+#endif
+
+}  // namespace spark::cuda::attn

@@ -1,0 +1,411 @@
+// attention_prefill.cu — causal prefill attention over the paged cache: FlashAttention-2 style tiles on bf16 tensor
+// cores (mma.sync m16n8k16).
+#include <string>
+
+#include "engine/backend/cuda/attention_kernels.h"
+
+namespace spark::cuda::attn {
+
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+// One CTA: 64 query rows of one sequence and one q head; warp w owns rows 16w..16w+15.
+// K/V tiles of BN keys are gathered through the block table into shared memory (double
+// buffered: the next tile's copies fly while this one is computed). Shared rows are
+// 16-byte chunks XOR-swizzled (see swz), so the 8 rows an ldmatrix phase reads land in
+// 8 different bank groups.
+template <int D>
+struct PrefillCfg {
+  static_assert(D == 16 || D == 32 || D == 64 || D == 128 || D == 256, "head_dim 16, 32, 64, 128 or 256");
+  static constexpr int BM = kPrefillRows;
+  // At 256 the O accumulator takes 128 registers a thread: 16-key tiles keep S small
+  // enough to avoid spills, and the 64 KB of shared memory fits GB10's 99 KB.
+  static constexpr int BN = D <= 128 ? 64 : 16;
+  static constexpr int CH = D / 8;            // 16-byte chunks per row: 2 at head_dim 16
+  static constexpr bool kQInRegs = D <= 128;  // at 256 the O accumulator leaves no room for Q
+  static constexpr int q_bytes = BM * D * 2;
+  static constexpr int tile_bytes = BN * D * 2;
+  static constexpr int smem = q_bytes + 4 * tile_bytes;  // Q, K[2], V[2]
+  static_assert(BM == 16 * (kPrefillThreads / 32), "one m16 row block per warp");
+  static_assert((BN * CH) % kPrefillThreads == 0 && (BM * CH) % kPrefillThreads == 0, "whole copy rounds");
+  static_assert((16 * CH) % 32 == 0, "whole output rounds: a warp writes its 16 rows");
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; src_bytes 0 writes zeros (rows past the sequence or the causal end).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, const uint4& v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// c += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo in the low half: the lower column
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][CH] tile. An
+// ldmatrix phase reads one chunk of 8 consecutive rows (the first a multiple of 8); they
+// are conflict-free when they fall in 8 different 16-byte slots of a 128-byte line.
+// Rows of 8 or more chunks: XOR the chunk with row & 7. Narrower rows (head_dim 16 and
+// 32: 2 and 4 chunks) must keep the XOR below CH or chunks would land in the next row;
+// 8 / CH of them share a line, so the low row bits already pick the line offset and the
+// XOR takes the next bits: (row >> log2(8 / CH)) & (CH - 1).
+template <int CH>
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  if constexpr (CH >= 8) {
+    return uint32_t(row * CH + (chunk ^ (row & 7))) * 16u;
+  } else {
+    static_assert(CH == 2 || CH == 4, "narrow rows: 2 or 4 chunks");
+    constexpr int kShift = CH == 4 ? 1 : 2;
+    return uint32_t(row * CH + (chunk ^ ((row >> kShift) & (CH - 1)))) * 16u;
+  }
+}
+
+template <int D, bool FP8>
+__global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillParams p) {
+  using Cfg = PrefillCfg<D>;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, CH = Cfg::CH;
+  constexpr int NT = kPrefillThreads;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sK0 = sQ + Cfg::q_bytes;
+  const uint32_t sV0 = sK0 + 2 * Cfg::tile_bytes;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;  // mma fragment row group / column pair
+  const int head = blockIdx.x;
+  const PrefillTile tile = p.tiles[blockIdx.y];
+  const int seq = tile.seq, row0 = tile.row0;
+  const int qs = p.query_start[seq];
+  const int n = p.query_start[seq + 1] - qs;
+  const int ctx = p.context_lens[seq];
+  const int prefix = ctx - n;  // cached tokens before this step's rows
+  const int rows = min(BM, n - row0);
+  const int kv_end = prefix + row0 + rows;  // keys the tile's last row sees
+  const int ntiles = (kv_end + BN - 1) / BN;
+  const int kvh = head / (p.num_heads / p.num_kv_heads);
+  const int64_t ld = int64_t(p.num_heads) * D;  // q / out row stride
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
+  const int lbs = p.block_size_log2;
+  const int bmask = (1 << lbs) - 1;
+
+#pragma unroll
+  for (int k = 0; k < BM * CH / NT; ++k) {
+    const int i = tid + k * NT, r = i / CH, c = i % CH;
+    const bool valid = row0 + r < n;
+    const bf16* src = p.q + int64_t(qs + (valid ? row0 + r : 0)) * ld + int64_t(head) * D + c * 8;
+    cp_async16(sQ + swz<CH>(r, c), src, valid);
+  }
+
+  auto load_kv = [&](int jt, int b) {
+    const int kv0 = jt * BN;
+    const uint32_t sk = sK0 + b * Cfg::tile_bytes, sv = sV0 + b * Cfg::tile_bytes;
+    if constexpr (!FP8) {
+      const bf16* kc = static_cast<const bf16*>(p.cache.k);
+      const bf16* vc = static_cast<const bf16*>(p.cache.v);
+#pragma unroll
+      for (int k = 0; k < BN * CH / NT; ++k) {
+        const int i = tid + k * NT, r = i / CH, c = i % CH;
+        const int key = kv0 + r;
+        const bool valid = key < kv_end;
+        int64_t hv = 0;
+        if (valid) hv = ((int64_t(__ldg(table + (key >> lbs))) << lbs) | (key & bmask)) * p.num_kv_heads + kvh;
+        cp_async16(sk + swz<CH>(r, c), kc + hv * D + c * 8, valid);
+        cp_async16(sv + swz<CH>(r, c), vc + hv * D + c * 8, valid);
+      }
+    } else {
+      // e4m3 cannot go through cp.async: loaded to registers, scaled, stored as bf16
+      // (exact: e4m3 times a power of two fits bf16).
+      const uint8_t* kc = static_cast<const uint8_t*>(p.cache.k);
+      const uint8_t* vc = static_cast<const uint8_t*>(p.cache.v);
+      constexpr int K = BN * CH / NT;
+      uint2 kr[K], vr[K];
+      float ks[K], vs[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int i = tid + k * NT, r = i / CH, c = i % CH;
+        const int key = kv0 + r;
+        kr[k] = vr[k] = make_uint2(0, 0);
+        ks[k] = vs[k] = 0.0f;
+        if (key < kv_end) {
+          const int64_t hv = ((int64_t(__ldg(table + (key >> lbs))) << lbs) | (key & bmask)) * p.num_kv_heads + kvh;
+          kr[k] = __ldg(reinterpret_cast<const uint2*>(kc + hv * D + c * 8));
+          vr[k] = __ldg(reinterpret_cast<const uint2*>(vc + hv * D + c * 8));
+          ks[k] = fp8_scale_value(__ldg(p.cache.k_scale + hv));
+          vs[k] = fp8_scale_value(__ldg(p.cache.v_scale + hv));
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int i = tid + k * NT, r = i / CH, c = i % CH;
+        float f[8];
+        unpack8(kr[k], f);
+        st_shared_v4(sk + swz<CH>(r, c),
+                     make_uint4(pack_bf16(f[0] * ks[k], f[1] * ks[k]), pack_bf16(f[2] * ks[k], f[3] * ks[k]),
+                                pack_bf16(f[4] * ks[k], f[5] * ks[k]), pack_bf16(f[6] * ks[k], f[7] * ks[k])));
+        unpack8(vr[k], f);
+        st_shared_v4(sv + swz<CH>(r, c),
+                     make_uint4(pack_bf16(f[0] * vs[k], f[1] * vs[k]), pack_bf16(f[2] * vs[k], f[3] * vs[k]),
+                                pack_bf16(f[4] * vs[k], f[5] * vs[k]), pack_bf16(f[6] * vs[k], f[7] * vs[k])));
+      }
+    }
+  };
+
+  load_kv(0, 0);
+  cp_async_commit();  // group 0: Q and the first K/V tile
+
+  const int wrow = warp * 16;                                         // warp's first row in the tile
+  const int lim_a = prefix + row0 + wrow + g + 1, lim_b = lim_a + 8;  // keys rows g, g+8 see
+  const int warp_lim = prefix + row0 + wrow + 1;                      // keys every row of the warp sees
+  // ldmatrix lane addresses (see the fragment layouts of mma.m16n8k16):
+  const int q_r = wrow + (lane & 7) + ((lane >> 3) & 1) * 8, q_c = lane >> 4;  // A: rows 0-7/8-15, k 0-7/8-15
+  const int k_r = (lane & 7) + ((lane >> 4) << 3), k_c = (lane >> 3) & 1;      // B of 2 key blocks: k 0-7/8-15
+  const int v_r = (lane & 7) + (((lane >> 3) & 1) << 3), v_c = lane >> 4;      // B^T of 2 dim blocks: keys 0-7/8-15
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // l: this thread's columns only
+  uint32_t qf[Cfg::kQInRegs ? D / 16 : 1][4];
+  const float sl2 = p.scale_log2;
+
+  for (int jt = 0; jt < ntiles; ++jt) {
+    const int b = jt & 1;
+    if (jt + 1 < ntiles) {
+      load_kv(jt + 1, b ^ 1);  // buffer b^1 was last read in iteration jt-1, before its closing barrier
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint32_t sk = sK0 + b * Cfg::tile_bytes, sv = sV0 + b * Cfg::tile_bytes;
+    if constexpr (Cfg::kQInRegs) {
+      if (jt == 0) {
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) ldsm_x4(sQ + swz<CH>(q_r, 2 * ks + q_c), qf[ks]);
+      }
+    }
+
+    // S = Q K^T for this warp's 16 rows and the tile's BN keys.
+    float s[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t a[4];
+      if constexpr (Cfg::kQInRegs) {
+        a[0] = qf[ks][0], a[1] = qf[ks][1], a[2] = qf[ks][2], a[3] = qf[ks][3];
+      } else {
+        ldsm_x4(sQ + swz<CH>(q_r, 2 * ks + q_c), a);
+      }
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t kb[4];
+        ldsm_x4(sk + swz<CH>(16 * np + k_r, 2 * ks + k_c), kb);
+        mma_bf16(s[2 * np], a, kb[0], kb[1]);
+        mma_bf16(s[2 * np + 1], a, kb[2], kb[3]);
+      }
+    }
+
+    const int kv0 = jt * BN;
+    if (kv0 + BN > warp_lim) {  // the tile crosses the causal edge (or the end) of some row of this warp
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = kv0 + nt * 8 + 2 * t + e;
+          if (key >= lim_a) s[nt][e] = -INFINITY;
+          if (key >= lim_b) s[nt][2 + e] = -INFINITY;
+        }
+      }
+    }
+
+    // Online softmax in the exp2 domain; a row's max is shared by its quad (lanes 4g..4g+3).
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(kFull, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(kFull, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(kFull, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(kFull, mx_b, 2));
+    const float mn_a = fmaxf(m_a, mx_a * sl2), mn_b = fmaxf(m_b, mx_b * sl2);
+    const float base_a = mn_a == -INFINITY ? 0.0f : mn_a;  // a row with nothing visible yet stays at zero
+    const float base_b = mn_b == -INFINITY ? 0.0f : mn_b;
+    const float al_a = exp2f(m_a - base_a), al_b = exp2f(m_b - base_b);
+    m_a = mn_a;
+    m_b = mn_b;
+    float rs_a = 0.0f, rs_b = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      s[nt][0] = exp2f(fmaf(s[nt][0], sl2, -base_a));
+      s[nt][1] = exp2f(fmaf(s[nt][1], sl2, -base_a));
+      s[nt][2] = exp2f(fmaf(s[nt][2], sl2, -base_b));
+      s[nt][3] = exp2f(fmaf(s[nt][3], sl2, -base_b));
+      rs_a += s[nt][0] + s[nt][1];
+      rs_b += s[nt][2] + s[nt][3];
+    }
+    l_a = l_a * al_a + rs_a;
+    l_b = l_b * al_b + rs_b;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= al_a;
+      o[dt][1] *= al_a;
+      o[dt][2] *= al_b;
+      o[dt][3] *= al_b;
+    }
+
+    // O += P V: the S accumulators of key blocks 2kk, 2kk+1 are exactly the A fragment of keys 16kk..16kk+15.
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t vb[4];
+        ldsm_x4_trans(sv + swz<CH>(16 * kk + v_r, 2 * np + v_c), vb);
+        mma_bf16(o[2 * np], a, vb[0], vb[1]);
+        mma_bf16(o[2 * np + 1], a, vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with buffer b before iteration jt+1 refills it
+  }
+
+  l_a += __shfl_xor_sync(kFull, l_a, 1);
+  l_a += __shfl_xor_sync(kFull, l_a, 2);
+  l_b += __shfl_xor_sync(kFull, l_b, 1);
+  l_b += __shfl_xor_sync(kFull, l_b, 2);
+  const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+  // Stage the bf16 output in this warp's own rows of the Q tile (no other warp reads
+  // them), then write whole 16-byte chunks of the rows that exist.
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    st_shared_b32(sQ + swz<CH>(wrow + g, dt) + 4 * t, pack_bf16(o[dt][0] * inv_a, o[dt][1] * inv_a));
+    st_shared_b32(sQ + swz<CH>(wrow + g + 8, dt) + 4 * t, pack_bf16(o[dt][2] * inv_b, o[dt][3] * inv_b));
+  }
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < 16 * CH / 32; ++k) {
+    const int i = lane + 32 * k, r = wrow + i / CH, c = i % CH;
+    if (r < rows) {
+      const uint4 v = ld_shared_v4(sQ + swz<CH>(r, c));
+      *reinterpret_cast<uint4*>(p.out + int64_t(qs + row0 + r) * ld + int64_t(head) * D + c * 8) = v;
+    }
+  }
+}
+
+using PrefillKernel = void (*)(PrefillParams);
+
+template <bool FP8>
+PrefillKernel kernel_for(int head_dim) {
+  switch (head_dim) {
+    case 16:
+      return prefill_kernel<16, FP8>;
+    case 32:
+      return prefill_kernel<32, FP8>;
+    case 64:
+      return prefill_kernel<64, FP8>;
+    case 128:
+      return prefill_kernel<128, FP8>;
+    case 256:
+      return prefill_kernel<256, FP8>;
+    default:
+      SPARK_CHECK(false, "prefill attention: unsupported head_dim " + std::to_string(head_dim));
+  }
+  return nullptr;
+}
+
+PrefillKernel kernel_for(int head_dim, KvDtype dtype) {
+  return dtype == KvDtype::FP8 ? kernel_for<true>(head_dim) : kernel_for<false>(head_dim);
+}
+
+}  // namespace
+
+size_t prefill_smem_bytes(int head_dim, KvDtype) {
+  switch (head_dim) {
+    case 16:
+      return PrefillCfg<16>::smem;
+    case 32:
+      return PrefillCfg<32>::smem;
+    case 64:
+      return PrefillCfg<64>::smem;
+    case 128:
+      return PrefillCfg<128>::smem;
+    case 256:
+      return PrefillCfg<256>::smem;
+    default:
+      SPARK_CHECK(false, "prefill attention: unsupported head_dim " + std::to_string(head_dim));
+  }
+  return 0;
+}
+
+void prefill_setup(int head_dim, KvDtype dtype) {
+  int dev = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const size_t need = prefill_smem_bytes(head_dim, dtype);
+  if (need > size_t(optin))
+    throw RuntimeError("prefill attention for head_dim " + std::to_string(head_dim) + " needs " + std::to_string(need) +
+                       " bytes of shared memory per block; this GPU allows " + std::to_string(optin));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel_for(head_dim, dtype), cudaFuncAttributeMaxDynamicSharedMemorySize, int(need)));
+}
+
+void launch_prefill(const PrefillParams& p, KvDtype dtype, cudaStream_t stream) {
+  if (p.num_tiles == 0) return;
+  // x = head, so the heads of one tile (sharing K/V through L2) start together; the
+  // tiles come sorted by work, longest first.
+  const dim3 grid(unsigned(p.num_heads), unsigned(p.num_tiles));
+  kernel_for(p.head_dim, dtype)<<<grid, kPrefillThreads, prefill_smem_bytes(p.head_dim, dtype), stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace spark::cuda::attn

@@ -1,0 +1,55 @@
+// embedding.cu — the token embedding gather: bf16 table rows widened into the f32 residual.
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/embedding.h"
+
+namespace spark::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One thread per 8 values (one 16-byte load, two 16-byte stores), flat over all rows:
+// rows are short (hidden / 8 = 512 chunks for 4096) so a CTA per row would idle lanes
+// at small hidden sizes, and the flat grid keeps every SM busy at one token too.
+__global__ void embedding_gather_kernel(const int32_t* __restrict__ token_ids, const bf16* __restrict__ table,
+                                        int64_t vocab, int32_t hidden, int64_t total_chunks, float* __restrict__ out) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= total_chunks) return;
+  const int64_t chunks_per_row = hidden / 8;
+  const int64_t t = c / chunks_per_row, col = (c - t * chunks_per_row) * 8;
+  const int64_t id = token_ids[t];
+  float v[8];
+  if (id >= 0 && id < vocab) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(table + id * hidden + col);
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(pairs[k]);
+      v[2 * k] = f.x;
+      v[2 * k + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = 0.0f;
+  }
+  float4* dst = reinterpret_cast<float4*>(out + t * hidden + col);
+  dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+  dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+}  // namespace
+
+void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const bf16* table, int64_t vocab, int32_t hidden,
+                      float* out, cudaStream_t stream) {
+  SPARK_CHECK(num_tokens >= 0 && vocab > 0, "embedding_gather: bad sizes");
+  SPARK_CHECK(hidden > 0 && hidden % 8 == 0, "embedding_gather: hidden must be a positive multiple of 8");
+  SPARK_CHECK(reinterpret_cast<uintptr_t>(table) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
+              "embedding_gather: table and out must be 16-byte aligned");
+  if (num_tokens == 0) return;
+  const int64_t total_chunks = int64_t(num_tokens) * (hidden / 8);
+  const int64_t blocks = ceil_div(total_chunks, kThreads);
+  embedding_gather_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(token_ids, table, vocab, hidden, total_chunks,
+                                                                     out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace spark::cuda

@@ -1,0 +1,16 @@
+// embedding.h — launcher for the token embedding gather.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace spark::cuda {
+
+// out[t] = table[token_ids[t]] widened to f32 (the residual stream), hidden values per
+// row. An id outside [0, vocab) gives a row of zeros (the host validates ids first; this
+// only keeps a bad id from reading outside the table).
+void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const __nv_bfloat16* table, int64_t vocab,
+                      int32_t hidden, float* out, cudaStream_t stream);
+
+}  // namespace spark::cuda

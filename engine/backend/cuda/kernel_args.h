@@ -1,0 +1,46 @@
+// kernel_args.h — the plain structs CUDA launchers take: one layer's paged KV cache and
+// the step's batch in device memory. No CUDA headers, so host code can fill them.
+#pragma once
+#include <cstdint>
+
+namespace spark::cuda {
+
+enum class KvDtype : uint8_t { BF16, FP8 };
+
+// Geometry shared by every layer's cache. Slot s = block * block_size + offset (Batch's
+// slot_mapping) holds K (and V) of one token for every kv head: head h's head_dim values
+// start at element (s * num_kv_heads + h) * head_dim.
+struct KvShape {
+  KvDtype dtype = KvDtype::BF16;
+  int32_t block_size = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int64_t num_slots = 0;  // num_blocks * block_size
+};
+
+// One layer's cache. BF16: k and v hold __nv_bfloat16. FP8: they hold e4m3 bytes, and
+// k_scale / v_scale one exponent byte per (slot, kv head), at s * num_kv_heads + h
+// (see fp8_scale_value in common.cuh); null for BF16.
+struct KvLayer {
+  void* k = nullptr;
+  void* v = nullptr;
+  uint8_t* k_scale = nullptr;
+  uint8_t* v_scale = nullptr;
+};
+
+// Batch (engine/backend/backend.h) copied to the device. Rows padded up to a CUDA graph's
+// bucket have slot_mapping -1 (nothing written) and belong to padding sequences with
+// context_lens 0 (their attention output is zeros).
+struct DeviceBatch {
+  const int32_t* token_ids = nullptr;     // [num_tokens]
+  const int32_t* positions = nullptr;     // [num_tokens]
+  const int32_t* slot_mapping = nullptr;  // [num_tokens]
+  const int32_t* query_start = nullptr;   // [num_seqs + 1]
+  const int32_t* context_lens = nullptr;  // [num_seqs]
+  const int32_t* block_tables = nullptr;  // [num_seqs * max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  int32_t num_tokens = 0;
+  int32_t num_seqs = 0;
+};
+
+}  // namespace spark::cuda

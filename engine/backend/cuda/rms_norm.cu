@@ -1,0 +1,116 @@
+// rms_norm.cu — the fused residual add + RMSNorm, and the final norm of selected rows.
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/rms_norm.h"
+
+namespace spark::cuda {
+namespace {
+
+// Chunks of 8 values each thread keeps in registers between the sum of squares and the
+// scaling, so x is read from memory once. 4 chunks * 256 threads covers hidden 8192 and
+// 4 * 1024 the largest row we accept.
+constexpr int kChunksPerThread = 4;
+constexpr int kMaxHidden = 8 * kChunksPerThread * 1024;
+
+__device__ __forceinline__ void load_bf16x8(const bf16* p, float* f) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 t = __bfloat1622float2(pairs[k]);
+    f[2 * k] = t.x;
+    f[2 * k + 1] = t.y;
+  }
+}
+
+__device__ __forceinline__ void store_bf16x8(bf16* p, const float* f) {
+  uint4 raw;
+  __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) pairs[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// One CTA per row; thread i owns chunks i, i + blockDim, ... (coalesced 16-byte accesses).
+// Row r reads x row row_ids[r] (r itself when row_ids is null) and writes out row r.
+// x is written only when delta is not null; rms_norm_rows passes a const x that way.
+__global__ void __launch_bounds__(1024)
+    add_rms_norm_kernel(float* __restrict__ x, const int32_t* __restrict__ row_ids, const bf16* __restrict__ delta,
+                        const float* __restrict__ weight, int32_t hidden, float eps, bf16* __restrict__ out) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const int64_t src = row_ids ? int64_t(row_ids[r]) : r;
+  float* xr = x + src * hidden;
+  const int chunks = hidden / 8;
+
+  float v[kChunksPerThread][8];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kChunksPerThread; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c >= chunks) break;
+    const float4* xp = reinterpret_cast<const float4*>(xr + c * 8);
+    const float4 lo = xp[0], hi = xp[1];
+    v[k][0] = lo.x, v[k][1] = lo.y, v[k][2] = lo.z, v[k][3] = lo.w;
+    v[k][4] = hi.x, v[k][5] = hi.y, v[k][6] = hi.z, v[k][7] = hi.w;
+    if (delta) {
+      float d[8];
+      load_bf16x8(delta + r * hidden + c * 8, d);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[k][j] += d[j];
+      float4* xw = reinterpret_cast<float4*>(xr + c * 8);
+      xw[0] = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
+      xw[1] = make_float4(v[k][4], v[k][5], v[k][6], v[k][7]);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sum_sq += v[k][j] * v[k][j];
+  }
+  if (!out) return;  // uniform over the block: nobody reaches block_sum
+
+  const float total = block_sum(sum_sq, scratch);
+  const float inv = 1.0f / sqrtf(total / float(hidden) + eps);
+#pragma unroll
+  for (int k = 0; k < kChunksPerThread; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c >= chunks) break;
+    const float4* wp = reinterpret_cast<const float4*>(weight + c * 8);
+    const float4 wlo = wp[0], whi = wp[1];
+    const float w[8] = {wlo.x, wlo.y, wlo.z, wlo.w, whi.x, whi.y, whi.z, whi.w};
+    float o[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = w[j] * (v[k][j] * inv);  // the CPU's order: weight * (x * inv)
+    store_bf16x8(out + r * hidden + c * 8, o);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void launch(float* x, const int32_t* row_ids, const bf16* delta, const float* weight, int32_t rows, int32_t hidden,
+            float eps, bf16* out, cudaStream_t stream) {
+  SPARK_CHECK(rows >= 0, "rms_norm: negative rows");
+  SPARK_CHECK(hidden > 0 && hidden % 8 == 0 && hidden <= kMaxHidden,
+              "rms_norm: hidden must be a positive multiple of 8, at most 32768");
+  if (rows == 0 || (!delta && !out)) return;
+  SPARK_CHECK(x && (!out || weight), "rms_norm: x or weight is null");
+  SPARK_CHECK(aligned16(x) && aligned16(delta) && aligned16(weight) && aligned16(out),
+              "rms_norm: pointers must be 16-byte aligned");
+  const int64_t chunks = hidden / 8;
+  const int threads = int(ceil_div(ceil_div(chunks, kChunksPerThread), 32) * 32);
+  add_rms_norm_kernel<<<unsigned(rows), threads, 0, stream>>>(x, row_ids, delta, weight, hidden, eps, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void add_rms_norm(float* x, const bf16* delta, const float* weight, int32_t rows, int32_t hidden, float eps, bf16* out,
+                  cudaStream_t stream) {
+  launch(x, nullptr, delta, weight, rows, hidden, eps, out, stream);
+}
+
+void rms_norm_rows(const float* x, const int32_t* row_ids, int32_t rows, const float* weight, int32_t hidden, float eps,
+                   bf16* out, cudaStream_t stream) {
+  SPARK_CHECK(rows == 0 || (out && row_ids), "rms_norm_rows: out and row_ids are required");
+  // The kernel writes x only when given a delta; none here, so the cast never writes.
+  launch(const_cast<float*>(x), row_ids, nullptr, weight, rows, hidden, eps, out, stream);
+}
+
+}  // namespace spark::cuda

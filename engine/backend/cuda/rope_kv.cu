@@ -1,0 +1,317 @@
+// rope_kv.cu — the attention input stage: bias, q/k norm, RoPE, q out and the paged KV write.
+#include <algorithm>
+
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/rope_kv.h"
+
+namespace spark::cuda {
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxThreads = 512;
+
+// Everything the kernel reads, by value (well under the 4 KB parameter limit).
+struct Params {
+  const bf16* qkv;
+  const float* bias;
+  const float* q_norm;
+  const float* k_norm;
+  const int32_t* positions;
+  const int32_t* slot_mapping;
+  const float* inv_freq;
+  bf16* q_out;
+  void* k_cache;
+  void* v_cache;
+  uint8_t* k_scale;
+  uint8_t* v_scale;
+  int64_t num_slots;
+  float eps;
+  float position_scale;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t group;  // lanes per head vector: a power of two <= 32
+  bool fp8;
+};
+
+template <int V>
+__device__ __forceinline__ void load_bf16(const bf16* p, float* f) {
+  if constexpr (V == 8) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 t = __bfloat1622float2(pairs[k]);
+      f[2 * k] = t.x;
+      f[2 * k + 1] = t.y;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) f[j] = __bfloat162float(p[j]);
+  }
+}
+
+// p is global or shared f32 memory.
+template <int V>
+__device__ __forceinline__ void load_f32(const float* p, float* f) {
+  if constexpr (V == 8) {
+    const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
+    f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w, f[4] = hi.x, f[5] = hi.y, f[6] = hi.z, f[7] = hi.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) f[j] = p[j];
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void store_bf16(bf16* p, const float* f) {
+  if constexpr (V == 8) {
+    uint4 raw;
+    __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) pairs[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    *reinterpret_cast<uint4*>(p) = raw;
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = __float2bfloat16(f[j]);
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void store_fp8(uint8_t* p, const float* f, float inv_scale) {
+  if constexpr (V == 8) {
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j / 4] |= uint32_t(fp8_encode(f[j], inv_scale)) << (8 * (j % 4));
+    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = fp8_encode(f[j], inv_scale);
+  }
+}
+
+// Reductions over the `group` lanes sharing one head vector; groups are aligned runs of
+// lanes, so xor offsets below `group` never leave the group and `mask` names only it.
+__device__ __forceinline__ float group_sum(float v, unsigned mask, int group) {
+  for (int o = group / 2; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o);
+  return v;
+}
+__device__ __forceinline__ float group_max(float v, unsigned mask, int group) {
+  for (int o = group / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(mask, v, o));
+  return v;
+}
+
+// Loads head h's share of one lane (bias added): a[it][j] is element (it * group + lane) * V + j
+// of the head, b[it][j] its rotate_half partner `half` further on; lanes past the half get zeros.
+template <int V, int kIters>
+__device__ __forceinline__ void load_head(const Params& p, const bf16* src_row, int h, int lane, float (&a)[kIters][V],
+                                          float (&b)[kIters][V]) {
+  const int hd = p.head_dim, half = hd / 2;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i0 = (it * p.group + lane) * V;
+    if (i0 < half) {
+      load_bf16<V>(src_row + h * hd + i0, a[it]);
+      load_bf16<V>(src_row + h * hd + half + i0, b[it]);
+      if (p.bias) {
+        float ba[V], bb[V];
+        load_f32<V>(p.bias + h * hd + i0, ba);
+        load_f32<V>(p.bias + h * hd + half + i0, bb);
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[it][j] += ba[j], b[it][j] += bb[j];
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) a[it][j] = b[it][j] = 0.0f;  // neutral for the sums and the max
+    }
+  }
+}
+
+// One CTA per row: its cos/sin table is computed once into shared memory (positions reach
+// 128k, so the accurate sincosf, which is not cheap) and shared by every q and k head.
+// A group of `group` lanes takes one head vector at a time: lane l holds V consecutive
+// values of the first half starting at (it * group + l) * V and their rotate_half partners
+// half further on, so RoPE needs no exchange between lanes and each access is one 16-byte
+// vector when V = 8. Only the q/k norm and the FP8 amax reduce over the group.
+template <int V, int kIters>
+__global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params p) {
+  __shared__ __align__(16) float trig[kMaxHeadDim];  // cos in [0, half), sin in [half, 2 * half)
+  const int64_t row = blockIdx.x;
+  const int hd = p.head_dim, half = hd / 2;
+  const int64_t slot = p.slot_mapping[row];
+  const bool write_kv = slot >= 0 && slot < p.num_slots;
+  const int group = p.group;
+  const int lane = threadIdx.x & (group - 1);
+  const unsigned mask = group == 32 ? 0xffffffffu : ((1u << group) - 1u) << ((threadIdx.x & 31) & ~(group - 1));
+  const int heads = p.num_heads + 2 * p.num_kv_heads;
+  const bf16* src_row = p.qkv + row * heads * hd;
+  const int first = threadIdx.x / group, step = blockDim.x / group;
+  // k and v heads of a padded row (slot < 0) are neither read nor written.
+  auto skipped = [&](int h) { return h >= p.num_heads && !write_kv; };
+
+  // The first head's loads go out before the table and its barrier, so they are in flight
+  // while sincosf runs (for most models each group has exactly one head).
+  float a[kIters][V], b[kIters][V];
+  if (first < heads && !skipped(first)) load_head<V, kIters>(p, src_row, first, lane, a, b);
+  {
+    const float pos = float(p.positions[row]) * p.position_scale;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      float s, c;
+      sincosf(pos * p.inv_freq[i], &s, &c);
+      trig[i] = c;
+      trig[half + i] = s;
+    }
+  }
+  __syncthreads();
+
+  for (int h = first; h < heads; h += step) {
+    if (skipped(h)) continue;  // the whole group skips: h is the group's
+    const int kind = h < p.num_heads ? 0 : h < p.num_heads + p.num_kv_heads ? 1 : 2;  // q, k, v
+    const int hh = kind == 0 ? h : kind == 1 ? h - p.num_heads : h - p.num_heads - p.num_kv_heads;
+    if (h != first) load_head<V, kIters>(p, src_row, h, lane, a, b);
+
+    if (kind != 2) {
+      const float* norm_w = kind == 0 ? p.q_norm : p.k_norm;
+      if (norm_w) {  // Qwen3: RMSNorm over this head vector before the rotation
+        float ss = 0.0f;
+#pragma unroll
+        for (int it = 0; it < kIters; ++it)
+#pragma unroll
+          for (int j = 0; j < V; ++j) ss += a[it][j] * a[it][j] + b[it][j] * b[it][j];
+        ss = group_sum(ss, mask, group);
+        const float inv = 1.0f / sqrtf(ss / float(hd) + p.eps);
+#pragma unroll
+        for (int it = 0; it < kIters; ++it) {
+          const int i0 = (it * group + lane) * V;
+          if (i0 >= half) continue;
+          float wa[V], wb[V];
+          load_f32<V>(norm_w + i0, wa);
+          load_f32<V>(norm_w + half + i0, wb);
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            a[it][j] = wa[j] * (a[it][j] * inv);
+            b[it][j] = wb[j] * (b[it][j] * inv);
+          }
+        }
+      }
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int i0 = (it * group + lane) * V;
+        if (i0 >= half) continue;
+        float c[V], s[V];
+        load_f32<V>(trig + i0, c);
+        load_f32<V>(trig + half + i0, s);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float x = a[it][j], y = b[it][j];
+          a[it][j] = x * c[j] - y * s[j];
+          b[it][j] = y * c[j] + x * s[j];
+        }
+      }
+    }
+
+    if (kind == 0) {
+      bf16* dst = p.q_out + (row * p.num_heads + hh) * hd;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int i0 = (it * group + lane) * V;
+        if (i0 >= half) continue;
+        store_bf16<V>(dst + i0, a[it]);
+        store_bf16<V>(dst + half + i0, b[it]);
+      }
+      continue;
+    }
+
+    const int64_t vec = slot * p.num_kv_heads + hh;  // this head's vector in the cache
+    void* cache = kind == 1 ? p.k_cache : p.v_cache;
+    if (!p.fp8) {
+      bf16* dst = static_cast<bf16*>(cache) + vec * hd;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int i0 = (it * group + lane) * V;
+        if (i0 >= half) continue;
+        store_bf16<V>(dst + i0, a[it]);
+        store_bf16<V>(dst + half + i0, b[it]);
+      }
+      continue;
+    }
+    // FP8: the scale comes from exactly the values stored (after norm and RoPE).
+    float amax = 0.0f;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it)
+#pragma unroll
+      for (int j = 0; j < V; ++j) amax = fmaxf(amax, fmaxf(fabsf(a[it][j]), fabsf(b[it][j])));
+    amax = group_max(amax, mask, group);
+    const uint8_t e = fp8_scale_for(amax);
+    const float inv_scale = 1.0f / fp8_scale_value(e);  // a power of two: exact
+    uint8_t* dst = static_cast<uint8_t*>(cache) + vec * hd;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i0 = (it * group + lane) * V;
+      if (i0 >= half) continue;
+      store_fp8<V>(dst + i0, a[it], inv_scale);
+      store_fp8<V>(dst + half + i0, b[it], inv_scale);
+    }
+    if (lane == 0) (kind == 1 ? p.k_scale : p.v_scale)[vec] = e;
+  }
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+}  // namespace
+
+void qkv_rope_kv_write(const bf16* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
+                       const int32_t* positions, const int32_t* slot_mapping, int32_t rows, int32_t num_heads,
+                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, bf16* q_out, cudaStream_t stream) {
+  const int hd = kv.head_dim;
+  SPARK_CHECK(rows >= 0 && num_heads > 0 && kv.num_kv_heads > 0, "qkv_rope_kv_write: bad head counts");
+  SPARK_CHECK(hd >= 2 && hd % 2 == 0 && hd <= kMaxHeadDim, "qkv_rope_kv_write: head_dim must be even and <= 256");
+  SPARK_CHECK(kv.num_slots > 0, "qkv_rope_kv_write: KvShape.num_slots is not set");
+  if (rows == 0) return;
+  const bool fp8 = kv.dtype == KvDtype::FP8;
+  SPARK_CHECK(qkv && positions && slot_mapping && rope.inv_freq && q_out && cache.k && cache.v,
+              "qkv_rope_kv_write: null argument");
+  SPARK_CHECK(!fp8 || (cache.k_scale && cache.v_scale), "qkv_rope_kv_write: FP8 cache without scales");
+
+  Params p{};
+  p.qkv = qkv;
+  p.bias = bias;
+  p.q_norm = q_norm;
+  p.k_norm = k_norm;
+  p.positions = positions;
+  p.slot_mapping = slot_mapping;
+  p.inv_freq = rope.inv_freq;
+  p.q_out = q_out;
+  p.k_cache = cache.k;
+  p.v_cache = cache.v;
+  p.k_scale = cache.k_scale;
+  p.v_scale = cache.v_scale;
+  p.num_slots = kv.num_slots;
+  p.eps = eps;
+  p.position_scale = rope.position_scale;
+  p.num_heads = num_heads;
+  p.num_kv_heads = kv.num_kv_heads;
+  p.head_dim = hd;
+  p.fp8 = fp8;
+
+  const int half = hd / 2;
+  const int heads = num_heads + 2 * kv.num_kv_heads;
+  // Vectors of 8 when every head's halves start on a 16-byte boundary (head_dim a multiple
+  // of 16: 64, 128, 256, ...); otherwise (80, 96 with odd halves, ...) single values over a full warp.
+  const bool vec8 = half % 8 == 0 && aligned16(qkv) && aligned16(q_out) && aligned16(cache.k) && aligned16(cache.v) &&
+                    aligned16(bias) && aligned16(q_norm) && aligned16(k_norm) && aligned16(rope.inv_freq);
+  int group = 32;
+  if (vec8) {
+    group = 1;
+    while (group * 8 < half) group *= 2;  // half <= 128: at most 16 lanes, one pass each
+  }
+  p.group = group;
+  const int threads = int(std::min<int64_t>(kMaxThreads, ceil_div(int64_t(heads) * group, 32) * 32));
+  if (vec8)
+    qkv_rope_kv_kernel<8, 1><<<unsigned(rows), threads, 0, stream>>>(p);
+  else
+    qkv_rope_kv_kernel<1, kMaxHeadDim / 2 / 32><<<unsigned(rows), threads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace spark::cuda

@@ -8,16 +8,19 @@
 
 namespace spark {
 
-// "cpu" builds the CPU backend with engine.cpu_threads threads; "auto" picks CUDA when
-// this binary has a CUDA backend and a device exists, otherwise the CPU; "cuda" without
-// one throws InputError saying so. The backend reads the tensors of `weights`, which must
-// outlive it.
-// What engine.backend resolves to on this machine: "cpu" (this sparkd has no CUDA backend
-// yet: "auto" picks the CPU and "cuda" throws InputError saying so, as does an fp8 KV
-// cache, which only the CUDA backend will store). Memory plans use it
-// for the budget and for the KV element size the backend really stores.
+// What engine.backend resolves to on this machine: "cpu", or "cuda" when this sparkd has
+// the CUDA backend and a device exists ("auto" picks it then; "cuda" without one throws
+// InputError saying why, as does an fp8 KV cache on the CPU). Memory plans use it for the
+// budget and for the KV element size the backend really stores.
 std::string resolve_backend(const Config& config);
 
+// Builds the resolved backend; it reads the tensors of `weights`, which must outlive it.
 std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spec, const Weights& weights);
+
+#if SPARKD_CUDA
+struct CudaOptions;
+// The CUDA backend's sizes from the config (they size its buffers and the memory plan).
+CudaOptions cuda_options(const Config& config, const ModelSpec& spec);
+#endif
 
 }  // namespace spark

@@ -235,15 +235,19 @@ bool Engine::has_work() const {
 }
 
 // The backend's forward pass, visible to the watchdog while it runs.
-void Engine::run_forward(const Batch& batch, ForwardResult& result) {
+void Engine::run_forward(const std::function<void()>& forward) {
   {
     std::lock_guard lock(mu_);
     state_.step_started = Clock::now();
   }
-  backend_->forward(batch, nullptr, result);
+  forward();
   std::lock_guard lock(mu_);
   state_.step_started = {};
   ++state_.steps;
+}
+
+void Engine::run_forward(const Batch& batch, ForwardResult& result) {
+  run_forward([&] { backend_->forward(batch, nullptr, result); });
 }
 
 // First-time bookkeeping for the sequences a plan admits.
@@ -265,15 +269,28 @@ void Engine::step() {
   SPARK_CHECK(!plan.empty(), "work is queued but nothing could be scheduled");
   admit(plan);
 
+  const size_t rows = plan.batch.logits_rows.size();
+  std::vector<SampleOutput> samples(rows);
+  if (backend_->samples_on_device()) {
+    std::vector<SampleRow> requests(rows);
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      const int32_t row = plan.logits_index[i];
+      if (row < 0) continue;
+      const Sequence& seq = *plan.seqs[i];
+      requests[size_t(row)] = {&seq.params, seq.token_ids, seq.num_prompt_tokens, seq.seed,
+                               static_cast<uint64_t>(seq.num_output_tokens())};
+    }
+    run_forward([&] { backend_->forward_sample(plan.batch, requests, samples); });
+    emit_all(0, plan, samples);
+    return;
+  }
+
   ForwardResult result;
   run_forward(plan.batch, result);
-  const size_t rows = plan.batch.logits_rows.size();
   const auto vocab = static_cast<size_t>(spec_.vocab_size);
   if (result.logits.size() != rows * vocab)
     throw RuntimeError("the backend returned " + std::to_string(result.logits.size()) + " logits, expected " +
                        std::to_string(rows) + " rows x " + std::to_string(vocab));
-
-  std::vector<SampleOutput> samples(rows);
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const int32_t row = plan.logits_index[i];
     if (row >= 0) samples[row] = sampler_.sample(result.logits.data() + static_cast<size_t>(row) * vocab, *plan.seqs[i]);

@@ -112,6 +112,7 @@ class Engine {
   void take_inbox();
   void step();
   bool has_work() const;
+  void run_forward(const std::function<void()>& forward);
   void run_forward(const Batch& batch, ForwardResult& result);
   void admit(const ScheduledStep& plan);
   void count_step();

@@ -9,6 +9,8 @@
 #include "engine/util/check.h"
 #include "engine/util/mem_info.h"
 #if SPARKD_CUDA
+#include "engine/backend/backend_factory.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/device_info.h"
 #endif
 
@@ -16,6 +18,9 @@ namespace spark {
 
 namespace {
 constexpr uint64_t RESERVE_BYTES = 256ull << 20;
+// The CUDA runtime's own allocations after start-up (module images, cuBLASLt), the
+// instantiated decode graphs, and allocator slack.
+constexpr uint64_t CUDA_RESERVE_BYTES = 1ull << 30;
 }
 
 MemoryBudget host_memory_budget() {
@@ -44,24 +49,16 @@ std::string format_bytes(uint64_t b) {
   return buf;
 }
 
-static DType compute_dtype(const Config& c, const ModelSpec& s) {
-  if (c.model.dtype == "bf16") return DType::BF16;
-  if (c.model.dtype == "fp16") return DType::F16;
-  return s.dtype;
-}
-
+// The CUDA backend computes in BF16 whatever the checkpoint's dtype, and keeps its KV
+// cache in BF16 or FP8.
 std::string kv_dtype_name(const Config& c, const ModelSpec& s, const std::string& backend) {
   if (backend == "cpu") return "f32";
-  if (c.engine.kv_cache_dtype == "fp8") return "fp8";
-  DType d = compute_dtype(c, s);
-  return d == DType::F16 ? "fp16" : d == DType::F32 ? "f32" : "bf16";
+  return c.engine.kv_cache_dtype == "fp8" ? "fp8" : "bf16";
 }
 
 int64_t kv_elem_bytes(const Config& c, const ModelSpec& s, const std::string& backend) {
   if (backend == "cpu") return 4;
-  if (c.engine.kv_cache_dtype == "fp8") return 1;
-  DType d = compute_dtype(c, s);
-  return d == DType::F32 ? 4 : 2;
+  return c.engine.kv_cache_dtype == "fp8" ? 1 : 2;
 }
 
 int64_t effective_max_model_len(const Config& c, const ModelSpec& s) {
@@ -83,6 +80,14 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, uint64_t weight_byt
   p.kv_dtype = kv_dtype_name(c, s, backend);
   int64_t layers = range.last_layer - range.first_layer;
   p.kv_bytes_per_token = 2ull * layers * s.num_kv_heads * s.head_dim * kv_elem_bytes(c, s, backend);
+#if SPARKD_CUDA
+  if (backend == "cuda") {
+    // BF16 weights whatever the file holds, FP8 KV with its scale bytes, and the
+    // backend's own buffer sizes.
+    p.weight_bytes = CudaBackend::weight_bytes(s, range);
+    p.kv_bytes_per_token = uint64_t(layers) * CudaBackend::kv_bytes_per_token_layer(s, c.engine.kv_cache_dtype == "fp8");
+  }
+#endif
   p.block_size = c.engine.block_size;
   SPARK_CHECK(p.block_size > 0, "block_size validated by the config");
   p.kv_block_bytes = p.kv_bytes_per_token * static_cast<uint64_t>(p.block_size);
@@ -102,6 +107,12 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, uint64_t weight_byt
   if (range.last_layer == s.num_layers)
     p.workspace_bytes += static_cast<uint64_t>(std::max<int64_t>(c.engine.max_num_seqs, 1)) * s.vocab_size * 4;
   p.reserve_bytes = RESERVE_BYTES;
+#if SPARKD_CUDA
+  if (backend == "cuda") {
+    p.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
+    p.reserve_bytes = CUDA_RESERVE_BYTES;
+  }
+#endif
 
   p.available_bytes = budget.available_bytes;
   p.memory_fraction = c.engine.memory_fraction;

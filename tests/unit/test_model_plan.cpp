@@ -29,6 +29,10 @@ TEST_CASE("memory plan: Llama-3.1-8B with dummy weights, no weight file") {
   CHECK(weights == 8030261248ull * 2);  // bf16
   MemoryPlan p = plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cuda");
   CHECK(p.parameter_count == 8030261248);
+#if SPARKD_CUDA
+  // The CUDA backend holds BF16 matrices and f32 norm vectors (65 of 4096 values).
+  CHECK(p.weight_bytes == 8030261248ull * 2 + 65 * 4096 * 2);
+#endif
   CHECK(p.kv_dtype == "bf16");
   CHECK(p.kv_bytes_per_token == 2ull * 32 * 8 * 128 * 2);  // K and V, 32 layers, 8 heads x 128, bf16
   CHECK(p.kv_block_bytes == p.kv_bytes_per_token * 16);
@@ -47,10 +51,20 @@ TEST_CASE("memory plan: Llama-3.1-8B with dummy weights, no weight file") {
   CHECK(text.find("fits             yes") != std::string::npos);
 
   c.engine.kv_cache_dtype = "fp8";
-  CHECK(plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cuda").kv_bytes_per_token == 65536);
+  MemoryPlan fp8 = plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cuda");
+  CHECK(fp8.kv_dtype == "fp8");
+#if SPARKD_CUDA
+  // One byte per value plus one scale byte per (token, kv head): 129 bytes per head vector.
+  CHECK(fp8.kv_bytes_per_token == 2ull * 32 * 8 * 129);
+  // Twice the tokens of BF16 but for the scale bytes (1/129).
+  CHECK(fp8.kv_tokens >= p.kv_tokens * 2 * 128 / 129 - 16);
+#else
+  CHECK(fp8.kv_bytes_per_token == 65536);
+#endif
   c.engine.kv_cache_dtype = "auto";
   c.model.dtype = "fp16";
-  CHECK(plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cuda").kv_dtype == "fp16");
+  // The CUDA backend computes (and keeps its KV) in BF16 whatever the checkpoint's dtype.
+  CHECK(plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cuda").kv_dtype == "bf16");
   // The CPU backend keeps its KV in f32 whatever the model's dtype: the plan counts that.
   MemoryPlan cpu = plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cpu");
   CHECK(cpu.kv_dtype == "f32");
@@ -84,9 +98,14 @@ TEST_CASE("memory plan: a pipeline stage plans only its own layers") {
   MemoryPlan tail = plan_memory(info.spec, {16, 32}, stage_weight_bytes(info, {16, 32}), c, MemoryBudget{64 * GiB, "t"}, "cuda");
   CHECK(head.kv_bytes_per_token == 65536);
   CHECK(tail.kv_bytes_per_token == 65536);
+#if SPARKD_CUDA
+  CHECK(head.weight_bytes + tail.weight_bytes == 8030261248ull * 2 + 65 * 4096 * 2);
+  // Only the last stage pays for logits (and the sampler).
+  CHECK(tail.workspace_bytes - head.workspace_bytes > 64ull * 128256 * 4);
+#else
   CHECK(head.weight_bytes + tail.weight_bytes == 8030261248ull * 2);
-  // Only the last stage pays for logits.
   CHECK(tail.workspace_bytes - head.workspace_bytes == 64ull * 128256 * 4);
+#endif
 }
 
 TEST_CASE("meminfo: parsed robustly") {

@@ -1,0 +1,477 @@
+// cuda_backend.cu — the decoder forward pass on the GPU: batch upload, the layer loop
+// (fused kernels around cuBLASLt GEMMs), decode steps through CUDA graphs, the LM head,
+// and logits or device-sampled tokens back to the host.
+#include "engine/backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "engine/backend/cpu/attention.h"
+#include "engine/backend/cpu/ops.h"
+#include "engine/backend/cuda/attention.h"
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/decode_graphs.h"
+#include "engine/backend/cuda/device_info.h"
+#include "engine/backend/cuda/device_weights.h"
+#include "engine/backend/cuda/embedding.h"
+#include "engine/backend/cuda/gemm.h"
+#include "engine/backend/cuda/rms_norm.h"
+#include "engine/backend/cuda/rope_kv.h"
+#include "engine/backend/cuda/sampling.h"
+#include "engine/backend/cuda/swiglu.h"
+
+namespace spark {
+
+using cuda::bf16;
+
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// The activation buffers of the largest step, carved out of one allocation. Buffers
+// whose lives do not overlap share memory: the qkv output is consumed (rope) before
+// gate/up is produced, the attention output (o_proj) before the SwiGLU output.
+struct Activations {
+  float* x = nullptr;         // [T, H] f32 residual stream
+  bf16* normed = nullptr;     // [T, H] RMSNorm output, GEMM input
+  bf16* wide = nullptr;       // [T, max(qkv, 2 I)]
+  bf16* q = nullptr;          // [T, heads * head_dim] roped queries
+  bf16* mid = nullptr;        // [T, max(heads * head_dim, I)]: attention output, then SwiGLU output
+  bf16* proj = nullptr;       // [T, H] o_proj / down_proj output, added to x by the next norm
+  bf16* head_in = nullptr;    // [R, H] final-normed rows for the LM head
+  float* logits = nullptr;    // [R, vocab]
+  float* inv_freq = nullptr;  // [head_dim / 2]
+  int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
+};
+
+// Where each index array of a step lives, at fixed offsets so that a captured graph
+// reads the current step's values.
+struct BatchLayout {
+  int64_t tokens = 0, positions = 0, slots = 0, query_start = 0, context_lens = 0, block_tables = 0, logits_rows = 0;
+  int64_t total = 0;
+  BatchLayout(int64_t max_tokens, int64_t max_seqs, int64_t stride, int64_t max_rows) {
+    positions = max_tokens;
+    slots = 2 * max_tokens;
+    query_start = 3 * max_tokens;
+    context_lens = query_start + max_seqs + 1;
+    block_tables = context_lens + max_seqs;
+    logits_rows = block_tables + max_seqs * stride;
+    total = logits_rows + max_rows;
+  }
+};
+
+struct Sizes {
+  int64_t max_tokens, max_seqs, max_rows, stride;
+  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints;
+  Sizes(const ModelSpec& s, const CudaOptions& o, int64_t largest_bucket, bool has_head) {
+    max_seqs = std::max<int64_t>(o.max_num_seqs, largest_bucket);
+    max_tokens = std::max<int64_t>(o.max_num_batched_tokens, max_seqs);
+    max_rows = max_seqs;
+    stride = (o.max_model_len + o.block_size - 1) / o.block_size;
+    const int64_t H = s.hidden_size, qd = s.num_heads * s.head_dim, kvd = s.num_kv_heads * s.head_dim;
+    const int64_t I = s.intermediate_size;
+    x = aligned(size_t(max_tokens * H) * 4);
+    normed = aligned(size_t(max_tokens * H) * 2);
+    wide = aligned(size_t(max_tokens * std::max(qd + 2 * kvd, 2 * I)) * 2);
+    q = aligned(size_t(max_tokens * qd) * 2);
+    mid = aligned(size_t(max_tokens * std::max(qd, I)) * 2);
+    proj = aligned(size_t(max_tokens * H) * 2);
+    head_in = has_head ? aligned(size_t(max_rows * H) * 2) : 0;
+    logits = has_head ? aligned(size_t(max_rows * s.vocab_size) * 4) : 0;
+    inv_freq = aligned(size_t(s.head_dim / 2) * 4);
+    ints = aligned(size_t(BatchLayout(max_tokens, max_seqs, stride, max_rows).total) * 4);
+  }
+  size_t total() const { return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints; }
+};
+
+cuda::AttentionShape attention_shape(const ModelSpec& s, const CudaOptions& o, const Sizes& z) {
+  cuda::AttentionShape a;
+  a.num_heads = int32_t(s.num_heads);
+  a.num_kv_heads = int32_t(s.num_kv_heads);
+  a.head_dim = int32_t(s.head_dim);
+  a.block_size = int32_t(o.block_size);
+  a.kv_dtype = o.fp8_kv ? cuda::KvDtype::FP8 : cuda::KvDtype::BF16;
+  a.max_tokens = int32_t(z.max_tokens);
+  a.max_seqs = int32_t(z.max_seqs);
+  a.max_blocks_per_seq = int32_t(z.stride);
+  a.scale = 1.0f / std::sqrt(float(s.head_dim));
+  return a;
+}
+
+int32_t largest_bucket(const CudaOptions& o) {
+  return cuda::DecodeGraphs(int32_t(std::max<int64_t>(o.max_num_seqs, 1))).largest_bucket();
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  ModelSpec spec;
+  CudaOptions opt;
+  LayerRange range;
+  bool has_embedding = false, has_head = false;
+  std::string device_name;
+  int cc_major = 0, cc_minor = 0;
+  Sizes sizes;
+  BatchLayout layout;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<cuda::DeviceWeights> weights;
+  std::unique_ptr<cuda::Gemm> gemm;
+  std::unique_ptr<cuda::Attention> attention;
+  std::unique_ptr<cuda::DeviceSampler> sampler;
+  std::unique_ptr<cuda::DecodeGraphs> graphs;
+  cuda::RopeArgs rope;
+  void* act_arena = nullptr;
+  Activations act;
+  int32_t* host_ints = nullptr;  // pinned, BatchLayout
+  cuda::KvShape kv;
+  std::vector<cuda::KvLayer> cache;
+  void* kv_arena = nullptr;
+  int64_t num_blocks = 0;
+
+  Impl(const ModelSpec& s, const CudaOptions& o, LayerRange r)
+      : spec(s),
+        opt(o),
+        range(r),
+        sizes(s, o, largest_bucket(o), r.last_layer == s.num_layers),
+        layout(sizes.max_tokens, sizes.max_seqs, sizes.stride, sizes.max_rows) {}
+
+  ~Impl() {
+    // Streams and buffers go after the work on them; errors here have nowhere to go.
+    if (stream) cudaStreamSynchronize(stream);
+    graphs.reset();
+    sampler.reset();
+    attention.reset();
+    gemm.reset();
+    weights.reset();
+    if (kv_arena) cudaFree(kv_arena);
+    if (act_arena) cudaFree(act_arena);
+    if (host_ints) cudaFreeHost(host_ints);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  cuda::DeviceBatch device_batch(int32_t tokens, int32_t seqs) const {
+    cuda::DeviceBatch b;
+    b.token_ids = act.ints + layout.tokens;
+    b.positions = act.ints + layout.positions;
+    b.slot_mapping = act.ints + layout.slots;
+    b.query_start = act.ints + layout.query_start;
+    b.context_lens = act.ints + layout.context_lens;
+    b.block_tables = act.ints + layout.block_tables;
+    b.max_blocks_per_seq = int32_t(sizes.stride);
+    b.num_tokens = tokens;
+    b.num_seqs = seqs;
+    return b;
+  }
+
+  void check_batch(const Batch& b, bool needs_ids) const;
+  Batch padded(const Batch& b, int32_t bucket) const;
+  void upload(const Batch& b);
+  void run_layers(const cuda::DeviceBatch& db);
+  int32_t run(const Batch& batch, const float* hidden_in);
+};
+
+void CudaBackend::Impl::check_batch(const Batch& b, bool needs_ids) const {
+  SPARK_CHECK(!cache.empty(), "forward before init_kv_cache");
+  cpu::validate_batch(b, cpu::KvGeometry{num_blocks, opt.block_size, spec.num_kv_heads, spec.head_dim});
+  auto fail = [](const std::string& m) { throw InputError("invalid batch: " + m); };
+  if (b.num_tokens() > sizes.max_tokens)
+    fail(std::to_string(b.num_tokens()) + " tokens exceed the " + std::to_string(sizes.max_tokens) +
+         " the CUDA backend was sized for (engine.max_num_batched_tokens)");
+  if (b.num_seqs() > sizes.max_seqs)
+    fail(std::to_string(b.num_seqs()) + " sequences exceed engine.max_num_seqs = " + std::to_string(sizes.max_seqs));
+  if (int64_t(b.logits_rows.size()) > sizes.max_rows)
+    fail(std::to_string(b.logits_rows.size()) + " logits rows exceed " + std::to_string(sizes.max_rows));
+  for (int32_t c : b.context_lens)
+    if (c > sizes.stride * opt.block_size)
+      fail("a context of " + std::to_string(c) +
+           " tokens exceeds max_model_len = " + std::to_string(opt.max_model_len));
+  if (needs_ids)
+    for (int32_t id : b.token_ids)
+      if (id < 0 || id >= spec.vocab_size)
+        throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                         std::to_string(spec.vocab_size));
+}
+
+// A decode-only batch grown to `bucket` sequences of one row each: padding rows write no
+// KV (slot -1) and attend to nothing (context 0).
+Batch CudaBackend::Impl::padded(const Batch& b, int32_t bucket) const {
+  Batch p = b;
+  const int32_t n = b.num_seqs();
+  p.token_ids.resize(size_t(bucket), 0);
+  p.positions.resize(size_t(bucket), 0);
+  p.slot_mapping.resize(size_t(bucket), -1);
+  p.context_lens.resize(size_t(bucket), 0);
+  p.query_start.resize(size_t(bucket) + 1);
+  for (int32_t i = n; i <= bucket; ++i) p.query_start[size_t(i)] = i;
+  p.block_tables.resize(size_t(bucket) * size_t(std::max(b.max_blocks_per_seq, 0)), 0);
+  return p;
+}
+
+void CudaBackend::Impl::upload(const Batch& b) {
+  const int32_t T = b.num_tokens(), S = b.num_seqs(), R = int32_t(b.logits_rows.size());
+  int32_t* h = host_ints;
+  // The previous step's copies read this pinned buffer; they are done once its forward
+  // returned (it synchronised on the logits or samples), so rewriting it now is safe.
+  std::copy(b.token_ids.begin(), b.token_ids.end(), h + layout.tokens);
+  std::copy(b.positions.begin(), b.positions.end(), h + layout.positions);
+  std::copy(b.slot_mapping.begin(), b.slot_mapping.end(), h + layout.slots);
+  std::copy(b.query_start.begin(), b.query_start.end(), h + layout.query_start);
+  std::copy(b.context_lens.begin(), b.context_lens.end(), h + layout.context_lens);
+  std::copy(b.logits_rows.begin(), b.logits_rows.end(), h + layout.logits_rows);
+  // Block tables: only the blocks the longest context uses, restrided to the fixed stride.
+  int64_t used = 0;
+  for (int32_t c : b.context_lens) used = std::max<int64_t>(used, (c + opt.block_size - 1) / opt.block_size);
+  for (int32_t s = 0; s < S; ++s)
+    std::copy_n(b.block_tables.begin() + int64_t(s) * b.max_blocks_per_seq, used,
+                h + layout.block_tables + int64_t(s) * sizes.stride);
+  auto copy = [&](int64_t offset, int64_t count) {
+    if (count > 0)
+      CUDA_CHECK(cudaMemcpyAsync(act.ints + offset, h + offset, size_t(count) * 4, cudaMemcpyHostToDevice, stream));
+  };
+  copy(layout.tokens, T);
+  copy(layout.positions, T);
+  copy(layout.slots, T);
+  copy(layout.query_start, S + 1);
+  copy(layout.context_lens, S);
+  copy(layout.logits_rows, R);
+  if (used > 0 && S > 0)
+    CUDA_CHECK(cudaMemcpy2DAsync(act.ints + layout.block_tables, size_t(sizes.stride) * 4, h + layout.block_tables,
+                                 size_t(sizes.stride) * 4, size_t(used) * 4, size_t(S), cudaMemcpyHostToDevice,
+                                 stream));
+}
+
+void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
+  const int32_t T = db.num_tokens, H = int32_t(spec.hidden_size), hd = int32_t(spec.head_dim);
+  const int32_t nh = int32_t(spec.num_heads), nkv = int32_t(spec.num_kv_heads), I = int32_t(spec.intermediate_size);
+  const float eps = float(spec.rms_norm_eps);
+  const int32_t qkv_n = (nh + 2 * nkv) * hd;
+  for (size_t l = 0; l < weights->layers.size(); ++l) {
+    const cuda::DeviceLayer& L = weights->layers[l];
+    cuda::add_rms_norm(act.x, l == 0 ? nullptr : act.proj, L.attn_norm, T, H, eps, act.normed, stream);
+    gemm->linear(act.normed, T, H, L.qkv, qkv_n, act.wide, cuda::GemmOut::BF16, stream);
+    cuda::qkv_rope_kv_write(act.wide, L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping, T, nh, rope,
+                            kv, cache[l], act.q, stream);
+    attention->run(db, cache[l], act.q, act.mid, stream);
+    gemm->linear(act.mid, T, nh * hd, L.o, H, act.proj, cuda::GemmOut::BF16, stream);
+    cuda::add_rms_norm(act.x, act.proj, L.ffn_norm, T, H, eps, act.normed, stream);
+    gemm->linear(act.normed, T, H, L.gate_up, 2 * I, act.wide, cuda::GemmOut::BF16, stream);
+    cuda::swiglu(act.wide, T, I, act.mid, stream);
+    gemm->linear(act.mid, T, I, L.down, H, act.proj, cuda::GemmOut::BF16, stream);
+  }
+  // The last layer's MLP output joins the residual stream here (the next stage, or the
+  // final norm, reads x).
+  if (!weights->layers.empty()) cuda::add_rms_norm(act.x, act.proj, nullptr, T, H, eps, nullptr, stream);
+}
+
+// Runs the held layers (and the LM head on the last stage); returns the logits rows left
+// in act.logits.
+int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
+  CUDA_CHECK(cudaSetDevice(opt.device));
+  check_batch(batch, hidden_in == nullptr);
+  if (!hidden_in && !has_embedding) throw InputError("this pipeline stage needs hidden states from the previous stage");
+  const int32_t S = batch.num_seqs();
+  bool decode_only = S > 0 && batch.num_tokens() == S;
+  const int32_t bucket = graphs && decode_only ? graphs->bucket_for(S) : 0;
+  std::optional<Batch> grown;
+  if (bucket > 0) grown = padded(batch, bucket);
+  const Batch& b = grown ? *grown : batch;
+  upload(b);
+  const bool graph_safe = attention->prepare(b, stream);
+  const int32_t T = b.num_tokens();
+  const int32_t H = int32_t(spec.hidden_size);
+  cuda::DeviceBatch db = device_batch(T, b.num_seqs());
+  if (hidden_in)
+    CUDA_CHECK(
+        cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice, stream));
+  else
+    cuda::embedding_gather(db.token_ids, T, weights->embedding, spec.vocab_size, H, act.x, stream);
+  if (bucket > 0 && graph_safe)
+    graphs->run(bucket, stream, [&] { run_layers(db); });
+  else
+    run_layers(db);
+
+  const int32_t R = int32_t(batch.logits_rows.size());
+  if (!has_head || R == 0) return 0;
+  cuda::rms_norm_rows(act.x, act.ints + layout.logits_rows, R, weights->final_norm, H, float(spec.rms_norm_eps),
+                      act.head_in, stream);
+  gemm->linear(act.head_in, R, H, weights->lm_head, int32_t(spec.vocab_size), act.logits, cuda::GemmOut::F32, stream);
+  return R;
+}
+
+CudaBackend::CudaBackend(const ModelSpec& spec, const Weights& weights, const CudaOptions& options)
+    : impl_(std::make_unique<Impl>(spec, options, weights.range())) {
+  Impl& m = *impl_;
+  const LayerRange r = m.range;
+  if (spec.hidden_size <= 0 || spec.head_dim <= 0 || spec.num_heads <= 0 || spec.num_kv_heads <= 0 ||
+      spec.num_heads % spec.num_kv_heads != 0 || spec.vocab_size <= 0)
+    throw InputError(
+        "model config: hidden_size, head_dim, num_heads, num_kv_heads and vocab_size must be positive "
+        "and num_heads a multiple of num_kv_heads");
+  if (r.first_layer < 0 || r.last_layer > spec.num_layers || r.first_layer >= r.last_layer)
+    throw InputError("layer range [" + std::to_string(r.first_layer) + ", " + std::to_string(r.last_layer) +
+                     ") does not fit a model of " + std::to_string(spec.num_layers) + " layers");
+  if (spec.hidden_size % 8 || spec.intermediate_size % 8 || (spec.num_heads * spec.head_dim) % 8)
+    throw InputError(
+        "the CUDA backend needs hidden_size, intermediate_size and num_heads x head_dim to be "
+        "multiples of 8");
+  m.has_embedding = r.first_layer == 0;
+  m.has_head = r.last_layer == spec.num_layers;
+
+  std::string why;
+  auto devices = cuda_devices(&why);
+  if (options.device < 0 || options.device >= int(devices.size()))
+    throw RuntimeError("CUDA device " + std::to_string(options.device) +
+                       " is not available: " + (why.empty() ? std::to_string(devices.size()) + " devices" : why));
+  m.device_name = devices[size_t(options.device)].name;
+  m.cc_major = devices[size_t(options.device)].cc_major;
+  m.cc_minor = devices[size_t(options.device)].cc_minor;
+  CUDA_CHECK(cudaSetDevice(options.device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+
+  cpu::Rope rope(spec);  // throws for a rope_scaling type no backend supports
+  m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights);
+  m.gemm = std::make_unique<cuda::Gemm>();
+  m.attention = std::make_unique<cuda::Attention>(attention_shape(spec, options, m.sizes));
+  if (m.has_head)
+    m.sampler = std::make_unique<cuda::DeviceSampler>(spec.vocab_size, spec.eos_token_ids, int32_t(m.sizes.max_rows),
+                                                      options.max_model_len);
+  if (options.cuda_graphs)
+    m.graphs = std::make_unique<cuda::DecodeGraphs>(int32_t(std::max<int64_t>(options.max_num_seqs, 1)));
+
+  CUDA_CHECK(cudaMalloc(&m.act_arena, m.sizes.total()));
+  char* p = static_cast<char*>(m.act_arena);
+  auto take = [&](size_t bytes) {
+    char* here = p;
+    p += bytes;
+    return here;
+  };
+  m.act.x = reinterpret_cast<float*>(take(m.sizes.x));
+  m.act.normed = reinterpret_cast<bf16*>(take(m.sizes.normed));
+  m.act.wide = reinterpret_cast<bf16*>(take(m.sizes.wide));
+  m.act.q = reinterpret_cast<bf16*>(take(m.sizes.q));
+  m.act.mid = reinterpret_cast<bf16*>(take(m.sizes.mid));
+  m.act.proj = reinterpret_cast<bf16*>(take(m.sizes.proj));
+  m.act.head_in = reinterpret_cast<bf16*>(take(m.sizes.head_in));
+  m.act.logits = reinterpret_cast<float*>(take(m.sizes.logits));
+  m.act.inv_freq = reinterpret_cast<float*>(take(m.sizes.inv_freq));
+  m.act.ints = reinterpret_cast<int32_t*>(take(m.sizes.ints));
+  CUDA_CHECK(cudaMemcpy(m.act.inv_freq, rope.inv_freq().data(), rope.inv_freq().size() * 4, cudaMemcpyHostToDevice));
+  m.rope.inv_freq = m.act.inv_freq;
+  m.rope.position_scale = rope.position_scale();
+  CUDA_CHECK(cudaMallocHost(&m.host_ints, size_t(m.layout.total) * 4));
+  std::fill(m.host_ints, m.host_ints + m.layout.total, 0);
+  // Block-table rows are read only up to each context's length, but start them valid.
+  CUDA_CHECK(cudaMemset(m.act.ints, 0, m.sizes.ints));
+}
+
+CudaBackend::~CudaBackend() = default;
+
+std::string CudaBackend::describe() const {
+  const Impl& m = *impl_;
+  return "cuda (" + m.device_name + ", sm_" + std::to_string(m.cc_major) + std::to_string(m.cc_minor) +
+         (m.opt.fp8_kv ? ", fp8 KV" : ", bf16 KV") + (m.opt.cuda_graphs ? ", graphs" : "") + ")";
+}
+
+LayerRange CudaBackend::layers() const { return impl_->range; }
+
+uint64_t CudaBackend::kv_bytes_per_token_layer(const ModelSpec& spec, bool fp8_kv) {
+  const uint64_t values = uint64_t(spec.num_kv_heads * spec.head_dim);
+  return fp8_kv ? 2 * (values + uint64_t(spec.num_kv_heads)) : 2 * values * 2;
+}
+
+size_t CudaBackend::kv_block_bytes(int64_t block_size) const {
+  const Impl& m = *impl_;
+  return size_t(m.range.last_layer - m.range.first_layer) * size_t(block_size) *
+         kv_bytes_per_token_layer(m.spec, m.opt.fp8_kv);
+}
+
+void CudaBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
+  Impl& m = *impl_;
+  SPARK_CHECK(num_blocks > 0 && block_size > 0, "init_kv_cache: empty cache");
+  SPARK_CHECK(m.cache.empty(), "init_kv_cache runs once");
+  if (block_size != m.opt.block_size)
+    throw InputError("KV block size " + std::to_string(block_size) +
+                     " differs from engine.block_size = " + std::to_string(m.opt.block_size));
+  CUDA_CHECK(cudaSetDevice(m.opt.device));
+  m.num_blocks = num_blocks;
+  m.kv.dtype = m.opt.fp8_kv ? cuda::KvDtype::FP8 : cuda::KvDtype::BF16;
+  m.kv.block_size = int32_t(block_size);
+  m.kv.num_kv_heads = int32_t(m.spec.num_kv_heads);
+  m.kv.head_dim = int32_t(m.spec.head_dim);
+  m.kv.num_slots = num_blocks * block_size;
+  const size_t values = size_t(m.kv.num_slots) * size_t(m.spec.num_kv_heads * m.spec.head_dim);
+  const size_t value_bytes = aligned(values * (m.opt.fp8_kv ? 1 : 2));
+  const size_t scale_bytes = m.opt.fp8_kv ? aligned(size_t(m.kv.num_slots) * size_t(m.spec.num_kv_heads)) : 0;
+  const size_t per_layer = 2 * (value_bytes + scale_bytes);
+  const size_t layers = size_t(m.range.last_layer - m.range.first_layer);
+  CUDA_CHECK(cudaMalloc(&m.kv_arena, per_layer * layers));
+  // Zeroed so that a stale read (a bug) sees finite values, never NaN from fresh memory.
+  CUDA_CHECK(cudaMemset(m.kv_arena, 0, per_layer * layers));
+  char* p = static_cast<char*>(m.kv_arena);
+  for (size_t l = 0; l < layers; ++l) {
+    cuda::KvLayer c;
+    c.k = p;
+    c.v = p + value_bytes;
+    if (m.opt.fp8_kv) {
+      c.k_scale = reinterpret_cast<uint8_t*>(p + 2 * value_bytes);
+      c.v_scale = reinterpret_cast<uint8_t*>(p + 2 * value_bytes + scale_bytes);
+    }
+    m.cache.push_back(c);
+    p += per_layer;
+  }
+}
+
+void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardResult& out) {
+  Impl& m = *impl_;
+  out.logits.clear();
+  out.hidden.clear();
+  if (batch.num_tokens() == 0) return;
+  const int32_t R = m.run(batch, hidden_in);
+  if (!m.has_head) {
+    out.hidden.resize(size_t(batch.num_tokens()) * size_t(m.spec.hidden_size));
+    CUDA_CHECK(cudaMemcpyAsync(out.hidden.data(), m.act.x, out.hidden.size() * 4, cudaMemcpyDeviceToHost, m.stream));
+  } else if (R > 0) {
+    out.logits.resize(size_t(R) * size_t(m.spec.vocab_size));
+    CUDA_CHECK(
+        cudaMemcpyAsync(out.logits.data(), m.act.logits, out.logits.size() * 4, cudaMemcpyDeviceToHost, m.stream));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(m.stream));
+}
+
+bool CudaBackend::samples_on_device() const { return impl_->has_head; }
+
+void CudaBackend::forward_sample(const Batch& batch, const std::vector<SampleRow>& rows,
+                                 std::vector<SampleOutput>& out) {
+  Impl& m = *impl_;
+  SPARK_CHECK(m.has_head, "forward_sample on a stage without the LM head");
+  SPARK_CHECK(rows.size() == batch.logits_rows.size(), "one sample row per logits row");
+  out.clear();
+  if (batch.num_tokens() == 0 || rows.empty()) {
+    if (batch.num_tokens() > 0) {
+      m.run(batch, nullptr);
+      CUDA_CHECK(cudaStreamSynchronize(m.stream));
+    }
+    return;
+  }
+  m.run(batch, nullptr);
+  m.sampler->sample(m.act.logits, rows, out, m.stream);
+}
+
+uint64_t CudaBackend::weight_bytes(const ModelSpec& spec, LayerRange range) {
+  return cuda::DeviceWeights::bytes(spec, range, !spec.tie_word_embeddings);
+}
+
+uint64_t CudaBackend::workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range) {
+  const bool has_head = range.last_layer == spec.num_layers;
+  Sizes z(spec, options, largest_bucket(options), has_head);
+  uint64_t total =
+      z.total() + cuda::Gemm::kWorkspaceBytes + cuda::Attention::workspace_bytes(attention_shape(spec, options, z));
+  if (has_head)
+    total += cuda::DeviceSampler::workspace_bytes(spec.vocab_size, int32_t(z.max_rows), options.max_model_len);
+  return total;
+}
+
+}  // namespace spark

@@ -1,0 +1,56 @@
+// cuda_backend.h — the GPU backend: BF16 weights in device memory, a paged BF16 or FP8
+// KV cache, cuBLASLt GEMMs, fused kernels, CUDA graphs for decode steps, and sampling on
+// the device. Dense models (Llama, Mistral, Qwen2, Qwen3). No CUDA headers here.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/model/model_spec.h"
+
+namespace spark {
+
+struct CudaOptions {
+  int device = 0;
+  bool fp8_kv = false;      // engine.kv_cache_dtype = "fp8"
+  bool cuda_graphs = true;  // engine.cuda_graphs
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t max_model_len = 4096;
+  int64_t block_size = 16;
+};
+
+class CudaBackend : public Backend {
+ public:
+  // Uploads the tensors of the layers `weights` holds (converted to BF16) and allocates
+  // every activation buffer for the largest step the options allow. Throws InputError
+  // naming a missing tensor, a wrong shape or an unsupported model, RuntimeError when the
+  // device fails or lacks the memory.
+  CudaBackend(const ModelSpec& spec, const Weights& weights, const CudaOptions& options);
+  ~CudaBackend() override;
+
+  std::string describe() const override;
+  LayerRange layers() const override;
+  size_t kv_block_bytes(int64_t block_size) const override;
+  void init_kv_cache(int64_t num_blocks, int64_t block_size) override;
+  void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
+  bool samples_on_device() const override;
+  void forward_sample(const Batch& batch, const std::vector<SampleRow>& rows, std::vector<SampleOutput>& out) override;
+
+  // Device memory a backend holding `range` allocates besides weights and KV cache
+  // (activations for the largest step, logits, cuBLASLt, attention and sampler
+  // workspaces), for the memory plan.
+  static uint64_t workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range);
+  // Device bytes of the BF16 weights of `range`.
+  static uint64_t weight_bytes(const ModelSpec& spec, LayerRange range);
+  // KV bytes per token per layer: K and V, plus the FP8 scale bytes.
+  static uint64_t kv_bytes_per_token_layer(const ModelSpec& spec, bool fp8_kv);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace spark

@@ -1,0 +1,55 @@
+// decode_graphs.cu — bucketed capture and replay of decode steps.
+#include "engine/backend/cuda/decode_graphs.h"
+
+#include <algorithm>
+
+#include "engine/backend/cuda/common.cuh"
+
+namespace spark::cuda {
+
+DecodeGraphs::DecodeGraphs(int32_t max_seqs) {
+  SPARK_CHECK(max_seqs > 0, "decode graphs need at least one sequence");
+  for (int32_t b : {1, 2, 4}) buckets_.push_back(b);
+  for (int32_t b = 8; b <= 64; b += 8) buckets_.push_back(b);
+  for (int32_t b = 80; buckets_.back() < max_seqs; b += 16) buckets_.push_back(b);
+  while (buckets_.size() > 1 && buckets_[buckets_.size() - 2] >= max_seqs) buckets_.pop_back();
+}
+
+DecodeGraphs::~DecodeGraphs() {
+  for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
+}
+
+int32_t DecodeGraphs::bucket_for(int32_t num_seqs) const {
+  auto it = std::lower_bound(buckets_.begin(), buckets_.end(), num_seqs);
+  return it == buckets_.end() ? 0 : *it;
+}
+
+void DecodeGraphs::run(int32_t bucket, cudaStream_t stream, const std::function<void()>& work) {
+  auto found = graphs_.find(bucket);
+  if (found != graphs_.end()) {
+    CUDA_CHECK(cudaGraphLaunch(found->second, stream));
+    return;
+  }
+  if (warmed_.insert(bucket).second) {
+    work();
+    return;
+  }
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    work();
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);  // leave the stream usable; the error goes on up
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CUDA_CHECK(err);
+  graphs_.emplace(bucket, exec);
+  CUDA_CHECK(cudaGraphLaunch(exec, stream));
+}
+
+}  // namespace spark::cuda

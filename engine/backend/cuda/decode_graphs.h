@@ -1,0 +1,39 @@
+// decode_graphs.h — CUDA graphs for decode steps at bucketed batch sizes: a decode step
+// of n sequences is padded to the next bucket and replays that bucket's graph, so the
+// ~10 launches per layer cost one launch.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <vector>
+
+namespace spark::cuda {
+
+class DecodeGraphs {
+ public:
+  // Buckets 1, 2, 4, 8, then every 8 up to 64, then every 16, up to max_seqs rounded up.
+  explicit DecodeGraphs(int32_t max_seqs);
+  ~DecodeGraphs();
+  DecodeGraphs(const DecodeGraphs&) = delete;
+  DecodeGraphs& operator=(const DecodeGraphs&) = delete;
+
+  // The padded size of a decode step of num_seqs sequences; 0 when it exceeds every bucket.
+  int32_t bucket_for(int32_t num_seqs) const;
+  int32_t largest_bucket() const { return buckets_.back(); }
+
+  // Queues `work` (the layers of a decode step padded to `bucket`) on `stream`. The first
+  // use of a bucket runs it eagerly, so one-time set-up (cuBLASLt's algorithm search)
+  // stays out of the graph; the second captures it; later uses replay the graph. `work`
+  // must read its inputs only from device buffers whose addresses never change.
+  void run(int32_t bucket, cudaStream_t stream, const std::function<void()>& work);
+
+ private:
+  std::vector<int32_t> buckets_;
+  std::set<int32_t> warmed_;
+  std::map<int32_t, cudaGraphExec_t> graphs_;
+};
+
+}  // namespace spark::cuda

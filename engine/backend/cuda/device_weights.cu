@@ -1,0 +1,184 @@
+// device_weights.cu — checks a stage's tensors against the spec, converts them to BF16
+// on the host (dequantizing GGUF blocks) and uploads them into one device allocation.
+#include "engine/backend/cuda/device_weights.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/backend/cpu/matmul.h"
+#include "engine/backend/cuda/common.cuh"
+#include "engine/util/thread_pool.h"
+
+namespace spark::cuda {
+
+namespace {
+
+constexpr size_t kAlign = 256;  // every piece starts on a 256-byte boundary (vector loads, cuBLASLt)
+
+// One device array made of source tensors stacked along rows (q, k and v into qkv).
+struct Piece {
+  std::vector<std::string> names;
+  std::vector<int64_t> rows;  // rows of each source; for a vector, each source's length
+  int64_t cols = 0;           // 1 for a vector
+  bool f32 = false;           // f32 vector, else a BF16 matrix
+  const void** dst = nullptr;
+  size_t offset = 0;
+
+  int64_t total_rows() const {
+    int64_t n = 0;
+    for (int64_t r : rows) n += r;
+    return n;
+  }
+  size_t bytes() const {
+    size_t b = size_t(total_rows()) * size_t(cols) * (f32 ? 4 : 2);
+    return (b + kAlign - 1) / kAlign * kAlign;
+  }
+};
+
+template <typename T>
+const void** slot(const T*& p) {
+  return reinterpret_cast<const void**>(&p);
+}
+
+// The pieces of `range` in upload order. `w` receives the device pointers; with `w` null
+// only the sizes matter (the memory plan).
+std::vector<Piece> layout(const ModelSpec& s, LayerRange range, bool own_head, bool bias, DeviceWeights* w) {
+  static const void* sink = nullptr;
+  const int64_t H = s.hidden_size, hd = s.head_dim, nh = s.num_heads, nkv = s.num_kv_heads, I = s.intermediate_size;
+  std::vector<Piece> out;
+  auto matrix = [&](std::vector<std::string> names, std::vector<int64_t> rows, int64_t cols, const void** d) {
+    out.push_back(Piece{std::move(names), std::move(rows), cols, false, d});
+  };
+  auto vec = [&](std::vector<std::string> names, std::vector<int64_t> lengths, const void** d) {
+    out.push_back(Piece{std::move(names), std::move(lengths), 1, true, d});
+  };
+  if (range.first_layer == 0) matrix({"model.embed_tokens.weight"}, {s.vocab_size}, H, w ? slot(w->embedding) : &sink);
+  if (w) w->layers.assign(size_t(range.last_layer - range.first_layer), DeviceLayer{});
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    DeviceLayer* L = w ? &w->layers[size_t(l - range.first_layer)] : nullptr;
+    auto d = [&](auto member) { return L ? slot(L->*member) : &sink; };
+    matrix({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
+           {nh * hd, nkv * hd, nkv * hd}, H, d(&DeviceLayer::qkv));
+    if (bias)
+      vec({p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"},
+          {nh * hd, nkv * hd, nkv * hd}, d(&DeviceLayer::qkv_bias));
+    if (s.qk_norm) {
+      vec({p + "self_attn.q_norm.weight"}, {hd}, d(&DeviceLayer::q_norm));
+      vec({p + "self_attn.k_norm.weight"}, {hd}, d(&DeviceLayer::k_norm));
+    }
+    vec({p + "input_layernorm.weight"}, {H}, d(&DeviceLayer::attn_norm));
+    vec({p + "post_attention_layernorm.weight"}, {H}, d(&DeviceLayer::ffn_norm));
+    matrix({p + "self_attn.o_proj.weight"}, {H}, nh * hd, d(&DeviceLayer::o));
+    matrix({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {I, I}, H, d(&DeviceLayer::gate_up));
+    matrix({p + "mlp.down_proj.weight"}, {H}, I, d(&DeviceLayer::down));
+  }
+  if (range.last_layer == s.num_layers) {
+    vec({"model.norm.weight"}, {H}, w ? slot(w->final_norm) : &sink);
+    // Tied models reuse the embedding; a stage without layer 0 loads it as its head.
+    if (own_head || range.first_layer != 0)
+      matrix({own_head ? "lm_head.weight" : "model.embed_tokens.weight"}, {s.vocab_size}, H,
+             w ? slot(w->lm_head) : &sink);
+  }
+  size_t offset = 0;
+  for (Piece& piece : out) {
+    piece.offset = offset;
+    offset += piece.bytes();
+  }
+  return out;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+const Tensor& need(const Weights& weights, const std::string& name, std::vector<int64_t> shape) {
+  const Tensor& t = weights.get(name);
+  if (t.shape != shape)
+    throw InputError("tensor " + name + " has shape " + shape_str(t.shape) + ", the model config implies " +
+                     shape_str(shape));
+  if (!cpu::matmul_supports(t.dtype))
+    throw InputError("tensor " + name + " has dtype " + std::string(dtype_name(t.dtype)) +
+                     ", which the CUDA backend cannot convert to BF16");
+  return t;
+}
+
+// Converts rows [0, t.rows()) of t to BF16 (or f32) in chunks and copies them to dst.
+void upload(const Tensor& t, bool f32, char* dst, ThreadPool& pool) {
+  const int64_t rows = t.rows(), cols = t.cols();
+  if (!f32 && t.dtype == DType::BF16) {  // already the device format: straight from the mapping
+    CUDA_CHECK(cudaMemcpy(dst, t.data, size_t(rows * cols) * 2, cudaMemcpyHostToDevice));
+    return;
+  }
+  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(64) << 20) / (cols * 4));
+  std::vector<float> f(size_t(std::min(rows, chunk_rows) * cols));
+  std::vector<__nv_bfloat16> b(f32 ? 0 : f.size());
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - r0);
+    pool.parallel_for(n, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        float* row = f.data() + r * cols;
+        cpu::decode_row(t, r0 + r, row);
+        if (!f32)
+          for (int64_t c = 0; c < cols; ++c) b[size_t(r * cols + c)] = __float2bfloat16(row[c]);
+      }
+    });
+    const size_t elem = f32 ? 4 : 2;
+    CUDA_CHECK(cudaMemcpy(dst + size_t(r0 * cols) * elem, f32 ? static_cast<const void*>(f.data()) : b.data(),
+                          size_t(n * cols) * elem, cudaMemcpyHostToDevice));
+  }
+}
+
+bool has_bias(const ModelSpec& s, const Weights* w, LayerRange r) {
+  if (s.attention_bias) return true;
+  return w && r.last_layer > r.first_layer &&
+         w->find("model.layers." + std::to_string(r.first_layer) + ".self_attn.q_proj.bias") != nullptr;
+}
+
+}  // namespace
+
+uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range, bool own_lm_head) {
+  uint64_t total = 0;
+  for (const Piece& p : layout(spec, range, own_lm_head, spec.attention_bias, nullptr)) total += p.bytes();
+  return total;
+}
+
+DeviceWeights::DeviceWeights(const ModelSpec& spec, const Weights& weights) {
+  const LayerRange range = weights.range();
+  if (spec.num_experts > 0)
+    throw InputError("the CUDA backend runs dense models; " + spec.architecture +
+                     " has experts (set engine.backend = \"cpu\")");
+  const bool own_head = weights.find("lm_head.weight") != nullptr;
+  std::vector<Piece> pieces = layout(spec, range, own_head, has_bias(spec, &weights, range), this);
+  // Check everything before the first byte moves: a bad file fails fast and whole.
+  std::vector<std::vector<const Tensor*>> sources;
+  for (const Piece& p : pieces) {
+    sources.emplace_back();
+    for (size_t i = 0; i < p.names.size(); ++i) {
+      std::vector<int64_t> shape = p.f32 ? std::vector<int64_t>{p.rows[i]} : std::vector<int64_t>{p.rows[i], p.cols};
+      sources.back().push_back(&need(weights, p.names[i], shape));
+    }
+  }
+  const size_t total = pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes();
+  CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(total, kAlign)));
+  ThreadPool pool(0);
+  char* base = static_cast<char*>(arena_);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    char* dst = base + p.offset;
+    *p.dst = dst;
+    for (const Tensor* t : sources[i]) {
+      upload(*t, p.f32, dst, pool);
+      dst += size_t(t->numel()) * (p.f32 ? 4 : 2);
+    }
+  }
+  if (range.last_layer == spec.num_layers && !lm_head) lm_head = embedding;  // tied, and this stage holds both
+}
+
+DeviceWeights::~DeviceWeights() {
+  if (arena_) cudaFree(arena_);
+}
+
+}  // namespace spark::cuda

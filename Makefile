@@ -36,7 +36,7 @@ ifeq ($(CUDA),1)
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl
 endif
 
-.PHONY: all deps test unit integration run model fuzz format clean help gpu-check
+.PHONY: all deps test unit integration run model fuzz format clean help gpu-check gpu-build
 all: $(BUILD)/sparkd
 
 help:
@@ -152,10 +152,11 @@ fuzz: deps
 	done
 
 # ---- GPU ----------------------------------------------------------------------------
-gpu-check:
-	@test "$(CUDA)" = 1 || { echo "gpu-check needs nvcc"; exit 2; }
-	@test -f tests/gpu/gpu.mk || { echo "gpu-check: the CUDA backend's checks are not built yet"; exit 2; }
-	@$(MAKE) --no-print-directory -f tests/gpu/gpu.mk BUILD=$(BUILD) CUDA_ARCHS="$(CUDA_ARCHS)"
+gpu-build: all
+	@test "$(CUDA)" = 1 || { echo "gpu-build needs nvcc"; exit 2; }
+	@$(MAKE) --no-print-directory -f tests/gpu/gpu.mk BUILD=$(BUILD) CUDA_ARCHS="$(CUDA_ARCHS)" build
+gpu-check: gpu-build
+	@sh tests/gpu/run_checks.sh $(BUILD)/gpu
 
 # ---- housekeeping -----------------------------------------------------------------
 format:

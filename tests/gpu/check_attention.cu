@@ -1,0 +1,514 @@
+// check_attention.cu — checks the CUDA attention kernels (prefill tiles, split-K decode,
+// mixed steps, a replayed decode graph; BF16 and FP8 caches; head_dim 16 to 256) against
+// cpu::attention on shuffled block tables, and times decode and prefill at the
+// Llama-3.1-8B shape.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/attention.h"
+#include "engine/backend/cuda/attention.h"
+#include "engine/util/thread_pool.h"
+#include "tests/gpu/gpu_check.h"
+
+namespace spark::gpu_check {
+namespace {
+
+using cuda::bf16;
+using cuda::KvDtype;
+constexpr const char* kCheck = "attention";
+constexpr double kLimit = 1e-2;
+
+ThreadPool& pool() {
+  static ThreadPool p(0);
+  return p;
+}
+
+struct Seq {
+  int rows;  // query rows this step
+  int ctx;   // context length once they are written
+};
+
+struct Case {
+  std::string name;
+  int heads, kv_heads, head_dim;
+  KvDtype dtype;
+  int block_size;
+  std::vector<Seq> seqs;
+};
+
+std::string dtype_name(KvDtype d) { return d == KvDtype::FP8 ? "fp8" : "bf16"; }
+
+// The batch of `seqs` over shuffled, non-contiguous blocks (a few blocks stay unused).
+struct HostBatch {
+  Batch batch;
+  int64_t num_blocks = 0;
+};
+
+HostBatch make_batch(const std::vector<Seq>& seqs, int bs, uint64_t seed) {
+  HostBatch hb;
+  Batch& b = hb.batch;
+  int64_t need = 0;
+  int max_ctx = 1;
+  for (const Seq& s : seqs) {
+    need += (s.ctx + bs - 1) / bs;
+    max_ctx = std::max(max_ctx, s.ctx);
+  }
+  hb.num_blocks = need + 7;
+  std::vector<int32_t> ids(size_t(hb.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int mb = (max_ctx + bs - 1) / bs;
+  b.max_blocks_per_seq = mb;
+  b.block_tables.assign(seqs.size() * size_t(mb), 0);
+  b.query_start.push_back(0);
+  size_t next = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const Seq& q = seqs[s];
+    int32_t* table = b.block_tables.data() + s * size_t(mb);
+    for (int k = 0; k < (q.ctx + bs - 1) / bs; ++k) table[k] = ids[next++];
+    for (int i = 0; i < q.rows; ++i) {
+      const int pos = q.ctx - q.rows + i;
+      b.token_ids.push_back(1);
+      b.positions.push_back(std::max(pos, 0));
+      b.slot_mapping.push_back(pos < 0 ? -1 : table[pos / bs] * bs + pos % bs);  // -1: graph padding
+    }
+    b.query_start.push_back(b.num_tokens());
+    b.context_lens.push_back(q.ctx);
+  }
+  return hb;
+}
+
+// The batch's arrays on the device, and the DeviceBatch that points at them.
+struct DevBatch {
+  DeviceArray<int32_t> token_ids, positions, slot_mapping, query_start, context_lens, block_tables;
+  cuda::DeviceBatch db;
+  explicit DevBatch(const Batch& b)
+      : token_ids(b.token_ids),
+        positions(b.positions),
+        slot_mapping(b.slot_mapping),
+        query_start(b.query_start),
+        context_lens(b.context_lens),
+        block_tables(b.block_tables) {
+    db.token_ids = token_ids.get();
+    db.positions = positions.get();
+    db.slot_mapping = slot_mapping.get();
+    db.query_start = query_start.get();
+    db.context_lens = context_lens.get();
+    db.block_tables = block_tables.get();
+    db.max_blocks_per_seq = b.max_blocks_per_seq;
+    db.num_tokens = b.num_tokens();
+    db.num_seqs = b.num_seqs();
+  }
+};
+
+// Host FP8 e4m3 encoding with the rule of fp8_scale_for in common.cuh.
+uint8_t fp8_scale_byte(float amax) {
+  if (!(amax > 0.0f)) return 127;
+  int e = 0;
+  std::frexp(amax / cuda::kFp8E4m3Max, &e);
+  e = std::max(-126, std::min(127, e));
+  return uint8_t(e + 127);
+}
+float fp8_to_float(uint8_t q) { return __half2float(__half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3))); }
+
+// One layer's cache in both forms: the CPU reference (f32 values exactly as the GPU
+// decodes them) and the GPU bytes. With FP8, `exact` holds the unquantized values.
+struct Caches {
+  cpu::KvGeometry g;
+  cpu::LayerKv ref, exact;
+  DeviceArray<uint8_t> k, v, k_scale, v_scale;
+  bool fp8 = false;
+  cuda::KvLayer layer() const {
+    return {k.get(), v.get(), fp8 ? k_scale.get() : nullptr, fp8 ? v_scale.get() : nullptr};
+  }
+};
+
+void fill_cache(Caches& c, KvDtype dtype, uint64_t seed) {
+  const int64_t rows = c.g.slots() * c.g.kv_heads, D = c.g.head_dim;
+  const size_t n = size_t(rows * D);
+  c.ref.k.allocate(n);
+  c.ref.v.allocate(n);
+  if (dtype == KvDtype::FP8) {
+    c.exact.k.allocate(n);
+    c.exact.v.allocate(n);
+  }
+  const size_t elem = dtype == KvDtype::FP8 ? 1 : 2;
+  std::vector<uint8_t> hk(n * elem), hv(n * elem), hks(dtype == KvDtype::FP8 ? size_t(rows) : 1),
+      hvs(dtype == KvDtype::FP8 ? size_t(rows) : 1);
+  const float scale_spread[4] = {1.0f, 0.25f, 4.0f, 1.0f};  // per-row magnitudes vary, so scales differ
+  pool().parallel_for(rows, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      for (int which = 0; which < 2; ++which) {
+        const std::vector<float> x = random_floats(size_t(D), seed * 1000003ull + uint64_t(r) * 2 + uint64_t(which));
+        const float mag = scale_spread[(r * 7 + which) % 4];
+        float* ref = (which ? c.ref.v.data() : c.ref.k.data()) + r * D;
+        uint8_t* bytes = (which ? hv.data() : hk.data()) + size_t(r * D) * elem;
+        if (dtype == KvDtype::BF16) {
+          for (int64_t i = 0; i < D; ++i) {
+            const bf16 h = __float2bfloat16(x[size_t(i)] * mag);
+            ref[i] = __bfloat162float(h);
+            std::memcpy(bytes + i * 2, &h, 2);
+          }
+        } else {
+          float* exact = (which ? c.exact.v.data() : c.exact.k.data()) + r * D;
+          float amax = 0.0f;
+          for (int64_t i = 0; i < D; ++i) amax = std::max(amax, std::fabs(x[size_t(i)] * mag));
+          const uint8_t sb = fp8_scale_byte(amax);
+          (which ? hvs : hks)[size_t(r)] = sb;
+          const float scale = std::ldexp(1.0f, int(sb) - 127), inv = 1.0f / scale;
+          for (int64_t i = 0; i < D; ++i) {
+            exact[i] = x[size_t(i)] * mag;
+            const uint8_t q = __nv_cvt_float_to_fp8(exact[i] * inv, __NV_SATFINITE, __NV_E4M3);
+            bytes[i] = q;
+            ref[i] = fp8_to_float(q) * scale;
+          }
+        }
+      }
+    }
+  });
+  c.k = DeviceArray<uint8_t>(hk);
+  c.v = DeviceArray<uint8_t>(hv);
+  c.k_scale = DeviceArray<uint8_t>(hks);
+  c.v_scale = DeviceArray<uint8_t>(hvs);
+  c.fp8 = dtype == KvDtype::FP8;
+}
+
+cuda::AttentionShape shape_for(const Case& c, const Batch& b) {
+  cuda::AttentionShape s;
+  s.num_heads = c.heads;
+  s.num_kv_heads = c.kv_heads;
+  s.head_dim = c.head_dim;
+  s.block_size = c.block_size;
+  s.kv_dtype = c.dtype;
+  s.max_tokens = std::max(b.num_tokens(), 1);
+  s.max_seqs = std::max(b.num_seqs(), 1);
+  s.max_blocks_per_seq = b.max_blocks_per_seq;
+  s.scale = 1.0f / std::sqrt(float(c.head_dim));
+  return s;
+}
+
+std::vector<float> cpu_attention(const Case& c, const HostBatch& hb, const cpu::KvGeometry& g,
+                                 const std::vector<float>& q, const cpu::LayerKv& kv) {
+  std::vector<float> out(q.size());
+  cpu::attention(pool(), hb.batch, g, c.heads, q.data(), kv, out.data());
+  return out;
+}
+
+void check_case(const Case& c, uint64_t seed) {
+  const HostBatch hb = make_batch(c.seqs, c.block_size, seed);
+  const Batch& b = hb.batch;
+  Caches caches;
+  caches.g = {hb.num_blocks, c.block_size, c.kv_heads, c.head_dim};
+  fill_cache(caches, c.dtype, seed + 1);
+  const size_t qn = size_t(b.num_tokens()) * size_t(c.heads) * size_t(c.head_dim);
+  const std::vector<float> q = round_bf16(random_floats(qn, seed + 2, -3.0f, 3.0f));
+  DeviceArray<bf16> d_q(to_bf16(q)), d_out(qn);
+  DevBatch dev(b);
+
+  cuda::Attention attn(shape_for(c, b));
+  bool expect_decode = true;
+  for (const Seq& s : c.seqs) expect_decode = expect_decode && s.rows == 1;
+  d_out.poison();
+  const bool decode_only = attn.prepare(b, nullptr);
+  attn.run(dev.db, caches.layer(), d_q.get(), d_out.get(), nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::string what = c.name + " " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " d" +
+                           std::to_string(c.head_dim) + " " + dtype_name(c.dtype);
+  if (decode_only != expect_decode) row(kCheck, what, "prepare() misjudged decode-only", "-", false);
+  const std::vector<float> got = from_bf16(d_out.download());
+  error_row(kCheck, what, rel_error(cpu_attention(c, hb, caches.g, q, caches.ref), got), kLimit);
+  if (c.dtype == KvDtype::FP8)
+    info(kCheck, what + " vs unquantized",
+         fmt("rel err %.2e", rel_error(cpu_attention(c, hb, caches.g, q, caches.exact), got)), "fp8 rounding");
+}
+
+// A graph captured on one decode-only step must replay correctly on another with the
+// same number of sequences: new contexts, block tables and q in the same buffers.
+void check_graph_replay() {
+  Case c{"decode graph replay", 32, 8, 128, KvDtype::BF16, 16, {}};
+  std::vector<Seq> first, second;
+  for (int i = 0; i < 8; ++i) {
+    first.push_back({1, 100 + 301 * i});
+    second.push_back({1, i == 3 ? 0 : 2500 - 277 * i});  // one padding sequence
+  }
+  const HostBatch ha = make_batch(first, c.block_size, 71), hb2 = make_batch(second, c.block_size, 72);
+  // One cache big enough for both tables.
+  Caches caches;
+  caches.g = {std::max(ha.num_blocks, hb2.num_blocks), c.block_size, c.kv_heads, c.head_dim};
+  fill_cache(caches, c.dtype, 73);
+  Batch a = ha.batch, b = hb2.batch;
+  const int mb = std::max(a.max_blocks_per_seq, b.max_blocks_per_seq);
+  auto restride = [mb](Batch& x) {
+    std::vector<int32_t> t(size_t(x.num_seqs()) * size_t(mb), 0);
+    for (int s = 0; s < x.num_seqs(); ++s)
+      std::copy_n(x.block_tables.begin() + int64_t(s) * x.max_blocks_per_seq, x.max_blocks_per_seq,
+                  t.begin() + int64_t(s) * mb);
+    x.block_tables = t;
+    x.max_blocks_per_seq = mb;
+  };
+  restride(a);
+  restride(b);
+  const size_t qn = size_t(8) * size_t(c.heads) * size_t(c.head_dim);
+  const std::vector<float> qa = round_bf16(random_floats(qn, 74, -3.0f, 3.0f));
+  const std::vector<float> qb = round_bf16(random_floats(qn, 75, -3.0f, 3.0f));
+  DeviceArray<bf16> d_q(to_bf16(qa)), d_out(qn);
+  DevBatch dev(a);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cuda::Attention attn(shape_for(c, a));
+  const bool safe = attn.prepare(a, stream);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  attn.run(dev.db, caches.layer(), d_q.get(), d_out.get(), stream);
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  // Step b: same buffers, new contents.
+  dev.context_lens.upload(b.context_lens);
+  dev.block_tables.upload(b.block_tables);
+  dev.query_start.upload(b.query_start);
+  d_q.upload(to_bf16(qb));
+  d_out.poison();
+  CUDA_CHECK(cudaDeviceSynchronize());  // the stream does not wait on the legacy default stream
+  const bool safe_b = attn.prepare(b, stream);
+  CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  HostBatch hbb{b, caches.g.num_blocks};
+  const double err = rel_error(cpu_attention(c, hbb, caches.g, qb, caches.ref), from_bf16(d_out.download()));
+  if (!safe || !safe_b) row(kCheck, c.name, "prepare() said not graph-safe", "-", false);
+  error_row(kCheck, c.name + " 32/8 d128 bf16 (8 seqs, 1 padding)", err, kLimit);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// ---- benchmarks ------------------------------------------------------------------------
+
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Random cache contents made on the device (the benchmark caches are gigabytes).
+__global__ void fill_random(uint8_t* p, size_t n_values, bool fp8, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_values; i += size_t(gridDim.x) * blockDim.x) {
+    const float u = float(mix64(seed ^ (i * 0x9E3779B97F4A7C15ull)) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    if (fp8)
+      p[i] = __nv_cvt_float_to_fp8(u * 400.0f, __NV_SATFINITE, __NV_E4M3);
+    else
+      reinterpret_cast<bf16*>(p)[i] = __float2bfloat16(u);
+  }
+}
+
+void fill_device(DeviceArray<uint8_t>& a, size_t n_values, bool fp8, uint64_t seed) {
+  fill_random<<<1024, 256>>>(a.get(), n_values, fp8, seed);
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaDeviceSynchronize());  // the timed stream is non-blocking
+}
+
+// Llama-3.1-8B: 32 q heads, 8 kv heads, head_dim 128, block 16. 64 sequences of `ctx`
+// tokens; batch 1 rotates through them, so every run reads K/V that are not in L2.
+void bench_decode(int ctx, KvDtype dtype) {
+  const int S = 64, H = 32, KVH = 8, D = 128, bs = 16;
+  std::vector<Seq> seqs(size_t(S), Seq{1, ctx});
+  const HostBatch hb = make_batch(seqs, bs, 91);
+  const Batch& b = hb.batch;
+  const size_t values = size_t(hb.num_blocks) * bs * KVH * D;
+  const bool fp8 = dtype == KvDtype::FP8;
+  DeviceArray<uint8_t> k(values * (fp8 ? 1 : 2)), v(values * (fp8 ? 1 : 2));
+  DeviceArray<uint8_t> ks(fp8 ? values / D : 1), vs(fp8 ? values / D : 1);
+  fill_device(k, values, fp8, 1);
+  fill_device(v, values, fp8, 2);
+  if (fp8) {
+    CUDA_CHECK(cudaMemset(ks.get(), 119, ks.size()));  // 2^-8: values of about +-1.5
+    CUDA_CHECK(cudaMemset(vs.get(), 119, vs.size()));
+  }
+  const cuda::KvLayer layer{k.get(), v.get(), fp8 ? ks.get() : nullptr, fp8 ? vs.get() : nullptr};
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> q = random_floats(size_t(S) * H * D, 92, -3.0f, 3.0f);
+  DeviceArray<bf16> d_q(to_bf16(q)), d_out(size_t(S) * H * D);
+  DevBatch dev(b);
+  Case c{"", H, KVH, D, dtype, bs, seqs};
+  cuda::Attention attn(shape_for(c, b));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double kv_bytes_per_seq = double(ctx) * KVH * D * 2 * (fp8 ? 1.0 + 1.0 / D : 2.0);
+
+  // Batch 1: sequence i of the 64, in turn.
+  Batch one;
+  one.token_ids = {1};
+  one.positions = {ctx - 1};
+  one.slot_mapping = {b.slot_mapping[0]};
+  one.query_start = {0, 1};
+  one.context_lens = {ctx};
+  one.block_tables.assign(b.block_tables.begin(), b.block_tables.begin() + b.max_blocks_per_seq);
+  one.max_blocks_per_seq = b.max_blocks_per_seq;
+  attn.prepare(one, stream);
+  int turn = 0;
+  const double ms1 = time_ms(
+      [&] {
+        cuda::DeviceBatch db = dev.db;
+        const int i = turn++ % S;
+        db.num_seqs = 1;
+        db.num_tokens = 1;
+        db.query_start = dev.query_start.get();  // [0, 1]
+        db.context_lens = dev.context_lens.get() + i;
+        db.block_tables = dev.block_tables.get() + int64_t(i) * b.max_blocks_per_seq;
+        attn.run(db, layer, d_q.get() + int64_t(i) * H * D, d_out.get(), stream);
+      },
+      stream, 200, 20);
+  const std::string tag = "decode " + dtype_name(dtype) + " 32/8 d128 ctx " + std::to_string(ctx);
+  info(kCheck, tag + " b1", fmt("%.1f us", ms1 * 1e3), fmt("%.0f GB/s K/V", kv_bytes_per_seq / (ms1 * 1e-3) / 1e9));
+
+  attn.prepare(b, stream);
+  const double ms64 = time_ms([&] { attn.run(dev.db, layer, d_q.get(), d_out.get(), stream); }, stream, 100, 10);
+  info(kCheck, tag + " b64", fmt("%.1f us", ms64 * 1e3),
+       fmt("%.0f GB/s K/V", S * kv_bytes_per_seq / (ms64 * 1e-3) / 1e9));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+void bench_prefill(int T, KvDtype dtype) {
+  const int H = 32, KVH = 8, D = 128, bs = 16;
+  const std::vector<Seq> seqs = {{T, T}};
+  const HostBatch hb = make_batch(seqs, bs, 93);
+  const size_t values = size_t(hb.num_blocks) * bs * KVH * D;
+  const bool fp8 = dtype == KvDtype::FP8;
+  DeviceArray<uint8_t> k(values * (fp8 ? 1 : 2)), v(values * (fp8 ? 1 : 2));
+  DeviceArray<uint8_t> ks(fp8 ? values / D : 1), vs(fp8 ? values / D : 1);
+  fill_device(k, values, fp8, 3);
+  fill_device(v, values, fp8, 4);
+  if (fp8) {
+    CUDA_CHECK(cudaMemset(ks.get(), 119, ks.size()));
+    CUDA_CHECK(cudaMemset(vs.get(), 119, vs.size()));
+  }
+  const cuda::KvLayer layer{k.get(), v.get(), fp8 ? ks.get() : nullptr, fp8 ? vs.get() : nullptr};
+  CUDA_CHECK(cudaDeviceSynchronize());
+  DeviceArray<bf16> d_q(to_bf16(random_floats(size_t(T) * H * D, 94, -3.0f, 3.0f))), d_out(size_t(T) * H * D);
+  DevBatch dev(hb.batch);
+  Case c{"", H, KVH, D, dtype, bs, seqs};
+  cuda::Attention attn(shape_for(c, hb.batch));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  attn.prepare(hb.batch, stream);
+  const double ms = time_ms([&] { attn.run(dev.db, layer, d_q.get(), d_out.get(), stream); }, stream, 30, 5);
+  const double flops = 4.0 * H * D * (double(T) * (T + 1) / 2);
+  info(kCheck, "prefill " + dtype_name(dtype) + " 32/8 d128 T=" + std::to_string(T), fmt("%.3f ms", ms),
+       fmt("%.1f TFLOP/s", flops / (ms * 1e-3) / 1e12));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+void run_all() {
+  // Decode-only steps.
+  std::vector<Seq> b64;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 64; ++i) b64.push_back({1, i == 0 ? 4096 : i == 1 ? 1 : int(rng() % 4096) + 1});
+  std::vector<Seq> pad8;
+  for (int i = 0; i < 8; ++i) pad8.push_back({1, i == 5 ? 0 : 37 + 611 * i});  // one padding sequence (ctx 0)
+  const std::vector<Case> cases = {
+      {"decode b1 ctx 1", 32, 8, 128, KvDtype::BF16, 16, {{1, 1}}},
+      {"decode b1 ctx 4096", 32, 8, 128, KvDtype::BF16, 16, {{1, 4096}}},
+      {"decode b1 ctx 1000", 32, 8, 128, KvDtype::BF16, 16, {{1, 1000}}},
+      {"decode b64 ctx 1..4096", 32, 8, 128, KvDtype::BF16, 16, b64},
+      {"decode b64 ctx 1..4096", 32, 8, 128, KvDtype::FP8, 16, b64},
+      {"decode b8 +pad", 14, 2, 64, KvDtype::BF16, 16, pad8},
+      {"decode b8 +pad", 14, 2, 64, KvDtype::FP8, 8, pad8},
+      {"decode b8 +pad", 8, 8, 128, KvDtype::BF16, 32, pad8},
+      {"decode b8 +pad", 8, 8, 256, KvDtype::BF16, 16, pad8},
+      {"decode b8 +pad", 64, 4, 128, KvDtype::BF16, 16, pad8},  // group 16: two head chunks
+      // Prefill.
+      {"prefill T=2048", 32, 8, 128, KvDtype::BF16, 16, {{2048, 2048}}},
+      {"prefill T=1000", 32, 8, 128, KvDtype::FP8, 16, {{1000, 1000}}},
+      {"prefill T=333", 14, 2, 64, KvDtype::BF16, 16, {{333, 333}}},
+      // Mixed: prefill chunks with cached prefixes, decode rows, a sequence with no rows.
+      {"mixed",
+       14,
+       2,
+       64,
+       KvDtype::BF16,
+       16,
+       {{300, 1000}, {1, 77}, {64, 64}, {1, 4096}, {17, 2000}, {129, 162}, {1, 1}, {2, 2}, {0, 50}, {65, 700}}},
+      {"mixed",
+       32,
+       8,
+       128,
+       KvDtype::BF16,
+       16,
+       {{1, 513}, {200, 1500}, {1, 4000}, {63, 63}, {100, 101}, {1, 17}, {3, 1234}}},
+      {"mixed",
+       32,
+       8,
+       128,
+       KvDtype::FP8,
+       16,
+       {{1, 513}, {200, 1500}, {1, 4000}, {63, 63}, {100, 101}, {1, 17}, {3, 1234}}},
+      {"mixed", 8, 8, 128, KvDtype::BF16, 8, {{130, 900}, {1, 2049}, {64, 128}, {1, 3}}},
+      {"mixed", 14, 2, 64, KvDtype::FP8, 32, {{300, 1000}, {1, 77}, {17, 2000}, {1, 4096}}},
+      {"mixed", 16, 8, 256, KvDtype::BF16, 16, {{150, 600}, {1, 999}, {70, 70}}},
+      // Head sizes of the tiny fixture models (tests/golden/models: 4 q heads, 2 kv heads,
+      // head_dim 16 or 32): narrow shared rows (2 and 4 chunks) in prefill, 2 and 4 lanes
+      // per cache row in decode.
+      {"decode b1 ctx 4096", 4, 2, 16, KvDtype::BF16, 16, {{1, 4096}}},
+      {"decode b8 +pad", 4, 2, 16, KvDtype::BF16, 16, pad8},
+      {"decode b8 +pad", 4, 2, 16, KvDtype::FP8, 8, pad8},
+      {"decode b8 +pad", 4, 2, 32, KvDtype::BF16, 16, pad8},
+      {"decode b8 +pad", 4, 2, 32, KvDtype::FP8, 16, pad8},
+      // Groups wider than the lanes of a row (4 > 2, 8 > 4, 16 in two chunks of 8): a
+      // lane writes the logits of several heads.
+      {"decode b8 +pad", 8, 2, 16, KvDtype::BF16, 16, pad8},
+      {"decode b8 +pad", 16, 2, 32, KvDtype::FP8, 16, pad8},
+      {"decode b8 +pad", 32, 2, 16, KvDtype::BF16, 32, pad8},
+      {"prefill T=333", 4, 2, 16, KvDtype::BF16, 16, {{333, 333}}},
+      {"prefill T=333", 4, 2, 16, KvDtype::FP8, 16, {{333, 333}}},
+      {"prefill T=1000", 4, 2, 32, KvDtype::BF16, 16, {{1000, 1000}}},
+      {"prefill T=200", 4, 2, 32, KvDtype::FP8, 8, {{200, 200}}},
+      {"mixed",
+       4,
+       2,
+       16,
+       KvDtype::BF16,
+       16,
+       {{300, 1000}, {1, 77}, {64, 64}, {1, 4096}, {17, 2000}, {129, 162}, {1, 1}, {2, 2}, {0, 50}, {65, 700}}},
+      {"mixed", 4, 2, 16, KvDtype::FP8, 8, {{300, 1000}, {1, 77}, {17, 2000}, {1, 4096}, {3, 3}}},
+      {"mixed",
+       4,
+       2,
+       32,
+       KvDtype::BF16,
+       16,
+       {{1, 513}, {200, 1500}, {1, 4000}, {63, 63}, {100, 101}, {1, 17}, {3, 1234}}},
+      {"mixed",
+       4,
+       2,
+       32,
+       KvDtype::FP8,
+       32,
+       {{1, 513}, {200, 1500}, {1, 4000}, {63, 63}, {100, 101}, {1, 17}, {3, 1234}}},
+  };
+  uint64_t seed = 100;
+  for (const Case& c : cases) check_case(c, seed += 10);
+  check_graph_replay();
+
+  bench_decode(512, KvDtype::BF16);
+  bench_decode(4096, KvDtype::BF16);
+  bench_decode(4096, KvDtype::FP8);
+  bench_prefill(2048, KvDtype::BF16);
+  bench_prefill(2048, KvDtype::FP8);
+}
+
+}  // namespace
+}  // namespace spark::gpu_check
+
+int main() {
+  return spark::gpu_check::run_main("attention", [] { spark::gpu_check::run_all(); });
+}

@@ -1,0 +1,472 @@
+// check_elementwise.cu — checks the element-wise CUDA kernels (embedding gather, add +
+// RMSNorm, qkv bias/norm/RoPE + paged KV write, SwiGLU) against the CPU reference and
+// times them at Llama-3.1-8B shapes.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/ops.h"
+#include "engine/backend/cuda/embedding.h"
+#include "engine/backend/cuda/rms_norm.h"
+#include "engine/backend/cuda/rope_kv.h"
+#include "engine/backend/cuda/swiglu.h"
+#include "tests/gpu/gpu_check.h"
+
+namespace spark::gpu_check {
+namespace {
+
+using cuda::bf16;
+constexpr const char* kCheck = "elementwise";
+constexpr double kBf16Limit = 1e-2, kF32Limit = 1e-5, kFp8Limit = 7e-2;
+
+void sync() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+std::vector<float> download_bf16(const DeviceArray<bf16>& a) { return from_bf16(a.download()); }
+
+std::string shape(int64_t rows, int64_t cols) { return std::to_string(rows) + "x" + std::to_string(cols); }
+
+// True when every byte still holds the poison (0xFF) written before the launch.
+template <typename T>
+bool all_poison(const T* p, size_t n) {
+  const auto* b = reinterpret_cast<const uint8_t*>(p);
+  return std::all_of(b, b + n * sizeof(T), [](uint8_t x) { return x == 0xFF; });
+}
+
+// ---- embedding ------------------------------------------------------------------------
+
+void check_embedding(int32_t hidden) {
+  const int64_t vocab = 1000;
+  const std::vector<int32_t> ids = {0, 999, 1000, 17, -1, 512, INT32_MAX, 3, 998};  // 3 bad ids
+  const int32_t n = int32_t(ids.size());
+  const std::vector<float> table = round_bf16(random_floats(size_t(vocab * hidden), 11 + hidden));
+  DeviceArray<bf16> d_table(to_bf16(table));
+  DeviceArray<int32_t> d_ids(ids);
+  DeviceArray<float> d_out(size_t(n) * hidden);
+  d_out.poison();
+  cuda::embedding_gather(d_ids.get(), n, d_table.get(), vocab, hidden, d_out.get(), nullptr);
+  sync();
+
+  std::vector<float> ref(size_t(n) * hidden, 0.0f);
+  for (int32_t t = 0; t < n; ++t)
+    if (ids[size_t(t)] >= 0 && ids[size_t(t)] < vocab)
+      std::copy_n(table.begin() + int64_t(ids[size_t(t)]) * hidden, hidden, ref.begin() + int64_t(t) * hidden);
+  error_row(kCheck, "embedding " + shape(n, hidden) + " (3 bad ids -> 0)", rel_error(ref, d_out.download()), kF32Limit);
+}
+
+// ---- add + RMSNorm ----------------------------------------------------------------------
+
+void check_add_rms_norm(int32_t rows, int32_t hidden, bool with_delta, bool with_out, uint64_t seed) {
+  const float eps = 1e-5f;
+  const size_t n = size_t(rows) * hidden;
+  const std::vector<float> x0 = random_floats(n, seed, -2.0f, 2.0f);
+  const std::vector<float> delta = round_bf16(random_floats(n, seed + 1));
+  const std::vector<float> weight = random_floats(size_t(hidden), seed + 2, 0.5f, 1.5f);
+  DeviceArray<float> d_x(x0), d_w(weight);
+  DeviceArray<bf16> d_delta(to_bf16(delta)), d_out(n);
+  d_out.poison();
+  cuda::add_rms_norm(d_x.get(), with_delta ? d_delta.get() : nullptr, d_w.get(), rows, hidden, eps,
+                     with_out ? d_out.get() : nullptr, nullptr);
+  sync();
+
+  std::vector<float> x_ref = x0, out_ref(n);
+  if (with_delta)
+    for (size_t i = 0; i < n; ++i) x_ref[i] += delta[i];
+  for (int32_t r = 0; r < rows; ++r)
+    cpu::rms_norm(x_ref.data() + int64_t(r) * hidden, weight.data(), hidden, eps, out_ref.data() + int64_t(r) * hidden);
+
+  const std::string what = std::string("add_rms_norm ") + shape(rows, hidden) + (with_delta ? "" : " no delta") +
+                           (with_out ? "" : " no out");
+  error_row(kCheck, what + ": x", rel_error(x_ref, d_x.download()), kF32Limit);
+  if (with_out) {
+    error_row(kCheck, what + ": out", rel_error(out_ref, download_bf16(d_out)), kBf16Limit);
+  } else {
+    const std::vector<bf16> got = d_out.download();
+    row(kCheck, what + ": out untouched", "poison kept", "all", all_poison(got.data(), got.size()));
+  }
+}
+
+void check_rms_norm_rows(int32_t hidden) {
+  const float eps = 1e-6f;
+  const int32_t x_rows = 50;
+  const std::vector<int32_t> row_ids = {49, 0, 17, 17, 3};
+  const int32_t rows = int32_t(row_ids.size());
+  const std::vector<float> x = random_floats(size_t(x_rows) * hidden, 31, -3.0f, 3.0f);
+  const std::vector<float> weight = random_floats(size_t(hidden), 32, 0.5f, 1.5f);
+  DeviceArray<float> d_x(x), d_w(weight);
+  DeviceArray<int32_t> d_ids(row_ids);
+  DeviceArray<bf16> d_out(size_t(rows) * hidden);
+  d_out.poison();
+  cuda::rms_norm_rows(d_x.get(), d_ids.get(), rows, d_w.get(), hidden, eps, d_out.get(), nullptr);
+  sync();
+
+  std::vector<float> ref(size_t(rows) * hidden);
+  for (int32_t r = 0; r < rows; ++r)
+    cpu::rms_norm(x.data() + int64_t(row_ids[size_t(r)]) * hidden, weight.data(), hidden, eps,
+                  ref.data() + int64_t(r) * hidden);
+  error_row(kCheck, "rms_norm_rows 5 of " + shape(x_rows, hidden), rel_error(ref, download_bf16(d_out)), kBf16Limit);
+  error_row(kCheck, "rms_norm_rows: x unchanged", rel_error(x, d_x.download()), 0.0);
+}
+
+// ---- qkv bias / norm / RoPE / KV write ---------------------------------------------------
+
+struct RopeCase {
+  std::string name;
+  int32_t num_heads, num_kv_heads, head_dim;
+  bool bias, qk_norm;
+  std::string scaling;  // "", "llama3", "linear"
+  double theta;
+  cuda::KvDtype dtype;
+};
+
+ModelSpec rope_spec(const RopeCase& c) {
+  ModelSpec spec;
+  spec.head_dim = c.head_dim;
+  spec.num_heads = c.num_heads;
+  spec.num_kv_heads = c.num_kv_heads;
+  spec.rope_theta = c.theta;
+  spec.rope_scaling.type = c.scaling;
+  if (c.scaling == "llama3") {
+    spec.rope_scaling.factor = 8.0;
+    spec.rope_scaling.low_freq_factor = 1.0;
+    spec.rope_scaling.high_freq_factor = 4.0;
+    spec.rope_scaling.original_max_position_embeddings = 8192;
+  } else if (c.scaling == "linear") {
+    spec.rope_scaling.factor = 4.0;
+  }
+  return spec;
+}
+
+// Fisher-Yates over all slots, then every 5th row gets -1 (a padded row: nothing written).
+std::vector<int32_t> make_slots(int32_t rows, int64_t num_slots, uint64_t seed) {
+  std::vector<int32_t> all(static_cast<size_t>(num_slots));
+  std::iota(all.begin(), all.end(), 0);
+  for (int64_t i = num_slots - 1; i > 0; --i)
+    std::swap(all[size_t(i)], all[size_t(splitmix64(seed + uint64_t(i)) % uint64_t(i + 1))]);
+  std::vector<int32_t> slots(all.begin(), all.begin() + rows);
+  for (int32_t t = 4; t < rows; t += 5) slots[size_t(t)] = -1;
+  return slots;
+}
+
+std::vector<int32_t> make_positions(int32_t rows, uint64_t seed, int32_t max_pos) {
+  std::vector<int32_t> pos(static_cast<size_t>(rows));
+  for (int32_t t = 0; t < rows; ++t) pos[size_t(t)] = int32_t(splitmix64(seed + uint64_t(t)) % uint64_t(max_pos + 1));
+  pos[0] = 0;
+  if (rows > 1) pos[1] = max_pos;
+  return pos;
+}
+
+float fp8_value(uint8_t byte) {
+  __nv_fp8_e4m3 f;
+  f.__x = byte;
+  return static_cast<float>(f);
+}
+
+void check_rope(const RopeCase& c, uint64_t seed) {
+  const int32_t rows = 37, nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
+  const int32_t heads = nh + 2 * nkv;
+  const float eps = 1e-6f;
+  const bool fp8 = c.dtype == cuda::KvDtype::FP8;
+  const ModelSpec spec = rope_spec(c);
+  const cpu::Rope rope(spec);
+
+  const std::vector<float> qkv = round_bf16(random_floats(size_t(rows) * heads * hd, seed, -2.0f, 2.0f));
+  const std::vector<float> bias = random_floats(size_t(heads) * hd, seed + 1, -0.5f, 0.5f);
+  const std::vector<float> q_norm = random_floats(size_t(hd), seed + 2, 0.5f, 1.5f);
+  const std::vector<float> k_norm = random_floats(size_t(hd), seed + 3, 0.5f, 1.5f);
+  const std::vector<int32_t> positions = make_positions(rows, seed + 4, 100000);
+  cuda::KvShape kv;
+  kv.dtype = c.dtype;
+  kv.block_size = 16;
+  kv.num_kv_heads = nkv;
+  kv.head_dim = hd;
+  kv.num_slots = 3 * 16;  // more slots than rows: most stay untouched
+  const std::vector<int32_t> slots = make_slots(rows, kv.num_slots, seed + 5);
+  const size_t cache_elems = size_t(kv.num_slots) * nkv * hd, scale_elems = size_t(kv.num_slots) * nkv;
+
+  DeviceArray<bf16> d_qkv(to_bf16(qkv)), d_q(size_t(rows) * nh * hd);
+  DeviceArray<float> d_bias(bias), d_qn(q_norm), d_kn(k_norm), d_inv_freq(rope.inv_freq());
+  DeviceArray<int32_t> d_pos(positions), d_slots(slots);
+  DeviceArray<bf16> k16(fp8 ? 0 : cache_elems), v16(fp8 ? 0 : cache_elems);
+  DeviceArray<uint8_t> k8(fp8 ? cache_elems : 0), v8(fp8 ? cache_elems : 0);
+  DeviceArray<uint8_t> k_scale(fp8 ? scale_elems : 0), v_scale(fp8 ? scale_elems : 0);
+  d_q.poison();
+  cuda::KvLayer layer;
+  if (fp8) {
+    k8.poison();
+    v8.poison();
+    k_scale.poison();
+    v_scale.poison();
+    layer = {k8.get(), v8.get(), k_scale.get(), v_scale.get()};
+  } else {
+    k16.poison();
+    v16.poison();
+    layer = {k16.get(), v16.get(), nullptr, nullptr};
+  }
+  cuda::RopeArgs rope_args;
+  rope_args.inv_freq = d_inv_freq.get();
+  rope_args.position_scale = rope.position_scale();
+  cuda::qkv_rope_kv_write(d_qkv.get(), c.bias ? d_bias.get() : nullptr, c.qk_norm ? d_qn.get() : nullptr,
+                          c.qk_norm ? d_kn.get() : nullptr, eps, d_pos.get(), d_slots.get(), rows, nh, rope_args, kv,
+                          layer, d_q.get(), nullptr);
+  sync();
+
+  // The CPU backend's order (run_layer): bias, per-head norm, RoPE.
+  std::vector<float> q_ref(size_t(rows) * nh * hd), k_ref(size_t(rows) * nkv * hd), v_ref(size_t(rows) * nkv * hd);
+  for (int32_t t = 0; t < rows; ++t) {
+    std::vector<float> r(qkv.begin() + int64_t(t) * heads * hd, qkv.begin() + int64_t(t + 1) * heads * hd);
+    if (c.bias)
+      for (size_t i = 0; i < r.size(); ++i) r[i] += bias[i];
+    float* q = r.data();
+    float* k = q + int64_t(nh) * hd;
+    float* v = k + int64_t(nkv) * hd;
+    if (c.qk_norm) {
+      for (int32_t h = 0; h < nh; ++h) cpu::rms_norm(q + h * hd, q_norm.data(), hd, eps, q + h * hd);
+      for (int32_t h = 0; h < nkv; ++h) cpu::rms_norm(k + h * hd, k_norm.data(), hd, eps, k + h * hd);
+    }
+    rope.apply(q, nh, positions[size_t(t)]);
+    rope.apply(k, nkv, positions[size_t(t)]);
+    std::copy_n(q, nh * hd, q_ref.begin() + int64_t(t) * nh * hd);
+    std::copy_n(k, nkv * hd, k_ref.begin() + int64_t(t) * nkv * hd);
+    std::copy_n(v, nkv * hd, v_ref.begin() + int64_t(t) * nkv * hd);
+  }
+
+  const std::string what = "rope_kv " + c.name;
+  error_row(kCheck, what + ": q", rel_error(q_ref, download_bf16(d_q)), kBf16Limit);
+
+  // Written slots must match the reference; every other slot must keep its poison.
+  std::vector<bool> written(size_t(kv.num_slots), false);
+  for (int32_t s : slots)
+    if (s >= 0) written[size_t(s)] = true;
+  const size_t vec_elems = size_t(nkv) * hd;  // one slot, all kv heads
+  int64_t touched = 0;
+  if (!fp8) {
+    const std::vector<float> k_got = download_bf16(k16), v_got = download_bf16(v16);
+    const std::vector<bf16> k_raw = k16.download(), v_raw = v16.download();
+    std::vector<float> kr, kg, vr, vg;
+    for (int32_t t = 0; t < rows; ++t) {
+      const int32_t s = slots[size_t(t)];
+      if (s < 0) continue;
+      kr.insert(kr.end(), k_ref.begin() + int64_t(t) * vec_elems, k_ref.begin() + int64_t(t + 1) * vec_elems);
+      vr.insert(vr.end(), v_ref.begin() + int64_t(t) * vec_elems, v_ref.begin() + int64_t(t + 1) * vec_elems);
+      kg.insert(kg.end(), k_got.begin() + int64_t(s) * vec_elems, k_got.begin() + int64_t(s + 1) * vec_elems);
+      vg.insert(vg.end(), v_got.begin() + int64_t(s) * vec_elems, v_got.begin() + int64_t(s + 1) * vec_elems);
+    }
+    error_row(kCheck, what + ": k cache", rel_error(kr, kg), kBf16Limit);
+    error_row(kCheck, what + ": v cache", rel_error(vr, vg), kBf16Limit);
+    for (int64_t s = 0; s < kv.num_slots; ++s)
+      if (!written[size_t(s)])
+        touched +=
+            !all_poison(k_raw.data() + s * vec_elems, vec_elems) + !all_poison(v_raw.data() + s * vec_elems, vec_elems);
+  } else {
+    const std::vector<uint8_t> k_raw = k8.download(), v_raw = v8.download();
+    const std::vector<uint8_t> ks = k_scale.download(), vs = v_scale.download();
+    double worst = 0;
+    int64_t loose_scales = 0;  // the scale must be the tightest power of two: max |e4m3| in [224, 448]
+    for (int32_t t = 0; t < rows; ++t) {
+      const int32_t s = slots[size_t(t)];
+      if (s < 0) continue;
+      for (int pass = 0; pass < 2; ++pass) {
+        const std::vector<uint8_t>& raw = pass == 0 ? k_raw : v_raw;
+        const std::vector<uint8_t>& scales = pass == 0 ? ks : vs;
+        const std::vector<float>& ref = pass == 0 ? k_ref : v_ref;
+        for (int32_t h = 0; h < nkv; ++h) {
+          const size_t vec = size_t(s) * nkv + size_t(h);
+          const float scale = std::ldexp(1.0f, int(scales[vec]) - 127);
+          double diff = 0, amax = 0, qmax = 0;
+          bool finite = true;
+          for (int32_t i = 0; i < hd; ++i) {
+            const float q = fp8_value(raw[vec * size_t(hd) + size_t(i)]);
+            const float r = ref[(size_t(t) * nkv + size_t(h)) * size_t(hd) + size_t(i)];
+            finite = finite && std::isfinite(q);
+            diff = std::max(diff, std::fabs(double(q) * scale - r));
+            amax = std::max(amax, std::fabs(double(r)));
+            qmax = std::max(qmax, std::fabs(double(q)));
+          }
+          worst = std::max(worst, finite ? diff / amax : INFINITY);
+          loose_scales += !(qmax >= 224.0 && qmax <= 448.0);
+        }
+      }
+    }
+    error_row(kCheck, what + ": k/v cache (per head)", worst, kFp8Limit);
+    row(kCheck, what + ": scales tight", std::to_string(loose_scales) + " loose", "0", loose_scales == 0);
+    for (int64_t s = 0; s < kv.num_slots; ++s)
+      if (!written[size_t(s)])
+        touched += !all_poison(k_raw.data() + s * vec_elems, vec_elems) +
+                   !all_poison(v_raw.data() + s * vec_elems, vec_elems) +
+                   !all_poison(ks.data() + s * nkv, size_t(nkv)) + !all_poison(vs.data() + s * nkv, size_t(nkv));
+  }
+  row(kCheck, what + ": other slots untouched", std::to_string(touched) + " touched", "0", touched == 0);
+}
+
+// ---- SwiGLU -----------------------------------------------------------------------------
+
+void check_swiglu(int32_t rows, int32_t inter, uint64_t seed) {
+  const std::vector<float> gate_up = round_bf16(random_floats(size_t(rows) * 2 * inter, seed, -6.0f, 6.0f));
+  DeviceArray<bf16> d_in(to_bf16(gate_up)), d_out(size_t(rows) * inter);
+  d_out.poison();
+  cuda::swiglu(d_in.get(), rows, inter, d_out.get(), nullptr);
+  sync();
+  std::vector<float> ref(size_t(rows) * inter);
+  for (int32_t t = 0; t < rows; ++t) {
+    const float* g = gate_up.data() + int64_t(t) * 2 * inter;
+    cpu::silu_mul(g, g + inter, inter, ref.data() + int64_t(t) * inter);
+  }
+  error_row(kCheck, "swiglu " + shape(rows, inter), rel_error(ref, download_bf16(d_out)), kBf16Limit);
+}
+
+// ---- benchmarks (Llama-3.1-8B shapes) ----------------------------------------------------
+
+constexpr int32_t kHidden = 4096, kInter = 14336, kHeads = 32, kKvHeads = 8, kHeadDim = 128;
+constexpr int64_t kVocab = 128256;
+
+// Enough copies of a call's buffers that rotating through them moves ~3x the 50 MB L2;
+// at small row counts the cap leaves them L2-resident (and launch-bound anyway).
+int copies_for(double bytes) { return int(std::clamp(std::ceil(150e6 / bytes), 1.0, 16.0)); }
+
+void report(const std::string& kernel, int32_t rows, double bytes, double ms) {
+  info(kCheck, "bench " + kernel + " rows " + std::to_string(rows),
+       fmt("%.1f us", ms * 1e3) + fmt(", %.0f GB/s", bytes / (ms * 1e-3) / 1e9), fmt("%.1f MB moved", bytes / 1e6));
+}
+
+void fill(void* p, size_t bytes, int value) { CUDA_CHECK(cudaMemset(p, value, bytes)); }
+
+void bench_all(const DeviceArray<bf16>& table) {
+  for (int32_t rows : {1, 64, 2048}) {
+    const int64_t rh = int64_t(rows) * kHidden;
+    {  // embedding
+      const double bytes = double(rh) * (2 + 4) + rows * 4.0;
+      const int n = copies_for(bytes);
+      std::vector<int32_t> ids(size_t(rows) * n);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(splitmix64(i + 77) % uint64_t(kVocab));
+      DeviceArray<int32_t> d_ids(ids);
+      DeviceArray<float> out(size_t(rh) * n);
+      int it = 0;
+      const double ms = time_ms([&] {
+        const int c = it++ % n;
+        cuda::embedding_gather(d_ids.get() + int64_t(c) * rows, rows, table.get(), kVocab, kHidden, out.get() + c * rh,
+                               nullptr);
+      });
+      report("embedding", rows, bytes, ms);
+    }
+    {  // add + norm, and the final norm of the same number of rows
+      const double bytes = double(rh) * (4 + 2 + 4 + 2) + kHidden * 4.0;
+      const int n = copies_for(bytes);
+      DeviceArray<float> x(size_t(rh) * n), w(random_floats(kHidden, 5, 0.5f, 1.5f));
+      DeviceArray<bf16> delta(size_t(rh) * n), out(size_t(rh) * n);
+      fill(x.get(), x.size() * 4, 0x3F);  // ~0.75: finite values, content is irrelevant here
+      fill(delta.get(), delta.size() * 2, 0x3C);
+      int it = 0;
+      double ms = time_ms([&] {
+        const int c = it++ % n;
+        cuda::add_rms_norm(x.get() + c * rh, delta.get() + c * rh, w.get(), rows, kHidden, 1e-5f, out.get() + c * rh,
+                           nullptr);
+      });
+      report("add_rms_norm", rows, bytes, ms);
+      std::vector<int32_t> ids(static_cast<size_t>(rows));
+      std::iota(ids.rbegin(), ids.rend(), 0);
+      DeviceArray<int32_t> d_ids(ids);
+      const double norm_bytes = double(rh) * (4 + 2) + kHidden * 4.0 + rows * 4.0;
+      ms = time_ms([&] {
+        const int c = it++ % n;
+        cuda::rms_norm_rows(x.get() + c * rh, d_ids.get(), rows, w.get(), kHidden, 1e-5f, out.get() + c * rh, nullptr);
+      });
+      report("rms_norm_rows", rows, norm_bytes, ms);
+    }
+    for (cuda::KvDtype dtype : {cuda::KvDtype::BF16, cuda::KvDtype::FP8}) {  // qkv rope + KV write
+      const bool fp8 = dtype == cuda::KvDtype::FP8;
+      const int64_t qkv_elems = int64_t(rows) * (kHeads + 2 * kKvHeads) * kHeadDim;
+      const int64_t q_elems = int64_t(rows) * kHeads * kHeadDim, kv_elems = int64_t(rows) * kKvHeads * kHeadDim;
+      const double bytes = qkv_elems * 2.0 + q_elems * 2.0 + 2.0 * kv_elems * (fp8 ? 1 : 2) +
+                           (fp8 ? 2.0 * rows * kKvHeads : 0) + rows * 8.0;
+      const int n = copies_for(bytes);
+      ModelSpec spec;
+      spec.head_dim = kHeadDim;
+      spec.rope_theta = 500000.0;
+      spec.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 8192};
+      const cpu::Rope rope(spec);
+      DeviceArray<float> inv_freq(rope.inv_freq());
+      DeviceArray<bf16> qkv(size_t(qkv_elems) * n), q(size_t(q_elems) * n);
+      fill(qkv.get(), qkv.size() * 2, 0x3C);
+      cuda::KvShape kv{dtype, 16, kKvHeads, kHeadDim, int64_t(rows) * n};
+      const size_t cache_bytes = size_t(kv.num_slots) * kKvHeads * kHeadDim * (fp8 ? 1 : 2);
+      DeviceArray<uint8_t> k(cache_bytes), v(cache_bytes), ks(size_t(kv.num_slots) * kKvHeads),
+          vs(size_t(kv.num_slots) * kKvHeads);
+      std::vector<int32_t> slots(size_t(kv.num_slots));
+      std::iota(slots.begin(), slots.end(), 0);
+      DeviceArray<int32_t> d_slots(slots), d_pos(make_positions(int32_t(kv.num_slots), 9, 100000));
+      const cuda::KvLayer layer{k.get(), v.get(), fp8 ? ks.get() : nullptr, fp8 ? vs.get() : nullptr};
+      const cuda::RopeArgs args{inv_freq.get(), rope.position_scale()};
+      int it = 0;
+      const double ms = time_ms([&] {
+        const int c = it++ % n;
+        cuda::qkv_rope_kv_write(qkv.get() + c * qkv_elems, nullptr, nullptr, nullptr, 1e-5f,
+                                d_pos.get() + int64_t(c) * rows, d_slots.get() + int64_t(c) * rows, rows, kHeads, args,
+                                kv, layer, q.get() + c * q_elems, nullptr);
+      });
+      report(fp8 ? "rope_kv fp8" : "rope_kv bf16", rows, bytes, ms);
+    }
+    {  // swiglu
+      const int64_t ri = int64_t(rows) * kInter;
+      const double bytes = ri * 6.0;
+      const int n = copies_for(bytes);
+      DeviceArray<bf16> in(size_t(ri) * 2 * n), out(size_t(ri) * n);
+      fill(in.get(), in.size() * 2, 0x3C);
+      int it = 0;
+      const double ms = time_ms([&] {
+        const int c = it++ % n;
+        cuda::swiglu(in.get() + c * 2 * ri, rows, kInter, out.get() + c * ri, nullptr);
+      });
+      report("swiglu", rows, bytes, ms);
+    }
+  }
+}
+
+void run() {
+  check_embedding(576);
+  check_embedding(4096);
+
+  check_add_rms_norm(7, 4096, true, true, 101);
+  check_add_rms_norm(3, 576, true, true, 102);
+  check_add_rms_norm(5, 8192, true, true, 103);
+  check_add_rms_norm(6, 4096, false, true, 104);
+  check_add_rms_norm(4, 4096, true, false, 105);
+  check_rms_norm_rows(4096);
+  check_rms_norm_rows(896);
+
+  using cuda::KvDtype;
+  const std::vector<RopeCase> cases = {
+      {"llama hd128 32/8 llama3 bf16", 32, 8, 128, false, false, "llama3", 500000.0, KvDtype::BF16},
+      {"llama hd128 32/8 llama3 fp8", 32, 8, 128, false, false, "llama3", 500000.0, KvDtype::FP8},
+      {"llama hd64 14/2 linear4 bf16", 14, 2, 64, false, false, "linear", 10000.0, KvDtype::BF16},
+      {"qwen2 hd64 14/2 bias bf16", 14, 2, 64, true, false, "", 1000000.0, KvDtype::BF16},
+      {"qwen2 hd64 14/2 bias fp8", 14, 2, 64, true, false, "", 1000000.0, KvDtype::FP8},
+      {"qwen3 hd128 32/8 qk-norm bf16", 32, 8, 128, false, true, "", 1000000.0, KvDtype::BF16},
+      {"qwen3 hd128 32/8 qk-norm fp8", 32, 8, 128, false, true, "", 1000000.0, KvDtype::FP8},
+      {"hd256 8/4 qk-norm linear4 fp8", 8, 4, 256, false, true, "linear", 10000.0, KvDtype::FP8},
+      {"hd80 (scalar path) 8/2 bias+norm bf16", 8, 2, 80, true, true, "", 10000.0, KvDtype::BF16},
+      {"hd80 (scalar path) 8/2 bias+norm fp8", 8, 2, 80, true, true, "", 10000.0, KvDtype::FP8},
+  };
+  uint64_t seed = 1000;
+  for (const RopeCase& c : cases) check_rope(c, seed += 100);
+
+  check_swiglu(7, 14336, 201);
+  check_swiglu(3, 768, 202);
+  check_swiglu(2, 24, 203);
+
+  DeviceArray<bf16> table(size_t(kVocab) * kHidden);  // 1 GB: gathers miss L2 like real ones
+  fill(table.get(), table.size() * 2, 0x3C);
+  bench_all(table);
+}
+
+}  // namespace
+}  // namespace spark::gpu_check
+
+int main() {
+  return spark::gpu_check::run_main("elementwise", [] { spark::gpu_check::run(); });
+}

@@ -1,0 +1,362 @@
+// check_gemm.cu — the linear layers (gemm.h, gemv.h): correctness of both paths against
+// a double-precision CPU reference, capture in a CUDA graph, and the benchmarks the
+// decode and prefill acceptance compare with (copy bandwidth, weight-streaming rate at
+// 1..8 rows, cuBLASLt TFLOP/s at 2048 rows and for an 8192^3 GEMM).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/gemm.h"
+#include "engine/backend/cuda/gemv.h"
+#include "engine/util/splitmix.h"
+#include "tests/gpu/gpu_check.h"
+
+namespace spark::gpu_check {
+namespace {
+
+using cuda::bf16;
+using cuda::Gemm;
+using cuda::GemmOut;
+using cuda::GemmPath;
+
+const char* kCheck = "gemm";
+
+std::string shape_name(const char* name, int32_t rows, int32_t k, int32_t n) {
+  return std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" + std::to_string(n);
+}
+const char* path_name(GemmPath p) {
+  return p == GemmPath::GEMV ? "gemv" : p == GemmPath::CUBLASLT ? "cublaslt" : "auto";
+}
+const char* out_name(GemmOut o) { return o == GemmOut::F32 ? "f32" : "bf16"; }
+
+// Random bf16 values in [-1, 1) built a slice at a time, so an n·k weight matrix never
+// exists on the host as floats too.
+std::vector<bf16> random_bf16(size_t count, uint64_t seed) {
+  std::vector<bf16> out(count);
+  const size_t slice = size_t(1) << 22;
+  for (size_t off = 0; off < count; off += slice) {
+    const size_t len = std::min(slice, count - off);
+    const std::vector<float> f = random_floats(len, splitmix64(seed) + off / slice);
+    for (size_t i = 0; i < len; ++i) out[off + i] = __float2bfloat16(f[i]);
+  }
+  return out;
+}
+
+// A 64-bit mixer for the device (splitmix.h is host-only): any well-spread hash will do
+// for benchmark data.
+__device__ __forceinline__ uint64_t device_mix(uint64_t v) {
+  v ^= v >> 33;
+  v *= 0xff51afd7ed558ccdull;
+  v ^= v >> 33;
+  v *= 0xc4ceb9fe1a85ec53ull;
+  return v ^ (v >> 33);
+}
+
+// Benchmark weights are generated on the device: uploading gigabytes would dominate the run.
+__global__ void fill_random_bf16(bf16* p, size_t count, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = device_mix(seed * 0x9E3779B97F4A7C15ull + i);
+    p[i] = __float2bfloat16(float(h >> 40) * (2.0f / 16777216.0f) - 1.0f);
+  }
+}
+
+void fill_device(bf16* p, size_t count, uint64_t seed, cudaStream_t stream) {
+  fill_random_bf16<<<1024, 256, 0, stream>>>(p, count, seed);
+  CUDA_CHECK_LAUNCH();
+}
+
+// Reads `n16` 16-byte words once; the xor keeps every load live and the rare store keeps
+// the xor live. Four independent loads per thread per iteration keep the bus busy.
+__global__ void read_stream(const uint4* __restrict__ p, size_t n16, unsigned* out) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  unsigned acc = 0;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    const uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
+                d = __ldcs(p + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 a = __ldcs(p + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x9E3779B9u) *out = acc;
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// ---- correctness ------------------------------------------------------------------
+
+struct Shape {
+  const char* name;
+  int32_t k, n;
+  std::vector<int32_t> rows;
+};
+
+// y from the device as floats, whichever dtype it was written in.
+std::vector<float> download_out(const DeviceArray<float>& y32, const DeviceArray<bf16>& y16, GemmOut out) {
+  return out == GemmOut::F32 ? y32.download() : from_bf16(y16.download());
+}
+
+// max rel error of y[rows, n] over the sampled columns, or +inf when any output at all
+// (sampled or not) is non-finite: the poison left in an unwritten element.
+double sampled_error(const std::vector<float>& y, int32_t rows, int32_t n, const std::vector<int32_t>& cols,
+                     const std::vector<double>& ref) {
+  for (float v : y)
+    if (!std::isfinite(v)) return INFINITY;
+  std::vector<float> got, want;
+  got.reserve(ref.size());
+  want.reserve(ref.size());
+  for (int32_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols.size(); ++c) {
+      got.push_back(y[size_t(r) * n + size_t(cols[c])]);
+      want.push_back(float(ref[size_t(r) * cols.size() + c]));
+    }
+  return rel_error(want, got);
+}
+
+void check_shape(Gemm& gemm, const Shape& s, cudaStream_t stream, uint64_t seed) {
+  const std::vector<bf16> w_host = random_bf16(size_t(s.n) * s.k, seed);
+  DeviceArray<bf16> w(w_host);
+  for (int32_t rows : s.rows) {
+    const std::vector<bf16> x_host = random_bf16(size_t(rows) * s.k, seed * 31 + uint64_t(rows));
+    DeviceArray<bf16> x(x_host);
+
+    // Columns to check: all when the reference is cheap, else enough random ones (plus
+    // the first and last, where tile edges are) to keep it to ~2^28 multiply-adds.
+    std::vector<int32_t> cols;
+    const double macs_per_col = double(rows) * s.k;
+    const int64_t budget_cols = std::max<int64_t>(16, int64_t((1 << 28) / macs_per_col));
+    if (budget_cols >= s.n) {
+      for (int32_t c = 0; c < s.n; ++c) cols.push_back(c);
+    } else {
+      cols.push_back(0);
+      cols.push_back(s.n - 1);
+      for (int64_t i = 0; int64_t(cols.size()) < budget_cols; ++i)
+        cols.push_back(int32_t(splitmix64(seed ^ (uint64_t(rows) << 32) ^ uint64_t(i)) % uint64_t(s.n)));
+    }
+
+    // Reference in double from exactly the bf16 values the GPU reads.
+    std::vector<float> xf(x_host.size()), wc(size_t(s.k));
+    for (size_t i = 0; i < x_host.size(); ++i) xf[i] = __bfloat162float(x_host[i]);
+    std::vector<double> ref(size_t(rows) * cols.size());
+    for (size_t c = 0; c < cols.size(); ++c) {
+      const bf16* wr = w_host.data() + size_t(cols[c]) * s.k;
+      for (int32_t i = 0; i < s.k; ++i) wc[size_t(i)] = __bfloat162float(wr[i]);
+      for (int32_t r = 0; r < rows; ++r) {
+        const float* xr = xf.data() + size_t(r) * s.k;
+        double acc = 0;
+        for (int32_t i = 0; i < s.k; ++i) acc += double(xr[i]) * double(wc[size_t(i)]);
+        ref[size_t(r) * cols.size() + c] = acc;
+      }
+    }
+
+    DeviceArray<float> y32(size_t(rows) * s.n);
+    DeviceArray<bf16> y16(size_t(rows) * s.n);
+    for (GemmPath path : {GemmPath::GEMV, GemmPath::CUBLASLT}) {
+      if (path == GemmPath::GEMV && rows > cuda::kGemvMaxRows) continue;
+      for (GemmOut out : {GemmOut::BF16, GemmOut::F32}) {
+        y32.poison();
+        y16.poison();
+        void* y = out == GemmOut::F32 ? static_cast<void*>(y32.get()) : static_cast<void*>(y16.get());
+        gemm.linear(x.get(), rows, s.k, w.get(), s.n, y, out, stream, path);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const double err = sampled_error(download_out(y32, y16, out), rows, s.n, cols, ref);
+        error_row(kCheck, shape_name(s.name, rows, s.k, s.n) + " " + path_name(path) + " " + out_name(out), err,
+                  out == GemmOut::F32 ? 1e-3 : 1e-2);
+      }
+    }
+  }
+}
+
+// A shape that ran once eagerly must replay from a CUDA graph with the same result.
+void check_capture(Gemm& gemm, cudaStream_t stream) {
+  const int32_t k = 4096, n = 6144;
+  DeviceArray<bf16> w(random_bf16(size_t(n) * k, 77));
+  for (auto [rows, path] : {std::pair{8, GemmPath::GEMV}, std::pair{64, GemmPath::CUBLASLT}}) {
+    DeviceArray<bf16> x(random_bf16(size_t(rows) * k, 78 + uint64_t(rows)));
+    DeviceArray<float> eager(size_t(rows) * n), graphed(size_t(rows) * n);
+    eager.poison();
+    graphed.poison();
+    gemm.linear(x.get(), rows, k, w.get(), n, eager.get(), GemmOut::F32, stream, path);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    gemm.linear(x.get(), rows, k, w.get(), n, graphed.get(), GemmOut::F32, stream, path);
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    const double err = rel_error(eager.download(), graphed.download());
+    error_row(kCheck, shape_name("graph replay", rows, k, n) + " " + path_name(path), err, 1e-5);
+  }
+}
+
+// ---- benchmarks -------------------------------------------------------------------
+
+struct Bandwidth {
+  double copy_gbps = 0, read_gbps = 0;
+};
+
+Bandwidth measure_bandwidth(cudaStream_t stream) {
+  const size_t bytes = size_t(1) << 30;
+  DeviceArray<uint8_t> a(bytes), b(bytes);
+  DeviceArray<unsigned> sink(1);
+  CUDA_CHECK(cudaMemsetAsync(a.get(), 0x5A, bytes, stream));
+  Bandwidth bw;
+  const double copy_ms = time_ms(
+      [&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream)); }, stream, 20, 3);
+  bw.copy_gbps = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
+  const int blocks = sm_count() * 8;  // 2048 threads per SM: as many loads in flight as the SM holds
+  const double read_ms = time_ms(
+      [&] {
+        read_stream<<<blocks, 256, 0, stream>>>(reinterpret_cast<const uint4*>(a.get()), bytes / 16, sink.get());
+        CUDA_CHECK_LAUNCH();
+      },
+      stream, 20, 3);
+  bw.read_gbps = double(bytes) / (read_ms * 1e-3) / 1e9;
+  info(kCheck, "bench copy bandwidth (1 GiB d2d, read+write)", fmt("%.0f GB/s", bw.copy_gbps), "reference");
+  info(kCheck, "bench read bandwidth (1 GiB streaming sum)", fmt("%.0f GB/s", bw.read_gbps),
+       fmt("%.2fx copy", bw.read_gbps / bw.copy_gbps));
+  return bw;
+}
+
+// Copies of one weight matrix, enough that rotating through them defeats the 50 MB L2.
+struct RotatingWeights {
+  std::vector<DeviceArray<bf16>> copies;
+  size_t next = 0;
+  RotatingWeights(int32_t k, int32_t n, cudaStream_t stream) {
+    const size_t bytes = size_t(k) * n * sizeof(bf16);
+    const size_t count = std::max<size_t>(2, (size_t(256) << 20) / bytes + 1);
+    for (size_t i = 0; i < count; ++i) {
+      copies.emplace_back(size_t(k) * n);
+      fill_device(copies.back().get(), size_t(k) * n, 1000 + i, stream);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  const bf16* take() {
+    const bf16* p = copies[next].get();
+    next = (next + 1) % copies.size();
+    return p;
+  }
+};
+
+// Median µs of one call, timed over batches of calls so that the event resolution and
+// launch gaps stay small beside the kernels.
+double time_linear_us(Gemm& gemm, RotatingWeights& weights, const bf16* x, int32_t rows, int32_t k, int32_t n, void* y,
+                      GemmOut out, GemmPath path, cudaStream_t stream, int batch = 10, int runs = 21) {
+  const double ms = time_ms(
+      [&] {
+        for (int i = 0; i < batch; ++i) gemm.linear(x, rows, k, weights.take(), n, y, out, stream, path);
+      },
+      stream, runs, 2);
+  return ms * 1e3 / batch;
+}
+
+struct BenchShape {
+  const char* name;
+  int32_t k, n;
+  GemmOut out;
+};
+
+// Llama-3.1-8B's linear layers (q/k/v and gate/up fused as the engine runs them).
+const std::vector<BenchShape>& llama8b_shapes() {
+  static const std::vector<BenchShape> shapes = {
+      {"qkv", 4096, 6144, GemmOut::BF16},      {"o", 4096, 4096, GemmOut::BF16},
+      {"gate_up", 4096, 28672, GemmOut::BF16}, {"down", 14336, 4096, GemmOut::BF16},
+      {"lm_head", 4096, 128256, GemmOut::F32},
+  };
+  return shapes;
+}
+
+void bench_decode(Gemm& gemm, const Bandwidth& bw, cudaStream_t stream) {
+  DeviceArray<bf16> x(random_bf16(size_t(8) * 14336, 5));
+  for (const BenchShape& s : llama8b_shapes()) {
+    RotatingWeights weights(s.k, s.n, stream);
+    DeviceArray<float> y(size_t(8) * s.n);  // large enough for either dtype
+    const double weight_bytes = double(s.k) * s.n * sizeof(bf16);
+    for (int32_t rows : {1, 2, 4, 8}) {
+      for (GemmPath path : {GemmPath::GEMV, GemmPath::CUBLASLT}) {
+        const double us = time_linear_us(gemm, weights, x.get(), rows, s.k, s.n, y.get(), s.out, path, stream);
+        const double gbps = weight_bytes / (us * 1e-6) / 1e9;
+        char m[64], r[64];
+        std::snprintf(m, sizeof m, "%.1f us %.0f GB/s", us, gbps);
+        std::snprintf(r, sizeof r, "%.0f%% of copy%s", 100.0 * gbps / bw.copy_gbps,
+                      gemm.choose(rows, s.k, s.n) == path ? " (auto)" : "");
+        info(kCheck, std::string("bench ") + path_name(path) + " " + shape_name(s.name, rows, s.k, s.n), m, r);
+      }
+    }
+  }
+}
+
+void bench_prefill(Gemm& gemm, cudaStream_t stream) {
+  const int32_t rows = 2048;
+  DeviceArray<bf16> x(size_t(rows) * 14336);
+  fill_device(x.get(), x.size(), 6, stream);
+  for (const BenchShape& s : llama8b_shapes()) {
+    RotatingWeights weights(s.k, s.n, stream);
+    DeviceArray<float> y(size_t(rows) * s.n);
+    const double us =
+        time_linear_us(gemm, weights, x.get(), rows, s.k, s.n, y.get(), s.out, GemmPath::CUBLASLT, stream, 2, 11);
+    const double tflops = 2.0 * rows * double(s.k) * s.n / (us * 1e-6) / 1e12;
+    info(kCheck, std::string("bench cublaslt ") + shape_name(s.name, rows, s.k, s.n), fmt("%.0f TFLOP/s", tflops),
+         fmt("%.1f us", us));
+  }
+  const int32_t m = 8192;
+  DeviceArray<bf16> a(size_t(m) * m);
+  DeviceArray<bf16> c(size_t(m) * m);
+  fill_device(a.get(), a.size(), 7, stream);
+  RotatingWeights weights(m, m, stream);
+  const double us =
+      time_linear_us(gemm, weights, a.get(), m, m, m, c.get(), GemmOut::BF16, GemmPath::CUBLASLT, stream, 1, 11);
+  const double tflops = 2.0 * double(m) * m * m / (us * 1e-6) / 1e12;
+  info(kCheck, "bench cublaslt reference 8192x8192x8192 bf16", fmt("%.0f TFLOP/s", tflops), "prefill reference");
+}
+
+void run() {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    Gemm gemm;
+    const std::vector<int32_t> all_rows = {1, 2, 3, 5, 8, 16, 64, 2048};
+    const std::vector<int32_t> no_2048 = {1, 2, 3, 5, 8, 16, 64};
+    // Odd shapes first: tile edges (n % 16 != 0), k tails (k % 128 != 0) and every k split.
+    const std::vector<Shape> shapes = {
+        {"odd", 1000, 4097, all_rows},       // k % 128 = 104, a 1-row last tile
+        {"k-tail", 2056, 1000, no_2048},     // k % 128 = 8: one lane of four in the tail
+        {"split", 1032, 12000, no_2048},     // a middling k split, k % 128 = 8
+        {"qkv", 4096, 6144, all_rows},       // Llama-3.1-8B
+        {"down", 14336, 4096, all_rows},     // Llama-3.1-8B
+        {"wide-odd", 4096, 49153, no_2048},  // no k split, n = 3072 * 16 + 1
+    };
+    uint64_t seed = 1;
+    for (const Shape& s : shapes) check_shape(gemm, s, stream, seed++);
+    check_capture(gemm, stream);
+
+    const Bandwidth bw = measure_bandwidth(stream);
+    bench_decode(gemm, bw, stream);
+    bench_prefill(gemm, stream);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace spark::gpu_check
+
+int main() {
+  return spark::gpu_check::run_main("gemm", [] { spark::gpu_check::run(); });
+}

@@ -1,0 +1,161 @@
+// gpu_check.h — what every GPU check program shares: random inputs (never zeros),
+// device buffers poisoned before each run, a normwise relative error, CUDA-event timing
+// (median of many runs after warm-up), and the one-line result rows that run_checks.sh
+// gathers into the table `make gpu-check` prints.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cuda/common.cuh"
+#include "engine/util/splitmix.h"
+
+namespace spark::gpu_check {
+
+// Uniform in [lo, hi), nudged off zero: a zero input hides an output never written.
+inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    float u = float(splitmix64(seed * 0x9E3779B97F4A7C15ull + i) >> 40) * (1.0f / 16777216.0f);
+    float x = lo + (hi - lo) * u;
+    v[i] = x == 0.0f ? 1e-3f : x;
+  }
+  return v;
+}
+
+// Values as the GPU will see them after rounding to bf16 (so the CPU reference gets the same inputs).
+inline std::vector<float> round_bf16(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __bfloat162float(__float2bfloat16(v[i]));
+  return r;
+}
+
+inline std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& v) {
+  std::vector<__nv_bfloat16> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __float2bfloat16(v[i]);
+  return r;
+}
+
+inline std::vector<float> from_bf16(const std::vector<__nv_bfloat16>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __bfloat162float(v[i]);
+  return r;
+}
+
+// A device array that owns its memory. fill(0xFF) poisons: all-ones bytes are NaN in f32 and bf16.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t n) : n_(n) { CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() {
+    if (p_) cudaFree(p_);
+  }
+  DeviceArray(DeviceArray&& o) noexcept : p_(o.p_), n_(o.n_) {
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  void upload(const std::vector<T>& host) {
+    SPARK_CHECK(host.size() <= n_, "upload larger than the array");
+    CUDA_CHECK(cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    CUDA_CHECK(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  void poison() { CUDA_CHECK(cudaMemset(p_, 0xFF, n_ * sizeof(T))); }
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// max |got - ref| / max |ref|; NaN or Inf anywhere in got gives +inf.
+inline double rel_error(const std::vector<float>& ref, const std::vector<float>& got) {
+  SPARK_CHECK(ref.size() == got.size(), "rel_error: sizes differ");
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    diff = std::max(diff, std::fabs(double(got[i]) - double(ref[i])));
+    scale = std::max(scale, std::fabs(double(ref[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// Median milliseconds of `fn` (which queues work on `stream`) over `runs` runs after `warmup`.
+inline double time_ms(const std::function<void()>& fn, cudaStream_t stream = nullptr, int runs = 50, int warmup = 5) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms(static_cast<size_t>(runs));
+  for (int i = 0; i < runs; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, stream));
+    fn();
+    CUDA_CHECK(cudaEventRecord(b, stream));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(i)], a, b));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// One row of the final table: "ROW|<check>|<case>|<measured>|<limit or reference>|PASS/FAIL/INFO".
+// Checks with a limit pass or fail; benchmarks print INFO rows. Returns `pass`.
+inline int g_failures = 0;
+inline bool row(const std::string& check, const std::string& what, const std::string& measured,
+                const std::string& limit, bool pass) {
+  std::printf("ROW|%s|%s|%s|%s|%s\n", check.c_str(), what.c_str(), measured.c_str(), limit.c_str(),
+              pass ? "PASS" : "FAIL");
+  std::fflush(stdout);
+  if (!pass) ++g_failures;
+  return pass;
+}
+inline void info(const std::string& check, const std::string& what, const std::string& measured,
+                 const std::string& reference) {
+  std::printf("ROW|%s|%s|%s|%s|INFO\n", check.c_str(), what.c_str(), measured.c_str(), reference.c_str());
+  std::fflush(stdout);
+}
+// Relative-error row: pass when err <= limit.
+inline bool error_row(const std::string& check, const std::string& what, double err, double limit) {
+  char m[32], l[32];
+  std::snprintf(m, sizeof m, "rel err %.2e", err);
+  std::snprintf(l, sizeof l, "<= %.0e", limit);
+  return row(check, what, m, l, err <= limit);
+}
+
+inline std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// main() of a check program: runs body, turns exceptions into a failed row, and exits 1 on any failure.
+inline int run_main(const char* check, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    row(check, "exception", e.what(), "-", false);
+  }
+  return g_failures ? 1 : 0;
+}
+
+}  // namespace spark::gpu_check

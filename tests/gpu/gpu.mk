@@ -29,5 +29,7 @@ $(GPU_DIR)/%.o: tests/gpu/%.cu tests/gpu/gpu_check.h
 	@mkdir -p $(@D)
 	$(NVCC) $(GPU_NVCCFLAGS) -c -o $@ $<
 
+# Host debug info is dropped at link (-Wl,-S) so the binaries stay small enough to copy to a
+# GPU machine; the device code keeps its line info (-lineinfo) for compute-sanitizer.
 $(GPU_DIR)/%: $(GPU_DIR)/%.o $(GPU_DIR)/libsparkd_engine.a
-	g++ -static-libstdc++ -static-libgcc -o $@ $< $(GPU_DIR)/libsparkd_engine.a $(GPU_LDLIBS)
+	g++ -static-libstdc++ -static-libgcc -Wl,-S -o $@ $< $(GPU_DIR)/libsparkd_engine.a $(GPU_LDLIBS)

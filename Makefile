@@ -36,7 +36,7 @@ ifeq ($(CUDA),1)
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl
 endif
 
-.PHONY: all deps test unit integration run model fuzz format clean help gpu-check gpu-build
+.PHONY: all deps test unit integration run model fuzz format clean help gpu-check gpu-build gpu-emu
 all: $(BUILD)/sparkd
 
 help:
@@ -47,6 +47,7 @@ help:
 	@echo "make model      fetch the default SmolLM2-135M-Instruct GGUF into models/"
 	@echo "make fuzz       run each libFuzzer target briefly (FUZZ_SECONDS=$(FUZZ_SECONDS))"
 	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
+	@echo "make gpu-emu    the same checks on the CPU under the CUDA emulator (plain, then ASan)"
 	@echo "make format     clang-format every C++ source;  make clean"
 
 # ---- build ------------------------------------------------------------------------
@@ -157,6 +158,9 @@ gpu-build: all
 	@$(MAKE) --no-print-directory -f tests/gpu/gpu.mk BUILD=$(BUILD) CUDA_ARCHS="$(CUDA_ARCHS)" build
 gpu-check: gpu-build
 	@sh tests/gpu/run_checks.sh $(BUILD)/gpu
+# No GPU needed: the same checks with the kernels run on the CPU by tests/gpu/emu.
+gpu-emu:
+	@$(MAKE) --no-print-directory -f tests/gpu/emu/emu.mk BUILD=$(BUILD) -j$(JOBS) run
 
 # ---- housekeeping -----------------------------------------------------------------
 format:

@@ -19,6 +19,16 @@
 
 namespace spark::gpu_check {
 
+// True when built for the CPU emulator (tests/gpu/emu): checks then skip their benchmarks
+// and shrink their largest cases, since every CUDA thread runs as a CPU fiber.
+constexpr bool emulated() {
+#if SPARK_CUDA_EMU
+  return true;
+#else
+  return false;
+#endif
+}
+
 // Uniform in [lo, hi), nudged off zero: a zero input hides an output never written.
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::vector<float> v(n);

@@ -2,7 +2,7 @@
 # run_checks.sh DIR — runs every check program in DIR (built by gpu.mk) from the
 # repository root (they read tests/golden/ and models/), keeps each one's full output in
 # DIR/logs, and prints one table of their result rows.
-# Exit status: 0 when every row passed, 1 otherwise.
+# Exit status: 0 when every row passed, 1 otherwise. CHECK_TIMEOUT: seconds per program (600).
 set -u
 dir=${1:?usage: run_checks.sh DIR}
 cuda_lib=${CUDA_HOME:-/usr/local/cuda}/lib64
@@ -16,7 +16,7 @@ for bin in "$dir"/check_*; do
   case "$bin" in *.o) continue ;; esac
   name=$(basename "$bin")
   echo "== $name" >&2
-  timeout 600 "$bin" > "$dir/logs/$name.log" 2>&1
+  timeout "${CHECK_TIMEOUT:-600}" "$bin" > "$dir/logs/$name.log" 2>&1
   rc=$?
   grep '^ROW|' "$dir/logs/$name.log" >> "$rows"
   # A crash or a timeout after some passing rows must still show as a failure.

@@ -24,6 +24,7 @@
 // themselves (ksplit) and add their partial tiles through shared memory.
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/gemv.h"
+#include "engine/backend/cuda/ptx.cuh"
 
 #include <type_traits>
 
@@ -42,30 +43,14 @@ constexpr int kTargetWarpsPerSm = 16;
 
 // Weights are read exactly once: keep them out of L1 so the activation rows stay there.
 // volatile: the tail's guarded loads must never be speculated past their bounds check.
-__device__ __forceinline__ uint4 load_weights(const bf16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+__device__ __forceinline__ uint4 load_weights(const bf16* p) { return ld_global_nc_na_v4(p); }
 
 __device__ __forceinline__ uint4 load_activations(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
-// c += A · B with A 16x16 bf16 (a0: rows g, k lo; a1: rows g+8, k lo; a2: rows g, k hi;
-// a3: rows g+8, k hi), B 16x8 bf16 (b0: k lo, b1: k hi, column g), c 16x8 f32.
-__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // One 32-wide k step: lo/hi hold 8 k of weight rows g and g+8, xv the same 8 k of activation row g.
 __device__ __forceinline__ void step(float (&c)[4], const uint4& lo, const uint4& hi, const uint4& xv) {
-  mma_16816(c, lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
-  mma_16816(c, lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
+  mma_bf16_16816(c, lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
+  mma_bf16_16816(c, lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
 }
 
 // One iteration's data: 8 k of weight rows g / g+8 and of activation row g, per 32-wide step.

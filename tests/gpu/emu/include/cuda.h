@@ -1,0 +1,3 @@
+// cuda.h (emulated) — nothing of the driver API is used; present so includes resolve.
+#pragma once
+#include "cuda_runtime.h"

@@ -2,6 +2,7 @@
 // the FP8 KV scale encoding, and warp/block reductions.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -13,6 +14,7 @@
 namespace spark::cuda {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 // A failed CUDA call is a runtime failure (device lost, out of memory), not a bug in
 // the caller's input: it throws RuntimeError naming the call and file:line.
@@ -55,6 +57,48 @@ __device__ __forceinline__ uint8_t fp8_encode(float v, float inv_scale) {
 __device__ __forceinline__ float fp8_decode(uint8_t q, float scale) {
   __half_raw h = __nv_cvt_fp8_to_halfraw(q, __NV_E4M3);
   return __half2float(__half(h)) * scale;
+}
+
+// The 16-bit types a model computes in (HalfType in kernel_args.h): conversions and
+// 16-byte vectors of 8 values, the unit of every coalesced load and store. Arithmetic is
+// f32; rounding back is to nearest even.
+template <typename T>
+__host__ __device__ __forceinline__ float to_f32(T v);
+template <>
+__host__ __device__ __forceinline__ float to_f32<bf16>(bf16 v) { return __bfloat162float(v); }
+template <>
+__host__ __device__ __forceinline__ float to_f32<f16>(f16 v) { return __half2float(v); }
+
+template <typename T>
+__host__ __device__ __forceinline__ T from_f32(float v);
+template <>
+__host__ __device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat16(v); }
+template <>
+__host__ __device__ __forceinline__ f16 from_f32<f16>(float v) { return __float2half(v); }
+
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&f)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = to_f32(v[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void store8(T* p, const float (&f)[8]) {
+  uint4 raw;
+  T* v = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = from_f32<T>(f[i]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// Calls f(T{}) with T the C++ type of `type` (f: a generic lambda taking `auto tag`, using
+// T = decltype(tag)), so a launcher taking a HalfType dispatches once to its template.
+template <typename F>
+decltype(auto) with_half_type(HalfType type, F&& f) {
+  if (type == HalfType::F16) return f(f16{});
+  return f(bf16{});
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -5,7 +5,14 @@
 
 namespace spark::cuda {
 
-enum class KvDtype : uint8_t { BF16, FP8 };
+// The 16-bit floating type a model computes in: weights, GEMM inputs and outputs,
+// activations between kernels (the residual stream stays f32). BF16 for BF16 checkpoints;
+// FP16 for FP16 checkpoints and for weights converted at load (GGUF blocks, F32), whose
+// values FP16's 3 more significand bits keep closer.
+enum class HalfType : uint8_t { BF16, F16 };
+
+// The KV cache: the compute type itself (BF16 or F16), or FP8 e4m3 with scales.
+enum class KvDtype : uint8_t { BF16, F16, FP8 };
 
 // Geometry shared by every layer's cache. Slot s = block * block_size + offset (Batch's
 // slot_mapping) holds K (and V) of one token for every kv head: head h's head_dim values
@@ -18,7 +25,7 @@ struct KvShape {
   int64_t num_slots = 0;  // num_blocks * block_size
 };
 
-// One layer's cache. BF16: k and v hold __nv_bfloat16. FP8: they hold e4m3 bytes, and
+// One layer's cache. BF16 / F16: k and v hold __nv_bfloat16 / __half. FP8: they hold e4m3 bytes, and
 // k_scale / v_scale one exponent byte per (slot, kv head), at s * num_kv_heads + h
 // (see fp8_scale_value in common.cuh); null for BF16.
 struct KvLayer {

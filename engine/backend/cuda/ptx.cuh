@@ -3,9 +3,11 @@
 // L1-bypassing weight load. Under SPARK_CUDA_EMU (tests/gpu/emu) the same wrappers call
 // the CPU emulation instead, so the kernels themselves compile unchanged for both.
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #if SPARK_CUDA_EMU
 #include "emu/ptx_ops.h"
@@ -111,6 +113,29 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint3
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #endif
+}
+
+// The same with A and B in FP16 (same fragment layout).
+__device__ __forceinline__ void mma_f16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+#if SPARK_CUDA_EMU
+  ::emu::mma_f16_16816(c, a0, a1, a2, a3, b0, b1);
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// The mma for a compute type T (bf16 or f16): kernels templated on T call this one.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>)
+    mma_f16_16816(c, a0, a1, a2, a3, b0, b1);
+  else
+    mma_bf16_16816(c, a0, a1, a2, a3, b0, b1);
 }
 
 // 16 bytes of global memory that is read exactly once: kept out of L1. volatile: a

@@ -6,22 +6,25 @@
 #include <cstring>
 
 #include "cuda_bf16.h"
+#include "cuda_fp16.h"
 #include "emu/device.h"
 
 namespace emu {
 namespace {
 
 const int s_trans_tag = 1;  // ldmatrix_complete's context: non-null means .trans
-
-float bf16_lo(uint32_t v) { return bf16_bits_to_float(uint16_t(v & 0xffffu)); }
-float bf16_hi(uint32_t v) { return bf16_bits_to_float(uint16_t(v >> 16)); }
+const int s_f16_tag = 1;    // mma_complete's context: non-null means f16 operands, else bf16
 
 // m16n8k16: lane l = 4g + t. A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..2t+1),
 // a2 = (g, 2t+8..2t+9), a3 = (g+8, 2t+8..2t+9); B (16x8, col): b0 = (k 2t..2t+1, n g),
 // b1 = (k 2t+8..2t+9, n g); C/D: c0, c1 = (g, 2t..2t+1), c2, c3 = (g+8, 2t..2t+1).
 // The lower k (or column) is the low half of each register.
-void mma_complete(WarpSlot& s, uint32_t mask, const void*) {
+void mma_complete(WarpSlot& s, uint32_t mask, const void* ctx) {
   if (mask != 0xffffffffu) device_error("mma.sync with mask 0x%08x: the whole warp must take part", mask);
+  const bool f16 = ctx != nullptr;
+  auto value = [f16](uint16_t bits) { return f16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits); };
+  auto bf16_lo = [&](uint32_t v) { return value(uint16_t(v & 0xffffu)); };
+  auto bf16_hi = [&](uint32_t v) { return value(uint16_t(v >> 16)); };
   float A[16][16], B[16][8], C[16][8];
   for (int l = 0; l < 32; ++l) {
     const int g = l >> 2, t = l & 3;
@@ -42,7 +45,7 @@ void mma_complete(WarpSlot& s, uint32_t mask, const void*) {
     const int g = l >> 2, t = l & 3;
     const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
     for (int i = 0; i < 4; ++i) {
-      // Products of bf16 are exact in f32; the sum is taken exactly and rounded once.
+      // Products of bf16 (or f16) are exact in double; the sum is taken exactly and rounded once.
       double acc = C[rows[i]][cols[i]];
       for (int k = 0; k < 16; ++k) acc += double(A[rows[i]][k]) * double(B[k][cols[i]]);
       const float d = float(acc);
@@ -95,12 +98,23 @@ void do_copy(const CpAsyncQueue::Copy& c) {
 
 }  // namespace
 
-void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-  uint32_t in[10] = {a0, a1, a2, a3, b0, b1};
+namespace {
+void mma_16816(float (&c)[4], const uint32_t (&ab)[6], bool f16) {
+  uint32_t in[10] = {ab[0], ab[1], ab[2], ab[3], ab[4], ab[5]};
   std::memcpy(&in[6], c, sizeof c);
   const int lane = lane_id();
-  const WarpSlot& s = warp_collective(0xffffffffu, in, sizeof in, "mma.sync.m16n8k16", mma_complete);
+  const WarpSlot& s = warp_collective(0xffffffffu, in, sizeof in, f16 ? "mma.sync.m16n8k16.f16" : "mma.sync.m16n8k16",
+                                      mma_complete, f16 ? &s_f16_tag : nullptr);
   std::memcpy(c, s.out[lane], sizeof c);
+}
+}  // namespace
+
+void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  mma_16816(c, {a0, a1, a2, a3, b0, b1}, false);
+}
+
+void mma_f16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  mma_16816(c, {a0, a1, a2, a3, b0, b1}, true);
 }
 
 void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4], bool trans) {

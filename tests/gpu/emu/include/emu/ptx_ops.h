@@ -13,6 +13,8 @@ namespace emu {
 
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 with d = c in place.
 void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1);
+// The same with f16 operands (mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32).
+void mma_f16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1);
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16.
 void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4], bool trans);
 

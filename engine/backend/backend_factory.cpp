@@ -50,6 +50,7 @@ std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spe
 #if SPARKD_CUDA
 CudaOptions cuda_options(const Config& config, const ModelSpec& spec) {
   CudaOptions o;
+  o.f16 = compute_dtype_name(config, spec, "cuda") == "fp16";
   o.fp8_kv = config.engine.kv_cache_dtype == "fp8";
   o.cuda_graphs = config.engine.cuda_graphs;
   o.max_num_seqs = config.engine.max_num_seqs;

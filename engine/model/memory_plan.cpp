@@ -49,11 +49,15 @@ std::string format_bytes(uint64_t b) {
   return buf;
 }
 
-// The CUDA backend computes in BF16 whatever the checkpoint's dtype, and keeps its KV
-// cache in BF16 or FP8.
+std::string compute_dtype_name(const Config& c, const ModelSpec& s, const std::string& backend) {
+  if (backend == "cpu") return "f32";
+  if (c.model.dtype == "bf16" || c.model.dtype == "fp16") return c.model.dtype;
+  return s.dtype == DType::BF16 ? "bf16" : "fp16";
+}
+
 std::string kv_dtype_name(const Config& c, const ModelSpec& s, const std::string& backend) {
   if (backend == "cpu") return "f32";
-  return c.engine.kv_cache_dtype == "fp8" ? "fp8" : "bf16";
+  return c.engine.kv_cache_dtype == "fp8" ? "fp8" : compute_dtype_name(c, s, backend);
 }
 
 int64_t kv_elem_bytes(const Config& c, const ModelSpec& s, const std::string& backend) {

@@ -1,7 +1,8 @@
 // check_attention.cu — checks the CUDA attention kernels (prefill tiles, split-K decode,
-// mixed steps, a replayed decode graph; BF16 and FP8 caches; head_dim 16 to 256) against
-// cpu::attention on shuffled block tables, and times decode and prefill at the
-// Llama-3.1-8B shape.
+// mixed steps, a replayed decode graph; BF16 and F16 compute with caches in the compute
+// type or FP8; head_dim 16 to 256) against cpu::attention on shuffled block tables, and
+// times decode and prefill at the Llama-3.1-8B shape.
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@ namespace spark::gpu_check {
 namespace {
 
 using cuda::bf16;
+using cuda::HalfType;
 using cuda::KvDtype;
 constexpr const char* kCheck = "attention";
 constexpr double kLimit = 1e-2;
@@ -42,9 +44,46 @@ struct Case {
   KvDtype dtype;
   int block_size;
   std::vector<Seq> seqs;
+  HalfType compute = HalfType::BF16;  // q, out; the cache too unless FP8
 };
 
-std::string dtype_name(KvDtype d) { return d == KvDtype::FP8 ? "fp8" : "bf16"; }
+std::string dtype_name(KvDtype d, HalfType compute = HalfType::BF16) {
+  if (d == KvDtype::FP8) return compute == HalfType::F16 ? "fp8 f16" : "fp8";
+  return d == KvDtype::F16 ? "f16" : "bf16";
+}
+
+// q and out as the device holds them: raw 16-bit values of the compute type, so one
+// buffer type serves both.
+uint16_t half_bits(HalfType t, float v) {
+  if (t == HalfType::F16) return __half_raw(__float2half(v)).x;
+  return __nv_bfloat16_raw(__float2bfloat16(v)).x;
+}
+
+float half_value(HalfType t, uint16_t b) {
+  if (t == HalfType::F16) {
+    __half_raw r;
+    r.x = b;
+    return __half2float(__half(r));
+  }
+  __nv_bfloat16_raw r;
+  r.x = b;
+  return __bfloat162float(bf16(r));
+}
+
+std::vector<uint16_t> to_half_bits(HalfType t, const std::vector<float>& v) {
+  std::vector<uint16_t> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = half_bits(t, v[i]);
+  return r;
+}
+
+std::vector<float> from_half_bits(HalfType t, const std::vector<uint16_t>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = half_value(t, v[i]);
+  return r;
+}
+
+// Values as the device sees them after rounding to t (the CPU reference gets the same inputs).
+std::vector<float> round_to(HalfType t, const std::vector<float>& v) { return from_half_bits(t, to_half_bits(t, v)); }
 
 // The batch of `seqs` over shuffled, non-contiguous blocks (a few blocks stay unused).
 struct HostBatch {
@@ -152,10 +191,11 @@ void fill_cache(Caches& c, KvDtype dtype, uint64_t seed) {
         const float mag = scale_spread[(r * 7 + which) % 4];
         float* ref = (which ? c.ref.v.data() : c.ref.k.data()) + r * D;
         uint8_t* bytes = (which ? hv.data() : hk.data()) + size_t(r * D) * elem;
-        if (dtype == KvDtype::BF16) {
+        if (dtype != KvDtype::FP8) {
+          const HalfType t = dtype == KvDtype::F16 ? HalfType::F16 : HalfType::BF16;
           for (int64_t i = 0; i < D; ++i) {
-            const bf16 h = __float2bfloat16(x[size_t(i)] * mag);
-            ref[i] = __bfloat162float(h);
+            const uint16_t h = half_bits(t, x[size_t(i)] * mag);
+            ref[i] = half_value(t, h);
             std::memcpy(bytes + i * 2, &h, 2);
           }
         } else {
@@ -188,6 +228,7 @@ cuda::AttentionShape shape_for(const Case& c, const Batch& b) {
   s.num_kv_heads = c.kv_heads;
   s.head_dim = c.head_dim;
   s.block_size = c.block_size;
+  s.compute = c.compute;
   s.kv_dtype = c.dtype;
   s.max_tokens = std::max(b.num_tokens(), 1);
   s.max_seqs = std::max(b.num_seqs(), 1);
@@ -210,8 +251,8 @@ void check_case(const Case& c, uint64_t seed) {
   caches.g = {hb.num_blocks, c.block_size, c.kv_heads, c.head_dim};
   fill_cache(caches, c.dtype, seed + 1);
   const size_t qn = size_t(b.num_tokens()) * size_t(c.heads) * size_t(c.head_dim);
-  const std::vector<float> q = round_bf16(random_floats(qn, seed + 2, -3.0f, 3.0f));
-  DeviceArray<bf16> d_q(to_bf16(q)), d_out(qn);
+  const std::vector<float> q = round_to(c.compute, random_floats(qn, seed + 2, -3.0f, 3.0f));
+  DeviceArray<uint16_t> d_q(to_half_bits(c.compute, q)), d_out(qn);
   DevBatch dev(b);
 
   cuda::Attention attn(shape_for(c, b));
@@ -222,13 +263,29 @@ void check_case(const Case& c, uint64_t seed) {
   attn.run(dev.db, caches.layer(), d_q.get(), d_out.get(), nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   const std::string what = c.name + " " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " d" +
-                           std::to_string(c.head_dim) + " " + dtype_name(c.dtype);
+                           std::to_string(c.head_dim) + " " + dtype_name(c.dtype, c.compute);
   if (decode_only != expect_decode) row(kCheck, what, "prepare() misjudged decode-only", "-", false);
-  const std::vector<float> got = from_bf16(d_out.download());
+  const std::vector<float> got = from_half_bits(c.compute, d_out.download());
   error_row(kCheck, what, rel_error(cpu_attention(c, hb, caches.g, q, caches.ref), got), kLimit);
   if (c.dtype == KvDtype::FP8)
     info(kCheck, what + " vs unquantized",
          fmt("rel err %.2e", rel_error(cpu_attention(c, hb, caches.g, q, caches.exact), got)), "fp8 rounding");
+}
+
+// A BF16 cache with F16 compute (or F16 with BF16) is a planning bug: the constructor says so.
+void check_rejects_mismatch() {
+  for (const auto& [compute, kv] : {std::pair{HalfType::F16, KvDtype::BF16}, std::pair{HalfType::BF16, KvDtype::F16}}) {
+    Case c{"", 4, 2, 64, kv, 16, {{1, 10}}, compute};
+    const HostBatch hb = make_batch(c.seqs, c.block_size, 1);
+    bool threw = false;
+    try {
+      cuda::Attention attn(shape_for(c, hb.batch));
+    } catch (const InputError&) {
+      threw = true;
+    }
+    row(kCheck, "rejects " + dtype_name(kv) + " cache with " + (compute == HalfType::F16 ? "f16" : "bf16") + " compute",
+        threw ? "InputError" : "accepted", "InputError", threw);
+  }
 }
 
 // A graph captured on one decode-only step must replay correctly on another with the
@@ -301,25 +358,27 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
 }
 
 // Random cache contents made on the device (the benchmark caches are gigabytes).
-__global__ void fill_random(uint8_t* p, size_t n_values, bool fp8, uint64_t seed) {
+__global__ void fill_random(uint8_t* p, size_t n_values, KvDtype dtype, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_values; i += size_t(gridDim.x) * blockDim.x) {
     const float u = float(mix64(seed ^ (i * 0x9E3779B97F4A7C15ull)) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-    if (fp8)
+    if (dtype == KvDtype::FP8)
       p[i] = __nv_cvt_float_to_fp8(u * 400.0f, __NV_SATFINITE, __NV_E4M3);
+    else if (dtype == KvDtype::F16)
+      reinterpret_cast<__half*>(p)[i] = __float2half(u);
     else
       reinterpret_cast<bf16*>(p)[i] = __float2bfloat16(u);
   }
 }
 
-void fill_device(DeviceArray<uint8_t>& a, size_t n_values, bool fp8, uint64_t seed) {
-  fill_random<<<1024, 256>>>(a.get(), n_values, fp8, seed);
+void fill_device(DeviceArray<uint8_t>& a, size_t n_values, KvDtype dtype, uint64_t seed) {
+  fill_random<<<1024, 256>>>(a.get(), n_values, dtype, seed);
   CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cudaDeviceSynchronize());  // the timed stream is non-blocking
 }
 
 // Llama-3.1-8B: 32 q heads, 8 kv heads, head_dim 128, block 16. 64 sequences of `ctx`
 // tokens; batch 1 rotates through them, so every run reads K/V that are not in L2.
-void bench_decode(int ctx, KvDtype dtype) {
+void bench_decode(int ctx, KvDtype dtype, HalfType compute = HalfType::BF16) {
   const int S = 64, H = 32, KVH = 8, D = 128, bs = 16;
   std::vector<Seq> seqs(size_t(S), Seq{1, ctx});
   const HostBatch hb = make_batch(seqs, bs, 91);
@@ -328,8 +387,8 @@ void bench_decode(int ctx, KvDtype dtype) {
   const bool fp8 = dtype == KvDtype::FP8;
   DeviceArray<uint8_t> k(values * (fp8 ? 1 : 2)), v(values * (fp8 ? 1 : 2));
   DeviceArray<uint8_t> ks(fp8 ? values / D : 1), vs(fp8 ? values / D : 1);
-  fill_device(k, values, fp8, 1);
-  fill_device(v, values, fp8, 2);
+  fill_device(k, values, dtype, 1);
+  fill_device(v, values, dtype, 2);
   if (fp8) {
     CUDA_CHECK(cudaMemset(ks.get(), 119, ks.size()));  // 2^-8: values of about +-1.5
     CUDA_CHECK(cudaMemset(vs.get(), 119, vs.size()));
@@ -337,9 +396,9 @@ void bench_decode(int ctx, KvDtype dtype) {
   const cuda::KvLayer layer{k.get(), v.get(), fp8 ? ks.get() : nullptr, fp8 ? vs.get() : nullptr};
   CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> q = random_floats(size_t(S) * H * D, 92, -3.0f, 3.0f);
-  DeviceArray<bf16> d_q(to_bf16(q)), d_out(size_t(S) * H * D);
+  DeviceArray<uint16_t> d_q(to_half_bits(compute, q)), d_out(size_t(S) * H * D);
   DevBatch dev(b);
-  Case c{"", H, KVH, D, dtype, bs, seqs};
+  Case c{"", H, KVH, D, dtype, bs, seqs, compute};
   cuda::Attention attn(shape_for(c, b));
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -368,7 +427,7 @@ void bench_decode(int ctx, KvDtype dtype) {
         attn.run(db, layer, d_q.get() + int64_t(i) * H * D, d_out.get(), stream);
       },
       stream, 200, 20);
-  const std::string tag = "decode " + dtype_name(dtype) + " 32/8 d128 ctx " + std::to_string(ctx);
+  const std::string tag = "decode " + dtype_name(dtype, compute) + " 32/8 d128 ctx " + std::to_string(ctx);
   info(kCheck, tag + " b1", fmt("%.1f us", ms1 * 1e3), fmt("%.0f GB/s K/V", kv_bytes_per_seq / (ms1 * 1e-3) / 1e9));
 
   attn.prepare(b, stream);
@@ -378,7 +437,7 @@ void bench_decode(int ctx, KvDtype dtype) {
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-void bench_prefill(int T, KvDtype dtype) {
+void bench_prefill(int T, KvDtype dtype, HalfType compute = HalfType::BF16) {
   const int H = 32, KVH = 8, D = 128, bs = 16;
   const std::vector<Seq> seqs = {{T, T}};
   const HostBatch hb = make_batch(seqs, bs, 93);
@@ -386,24 +445,25 @@ void bench_prefill(int T, KvDtype dtype) {
   const bool fp8 = dtype == KvDtype::FP8;
   DeviceArray<uint8_t> k(values * (fp8 ? 1 : 2)), v(values * (fp8 ? 1 : 2));
   DeviceArray<uint8_t> ks(fp8 ? values / D : 1), vs(fp8 ? values / D : 1);
-  fill_device(k, values, fp8, 3);
-  fill_device(v, values, fp8, 4);
+  fill_device(k, values, dtype, 3);
+  fill_device(v, values, dtype, 4);
   if (fp8) {
     CUDA_CHECK(cudaMemset(ks.get(), 119, ks.size()));
     CUDA_CHECK(cudaMemset(vs.get(), 119, vs.size()));
   }
   const cuda::KvLayer layer{k.get(), v.get(), fp8 ? ks.get() : nullptr, fp8 ? vs.get() : nullptr};
   CUDA_CHECK(cudaDeviceSynchronize());
-  DeviceArray<bf16> d_q(to_bf16(random_floats(size_t(T) * H * D, 94, -3.0f, 3.0f))), d_out(size_t(T) * H * D);
+  DeviceArray<uint16_t> d_q(to_half_bits(compute, random_floats(size_t(T) * H * D, 94, -3.0f, 3.0f))),
+      d_out(size_t(T) * H * D);
   DevBatch dev(hb.batch);
-  Case c{"", H, KVH, D, dtype, bs, seqs};
+  Case c{"", H, KVH, D, dtype, bs, seqs, compute};
   cuda::Attention attn(shape_for(c, hb.batch));
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   attn.prepare(hb.batch, stream);
   const double ms = time_ms([&] { attn.run(dev.db, layer, d_q.get(), d_out.get(), stream); }, stream, 30, 5);
   const double flops = 4.0 * H * D * (double(T) * (T + 1) / 2);
-  info(kCheck, "prefill " + dtype_name(dtype) + " 32/8 d128 T=" + std::to_string(T), fmt("%.3f ms", ms),
+  info(kCheck, "prefill " + dtype_name(dtype, compute) + " 32/8 d128 T=" + std::to_string(T), fmt("%.3f ms", ms),
        fmt("%.1f TFLOP/s", flops / (ms * 1e-3) / 1e12));
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
@@ -415,6 +475,10 @@ void run_all() {
   for (int i = 0; i < 64; ++i) b64.push_back({1, i == 0 ? 4096 : i == 1 ? 1 : int(rng() % 4096) + 1});
   std::vector<Seq> pad8;
   for (int i = 0; i < 8; ++i) pad8.push_back({1, i == 5 ? 0 : 37 + 611 * i});  // one padding sequence (ctx 0)
+  // Mixed steps: prefill chunks with cached prefixes, decode rows, a sequence with no rows.
+  const std::vector<Seq> mixed_a = {{300, 1000}, {1, 77}, {64, 64}, {1, 4096}, {17, 2000},
+                                    {129, 162},  {1, 1},  {2, 2},   {0, 50},   {65, 700}};
+  const std::vector<Seq> mixed_b = {{1, 513}, {200, 1500}, {1, 4000}, {63, 63}, {100, 101}, {1, 17}, {3, 1234}};
   const std::vector<Case> cases = {
       {"decode b1 ctx 1", 32, 8, 128, KvDtype::BF16, 16, {{1, 1}}},
       {"decode b1 ctx 4096", 32, 8, 128, KvDtype::BF16, 16, {{1, 4096}}},
@@ -494,6 +558,34 @@ void run_all() {
        KvDtype::FP8,
        32,
        {{1, 513}, {200, 1500}, {1, 4000}, {63, 63}, {100, 101}, {1, 17}, {3, 1234}}},
+      // F16 compute (FP16 and converted checkpoints): q, out and the prefill's tensor-core
+      // inputs in f16, the cache in f16 or FP8 widened to f16.
+      {"decode b64 ctx 1..4096", 32, 8, 128, KvDtype::F16, 16, b64, HalfType::F16},
+      {"decode b64 ctx 1..4096", 32, 8, 128, KvDtype::FP8, 16, b64, HalfType::F16},
+      {"decode b8 +pad", 14, 2, 64, KvDtype::F16, 16, pad8, HalfType::F16},
+      {"decode b8 +pad", 14, 2, 64, KvDtype::FP8, 8, pad8, HalfType::F16},
+      {"decode b8 +pad", 8, 8, 256, KvDtype::F16, 16, pad8, HalfType::F16},
+      {"decode b8 +pad", 64, 4, 128, KvDtype::F16, 16, pad8, HalfType::F16},
+      {"prefill T=1000", 32, 8, 128, KvDtype::F16, 16, {{1000, 1000}}, HalfType::F16},
+      {"prefill T=1000", 32, 8, 128, KvDtype::FP8, 16, {{1000, 1000}}, HalfType::F16},
+      {"prefill T=333", 14, 2, 64, KvDtype::F16, 16, {{333, 333}}, HalfType::F16},
+      {"prefill T=333", 14, 2, 64, KvDtype::FP8, 16, {{333, 333}}, HalfType::F16},
+      {"mixed", 14, 2, 64, KvDtype::F16, 16, mixed_a, HalfType::F16},
+      {"mixed", 14, 2, 64, KvDtype::FP8, 32, {{300, 1000}, {1, 77}, {17, 2000}, {1, 4096}}, HalfType::F16},
+      {"mixed", 32, 8, 128, KvDtype::F16, 16, mixed_b, HalfType::F16},
+      {"mixed", 32, 8, 128, KvDtype::FP8, 16, mixed_b, HalfType::F16},
+      {"mixed", 16, 8, 256, KvDtype::F16, 16, {{150, 600}, {1, 999}, {70, 70}}, HalfType::F16},
+      {"decode b8 +pad", 4, 2, 16, KvDtype::F16, 16, pad8, HalfType::F16},
+      {"decode b8 +pad", 4, 2, 16, KvDtype::FP8, 8, pad8, HalfType::F16},
+      {"decode b8 +pad", 4, 2, 32, KvDtype::F16, 16, pad8, HalfType::F16},
+      {"decode b8 +pad", 4, 2, 32, KvDtype::FP8, 16, pad8, HalfType::F16},
+      {"prefill T=333", 4, 2, 16, KvDtype::F16, 16, {{333, 333}}, HalfType::F16},
+      {"prefill T=333", 4, 2, 16, KvDtype::FP8, 16, {{333, 333}}, HalfType::F16},
+      {"prefill T=200", 4, 2, 32, KvDtype::F16, 8, {{200, 200}}, HalfType::F16},
+      {"prefill T=200", 4, 2, 32, KvDtype::FP8, 8, {{200, 200}}, HalfType::F16},
+      {"mixed", 4, 2, 16, KvDtype::F16, 16, mixed_a, HalfType::F16},
+      {"mixed", 4, 2, 16, KvDtype::FP8, 8, {{300, 1000}, {1, 77}, {17, 2000}, {1, 4096}, {3, 3}}, HalfType::F16},
+      {"mixed", 4, 2, 32, KvDtype::F16, 32, mixed_b, HalfType::F16},
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {
@@ -504,13 +596,17 @@ void run_all() {
     check_case(c, seed);
   }
   check_graph_replay();
+  check_rejects_mismatch();
 
   if (emulated()) return;  // benchmarks mean nothing on the CPU emulator
   bench_decode(512, KvDtype::BF16);
   bench_decode(4096, KvDtype::BF16);
   bench_decode(4096, KvDtype::FP8);
+  bench_decode(4096, KvDtype::F16, HalfType::F16);
   bench_prefill(2048, KvDtype::BF16);
   bench_prefill(2048, KvDtype::FP8);
+  bench_prefill(2048, KvDtype::F16, HalfType::F16);
+  bench_prefill(2048, KvDtype::FP8, HalfType::F16);
 }
 
 }  // namespace

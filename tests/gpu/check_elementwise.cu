@@ -1,6 +1,6 @@
 // check_elementwise.cu — checks the element-wise CUDA kernels (embedding gather, add +
-// RMSNorm, qkv bias/norm/RoPE + paged KV write, SwiGLU) against the CPU reference and
-// times them at Llama-3.1-8B shapes.
+// RMSNorm, qkv bias/norm/RoPE + paged KV write, SwiGLU) against the CPU reference, in
+// both compute types (bf16 and f16), and times them at Llama-3.1-8B shapes.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/backend/cpu/ops.h"
@@ -22,12 +23,46 @@ namespace spark::gpu_check {
 namespace {
 
 using cuda::bf16;
+using cuda::f16;
 constexpr const char* kCheck = "elementwise";
-constexpr double kBf16Limit = 1e-2, kF32Limit = 1e-5, kFp8Limit = 7e-2;
+// f16 has 3 more significand bits than bf16, so the bf16 limit holds for both.
+constexpr double kHalfLimit = 1e-2, kF32Limit = 1e-5, kFp8Limit = 7e-2;
 
 void sync() { CUDA_CHECK(cudaDeviceSynchronize()); }
 
-std::vector<float> download_bf16(const DeviceArray<bf16>& a) { return from_bf16(a.download()); }
+// The compute type T's host conversions: inputs rounded as the GPU will see them, and
+// the vectors that go up and come down.
+template <typename T>
+std::vector<float> round_to(const std::vector<float>& v) {
+  if constexpr (std::is_same_v<T, f16>)
+    return round_f16(v);
+  else
+    return round_bf16(v);
+}
+template <typename T>
+std::vector<T> to_half(const std::vector<float>& v) {
+  if constexpr (std::is_same_v<T, f16>)
+    return to_f16(v);
+  else
+    return to_bf16(v);
+}
+template <typename T>
+std::vector<float> download_half(const DeviceArray<T>& a) {
+  if constexpr (std::is_same_v<T, f16>)
+    return from_f16(a.download());
+  else
+    return from_bf16(a.download());
+}
+// Appended to row names: bf16 rows keep the names they had before f16 existed.
+template <typename T>
+std::string tag() {
+  return std::is_same_v<T, f16> ? " f16" : "";
+}
+// The 16-bit KV cache dtype that holds T.
+template <typename T>
+constexpr cuda::KvDtype kv_dtype_of() {
+  return std::is_same_v<T, f16> ? cuda::KvDtype::F16 : cuda::KvDtype::BF16;
+}
 
 std::string shape(int64_t rows, int64_t cols) { return std::to_string(rows) + "x" + std::to_string(cols); }
 
@@ -40,12 +75,13 @@ bool all_poison(const T* p, size_t n) {
 
 // ---- embedding ------------------------------------------------------------------------
 
+template <typename T>
 void check_embedding(int32_t hidden) {
   const int64_t vocab = 1000;
   const std::vector<int32_t> ids = {0, 999, 1000, 17, -1, 512, INT32_MAX, 3, 998};  // 3 bad ids
   const int32_t n = int32_t(ids.size());
-  const std::vector<float> table = round_bf16(random_floats(size_t(vocab * hidden), 11 + hidden));
-  DeviceArray<bf16> d_table(to_bf16(table));
+  const std::vector<float> table = round_to<T>(random_floats(size_t(vocab * hidden), 11 + hidden));
+  DeviceArray<T> d_table(to_half<T>(table));
   DeviceArray<int32_t> d_ids(ids);
   DeviceArray<float> d_out(size_t(n) * hidden);
   d_out.poison();
@@ -56,19 +92,21 @@ void check_embedding(int32_t hidden) {
   for (int32_t t = 0; t < n; ++t)
     if (ids[size_t(t)] >= 0 && ids[size_t(t)] < vocab)
       std::copy_n(table.begin() + int64_t(ids[size_t(t)]) * hidden, hidden, ref.begin() + int64_t(t) * hidden);
-  error_row(kCheck, "embedding " + shape(n, hidden) + " (3 bad ids -> 0)", rel_error(ref, d_out.download()), kF32Limit);
+  error_row(kCheck, "embedding " + shape(n, hidden) + tag<T>() + " (3 bad ids -> 0)", rel_error(ref, d_out.download()),
+            kF32Limit);
 }
 
 // ---- add + RMSNorm ----------------------------------------------------------------------
 
+template <typename T>
 void check_add_rms_norm(int32_t rows, int32_t hidden, bool with_delta, bool with_out, uint64_t seed) {
   const float eps = 1e-5f;
   const size_t n = size_t(rows) * hidden;
   const std::vector<float> x0 = random_floats(n, seed, -2.0f, 2.0f);
-  const std::vector<float> delta = round_bf16(random_floats(n, seed + 1));
+  const std::vector<float> delta = round_to<T>(random_floats(n, seed + 1));
   const std::vector<float> weight = random_floats(size_t(hidden), seed + 2, 0.5f, 1.5f);
   DeviceArray<float> d_x(x0), d_w(weight);
-  DeviceArray<bf16> d_delta(to_bf16(delta)), d_out(n);
+  DeviceArray<T> d_delta(to_half<T>(delta)), d_out(n);
   d_out.poison();
   cuda::add_rms_norm(d_x.get(), with_delta ? d_delta.get() : nullptr, d_w.get(), rows, hidden, eps,
                      with_out ? d_out.get() : nullptr, nullptr);
@@ -80,17 +118,18 @@ void check_add_rms_norm(int32_t rows, int32_t hidden, bool with_delta, bool with
   for (int32_t r = 0; r < rows; ++r)
     cpu::rms_norm(x_ref.data() + int64_t(r) * hidden, weight.data(), hidden, eps, out_ref.data() + int64_t(r) * hidden);
 
-  const std::string what = std::string("add_rms_norm ") + shape(rows, hidden) + (with_delta ? "" : " no delta") +
-                           (with_out ? "" : " no out");
+  const std::string what = std::string("add_rms_norm ") + shape(rows, hidden) + tag<T>() +
+                           (with_delta ? "" : " no delta") + (with_out ? "" : " no out");
   error_row(kCheck, what + ": x", rel_error(x_ref, d_x.download()), kF32Limit);
   if (with_out) {
-    error_row(kCheck, what + ": out", rel_error(out_ref, download_bf16(d_out)), kBf16Limit);
+    error_row(kCheck, what + ": out", rel_error(out_ref, download_half(d_out)), kHalfLimit);
   } else {
-    const std::vector<bf16> got = d_out.download();
+    const std::vector<T> got = d_out.download();
     row(kCheck, what + ": out untouched", "poison kept", "all", all_poison(got.data(), got.size()));
   }
 }
 
+template <typename T>
 void check_rms_norm_rows(int32_t hidden) {
   const float eps = 1e-6f;
   const int32_t x_rows = 50;
@@ -100,7 +139,7 @@ void check_rms_norm_rows(int32_t hidden) {
   const std::vector<float> weight = random_floats(size_t(hidden), 32, 0.5f, 1.5f);
   DeviceArray<float> d_x(x), d_w(weight);
   DeviceArray<int32_t> d_ids(row_ids);
-  DeviceArray<bf16> d_out(size_t(rows) * hidden);
+  DeviceArray<T> d_out(size_t(rows) * hidden);
   d_out.poison();
   cuda::rms_norm_rows(d_x.get(), d_ids.get(), rows, d_w.get(), hidden, eps, d_out.get(), nullptr);
   sync();
@@ -109,8 +148,9 @@ void check_rms_norm_rows(int32_t hidden) {
   for (int32_t r = 0; r < rows; ++r)
     cpu::rms_norm(x.data() + int64_t(row_ids[size_t(r)]) * hidden, weight.data(), hidden, eps,
                   ref.data() + int64_t(r) * hidden);
-  error_row(kCheck, "rms_norm_rows 5 of " + shape(x_rows, hidden), rel_error(ref, download_bf16(d_out)), kBf16Limit);
-  error_row(kCheck, "rms_norm_rows: x unchanged", rel_error(x, d_x.download()), 0.0);
+  const std::string what = "rms_norm_rows 5 of " + shape(x_rows, hidden) + tag<T>();
+  error_row(kCheck, what, rel_error(ref, download_half(d_out)), kHalfLimit);
+  error_row(kCheck, what + ": x unchanged", rel_error(x, d_x.download()), 0.0);
 }
 
 // ---- qkv bias / norm / RoPE / KV write ---------------------------------------------------
@@ -121,7 +161,7 @@ struct RopeCase {
   bool bias, qk_norm;
   std::string scaling;  // "", "llama3", "linear"
   double theta;
-  cuda::KvDtype dtype;
+  cuda::KvDtype dtype;  // FP8, or the compute type's own (BF16 for bf16, F16 for f16)
 };
 
 ModelSpec rope_spec(const RopeCase& c) {
@@ -167,6 +207,7 @@ float fp8_value(uint8_t byte) {
   return static_cast<float>(f);
 }
 
+template <typename T>
 void check_rope(const RopeCase& c, uint64_t seed) {
   const int32_t rows = 37, nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
   const int32_t heads = nh + 2 * nkv;
@@ -175,7 +216,7 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   const ModelSpec spec = rope_spec(c);
   const cpu::Rope rope(spec);
 
-  const std::vector<float> qkv = round_bf16(random_floats(size_t(rows) * heads * hd, seed, -2.0f, 2.0f));
+  const std::vector<float> qkv = round_to<T>(random_floats(size_t(rows) * heads * hd, seed, -2.0f, 2.0f));
   const std::vector<float> bias = random_floats(size_t(heads) * hd, seed + 1, -0.5f, 0.5f);
   const std::vector<float> q_norm = random_floats(size_t(hd), seed + 2, 0.5f, 1.5f);
   const std::vector<float> k_norm = random_floats(size_t(hd), seed + 3, 0.5f, 1.5f);
@@ -189,10 +230,10 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   const std::vector<int32_t> slots = make_slots(rows, kv.num_slots, seed + 5);
   const size_t cache_elems = size_t(kv.num_slots) * nkv * hd, scale_elems = size_t(kv.num_slots) * nkv;
 
-  DeviceArray<bf16> d_qkv(to_bf16(qkv)), d_q(size_t(rows) * nh * hd);
+  DeviceArray<T> d_qkv(to_half<T>(qkv)), d_q(size_t(rows) * nh * hd);
   DeviceArray<float> d_bias(bias), d_qn(q_norm), d_kn(k_norm), d_inv_freq(rope.inv_freq());
   DeviceArray<int32_t> d_pos(positions), d_slots(slots);
-  DeviceArray<bf16> k16(fp8 ? 0 : cache_elems), v16(fp8 ? 0 : cache_elems);
+  DeviceArray<T> k16(fp8 ? 0 : cache_elems), v16(fp8 ? 0 : cache_elems);
   DeviceArray<uint8_t> k8(fp8 ? cache_elems : 0), v8(fp8 ? cache_elems : 0);
   DeviceArray<uint8_t> k_scale(fp8 ? scale_elems : 0), v_scale(fp8 ? scale_elems : 0);
   d_q.poison();
@@ -237,7 +278,7 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   }
 
   const std::string what = "rope_kv " + c.name;
-  error_row(kCheck, what + ": q", rel_error(q_ref, download_bf16(d_q)), kBf16Limit);
+  error_row(kCheck, what + ": q", rel_error(q_ref, download_half(d_q)), kHalfLimit);
 
   // Written slots must match the reference; every other slot must keep its poison.
   std::vector<bool> written(size_t(kv.num_slots), false);
@@ -246,8 +287,8 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   const size_t vec_elems = size_t(nkv) * hd;  // one slot, all kv heads
   int64_t touched = 0;
   if (!fp8) {
-    const std::vector<float> k_got = download_bf16(k16), v_got = download_bf16(v16);
-    const std::vector<bf16> k_raw = k16.download(), v_raw = v16.download();
+    const std::vector<float> k_got = download_half(k16), v_got = download_half(v16);
+    const std::vector<T> k_raw = k16.download(), v_raw = v16.download();
     std::vector<float> kr, kg, vr, vg;
     for (int32_t t = 0; t < rows; ++t) {
       const int32_t s = slots[size_t(t)];
@@ -257,8 +298,8 @@ void check_rope(const RopeCase& c, uint64_t seed) {
       kg.insert(kg.end(), k_got.begin() + int64_t(s) * vec_elems, k_got.begin() + int64_t(s + 1) * vec_elems);
       vg.insert(vg.end(), v_got.begin() + int64_t(s) * vec_elems, v_got.begin() + int64_t(s + 1) * vec_elems);
     }
-    error_row(kCheck, what + ": k cache", rel_error(kr, kg), kBf16Limit);
-    error_row(kCheck, what + ": v cache", rel_error(vr, vg), kBf16Limit);
+    error_row(kCheck, what + ": k cache", rel_error(kr, kg), kHalfLimit);
+    error_row(kCheck, what + ": v cache", rel_error(vr, vg), kHalfLimit);
     for (int64_t s = 0; s < kv.num_slots; ++s)
       if (!written[size_t(s)])
         touched +=
@@ -306,9 +347,10 @@ void check_rope(const RopeCase& c, uint64_t seed) {
 
 // ---- SwiGLU -----------------------------------------------------------------------------
 
+template <typename T>
 void check_swiglu(int32_t rows, int32_t inter, uint64_t seed) {
-  const std::vector<float> gate_up = round_bf16(random_floats(size_t(rows) * 2 * inter, seed, -6.0f, 6.0f));
-  DeviceArray<bf16> d_in(to_bf16(gate_up)), d_out(size_t(rows) * inter);
+  const std::vector<float> gate_up = round_to<T>(random_floats(size_t(rows) * 2 * inter, seed, -6.0f, 6.0f));
+  DeviceArray<T> d_in(to_half<T>(gate_up)), d_out(size_t(rows) * inter);
   d_out.poison();
   cuda::swiglu(d_in.get(), rows, inter, d_out.get(), nullptr);
   sync();
@@ -317,7 +359,7 @@ void check_swiglu(int32_t rows, int32_t inter, uint64_t seed) {
     const float* g = gate_up.data() + int64_t(t) * 2 * inter;
     cpu::silu_mul(g, g + inter, inter, ref.data() + int64_t(t) * inter);
   }
-  error_row(kCheck, "swiglu " + shape(rows, inter), rel_error(ref, download_bf16(d_out)), kBf16Limit);
+  error_row(kCheck, "swiglu " + shape(rows, inter) + tag<T>(), rel_error(ref, download_half(d_out)), kHalfLimit);
 }
 
 // ---- benchmarks (Llama-3.1-8B shapes) ----------------------------------------------------
@@ -336,7 +378,8 @@ void report(const std::string& kernel, int32_t rows, double bytes, double ms) {
 
 void fill(void* p, size_t bytes, int value) { CUDA_CHECK(cudaMemset(p, value, bytes)); }
 
-void bench_all(const DeviceArray<bf16>& table) {
+template <typename T>
+void bench_all(const T* table) {
   for (int32_t rows : {1, 64, 2048}) {
     const int64_t rh = int64_t(rows) * kHidden;
     {  // embedding
@@ -349,16 +392,16 @@ void bench_all(const DeviceArray<bf16>& table) {
       int it = 0;
       const double ms = time_ms([&] {
         const int c = it++ % n;
-        cuda::embedding_gather(d_ids.get() + int64_t(c) * rows, rows, table.get(), kVocab, kHidden, out.get() + c * rh,
+        cuda::embedding_gather(d_ids.get() + int64_t(c) * rows, rows, table, kVocab, kHidden, out.get() + c * rh,
                                nullptr);
       });
-      report("embedding", rows, bytes, ms);
+      report("embedding" + tag<T>(), rows, bytes, ms);
     }
     {  // add + norm, and the final norm of the same number of rows
       const double bytes = double(rh) * (4 + 2 + 4 + 2) + kHidden * 4.0;
       const int n = copies_for(bytes);
       DeviceArray<float> x(size_t(rh) * n), w(random_floats(kHidden, 5, 0.5f, 1.5f));
-      DeviceArray<bf16> delta(size_t(rh) * n), out(size_t(rh) * n);
+      DeviceArray<T> delta(size_t(rh) * n), out(size_t(rh) * n);
       fill(x.get(), x.size() * 4, 0x3F);  // ~0.75: finite values, content is irrelevant here
       fill(delta.get(), delta.size() * 2, 0x3C);
       int it = 0;
@@ -367,7 +410,7 @@ void bench_all(const DeviceArray<bf16>& table) {
         cuda::add_rms_norm(x.get() + c * rh, delta.get() + c * rh, w.get(), rows, kHidden, 1e-5f, out.get() + c * rh,
                            nullptr);
       });
-      report("add_rms_norm", rows, bytes, ms);
+      report("add_rms_norm" + tag<T>(), rows, bytes, ms);
       std::vector<int32_t> ids(static_cast<size_t>(rows));
       std::iota(ids.rbegin(), ids.rend(), 0);
       DeviceArray<int32_t> d_ids(ids);
@@ -376,9 +419,9 @@ void bench_all(const DeviceArray<bf16>& table) {
         const int c = it++ % n;
         cuda::rms_norm_rows(x.get() + c * rh, d_ids.get(), rows, w.get(), kHidden, 1e-5f, out.get() + c * rh, nullptr);
       });
-      report("rms_norm_rows", rows, norm_bytes, ms);
+      report("rms_norm_rows" + tag<T>(), rows, norm_bytes, ms);
     }
-    for (cuda::KvDtype dtype : {cuda::KvDtype::BF16, cuda::KvDtype::FP8}) {  // qkv rope + KV write
+    for (cuda::KvDtype dtype : {kv_dtype_of<T>(), cuda::KvDtype::FP8}) {  // qkv rope + KV write
       const bool fp8 = dtype == cuda::KvDtype::FP8;
       const int64_t qkv_elems = int64_t(rows) * (kHeads + 2 * kKvHeads) * kHeadDim;
       const int64_t q_elems = int64_t(rows) * kHeads * kHeadDim, kv_elems = int64_t(rows) * kKvHeads * kHeadDim;
@@ -391,7 +434,7 @@ void bench_all(const DeviceArray<bf16>& table) {
       spec.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 8192};
       const cpu::Rope rope(spec);
       DeviceArray<float> inv_freq(rope.inv_freq());
-      DeviceArray<bf16> qkv(size_t(qkv_elems) * n), q(size_t(q_elems) * n);
+      DeviceArray<T> qkv(size_t(qkv_elems) * n), q(size_t(q_elems) * n);
       fill(qkv.get(), qkv.size() * 2, 0x3C);
       cuda::KvShape kv{dtype, 16, kKvHeads, kHeadDim, int64_t(rows) * n};
       const size_t cache_bytes = size_t(kv.num_slots) * kKvHeads * kHeadDim * (fp8 ? 1 : 2);
@@ -409,36 +452,40 @@ void bench_all(const DeviceArray<bf16>& table) {
                                 d_pos.get() + int64_t(c) * rows, d_slots.get() + int64_t(c) * rows, rows, kHeads, args,
                                 kv, layer, q.get() + c * q_elems, nullptr);
       });
-      report(fp8 ? "rope_kv fp8" : "rope_kv bf16", rows, bytes, ms);
+      const std::string cache = fp8 ? "fp8" + tag<T>() : std::is_same_v<T, f16> ? "f16" : "bf16";
+      report("rope_kv " + cache, rows, bytes, ms);
     }
     {  // swiglu
       const int64_t ri = int64_t(rows) * kInter;
       const double bytes = ri * 6.0;
       const int n = copies_for(bytes);
-      DeviceArray<bf16> in(size_t(ri) * 2 * n), out(size_t(ri) * n);
+      DeviceArray<T> in(size_t(ri) * 2 * n), out(size_t(ri) * n);
       fill(in.get(), in.size() * 2, 0x3C);
       int it = 0;
       const double ms = time_ms([&] {
         const int c = it++ % n;
         cuda::swiglu(in.get() + c * 2 * ri, rows, kInter, out.get() + c * ri, nullptr);
       });
-      report("swiglu", rows, bytes, ms);
+      report("swiglu" + tag<T>(), rows, bytes, ms);
     }
   }
 }
 
-void run() {
-  check_embedding(576);
-  check_embedding(4096);
+template <typename T>
+void run_cases() {
+  check_embedding<T>(576);
+  check_embedding<T>(4096);
 
-  check_add_rms_norm(7, 4096, true, true, 101);
-  check_add_rms_norm(3, 576, true, true, 102);
-  check_add_rms_norm(5, 8192, true, true, 103);
-  check_add_rms_norm(6, 4096, false, true, 104);
-  check_add_rms_norm(4, 4096, true, false, 105);
-  check_rms_norm_rows(4096);
-  check_rms_norm_rows(896);
+  check_add_rms_norm<T>(7, 4096, true, true, 101);
+  check_add_rms_norm<T>(3, 576, true, true, 102);
+  check_add_rms_norm<T>(5, 8192, true, true, 103);
+  check_add_rms_norm<T>(6, 4096, false, true, 104);
+  check_add_rms_norm<T>(4, 4096, true, false, 105);
+  check_rms_norm_rows<T>(4096);
+  check_rms_norm_rows<T>(896);
 
+  // Named by their bf16 form; for f16 a 16-bit cache becomes F16 ("... f16") and an FP8 one
+  // is fed from f16 ("... fp8 f16").
   using cuda::KvDtype;
   const std::vector<RopeCase> cases = {
       {"llama hd128 32/8 llama3 bf16", 32, 8, 128, false, false, "llama3", 500000.0, KvDtype::BF16},
@@ -453,16 +500,34 @@ void run() {
       {"hd80 (scalar path) 8/2 bias+norm fp8", 8, 2, 80, true, true, "", 10000.0, KvDtype::FP8},
   };
   uint64_t seed = 1000;
-  for (const RopeCase& c : cases) check_rope(c, seed += 100);
+  for (RopeCase c : cases) {
+    if constexpr (std::is_same_v<T, f16>) {
+      if (c.dtype == KvDtype::BF16) {
+        c.dtype = KvDtype::F16;
+        c.name.replace(c.name.rfind("bf16"), 4, "f16");
+      } else {
+        c.name += " f16";
+      }
+    }
+    check_rope<T>(c, seed += 100);
+  }
 
-  check_swiglu(7, 14336, 201);
-  check_swiglu(3, 768, 202);
-  check_swiglu(2, 24, 203);
+  check_swiglu<T>(7, 14336, 201);
+  check_swiglu<T>(3, 768, 202);
+  check_swiglu<T>(2, 24, 203);
+}
+
+void run() {
+  run_cases<bf16>();
+  run_cases<f16>();
 
   if (emulated()) return;  // benchmarks mean nothing on the CPU emulator
+
   DeviceArray<bf16> table(size_t(kVocab) * kHidden);  // 1 GB: gathers miss L2 like real ones
+  // 0x3C3C is finite in bf16 and f16 alike, so the f16 benchmarks read the same table.
   fill(table.get(), table.size() * 2, 0x3C);
-  bench_all(table);
+  bench_all<bf16>(table.get());
+  bench_all<f16>(reinterpret_cast<const f16*>(table.get()));
 }
 
 }  // namespace

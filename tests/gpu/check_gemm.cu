@@ -1,14 +1,17 @@
-// check_gemm.cu — the linear layers (gemm.h, gemv.h): correctness of both paths against
-// a double-precision CPU reference, capture in a CUDA graph, and the benchmarks the
-// decode and prefill acceptance compare with (copy bandwidth, weight-streaming rate at
-// 1..8 rows, cuBLASLt TFLOP/s at 2048 rows and for an 8192^3 GEMM).
+// check_gemm.cu — the linear layers (gemm.h, gemv.h): correctness of both paths, both
+// compute types (bf16, f16) and both outputs against a double-precision CPU reference,
+// capture in a CUDA graph, and the benchmarks (bf16) the decode and prefill acceptance
+// compare with (copy bandwidth, weight-streaming rate at 1..8 rows, cuBLASLt TFLOP/s at
+// 2048 rows and for an 8192^3 GEMM).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/backend/cuda/common.cuh"
@@ -21,9 +24,11 @@ namespace spark::gpu_check {
 namespace {
 
 using cuda::bf16;
+using cuda::f16;
 using cuda::Gemm;
 using cuda::GemmOut;
 using cuda::GemmPath;
+using cuda::HalfType;
 
 const char* kCheck = "gemm";
 
@@ -33,19 +38,39 @@ std::string shape_name(const char* name, int32_t rows, int32_t k, int32_t n) {
 const char* path_name(GemmPath p) {
   return p == GemmPath::GEMV ? "gemv" : p == GemmPath::CUBLASLT ? "cublaslt" : "auto";
 }
-const char* out_name(GemmOut o) { return o == GemmOut::F32 ? "f32" : "bf16"; }
+template <typename T>
+constexpr HalfType half_type_of() {
+  return std::is_same_v<T, f16> ? HalfType::F16 : HalfType::BF16;
+}
+template <typename T>
+const char* half_name() {
+  return std::is_same_v<T, f16> ? "f16" : "bf16";
+}
+// "bf16->f32", "f16->f16", ...: the input type and what y holds.
+template <typename T>
+std::string types_name(GemmOut o) {
+  return std::string(half_name<T>()) + "->" + (o == GemmOut::F32 ? "f32" : half_name<T>());
+}
 
-// Random bf16 values in [-1, 1) built a slice at a time, so an n·k weight matrix never
-// exists on the host as floats too.
-std::vector<bf16> random_bf16(size_t count, uint64_t seed) {
-  std::vector<bf16> out(count);
+// Random values in [-1, 1) rounded to T (bf16 or f16), built a slice at a time, so an
+// n·k weight matrix never exists on the host as floats too.
+template <typename T>
+std::vector<T> random_half(size_t count, uint64_t seed) {
+  std::vector<T> out(count);
   const size_t slice = size_t(1) << 22;
   for (size_t off = 0; off < count; off += slice) {
     const size_t len = std::min(slice, count - off);
     const std::vector<float> f = random_floats(len, splitmix64(seed) + off / slice);
-    for (size_t i = 0; i < len; ++i) out[off + i] = __float2bfloat16(f[i]);
+    for (size_t i = 0; i < len; ++i) out[off + i] = cuda::from_f32<T>(f[i]);
   }
   return out;
+}
+
+template <typename T>
+std::vector<float> half_to_floats(const std::vector<T>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = cuda::to_f32<T>(v[i]);
+  return r;
 }
 
 // A 64-bit mixer for the device (splitmix.h is host-only): any well-spread hash will do
@@ -105,8 +130,9 @@ struct Shape {
 };
 
 // y from the device as floats, whichever dtype it was written in.
-std::vector<float> download_out(const DeviceArray<float>& y32, const DeviceArray<bf16>& y16, GemmOut out) {
-  return out == GemmOut::F32 ? y32.download() : from_bf16(y16.download());
+template <typename T>
+std::vector<float> download_out(const DeviceArray<float>& y32, const DeviceArray<T>& y16, GemmOut out) {
+  return out == GemmOut::F32 ? y32.download() : half_to_floats(y16.download());
 }
 
 // max rel error of y[rows, n] over the sampled columns, or +inf when any output at all
@@ -126,12 +152,14 @@ double sampled_error(const std::vector<float>& y, int32_t rows, int32_t n, const
   return rel_error(want, got);
 }
 
+// T: the compute type (bf16 or f16) of x, w and a HALF y.
+template <typename T>
 void check_shape(Gemm& gemm, const Shape& s, cudaStream_t stream, uint64_t seed) {
-  const std::vector<bf16> w_host = random_bf16(size_t(s.n) * s.k, seed);
-  DeviceArray<bf16> w(w_host);
+  const std::vector<T> w_host = random_half<T>(size_t(s.n) * s.k, seed);
+  DeviceArray<T> w(w_host);
   for (int32_t rows : s.rows) {
-    const std::vector<bf16> x_host = random_bf16(size_t(rows) * s.k, seed * 31 + uint64_t(rows));
-    DeviceArray<bf16> x(x_host);
+    const std::vector<T> x_host = random_half<T>(size_t(rows) * s.k, seed * 31 + uint64_t(rows));
+    DeviceArray<T> x(x_host);
 
     // Columns to check: all when the reference is cheap, else enough random ones (plus
     // the first and last, where tile edges are) to keep it to ~2^28 multiply-adds.
@@ -147,13 +175,13 @@ void check_shape(Gemm& gemm, const Shape& s, cudaStream_t stream, uint64_t seed)
         cols.push_back(int32_t(splitmix64(seed ^ (uint64_t(rows) << 32) ^ uint64_t(i)) % uint64_t(s.n)));
     }
 
-    // Reference in double from exactly the bf16 values the GPU reads.
-    std::vector<float> xf(x_host.size()), wc(size_t(s.k));
-    for (size_t i = 0; i < x_host.size(); ++i) xf[i] = __bfloat162float(x_host[i]);
+    // Reference in double from exactly the 16-bit values the GPU reads.
+    const std::vector<float> xf = half_to_floats(x_host);
+    std::vector<float> wc(size_t(s.k));
     std::vector<double> ref(size_t(rows) * cols.size());
     for (size_t c = 0; c < cols.size(); ++c) {
-      const bf16* wr = w_host.data() + size_t(cols[c]) * s.k;
-      for (int32_t i = 0; i < s.k; ++i) wc[size_t(i)] = __bfloat162float(wr[i]);
+      const T* wr = w_host.data() + size_t(cols[c]) * s.k;
+      for (int32_t i = 0; i < s.k; ++i) wc[size_t(i)] = cuda::to_f32<T>(wr[i]);
       for (int32_t r = 0; r < rows; ++r) {
         const float* xr = xf.data() + size_t(r) * s.k;
         double acc = 0;
@@ -163,17 +191,17 @@ void check_shape(Gemm& gemm, const Shape& s, cudaStream_t stream, uint64_t seed)
     }
 
     DeviceArray<float> y32(size_t(rows) * s.n);
-    DeviceArray<bf16> y16(size_t(rows) * s.n);
+    DeviceArray<T> y16(size_t(rows) * s.n);
     for (GemmPath path : {GemmPath::GEMV, GemmPath::CUBLASLT}) {
       if (path == GemmPath::GEMV && rows > cuda::kGemvMaxRows) continue;
-      for (GemmOut out : {GemmOut::BF16, GemmOut::F32}) {
+      for (GemmOut out : {GemmOut::HALF, GemmOut::F32}) {
         y32.poison();
         y16.poison();
         void* y = out == GemmOut::F32 ? static_cast<void*>(y32.get()) : static_cast<void*>(y16.get());
-        gemm.linear(x.get(), rows, s.k, w.get(), s.n, y, out, stream, path);
+        gemm.linear(half_type_of<T>(), x.get(), rows, s.k, w.get(), s.n, y, out, stream, path);
         CUDA_CHECK(cudaStreamSynchronize(stream));
         const double err = sampled_error(download_out(y32, y16, out), rows, s.n, cols, ref);
-        error_row(kCheck, shape_name(s.name, rows, s.k, s.n) + " " + path_name(path) + " " + out_name(out), err,
+        error_row(kCheck, shape_name(s.name, rows, s.k, s.n) + " " + path_name(path) + " " + types_name<T>(out), err,
                   out == GemmOut::F32 ? 1e-3 : 1e-2);
       }
     }
@@ -181,20 +209,22 @@ void check_shape(Gemm& gemm, const Shape& s, cudaStream_t stream, uint64_t seed)
 }
 
 // A shape that ran once eagerly must replay from a CUDA graph with the same result.
+template <typename T>
 void check_capture(Gemm& gemm, cudaStream_t stream) {
   const int32_t k = 4096, n = 6144;
-  DeviceArray<bf16> w(random_bf16(size_t(n) * k, 77));
+  const HalfType type = half_type_of<T>();
+  DeviceArray<T> w(random_half<T>(size_t(n) * k, 77));
   for (auto [rows, path] : {std::pair{8, GemmPath::GEMV}, std::pair{64, GemmPath::CUBLASLT}}) {
-    DeviceArray<bf16> x(random_bf16(size_t(rows) * k, 78 + uint64_t(rows)));
+    DeviceArray<T> x(random_half<T>(size_t(rows) * k, 78 + uint64_t(rows)));
     DeviceArray<float> eager(size_t(rows) * n), graphed(size_t(rows) * n);
     eager.poison();
     graphed.poison();
-    gemm.linear(x.get(), rows, k, w.get(), n, eager.get(), GemmOut::F32, stream, path);
+    gemm.linear(type, x.get(), rows, k, w.get(), n, eager.get(), GemmOut::F32, stream, path);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    gemm.linear(x.get(), rows, k, w.get(), n, graphed.get(), GemmOut::F32, stream, path);
+    gemm.linear(type, x.get(), rows, k, w.get(), n, graphed.get(), GemmOut::F32, stream, path);
     CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     CUDA_CHECK(cudaGraphLaunch(exec, stream));
@@ -202,7 +232,7 @@ void check_capture(Gemm& gemm, cudaStream_t stream) {
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
     const double err = rel_error(eager.download(), graphed.download());
-    error_row(kCheck, shape_name("graph replay", rows, k, n) + " " + path_name(path), err, 1e-5);
+    error_row(kCheck, shape_name("graph replay", rows, k, n) + " " + path_name(path) + " " + half_name<T>(), err, 1e-5);
   }
 }
 
@@ -261,7 +291,8 @@ double time_linear_us(Gemm& gemm, RotatingWeights& weights, const bf16* x, int32
                       GemmOut out, GemmPath path, cudaStream_t stream, int batch = 10, int runs = 21) {
   const double ms = time_ms(
       [&] {
-        for (int i = 0; i < batch; ++i) gemm.linear(x, rows, k, weights.take(), n, y, out, stream, path);
+        for (int i = 0; i < batch; ++i)
+          gemm.linear(HalfType::BF16, x, rows, k, weights.take(), n, y, out, stream, path);
       },
       stream, runs, 2);
   return ms * 1e3 / batch;
@@ -273,18 +304,19 @@ struct BenchShape {
   GemmOut out;
 };
 
-// Llama-3.1-8B's linear layers (q/k/v and gate/up fused as the engine runs them).
+// Llama-3.1-8B's linear layers (q/k/v and gate/up fused as the engine runs them), in BF16
+// as its checkpoint: FP16 runs the same kernels with another mma type.
 const std::vector<BenchShape>& llama8b_shapes() {
   static const std::vector<BenchShape> shapes = {
-      {"qkv", 4096, 6144, GemmOut::BF16},      {"o", 4096, 4096, GemmOut::BF16},
-      {"gate_up", 4096, 28672, GemmOut::BF16}, {"down", 14336, 4096, GemmOut::BF16},
+      {"qkv", 4096, 6144, GemmOut::HALF},      {"o", 4096, 4096, GemmOut::HALF},
+      {"gate_up", 4096, 28672, GemmOut::HALF}, {"down", 14336, 4096, GemmOut::HALF},
       {"lm_head", 4096, 128256, GemmOut::F32},
   };
   return shapes;
 }
 
 void bench_decode(Gemm& gemm, const Bandwidth& bw, cudaStream_t stream) {
-  DeviceArray<bf16> x(random_bf16(size_t(8) * 14336, 5));
+  DeviceArray<bf16> x(random_half<bf16>(size_t(8) * 14336, 5));
   for (const BenchShape& s : llama8b_shapes()) {
     RotatingWeights weights(s.k, s.n, stream);
     DeviceArray<float> y(size_t(8) * s.n);  // large enough for either dtype
@@ -322,7 +354,7 @@ void bench_prefill(Gemm& gemm, cudaStream_t stream) {
   fill_device(a.get(), a.size(), 7, stream);
   RotatingWeights weights(m, m, stream);
   const double us =
-      time_linear_us(gemm, weights, a.get(), m, m, m, c.get(), GemmOut::BF16, GemmPath::CUBLASLT, stream, 1, 11);
+      time_linear_us(gemm, weights, a.get(), m, m, m, c.get(), GemmOut::HALF, GemmPath::CUBLASLT, stream, 1, 11);
   const double tflops = 2.0 * double(m) * m * m / (us * 1e-6) / 1e12;
   info(kCheck, "bench cublaslt reference 8192x8192x8192 bf16", fmt("%.0f TFLOP/s", tflops), "prefill reference");
 }
@@ -346,8 +378,13 @@ void run() {
     if (emulated())  // the emulated cuBLASLt is a plain CPU loop: 2048 rows would take minutes
       for (Shape& s : shapes) std::erase(s.rows, 2048);
     uint64_t seed = 1;
-    for (const Shape& s : shapes) check_shape(gemm, s, stream, seed++);
-    check_capture(gemm, stream);
+    for (const Shape& s : shapes) {
+      check_shape<bf16>(gemm, s, stream, seed);
+      check_shape<f16>(gemm, s, stream, seed);
+      ++seed;
+    }
+    check_capture<bf16>(gemm, stream);
+    check_capture<f16>(gemm, stream);
 
     if (!emulated()) {  // benchmarks mean nothing on the CPU emulator
       const Bandwidth bw = measure_bandwidth(stream);

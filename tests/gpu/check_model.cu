@@ -75,8 +75,9 @@ std::vector<int32_t> argmax_rows(const std::vector<float>& logits, int64_t vocab
   return out;
 }
 
-CudaOptions options_for(const Sequences& seqs, bool fp8, bool graphs) {
+CudaOptions options_for(const Sequences& seqs, bool f16, bool fp8, bool graphs) {
   CudaOptions o;
+  o.f16 = f16;
   o.fp8_kv = fp8;
   o.cuda_graphs = graphs;
   o.max_num_seqs = int64_t(seqs.tokens.size());
@@ -89,12 +90,13 @@ CudaOptions options_for(const Sequences& seqs, bool fp8, bool graphs) {
 // Logits of the CUDA backend against the CPU backend's on the same steps: a prefill of
 // every prompt, then decode steps fed the CPU's greedy tokens (enough of them for the
 // decode graph to be captured and replayed).
-void logits_parity(const std::string& name, const std::string& path, std::vector<std::vector<int32_t>> prompts) {
+void logits_parity(const std::string& name, const std::string& path, std::vector<std::vector<int32_t>> prompts,
+                   bool f16) {
   LoadedModel m = load_model(config_for_model(path));
   const int decode_steps = 6;
   Sequences cpu_seqs(prompts, decode_steps + 1), gpu_seqs(prompts, decode_steps + 1);
   CpuBackend cpu(m.info.spec, m.weights, 0);
-  CudaBackend gpu(m.info.spec, m.weights, options_for(gpu_seqs, false, true));
+  CudaBackend gpu(m.info.spec, m.weights, options_for(gpu_seqs, f16, false, true));
   cpu.init_kv_cache(cpu_seqs.num_blocks(), kBlock);
   gpu.init_kv_cache(gpu_seqs.num_blocks(), kBlock);
   double worst = 0;
@@ -107,7 +109,7 @@ void logits_parity(const std::string& name, const std::string& path, std::vector
     cpu_seqs.append(next);
     gpu_seqs.append(next);
   }
-  error_row("model", name + " logits vs cpu (prefill+6 decode)", worst, 2e-2);
+  error_row("model", name + (f16 ? " fp16" : " bf16") + " logits vs cpu (prefill+6 decode)", worst, 2e-2);
 }
 
 // Greedy continuations: the CPU backend by argmax over its logits, the CUDA backend by
@@ -160,22 +162,25 @@ void smollm2_checks() {
     prompts.push_back(c["prompt_ids"].get<std::vector<int32_t>>());
     reference.push_back(c["output_ids"].get<std::vector<int32_t>>());
   }
-  logits_parity("smollm2", kSmolLM2, prompts);
-
   LoadedModel m = load_model(config_for_model(kSmolLM2));
+  // The compute type sparkd picks for this file (FP16 for GGUF blocks).
+  const std::string half = compute_dtype_name(config_for_model(kSmolLM2), m.info.spec, "cuda");
+  const bool f16 = half == "fp16";
+  logits_parity("smollm2", kSmolLM2, prompts, f16);
+
   Sequences shape(prompts, new_tokens);
   CpuBackend cpu(m.info.spec, m.weights, 0);
   auto cpu_text = greedy(cpu, false, m.info.spec, prompts, new_tokens);
-  CudaBackend bf16(m.info.spec, m.weights, options_for(shape, false, true));
-  auto gpu_text = greedy(bf16, true, m.info.spec, prompts, new_tokens);
-  CudaBackend fp8(m.info.spec, m.weights, options_for(shape, true, true));
+  CudaBackend plain(m.info.spec, m.weights, options_for(shape, f16, false, true));
+  auto gpu_text = greedy(plain, true, m.info.spec, prompts, new_tokens);
+  CudaBackend fp8(m.info.spec, m.weights, options_for(shape, f16, true, true));
   auto fp8_text = greedy(fp8, true, m.info.spec, prompts, new_tokens);
   const int n = int(prompts.size());
   auto count = [&](int k) { return std::to_string(k) + "/" + std::to_string(n); };
   int same = same_count(cpu_text, gpu_text);
-  row("model", "smollm2 greedy 32 tok: cuda == cpu", count(same), ">= 7/8", same >= n - 1);
+  row("model", "smollm2 " + half + " greedy 32 tok: cuda == cpu", count(same), ">= 7/8", same >= n - 1);
   int same_fp8 = same_count(gpu_text, fp8_text);
-  row("model", "smollm2 greedy: fp8 KV == bf16 KV", count(same_fp8), ">= 6/8", same_fp8 >= n - 2);
+  row("model", "smollm2 greedy: fp8 KV == " + half + " KV", count(same_fp8), ">= 6/8", same_fp8 >= n - 2);
   info("model", "smollm2 greedy: cuda == transformers", count(same_count(reference, gpu_text)),
        "cpu: " + count(same_count(reference, cpu_text)));
 }
@@ -246,7 +251,7 @@ double gemm_tflops(int m, int k, int n) {
   x.upload(to_bf16(random_floats(size_t(m) * k, 1)));
   w.upload(to_bf16(random_floats(size_t(n) * k, 2)));
   double ms =
-      time_ms([&] { gemm.linear(x.get(), m, k, w.get(), n, y.get(), cuda::GemmOut::BF16, nullptr); }, nullptr, 20, 3);
+      time_ms([&] { gemm.linear(cuda::HalfType::BF16, x.get(), m, k, w.get(), n, y.get(), cuda::GemmOut::HALF, nullptr); }, nullptr, 20, 3);
   return 2.0 * m * double(k) * n / (ms * 1e-3) / 1e12;
 }
 
@@ -313,7 +318,8 @@ void llama8b_benchmarks() {
 void tiny_model_parity(const std::string& name) {
   std::ifstream f("tests/golden/models/" + name + "/golden.json");
   const auto golden = nlohmann::json::parse(f);
-  logits_parity(name, "tests/golden/models/" + name, golden["sequences"].get<std::vector<std::vector<int32_t>>>());
+  const auto prompts = golden["sequences"].get<std::vector<std::vector<int32_t>>>();
+  for (bool f16 : {false, true}) logits_parity(name, "tests/golden/models/" + name, prompts, f16);
 }
 
 // Under the emulator SmolLM2 is too slow for its device-sampling rows, so the tiny models
@@ -327,13 +333,15 @@ void tiny_model_device_greedy(const std::string& name) {
   LoadedModel m = load_model(config_for_model(path));
   const int new_tokens = 8;
   CpuBackend cpu(m.info.spec, m.weights, 0);
-  CudaBackend gpu(m.info.spec, m.weights, options_for(Sequences(prompts, new_tokens), false, true));
   const auto want = greedy(cpu, false, m.info.spec, prompts, new_tokens);
-  const auto got = greedy(gpu, true, m.info.spec, prompts, new_tokens);
-  const int same = same_count(want, got), n = int(prompts.size());
-  row("model", name + " greedy " + std::to_string(new_tokens) + " tok: device sampler == cpu argmax",
-      std::to_string(same) + "/" + std::to_string(n), ">= " + std::to_string(n - 1) + "/" + std::to_string(n),
-      same >= n - 1);
+  for (bool f16 : {false, true}) {
+    CudaBackend gpu(m.info.spec, m.weights, options_for(Sequences(prompts, new_tokens), f16, false, true));
+    const auto got = greedy(gpu, true, m.info.spec, prompts, new_tokens);
+    const int same = same_count(want, got), n = int(prompts.size());
+    row("model", name + (f16 ? " fp16" : " bf16") + " greedy " + std::to_string(new_tokens) +
+        " tok: device sampler == cpu argmax", std::to_string(same) + "/" + std::to_string(n),
+        ">= " + std::to_string(n - 1) + "/" + std::to_string(n), same >= n - 1);
+  }
 }
 
 // One part's exception is its failed row; the other parts still run.

@@ -4,6 +4,7 @@
 // gathers into the table `make gpu-check` prints.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -59,7 +60,26 @@ inline std::vector<float> from_bf16(const std::vector<__nv_bfloat16>& v) {
   return r;
 }
 
-// A device array that owns its memory. fill(0xFF) poisons: all-ones bytes are NaN in f32 and bf16.
+// The same three for FP16, the compute type of models that are not BF16 checkpoints.
+inline std::vector<float> round_f16(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __half2float(__float2half(v[i]));
+  return r;
+}
+
+inline std::vector<__half> to_f16(const std::vector<float>& v) {
+  std::vector<__half> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __float2half(v[i]);
+  return r;
+}
+
+inline std::vector<float> from_f16(const std::vector<__half>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __half2float(v[i]);
+  return r;
+}
+
+// A device array that owns its memory. fill(0xFF) poisons: all-ones bytes are NaN in f32, bf16 and f16.
 template <typename T>
 class DeviceArray {
  public:

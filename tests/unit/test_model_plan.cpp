@@ -63,8 +63,7 @@ TEST_CASE("memory plan: Llama-3.1-8B with dummy weights, no weight file") {
 #endif
   c.engine.kv_cache_dtype = "auto";
   c.model.dtype = "fp16";
-  // The CUDA backend computes (and keeps its KV) in BF16 whatever the checkpoint's dtype.
-  CHECK(plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cuda").kv_dtype == "bf16");
+  CHECK(plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cuda").kv_dtype == "fp16");
   // The CPU backend keeps its KV in f32 whatever the model's dtype: the plan counts that.
   MemoryPlan cpu = plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cpu");
   CHECK(cpu.kv_dtype == "f32");
@@ -121,4 +120,20 @@ TEST_CASE("meminfo: parsed robustly") {
   CHECK_FALSE(parse_meminfo("MemTotal: 10 kB\nMemAvailable: 18014398509481984 kB\n").has_value());  // overflows in bytes
   CHECK_FALSE(parse_meminfo("").has_value());
   CHECK(read_host_memory().available_bytes > 0);
+}
+
+TEST_CASE("memory plan: the CUDA compute type follows the checkpoint, FP16 for GGUF blocks") {
+  Config c = dummy_8b();
+  ModelInfo llama = inspect_model(c);
+  CHECK(compute_dtype_name(c, llama.spec, "cuda") == "bf16");  // a BF16 checkpoint
+  CHECK(compute_dtype_name(c, llama.spec, "cpu") == "f32");
+  c.model.dtype = "fp16";
+  CHECK(compute_dtype_name(c, llama.spec, "cuda") == "fp16");
+  // SmolLM2's Q4_1 blocks (f16 scale x 4-bit value + f16 minimum) keep closer in FP16.
+  Config smol = config_for_model("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  ModelInfo gguf = inspect_model(smol);
+  CHECK(gguf.spec.dtype == DType::F16);
+  CHECK(compute_dtype_name(smol, gguf.spec, "cuda") == "fp16");
+  smol.model.dtype = "bf16";
+  CHECK(compute_dtype_name(smol, gguf.spec, "cuda") == "bf16");
 }

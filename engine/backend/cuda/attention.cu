@@ -36,6 +36,11 @@ Layout layout(const AttentionShape& s) {
                      ") must be a positive multiple of num_kv_heads (" + std::to_string(s.num_kv_heads) + ")");
   if (!is_pow2(s.block_size) || s.block_size < 8)
     throw InputError("attention: block_size " + std::to_string(s.block_size) + " must be a power of two, at least 8");
+  if (!attn::valid_kv_for(s.compute, s.kv_dtype)) {
+    const char* kv = s.kv_dtype == KvDtype::F16 ? "F16" : "BF16";
+    throw InputError(std::string("attention: a KV cache of ") + kv + " needs compute type " + kv +
+                     " (an FP8 cache works with either)");
+  }
   SPARK_CHECK(s.max_tokens > 0 && s.max_seqs > 0 && s.max_blocks_per_seq > 0, "attention: empty shape");
   SPARK_CHECK(s.scale > 0.0f, "attention: softmax scale must be positive");
 
@@ -105,7 +110,7 @@ Attention::Attention(const AttentionShape& shape) : state_(std::make_unique<Stat
   st.lay = layout(shape);
   while ((1 << st.block_size_log2) < shape.block_size) ++st.block_size_log2;
   st.scale_log2 = shape.scale * 1.4426950408889634f;
-  attn::prefill_setup(shape.head_dim, shape.kv_dtype);
+  attn::prefill_setup(shape.head_dim, shape.compute, shape.kv_dtype);
   CUDA_CHECK(cudaMalloc(&st.workspace, st.lay.total));
   CUDA_CHECK(cudaMallocHost(&st.pinned, st.lay.pinned));
   CUDA_CHECK(cudaEventCreateWithFlags(&st.upload_done, cudaEventDisableTiming));
@@ -172,8 +177,7 @@ bool Attention::prepare(const Batch& batch, cudaStream_t stream) {
   return false;
 }
 
-void Attention::run(const DeviceBatch& batch, KvLayer cache, const __nv_bfloat16* q, __nv_bfloat16* out,
-                    cudaStream_t stream) {
+void Attention::run(const DeviceBatch& batch, KvLayer cache, const void* q, void* out, cudaStream_t stream) {
   const State& st = *state_;
   const AttentionShape& sh = st.shape;
   SPARK_CHECK(st.prepared, "attention: run() before prepare()");
@@ -203,7 +207,7 @@ void Attention::run(const DeviceBatch& batch, KvLayer cache, const __nv_bfloat16
   d.part_m = st.part(st.lay.part_m);
   d.part_l = st.part(st.lay.part_l);
   d.part_acc = st.part(st.lay.part_acc);
-  attn::launch_decode(d, sh.kv_dtype, stream);
+  attn::launch_decode(d, sh.compute, sh.kv_dtype, stream);
 
   if (st.decode_only) return;
   attn::PrefillParams p;
@@ -221,7 +225,7 @@ void Attention::run(const DeviceBatch& batch, KvLayer cache, const __nv_bfloat16
   p.head_dim = sh.head_dim;
   p.block_size_log2 = st.block_size_log2;
   p.scale_log2 = st.scale_log2;
-  attn::launch_prefill(p, sh.kv_dtype, stream);
+  attn::launch_prefill(p, sh.compute, sh.kv_dtype, stream);
 }
 
 }  // namespace spark::cuda

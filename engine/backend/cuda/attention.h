@@ -18,6 +18,10 @@ struct AttentionShape {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;  // 16, 32, 64, 128 or 256
   int32_t block_size = 0;
+  // The type of q and out and of the prefill's tensor-core inputs. The cache is in this
+  // type (kv_dtype BF16 with BF16, F16 with F16) or FP8 with either; the constructor
+  // rejects other pairs.
+  HalfType compute = HalfType::BF16;
   KvDtype kv_dtype = KvDtype::BF16;
   int32_t max_tokens = 0;          // rows of the largest step (max_num_batched_tokens)
   int32_t max_seqs = 0;            // sequences of the largest step
@@ -45,9 +49,10 @@ class Attention {
   // out[t, h * head_dim ...] = softmax(q[t, h] · K_sᵀ · scale) · V_s over the causal
   // prefix of t's sequence s: row i of a sequence with n query rows sees its first
   // context_lens[s] - n + i + 1 tokens, read through s's block table. q and out are
-  // [num_tokens, num_heads * head_dim] bf16; head h reads kv head h / (num_heads /
-  // num_kv_heads). Sequences with context_lens 0 (graph padding) give zeros.
-  void run(const DeviceBatch& batch, KvLayer cache, const __nv_bfloat16* q, __nv_bfloat16* out, cudaStream_t stream);
+  // [num_tokens, num_heads * head_dim] of shape.compute (__nv_bfloat16 or __half); head h
+  // reads kv head h / (num_heads / num_kv_heads). Sequences with context_lens 0 (graph
+  // padding) give zeros.
+  void run(const DeviceBatch& batch, KvLayer cache, const void* q, void* out, cudaStream_t stream);
 
  private:
   struct State;

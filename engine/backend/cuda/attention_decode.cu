@@ -11,9 +11,17 @@ namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
 
-// 8 cache values per lane: 16 bytes of bf16, 8 bytes of e4m3.
-template <bool FP8>
-using KvVec = std::conditional_t<FP8, uint2, uint4>;
+// 8 cache values per lane: 16 bytes of bf16 or f16, 8 bytes of e4m3.
+template <typename KV>
+using KvVec = std::conditional_t<std::is_same_v<KV, Fp8Kv>, uint2, uint4>;
+
+template <typename KV>
+__device__ __forceinline__ void unpack_kv(const KvVec<KV>& w, float (&f)[8]) {
+  if constexpr (std::is_same_v<KV, Fp8Kv>)
+    unpack8(w, f);  // unscaled: the caller applies the row's scale
+  else
+    unpack8<KV>(w, f);
+}
 
 // One CTA: one sequence, one kv head (and up to NG of the q heads sharing it), one
 // partition of the context. Lanes work in groups of L = D/8 on one cache row (2 lanes at
@@ -21,8 +29,11 @@ using KvVec = std::conditional_t<FP8, uint2, uint4>;
 // 16-byte-per-lane read (8 bytes for FP8), and each row is read once for all NG heads. The partition is walked in
 // chunks of C rows: all loads of a chunk are issued first, the chunk's logits go to shared memory, one warp per head
 // folds them into the running max/sum, and the rescaled P·V accumulates in registers.
-template <int D, int NG, bool FP8>
+// T: the type of q and out; KV: the cache element type, T itself or Fp8Kv.
+template <int D, int NG, typename T, typename KV>
 __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const DecodeParams p) {
+  static_assert(std::is_same_v<KV, T> || std::is_same_v<KV, Fp8Kv>, "the cache is T or FP8");
+  constexpr bool FP8 = std::is_same_v<KV, Fp8Kv>;
   static_assert(D == 16 || D == 32 || D == 64 || D == 128 || D == 256, "head_dim 16, 32, 64, 128 or 256");
   constexpr int L = D / 8;     // lanes per cache row
   constexpr int RPW = 32 / L;  // rows per warp per step
@@ -32,8 +43,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
   constexpr int C = U * STEP;
   constexpr int XI = (C + 31) / 32;
   constexpr int HPW = (NG + NW - 1) / NW;  // heads whose softmax state one warp keeps
-  using Vec = KvVec<FP8>;
-  using Elem = std::conditional_t<FP8, uint8_t, bf16>;
+  using Vec = KvVec<KV>;
+  using Elem = std::conditional_t<FP8, uint8_t, T>;
 
   // Logits and rescale factors are double-buffered by chunk parity: a warp still in the
   // P·V of chunk k reads buffer k&1 while faster warps write chunk k+1's logits.
@@ -57,7 +68,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
   if (split.parts == 0) {  // empty context (graph padding): the output is zeros
     if (part == 0)
       for (int i = tid; i < nh * D; i += kDecodeThreads)
-        p.out[row_off + int64_t(head0) * D + i] = __float2bfloat16(0.0f);
+        static_cast<T*>(p.out)[row_off + int64_t(head0) * D + i] = from_f32<T>(0.0f);
     return;
   }
   if (part >= split.parts) return;
@@ -69,8 +80,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
 #pragma unroll
   for (int h = 0; h < NG; ++h) {
     if (h < nh) {
-      const uint4 w = *reinterpret_cast<const uint4*>(p.q + row_off + int64_t(head0 + h) * D + j * 8);
-      unpack8(w, qf[h]);
+      const T* src = static_cast<const T*>(p.q) + row_off + int64_t(head0 + h) * D + j * 8;
+      const uint4 w = *reinterpret_cast<const uint4*>(src);
+      unpack8<T>(w, qf[h]);
 #pragma unroll
       for (int e = 0; e < 8; ++e) qf[h][e] *= p.scale_log2;
     } else {
@@ -120,7 +132,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float kf[8];
-      unpack8(kv[u], kf);
+      unpack_kv<KV>(kv[u], kf);
       float d[NG];
 #pragma unroll
       for (int h = 0; h < NG; ++h) {
@@ -183,7 +195,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float vf[8];
-      unpack8(vv[u], vf);
+      unpack_kv<KV>(vv[u], vf);
       const int r = u * STEP + warp * RPW + gi;
 #pragma unroll
       for (int h = 0; h < NG; ++h) {
@@ -228,7 +240,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
 #pragma unroll
     for (int w = 0; w < NW; ++w) s += s_red[w][h][d];
     if (single)
-      p.out[row_off + int64_t(head0 + h) * D + d] = __float2bfloat16(s / s_l[h]);
+      static_cast<T*>(p.out)[row_off + int64_t(head0 + h) * D + d] = from_f32<T>(s / s_l[h]);
     else
       p.part_acc[(part_base + int64_t(h) * p.parts_cap) * D + d] = s;
   }
@@ -240,7 +252,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
 
 // One CTA per (decode slot, q head): weights each partition by exp2(m_p - max) and
 // normalises by the weighted sum of the partition sums. Sequences that took a single
-// partition were written by the split kernel itself.
+// partition were written by the split kernel itself. T: the type of out.
+template <typename T>
 __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams p) {
   __shared__ float s_w[kMaxPartitions];
   __shared__ float s_inv;
@@ -268,45 +281,45 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams 
   for (int d = tid; d < D; d += blockDim.x) {
     float s = 0.0f;
     for (int i = 0; i < split.parts; ++i) s = fmaf(s_w[i], p.part_acc[(base + i) * D + d], s);
-    p.out[out_off + d] = __float2bfloat16(s * s_inv);
+    static_cast<T*>(p.out)[out_off + d] = from_f32<T>(s * s_inv);
   }
 }
 
-template <int D, bool FP8>
+template <int D, typename T, typename KV>
 void launch_split(const DecodeParams& p, int ng, dim3 grid, cudaStream_t stream) {
   switch (ng) {
     case 1:
-      decode_split_kernel<D, 1, FP8><<<grid, kDecodeThreads, 0, stream>>>(p);
+      decode_split_kernel<D, 1, T, KV><<<grid, kDecodeThreads, 0, stream>>>(p);
       break;
     case 2:
-      decode_split_kernel<D, 2, FP8><<<grid, kDecodeThreads, 0, stream>>>(p);
+      decode_split_kernel<D, 2, T, KV><<<grid, kDecodeThreads, 0, stream>>>(p);
       break;
     case 4:
-      decode_split_kernel<D, 4, FP8><<<grid, kDecodeThreads, 0, stream>>>(p);
+      decode_split_kernel<D, 4, T, KV><<<grid, kDecodeThreads, 0, stream>>>(p);
       break;
     default:
-      decode_split_kernel<D, 8, FP8><<<grid, kDecodeThreads, 0, stream>>>(p);
+      decode_split_kernel<D, 8, T, KV><<<grid, kDecodeThreads, 0, stream>>>(p);
       break;
   }
 }
 
-template <bool FP8>
+template <typename T, typename KV>
 void launch_split_d(const DecodeParams& p, int ng, dim3 grid, cudaStream_t stream) {
   switch (p.head_dim) {
     case 16:
-      launch_split<16, FP8>(p, ng, grid, stream);
+      launch_split<16, T, KV>(p, ng, grid, stream);
       break;
     case 32:
-      launch_split<32, FP8>(p, ng, grid, stream);
+      launch_split<32, T, KV>(p, ng, grid, stream);
       break;
     case 64:
-      launch_split<64, FP8>(p, ng, grid, stream);
+      launch_split<64, T, KV>(p, ng, grid, stream);
       break;
     case 128:
-      launch_split<128, FP8>(p, ng, grid, stream);
+      launch_split<128, T, KV>(p, ng, grid, stream);
       break;
     case 256:
-      launch_split<256, FP8>(p, ng, grid, stream);
+      launch_split<256, T, KV>(p, ng, grid, stream);
       break;
     default:
       SPARK_CHECK(false, "decode attention: unsupported head_dim " + std::to_string(p.head_dim));
@@ -315,23 +328,28 @@ void launch_split_d(const DecodeParams& p, int ng, dim3 grid, cudaStream_t strea
 
 }  // namespace
 
-void launch_decode(const DecodeParams& p, KvDtype dtype, cudaStream_t stream) {
+void launch_decode(const DecodeParams& p, HalfType compute, KvDtype dtype, cudaStream_t stream) {
   if (p.num_decode == 0) return;
+  SPARK_CHECK(valid_kv_for(compute, dtype), "decode attention: the cache type does not match the compute type");
   const int group = p.num_heads / p.num_kv_heads;
   SPARK_CHECK(p.head_chunks == decode_head_chunks(group), "decode attention: head_chunks does not match the group");
   SPARK_CHECK(p.parts_cap >= 1 && p.parts_cap <= kMaxPartitions, "decode attention: bad partition count");
   const int g = std::min(group, kDecodeMaxGroup);
   const int ng = g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : 8;
   const dim3 grid(unsigned(p.num_decode), unsigned(p.num_kv_heads * p.head_chunks), unsigned(p.parts_cap));
-  if (dtype == KvDtype::FP8)
-    launch_split_d<true>(p, ng, grid, stream);
-  else
-    launch_split_d<false>(p, ng, grid, stream);
-  CUDA_CHECK_LAUNCH();
-  if (p.parts_cap > 1) {
-    decode_combine_kernel<<<dim3(unsigned(p.num_decode), unsigned(p.num_heads)), 128, 0, stream>>>(p);
+  // Instantiates only the pairs valid_kv_for allows: (T, T) and (T, Fp8Kv).
+  with_half_type(compute, [&](auto tag) {
+    using T = decltype(tag);
+    if (dtype == KvDtype::FP8)
+      launch_split_d<T, Fp8Kv>(p, ng, grid, stream);
+    else
+      launch_split_d<T, T>(p, ng, grid, stream);
     CUDA_CHECK_LAUNCH();
-  }
+    if (p.parts_cap > 1) {
+      decode_combine_kernel<T><<<dim3(unsigned(p.num_decode), unsigned(p.num_heads)), 128, 0, stream>>>(p);
+      CUDA_CHECK_LAUNCH();
+    }
+  });
 }
 
 }  // namespace spark::cuda::attn

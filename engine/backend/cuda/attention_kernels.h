@@ -2,6 +2,7 @@
 // included only by attention.cu, attention_prefill.cu and attention_decode.cu.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +28,14 @@ inline constexpr int kMaxPartitions = 64;
 inline constexpr int kTargetCtas = 2048;
 // q heads one decode CTA serves; larger GQA groups are cut into chunks of this size.
 inline constexpr int kDecodeMaxGroup = 8;
+
+// The cache formats a compute type T reads: T itself, or e4m3 bytes with scales (any T).
+// Kernels are templated on (T, cache element type); only these pairs are instantiated.
+struct Fp8Kv {};  // tag: e4m3 values, one power-of-two scale byte per (slot, kv head)
+
+inline bool valid_kv_for(HalfType compute, KvDtype kv) {
+  return kv == KvDtype::FP8 || (kv == KvDtype::F16) == (compute == HalfType::F16);
+}
 
 struct PrefillTile {
   int32_t seq;   // sequence index in the batch
@@ -59,8 +68,8 @@ __host__ __device__ inline DecodeSplit decode_split(int32_t ctx, int32_t parts_c
 }
 
 struct DecodeParams {
-  const __nv_bfloat16* q = nullptr;  // [T, num_heads * head_dim]
-  __nv_bfloat16* out = nullptr;
+  const void* q = nullptr;  // [T, num_heads * head_dim] of the compute type
+  void* out = nullptr;
   KvLayer cache;
   const int32_t* query_start = nullptr;
   const int32_t* context_lens = nullptr;
@@ -81,11 +90,11 @@ struct DecodeParams {
   float* part_acc = nullptr;  // [.., head_dim] unnormalised output
 };
 
-void launch_decode(const DecodeParams& p, KvDtype dtype, cudaStream_t stream);
+void launch_decode(const DecodeParams& p, HalfType compute, KvDtype dtype, cudaStream_t stream);
 
 struct PrefillParams {
-  const __nv_bfloat16* q = nullptr;
-  __nv_bfloat16* out = nullptr;
+  const void* q = nullptr;  // as DecodeParams
+  void* out = nullptr;
   KvLayer cache;
   const int32_t* query_start = nullptr;
   const int32_t* context_lens = nullptr;
@@ -100,21 +109,38 @@ struct PrefillParams {
   float scale_log2 = 0;
 };
 
-// Dynamic shared memory of the prefill kernel for this head size and cache type.
-size_t prefill_smem_bytes(int head_dim, KvDtype dtype);
+// Dynamic shared memory of the prefill kernel for this head size (the same for every
+// compute type and cache format: FP8 tiles are widened to the compute type in shared memory).
+size_t prefill_smem_bytes(int head_dim);
 // Once per process and shape, before the first launch: raises the kernel's shared memory
 // limit; throws RuntimeError when the device cannot give that much.
-void prefill_setup(int head_dim, KvDtype dtype);
-void launch_prefill(const PrefillParams& p, KvDtype dtype, cudaStream_t stream);
+void prefill_setup(int head_dim, HalfType compute, KvDtype dtype);
+void launch_prefill(const PrefillParams& p, HalfType compute, KvDtype dtype, cudaStream_t stream);
 
 #ifdef __CUDACC__
-// Eight cache values as f32: bf16 from a 16-byte load, e4m3 from an 8-byte one.
-__device__ __forceinline__ void unpack8(const uint4& w, float (&f)[8]) {
+// Eight values as f32: bf16 or f16 (T) from a 16-byte load, e4m3 from an 8-byte one.
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4& w, float (&f)[8]);
+
+// bf16 is the high half of an f32: widening is a shift or a mask.
+template <>
+__device__ __forceinline__ void unpack8<bf16>(const uint4& w, float (&f)[8]) {
   const uint32_t u[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     f[2 * i] = __uint_as_float(u[i] << 16);
     f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+
+template <>
+__device__ __forceinline__ void unpack8<f16>(const uint4& w, float (&f)[8]) {
+  const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __half22float2(__half2(__half2_raw{uint16_t(u[i]), uint16_t(u[i] >> 16)}));
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
   }
 }
 

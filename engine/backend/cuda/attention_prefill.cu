@@ -1,6 +1,7 @@
-// attention_prefill.cu — causal prefill attention over the paged cache: FlashAttention-2 style tiles on bf16 tensor
-// cores (mma.sync m16n8k16).
+// attention_prefill.cu — causal prefill attention over the paged cache: FlashAttention-2 style tiles on bf16 or f16
+// tensor cores (mma.sync m16n8k16).
 #include <string>
+#include <type_traits>
 
 #include "engine/backend/cuda/attention_kernels.h"
 #include "engine/backend/cuda/ptx.cuh"
@@ -33,14 +34,22 @@ struct PrefillCfg {
   static_assert((16 * CH) % 32 == 0, "whole output rounds: a warp writes its 16 rows");
 };
 
-// c += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  mma_bf16_16816(c, a[0], a[1], a[2], a[3], b0, b1);
+// c += a (16x16 T, row) * b (16x8 T, col), f32 accumulate.
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  mma_16816<T>(c, a[0], a[1], a[2], a[3], b0, b1);
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo in the low half: the lower column
-  return *reinterpret_cast<const uint32_t*>(&v);
+// Two values as a T pair; lo in the low half: the lower column.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, f16>) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
 }
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][CH] tile. An
@@ -61,8 +70,12 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   }
 }
 
-template <int D, bool FP8>
+// T: the compute type (q, out, the shared tiles, the mma inputs); KV: the cache element
+// type, T itself or Fp8Kv.
+template <int D, typename T, typename KV>
 __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillParams p) {
+  static_assert(std::is_same_v<KV, T> || std::is_same_v<KV, Fp8Kv>, "the cache is T or FP8");
+  constexpr bool FP8 = std::is_same_v<KV, Fp8Kv>;
   using Cfg = PrefillCfg<D>;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, CH = Cfg::CH;
   constexpr int NT = kPrefillThreads;
@@ -93,7 +106,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
   for (int k = 0; k < BM * CH / NT; ++k) {
     const int i = tid + k * NT, r = i / CH, c = i % CH;
     const bool valid = row0 + r < n;
-    const bf16* src = p.q + int64_t(qs + (valid ? row0 + r : 0)) * ld + int64_t(head) * D + c * 8;
+    const T* src = static_cast<const T*>(p.q) + int64_t(qs + (valid ? row0 + r : 0)) * ld + int64_t(head) * D + c * 8;
     cp_async16(sQ + swz<CH>(r, c), src, valid);
   }
 
@@ -101,8 +114,8 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
     const int kv0 = jt * BN;
     const uint32_t sk = sK0 + b * Cfg::tile_bytes, sv = sV0 + b * Cfg::tile_bytes;
     if constexpr (!FP8) {
-      const bf16* kc = static_cast<const bf16*>(p.cache.k);
-      const bf16* vc = static_cast<const bf16*>(p.cache.v);
+      const T* kc = static_cast<const T*>(p.cache.k);
+      const T* vc = static_cast<const T*>(p.cache.v);
 #pragma unroll
       for (int k = 0; k < BN * CH / NT; ++k) {
         const int i = tid + k * NT, r = i / CH, c = i % CH;
@@ -114,8 +127,9 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
         cp_async16(sv + swz<CH>(r, c), vc + hv * D + c * 8, valid);
       }
     } else {
-      // e4m3 cannot go through cp.async: loaded to registers, scaled, stored as bf16
-      // (exact: e4m3 times a power of two fits bf16).
+      // e4m3 cannot go through cp.async: loaded to registers, scaled, stored as T. Exact
+      // for bf16 (e4m3 times a power of two fits it); for f16 too while the value stays in
+      // f16's range, as it does for K and V the model computed in f16.
       const uint8_t* kc = static_cast<const uint8_t*>(p.cache.k);
       const uint8_t* vc = static_cast<const uint8_t*>(p.cache.v);
       constexpr int K = BN * CH / NT;
@@ -141,12 +155,12 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
         float f[8];
         unpack8(kr[k], f);
         st_shared_v4(sk + swz<CH>(r, c),
-                     make_uint4(pack_bf16(f[0] * ks[k], f[1] * ks[k]), pack_bf16(f[2] * ks[k], f[3] * ks[k]),
-                                pack_bf16(f[4] * ks[k], f[5] * ks[k]), pack_bf16(f[6] * ks[k], f[7] * ks[k])));
+                     make_uint4(pack2<T>(f[0] * ks[k], f[1] * ks[k]), pack2<T>(f[2] * ks[k], f[3] * ks[k]),
+                                pack2<T>(f[4] * ks[k], f[5] * ks[k]), pack2<T>(f[6] * ks[k], f[7] * ks[k])));
         unpack8(vr[k], f);
         st_shared_v4(sv + swz<CH>(r, c),
-                     make_uint4(pack_bf16(f[0] * vs[k], f[1] * vs[k]), pack_bf16(f[2] * vs[k], f[3] * vs[k]),
-                                pack_bf16(f[4] * vs[k], f[5] * vs[k]), pack_bf16(f[6] * vs[k], f[7] * vs[k])));
+                     make_uint4(pack2<T>(f[0] * vs[k], f[1] * vs[k]), pack2<T>(f[2] * vs[k], f[3] * vs[k]),
+                                pack2<T>(f[4] * vs[k], f[5] * vs[k]), pack2<T>(f[6] * vs[k], f[7] * vs[k])));
       }
     }
   };
@@ -203,8 +217,8 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
       for (int np = 0; np < BN / 16; ++np) {
         uint32_t kb[4];
         ldsm_x4(sk + swz<CH>(16 * np + k_r, 2 * ks + k_c), kb);
-        mma_bf16(s[2 * np], a, kb[0], kb[1]);
-        mma_bf16(s[2 * np + 1], a, kb[2], kb[3]);
+        mma<T>(s[2 * np], a, kb[0], kb[1]);
+        mma<T>(s[2 * np + 1], a, kb[2], kb[3]);
       }
     }
 
@@ -261,15 +275,15 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
     // O += P V: the S accumulators of key blocks 2kk, 2kk+1 are exactly the A fragment of keys 16kk..16kk+15.
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                             pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         uint32_t vb[4];
         ldsm_x4_trans(sv + swz<CH>(16 * kk + v_r, 2 * np + v_c), vb);
-        mma_bf16(o[2 * np], a, vb[0], vb[1]);
-        mma_bf16(o[2 * np + 1], a, vb[2], vb[3]);
+        mma<T>(o[2 * np], a, vb[0], vb[1]);
+        mma<T>(o[2 * np + 1], a, vb[2], vb[3]);
       }
     }
     __syncthreads();  // every warp is done with buffer b before iteration jt+1 refills it
@@ -280,12 +294,12 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
   l_b += __shfl_xor_sync(kFull, l_b, 1);
   l_b += __shfl_xor_sync(kFull, l_b, 2);
   const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
-  // Stage the bf16 output in this warp's own rows of the Q tile (no other warp reads
+  // Stage the T output in this warp's own rows of the Q tile (no other warp reads
   // them), then write whole 16-byte chunks of the rows that exist.
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) {
-    st_shared_b32(sQ + swz<CH>(wrow + g, dt) + 4 * t, pack_bf16(o[dt][0] * inv_a, o[dt][1] * inv_a));
-    st_shared_b32(sQ + swz<CH>(wrow + g + 8, dt) + 4 * t, pack_bf16(o[dt][2] * inv_b, o[dt][3] * inv_b));
+    st_shared_b32(sQ + swz<CH>(wrow + g, dt) + 4 * t, pack2<T>(o[dt][0] * inv_a, o[dt][1] * inv_a));
+    st_shared_b32(sQ + swz<CH>(wrow + g + 8, dt) + 4 * t, pack2<T>(o[dt][2] * inv_b, o[dt][3] * inv_b));
   }
   __syncwarp();
 #pragma unroll
@@ -293,39 +307,44 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
     const int i = lane + 32 * k, r = wrow + i / CH, c = i % CH;
     if (r < rows) {
       const uint4 v = ld_shared_v4(sQ + swz<CH>(r, c));
-      *reinterpret_cast<uint4*>(p.out + int64_t(qs + row0 + r) * ld + int64_t(head) * D + c * 8) = v;
+      *reinterpret_cast<uint4*>(static_cast<T*>(p.out) + int64_t(qs + row0 + r) * ld + int64_t(head) * D + c * 8) = v;
     }
   }
 }
 
 using PrefillKernel = void (*)(PrefillParams);
 
-template <bool FP8>
+template <typename T, typename KV>
 PrefillKernel kernel_for(int head_dim) {
   switch (head_dim) {
     case 16:
-      return prefill_kernel<16, FP8>;
+      return prefill_kernel<16, T, KV>;
     case 32:
-      return prefill_kernel<32, FP8>;
+      return prefill_kernel<32, T, KV>;
     case 64:
-      return prefill_kernel<64, FP8>;
+      return prefill_kernel<64, T, KV>;
     case 128:
-      return prefill_kernel<128, FP8>;
+      return prefill_kernel<128, T, KV>;
     case 256:
-      return prefill_kernel<256, FP8>;
+      return prefill_kernel<256, T, KV>;
     default:
       SPARK_CHECK(false, "prefill attention: unsupported head_dim " + std::to_string(head_dim));
   }
   return nullptr;
 }
 
-PrefillKernel kernel_for(int head_dim, KvDtype dtype) {
-  return dtype == KvDtype::FP8 ? kernel_for<true>(head_dim) : kernel_for<false>(head_dim);
+// Instantiates only the pairs valid_kv_for allows: (T, T) and (T, Fp8Kv).
+PrefillKernel kernel_for(int head_dim, HalfType compute, KvDtype dtype) {
+  SPARK_CHECK(valid_kv_for(compute, dtype), "prefill attention: the cache type does not match the compute type");
+  return with_half_type(compute, [&](auto tag) {
+    using T = decltype(tag);
+    return dtype == KvDtype::FP8 ? kernel_for<T, Fp8Kv>(head_dim) : kernel_for<T, T>(head_dim);
+  });
 }
 
 }  // namespace
 
-size_t prefill_smem_bytes(int head_dim, KvDtype) {
+size_t prefill_smem_bytes(int head_dim) {
   switch (head_dim) {
     case 16:
       return PrefillCfg<16>::smem;
@@ -343,23 +362,24 @@ size_t prefill_smem_bytes(int head_dim, KvDtype) {
   return 0;
 }
 
-void prefill_setup(int head_dim, KvDtype dtype) {
+void prefill_setup(int head_dim, HalfType compute, KvDtype dtype) {
   int dev = 0, optin = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const size_t need = prefill_smem_bytes(head_dim, dtype);
+  const size_t need = prefill_smem_bytes(head_dim);
   if (need > size_t(optin))
     throw RuntimeError("prefill attention for head_dim " + std::to_string(head_dim) + " needs " + std::to_string(need) +
                        " bytes of shared memory per block; this GPU allows " + std::to_string(optin));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel_for(head_dim, dtype), cudaFuncAttributeMaxDynamicSharedMemorySize, int(need)));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel_for(head_dim, compute, dtype), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(need)));
 }
 
-void launch_prefill(const PrefillParams& p, KvDtype dtype, cudaStream_t stream) {
+void launch_prefill(const PrefillParams& p, HalfType compute, KvDtype dtype, cudaStream_t stream) {
   if (p.num_tiles == 0) return;
   // x = head, so the heads of one tile (sharing K/V through L2) start together; the
   // tiles come sorted by work, longest first.
   const dim3 grid(unsigned(p.num_heads), unsigned(p.num_tiles));
-  kernel_for(p.head_dim, dtype)<<<grid, kPrefillThreads, prefill_smem_bytes(p.head_dim, dtype), stream>>>(p);
+  kernel_for(p.head_dim, compute, dtype)<<<grid, kPrefillThreads, prefill_smem_bytes(p.head_dim), stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -23,7 +23,7 @@
 
 namespace spark {
 
-using cuda::bf16;
+using cuda::HalfType;
 
 namespace {
 
@@ -34,14 +34,15 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 // The activation buffers of the largest step, carved out of one allocation. Buffers
 // whose lives do not overlap share memory: the qkv output is consumed (rope) before
 // gate/up is produced, the attention output (o_proj) before the SwiGLU output.
+// The 16-bit buffers are `void*` in the compute type (BF16 or FP16).
 struct Activations {
   float* x = nullptr;         // [T, H] f32 residual stream
-  bf16* normed = nullptr;     // [T, H] RMSNorm output, GEMM input
-  bf16* wide = nullptr;       // [T, max(qkv, 2 I)]
-  bf16* q = nullptr;          // [T, heads * head_dim] roped queries
-  bf16* mid = nullptr;        // [T, max(heads * head_dim, I)]: attention output, then SwiGLU output
-  bf16* proj = nullptr;       // [T, H] o_proj / down_proj output, added to x by the next norm
-  bf16* head_in = nullptr;    // [R, H] final-normed rows for the LM head
+  void* normed = nullptr;     // [T, H] RMSNorm output, GEMM input
+  void* wide = nullptr;       // [T, max(qkv, 2 I)]
+  void* q = nullptr;          // [T, heads * head_dim] roped queries
+  void* mid = nullptr;        // [T, max(heads * head_dim, I)]: attention output, then SwiGLU output
+  void* proj = nullptr;       // [T, H] o_proj / down_proj output, added to x by the next norm
+  void* head_in = nullptr;    // [R, H] final-normed rows for the LM head
   float* logits = nullptr;    // [R, vocab]
   float* inv_freq = nullptr;  // [head_dim / 2]
   int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
@@ -87,13 +88,19 @@ struct Sizes {
   size_t total() const { return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints; }
 };
 
+cuda::KvDtype kv_dtype(const CudaOptions& o) {
+  if (o.fp8_kv) return cuda::KvDtype::FP8;
+  return o.f16 ? cuda::KvDtype::F16 : cuda::KvDtype::BF16;
+}
+
 cuda::AttentionShape attention_shape(const ModelSpec& s, const CudaOptions& o, const Sizes& z) {
   cuda::AttentionShape a;
   a.num_heads = int32_t(s.num_heads);
   a.num_kv_heads = int32_t(s.num_kv_heads);
   a.head_dim = int32_t(s.head_dim);
   a.block_size = int32_t(o.block_size);
-  a.kv_dtype = o.fp8_kv ? cuda::KvDtype::FP8 : cuda::KvDtype::BF16;
+  a.compute = o.f16 ? HalfType::F16 : HalfType::BF16;
+  a.kv_dtype = kv_dtype(o);
   a.max_tokens = int32_t(z.max_tokens);
   a.max_seqs = int32_t(z.max_seqs);
   a.max_blocks_per_seq = int32_t(z.stride);
@@ -169,6 +176,8 @@ struct CudaBackend::Impl {
   void check_batch(const Batch& b, bool needs_ids) const;
   Batch padded(const Batch& b, int32_t bucket) const;
   void upload(const Batch& b);
+  HalfType half() const { return opt.f16 ? HalfType::F16 : HalfType::BF16; }
+  template <typename T>
   void run_layers(const cuda::DeviceBatch& db);
   int32_t run(const Batch& batch, const float* hidden_in);
 };
@@ -243,27 +252,34 @@ void CudaBackend::Impl::upload(const Batch& b) {
                                  stream));
 }
 
+template <typename T>
 void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
-  const int32_t T = db.num_tokens, H = int32_t(spec.hidden_size), hd = int32_t(spec.head_dim);
+  const int32_t rows = db.num_tokens, H = int32_t(spec.hidden_size), hd = int32_t(spec.head_dim);
   const int32_t nh = int32_t(spec.num_heads), nkv = int32_t(spec.num_kv_heads), I = int32_t(spec.intermediate_size);
   const float eps = float(spec.rms_norm_eps);
   const int32_t qkv_n = (nh + 2 * nkv) * hd;
+  auto as_t = [](void* p) { return static_cast<T*>(p); };
+  auto linear = [&](const void* x, int32_t k, const void* w, int32_t n, void* y) {
+    gemm->linear(half(), x, rows, k, w, n, y, cuda::GemmOut::HALF, stream);
+  };
   for (size_t l = 0; l < weights->layers.size(); ++l) {
     const cuda::DeviceLayer& L = weights->layers[l];
-    cuda::add_rms_norm(act.x, l == 0 ? nullptr : act.proj, L.attn_norm, T, H, eps, act.normed, stream);
-    gemm->linear(act.normed, T, H, L.qkv, qkv_n, act.wide, cuda::GemmOut::BF16, stream);
-    cuda::qkv_rope_kv_write(act.wide, L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping, T, nh, rope,
-                            kv, cache[l], act.q, stream);
+    cuda::add_rms_norm<T>(act.x, l == 0 ? nullptr : as_t(act.proj), L.attn_norm, rows, H, eps, as_t(act.normed),
+                          stream);
+    linear(act.normed, H, L.qkv, qkv_n, act.wide);
+    cuda::qkv_rope_kv_write<T>(as_t(act.wide), L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping, rows,
+                               nh, rope, kv, cache[l], as_t(act.q), stream);
     attention->run(db, cache[l], act.q, act.mid, stream);
-    gemm->linear(act.mid, T, nh * hd, L.o, H, act.proj, cuda::GemmOut::BF16, stream);
-    cuda::add_rms_norm(act.x, act.proj, L.ffn_norm, T, H, eps, act.normed, stream);
-    gemm->linear(act.normed, T, H, L.gate_up, 2 * I, act.wide, cuda::GemmOut::BF16, stream);
-    cuda::swiglu(act.wide, T, I, act.mid, stream);
-    gemm->linear(act.mid, T, I, L.down, H, act.proj, cuda::GemmOut::BF16, stream);
+    linear(act.mid, nh * hd, L.o, H, act.proj);
+    cuda::add_rms_norm<T>(act.x, as_t(act.proj), L.ffn_norm, rows, H, eps, as_t(act.normed), stream);
+    linear(act.normed, H, L.gate_up, 2 * I, act.wide);
+    cuda::swiglu<T>(as_t(act.wide), rows, I, as_t(act.mid), stream);
+    linear(act.mid, I, L.down, H, act.proj);
   }
   // The last layer's MLP output joins the residual stream here (the next stage, or the
   // final norm, reads x).
-  if (!weights->layers.empty()) cuda::add_rms_norm(act.x, act.proj, nullptr, T, H, eps, nullptr, stream);
+  if (!weights->layers.empty())
+    cuda::add_rms_norm<T>(act.x, as_t(act.proj), nullptr, rows, H, eps, static_cast<T*>(nullptr), stream);
 }
 
 // Runs the held layers (and the LM head on the last stage); returns the logits rows left
@@ -283,21 +299,26 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   const int32_t T = b.num_tokens();
   const int32_t H = int32_t(spec.hidden_size);
   cuda::DeviceBatch db = device_batch(T, b.num_seqs());
-  if (hidden_in)
-    CUDA_CHECK(
-        cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice, stream));
-  else
-    cuda::embedding_gather(db.token_ids, T, weights->embedding, spec.vocab_size, H, act.x, stream);
-  if (bucket > 0 && graph_safe)
-    graphs->run(bucket, stream, [&] { run_layers(db); });
-  else
-    run_layers(db);
-
   const int32_t R = int32_t(batch.logits_rows.size());
+  cuda::with_half_type(half(), [&](auto tag) {
+    using Half = decltype(tag);
+    if (hidden_in)
+      CUDA_CHECK(cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice,
+                                 stream));
+    else
+      cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding), spec.vocab_size, H,
+                                   act.x, stream);
+    if (bucket > 0 && graph_safe)
+      graphs->run(bucket, stream, [&] { run_layers<Half>(db); });
+    else
+      run_layers<Half>(db);
+    if (has_head && R > 0)
+      cuda::rms_norm_rows<Half>(act.x, act.ints + layout.logits_rows, R, weights->final_norm, H,
+                                float(spec.rms_norm_eps), static_cast<Half*>(act.head_in), stream);
+  });
   if (!has_head || R == 0) return 0;
-  cuda::rms_norm_rows(act.x, act.ints + layout.logits_rows, R, weights->final_norm, H, float(spec.rms_norm_eps),
-                      act.head_in, stream);
-  gemm->linear(act.head_in, R, H, weights->lm_head, int32_t(spec.vocab_size), act.logits, cuda::GemmOut::F32, stream);
+  gemm->linear(half(), act.head_in, R, H, weights->lm_head, int32_t(spec.vocab_size), act.logits, cuda::GemmOut::F32,
+               stream);
   return R;
 }
 
@@ -332,7 +353,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const Weights& weights, const Cu
   CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
 
   cpu::Rope rope(spec);  // throws for a rope_scaling type no backend supports
-  m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights);
+  m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half());
   m.gemm = std::make_unique<cuda::Gemm>();
   m.attention = std::make_unique<cuda::Attention>(attention_shape(spec, options, m.sizes));
   if (m.has_head)
@@ -349,12 +370,12 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const Weights& weights, const Cu
     return here;
   };
   m.act.x = reinterpret_cast<float*>(take(m.sizes.x));
-  m.act.normed = reinterpret_cast<bf16*>(take(m.sizes.normed));
-  m.act.wide = reinterpret_cast<bf16*>(take(m.sizes.wide));
-  m.act.q = reinterpret_cast<bf16*>(take(m.sizes.q));
-  m.act.mid = reinterpret_cast<bf16*>(take(m.sizes.mid));
-  m.act.proj = reinterpret_cast<bf16*>(take(m.sizes.proj));
-  m.act.head_in = reinterpret_cast<bf16*>(take(m.sizes.head_in));
+  m.act.normed = take(m.sizes.normed);
+  m.act.wide = take(m.sizes.wide);
+  m.act.q = take(m.sizes.q);
+  m.act.mid = take(m.sizes.mid);
+  m.act.proj = take(m.sizes.proj);
+  m.act.head_in = take(m.sizes.head_in);
   m.act.logits = reinterpret_cast<float*>(take(m.sizes.logits));
   m.act.inv_freq = reinterpret_cast<float*>(take(m.sizes.inv_freq));
   m.act.ints = reinterpret_cast<int32_t*>(take(m.sizes.ints));
@@ -371,8 +392,9 @@ CudaBackend::~CudaBackend() = default;
 
 std::string CudaBackend::describe() const {
   const Impl& m = *impl_;
-  return "cuda (" + m.device_name + ", sm_" + std::to_string(m.cc_major) + std::to_string(m.cc_minor) +
-         (m.opt.fp8_kv ? ", fp8 KV" : ", bf16 KV") + (m.opt.cuda_graphs ? ", graphs" : "") + ")";
+  const std::string half = m.opt.f16 ? "fp16" : "bf16";
+  return "cuda (" + m.device_name + ", sm_" + std::to_string(m.cc_major) + std::to_string(m.cc_minor) + ", " + half +
+         (m.opt.fp8_kv ? ", fp8 KV" : ", " + half + " KV") + (m.opt.cuda_graphs ? ", graphs" : "") + ")";
 }
 
 LayerRange CudaBackend::layers() const { return impl_->range; }
@@ -397,7 +419,7 @@ void CudaBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
                      " differs from engine.block_size = " + std::to_string(m.opt.block_size));
   CUDA_CHECK(cudaSetDevice(m.opt.device));
   m.num_blocks = num_blocks;
-  m.kv.dtype = m.opt.fp8_kv ? cuda::KvDtype::FP8 : cuda::KvDtype::BF16;
+  m.kv.dtype = kv_dtype(m.opt);
   m.kv.block_size = int32_t(block_size);
   m.kv.num_kv_heads = int32_t(m.spec.num_kv_heads);
   m.kv.head_dim = int32_t(m.spec.head_dim);

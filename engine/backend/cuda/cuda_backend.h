@@ -1,5 +1,5 @@
-// cuda_backend.h — the GPU backend: BF16 weights in device memory, a paged BF16 or FP8
-// KV cache, cuBLASLt GEMMs, fused kernels, CUDA graphs for decode steps, and sampling on
+// cuda_backend.h — the GPU backend: BF16 or FP16 weights in device memory, a paged KV
+// cache in that type or FP8, cuBLASLt GEMMs, fused kernels, CUDA graphs for decode steps, and sampling on
 // the device. Dense models (Llama, Mistral, Qwen2, Qwen3). No CUDA headers here.
 #pragma once
 #include <cstdint>
@@ -14,6 +14,7 @@ namespace spark {
 
 struct CudaOptions {
   int device = 0;
+  bool f16 = false;         // compute in FP16, else BF16 (compute_dtype_name in memory_plan.h)
   bool fp8_kv = false;      // engine.kv_cache_dtype = "fp8"
   bool cuda_graphs = true;  // engine.cuda_graphs
   int64_t max_num_seqs = 64;
@@ -24,7 +25,7 @@ struct CudaOptions {
 
 class CudaBackend : public Backend {
  public:
-  // Uploads the tensors of the layers `weights` holds (converted to BF16) and allocates
+  // Uploads the tensors of the layers `weights` holds (converted to the compute type) and allocates
   // every activation buffer for the largest step the options allow. Throws InputError
   // naming a missing tensor, a wrong shape or an unsupported model, RuntimeError when the
   // device fails or lacks the memory.
@@ -43,7 +44,7 @@ class CudaBackend : public Backend {
   // (activations for the largest step, logits, cuBLASLt, attention and sampler
   // workspaces), for the memory plan.
   static uint64_t workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range);
-  // Device bytes of the BF16 weights of `range`.
+  // Device bytes of the (16-bit) weights of `range`.
   static uint64_t weight_bytes(const ModelSpec& spec, LayerRange range);
   // KV bytes per token per layer: K and V, plus the FP8 scale bytes.
   static uint64_t kv_bytes_per_token_layer(const ModelSpec& spec, bool fp8_kv);

@@ -1,5 +1,6 @@
-// device_weights.cu — checks a stage's tensors against the spec, converts them to BF16
-// on the host (dequantizing GGUF blocks) and uploads them into one device allocation.
+// device_weights.cu — checks a stage's tensors against the spec, converts them to the
+// compute type on the host (dequantizing GGUF blocks) and uploads them into one device
+// allocation.
 #include "engine/backend/cuda/device_weights.h"
 
 #include <algorithm>
@@ -39,6 +40,7 @@ template <typename T>
 const void** slot(const T*& p) {
   return reinterpret_cast<const void**>(&p);
 }
+const void** slot(const void*& p) { return &p; }
 
 // The pieces of `range` in upload order. `w` receives the device pointers; with `w` null
 // only the sizes matter (the memory plan).
@@ -101,34 +103,40 @@ const Tensor& need(const Weights& weights, const std::string& name, std::vector<
                      shape_str(shape));
   if (!cpu::matmul_supports(t.dtype))
     throw InputError("tensor " + name + " has dtype " + std::string(dtype_name(t.dtype)) +
-                     ", which the CUDA backend cannot convert to BF16");
+                     ", which the CUDA backend cannot convert to 16 bits");
   return t;
 }
 
-// Converts rows [0, t.rows()) of t to BF16 (or f32) in chunks and copies them to dst.
-void upload(const Tensor& t, bool f32, char* dst, ThreadPool& pool) {
+// Converts rows [0, t.rows()) of t to T (f32 or a 16-bit type) in chunks and copies them to dst.
+template <typename T>
+void upload_as(const Tensor& t, char* dst, ThreadPool& pool) {
   const int64_t rows = t.rows(), cols = t.cols();
-  if (!f32 && t.dtype == DType::BF16) {  // already the device format: straight from the mapping
-    CUDA_CHECK(cudaMemcpy(dst, t.data, size_t(rows * cols) * 2, cudaMemcpyHostToDevice));
-    return;
-  }
   const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(64) << 20) / (cols * 4));
   std::vector<float> f(size_t(std::min(rows, chunk_rows) * cols));
-  std::vector<__nv_bfloat16> b(f32 ? 0 : f.size());
+  std::vector<T> out(f.size());
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t n = std::min(chunk_rows, rows - r0);
     pool.parallel_for(n, 16, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         float* row = f.data() + r * cols;
         cpu::decode_row(t, r0 + r, row);
-        if (!f32)
-          for (int64_t c = 0; c < cols; ++c) b[size_t(r * cols + c)] = __float2bfloat16(row[c]);
+        for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = static_cast<T>(row[c]);
       }
     });
-    const size_t elem = f32 ? 4 : 2;
-    CUDA_CHECK(cudaMemcpy(dst + size_t(r0 * cols) * elem, f32 ? static_cast<const void*>(f.data()) : b.data(),
-                          size_t(n * cols) * elem, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dst + size_t(r0 * cols) * sizeof(T), out.data(), size_t(n * cols) * sizeof(T),
+                          cudaMemcpyHostToDevice));
   }
+}
+
+void upload(const Tensor& t, bool f32, HalfType type, char* dst, ThreadPool& pool) {
+  const DType native = type == HalfType::F16 ? DType::F16 : DType::BF16;
+  if (!f32 && t.dtype == native) {  // already the device format: straight from the mapping
+    CUDA_CHECK(cudaMemcpy(dst, t.data, size_t(t.numel()) * 2, cudaMemcpyHostToDevice));
+    return;
+  }
+  if (f32) return upload_as<float>(t, dst, pool);
+  if (type == HalfType::F16) return upload_as<f16>(t, dst, pool);
+  upload_as<bf16>(t, dst, pool);
 }
 
 bool has_bias(const ModelSpec& s, const Weights* w, LayerRange r) {
@@ -145,7 +153,7 @@ uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range, bool own_
   return total;
 }
 
-DeviceWeights::DeviceWeights(const ModelSpec& spec, const Weights& weights) {
+DeviceWeights::DeviceWeights(const ModelSpec& spec, const Weights& weights, HalfType half) : type(half) {
   const LayerRange range = weights.range();
   if (spec.num_experts > 0)
     throw InputError("the CUDA backend runs dense models; " + spec.architecture +
@@ -170,7 +178,7 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const Weights& weights) {
     char* dst = base + p.offset;
     *p.dst = dst;
     for (const Tensor* t : sources[i]) {
-      upload(*t, p.f32, dst, pool);
+      upload(*t, p.f32, type, dst, pool);
       dst += size_t(t->numel()) * (p.f32 ? 4 : 2);
     }
   }

@@ -1,44 +1,47 @@
 // device_weights.h — a pipeline stage's tensors in device memory, laid out for the
-// kernels: BF16 matrices (q/k/v and gate/up fused into one GEMM each), f32 vectors.
+// kernels: matrices in the compute type, BF16 or FP16 (q/k/v and gate/up fused into one
+// GEMM each), f32 vectors.
 #pragma once
-#include <cuda_bf16.h>
-
 #include <cstdint>
 #include <vector>
 
+#include "engine/backend/cuda/kernel_args.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/weights.h"
 
 namespace spark::cuda {
 
+// Matrices are `const void*` in the compute type (DeviceWeights::type).
 struct DeviceLayer {
-  const __nv_bfloat16* qkv = nullptr;  // [(heads + 2 kv_heads) * head_dim, hidden]: q rows, k rows, v rows
-  const float* qkv_bias = nullptr;     // same rows; null without attention bias
-  const float* q_norm = nullptr;       // [head_dim]; null without qk_norm
+  const void* qkv = nullptr;        // [(heads + 2 kv_heads) * head_dim, hidden]: q rows, k rows, v rows
+  const float* qkv_bias = nullptr;  // same rows; null without attention bias
+  const float* q_norm = nullptr;    // [head_dim]; null without qk_norm
   const float* k_norm = nullptr;
   const float* attn_norm = nullptr;  // [hidden]
   const float* ffn_norm = nullptr;
-  const __nv_bfloat16* o = nullptr;        // [hidden, heads * head_dim]
-  const __nv_bfloat16* gate_up = nullptr;  // [2 * intermediate, hidden]: gate rows, then up rows
-  const __nv_bfloat16* down = nullptr;     // [hidden, intermediate]
+  const void* o = nullptr;        // [hidden, heads * head_dim]
+  const void* gate_up = nullptr;  // [2 * intermediate, hidden]: gate rows, then up rows
+  const void* down = nullptr;     // [hidden, intermediate]
 };
 
 class DeviceWeights {
  public:
   // Checks every tensor's presence and shape against `spec` (InputError naming it), then
-  // allocates bytes(spec, weights.range()) once and uploads, converting to BF16 (GGUF
-  // quantized types are dequantized here).
-  DeviceWeights(const ModelSpec& spec, const Weights& weights);
+  // allocates bytes(spec, weights.range()) once and uploads, converting matrices to `type`
+  // (GGUF quantized types are dequantized here; a tensor already in `type` is copied as is).
+  DeviceWeights(const ModelSpec& spec, const Weights& weights, HalfType type);
   ~DeviceWeights();
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;
 
-  // Device bytes the tensors of `range` take once converted (for the memory plan).
+  // Device bytes the tensors of `range` take once converted (for the memory plan; both
+  // 16-bit types take the same).
   static uint64_t bytes(const ModelSpec& spec, LayerRange range, bool own_lm_head);
 
-  const __nv_bfloat16* embedding = nullptr;  // [vocab, hidden]; null unless the stage holds layer 0
-  const __nv_bfloat16* lm_head = nullptr;    // [vocab, hidden]; the embedding when tied
-  const float* final_norm = nullptr;         // [hidden]; null unless the stage holds the last layer
+  HalfType type = HalfType::BF16;
+  const void* embedding = nullptr;    // [vocab, hidden]; null unless the stage holds layer 0
+  const void* lm_head = nullptr;      // [vocab, hidden]; the embedding when tied
+  const float* final_norm = nullptr;  // [hidden]; null unless the stage holds the last layer
   std::vector<DeviceLayer> layers;
 
  private:

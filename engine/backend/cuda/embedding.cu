@@ -1,4 +1,4 @@
-// embedding.cu — the token embedding gather: bf16 table rows widened into the f32 residual.
+// embedding.cu — the token embedding gather: 16-bit table rows widened into the f32 residual.
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/embedding.h"
 
@@ -10,7 +10,8 @@ constexpr int kThreads = 256;
 // One thread per 8 values (one 16-byte load, two 16-byte stores), flat over all rows:
 // rows are short (hidden / 8 = 512 chunks for 4096) so a CTA per row would idle lanes
 // at small hidden sizes, and the flat grid keeps every SM busy at one token too.
-__global__ void embedding_gather_kernel(const int32_t* __restrict__ token_ids, const bf16* __restrict__ table,
+template <typename T>
+__global__ void embedding_gather_kernel(const int32_t* __restrict__ token_ids, const T* __restrict__ table,
                                         int64_t vocab, int32_t hidden, int64_t total_chunks, float* __restrict__ out) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= total_chunks) return;
@@ -19,14 +20,7 @@ __global__ void embedding_gather_kernel(const int32_t* __restrict__ token_ids, c
   const int64_t id = token_ids[t];
   float v[8];
   if (id >= 0 && id < vocab) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(table + id * hidden + col);
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 f = __bfloat1622float2(pairs[k]);
-      v[2 * k] = f.x;
-      v[2 * k + 1] = f.y;
-    }
+    load8(table + id * hidden + col, v);
   } else {
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = 0.0f;
@@ -38,7 +32,8 @@ __global__ void embedding_gather_kernel(const int32_t* __restrict__ token_ids, c
 
 }  // namespace
 
-void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const bf16* table, int64_t vocab, int32_t hidden,
+template <typename T>
+void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const T* table, int64_t vocab, int32_t hidden,
                       float* out, cudaStream_t stream) {
   SPARK_CHECK(num_tokens >= 0 && vocab > 0, "embedding_gather: bad sizes");
   SPARK_CHECK(hidden > 0 && hidden % 8 == 0, "embedding_gather: hidden must be a positive multiple of 8");
@@ -46,10 +41,12 @@ void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const bf16* 
               "embedding_gather: table and out must be 16-byte aligned");
   if (num_tokens == 0) return;
   const int64_t total_chunks = int64_t(num_tokens) * (hidden / 8);
-  const int64_t blocks = ceil_div(total_chunks, kThreads);
-  embedding_gather_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(token_ids, table, vocab, hidden, total_chunks,
-                                                                     out);
+  const auto blocks = unsigned(ceil_div(total_chunks, kThreads));
+  embedding_gather_kernel<T><<<blocks, kThreads, 0, stream>>>(token_ids, table, vocab, hidden, total_chunks, out);
   CUDA_CHECK_LAUNCH();
 }
+
+template void embedding_gather<bf16>(const int32_t*, int32_t, const bf16*, int64_t, int32_t, float*, cudaStream_t);
+template void embedding_gather<f16>(const int32_t*, int32_t, const f16*, int64_t, int32_t, float*, cudaStream_t);
 
 }  // namespace spark::cuda

@@ -1,6 +1,7 @@
 // embedding.h — launcher for the token embedding gather.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -9,8 +10,10 @@ namespace spark::cuda {
 
 // out[t] = table[token_ids[t]] widened to f32 (the residual stream), hidden values per
 // row. An id outside [0, vocab) gives a row of zeros (the host validates ids first; this
-// only keeps a bad id from reading outside the table).
-void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const __nv_bfloat16* table, int64_t vocab,
-                      int32_t hidden, float* out, cudaStream_t stream);
+// only keeps a bad id from reading outside the table). T is the compute type, the table's
+// (__nv_bfloat16 or __half).
+template <typename T>
+void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const T* table, int64_t vocab, int32_t hidden,
+                      float* out, cudaStream_t stream);
 
 }  // namespace spark::cuda

@@ -48,6 +48,9 @@ constexpr uint32_t kMinAlignment = 16;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+cudaDataType_t cuda_type(HalfType type) { return type == HalfType::F16 ? CUDA_R_16F : CUDA_R_16BF; }
+const char* type_name(HalfType type) { return type == HalfType::F16 ? "f16" : "bf16"; }
+
 }  // namespace
 
 struct Gemm::Plan {
@@ -92,8 +95,8 @@ GemmPath Gemm::choose(int32_t rows, int32_t /*k*/, int32_t /*n*/) const {
   return rows <= kGemvCrossoverRows ? GemmPath::GEMV : GemmPath::CUBLASLT;
 }
 
-const Gemm::Plan& Gemm::plan_for(int32_t rows, int32_t k, int32_t n, GemmOut out, cudaStream_t stream) {
-  const auto key = std::make_tuple(rows, k, n, int(out));
+const Gemm::Plan& Gemm::plan_for(HalfType type, int32_t rows, int32_t k, int32_t n, GemmOut out, cudaStream_t stream) {
+  const auto key = std::make_tuple(int(type), rows, k, n, int(out));
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
 
   // A new shape must be planned (and its kernel loaded by its first run) outside graph
@@ -101,17 +104,19 @@ const Gemm::Plan& Gemm::plan_for(int32_t rows, int32_t k, int32_t n, GemmOut out
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   SPARK_CHECK(capture == cudaStreamCaptureStatusNone,
-              "Gemm: shape rows=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" + std::to_string(n) +
+              std::string("Gemm: ") + type_name(type) + " shape rows=" + std::to_string(rows) +
+                  " k=" + std::to_string(k) + " n=" + std::to_string(n) +
                   " first used inside CUDA graph capture; run it once before capturing");
 
   auto plan = std::make_unique<Plan>();
-  const cudaDataType_t out_type = out == GemmOut::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t in_type = cuda_type(type);
+  const cudaDataType_t out_type = out == GemmOut::F32 ? CUDA_R_32F : in_type;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, uint64_t(k), uint64_t(n), int64_t(k)));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, uint64_t(k), uint64_t(rows), int64_t(k)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, uint64_t(k), uint64_t(n), int64_t(k)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, uint64_t(k), uint64_t(rows), int64_t(k)));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, out_type, uint64_t(n), uint64_t(rows), int64_t(n)));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -135,13 +140,14 @@ const Gemm::Plan& Gemm::plan_for(int32_t rows, int32_t k, int32_t n, GemmOut out
   CUBLAS_CHECK(status);
   if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS)
     throw RuntimeError("cuBLASLt has no algorithm for rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
-                       " n=" + std::to_string(n) + (out == GemmOut::F32 ? " (f32 out)" : " (bf16 out)"));
+                       " n=" + std::to_string(n) + " (" + type_name(type) + " in, " +
+                       (out == GemmOut::F32 ? "f32" : type_name(type)) + " out)");
   SPARK_CHECK(result.workspaceSize <= kWorkspaceBytes, "cuBLASLt algorithm wants more than the workspace");
   plan->algo = result.algo;
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void Gemm::linear(const bf16* x, int32_t rows, int32_t k, const bf16* w, int32_t n, void* y, GemmOut out,
+void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, GemmOut out,
                   cudaStream_t stream, GemmPath path) {
   SPARK_CHECK(rows >= 0 && k > 0 && n > 0, "Gemm::linear: bad shape rows=" + std::to_string(rows) +
                                                " k=" + std::to_string(k) + " n=" + std::to_string(n));
@@ -150,10 +156,10 @@ void Gemm::linear(const bf16* x, int32_t rows, int32_t k, const bf16* w, int32_t
   if (rows == 0) return;
   if (path == GemmPath::AUTO) path = choose(rows, k, n);
   if (path == GemmPath::GEMV) {
-    gemv(x, rows, k, w, n, y, out, stream);
+    gemv(type, x, rows, k, w, n, y, out, stream);
     return;
   }
-  const Plan& plan = plan_for(rows, k, n, out, stream);
+  const Plan& plan = plan_for(type, rows, k, n, out, stream);
   const float alpha = 1.0f, beta = 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.op, &alpha, w, plan.a, x, plan.b, &beta, y,
                               plan.d, y, plan.d, &plan.algo, workspace_, kWorkspaceBytes, stream));

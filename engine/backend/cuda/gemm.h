@@ -1,8 +1,8 @@
-// gemm.h — the linear layers: y = x · wᵀ with bf16 inputs and f32 accumulation, through
-// cuBLASLt (algorithm chosen once per shape, then cached) or, for a few rows, a
-// bandwidth-bound kernel (gemv.h) where cuBLAS stays short of the memory roofline.
+// gemm.h — the linear layers: y = x · wᵀ with 16-bit inputs (bf16 or f16, the model's
+// HalfType) and f32 accumulation, through cuBLASLt (algorithm chosen once per shape and
+// type, then cached) or, for a few rows, a bandwidth-bound kernel (gemv.h) where cuBLAS
+// stays short of the memory roofline.
 #pragma once
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -10,9 +10,12 @@
 #include <memory>
 #include <tuple>
 
+#include "engine/backend/cuda/kernel_args.h"
+
 namespace spark::cuda {
 
-enum class GemmOut : uint8_t { BF16, F32 };
+// HALF: y in the same 16-bit type as x and w; F32: y in f32 (e.g. logits).
+enum class GemmOut : uint8_t { HALF, F32 };
 enum class GemmPath : uint8_t { AUTO, GEMV, CUBLASLT };
 
 class Gemm {
@@ -24,23 +27,25 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // y[rows, n] = x[rows, k] · w[n, k]ᵀ, all row-major; y is bf16 or f32 (`out`). k must be
-  // a multiple of 8 (16-byte rows). Capturable in a CUDA graph once the same shape has
-  // run once outside capture (the algorithm search happens on first use).
-  void linear(const __nv_bfloat16* x, int32_t rows, int32_t k, const __nv_bfloat16* w, int32_t n, void* y, GemmOut out,
+  // y[rows, n] = x[rows, k] · w[n, k]ᵀ, all row-major; x and w hold `type` (__nv_bfloat16
+  // or __half), y holds `type` or f32 (`out`). k must be a multiple of 8 (16-byte rows).
+  // Capturable in a CUDA graph once the same shape and types have run once outside
+  // capture (the algorithm search happens on first use).
+  void linear(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, GemmOut out,
               cudaStream_t stream, GemmPath path = GemmPath::AUTO);
 
   // The path AUTO takes for this shape.
   GemmPath choose(int32_t rows, int32_t k, int32_t n) const;
 
  private:
-  struct Plan;  // cuBLASLt descriptors and the algorithm chosen for one (rows, k, n, out)
+  struct Plan;  // cuBLASLt descriptors and the algorithm chosen for one (type, rows, k, n, out)
   // `stream` only to refuse planning a new shape during graph capture.
-  const Plan& plan_for(int32_t rows, int32_t k, int32_t n, GemmOut out, cudaStream_t stream);
+  const Plan& plan_for(HalfType type, int32_t rows, int32_t k, int32_t n, GemmOut out, cudaStream_t stream);
 
   void* handle_ = nullptr;     // cublasLtHandle_t
   void* workspace_ = nullptr;  // device memory, kWorkspaceBytes
-  std::map<std::tuple<int32_t, int32_t, int32_t, int>, std::unique_ptr<Plan>> plans_;
+  // Keyed by (type, rows, k, n, out): the algorithm and layouts differ per data type.
+  std::map<std::tuple<int, int32_t, int32_t, int32_t, int>, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace spark::cuda

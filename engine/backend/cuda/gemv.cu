@@ -1,7 +1,8 @@
-// gemv.cu — the small-batch linear layer (gemv.h).
+// gemv.cu — the small-batch linear layer (gemv.h), for either 16-bit type T (bf16 or
+// f16: one template, the mma picks the matching tensor-core instruction).
 //
 // Bytes first: w is n·k·2 bytes and must cross the memory bus once; x (at most 8 rows) and
-// y are noise beside it. The FLOPs are 2·rows·n·k: at 8 rows on CUDA cores (bf16 -> f32
+// y are noise beside it. The FLOPs are 2·rows·n·k: at 8 rows on CUDA cores (16-bit -> f32
 // converts plus FMAs) they would cost about half the memory time on an H100, so the
 // multiply runs on the tensor cores instead (mma.sync m16n8k16, available on sm_80 and up,
 // sm_90 and sm_121 included) and the SM's issue slots stay free for loads.
@@ -34,7 +35,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTileRows = 16;             // weight rows per warp tile: the mma's m
-constexpr int kStepK = 32;                // k per lane-group step: 4 lanes x 8 bf16 (two mma k=16)
+constexpr int kStepK = 32;                // k per lane-group step: 4 lanes x 8 values (two mma k=16)
 constexpr int kUnroll = 4;                // steps per iteration: 8 loads of 16 bytes in flight per lane
 constexpr int kChunk = kStepK * kUnroll;  // k per iteration (128: 256 contiguous bytes per weight row)
 // Warps per SM the k-split aims for. Little's law on an H100 (~3.3 TB/s x ~0.8 us latency
@@ -43,14 +44,15 @@ constexpr int kTargetWarpsPerSm = 16;
 
 // Weights are read exactly once: keep them out of L1 so the activation rows stay there.
 // volatile: the tail's guarded loads must never be speculated past their bounds check.
-__device__ __forceinline__ uint4 load_weights(const bf16* p) { return ld_global_nc_na_v4(p); }
+__device__ __forceinline__ uint4 load_weights(const void* p) { return ld_global_nc_na_v4(p); }
 
-__device__ __forceinline__ uint4 load_activations(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint4 load_activations(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
 // One 32-wide k step: lo/hi hold 8 k of weight rows g and g+8, xv the same 8 k of activation row g.
+template <typename T>
 __device__ __forceinline__ void step(float (&c)[4], const uint4& lo, const uint4& hi, const uint4& xv) {
-  mma_bf16_16816(c, lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
-  mma_bf16_16816(c, lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
+  mma_16816<T>(c, lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
+  mma_16816<T>(c, lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
 }
 
 // One iteration's data: 8 k of weight rows g / g+8 and of activation row g, per 32-wide step.
@@ -63,16 +65,17 @@ __device__ __forceinline__ OutT to_out(float v) {
   if constexpr (std::is_same_v<OutT, float>)
     return v;
   else
-    return __float2bfloat16_rn(v);
+    return from_f32<OutT>(v);
 }
 
 // Block: kWarps warps = (kWarps / ksplit) tiles x ksplit k-parts; the warps of one tile are
 // adjacent, part 0 first. Part p takes the 128-wide chunks p, p + ksplit, ... so the
 // parts of a tile read neighbouring bytes of the same rows at the same time.
 // Two blocks (16 warps) per SM at most 128 registers a thread; the double buffer needs ~120.
-template <typename OutT>
+// T: the 16-bit type of x and w; OutT: T or float.
+template <typename T, typename OutT>
 __global__ void __launch_bounds__(kThreads, kTargetWarpsPerSm / kWarps)
-    gemv_kernel(const bf16* __restrict__ x, int rows, int k, const bf16* __restrict__ w, int n, OutT* __restrict__ y,
+    gemv_kernel(const T* __restrict__ x, int rows, int k, const T* __restrict__ w, int n, OutT* __restrict__ y,
                 int ksplit) {
   __shared__ float partial[kWarps][4][32];  // [warp][accumulator][lane]: conflict-free
 
@@ -87,12 +90,12 @@ __global__ void __launch_bounds__(kThreads, kTargetWarpsPerSm / kWarps)
     // The last tile's rows past n re-read row n-1 and are never stored: no per-row branch in the loop.
     const int64_t last = n - 1;
     const int64_t r_lo = row0 + g < last ? row0 + g : last, r_hi = row0 + g + 8 < last ? row0 + g + 8 : last;
-    const bf16* w_lo = w + r_lo * k + t * 8;
-    const bf16* w_hi = w + r_hi * k + t * 8;
+    const T* w_lo = w + r_lo * k + t * 8;
+    const T* w_hi = w + r_hi * k + t * 8;
     // B's columns past `rows` must be zero: those lanes load row rows-1 (valid memory, no
     // branch around the load) and select zero instead.
     const bool has_x = g < rows;
-    const bf16* xr = x + int64_t(has_x ? g : rows - 1) * k + t * 8;
+    const T* xr = x + int64_t(has_x ? g : rows - 1) * k + t * 8;
     const uint4 zero = make_uint4(0, 0, 0, 0);
 
     // Double-buffered: chunk ch+ksplit is requested before chunk ch is multiplied, so a
@@ -114,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, kTargetWarpsPerSm / kWarps)
     };
     auto multiply = [&](const Chunk& src) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) step(c, src.lo[u], src.hi[u], src.xv[u]);
+      for (int u = 0; u < kUnroll; ++u) step<T>(c, src.lo[u], src.hi[u], src.xv[u]);
     };
     if (part < full) {
       Chunk cur;
@@ -139,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, kTargetWarpsPerSm / kWarps)
         const uint4 v = load_activations(xr + off);
         if (has_x) xv = v;
       }
-      step(c, lo, hi, xv);
+      step<T>(c, lo, hi, xv);
     }
   }
 
@@ -172,7 +175,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 }  // namespace
 
-void gemv(const bf16* x, int32_t rows, int32_t k, const bf16* w, int32_t n, void* y, GemmOut out, cudaStream_t stream) {
+void gemv(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, GemmOut out,
+          cudaStream_t stream) {
   SPARK_CHECK(rows >= 1 && rows <= kGemvMaxRows, "gemv: rows must be 1..8, got " + std::to_string(rows));
   SPARK_CHECK(k > 0 && k % 8 == 0, "gemv: k must be a positive multiple of 8, got " + std::to_string(k));
   SPARK_CHECK(n > 0, "gemv: n must be positive");
@@ -191,10 +195,16 @@ void gemv(const bf16* x, int32_t rows, int32_t k, const bf16* w, int32_t n, void
   while (ksplit < kWarps && tiles * ksplit < want_warps && k >= 2 * ksplit * kChunk) ksplit *= 2;
   const int64_t blocks = ceil_div(tiles, kWarps / ksplit);
 
-  if (out == GemmOut::F32)
-    gemv_kernel<float><<<unsigned(blocks), kThreads, 0, stream>>>(x, rows, k, w, n, static_cast<float*>(y), ksplit);
-  else
-    gemv_kernel<bf16><<<unsigned(blocks), kThreads, 0, stream>>>(x, rows, k, w, n, static_cast<bf16*>(y), ksplit);
+  with_half_type(type, [&](auto tag) {
+    using T = decltype(tag);
+    const auto* xt = static_cast<const T*>(x);
+    const auto* wt = static_cast<const T*>(w);
+    const unsigned grid = unsigned(blocks);
+    if (out == GemmOut::F32)
+      gemv_kernel<T, float><<<grid, kThreads, 0, stream>>>(xt, rows, k, wt, n, static_cast<float*>(y), ksplit);
+    else
+      gemv_kernel<T, T><<<grid, kThreads, 0, stream>>>(xt, rows, k, wt, n, static_cast<T*>(y), ksplit);
+  });
   CUDA_CHECK_LAUNCH();
 }
 

@@ -3,22 +3,23 @@
 // negligible, so this kernel only has to stream w from memory at the copy bandwidth;
 // Gemm (gemm.h) routes small batches here and everything else to cuBLASLt.
 #pragma once
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "engine/backend/cuda/gemm.h"
+#include "engine/backend/cuda/kernel_args.h"
 
 namespace spark::cuda {
 
 // The most activation rows one launch takes: the tensor-core tile's 8 columns.
 inline constexpr int32_t kGemvMaxRows = 8;
 
-// Same contract as Gemm::linear: row-major, bf16 inputs, f32 accumulation, y bf16 or f32.
-// 1 <= rows <= kGemvMaxRows, k a multiple of 8, x and w 16-byte aligned. No allocation and
-// no synchronisation: capturable in a CUDA graph once the kernel has run outside capture.
-void gemv(const __nv_bfloat16* x, int32_t rows, int32_t k, const __nv_bfloat16* w, int32_t n, void* y, GemmOut out,
+// Same contract as Gemm::linear: row-major, x and w both of the 16-bit `type` (bf16 or
+// f16), f32 accumulation, y in `type` (GemmOut::HALF) or f32. 1 <= rows <= kGemvMaxRows,
+// k a multiple of 8, x and w 16-byte aligned. No allocation and no synchronisation:
+// capturable in a CUDA graph once the kernel has run outside capture.
+void gemv(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, GemmOut out,
           cudaStream_t stream);
 
 }  // namespace spark::cuda

@@ -11,31 +11,13 @@ namespace {
 constexpr int kChunksPerThread = 4;
 constexpr int kMaxHidden = 8 * kChunksPerThread * 1024;
 
-__device__ __forceinline__ void load_bf16x8(const bf16* p, float* f) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 t = __bfloat1622float2(pairs[k]);
-    f[2 * k] = t.x;
-    f[2 * k + 1] = t.y;
-  }
-}
-
-__device__ __forceinline__ void store_bf16x8(bf16* p, const float* f) {
-  uint4 raw;
-  __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) pairs[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-  *reinterpret_cast<uint4*>(p) = raw;
-}
-
 // One CTA per row; thread i owns chunks i, i + blockDim, ... (coalesced 16-byte accesses).
 // Row r reads x row row_ids[r] (r itself when row_ids is null) and writes out row r.
 // x is written only when delta is not null; rms_norm_rows passes a const x that way.
+template <typename T>
 __global__ void __launch_bounds__(1024)
-    add_rms_norm_kernel(float* __restrict__ x, const int32_t* __restrict__ row_ids, const bf16* __restrict__ delta,
-                        const float* __restrict__ weight, int32_t hidden, float eps, bf16* __restrict__ out) {
+    add_rms_norm_kernel(float* __restrict__ x, const int32_t* __restrict__ row_ids, const T* __restrict__ delta,
+                        const float* __restrict__ weight, int32_t hidden, float eps, T* __restrict__ out) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   const int64_t src = row_ids ? int64_t(row_ids[r]) : r;
@@ -54,7 +36,7 @@ __global__ void __launch_bounds__(1024)
     v[k][4] = hi.x, v[k][5] = hi.y, v[k][6] = hi.z, v[k][7] = hi.w;
     if (delta) {
       float d[8];
-      load_bf16x8(delta + r * hidden + c * 8, d);
+      load8(delta + r * hidden + c * 8, d);
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[k][j] += d[j];
       float4* xw = reinterpret_cast<float4*>(xr + c * 8);
@@ -78,14 +60,15 @@ __global__ void __launch_bounds__(1024)
     float o[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) o[j] = w[j] * (v[k][j] * inv);  // the CPU's order: weight * (x * inv)
-    store_bf16x8(out + r * hidden + c * 8, o);
+    store8(out + r * hidden + c * 8, o);
   }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-void launch(float* x, const int32_t* row_ids, const bf16* delta, const float* weight, int32_t rows, int32_t hidden,
-            float eps, bf16* out, cudaStream_t stream) {
+template <typename T>
+void launch(float* x, const int32_t* row_ids, const T* delta, const float* weight, int32_t rows, int32_t hidden,
+            float eps, T* out, cudaStream_t stream) {
   SPARK_CHECK(rows >= 0, "rms_norm: negative rows");
   SPARK_CHECK(hidden > 0 && hidden % 8 == 0 && hidden <= kMaxHidden,
               "rms_norm: hidden must be a positive multiple of 8, at most 32768");
@@ -95,22 +78,31 @@ void launch(float* x, const int32_t* row_ids, const bf16* delta, const float* we
               "rms_norm: pointers must be 16-byte aligned");
   const int64_t chunks = hidden / 8;
   const int threads = int(ceil_div(ceil_div(chunks, kChunksPerThread), 32) * 32);
-  add_rms_norm_kernel<<<unsigned(rows), threads, 0, stream>>>(x, row_ids, delta, weight, hidden, eps, out);
+  add_rms_norm_kernel<T><<<unsigned(rows), threads, 0, stream>>>(x, row_ids, delta, weight, hidden, eps, out);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void add_rms_norm(float* x, const bf16* delta, const float* weight, int32_t rows, int32_t hidden, float eps, bf16* out,
+template <typename T>
+void add_rms_norm(float* x, const T* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
                   cudaStream_t stream) {
-  launch(x, nullptr, delta, weight, rows, hidden, eps, out, stream);
+  launch<T>(x, nullptr, delta, weight, rows, hidden, eps, out, stream);
 }
 
+template <typename T>
 void rms_norm_rows(const float* x, const int32_t* row_ids, int32_t rows, const float* weight, int32_t hidden, float eps,
-                   bf16* out, cudaStream_t stream) {
+                   T* out, cudaStream_t stream) {
   SPARK_CHECK(rows == 0 || (out && row_ids), "rms_norm_rows: out and row_ids are required");
   // The kernel writes x only when given a delta; none here, so the cast never writes.
-  launch(const_cast<float*>(x), row_ids, nullptr, weight, rows, hidden, eps, out, stream);
+  launch<T>(const_cast<float*>(x), row_ids, nullptr, weight, rows, hidden, eps, out, stream);
 }
+
+template void add_rms_norm<bf16>(float*, const bf16*, const float*, int32_t, int32_t, float, bf16*, cudaStream_t);
+template void add_rms_norm<f16>(float*, const f16*, const float*, int32_t, int32_t, float, f16*, cudaStream_t);
+template void rms_norm_rows<bf16>(const float*, const int32_t*, int32_t, const float*, int32_t, float, bf16*,
+                                  cudaStream_t);
+template void rms_norm_rows<f16>(const float*, const int32_t*, int32_t, const float*, int32_t, float, f16*,
+                                 cudaStream_t);
 
 }  // namespace spark::cuda

@@ -1,6 +1,7 @@
 // rms_norm.h — launchers for the fused residual add + RMSNorm.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -8,14 +9,17 @@
 namespace spark::cuda {
 
 // For each of `rows` rows of `hidden` values: x += delta (in f32; skipped when delta is
-// null), then out = x / sqrt(mean(x^2) + eps) * weight, rounded to bf16. When out is null
+// null), then out = x / sqrt(mean(x^2) + eps) * weight, rounded to T. When out is null
 // only the add happens (the last layer's output before the final norm). x is the f32
-// residual stream; delta is a projection's bf16 output.
-void add_rms_norm(float* x, const __nv_bfloat16* delta, const float* weight, int32_t rows, int32_t hidden, float eps,
-                  __nv_bfloat16* out, cudaStream_t stream);
+// residual stream; delta is a projection's output. T is the compute type (__nv_bfloat16
+// or __half).
+template <typename T>
+void add_rms_norm(float* x, const T* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
+                  cudaStream_t stream);
 
 // The final norm on the rows whose logits are wanted only: out[r] = rmsnorm(x[row_ids[r]]).
+template <typename T>
 void rms_norm_rows(const float* x, const int32_t* row_ids, int32_t rows, const float* weight, int32_t hidden, float eps,
-                   __nv_bfloat16* out, cudaStream_t stream);
+                   T* out, cudaStream_t stream);
 
 }  // namespace spark::cuda

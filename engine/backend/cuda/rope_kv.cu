@@ -1,5 +1,6 @@
 // rope_kv.cu — the attention input stage: bias, q/k norm, RoPE, q out and the paged KV write.
 #include <algorithm>
+#include <type_traits>
 
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/rope_kv.h"
@@ -10,16 +11,18 @@ namespace {
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxThreads = 512;
 
-// Everything the kernel reads, by value (well under the 4 KB parameter limit).
+// Everything the kernel reads, by value (well under the 4 KB parameter limit). T is the
+// compute type of qkv, q_out and a 16-bit cache.
+template <typename T>
 struct Params {
-  const bf16* qkv;
+  const T* qkv;
   const float* bias;
   const float* q_norm;
   const float* k_norm;
   const int32_t* positions;
   const int32_t* slot_mapping;
   const float* inv_freq;
-  bf16* q_out;
+  T* q_out;
   void* k_cache;
   void* v_cache;
   uint8_t* k_scale;
@@ -34,20 +37,13 @@ struct Params {
   bool fp8;
 };
 
-template <int V>
-__device__ __forceinline__ void load_bf16(const bf16* p, float* f) {
+template <int V, typename T>
+__device__ __forceinline__ void load_half(const T* p, float (&f)[V]) {
   if constexpr (V == 8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 t = __bfloat1622float2(pairs[k]);
-      f[2 * k] = t.x;
-      f[2 * k + 1] = t.y;
-    }
+    load8(p, f);
   } else {
 #pragma unroll
-    for (int j = 0; j < V; ++j) f[j] = __bfloat162float(p[j]);
+    for (int j = 0; j < V; ++j) f[j] = to_f32(p[j]);
   }
 }
 
@@ -63,17 +59,13 @@ __device__ __forceinline__ void load_f32(const float* p, float* f) {
   }
 }
 
-template <int V>
-__device__ __forceinline__ void store_bf16(bf16* p, const float* f) {
+template <int V, typename T>
+__device__ __forceinline__ void store_half(T* p, const float (&f)[V]) {
   if constexpr (V == 8) {
-    uint4 raw;
-    __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) pairs[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-    *reinterpret_cast<uint4*>(p) = raw;
+    store8(p, f);
   } else {
 #pragma unroll
-    for (int j = 0; j < V; ++j) p[j] = __float2bfloat16(f[j]);
+    for (int j = 0; j < V; ++j) p[j] = from_f32<T>(f[j]);
   }
 }
 
@@ -103,16 +95,16 @@ __device__ __forceinline__ float group_max(float v, unsigned mask, int group) {
 
 // Loads head h's share of one lane (bias added): a[it][j] is element (it * group + lane) * V + j
 // of the head, b[it][j] its rotate_half partner `half` further on; lanes past the half get zeros.
-template <int V, int kIters>
-__device__ __forceinline__ void load_head(const Params& p, const bf16* src_row, int h, int lane, float (&a)[kIters][V],
+template <int V, int kIters, typename T>
+__device__ __forceinline__ void load_head(const Params<T>& p, const T* src_row, int h, int lane, float (&a)[kIters][V],
                                           float (&b)[kIters][V]) {
   const int hd = p.head_dim, half = hd / 2;
 #pragma unroll
   for (int it = 0; it < kIters; ++it) {
     const int i0 = (it * p.group + lane) * V;
     if (i0 < half) {
-      load_bf16<V>(src_row + h * hd + i0, a[it]);
-      load_bf16<V>(src_row + h * hd + half + i0, b[it]);
+      load_half<V>(src_row + h * hd + i0, a[it]);
+      load_half<V>(src_row + h * hd + half + i0, b[it]);
       if (p.bias) {
         float ba[V], bb[V];
         load_f32<V>(p.bias + h * hd + i0, ba);
@@ -133,8 +125,8 @@ __device__ __forceinline__ void load_head(const Params& p, const bf16* src_row, 
 // values of the first half starting at (it * group + l) * V and their rotate_half partners
 // half further on, so RoPE needs no exchange between lanes and each access is one 16-byte
 // vector when V = 8. Only the q/k norm and the FP8 amax reduce over the group.
-template <int V, int kIters>
-__global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params p) {
+template <typename T, int V, int kIters>
+__global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T> p) {
   __shared__ __align__(16) float trig[kMaxHeadDim];  // cos in [0, half), sin in [half, 2 * half)
   const int64_t row = blockIdx.x;
   const int hd = p.head_dim, half = hd / 2;
@@ -144,7 +136,7 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params p
   const int lane = threadIdx.x & (group - 1);
   const unsigned mask = group == 32 ? 0xffffffffu : ((1u << group) - 1u) << ((threadIdx.x & 31) & ~(group - 1));
   const int heads = p.num_heads + 2 * p.num_kv_heads;
-  const bf16* src_row = p.qkv + row * heads * hd;
+  const T* src_row = p.qkv + row * heads * hd;
   const int first = threadIdx.x / group, step = blockDim.x / group;
   // k and v heads of a padded row (slot < 0) are neither read nor written.
   auto skipped = [&](int h) { return h >= p.num_heads && !write_kv; };
@@ -152,7 +144,7 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params p
   // The first head's loads go out before the table and its barrier, so they are in flight
   // while sincosf runs (for most models each group has exactly one head).
   float a[kIters][V], b[kIters][V];
-  if (first < heads && !skipped(first)) load_head<V, kIters>(p, src_row, first, lane, a, b);
+  if (first < heads && !skipped(first)) load_head<V, kIters, T>(p, src_row, first, lane, a, b);
   {
     const float pos = float(p.positions[row]) * p.position_scale;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -168,7 +160,7 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params p
     if (skipped(h)) continue;  // the whole group skips: h is the group's
     const int kind = h < p.num_heads ? 0 : h < p.num_heads + p.num_kv_heads ? 1 : 2;  // q, k, v
     const int hh = kind == 0 ? h : kind == 1 ? h - p.num_heads : h - p.num_heads - p.num_kv_heads;
-    if (h != first) load_head<V, kIters>(p, src_row, h, lane, a, b);
+    if (h != first) load_head<V, kIters, T>(p, src_row, h, lane, a, b);
 
     if (kind != 2) {
       const float* norm_w = kind == 0 ? p.q_norm : p.k_norm;
@@ -211,13 +203,13 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params p
     }
 
     if (kind == 0) {
-      bf16* dst = p.q_out + (row * p.num_heads + hh) * hd;
+      T* dst = p.q_out + (row * p.num_heads + hh) * hd;
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int i0 = (it * group + lane) * V;
         if (i0 >= half) continue;
-        store_bf16<V>(dst + i0, a[it]);
-        store_bf16<V>(dst + half + i0, b[it]);
+        store_half<V>(dst + i0, a[it]);
+        store_half<V>(dst + half + i0, b[it]);
       }
       continue;
     }
@@ -225,13 +217,13 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params p
     const int64_t vec = slot * p.num_kv_heads + hh;  // this head's vector in the cache
     void* cache = kind == 1 ? p.k_cache : p.v_cache;
     if (!p.fp8) {
-      bf16* dst = static_cast<bf16*>(cache) + vec * hd;
+      T* dst = static_cast<T*>(cache) + vec * hd;
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int i0 = (it * group + lane) * V;
         if (i0 >= half) continue;
-        store_bf16<V>(dst + i0, a[it]);
-        store_bf16<V>(dst + half + i0, b[it]);
+        store_half<V>(dst + i0, a[it]);
+        store_half<V>(dst + half + i0, b[it]);
       }
       continue;
     }
@@ -260,20 +252,24 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 }  // namespace
 
-void qkv_rope_kv_write(const bf16* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
+template <typename T>
+void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
                        const int32_t* positions, const int32_t* slot_mapping, int32_t rows, int32_t num_heads,
-                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, bf16* q_out, cudaStream_t stream) {
+                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out, cudaStream_t stream) {
   const int hd = kv.head_dim;
   SPARK_CHECK(rows >= 0 && num_heads > 0 && kv.num_kv_heads > 0, "qkv_rope_kv_write: bad head counts");
   SPARK_CHECK(hd >= 2 && hd % 2 == 0 && hd <= kMaxHeadDim, "qkv_rope_kv_write: head_dim must be even and <= 256");
   SPARK_CHECK(kv.num_slots > 0, "qkv_rope_kv_write: KvShape.num_slots is not set");
   if (rows == 0) return;
   const bool fp8 = kv.dtype == KvDtype::FP8;
+  // A 16-bit cache is written as T: a cache of the other 16-bit type would be misread.
+  constexpr KvDtype kSame = std::is_same_v<T, f16> ? KvDtype::F16 : KvDtype::BF16;
+  SPARK_CHECK(fp8 || kv.dtype == kSame, "qkv_rope_kv_write: a 16-bit KV cache must hold the compute type");
   SPARK_CHECK(qkv && positions && slot_mapping && rope.inv_freq && q_out && cache.k && cache.v,
               "qkv_rope_kv_write: null argument");
   SPARK_CHECK(!fp8 || (cache.k_scale && cache.v_scale), "qkv_rope_kv_write: FP8 cache without scales");
 
-  Params p{};
+  Params<T> p{};
   p.qkv = qkv;
   p.bias = bias;
   p.q_norm = q_norm;
@@ -308,10 +304,17 @@ void qkv_rope_kv_write(const bf16* qkv, const float* bias, const float* q_norm, 
   p.group = group;
   const int threads = int(std::min<int64_t>(kMaxThreads, ceil_div(int64_t(heads) * group, 32) * 32));
   if (vec8)
-    qkv_rope_kv_kernel<8, 1><<<unsigned(rows), threads, 0, stream>>>(p);
+    qkv_rope_kv_kernel<T, 8, 1><<<unsigned(rows), threads, 0, stream>>>(p);
   else
-    qkv_rope_kv_kernel<1, kMaxHeadDim / 2 / 32><<<unsigned(rows), threads, 0, stream>>>(p);
+    qkv_rope_kv_kernel<T, 1, kMaxHeadDim / 2 / 32><<<unsigned(rows), threads, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
+
+template void qkv_rope_kv_write<bf16>(const bf16*, const float*, const float*, const float*, float, const int32_t*,
+                                      const int32_t*, int32_t, int32_t, const RopeArgs&, const KvShape&, KvLayer, bf16*,
+                                      cudaStream_t);
+template void qkv_rope_kv_write<f16>(const f16*, const float*, const float*, const float*, float, const int32_t*,
+                                     const int32_t*, int32_t, int32_t, const RopeArgs&, const KvShape&, KvLayer, f16*,
+                                     cudaStream_t);
 
 }  // namespace spark::cuda

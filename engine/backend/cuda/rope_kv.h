@@ -2,6 +2,7 @@
 // write of K and V into the paged cache, fused in one pass over the qkv projection.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -16,18 +17,20 @@ struct RopeArgs {
 };
 
 // qkv is the fused projection output, [rows, (num_heads + 2 * num_kv_heads) * head_dim]
-// bf16: q heads, then k heads, then v heads. For each row t:
+// T (the compute type, __nv_bfloat16 or __half): q heads, then k heads, then v heads.
+// For each row t:
 //   - adds bias (same layout, f32) when bias is not null (Qwen2);
 //   - applies the per-head RMSNorm with q_norm / k_norm ([head_dim] f32, eps) when not null (Qwen3);
 //   - rotates q and k by positions[t] (rotate_half convention: pairs (i, i + head_dim/2));
-//   - writes q to q_out [rows, num_heads * head_dim] bf16;
-//   - writes k and v to the cache at slot_mapping[t] (nothing when it is negative); FP8
+//   - writes q to q_out [rows, num_heads * head_dim] T;
+//   - writes k and v to the cache at slot_mapping[t] (nothing when it is negative). A 16-bit
+//     cache holds T, so kv.dtype must be T's (BF16 for __nv_bfloat16, F16 for __half); FP8
 //     caches get one power-of-two scale per (slot, kv head) from that head vector's
 //     absolute maximum (fp8_scale_for in common.cuh).
-// Arithmetic is f32 after reading the bf16 inputs.
-void qkv_rope_kv_write(const __nv_bfloat16* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
+// Arithmetic is f32 after reading the T inputs.
+template <typename T>
+void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
                        const int32_t* positions, const int32_t* slot_mapping, int32_t rows, int32_t num_heads,
-                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, __nv_bfloat16* q_out,
-                       cudaStream_t stream);
+                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out, cudaStream_t stream);
 
 }  // namespace spark::cuda

@@ -9,32 +9,25 @@ constexpr int kThreads = 256;
 
 // One thread per 8 outputs, flat over rows * inter / 8: two 16-byte loads (gate, up) and
 // one 16-byte store. silu uses the accurate expf: this is memory-bound either way.
-__global__ void swiglu_kernel(const bf16* __restrict__ gate_up, int32_t inter, int64_t total_chunks,
-                              bf16* __restrict__ out) {
+template <typename T>
+__global__ void swiglu_kernel(const T* __restrict__ gate_up, int32_t inter, int64_t total_chunks, T* __restrict__ out) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= total_chunks) return;
   const int64_t chunks_per_row = inter / 8;
   const int64_t t = c / chunks_per_row, col = (c - t * chunks_per_row) * 8;
-  const bf16* g_row = gate_up + t * 2 * int64_t(inter);
-  const uint4 g_raw = *reinterpret_cast<const uint4*>(g_row + col);
-  const uint4 u_raw = *reinterpret_cast<const uint4*>(g_row + inter + col);
-  const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&g_raw);
-  const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&u_raw);
-  uint4 o_raw;
-  __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o_raw);
+  const T* g_row = gate_up + t * 2 * int64_t(inter);
+  float g[8], u[8], o[8];
+  load8(g_row + col, g);
+  load8(g_row + inter + col, u);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 g = __bfloat1622float2(g2[k]), u = __bfloat1622float2(u2[k]);
-    const float a = g.x / (1.0f + expf(-g.x)) * u.x;
-    const float b = g.y / (1.0f + expf(-g.y)) * u.y;
-    o2[k] = __floats2bfloat162_rn(a, b);
-  }
-  *reinterpret_cast<uint4*>(out + t * inter + col) = o_raw;
+  for (int k = 0; k < 8; ++k) o[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+  store8(out + t * inter + col, o);
 }
 
 }  // namespace
 
-void swiglu(const bf16* gate_up, int32_t rows, int32_t inter, bf16* out, cudaStream_t stream) {
+template <typename T>
+void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t stream) {
   SPARK_CHECK(rows >= 0, "swiglu: negative rows");
   SPARK_CHECK(inter > 0 && inter % 8 == 0, "swiglu: inter must be a positive multiple of 8");
   SPARK_CHECK(reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
@@ -42,8 +35,11 @@ void swiglu(const bf16* gate_up, int32_t rows, int32_t inter, bf16* out, cudaStr
   if (rows == 0) return;
   const int64_t total_chunks = int64_t(rows) * (inter / 8);
   const int64_t blocks = ceil_div(total_chunks, kThreads);
-  swiglu_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(gate_up, inter, total_chunks, out);
+  swiglu_kernel<T><<<unsigned(blocks), kThreads, 0, stream>>>(gate_up, inter, total_chunks, out);
   CUDA_CHECK_LAUNCH();
 }
+
+template void swiglu<bf16>(const bf16*, int32_t, int32_t, bf16*, cudaStream_t);
+template void swiglu<f16>(const f16*, int32_t, int32_t, f16*, cudaStream_t);
 
 }  // namespace spark::cuda

@@ -1,6 +1,7 @@
 // cublaslt.cpp — emulated cuBLASLt matmul: D = alpha * op(A) * op(B) + beta * C with
-// column-major layouts exactly as cuBLASLt defines them, f32 accumulation, bf16 or f32
-// matrices. Work is queued on the stream like a kernel (so graph capture records it).
+// column-major layouts exactly as cuBLASLt defines them, f32 accumulation, bf16, f16
+// or f32 matrices. Work is queued on the stream like a kernel (so graph capture records it).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -8,6 +9,7 @@
 
 #include "cublasLt.h"
 #include "cuda_bf16.h"
+#include "cuda_fp16.h"
 
 struct cublasLtContext {
   int dummy = 0;
@@ -35,15 +37,18 @@ namespace {
 
 float load(const void* base, cudaDataType_t type, int64_t i) {
   if (type == CUDA_R_16BF) return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+  if (type == CUDA_R_16F) return __half2float(static_cast<const __half*>(base)[i]);
   return static_cast<const float*>(base)[i];
 }
 void store(void* base, cudaDataType_t type, int64_t i, float v) {
   if (type == CUDA_R_16BF)
     static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16(v);
+  else if (type == CUDA_R_16F)
+    static_cast<__half*>(base)[i] = __float2half(v);
   else
     static_cast<float*>(base)[i] = v;
 }
-bool supported(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_32F; }
+bool supported(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_16F || t == CUDA_R_32F; }
 
 }  // namespace
 
@@ -157,19 +162,39 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   auto run = [=]() {
     const int64_t m = int64_t(D.rows), n = int64_t(D.cols);
     const int64_t k = int64_t(ta == CUBLAS_OP_N ? A.cols : A.rows);
-    std::vector<float> bcol(static_cast<size_t>(k));
-    for (int64_t j = 0; j < n; ++j) {
+    // Blocks of op(A)'s rows and op(B)'s columns are first converted to f32 with k
+    // contiguous, so the inner loop is a plain dot product: the check programs' largest
+    // shapes spend most of their emulated time here.
+    constexpr int64_t kBlock = 64;
+    std::vector<float> arows(size_t(kBlock * k)), bcols(size_t(kBlock * k));
+    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+      const int64_t nj = std::min(kBlock, n - j0);
       // op(B)(p, j): B(p, j) when N, B(j, p) when T; element (r, c) of a layout is at r + c * ld.
-      for (int64_t p = 0; p < k; ++p) bcol[size_t(p)] = load(b, B.type, tb == CUBLAS_OP_N ? p + j * B.ld : j + p * B.ld);
-      for (int64_t i = 0; i < m; ++i) {
-        double acc = 0;
-        for (int64_t p = 0; p < k; ++p) {
-          const float av = load(a, A.type, ta == CUBLAS_OP_N ? i + p * A.ld : p + i * A.ld);
-          acc += double(av) * double(bcol[size_t(p)]);
+      for (int64_t j = 0; j < nj; ++j)
+        for (int64_t p = 0; p < k; ++p)
+          bcols[size_t(j * k + p)] = load(b, B.type, tb == CUBLAS_OP_N ? p + (j0 + j) * B.ld : (j0 + j) + p * B.ld);
+      for (int64_t i0 = 0; i0 < m; i0 += kBlock) {
+        const int64_t ni = std::min(kBlock, m - i0);
+        for (int64_t i = 0; i < ni; ++i)
+          for (int64_t p = 0; p < k; ++p)
+            arows[size_t(i * k + p)] = load(a, A.type, ta == CUBLAS_OP_N ? (i0 + i) + p * A.ld : p + (i0 + i) * A.ld);
+        for (int64_t j = 0; j < nj; ++j) {
+          const float* bc = bcols.data() + j * k;
+          for (int64_t i = 0; i < ni; ++i) {
+            const float* ar = arows.data() + i * k;
+            // Four partial sums in double: products of 16-bit values are exact in double,
+            // and the order of a sum in double does not show at f32 precision.
+            double acc[4] = {0, 0, 0, 0};
+            int64_t p = 0;
+            for (; p + 4 <= k; p += 4)
+              for (int q = 0; q < 4; ++q) acc[q] += double(ar[p + q]) * double(bc[p + q]);
+            for (; p < k; ++p) acc[0] += double(ar[p]) * double(bc[p]);
+            float v = alpha_v * float((acc[0] + acc[1]) + (acc[2] + acc[3]));
+            const int64_t row = i0 + i, col = j0 + j;
+            if (beta_v != 0.0f) v += beta_v * load(c, C.type, row + col * C.ld);
+            store(d, D.type, row + col * D.ld, v);
+          }
         }
-        float v = alpha_v * float(acc);
-        if (beta_v != 0.0f) v += beta_v * load(c, C.type, i + j * C.ld);
-        store(d, D.type, i + j * D.ld, v);
       }
     }
   };

@@ -76,13 +76,16 @@ Generation::Generation(App& app, const std::string& id, const std::vector<std::v
 Generation::~Generation() {
   for (size_t i = 0; i < streams_.size(); ++i) {  // the dashboard's record of what ended early
     if (finished_[i]) continue;
-    if (auto o = streams_[i]->pop(std::chrono::milliseconds(0)); o && o->finished)
-      app_.requests.finish(streams_[i]->request_id(), *o);  // the engine finished it first
-    else
-      app_.requests.fail(streams_[i]->request_id(), "abort",
-                         watch_.closed()              ? "the client disconnected"
-                         : Clock::now() > deadline_ ? "server.request_timeout_s passed"
-                                                    : "ended early");
+    const char* why = watch_.closed()              ? "the client disconnected"
+                      : Clock::now() > deadline_ ? "server.request_timeout_s passed"
+                                                 : "ended early";
+    if (auto o = streams_[i]->pop(std::chrono::milliseconds(0)); o && o->finished) {
+      // The engine finished it first, either on its own or already obeying poll()'s cancel.
+      if (o->finish_reason == FinishReason::ABORT && o->error.empty()) o->error = why;
+      app_.requests.finish(streams_[i]->request_id(), *o);
+    } else {
+      app_.requests.fail(streams_[i]->request_id(), "abort", why);
+    }
   }
   cancel_all();
   if (admitted_ > 0) app_.sequences_in_flight.fetch_sub(admitted_);

@@ -184,26 +184,30 @@ void Attention::run(const DeviceBatch& batch, KvLayer cache, const void* q, void
   SPARK_CHECK(batch.num_seqs <= sh.max_seqs && batch.num_tokens <= sh.max_tokens, "attention: batch exceeds the shape");
   if (!st.decode_only) SPARK_CHECK(batch.num_seqs == st.num_seqs, "attention: run() on a batch prepare() did not plan");
 
+  const auto step = [&](attn::StepParams& p) {
+    p.q = q;
+    p.out = out;
+    p.cache = cache;
+    p.query_start = batch.query_start;
+    p.context_lens = batch.context_lens;
+    p.block_tables = batch.block_tables;
+    p.max_blocks_per_seq = batch.max_blocks_per_seq;
+    p.num_heads = sh.num_heads;
+    p.num_kv_heads = sh.num_kv_heads;
+    p.head_dim = sh.head_dim;
+    p.block_size_log2 = st.block_size_log2;
+    p.scale_log2 = st.scale_log2;
+  };
+
   attn::DecodeParams d;
-  d.q = q;
-  d.out = out;
-  d.cache = cache;
-  d.query_start = batch.query_start;
-  d.context_lens = batch.context_lens;
-  d.block_tables = batch.block_tables;
+  step(d);
   // Decode-only steps read only the DeviceBatch (graph-safe); mixed steps use the list prepare() uploaded.
   d.seq_list = st.decode_only ? nullptr : st.decode_list();
   d.num_decode = st.decode_only ? batch.num_seqs : st.num_decode;
-  d.max_blocks_per_seq = batch.max_blocks_per_seq;
-  d.num_heads = sh.num_heads;
-  d.num_kv_heads = sh.num_kv_heads;
-  d.head_dim = sh.head_dim;
   d.head_chunks = st.lay.head_chunks;
-  d.block_size_log2 = st.block_size_log2;
   d.parts_cap = attn::decode_parts_cap(d.num_decode, sh.num_kv_heads, st.lay.head_chunks, st.lay.max_parts);
   SPARK_CHECK(int64_t(d.num_decode) * d.parts_cap <= st.lay.part_rows,
               "attention: split-K partials exceed the workspace");
-  d.scale_log2 = st.scale_log2;
   d.part_m = st.part(st.lay.part_m);
   d.part_l = st.part(st.lay.part_l);
   d.part_acc = st.part(st.lay.part_acc);
@@ -211,20 +215,9 @@ void Attention::run(const DeviceBatch& batch, KvLayer cache, const void* q, void
 
   if (st.decode_only) return;
   attn::PrefillParams p;
-  p.q = q;
-  p.out = out;
-  p.cache = cache;
-  p.query_start = batch.query_start;
-  p.context_lens = batch.context_lens;
-  p.block_tables = batch.block_tables;
+  step(p);
   p.tiles = st.tiles();
   p.num_tiles = st.num_tiles;
-  p.max_blocks_per_seq = batch.max_blocks_per_seq;
-  p.num_heads = sh.num_heads;
-  p.num_kv_heads = sh.num_kv_heads;
-  p.head_dim = sh.head_dim;
-  p.block_size_log2 = st.block_size_log2;
-  p.scale_log2 = st.scale_log2;
   attn::launch_prefill(p, sh.compute, sh.kv_dtype, stream);
 }
 

@@ -67,23 +67,27 @@ __host__ __device__ inline DecodeSplit decode_split(int32_t ctx, int32_t parts_c
   return {len, (ctx + len - 1) / len};
 }
 
-struct DecodeParams {
+// What both kernels read: the step's rows, the paged cache and the head shape.
+struct StepParams {
   const void* q = nullptr;  // [T, num_heads * head_dim] of the compute type
-  void* out = nullptr;
+  void* out = nullptr;      // the same shape and type as q
   KvLayer cache;
   const int32_t* query_start = nullptr;
   const int32_t* context_lens = nullptr;
   const int32_t* block_tables = nullptr;
-  const int32_t* seq_list = nullptr;  // decode slot -> sequence; null: slot i is sequence i
-  int32_t num_decode = 0;             // grid x
   int32_t max_blocks_per_seq = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
-  int32_t head_chunks = 0;
   int32_t block_size_log2 = 0;
+  float scale_log2 = 0;  // softmax scale * log2(e)
+};
+
+struct DecodeParams : StepParams {
+  const int32_t* seq_list = nullptr;  // decode slot -> sequence; null: slot i is sequence i
+  int32_t num_decode = 0;             // grid x
+  int32_t head_chunks = 0;
   int32_t parts_cap = 0;  // grid z; also the stride of the partial results
-  float scale_log2 = 0;   // softmax scale * log2(e)
   // Partial results of partition p of head h of decode slot i at (i * num_heads + h) * parts_cap + p.
   float* part_m = nullptr;    // running max (log2 domain)
   float* part_l = nullptr;    // sum of exp2(logit - max)
@@ -92,21 +96,9 @@ struct DecodeParams {
 
 void launch_decode(const DecodeParams& p, HalfType compute, KvDtype dtype, cudaStream_t stream);
 
-struct PrefillParams {
-  const void* q = nullptr;  // as DecodeParams
-  void* out = nullptr;
-  KvLayer cache;
-  const int32_t* query_start = nullptr;
-  const int32_t* context_lens = nullptr;
-  const int32_t* block_tables = nullptr;
+struct PrefillParams : StepParams {
   const PrefillTile* tiles = nullptr;
   int32_t num_tiles = 0;
-  int32_t max_blocks_per_seq = 0;
-  int32_t num_heads = 0;
-  int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;
-  int32_t block_size_log2 = 0;
-  float scale_log2 = 0;
 };
 
 // Dynamic shared memory of the prefill kernel for this head size (the same for every

@@ -60,9 +60,13 @@ std::string kv_dtype_name(const Config& c, const ModelSpec& s, const std::string
   return c.engine.kv_cache_dtype == "fp8" ? "fp8" : compute_dtype_name(c, s, backend);
 }
 
-int64_t kv_elem_bytes(const Config& c, const ModelSpec& s, const std::string& backend) {
-  if (backend == "cpu") return 4;
-  return c.engine.kv_cache_dtype == "fp8" ? 1 : 2;
+uint64_t kv_bytes_per_token(const Config& c, const ModelSpec& s, const std::string& backend, int64_t layers) {
+#if SPARKD_CUDA
+  if (backend == "cuda")
+    return uint64_t(layers) * CudaBackend::kv_bytes_per_token_layer(s, c.engine.kv_cache_dtype == "fp8");
+#endif
+  const uint64_t elem = backend == "cpu" ? 4 : c.engine.kv_cache_dtype == "fp8" ? 1 : 2;
+  return 2ull * uint64_t(layers) * uint64_t(s.num_kv_heads * s.head_dim) * elem;
 }
 
 int64_t effective_max_model_len(const Config& c, const ModelSpec& s) {
@@ -82,15 +86,10 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, uint64_t weight_byt
   p.parameter_count = parameter_count(s);
   p.weight_bytes = weight_bytes;
   p.kv_dtype = kv_dtype_name(c, s, backend);
-  int64_t layers = range.last_layer - range.first_layer;
-  p.kv_bytes_per_token = 2ull * layers * s.num_kv_heads * s.head_dim * kv_elem_bytes(c, s, backend);
+  p.kv_bytes_per_token = kv_bytes_per_token(c, s, backend, range.last_layer - range.first_layer);
 #if SPARKD_CUDA
-  if (backend == "cuda") {
-    // BF16 weights whatever the file holds, FP8 KV with its scale bytes, and the
-    // backend's own buffer sizes.
-    p.weight_bytes = CudaBackend::weight_bytes(s, range);
-    p.kv_bytes_per_token = uint64_t(layers) * CudaBackend::kv_bytes_per_token_layer(s, c.engine.kv_cache_dtype == "fp8");
-  }
+  // Weights in the 16-bit compute type whatever the file holds.
+  if (backend == "cuda") p.weight_bytes = CudaBackend::weight_bytes(s, range);
 #endif
   p.block_size = c.engine.block_size;
   SPARK_CHECK(p.block_size > 0, "block_size validated by the config");

@@ -52,7 +52,9 @@ std::string compute_dtype_name(const Config& config, const ModelSpec& spec, cons
 // KV element as `backend` stores it: the CPU backend keeps f32; the CUDA backend the
 // configured kv_cache_dtype ("auto" = the compute dtype; "fp8" = 1 byte plus scales).
 std::string kv_dtype_name(const Config& config, const ModelSpec& spec, const std::string& backend);
-int64_t kv_elem_bytes(const Config& config, const ModelSpec& spec, const std::string& backend);
+// Bytes of K and V one token takes in `layers` layers as `backend` stores them (FP8 on
+// CUDA adds one scale byte per KV head).
+uint64_t kv_bytes_per_token(const Config& config, const ModelSpec& spec, const std::string& backend, int64_t layers);
 // The model's context limit under model.max_model_len; InputError if it asks for more
 // than the model supports.
 int64_t effective_max_model_len(const Config& config, const ModelSpec& spec);

@@ -315,9 +315,9 @@ void check_graph_replay() {
   restride(a);
   restride(b);
   const size_t qn = size_t(8) * size_t(c.heads) * size_t(c.head_dim);
-  const std::vector<float> qa = round_bf16(random_floats(qn, 74, -3.0f, 3.0f));
-  const std::vector<float> qb = round_bf16(random_floats(qn, 75, -3.0f, 3.0f));
-  DeviceArray<bf16> d_q(to_bf16(qa)), d_out(qn);
+  const std::vector<float> qa = round_half<bf16>(random_floats(qn, 74, -3.0f, 3.0f));
+  const std::vector<float> qb = round_half<bf16>(random_floats(qn, 75, -3.0f, 3.0f));
+  DeviceArray<bf16> d_q(to_half<bf16>(qa)), d_out(qn);
   DevBatch dev(a);
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -333,14 +333,14 @@ void check_graph_replay() {
   dev.context_lens.upload(b.context_lens);
   dev.block_tables.upload(b.block_tables);
   dev.query_start.upload(b.query_start);
-  d_q.upload(to_bf16(qb));
+  d_q.upload(to_half<bf16>(qb));
   d_out.poison();
   CUDA_CHECK(cudaDeviceSynchronize());  // the stream does not wait on the legacy default stream
   const bool safe_b = attn.prepare(b, stream);
   CUDA_CHECK(cudaGraphLaunch(exec, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   HostBatch hbb{b, caches.g.num_blocks};
-  const double err = rel_error(cpu_attention(c, hbb, caches.g, qb, caches.ref), from_bf16(d_out.download()));
+  const double err = rel_error(cpu_attention(c, hbb, caches.g, qb, caches.ref), from_half(d_out.download()));
   if (!safe || !safe_b) row(kCheck, c.name, "prepare() said not graph-safe", "-", false);
   error_row(kCheck, c.name + " 32/8 d128 bf16 (8 seqs, 1 padding)", err, kLimit);
   CUDA_CHECK(cudaGraphExecDestroy(exec));

@@ -30,29 +30,6 @@ constexpr double kHalfLimit = 1e-2, kF32Limit = 1e-5, kFp8Limit = 7e-2;
 
 void sync() { CUDA_CHECK(cudaDeviceSynchronize()); }
 
-// The compute type T's host conversions: inputs rounded as the GPU will see them, and
-// the vectors that go up and come down.
-template <typename T>
-std::vector<float> round_to(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<T, f16>)
-    return round_f16(v);
-  else
-    return round_bf16(v);
-}
-template <typename T>
-std::vector<T> to_half(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<T, f16>)
-    return to_f16(v);
-  else
-    return to_bf16(v);
-}
-template <typename T>
-std::vector<float> download_half(const DeviceArray<T>& a) {
-  if constexpr (std::is_same_v<T, f16>)
-    return from_f16(a.download());
-  else
-    return from_bf16(a.download());
-}
 // Appended to row names: bf16 rows keep the names they had before f16 existed.
 template <typename T>
 std::string tag() {
@@ -80,7 +57,7 @@ void check_embedding(int32_t hidden) {
   const int64_t vocab = 1000;
   const std::vector<int32_t> ids = {0, 999, 1000, 17, -1, 512, INT32_MAX, 3, 998};  // 3 bad ids
   const int32_t n = int32_t(ids.size());
-  const std::vector<float> table = round_to<T>(random_floats(size_t(vocab * hidden), 11 + hidden));
+  const std::vector<float> table = round_half<T>(random_floats(size_t(vocab * hidden), 11 + hidden));
   DeviceArray<T> d_table(to_half<T>(table));
   DeviceArray<int32_t> d_ids(ids);
   DeviceArray<float> d_out(size_t(n) * hidden);
@@ -103,7 +80,7 @@ void check_add_rms_norm(int32_t rows, int32_t hidden, bool with_delta, bool with
   const float eps = 1e-5f;
   const size_t n = size_t(rows) * hidden;
   const std::vector<float> x0 = random_floats(n, seed, -2.0f, 2.0f);
-  const std::vector<float> delta = round_to<T>(random_floats(n, seed + 1));
+  const std::vector<float> delta = round_half<T>(random_floats(n, seed + 1));
   const std::vector<float> weight = random_floats(size_t(hidden), seed + 2, 0.5f, 1.5f);
   DeviceArray<float> d_x(x0), d_w(weight);
   DeviceArray<T> d_delta(to_half<T>(delta)), d_out(n);
@@ -122,7 +99,7 @@ void check_add_rms_norm(int32_t rows, int32_t hidden, bool with_delta, bool with
                            (with_delta ? "" : " no delta") + (with_out ? "" : " no out");
   error_row(kCheck, what + ": x", rel_error(x_ref, d_x.download()), kF32Limit);
   if (with_out) {
-    error_row(kCheck, what + ": out", rel_error(out_ref, download_half(d_out)), kHalfLimit);
+    error_row(kCheck, what + ": out", rel_error(out_ref, from_half(d_out.download())), kHalfLimit);
   } else {
     const std::vector<T> got = d_out.download();
     row(kCheck, what + ": out untouched", "poison kept", "all", all_poison(got.data(), got.size()));
@@ -149,7 +126,7 @@ void check_rms_norm_rows(int32_t hidden) {
     cpu::rms_norm(x.data() + int64_t(row_ids[size_t(r)]) * hidden, weight.data(), hidden, eps,
                   ref.data() + int64_t(r) * hidden);
   const std::string what = "rms_norm_rows 5 of " + shape(x_rows, hidden) + tag<T>();
-  error_row(kCheck, what, rel_error(ref, download_half(d_out)), kHalfLimit);
+  error_row(kCheck, what, rel_error(ref, from_half(d_out.download())), kHalfLimit);
   error_row(kCheck, what + ": x unchanged", rel_error(x, d_x.download()), 0.0);
 }
 
@@ -216,7 +193,7 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   const ModelSpec spec = rope_spec(c);
   const cpu::Rope rope(spec);
 
-  const std::vector<float> qkv = round_to<T>(random_floats(size_t(rows) * heads * hd, seed, -2.0f, 2.0f));
+  const std::vector<float> qkv = round_half<T>(random_floats(size_t(rows) * heads * hd, seed, -2.0f, 2.0f));
   const std::vector<float> bias = random_floats(size_t(heads) * hd, seed + 1, -0.5f, 0.5f);
   const std::vector<float> q_norm = random_floats(size_t(hd), seed + 2, 0.5f, 1.5f);
   const std::vector<float> k_norm = random_floats(size_t(hd), seed + 3, 0.5f, 1.5f);
@@ -278,7 +255,7 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   }
 
   const std::string what = "rope_kv " + c.name;
-  error_row(kCheck, what + ": q", rel_error(q_ref, download_half(d_q)), kHalfLimit);
+  error_row(kCheck, what + ": q", rel_error(q_ref, from_half(d_q.download())), kHalfLimit);
 
   // Written slots must match the reference; every other slot must keep its poison.
   std::vector<bool> written(size_t(kv.num_slots), false);
@@ -287,7 +264,7 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   const size_t vec_elems = size_t(nkv) * hd;  // one slot, all kv heads
   int64_t touched = 0;
   if (!fp8) {
-    const std::vector<float> k_got = download_half(k16), v_got = download_half(v16);
+    const std::vector<float> k_got = from_half(k16.download()), v_got = from_half(v16.download());
     const std::vector<T> k_raw = k16.download(), v_raw = v16.download();
     std::vector<float> kr, kg, vr, vg;
     for (int32_t t = 0; t < rows; ++t) {
@@ -349,7 +326,7 @@ void check_rope(const RopeCase& c, uint64_t seed) {
 
 template <typename T>
 void check_swiglu(int32_t rows, int32_t inter, uint64_t seed) {
-  const std::vector<float> gate_up = round_to<T>(random_floats(size_t(rows) * 2 * inter, seed, -6.0f, 6.0f));
+  const std::vector<float> gate_up = round_half<T>(random_floats(size_t(rows) * 2 * inter, seed, -6.0f, 6.0f));
   DeviceArray<T> d_in(to_half<T>(gate_up)), d_out(size_t(rows) * inter);
   d_out.poison();
   cuda::swiglu(d_in.get(), rows, inter, d_out.get(), nullptr);
@@ -359,7 +336,7 @@ void check_swiglu(int32_t rows, int32_t inter, uint64_t seed) {
     const float* g = gate_up.data() + int64_t(t) * 2 * inter;
     cpu::silu_mul(g, g + inter, inter, ref.data() + int64_t(t) * inter);
   }
-  error_row(kCheck, "swiglu " + shape(rows, inter) + tag<T>(), rel_error(ref, download_half(d_out)), kHalfLimit);
+  error_row(kCheck, "swiglu " + shape(rows, inter) + tag<T>(), rel_error(ref, from_half(d_out.download())), kHalfLimit);
 }
 
 // ---- benchmarks (Llama-3.1-8B shapes) ----------------------------------------------------

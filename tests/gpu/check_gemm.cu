@@ -66,13 +66,6 @@ std::vector<T> random_half(size_t count, uint64_t seed) {
   return out;
 }
 
-template <typename T>
-std::vector<float> half_to_floats(const std::vector<T>& v) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = cuda::to_f32<T>(v[i]);
-  return r;
-}
-
 // A 64-bit mixer for the device (splitmix.h is host-only): any well-spread hash will do
 // for benchmark data.
 __device__ __forceinline__ uint64_t device_mix(uint64_t v) {
@@ -132,7 +125,7 @@ struct Shape {
 // y from the device as floats, whichever dtype it was written in.
 template <typename T>
 std::vector<float> download_out(const DeviceArray<float>& y32, const DeviceArray<T>& y16, GemmOut out) {
-  return out == GemmOut::F32 ? y32.download() : half_to_floats(y16.download());
+  return out == GemmOut::F32 ? y32.download() : from_half(y16.download());
 }
 
 // max rel error of y[rows, n] over the sampled columns, or +inf when any output at all
@@ -176,7 +169,7 @@ void check_shape(Gemm& gemm, const Shape& s, cudaStream_t stream, uint64_t seed)
     }
 
     // Reference in double from exactly the 16-bit values the GPU reads.
-    const std::vector<float> xf = half_to_floats(x_host);
+    const std::vector<float> xf = from_half(x_host);
     std::vector<float> wc(size_t(s.k));
     std::vector<double> ref(size_t(rows) * cols.size());
     for (size_t c = 0; c < cols.size(); ++c) {

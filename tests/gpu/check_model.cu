@@ -248,8 +248,8 @@ double copy_bandwidth_gbs() {
 double gemm_tflops(int m, int k, int n) {
   cuda::Gemm gemm;
   DeviceArray<__nv_bfloat16> x(size_t(m) * k), w(size_t(n) * k), y(size_t(m) * n);
-  x.upload(to_bf16(random_floats(size_t(m) * k, 1)));
-  w.upload(to_bf16(random_floats(size_t(n) * k, 2)));
+  x.upload(to_half<cuda::bf16>(random_floats(size_t(m) * k, 1)));
+  w.upload(to_half<cuda::bf16>(random_floats(size_t(n) * k, 2)));
   double ms =
       time_ms([&] { gemm.linear(cuda::HalfType::BF16, x.get(), m, k, w.get(), n, y.get(), cuda::GemmOut::HALF, nullptr); }, nullptr, 20, 3);
   return 2.0 * m * double(k) * n / (ms * 1e-3) / 1e12;

@@ -239,7 +239,7 @@ void check_against_cpu(int64_t vocab) {
   }
   row("sampling", "greedy ids (bias/min_tokens/penalties)" + v,
       std::to_string(greedy_differ) + "/" + std::to_string(greedy_rows) + " differ", "0", greedy_differ == 0);
-  row("sampling", "greedy logprobs+top ids" + v, fmt("max |d| %.2e", lp_worst) + " (" + std::to_string(lp_rows) + ")",
+  row("sampling", "greedy logprobs+top ids" + v, fmt("max diff %.2e", lp_worst) + " (" + std::to_string(lp_rows) + ")",
       "<= 1e-4", lp_worst <= 1e-4);
 
   // Seeded draws: the same token as the CPU for the same (seed, counter) in >= 99% of rows.
@@ -261,7 +261,7 @@ void check_against_cpu(int64_t vocab) {
   const double frac = double(same) / double(sampled_rows);
   row("sampling", "sampled ids == CPU (same seed, counter)" + v,
       fmt("%.4f", frac) + " of " + std::to_string(sampled_rows), ">= 0.99", frac >= 0.99);
-  row("sampling", "sampled-row logprobs" + v, fmt("max |d| %.2e", slp_worst) + " (" + std::to_string(slp_rows) + ")",
+  row("sampling", "sampled-row logprobs" + v, fmt("max diff %.2e", slp_worst) + " (" + std::to_string(slp_rows) + ")",
       "<= 1e-4", slp_worst <= 1e-4);
 }
 

@@ -41,41 +41,27 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0
   return v;
 }
 
-// Values as the GPU will see them after rounding to bf16 (so the CPU reference gets the same inputs).
-inline std::vector<float> round_bf16(const std::vector<float>& v) {
+// Host conversions for a 16-bit compute type T (bf16 or f16): values rounded as the GPU
+// will see them (so the CPU reference gets the same inputs), and the vectors that go up
+// and come down.
+template <typename T>
+std::vector<float> round_half(const std::vector<float>& v) {
   std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = __bfloat162float(__float2bfloat16(v[i]));
+  for (size_t i = 0; i < v.size(); ++i) r[i] = cuda::to_f32<T>(cuda::from_f32<T>(v[i]));
   return r;
 }
 
-inline std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& v) {
-  std::vector<__nv_bfloat16> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = __float2bfloat16(v[i]);
+template <typename T>
+std::vector<T> to_half(const std::vector<float>& v) {
+  std::vector<T> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = cuda::from_f32<T>(v[i]);
   return r;
 }
 
-inline std::vector<float> from_bf16(const std::vector<__nv_bfloat16>& v) {
+template <typename T>
+std::vector<float> from_half(const std::vector<T>& v) {
   std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = __bfloat162float(v[i]);
-  return r;
-}
-
-// The same three for FP16, the compute type of models that are not BF16 checkpoints.
-inline std::vector<float> round_f16(const std::vector<float>& v) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = __half2float(__float2half(v[i]));
-  return r;
-}
-
-inline std::vector<__half> to_f16(const std::vector<float>& v) {
-  std::vector<__half> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = __float2half(v[i]);
-  return r;
-}
-
-inline std::vector<float> from_f16(const std::vector<__half>& v) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = __half2float(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) r[i] = cuda::to_f32<T>(v[i]);
   return r;
 }
 
@@ -150,18 +136,24 @@ inline double time_ms(const std::function<void()>& fn, cudaStream_t stream = nul
 
 // One row of the final table: "ROW|<check>|<case>|<measured>|<limit or reference>|PASS/FAIL/INFO".
 // Checks with a limit pass or fail; benchmarks print INFO rows. Returns `pass`.
+// A '|' inside a field would shift the table's columns: it is printed as '/'.
+inline std::string field(std::string s) {
+  std::replace(s.begin(), s.end(), '|', '/');
+  return s;
+}
 inline int g_failures = 0;
 inline bool row(const std::string& check, const std::string& what, const std::string& measured,
                 const std::string& limit, bool pass) {
-  std::printf("ROW|%s|%s|%s|%s|%s\n", check.c_str(), what.c_str(), measured.c_str(), limit.c_str(),
-              pass ? "PASS" : "FAIL");
+  std::printf("ROW|%s|%s|%s|%s|%s\n", field(check).c_str(), field(what).c_str(), field(measured).c_str(),
+              field(limit).c_str(), pass ? "PASS" : "FAIL");
   std::fflush(stdout);
   if (!pass) ++g_failures;
   return pass;
 }
 inline void info(const std::string& check, const std::string& what, const std::string& measured,
                  const std::string& reference) {
-  std::printf("ROW|%s|%s|%s|%s|INFO\n", check.c_str(), what.c_str(), measured.c_str(), reference.c_str());
+  std::printf("ROW|%s|%s|%s|%s|INFO\n", field(check).c_str(), field(what).c_str(), field(measured).c_str(),
+              field(reference).c_str());
   std::fflush(stdout);
 }
 // Relative-error row: pass when err <= limit.

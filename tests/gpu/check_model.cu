@@ -1,6 +1,7 @@
 // check_model.cu — whole-model checks of the CUDA backend against the CPU backend (logits
-// of the tiny fixture models and SmolLM2; SmolLM2 greedy text with BF16 and FP8 KV) and
-// the Llama-3.1-8B-shaped benchmarks (decode bandwidth, batching, prefill rate) against
+// of the tiny fixture models and SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
+// size of FP8's effect on SmolLM2's logits against an independent reference) and the
+// Llama-3.1-8B-shaped benchmarks (decode bandwidth, batching, prefill rate) against
 // the copy bandwidth and the cuBLASLt rate measured in the same run.
 #include <algorithm>
 #include <chrono>
@@ -112,6 +113,34 @@ void logits_parity(const std::string& name, const std::string& path, std::vector
   error_row("model", name + (f16 ? " fp16" : " bf16") + " logits vs cpu (prefill+6 decode)", worst, 2e-2);
 }
 
+// RMS difference of the logits of an FP8-KV and a 16-bit-KV CUDA backend, both fed each
+// prompt and then its `forced` tokens one step at a time (every logits row, whole vocabulary).
+double teacher_forced_rms(const LoadedModel& m, bool f16, const std::vector<std::vector<int32_t>>& prompts,
+                          const std::vector<std::vector<int32_t>>& forced) {
+  const int steps = int(forced[0].size());
+  Sequences a_seqs(prompts, steps), b_seqs(prompts, steps);
+  CudaBackend a(m.info.spec, m.weights, options_for(a_seqs, f16, true, true));
+  CudaBackend b(m.info.spec, m.weights, options_for(b_seqs, f16, false, true));
+  a.init_kv_cache(a_seqs.num_blocks(), kBlock);
+  b.init_kv_cache(b_seqs.num_blocks(), kBlock);
+  double squares = 0, count = 0;
+  for (int step = 0; step < steps; ++step) {
+    ForwardResult fa, fb;
+    a.forward(a_seqs.next(), nullptr, fa);
+    b.forward(b_seqs.next(), nullptr, fb);
+    for (size_t i = 0; i < fa.logits.size(); ++i) {
+      const double d = double(fa.logits[i]) - double(fb.logits[i]);
+      squares += d * d;
+    }
+    count += double(fa.logits.size());
+    std::vector<int32_t> next;
+    for (const auto& f : forced) next.push_back(f[size_t(step)]);
+    a_seqs.append(next);
+    b_seqs.append(next);
+  }
+  return std::sqrt(squares / count);
+}
+
 // Greedy continuations: the CPU backend by argmax over its logits, the CUDA backend by
 // its device sampler (temperature 0).
 std::vector<std::vector<int32_t>> greedy(Backend& backend, bool device_sampling, const ModelSpec& spec,
@@ -181,6 +210,20 @@ void smollm2_checks() {
   row("model", "smollm2 " + half + " greedy 32 tok: cuda == cpu", count(same), ">= 7/8", same >= n - 1);
   int same_fp8 = same_count(gpu_text, fp8_text);
   row("model", "smollm2 greedy: fp8 KV == " + half + " KV", count(same_fp8), ">= 6/8", same_fp8 >= n - 2);
+  // What FP8 does to this model's text in an independent f32 reference (most prompts meet
+  // a near-tie it flips), and the size of FP8's effect on the logits fed the same tokens,
+  // which the CUDA backend must reproduce: near zero would mean the cache is not FP8, far
+  // above it a broken FP8 path.
+  std::ifstream f8("tests/golden/smollm2_fp8_kv_greedy.json");
+  const auto golden_fp8 = nlohmann::json::parse(f8);
+  info("model", "smollm2 greedy: reference fp8 KV == f16 KV", count(golden_fp8["fp8_equals_f16_kv"].get<int>()),
+       "numpy reference");
+  std::vector<std::vector<int32_t>> forced;
+  for (const auto& c : golden_fp8["cases"]) forced.push_back(c["output_ids"].get<std::vector<int32_t>>());
+  const double want = golden_fp8["teacher_forced_logits_rms_fp8_vs_f16"].get<double>();
+  const double got = teacher_forced_rms(m, f16, prompts, forced);
+  row("model", "smollm2 fp8 vs " + half + " KV logits, same tokens", fmt("rms diff %.3f", got),
+      fmt("reference %.3f, 0.75x..1.33x", want), got >= 0.75 * want && got <= 1.33 * want);
   info("model", "smollm2 greedy: cuda == transformers", count(same_count(reference, gpu_text)),
        "cpu: " + count(same_count(reference, cpu_text)));
 }

@@ -33,7 +33,8 @@ ifeq ($(CUDA),1)
                $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
   CXXFLAGS  += -isystem $(CUDA_HOME)/include
-  LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl
+  # NCCL is loaded at run time, only for peer.transport = "nccl" (engine/peer/nccl_api.h).
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt
 endif
 
 .PHONY: all deps test unit integration run model fuzz format clean help gpu-check gpu-build gpu-emu

@@ -130,8 +130,7 @@ struct LoadedParts {
 // The head's side of a pair: listens for the worker, which must agree on everything in
 // the identity; the session limits bound every frame the worker may send or expect.
 std::unique_ptr<PeerHead> start_peer_head(const Config& config, const ModelInfo& info, LayerRange range, int64_t blocks) {
-  if (config.peer.transport == "nccl" && !nccl_available())
-    throw InputError("peer.transport = \"nccl\" needs a CUDA build and an NVIDIA GPU on this box; use \"tcp\"");
+  if (config.peer.transport == "nccl") require_nccl();
   PeerIdentity id;
   id.sparkd_version = version_string();
   id.model_fingerprint = model_fingerprint(info);
@@ -192,8 +191,7 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
 
 // The worker serves no HTTP: it runs the head's micro-batches until a signal stops it.
 int serve_worker(const Config& config) {
-  if (config.peer.transport == "nccl" && !nccl_available())
-    throw InputError("peer.transport = \"nccl\" needs a CUDA build and an NVIDIA GPU on this box; use \"tcp\"");
+  if (config.peer.transport == "nccl") require_nccl();
   // Never destroyed: the thread waiting for a signal may still block on them at exit
   // (destroying a condition variable with a waiter blocks).
   auto* signals = new SignalWatcher;

@@ -30,9 +30,10 @@ std::unique_ptr<Link> make_tcp_link(const Socket& data);
 
 // NCCL: rank 0 is the head, rank 1 the worker. The unique id comes from the head
 // (nccl_unique_id) over the control channel. peer.nccl_ifname / nccl_ib_hca pick the
-// interfaces. Throws InputError in a build without CUDA, PeerLost when the
-// communicator does not come up within timeout_s.
-bool nccl_available();  // this build has NCCL and a CUDA device exists
+// interfaces. Throws InputError in a build without CUDA or on a box without a GPU or
+// NCCL (loaded at run time, nccl_api.h), PeerLost when the communicator does not come up
+// within timeout_s.
+void require_nccl();  // InputError, saying what is missing, unless a pair can use NCCL here
 std::vector<uint8_t> nccl_unique_id();
 std::unique_ptr<Link> make_nccl_link(const PeerConfig& config, int rank, const std::vector<uint8_t>& unique_id);
 

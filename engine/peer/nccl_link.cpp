@@ -12,7 +12,8 @@
 
 #if SPARKD_CUDA
 #include <cuda_runtime.h>
-#include <nccl.h>
+
+#include "engine/peer/nccl_api.h"
 #endif
 
 namespace spark {
@@ -27,7 +28,7 @@ void cuda_ok(cudaError_t e, const char* what) {
 
 class NcclLink : public Link {
  public:
-  NcclLink(const PeerConfig& config, int rank, const std::vector<uint8_t>& unique_id) : rank_(rank) {
+  NcclLink(const PeerConfig& config, int rank, const std::vector<uint8_t>& unique_id) : api_(nccl()), rank_(rank) {
     if (unique_id.size() != sizeof(ncclUniqueId))
       throw InputError("NCCL unique id of " + std::to_string(unique_id.size()) + " bytes, expected " +
                        std::to_string(sizeof(ncclUniqueId)));
@@ -39,8 +40,9 @@ class NcclLink : public Link {
     cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    ncclResult_t rc = ncclCommInitRankConfig(&comm_, 2, id, rank_, &cfg);
-    if (rc != ncclSuccess && rc != ncclInProgress) throw PeerLost(std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(rc));
+    ncclResult_t rc = api_.CommInitRankConfig(&comm_, 2, id, rank_, &cfg);
+    if (rc != ncclSuccess && rc != ncclInProgress)
+      throw PeerLost(std::string("ncclCommInitRankConfig: ") + api_.GetErrorString(rc));
     const SteadyTime deadline = steady_after(config.timeout_s);
     wait_comm([deadline] {
       if (std::chrono::steady_clock::now() > deadline) throw PeerLost("the NCCL communicator did not come up within peer.timeout_s");
@@ -49,8 +51,8 @@ class NcclLink : public Link {
 
   ~NcclLink() override {
     if (comm_) {
-      if (aborted_) ncclCommAbort(comm_);
-      else ncclCommDestroy(comm_);
+      if (aborted_) api_.CommAbort(comm_);
+      else api_.CommDestroy(comm_);
     }
     if (buffer_) cudaFree(buffer_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -61,19 +63,19 @@ class NcclLink : public Link {
   void send(const float* data, size_t count, const WaitCheck& check) override {
     reserve(count);
     cuda_ok(cudaMemcpyAsync(buffer_, data, count * sizeof(float), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
-    enqueue(ncclSend(buffer_, count, ncclFloat, 1 - rank_, comm_, stream_), check);
+    enqueue(api_.Send(buffer_, count, ncclFloat, 1 - rank_, comm_, stream_), check);
     wait_stream(check);
   }
 
   void recv(float* data, size_t count, const WaitCheck& check) override {
     reserve(count);
-    enqueue(ncclRecv(buffer_, count, ncclFloat, 1 - rank_, comm_, stream_), check);
+    enqueue(api_.Recv(buffer_, count, ncclFloat, 1 - rank_, comm_, stream_), check);
     cuda_ok(cudaMemcpyAsync(data, buffer_, count * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
     wait_stream(check);
   }
 
   void abort() override {
-    if (!aborted_.exchange(true) && comm_) ncclCommAbort(comm_);
+    if (!aborted_.exchange(true) && comm_) api_.CommAbort(comm_);
     comm_ = nullptr;
   }
 
@@ -90,16 +92,16 @@ class NcclLink : public Link {
     for (;;) {
       if (aborted_) throw PeerLost("the link was aborted");
       ncclResult_t state;
-      ncclCommGetAsyncError(comm_, &state);
+      api_.CommGetAsyncError(comm_, &state);
       if (state == ncclSuccess) return;
-      if (state != ncclInProgress) throw PeerLost(std::string("NCCL: ") + ncclGetErrorString(state));
+      if (state != ncclInProgress) throw PeerLost(std::string("NCCL: ") + api_.GetErrorString(state));
       check();
       struct timespec ts{0, 200000};
       nanosleep(&ts, nullptr);
     }
   }
   void enqueue(ncclResult_t rc, const WaitCheck& check) {
-    if (rc != ncclSuccess && rc != ncclInProgress) throw PeerLost(std::string("NCCL: ") + ncclGetErrorString(rc));
+    if (rc != ncclSuccess && rc != ncclInProgress) throw PeerLost(std::string("NCCL: ") + api_.GetErrorString(rc));
     wait_comm([&] { if (check) check(); });
   }
   void wait_stream(const WaitCheck& check) {
@@ -113,6 +115,7 @@ class NcclLink : public Link {
     }
   }
 
+  const NcclApi& api_;
   int rank_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
@@ -123,15 +126,18 @@ class NcclLink : public Link {
 
 }  // namespace
 
-bool nccl_available() {
+void require_nccl() {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+    throw InputError("peer.transport = \"nccl\" needs an NVIDIA GPU on this box; use \"tcp\"");
+  nccl();
 }
 
 std::vector<uint8_t> nccl_unique_id() {
+  const NcclApi& api = nccl();
   ncclUniqueId id;
-  ncclResult_t rc = ncclGetUniqueId(&id);
-  if (rc != ncclSuccess) throw RuntimeError(std::string("ncclGetUniqueId: ") + ncclGetErrorString(rc));
+  ncclResult_t rc = api.GetUniqueId(&id);
+  if (rc != ncclSuccess) throw RuntimeError(std::string("ncclGetUniqueId: ") + api.GetErrorString(rc));
   return std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id);
 }
 
@@ -141,7 +147,9 @@ std::unique_ptr<Link> make_nccl_link(const PeerConfig& config, int rank, const s
 
 #else  // a CPU-only build
 
-bool nccl_available() { return false; }
+void require_nccl() {
+  throw InputError("peer.transport = \"nccl\" needs a sparkd built with CUDA; this build has none (use \"tcp\")");
+}
 
 std::vector<uint8_t> nccl_unique_id() {
   throw InputError("peer.transport = \"nccl\" needs a sparkd built with CUDA; this build has none (use \"tcp\")");

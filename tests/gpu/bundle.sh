@@ -10,7 +10,7 @@ mkdir -p "$dir/lib"
 strip -o "$dir/sparkd" "$sparkd"
 ldd "$sparkd" | awk '/=> \// { print $1, $3 }' | while read -r name path; do
   case "$name" in
-    libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libcuda.so*|libcublas*|libnccl*|libcudart*) ;;
+    libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libcuda.so*|libcublas*|libcudart*) ;;
     *) cp -L "$path" "$dir/lib/$name" ;;
   esac
 done

@@ -9,7 +9,8 @@ CXX     := g++
 PY      ?= python3
 EMU_DIR := tests/gpu/emu
 
-ENGINE_CPP := $(filter-out engine/peer/nccl_link.cpp,$(shell find engine -name '*.cpp' | sort))
+# No NCCL here: the link is built as in a CPU-only build, and the loader not at all.
+ENGINE_CPP := $(filter-out engine/peer/nccl_link.cpp engine/peer/nccl_api.cpp,$(shell find engine -name '*.cpp' | sort))
 CU_SRCS    := $(shell find engine -name '*.cu' | sort)
 CHECK_SRCS := $(sort $(wildcard tests/gpu/check_*.cu))
 EMU_SRCS   := $(wildcard $(EMU_DIR)/src/*.cpp)

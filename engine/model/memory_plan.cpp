@@ -52,6 +52,9 @@ std::string format_bytes(uint64_t b) {
 std::string compute_dtype_name(const Config& c, const ModelSpec& s, const std::string& backend) {
   if (backend == "cpu") return "f32";
   if (c.model.dtype == "bf16" || c.model.dtype == "fp16") return c.model.dtype;
+  // Qwen2 and Qwen3 were trained in BF16, and their activations are reported to overflow
+  // FP16 (inf, then text of "!!!!") in other engines: BF16 whatever the file holds.
+  if (s.arch == Arch::QWEN2 || s.arch == Arch::QWEN3 || s.arch == Arch::QWEN3_MOE) return "bf16";
   return s.dtype == DType::BF16 ? "bf16" : "fp16";
 }
 

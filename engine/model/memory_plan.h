@@ -46,8 +46,9 @@ struct MemoryPlan {
 };
 
 // The 16-bit type the CUDA backend computes in ("bf16" or "fp16"): model.dtype when set,
-// else BF16 for BF16 checkpoints and FP16 for all others (FP16 and F32 checkpoints, GGUF
-// blocks), whose values FP16 keeps closer. The CPU backend computes in "f32".
+// else BF16 for BF16 checkpoints and for the Qwen families (FP16 overflows their
+// activations), and FP16 for all others (FP16 and F32 checkpoints, GGUF blocks), whose
+// values FP16 keeps closer. The CPU backend computes in "f32".
 std::string compute_dtype_name(const Config& config, const ModelSpec& spec, const std::string& backend);
 // KV element as `backend` stores it: the CPU backend keeps f32; the CUDA backend the
 // configured kv_cache_dtype ("auto" = the compute dtype; "fp8" = 1 byte plus scales).

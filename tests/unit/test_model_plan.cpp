@@ -122,7 +122,7 @@ TEST_CASE("meminfo: parsed robustly") {
   CHECK(read_host_memory().available_bytes > 0);
 }
 
-TEST_CASE("memory plan: the CUDA compute type follows the checkpoint, FP16 for GGUF blocks") {
+TEST_CASE("memory plan: the CUDA compute type follows the checkpoint, FP16 for GGUF blocks but Qwen's") {
   Config c = dummy_8b();
   ModelInfo llama = inspect_model(c);
   CHECK(compute_dtype_name(c, llama.spec, "cuda") == "bf16");  // a BF16 checkpoint
@@ -136,4 +136,14 @@ TEST_CASE("memory plan: the CUDA compute type follows the checkpoint, FP16 for G
   CHECK(compute_dtype_name(smol, gguf.spec, "cuda") == "fp16");
   smol.model.dtype = "bf16";
   CHECK(compute_dtype_name(smol, gguf.spec, "cuda") == "bf16");
+  // The Qwen families stay in BF16 whatever the file holds: FP16 overflows their activations.
+  smol.model.dtype = "auto";
+  for (Arch arch : {Arch::QWEN2, Arch::QWEN3, Arch::QWEN3_MOE}) {
+    ModelSpec qwen = gguf.spec;
+    qwen.arch = arch;
+    CHECK(compute_dtype_name(smol, qwen, "cuda") == "bf16");
+  }
+  ModelSpec mistral = gguf.spec;
+  mistral.arch = Arch::MISTRAL;
+  CHECK(compute_dtype_name(smol, mistral, "cuda") == "fp16");
 }

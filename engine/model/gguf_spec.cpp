@@ -170,7 +170,8 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   }
   // The file's float type when it has one (0: F32, 1: F16, 32: BF16). Quantized files say
   // F16: their dequantized block values (f16 scale x small integer) keep closer in FP16's
-  // 11 significand bits than in BF16's 8, so a GPU computes them in FP16.
+  // 11 significand bits than in BF16's 8 (compute_dtype_name in memory_plan.h picks the
+  // GPU's type from this, keeping the Qwen families in BF16).
   int64_t file_type = f.get_int("general.file_type").value_or(-1);
   s.dtype = file_type == 0 ? DType::F32 : file_type == 32 ? DType::BF16 : DType::F16;
   return s;

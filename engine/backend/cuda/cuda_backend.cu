@@ -88,6 +88,8 @@ struct Sizes {
   size_t total() const { return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints; }
 };
 
+HalfType half_type(const CudaOptions& o) { return o.f16 ? HalfType::F16 : HalfType::BF16; }
+
 cuda::KvDtype kv_dtype(const CudaOptions& o) {
   if (o.fp8_kv) return cuda::KvDtype::FP8;
   return o.f16 ? cuda::KvDtype::F16 : cuda::KvDtype::BF16;
@@ -99,7 +101,7 @@ cuda::AttentionShape attention_shape(const ModelSpec& s, const CudaOptions& o, c
   a.num_kv_heads = int32_t(s.num_kv_heads);
   a.head_dim = int32_t(s.head_dim);
   a.block_size = int32_t(o.block_size);
-  a.compute = o.f16 ? HalfType::F16 : HalfType::BF16;
+  a.compute = half_type(o);
   a.kv_dtype = kv_dtype(o);
   a.max_tokens = int32_t(z.max_tokens);
   a.max_seqs = int32_t(z.max_seqs);
@@ -176,7 +178,7 @@ struct CudaBackend::Impl {
   void check_batch(const Batch& b, bool needs_ids) const;
   Batch padded(const Batch& b, int32_t bucket) const;
   void upload(const Batch& b);
-  HalfType half() const { return opt.f16 ? HalfType::F16 : HalfType::BF16; }
+  HalfType half() const { return half_type(opt); }
   template <typename T>
   void run_layers(const cuda::DeviceBatch& db);
   int32_t run(const Batch& batch, const float* hidden_in);

@@ -176,3 +176,34 @@ template <typename F>
 cudaError_t cudaFuncSetAttribute(F* func, cudaFuncAttribute attr, int value) {
   return cudaFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value);
 }
+
+// Extended launches: only the programmatic-dependent-launch attribute is known.
+enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization = 6 };
+union cudaLaunchAttributeValue {
+  unsigned char pad[64];
+  int programmaticStreamSerializationAllowed;
+};
+struct cudaLaunchAttribute {
+  cudaLaunchAttributeID id;
+  cudaLaunchAttributeValue val;
+};
+struct cudaLaunchConfig_t {
+  dim3 gridDim;
+  dim3 blockDim;
+  size_t dynamicSmemBytes;
+  cudaStream_t stream;
+  cudaLaunchAttribute* attrs;
+  unsigned int numAttrs;
+};
+template <typename... P, typename... A>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(P...), A&&... args) {
+  const char* name = ::emu::take_launch_name();
+  bool programmatic = false;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id != cudaLaunchAttributeProgrammaticStreamSerialization) return cudaErrorNotSupported;
+    programmatic = config->attrs[i].val.programmaticStreamSerializationAllowed != 0;
+  }
+  ::emu::launch_with(programmatic, name, kernel, config->gridDim, config->blockDim, config->dynamicSmemBytes,
+                     config->stream, std::forward<A>(args)...);
+  return cudaGetLastError();
+}

@@ -125,7 +125,7 @@ cudaError_t check_kind(const void* dst, const void* src, cudaMemcpyKind kind, co
 namespace emu {
 
 void launch_impl(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                 KernelBody body) {
+                 KernelBody body, bool programmatic) {
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
       grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
@@ -146,10 +146,33 @@ void launch_impl(const char* name, const void* kernel, dim3 grid, dim3 block, si
       return;
     }
   }
-  auto info = std::make_shared<LaunchInfo>(LaunchInfo{name, grid, block, smem, std::move(body)});
+  // Fault injection: some GPUs and drivers are reported to refuse programmatic launches
+  // during graph capture; EMU_REFUSE_PROGRAMMATIC_CAPTURE=1 does the same, so that the
+  // engine's fallback can be exercised.
+  static const bool refuse = std::getenv("EMU_REFUSE_PROGRAMMATIC_CAPTURE") != nullptr;
+  if (refuse && programmatic && stream && known_stream(stream) && stream != cudaStreamLegacy &&
+      stream != cudaStreamPerThread && stream->capturing) {
+    std::fprintf(stderr, "EMU: refused a programmatic launch of %s during capture (fault injection)\n", name);
+    stream->invalidated = true;
+    fail(cudaErrorInvalidResourceHandle);
+    return;
+  }
+  auto info = std::make_shared<LaunchInfo>(LaunchInfo{name, grid, block, smem, std::move(body), programmatic});
   submit(stream, name, [info]() {
     if (!run_grid(*info)) fail(cudaErrorLaunchFailure);
   });
+}
+
+namespace {
+const char* g_launch_name = nullptr;
+}  // namespace
+
+void name_next_launch(const char* name) { g_launch_name = name; }
+
+const char* take_launch_name() {
+  const char* name = g_launch_name ? g_launch_name : "cudaLaunchKernelEx";
+  g_launch_name = nullptr;
+  return name;
 }
 
 }  // namespace emu

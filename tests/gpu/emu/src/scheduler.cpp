@@ -74,6 +74,7 @@ struct Fiber {
   const void* wait_group = nullptr;
   const char* waiting_in = nullptr;
   CpAsyncQueue cp_async;
+  bool waited_for_grid = false;  // called grid_dependency_wait
   void* asan_fake = nullptr;
 };
 
@@ -165,6 +166,8 @@ void fiber_main() {
 #endif
   g.launch->body();
   Fiber* f = g.cur;
+  if (g.launch->programmatic && !f->waited_for_grid)
+    device_error("a thread of a programmatic launch exited without griddepcontrol.wait");
   f->state = State::Done;
   f->cp_async.clear();  // copies never waited for: nothing can read them any more
   --g.live;
@@ -186,6 +189,7 @@ void init_fiber(Fiber& f, int i) {
   f.state = State::Ready;
   f.waiting_in = nullptr;
   f.cp_async.clear();
+  f.waited_for_grid = false;
   f.asan_fake = nullptr;
 }
 
@@ -354,6 +358,8 @@ void* shared_ptr(uint32_t addr, size_t bytes) {
 }
 
 CpAsyncQueue& current_cp_async_queue() { return g.cur->cp_async; }
+
+void grid_dependency_wait() { g.cur->waited_for_grid = true; }
 
 void device_error(const char* fmt, ...) {
   ++g.errors;

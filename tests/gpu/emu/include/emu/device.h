@@ -44,18 +44,30 @@ uint32_t shared_addr(const void* p);
 void* shared_ptr(uint32_t addr, size_t bytes);
 
 using KernelBody = std::function<void()>;
+// programmatic: launched with cudaLaunchAttributeProgrammaticStreamSerialization.
 void launch_impl(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                 KernelBody body);
+                 KernelBody body, bool programmatic);
 
 template <typename... P, typename... A>
-void launch(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-            A&&... args) {
+void launch_with(bool programmatic, const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                 cudaStream_t stream, A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
   // Arguments are converted to the parameter types at the launch, as CUDA copies them then.
   std::tuple<std::decay_t<P>...> copied(std::forward<A>(args)...);
   launch_impl(name, reinterpret_cast<const void*>(kernel), grid, block, smem, stream,
-              [kernel, copied]() { std::apply(kernel, copied); });
+              [kernel, copied]() { std::apply(kernel, copied); }, programmatic);
 }
+
+template <typename... P, typename... A>
+void launch(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            A&&... args) {
+  launch_with(false, name, kernel, grid, block, smem, stream, std::forward<A>(args)...);
+}
+
+// cudaLaunchKernelEx has no kernel name: the engine's launch helper gives it here first,
+// for the error lines. take_launch_name() returns it once, then "cudaLaunchKernelEx".
+void name_next_launch(const char* name);
+const char* take_launch_name();
 
 template <typename T>
 T shuffle(uint32_t mask, T v, int src, bool keep_own, const char* what) {
@@ -77,8 +89,9 @@ T shuffle(uint32_t mask, T v, int src, bool keep_own, const char* what) {
 
 #define threadIdx (*::emu::g_thread_idx)
 #define blockIdx (::emu::g_block_idx)
-#define blockDim (::emu::g_block_dim)
-#define gridDim (::emu::g_grid_dim)
+// Not macros: cudaLaunchConfig_t has members of these names.
+inline const dim3& blockDim = ::emu::g_block_dim;
+inline const dim3& gridDim = ::emu::g_grid_dim;
 constexpr int warpSize = 32;
 
 inline void __syncthreads() { ::emu::sync_threads(); }

@@ -1,7 +1,7 @@
 // ptx_ops.h — the emulated PTX the kernels reach through engine/backend/cuda/ptx.cuh:
 // tensor-core mma and ldmatrix as warp collectives with the PTX ISA fragment layouts,
-// cp.async (eager, or deferred to its wait_group to expose missing waits), and the
-// shared-window loads and stores.
+// cp.async (eager, or deferred to its wait_group to expose missing waits), the
+// shared-window loads and stores, and griddepcontrol.wait.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -42,5 +42,10 @@ struct CpAsyncQueue {
   }
 };
 CpAsyncQueue& current_cp_async_queue();
+
+// griddepcontrol.wait: launches run one after another here, so the kernel ahead has
+// always finished; what is checked is that every thread of a programmatic launch calls
+// it (a thread that exits without it reports a device error).
+void grid_dependency_wait();
 
 }  // namespace emu

@@ -11,6 +11,7 @@ struct LaunchInfo {
   dim3 grid, block;
   size_t smem;
   KernelBody body;
+  bool programmatic;  // cudaLaunchAttributeProgrammaticStreamSerialization
 };
 
 // Runs every block of the launch; false when a device error was reported (see device_error).

@@ -308,14 +308,18 @@ const std::vector<BenchShape>& llama8b_shapes() {
   return shapes;
 }
 
+// Up to 8 rows both paths; 16 to 64 rows (a large decode batch) cuBLASLt only, whose
+// bandwidth there decides how much a batch-64 step costs beside a batch-1 step.
 void bench_decode(Gemm& gemm, const Bandwidth& bw, cudaStream_t stream) {
-  DeviceArray<bf16> x(random_half<bf16>(size_t(8) * 14336, 5));
+  constexpr int32_t kMaxRows = 64;
+  DeviceArray<bf16> x(random_half<bf16>(size_t(kMaxRows) * 14336, 5));
   for (const BenchShape& s : llama8b_shapes()) {
     RotatingWeights weights(s.k, s.n, stream);
-    DeviceArray<float> y(size_t(8) * s.n);  // large enough for either dtype
+    DeviceArray<float> y(size_t(kMaxRows) * s.n);  // large enough for either dtype
     const double weight_bytes = double(s.k) * s.n * sizeof(bf16);
-    for (int32_t rows : {1, 2, 4, 8}) {
+    for (int32_t rows : {1, 2, 4, 8, 16, 32, kMaxRows}) {
       for (GemmPath path : {GemmPath::GEMV, GemmPath::CUBLASLT}) {
+        if (path == GemmPath::GEMV && rows > cuda::kGemvMaxRows) continue;
         const double us = time_linear_us(gemm, weights, x.get(), rows, s.k, s.n, y.get(), s.out, path, stream);
         const double gbps = weight_bytes / (us * 1e-6) / 1e9;
         char m[64], r[64];

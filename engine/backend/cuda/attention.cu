@@ -177,7 +177,8 @@ bool Attention::prepare(const Batch& batch, cudaStream_t stream) {
   return false;
 }
 
-void Attention::run(const DeviceBatch& batch, KvLayer cache, const void* q, void* out, cudaStream_t stream) {
+void Attention::run(const DeviceBatch& batch, KvLayer cache, const void* q, void* out, cudaStream_t stream,
+                    bool programmatic) {
   const State& st = *state_;
   const AttentionShape& sh = st.shape;
   SPARK_CHECK(st.prepared, "attention: run() before prepare()");
@@ -211,7 +212,7 @@ void Attention::run(const DeviceBatch& batch, KvLayer cache, const void* q, void
   d.part_m = st.part(st.lay.part_m);
   d.part_l = st.part(st.lay.part_l);
   d.part_acc = st.part(st.lay.part_acc);
-  attn::launch_decode(d, sh.compute, sh.kv_dtype, stream);
+  attn::launch_decode(d, sh.compute, sh.kv_dtype, stream, programmatic);
 
   if (st.decode_only) return;
   attn::PrefillParams p;

@@ -51,8 +51,10 @@ class Attention {
   // context_lens[s] - n + i + 1 tokens, read through s's block table. q and out are
   // [num_tokens, num_heads * head_dim] of shape.compute (__nv_bfloat16 or __half); head h
   // reads kv head h / (num_heads / num_kv_heads). Sequences with context_lens 0 (graph
-  // padding) give zeros.
-  void run(const DeviceBatch& batch, KvLayer cache, const void* q, void* out, cudaStream_t stream);
+  // padding) give zeros. programmatic: the decode kernels as programmatic dependent
+  // launches (launch_kernel in common.cuh; sm_90 and later only); prefill launches normally.
+  void run(const DeviceBatch& batch, KvLayer cache, const void* q, void* out, cudaStream_t stream,
+           bool programmatic = false);
 
  private:
   struct State;

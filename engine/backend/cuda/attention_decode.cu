@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "engine/backend/cuda/attention_kernels.h"
+#include "engine/backend/cuda/ptx.cuh"
 
 namespace spark::cuda::attn {
 
@@ -53,6 +54,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
   __shared__ float s_m[NG], s_l[NG];
   __shared__ __align__(16) float s_red[NW][NG][D];
 
+  wait_then_allow_next_kernel();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gi = lane / L, j = lane % L;
   const int slot_i = blockIdx.x;
@@ -257,6 +259,7 @@ template <typename T>
 __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams p) {
   __shared__ float s_w[kMaxPartitions];
   __shared__ float s_inv;
+  wait_then_allow_next_kernel();
   const int slot_i = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
   const int seq = p.seq_list ? p.seq_list[slot_i] : slot_i;
   const DecodeSplit split = decode_split(p.context_lens[seq], p.parts_cap);
@@ -286,40 +289,31 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams 
 }
 
 template <int D, typename T, typename KV>
-void launch_split(const DecodeParams& p, int ng, dim3 grid, cudaStream_t stream) {
-  switch (ng) {
-    case 1:
-      decode_split_kernel<D, 1, T, KV><<<grid, kDecodeThreads, 0, stream>>>(p);
-      break;
-    case 2:
-      decode_split_kernel<D, 2, T, KV><<<grid, kDecodeThreads, 0, stream>>>(p);
-      break;
-    case 4:
-      decode_split_kernel<D, 4, T, KV><<<grid, kDecodeThreads, 0, stream>>>(p);
-      break;
-    default:
-      decode_split_kernel<D, 8, T, KV><<<grid, kDecodeThreads, 0, stream>>>(p);
-      break;
-  }
+void launch_split(const DecodeParams& p, int ng, dim3 grid, cudaStream_t stream, bool programmatic) {
+  const auto kernel = ng == 1   ? decode_split_kernel<D, 1, T, KV>
+                      : ng == 2 ? decode_split_kernel<D, 2, T, KV>
+                      : ng == 4 ? decode_split_kernel<D, 4, T, KV>
+                                : decode_split_kernel<D, 8, T, KV>;
+  launch_kernel("decode_split_kernel", programmatic, kernel, grid, dim3(kDecodeThreads), 0, stream, p);
 }
 
 template <typename T, typename KV>
-void launch_split_d(const DecodeParams& p, int ng, dim3 grid, cudaStream_t stream) {
+void launch_split_d(const DecodeParams& p, int ng, dim3 grid, cudaStream_t stream, bool programmatic) {
   switch (p.head_dim) {
     case 16:
-      launch_split<16, T, KV>(p, ng, grid, stream);
+      launch_split<16, T, KV>(p, ng, grid, stream, programmatic);
       break;
     case 32:
-      launch_split<32, T, KV>(p, ng, grid, stream);
+      launch_split<32, T, KV>(p, ng, grid, stream, programmatic);
       break;
     case 64:
-      launch_split<64, T, KV>(p, ng, grid, stream);
+      launch_split<64, T, KV>(p, ng, grid, stream, programmatic);
       break;
     case 128:
-      launch_split<128, T, KV>(p, ng, grid, stream);
+      launch_split<128, T, KV>(p, ng, grid, stream, programmatic);
       break;
     case 256:
-      launch_split<256, T, KV>(p, ng, grid, stream);
+      launch_split<256, T, KV>(p, ng, grid, stream, programmatic);
       break;
     default:
       SPARK_CHECK(false, "decode attention: unsupported head_dim " + std::to_string(p.head_dim));
@@ -328,7 +322,7 @@ void launch_split_d(const DecodeParams& p, int ng, dim3 grid, cudaStream_t strea
 
 }  // namespace
 
-void launch_decode(const DecodeParams& p, HalfType compute, KvDtype dtype, cudaStream_t stream) {
+void launch_decode(const DecodeParams& p, HalfType compute, KvDtype dtype, cudaStream_t stream, bool programmatic) {
   if (p.num_decode == 0) return;
   SPARK_CHECK(valid_kv_for(compute, dtype), "decode attention: the cache type does not match the compute type");
   const int group = p.num_heads / p.num_kv_heads;
@@ -341,14 +335,12 @@ void launch_decode(const DecodeParams& p, HalfType compute, KvDtype dtype, cudaS
   with_half_type(compute, [&](auto tag) {
     using T = decltype(tag);
     if (dtype == KvDtype::FP8)
-      launch_split_d<T, Fp8Kv>(p, ng, grid, stream);
+      launch_split_d<T, Fp8Kv>(p, ng, grid, stream, programmatic);
     else
-      launch_split_d<T, T>(p, ng, grid, stream);
-    CUDA_CHECK_LAUNCH();
-    if (p.parts_cap > 1) {
-      decode_combine_kernel<T><<<dim3(unsigned(p.num_decode), unsigned(p.num_heads)), 128, 0, stream>>>(p);
-      CUDA_CHECK_LAUNCH();
-    }
+      launch_split_d<T, T>(p, ng, grid, stream, programmatic);
+    if (p.parts_cap > 1)
+      launch_kernel("decode_combine_kernel", programmatic, decode_combine_kernel<T>,
+                    dim3(unsigned(p.num_decode), unsigned(p.num_heads)), dim3(128), 0, stream, p);
   });
 }
 

@@ -94,7 +94,8 @@ struct DecodeParams : StepParams {
   float* part_acc = nullptr;  // [.., head_dim] unnormalised output
 };
 
-void launch_decode(const DecodeParams& p, HalfType compute, KvDtype dtype, cudaStream_t stream);
+// programmatic: launched as programmatic dependent launches (sm_90 and later only).
+void launch_decode(const DecodeParams& p, HalfType compute, KvDtype dtype, cudaStream_t stream, bool programmatic);
 
 struct PrefillParams : StepParams {
   const PrefillTile* tiles = nullptr;

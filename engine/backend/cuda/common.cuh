@@ -1,5 +1,5 @@
-// common.cuh — what every CUDA kernel file shares: error checks, the bf16/fp8 types,
-// the FP8 KV scale encoding, and warp/block reductions.
+// common.cuh — what every CUDA kernel file shares: error checks, kernel launches, the
+// bf16/fp8 types, the FP8 KV scale encoding, and warp/block reductions.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "engine/backend/cuda/kernel_args.h"
 #include "engine/util/check.h"
@@ -31,6 +32,31 @@ using f16 = __half;
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
 namespace spark::cuda {
+
+// kernel<<<grid, block, smem, stream>>>(args...), and when `programmatic` a programmatic
+// dependent launch: the kernel may start while the one ahead of it in `stream` still
+// runs, so it must call grid_dependency_wait (ptx.cuh) before it touches memory that
+// kernel writes or reads. The caller asks for it only on sm_90 and later. A refused
+// launch throws RuntimeError naming the kernel (`name`).
+template <typename... P, typename... A>
+void launch_kernel(const char* name, bool programmatic, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, A&&... args) {
+  cudaLaunchAttribute overlap[1] = {};
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = overlap;
+  config.numAttrs = programmatic ? 1 : 0;
+#if SPARK_CUDA_EMU
+  ::emu::name_next_launch(name);  // its error lines name the kernel, as for <<<>>> launches
+#endif
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<A>(args)...);
+  if (err != cudaSuccess) cuda_failed(err, name, __FILE__, __LINE__);
+}
 
 inline constexpr float kFp8E4m3Max = 448.0f;
 

@@ -20,6 +20,7 @@
 #include "engine/backend/cuda/rope_kv.h"
 #include "engine/backend/cuda/sampling.h"
 #include "engine/backend/cuda/swiglu.h"
+#include "engine/util/log.h"
 
 namespace spark {
 
@@ -123,6 +124,9 @@ struct CudaBackend::Impl {
   bool has_embedding = false, has_head = false;
   std::string device_name;
   int cc_major = 0, cc_minor = 0;
+  // Decode-step kernels start while the one before them finishes (launch_kernel in
+  // common.cuh): options.programmatic_launch on sm_90 and later.
+  bool programmatic = false;
   Sizes sizes;
   BatchLayout layout;
   cudaStream_t stream = nullptr;
@@ -266,22 +270,22 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
   };
   for (size_t l = 0; l < weights->layers.size(); ++l) {
     const cuda::DeviceLayer& L = weights->layers[l];
-    cuda::add_rms_norm<T>(act.x, l == 0 ? nullptr : as_t(act.proj), L.attn_norm, rows, H, eps, as_t(act.normed),
-                          stream);
+    cuda::add_rms_norm<T>(act.x, l == 0 ? nullptr : as_t(act.proj), L.attn_norm, rows, H, eps, as_t(act.normed), stream,
+                          programmatic);
     linear(act.normed, H, L.qkv, qkv_n, act.wide);
     cuda::qkv_rope_kv_write<T>(as_t(act.wide), L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping, rows,
-                               nh, rope, kv, cache[l], as_t(act.q), stream);
-    attention->run(db, cache[l], act.q, act.mid, stream);
+                               nh, rope, kv, cache[l], as_t(act.q), stream, programmatic);
+    attention->run(db, cache[l], act.q, act.mid, stream, programmatic);
     linear(act.mid, nh * hd, L.o, H, act.proj);
-    cuda::add_rms_norm<T>(act.x, as_t(act.proj), L.ffn_norm, rows, H, eps, as_t(act.normed), stream);
+    cuda::add_rms_norm<T>(act.x, as_t(act.proj), L.ffn_norm, rows, H, eps, as_t(act.normed), stream, programmatic);
     linear(act.normed, H, L.gate_up, 2 * I, act.wide);
-    cuda::swiglu<T>(as_t(act.wide), rows, I, as_t(act.mid), stream);
+    cuda::swiglu<T>(as_t(act.wide), rows, I, as_t(act.mid), stream, programmatic);
     linear(act.mid, I, L.down, H, act.proj);
   }
   // The last layer's MLP output joins the residual stream here (the next stage, or the
   // final norm, reads x).
   if (!weights->layers.empty())
-    cuda::add_rms_norm<T>(act.x, as_t(act.proj), nullptr, rows, H, eps, static_cast<T*>(nullptr), stream);
+    cuda::add_rms_norm<T>(act.x, as_t(act.proj), nullptr, rows, H, eps, static_cast<T*>(nullptr), stream, programmatic);
 }
 
 // Runs the held layers (and the LM head on the last stage); returns the logits rows left
@@ -302,26 +306,43 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   const int32_t H = int32_t(spec.hidden_size);
   cuda::DeviceBatch db = device_batch(T, b.num_seqs());
   const int32_t R = int32_t(batch.logits_rows.size());
-  cuda::with_half_type(half(), [&](auto tag) {
-    using Half = decltype(tag);
-    if (hidden_in)
-      CUDA_CHECK(cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice,
-                                 stream));
-    else
-      cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding), spec.vocab_size, H,
-                                   act.x, stream);
-    if (bucket > 0 && graph_safe)
-      graphs->run(bucket, stream, [&] { run_layers<Half>(db); });
-    else
-      run_layers<Half>(db);
+  // From the input to the logits; x, the residual stream, is updated in place, so a
+  // retry starts over from the input.
+  auto step = [&] {
+    cuda::with_half_type(half(), [&](auto tag) {
+      using Half = decltype(tag);
+      if (hidden_in)
+        CUDA_CHECK(cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice,
+                                   stream));
+      else
+        cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding), spec.vocab_size, H,
+                                     act.x, stream);
+      if (bucket > 0 && graph_safe)
+        graphs->run(bucket, stream, [&] { run_layers<Half>(db); });
+      else
+        run_layers<Half>(db);
+      if (has_head && R > 0)
+        cuda::rms_norm_rows<Half>(act.x, act.ints + layout.logits_rows, R, weights->final_norm, H,
+                                  float(spec.rms_norm_eps), static_cast<Half*>(act.head_in), stream, programmatic);
+    });
     if (has_head && R > 0)
-      cuda::rms_norm_rows<Half>(act.x, act.ints + layout.logits_rows, R, weights->final_norm, H,
-                                float(spec.rms_norm_eps), static_cast<Half*>(act.head_in), stream);
-  });
-  if (!has_head || R == 0) return 0;
-  gemm->linear(half(), act.head_in, R, H, weights->lm_head, int32_t(spec.vocab_size), act.logits, cuda::GemmOut::F32,
-               stream);
-  return R;
+      gemm->linear(half(), act.head_in, R, H, weights->lm_head, int32_t(spec.vocab_size), act.logits,
+                   cuda::GemmOut::F32, stream);
+  };
+  try {
+    step();
+  } catch (const RuntimeError& e) {
+    // Programmatic launches are young in drivers and graph capture (they are reported to
+    // fail capture on some GPUs): a launch the runtime refuses costs the overlap, not the
+    // step. A failed kernel would fail again here and go on up.
+    if (!programmatic) throw;
+    log_warn("cuda: programmatic dependent launch failed (", e.what(), "); running without it");
+    cudaGetLastError();  // the refused launch's error, which the retry must not report
+    programmatic = false;
+    gemm->set_programmatic_launch(false);
+    step();
+  }
+  return has_head ? R : 0;
 }
 
 CudaBackend::CudaBackend(const ModelSpec& spec, const Weights& weights, const CudaOptions& options)
@@ -351,12 +372,14 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const Weights& weights, const Cu
   m.device_name = devices[size_t(options.device)].name;
   m.cc_major = devices[size_t(options.device)].cc_major;
   m.cc_minor = devices[size_t(options.device)].cc_minor;
+  m.programmatic = options.programmatic_launch && m.cc_major >= 9;
   CUDA_CHECK(cudaSetDevice(options.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
 
   cpu::Rope rope(spec);  // throws for a rope_scaling type no backend supports
   m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half());
   m.gemm = std::make_unique<cuda::Gemm>();
+  m.gemm->set_programmatic_launch(m.programmatic);
   m.attention = std::make_unique<cuda::Attention>(attention_shape(spec, options, m.sizes));
   if (m.has_head)
     m.sampler = std::make_unique<cuda::DeviceSampler>(spec.vocab_size, spec.eos_token_ids, int32_t(m.sizes.max_rows),
@@ -396,7 +419,8 @@ std::string CudaBackend::describe() const {
   const Impl& m = *impl_;
   const std::string half = m.opt.f16 ? "fp16" : "bf16";
   return "cuda (" + m.device_name + ", sm_" + std::to_string(m.cc_major) + std::to_string(m.cc_minor) + ", " + half +
-         (m.opt.fp8_kv ? ", fp8 KV" : ", " + half + " KV") + (m.opt.cuda_graphs ? ", graphs" : "") + ")";
+         (m.opt.fp8_kv ? ", fp8 KV" : ", " + half + " KV") + (m.opt.cuda_graphs ? ", graphs" : "") +
+         (m.programmatic ? ", programmatic launch" : "") + ")";
 }
 
 LayerRange CudaBackend::layers() const { return impl_->range; }

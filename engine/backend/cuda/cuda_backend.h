@@ -17,6 +17,10 @@ struct CudaOptions {
   bool f16 = false;         // compute in FP16, else BF16 (compute_dtype_name in memory_plan.h)
   bool fp8_kv = false;      // engine.kv_cache_dtype = "fp8"
   bool cuda_graphs = true;  // engine.cuda_graphs
+  // The decode step's kernels start while the kernel before them finishes, the GEMVs
+  // streaming weights meanwhile (programmatic dependent launch, sm_90 and later). Off
+  // only to measure what it gains.
+  bool programmatic_launch = true;
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 8192;
   int64_t max_model_len = 4096;

@@ -41,6 +41,7 @@ void DecodeGraphs::run(int32_t bucket, cudaStream_t stream, const std::function<
   } catch (...) {
     cudaStreamEndCapture(stream, &graph);  // leave the stream usable; the error goes on up
     if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // and the error state clean: that call fails for an invalidated capture
     throw;
   }
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph));

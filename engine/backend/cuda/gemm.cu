@@ -156,7 +156,7 @@ void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const v
   if (rows == 0) return;
   if (path == GemmPath::AUTO) path = choose(rows, k, n);
   if (path == GemmPath::GEMV) {
-    gemv(type, x, rows, k, w, n, y, out, stream);
+    gemv(type, x, rows, k, w, n, y, out, stream, programmatic_);
     return;
   }
   const Plan& plan = plan_for(type, rows, k, n, out, stream);

@@ -37,6 +37,11 @@ class Gemm {
   // The path AUTO takes for this shape.
   GemmPath choose(int32_t rows, int32_t k, int32_t n) const;
 
+  // Off by default. When on (sm_90 and later only), GEMV launches may overlap the kernel
+  // before them (gemv.h): a weight must then never be written by the kernel just ahead of
+  // its linear() in the stream.
+  void set_programmatic_launch(bool on) { programmatic_ = on; }
+
  private:
   struct Plan;  // cuBLASLt descriptors and the algorithm chosen for one (type, rows, k, n, out)
   // `stream` only to refuse planning a new shape during graph capture.
@@ -44,6 +49,7 @@ class Gemm {
 
   void* handle_ = nullptr;     // cublasLtHandle_t
   void* workspace_ = nullptr;  // device memory, kWorkspaceBytes
+  bool programmatic_ = false;
   // Keyed by (type, rows, k, n, out): the algorithm and layouts differ per data type.
   std::map<std::tuple<int, int32_t, int32_t, int32_t, int>, std::unique_ptr<Plan>> plans_;
 };

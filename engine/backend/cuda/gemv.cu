@@ -23,6 +23,10 @@
 // (128 bytes, 4 KiB per warp) before the first mma. When n is too small to give every SM
 // enough warps (e.g. n = 4096 gives only 256 tiles), the warps of a block split k among
 // themselves (ksplit) and add their partial tiles through shared memory.
+//
+// Overlap: launched programmatically (gemv.h), the kernel's blocks start while the small
+// kernel before it (a norm, SwiGLU, the attention combine) still runs, and their first
+// weight loads hide that kernel and the launch gap behind the weight stream.
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/ptx.cuh"
@@ -85,51 +89,65 @@ __global__ void __launch_bounds__(kThreads, kTargetWarpsPerSm / kWarps)
   const int64_t tile = int64_t(blockIdx.x) * (kWarps / ksplit) + warp / ksplit;
   const int64_t row0 = tile * kTileRows;
 
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (row0 < n) {  // warp-uniform: the mma below needs the whole warp
-    // The last tile's rows past n re-read row n-1 and are never stored: no per-row branch in the loop.
-    const int64_t last = n - 1;
-    const int64_t r_lo = row0 + g < last ? row0 + g : last, r_hi = row0 + g + 8 < last ? row0 + g + 8 : last;
-    const T* w_lo = w + r_lo * k + t * 8;
-    const T* w_hi = w + r_hi * k + t * 8;
-    // B's columns past `rows` must be zero: those lanes load row rows-1 (valid memory, no
-    // branch around the load) and select zero instead.
-    const bool has_x = g < rows;
-    const T* xr = x + int64_t(has_x ? g : rows - 1) * k + t * 8;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
+  // The last tile's rows past n re-read row n-1 and are never stored: no per-row branch
+  // in the loop. (A warp with no tile at all, row0 >= n, computes addresses it never uses.)
+  const int64_t last = n - 1;
+  const int64_t r_lo = row0 + g < last ? row0 + g : last, r_hi = row0 + g + 8 < last ? row0 + g + 8 : last;
+  const T* w_lo = w + r_lo * k + t * 8;
+  const T* w_hi = w + r_hi * k + t * 8;
+  // B's columns past `rows` must be zero: those lanes load row rows-1 (valid memory, no
+  // branch around the load) and select zero instead.
+  const bool has_x = g < rows;
+  const T* xr = x + int64_t(has_x ? g : rows - 1) * k + t * 8;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
 
+  const int full = k / kChunk;
+  auto load_weight_chunk = [&](Chunk& dst, int ch) {
+    const int off = ch * kChunk;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      dst.lo[u] = load_weights(w_lo + off + u * kStepK);
+      dst.hi[u] = load_weights(w_hi + off + u * kStepK);
+    }
+  };
+  auto load_x_chunk = [&](Chunk& dst, int ch) {
+    const int off = ch * kChunk;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint4 v = load_activations(xr + off + u * kStepK);
+      dst.xv[u] = has_x ? v : zero;
+    }
+  };
+  auto multiply = [&](const Chunk& src, float(&acc)[4]) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) step<T>(acc, src.lo[u], src.hi[u], src.xv[u]);
+  };
+
+  // The weights never change during a step, so a launch that may overlap the kernel
+  // before it (programmatic, gemv.h) requests its first chunk of them at once and waits
+  // for that kernel only before it reads x, which that kernel writes.
+  const bool warp_streams = row0 < n && part < full;  // warp-uniform: the mma needs the whole warp
+  Chunk cur;
+  if (warp_streams) load_weight_chunk(cur, part);
+  grid_dependency_wait();
+  allow_dependent_launch();
+
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (warp_streams) {
     // Double-buffered: chunk ch+ksplit is requested before chunk ch is multiplied, so a
     // lane always has a chunk's 8 weight loads in flight. (Without it ptxas sinks each load
     // to just before its mma, and only ~3 loads per lane are in flight.)
-    const int full = k / kChunk;
-    auto load_chunk = [&](Chunk& dst, int ch) {
-      const int off = ch * kChunk;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        dst.lo[u] = load_weights(w_lo + off + u * kStepK);
-        dst.hi[u] = load_weights(w_hi + off + u * kStepK);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const uint4 v = load_activations(xr + off + u * kStepK);
-        dst.xv[u] = has_x ? v : zero;
-      }
-    };
-    auto multiply = [&](const Chunk& src) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) step<T>(c, src.lo[u], src.hi[u], src.xv[u]);
-    };
-    if (part < full) {
-      Chunk cur;
-      load_chunk(cur, part);
-      for (int ch = part + ksplit; ch < full; ch += ksplit) {
-        Chunk next;
-        load_chunk(next, ch);
-        multiply(cur);
-        cur = next;
-      }
-      multiply(cur);
+    load_x_chunk(cur, part);
+    for (int ch = part + ksplit; ch < full; ch += ksplit) {
+      Chunk next;
+      load_weight_chunk(next, ch);
+      load_x_chunk(next, ch);
+      multiply(cur, c);
+      cur = next;
     }
+    multiply(cur, c);
+  }
+  if (row0 < n) {
     // The k % 128 tail, one 32-wide step at a time; k % 8 == 0, so a lane's 8 values are
     // either all inside k or all outside (then zero in both A and B).
     for (int s = full * kUnroll + part; s * kStepK < k; s += ksplit) {
@@ -176,7 +194,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 }  // namespace
 
 void gemv(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, GemmOut out,
-          cudaStream_t stream) {
+          cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(rows >= 1 && rows <= kGemvMaxRows, "gemv: rows must be 1..8, got " + std::to_string(rows));
   SPARK_CHECK(k > 0 && k % 8 == 0, "gemv: k must be a positive multiple of 8, got " + std::to_string(k));
   SPARK_CHECK(n > 0, "gemv: n must be positive");
@@ -199,13 +217,14 @@ void gemv(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, 
     using T = decltype(tag);
     const auto* xt = static_cast<const T*>(x);
     const auto* wt = static_cast<const T*>(w);
-    const unsigned grid = unsigned(blocks);
+    const dim3 grid{unsigned(blocks)}, block{kThreads};
     if (out == GemmOut::F32)
-      gemv_kernel<T, float><<<grid, kThreads, 0, stream>>>(xt, rows, k, wt, n, static_cast<float*>(y), ksplit);
+      launch_kernel("gemv_kernel", programmatic, gemv_kernel<T, float>, grid, block, 0, stream, xt, rows, k, wt, n,
+                    static_cast<float*>(y), ksplit);
     else
-      gemv_kernel<T, T><<<grid, kThreads, 0, stream>>>(xt, rows, k, wt, n, static_cast<T*>(y), ksplit);
+      launch_kernel("gemv_kernel", programmatic, gemv_kernel<T, T>, grid, block, 0, stream, xt, rows, k, wt, n,
+                    static_cast<T*>(y), ksplit);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace spark::cuda

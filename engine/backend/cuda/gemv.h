@@ -19,7 +19,11 @@ inline constexpr int32_t kGemvMaxRows = 8;
 // f16), f32 accumulation, y in `type` (GemmOut::HALF) or f32. 1 <= rows <= kGemvMaxRows,
 // k a multiple of 8, x and w 16-byte aligned. No allocation and no synchronisation:
 // capturable in a CUDA graph once the kernel has run outside capture.
+// programmatic (sm_90 and later only): the launch may start before the kernel ahead of
+// it in `stream` has finished (programmatic dependent launch) and stream w meanwhile, so
+// w must not be that kernel's output (weights never are); x and y are touched only after
+// it completes.
 void gemv(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, GemmOut out,
-          cudaStream_t stream);
+          cudaStream_t stream, bool programmatic = false);
 
 }  // namespace spark::cuda

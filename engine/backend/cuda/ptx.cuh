@@ -1,7 +1,8 @@
 // ptx.cuh — every inline-PTX instruction the kernels use, each in one small wrapper:
-// tensor-core mma and ldmatrix, cp.async, shared-window loads and stores, and the
-// L1-bypassing weight load. Under SPARK_CUDA_EMU (tests/gpu/emu) the same wrappers call
-// the CPU emulation instead, so the kernels themselves compile unchanged for both.
+// tensor-core mma and ldmatrix, cp.async, shared-window loads and stores, the
+// L1-bypassing weight load, and the programmatic-launch controls. Under SPARK_CUDA_EMU
+// (tests/gpu/emu) the same wrappers call the CPU emulation instead, so the kernels
+// themselves compile unchanged for both.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -153,6 +154,38 @@ __device__ __forceinline__ uint4 ld_global_nc_na_v4(const void* p) {
                : "l"(p));
   return v;
 #endif
+}
+
+// Programmatic dependent launch (sm_90 and later). A kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization (launch_kernel in common.cuh) may
+// start while the kernel ahead of it in the stream still runs; before this call it may
+// touch only memory that kernel neither writes nor reads (e.g. weights). Every thread of
+// such a launch calls it (the emulator checks this); in a kernel launched normally it
+// returns at once.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if SPARK_CUDA_EMU
+  ::emu::grid_dependency_wait();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the next kernel in the stream, when it is launched programmatically, start once
+// every block of this grid has called this (or exited): its blocks then wait in
+// grid_dependency_wait for this whole grid, and its weight loads and launch overlap our
+// work. No effect when the next launch is a normal one.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if !SPARK_CUDA_EMU && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// How the decode step's small kernels begin: wait for the kernel ahead, then let the
+// next one launch. In this order at most two kernels are in flight, the running one and
+// the next one waiting for it.
+__device__ __forceinline__ void wait_then_allow_next_kernel() {
+  grid_dependency_wait();
+  allow_dependent_launch();
 }
 
 }  // namespace spark::cuda

@@ -1,5 +1,6 @@
 // rms_norm.cu — the fused residual add + RMSNorm, and the final norm of selected rows.
 #include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/rms_norm.h"
 
 namespace spark::cuda {
@@ -19,6 +20,7 @@ __global__ void __launch_bounds__(1024)
     add_rms_norm_kernel(float* __restrict__ x, const int32_t* __restrict__ row_ids, const T* __restrict__ delta,
                         const float* __restrict__ weight, int32_t hidden, float eps, T* __restrict__ out) {
   __shared__ float scratch[32];
+  wait_then_allow_next_kernel();
   const int64_t r = blockIdx.x;
   const int64_t src = row_ids ? int64_t(row_ids[r]) : r;
   float* xr = x + src * hidden;
@@ -68,7 +70,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <typename T>
 void launch(float* x, const int32_t* row_ids, const T* delta, const float* weight, int32_t rows, int32_t hidden,
-            float eps, T* out, cudaStream_t stream) {
+            float eps, T* out, cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(rows >= 0, "rms_norm: negative rows");
   SPARK_CHECK(hidden > 0 && hidden % 8 == 0 && hidden <= kMaxHidden,
               "rms_norm: hidden must be a positive multiple of 8, at most 32768");
@@ -78,31 +80,31 @@ void launch(float* x, const int32_t* row_ids, const T* delta, const float* weigh
               "rms_norm: pointers must be 16-byte aligned");
   const int64_t chunks = hidden / 8;
   const int threads = int(ceil_div(ceil_div(chunks, kChunksPerThread), 32) * 32);
-  add_rms_norm_kernel<T><<<unsigned(rows), threads, 0, stream>>>(x, row_ids, delta, weight, hidden, eps, out);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel("add_rms_norm_kernel", programmatic, add_rms_norm_kernel<T>, dim3(unsigned(rows)),
+                dim3(unsigned(threads)), 0, stream, x, row_ids, delta, weight, hidden, eps, out);
 }
 
 }  // namespace
 
 template <typename T>
 void add_rms_norm(float* x, const T* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
-                  cudaStream_t stream) {
-  launch<T>(x, nullptr, delta, weight, rows, hidden, eps, out, stream);
+                  cudaStream_t stream, bool programmatic) {
+  launch<T>(x, nullptr, delta, weight, rows, hidden, eps, out, stream, programmatic);
 }
 
 template <typename T>
 void rms_norm_rows(const float* x, const int32_t* row_ids, int32_t rows, const float* weight, int32_t hidden, float eps,
-                   T* out, cudaStream_t stream) {
+                   T* out, cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(rows == 0 || (out && row_ids), "rms_norm_rows: out and row_ids are required");
   // The kernel writes x only when given a delta; none here, so the cast never writes.
-  launch<T>(const_cast<float*>(x), row_ids, nullptr, weight, rows, hidden, eps, out, stream);
+  launch<T>(const_cast<float*>(x), row_ids, nullptr, weight, rows, hidden, eps, out, stream, programmatic);
 }
 
-template void add_rms_norm<bf16>(float*, const bf16*, const float*, int32_t, int32_t, float, bf16*, cudaStream_t);
-template void add_rms_norm<f16>(float*, const f16*, const float*, int32_t, int32_t, float, f16*, cudaStream_t);
+template void add_rms_norm<bf16>(float*, const bf16*, const float*, int32_t, int32_t, float, bf16*, cudaStream_t, bool);
+template void add_rms_norm<f16>(float*, const f16*, const float*, int32_t, int32_t, float, f16*, cudaStream_t, bool);
 template void rms_norm_rows<bf16>(const float*, const int32_t*, int32_t, const float*, int32_t, float, bf16*,
-                                  cudaStream_t);
+                                  cudaStream_t, bool);
 template void rms_norm_rows<f16>(const float*, const int32_t*, int32_t, const float*, int32_t, float, f16*,
-                                 cudaStream_t);
+                                 cudaStream_t, bool);
 
 }  // namespace spark::cuda

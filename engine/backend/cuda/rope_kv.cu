@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/rope_kv.h"
 
 namespace spark::cuda {
@@ -128,6 +129,7 @@ __device__ __forceinline__ void load_head(const Params<T>& p, const T* src_row, 
 template <typename T, int V, int kIters>
 __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T> p) {
   __shared__ __align__(16) float trig[kMaxHeadDim];  // cos in [0, half), sin in [half, 2 * half)
+  wait_then_allow_next_kernel();
   const int64_t row = blockIdx.x;
   const int hd = p.head_dim, half = hd / 2;
   const int64_t slot = p.slot_mapping[row];
@@ -255,7 +257,8 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 template <typename T>
 void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
                        const int32_t* positions, const int32_t* slot_mapping, int32_t rows, int32_t num_heads,
-                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out, cudaStream_t stream) {
+                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out, cudaStream_t stream,
+                       bool programmatic) {
   const int hd = kv.head_dim;
   SPARK_CHECK(rows >= 0 && num_heads > 0 && kv.num_kv_heads > 0, "qkv_rope_kv_write: bad head counts");
   SPARK_CHECK(hd >= 2 && hd % 2 == 0 && hd <= kMaxHeadDim, "qkv_rope_kv_write: head_dim must be even and <= 256");
@@ -303,18 +306,16 @@ void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, con
   }
   p.group = group;
   const int threads = int(std::min<int64_t>(kMaxThreads, ceil_div(int64_t(heads) * group, 32) * 32));
-  if (vec8)
-    qkv_rope_kv_kernel<T, 8, 1><<<unsigned(rows), threads, 0, stream>>>(p);
-  else
-    qkv_rope_kv_kernel<T, 1, kMaxHeadDim / 2 / 32><<<unsigned(rows), threads, 0, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+  const auto kernel = vec8 ? qkv_rope_kv_kernel<T, 8, 1> : qkv_rope_kv_kernel<T, 1, kMaxHeadDim / 2 / 32>;
+  launch_kernel("qkv_rope_kv_kernel", programmatic, kernel, dim3(unsigned(rows)), dim3(unsigned(threads)), 0, stream,
+                p);
 }
 
 template void qkv_rope_kv_write<bf16>(const bf16*, const float*, const float*, const float*, float, const int32_t*,
                                       const int32_t*, int32_t, int32_t, const RopeArgs&, const KvShape&, KvLayer, bf16*,
-                                      cudaStream_t);
+                                      cudaStream_t, bool);
 template void qkv_rope_kv_write<f16>(const f16*, const float*, const float*, const float*, float, const int32_t*,
                                      const int32_t*, int32_t, int32_t, const RopeArgs&, const KvShape&, KvLayer, f16*,
-                                     cudaStream_t);
+                                     cudaStream_t, bool);
 
 }  // namespace spark::cuda

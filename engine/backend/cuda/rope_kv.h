@@ -27,10 +27,12 @@ struct RopeArgs {
 //     cache holds T, so kv.dtype must be T's (BF16 for __nv_bfloat16, F16 for __half); FP8
 //     caches get one power-of-two scale per (slot, kv head) from that head vector's
 //     absolute maximum (fp8_scale_for in common.cuh).
-// Arithmetic is f32 after reading the T inputs.
+// Arithmetic is f32 after reading the T inputs. programmatic: a programmatic dependent
+// launch (launch_kernel in common.cuh; sm_90 and later only).
 template <typename T>
 void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
                        const int32_t* positions, const int32_t* slot_mapping, int32_t rows, int32_t num_heads,
-                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out, cudaStream_t stream);
+                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out, cudaStream_t stream,
+                       bool programmatic = false);
 
 }  // namespace spark::cuda

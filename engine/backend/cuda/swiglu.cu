@@ -1,5 +1,6 @@
 // swiglu.cu — SwiGLU over the fused [gate | up] projection output.
 #include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/swiglu.h"
 
 namespace spark::cuda {
@@ -11,6 +12,7 @@ constexpr int kThreads = 256;
 // one 16-byte store. silu uses the accurate expf: this is memory-bound either way.
 template <typename T>
 __global__ void swiglu_kernel(const T* __restrict__ gate_up, int32_t inter, int64_t total_chunks, T* __restrict__ out) {
+  wait_then_allow_next_kernel();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= total_chunks) return;
   const int64_t chunks_per_row = inter / 8;
@@ -27,7 +29,7 @@ __global__ void swiglu_kernel(const T* __restrict__ gate_up, int32_t inter, int6
 }  // namespace
 
 template <typename T>
-void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t stream) {
+void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(rows >= 0, "swiglu: negative rows");
   SPARK_CHECK(inter > 0 && inter % 8 == 0, "swiglu: inter must be a positive multiple of 8");
   SPARK_CHECK(reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
@@ -35,11 +37,11 @@ void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t 
   if (rows == 0) return;
   const int64_t total_chunks = int64_t(rows) * (inter / 8);
   const int64_t blocks = ceil_div(total_chunks, kThreads);
-  swiglu_kernel<T><<<unsigned(blocks), kThreads, 0, stream>>>(gate_up, inter, total_chunks, out);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel("swiglu_kernel", programmatic, swiglu_kernel<T>, dim3(unsigned(blocks)), dim3(kThreads), 0, stream,
+                gate_up, inter, total_chunks, out);
 }
 
-template void swiglu<bf16>(const bf16*, int32_t, int32_t, bf16*, cudaStream_t);
-template void swiglu<f16>(const f16*, int32_t, int32_t, f16*, cudaStream_t);
+template void swiglu<bf16>(const bf16*, int32_t, int32_t, bf16*, cudaStream_t, bool);
+template void swiglu<f16>(const f16*, int32_t, int32_t, f16*, cudaStream_t, bool);
 
 }  // namespace spark::cuda

@@ -10,8 +10,9 @@ namespace spark::cuda {
 
 // gate_up is [rows, 2 * inter] T (the compute type, __nv_bfloat16 or __half): gate in the
 // first `inter` columns, up in the rest. out[t, i] = silu(gate[t, i]) * up[t, i] in f32,
-// rounded to T; out is [rows, inter].
+// rounded to T; out is [rows, inter]. programmatic: a programmatic dependent launch
+// (launch_kernel in common.cuh; sm_90 and later only).
 template <typename T>
-void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t stream);
+void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t stream, bool programmatic = false);
 
 }  // namespace spark::cuda

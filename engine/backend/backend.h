@@ -62,9 +62,11 @@ class Backend {
   // A backend that holds the LM head may also sample on its device, so that only token
   // ids and requested logprobs come back to the host (the CPU backend returns logits and
   // the engine's Sampler draws). rows[r] belongs to batch.logits_rows[r]; same semantics
-  // as Sampler.
+  // as Sampler. hidden_in as for forward (a pipeline's last stage gets the previous
+  // stage's hidden states).
   virtual bool samples_on_device() const { return false; }
-  virtual void forward_sample(const Batch& batch, const std::vector<SampleRow>& rows, std::vector<SampleOutput>& out) {
+  virtual void forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,
+                              std::vector<SampleOutput>& out) {
     SPARK_CHECK(false, "forward_sample on a backend that does not sample on its device");
   }
 };

@@ -280,7 +280,7 @@ void Engine::step() {
       requests[size_t(row)] = {&seq.params, seq.token_ids, seq.num_prompt_tokens, seq.seed,
                                static_cast<uint64_t>(seq.num_output_tokens())};
     }
-    run_forward([&] { backend_->forward_sample(plan.batch, requests, samples); });
+    run_forward([&] { backend_->forward_sample(plan.batch, nullptr, requests, samples); });
     emit_all(0, plan, samples);
     return;
   }

@@ -1,6 +1,7 @@
 // worker.cpp — the worker's session loop: handshake, heartbeats, micro-batches.
 #include "engine/peer/worker.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <unordered_map>
@@ -33,6 +34,15 @@ struct Shadow {
   int64_t num_prompt_tokens = 0;
   std::vector<int32_t> tokens;
 };
+
+// Whether two EOS id lists hold the same ids, in any order.
+bool same_ids(std::vector<int32_t> a, std::vector<int32_t> b) {
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  a.erase(std::unique(a.begin(), a.end()), a.end());
+  b.erase(std::unique(b.begin(), b.end()), b.end());
+  return a == b;
+}
 
 // The head refused this box for good (a mismatch), as opposed to a lost connection.
 struct Refused : InputError {
@@ -118,6 +128,9 @@ class Worker {
       kv_blocks_ = w.kv_blocks;
     }
     sampler_ = std::make_unique<Sampler>(spec.vocab_size, w.eos_token_ids);
+    // The device sampler knows the EOS ids of this box's model files; the head's set (the
+    // tokenizer's EOS added) decides min_tokens, so the device samples only when they agree.
+    device_sampling_ = backend_->samples_on_device() && same_ids(spec.eos_token_ids, w.eos_token_ids);
 
     Socket data = connect_to(head, steady_after(timeout));
     WireWriter hello;
@@ -214,23 +227,41 @@ class Worker {
       hidden.resize(size_t(plan.batch.num_tokens()) * size_t(w.hidden_size));
       link.recv(hidden.data(), hidden.size(), check);
 
+      for (size_t i = 0; i < targets.size(); ++i)
+        if (int64_t(targets[i]->tokens.size()) >= w.max_model_len)
+          throw InputError("the head asked for a token beyond max_model_len for sequence " + std::to_string(plan.sample_seq_ids[i]));
+
       StepResult result;
       result.id = plan.id;
       result.worker_start_us = wall_us();
-      backend_->forward(plan.batch, hidden.data(), out);
-      const size_t vocab = size_t(w.vocab_size);
-      SPARK_CHECK(out.logits.size() == targets.size() * vocab, "the last stage returns one logits row per sample");
-      for (size_t i = 0; i < targets.size(); ++i) {
-        Shadow& sh = *targets[i];
-        if (int64_t(sh.tokens.size()) >= w.max_model_len)
-          throw InputError("the head asked for a token beyond max_model_len for sequence " + std::to_string(plan.sample_seq_ids[i]));
-        result.samples.push_back(sampler_->sample(out.logits.data() + i * vocab, sh.params, sh.tokens,
-                                                  sh.num_prompt_tokens, sh.seed,
-                                                  uint64_t(int64_t(sh.tokens.size()) - sh.num_prompt_tokens)));
-        sh.tokens.push_back(result.samples.back().token);
-      }
+      sample(plan.batch, hidden.data(), targets, size_t(w.vocab_size), out, result.samples);
+      for (size_t i = 0; i < targets.size(); ++i) targets[i]->tokens.push_back(result.samples[i].token);
       result.worker_end_us = wall_us();
       write_frame(data, FrameType::STEP_RESULT, encode_result(result), kNoDeadline, check);
+    }
+  }
+
+  // The last stage's forward and one sample per target (targets[r] belongs to logits row
+  // r): on the device when the backend samples there (only ids and logprobs cross the
+  // bus), else from its logits with the engine's Sampler. Both draw uniform01(seed, n)
+  // for a sequence's n-th output token, as the head would.
+  void sample(const Batch& batch, const float* hidden, const std::vector<Shadow*>& targets, size_t vocab,
+              ForwardResult& out, std::vector<SampleOutput>& samples) {
+    auto counter = [](const Shadow& sh) { return uint64_t(int64_t(sh.tokens.size()) - sh.num_prompt_tokens); };
+    if (device_sampling_) {
+      std::vector<SampleRow> rows;
+      for (const Shadow* sh : targets)
+        rows.push_back({&sh->params, sh->tokens, sh->num_prompt_tokens, sh->seed, counter(*sh)});
+      backend_->forward_sample(batch, hidden, rows, samples);
+      return;
+    }
+    backend_->forward(batch, hidden, out);
+    SPARK_CHECK(out.logits.size() == targets.size() * vocab, "the last stage returns one logits row per sample");
+    samples.clear();
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const Shadow& sh = *targets[i];
+      samples.push_back(sampler_->sample(out.logits.data() + i * vocab, sh.params, sh.tokens, sh.num_prompt_tokens,
+                                         sh.seed, counter(sh)));
     }
   }
 
@@ -243,6 +274,7 @@ class Worker {
   PeerIdentity identity_;
   int64_t kv_blocks_ = 0;
   std::unique_ptr<Sampler> sampler_;
+  bool device_sampling_ = false;
   std::unordered_map<int64_t, Shadow> shadows_;
 };
 

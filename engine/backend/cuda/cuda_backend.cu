@@ -491,7 +491,7 @@ void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardRes
 
 bool CudaBackend::samples_on_device() const { return impl_->has_head; }
 
-void CudaBackend::forward_sample(const Batch& batch, const std::vector<SampleRow>& rows,
+void CudaBackend::forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,
                                  std::vector<SampleOutput>& out) {
   Impl& m = *impl_;
   SPARK_CHECK(m.has_head, "forward_sample on a stage without the LM head");
@@ -499,12 +499,12 @@ void CudaBackend::forward_sample(const Batch& batch, const std::vector<SampleRow
   out.clear();
   if (batch.num_tokens() == 0 || rows.empty()) {
     if (batch.num_tokens() > 0) {
-      m.run(batch, nullptr);
+      m.run(batch, hidden_in);
       CUDA_CHECK(cudaStreamSynchronize(m.stream));
     }
     return;
   }
-  m.run(batch, nullptr);
+  m.run(batch, hidden_in);
   m.sampler->sample(m.act.logits, rows, out, m.stream);
 }
 

@@ -42,7 +42,8 @@ class CudaBackend : public Backend {
   void init_kv_cache(int64_t num_blocks, int64_t block_size) override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
   bool samples_on_device() const override;
-  void forward_sample(const Batch& batch, const std::vector<SampleRow>& rows, std::vector<SampleOutput>& out) override;
+  void forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,
+                      std::vector<SampleOutput>& out) override;
 
   // Device memory a backend holding `range` allocates besides weights and KV cache
   // (activations for the largest step, logits, cuBLASLt, attention and sampler

@@ -147,9 +147,9 @@ void launch_impl(const char* name, const void* kernel, dim3 grid, dim3 block, si
     }
   }
   // Fault injection: some GPUs and drivers are reported to refuse programmatic launches
-  // during graph capture; EMU_REFUSE_PROGRAMMATIC_CAPTURE=1 does the same, so that the
-  // engine's fallback can be exercised.
-  static const bool refuse = std::getenv("EMU_REFUSE_PROGRAMMATIC_CAPTURE") != nullptr;
+  // during graph capture; EMU_REFUSE_PROGRAMMATIC_CAPTURE set (read at each launch) does
+  // the same, so that the engine's fallback can be exercised.
+  const bool refuse = std::getenv("EMU_REFUSE_PROGRAMMATIC_CAPTURE") != nullptr;
   if (refuse && programmatic && stream && known_stream(stream) && stream != cudaStreamLegacy &&
       stream != cudaStreamPerThread && stream->capturing) {
     std::fprintf(stderr, "EMU: refused a programmatic launch of %s during capture (fault injection)\n", name);

@@ -1,8 +1,9 @@
 // check_model.cu — whole-model checks of the CUDA backend against the CPU backend (logits
 // of the tiny fixture models and SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
-// size of FP8's effect on SmolLM2's logits against an independent reference) and the
-// Llama-3.1-8B-shaped benchmarks (decode bandwidth, batching, prefill rate) against
-// the copy bandwidth and the cuBLASLt rate measured in the same run.
+// size of FP8's effect on SmolLM2's logits against an independent reference), of a
+// two-stage pipeline split against one CUDA backend, and the Llama-3.1-8B-shaped
+// benchmarks (decode bandwidth, batching, prefill rate) against the copy bandwidth and
+// the cuBLASLt rate measured in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>

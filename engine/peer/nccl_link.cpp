@@ -152,11 +152,13 @@ void require_nccl() {
 }
 
 std::vector<uint8_t> nccl_unique_id() {
-  throw InputError("peer.transport = \"nccl\" needs a sparkd built with CUDA; this build has none (use \"tcp\")");
+  require_nccl();  // throws
+  return {};
 }
 
 std::unique_ptr<Link> make_nccl_link(const PeerConfig&, int, const std::vector<uint8_t>&) {
-  throw InputError("peer.transport = \"nccl\" needs a sparkd built with CUDA; this build has none (use \"tcp\")");
+  require_nccl();  // throws
+  return nullptr;
 }
 
 #endif

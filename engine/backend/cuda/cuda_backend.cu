@@ -266,7 +266,7 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
   const int32_t qkv_n = (nh + 2 * nkv) * hd;
   auto as_t = [](void* p) { return static_cast<T*>(p); };
   auto linear = [&](const void* x, int32_t k, const void* w, int32_t n, void* y) {
-    gemm->linear(half(), x, rows, k, w, n, y, cuda::GemmOut::HALF, stream);
+    gemm->linear(half(), x, rows, k, w, n, y, cuda::GemmOut::HALF, stream, cuda::GemmPath::AUTO, programmatic);
   };
   for (size_t l = 0; l < weights->layers.size(); ++l) {
     const cuda::DeviceLayer& L = weights->layers[l];
@@ -327,7 +327,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
     });
     if (has_head && R > 0)
       gemm->linear(half(), act.head_in, R, H, weights->lm_head, int32_t(spec.vocab_size), act.logits,
-                   cuda::GemmOut::F32, stream);
+                   cuda::GemmOut::F32, stream, cuda::GemmPath::AUTO, programmatic);
   };
   try {
     step();
@@ -339,7 +339,6 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
     log_warn("cuda: programmatic dependent launch failed (", e.what(), "); running without it");
     cudaGetLastError();  // the refused launch's error, which the retry must not report
     programmatic = false;
-    gemm->set_programmatic_launch(false);
     step();
   }
   return has_head ? R : 0;
@@ -379,7 +378,6 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const Weights& weights, const Cu
   cpu::Rope rope(spec);  // throws for a rope_scaling type no backend supports
   m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half());
   m.gemm = std::make_unique<cuda::Gemm>();
-  m.gemm->set_programmatic_launch(m.programmatic);
   m.attention = std::make_unique<cuda::Attention>(attention_shape(spec, options, m.sizes));
   if (m.has_head)
     m.sampler = std::make_unique<cuda::DeviceSampler>(spec.vocab_size, spec.eos_token_ids, int32_t(m.sizes.max_rows),

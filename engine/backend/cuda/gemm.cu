@@ -148,7 +148,7 @@ const Gemm::Plan& Gemm::plan_for(HalfType type, int32_t rows, int32_t k, int32_t
 }
 
 void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, GemmOut out,
-                  cudaStream_t stream, GemmPath path) {
+                  cudaStream_t stream, GemmPath path, bool programmatic) {
   SPARK_CHECK(rows >= 0 && k > 0 && n > 0, "Gemm::linear: bad shape rows=" + std::to_string(rows) +
                                                " k=" + std::to_string(k) + " n=" + std::to_string(n));
   SPARK_CHECK(k % 8 == 0, "Gemm::linear: k must be a multiple of 8, got " + std::to_string(k));
@@ -156,7 +156,7 @@ void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const v
   if (rows == 0) return;
   if (path == GemmPath::AUTO) path = choose(rows, k, n);
   if (path == GemmPath::GEMV) {
-    gemv(type, x, rows, k, w, n, y, out, stream, programmatic_);
+    gemv(type, x, rows, k, w, n, y, out, stream, programmatic);
     return;
   }
   const Plan& plan = plan_for(type, rows, k, n, out, stream);

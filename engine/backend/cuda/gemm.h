@@ -30,17 +30,14 @@ class Gemm {
   // y[rows, n] = x[rows, k] · w[n, k]ᵀ, all row-major; x and w hold `type` (__nv_bfloat16
   // or __half), y holds `type` or f32 (`out`). k must be a multiple of 8 (16-byte rows).
   // Capturable in a CUDA graph once the same shape and types have run once outside
-  // capture (the algorithm search happens on first use).
+  // capture (the algorithm search happens on first use). programmatic (sm_90 and later
+  // only): a GEMV launch may overlap the kernel before it (gemv.h), so w must not be that
+  // kernel's output.
   void linear(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, GemmOut out,
-              cudaStream_t stream, GemmPath path = GemmPath::AUTO);
+              cudaStream_t stream, GemmPath path = GemmPath::AUTO, bool programmatic = false);
 
   // The path AUTO takes for this shape.
   GemmPath choose(int32_t rows, int32_t k, int32_t n) const;
-
-  // Off by default. When on (sm_90 and later only), GEMV launches may overlap the kernel
-  // before them (gemv.h): a weight must then never be written by the kernel just ahead of
-  // its linear() in the stream.
-  void set_programmatic_launch(bool on) { programmatic_ = on; }
 
  private:
   struct Plan;  // cuBLASLt descriptors and the algorithm chosen for one (type, rows, k, n, out)
@@ -49,7 +46,6 @@ class Gemm {
 
   void* handle_ = nullptr;     // cublasLtHandle_t
   void* workspace_ = nullptr;  // device memory, kWorkspaceBytes
-  bool programmatic_ = false;
   // Keyed by (type, rows, k, n, out): the algorithm and layouts differ per data type.
   std::map<std::tuple<int, int32_t, int32_t, int32_t, int>, std::unique_ptr<Plan>> plans_;
 };

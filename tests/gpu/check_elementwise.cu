@@ -80,10 +80,10 @@ void check_add_rms_norm(int32_t rows, int32_t hidden, bool with_delta, bool with
   const float eps = 1e-5f;
   const size_t n = size_t(rows) * hidden;
   const std::vector<float> x0 = random_floats(n, seed, -2.0f, 2.0f);
-  const std::vector<float> delta = round_half<T>(random_floats(n, seed + 1));
+  const std::vector<float> delta = random_floats(n, seed + 1);
   const std::vector<float> weight = random_floats(size_t(hidden), seed + 2, 0.5f, 1.5f);
-  DeviceArray<float> d_x(x0), d_w(weight);
-  DeviceArray<T> d_delta(to_half<T>(delta)), d_out(n);
+  DeviceArray<float> d_x(x0), d_w(weight), d_delta(delta);
+  DeviceArray<T> d_out(n);
   d_out.poison();
   cuda::add_rms_norm(d_x.get(), with_delta ? d_delta.get() : nullptr, d_w.get(), rows, hidden, eps,
                      with_out ? d_out.get() : nullptr, nullptr);
@@ -339,6 +339,29 @@ void check_swiglu(int32_t rows, int32_t inter, uint64_t seed) {
   error_row(kCheck, "swiglu " + shape(rows, inter) + tag<T>(), rel_error(ref, from_half(d_out.download())), kHalfLimit);
 }
 
+// FP16 stores saturate (from_f32 in common.cuh): where gate and up are both +-400 the
+// SwiGLU output is +-160000, past FP16's 65504, and must be stored as +-65504, not inf.
+void check_swiglu_f16_saturates() {
+  const int32_t rows = 3, inter = 256;
+  std::vector<float> gate_up = round_half<f16>(random_floats(size_t(rows) * 2 * inter, 204, -6.0f, 6.0f));
+  for (int32_t t = 0; t < rows; ++t)
+    for (int32_t i = t; i < inter; i += 5) {
+      gate_up[size_t(t) * 2 * inter + size_t(i)] = 400.0f;
+      gate_up[size_t(t) * 2 * inter + size_t(inter + i)] = i % 2 ? 400.0f : -400.0f;
+    }
+  DeviceArray<f16> d_in(to_half<f16>(gate_up)), d_out(size_t(rows) * inter);
+  cuda::swiglu(d_in.get(), rows, inter, d_out.get(), nullptr);
+  sync();
+  std::vector<float> ref(size_t(rows) * inter);
+  for (int32_t t = 0; t < rows; ++t) {
+    const float* g = gate_up.data() + int64_t(t) * 2 * inter;
+    cpu::silu_mul(g, g + inter, inter, ref.data() + int64_t(t) * inter);
+  }
+  for (float& v : ref) v = std::clamp(v, -65504.0f, 65504.0f);
+  error_row(kCheck, "swiglu " + shape(rows, inter) + " f16, outputs past 65504 saturate",
+            rel_error(ref, from_half(d_out.download())), kHalfLimit);
+}
+
 // ---- benchmarks (Llama-3.1-8B shapes) ----------------------------------------------------
 
 constexpr int32_t kHidden = 4096, kInter = 14336, kHeads = 32, kKvHeads = 8, kHeadDim = 128;
@@ -375,12 +398,12 @@ void bench_all(const T* table) {
       report("embedding" + tag<T>(), rows, bytes, ms);
     }
     {  // add + norm, and the final norm of the same number of rows
-      const double bytes = double(rh) * (4 + 2 + 4 + 2) + kHidden * 4.0;
+      const double bytes = double(rh) * (4 + 4 + 4 + 2) + kHidden * 4.0;
       const int n = copies_for(bytes);
-      DeviceArray<float> x(size_t(rh) * n), w(random_floats(kHidden, 5, 0.5f, 1.5f));
-      DeviceArray<T> delta(size_t(rh) * n), out(size_t(rh) * n);
+      DeviceArray<float> x(size_t(rh) * n), delta(size_t(rh) * n), w(random_floats(kHidden, 5, 0.5f, 1.5f));
+      DeviceArray<T> out(size_t(rh) * n);
       fill(x.get(), x.size() * 4, 0x3F);  // ~0.75: finite values, content is irrelevant here
-      fill(delta.get(), delta.size() * 2, 0x3C);
+      fill(delta.get(), delta.size() * 4, 0x3C);
       int it = 0;
       double ms = time_ms([&] {
         const int c = it++ % n;
@@ -497,6 +520,7 @@ void run_cases() {
 void run() {
   run_cases<bf16>();
   run_cases<f16>();
+  check_swiglu_f16_saturates();
 
   if (emulated()) return;  // benchmarks mean nothing on the CPU emulator
 

@@ -93,9 +93,8 @@ CudaOptions options_for(const Sequences& seqs, bool f16, bool fp8, bool graphs) 
 // Logits of the CUDA backend against the CPU backend's on the same steps: a prefill of
 // every prompt, then decode steps fed the CPU's greedy tokens (enough of them for the
 // decode graph to be captured and replayed).
-void logits_parity(const std::string& name, const std::string& path, std::vector<std::vector<int32_t>> prompts,
+void logits_parity(const std::string& name, const LoadedModel& m, std::vector<std::vector<int32_t>> prompts,
                    bool f16) {
-  LoadedModel m = load_model(config_for_model(path));
   const int decode_steps = 6;
   Sequences cpu_seqs(prompts, decode_steps + 1), gpu_seqs(prompts, decode_steps + 1);
   CpuBackend cpu(m.info.spec, m.weights, 0);
@@ -197,7 +196,7 @@ void smollm2_checks() {
   // The compute type sparkd picks for this file (FP16 for GGUF blocks).
   const std::string half = compute_dtype_name(config_for_model(kSmolLM2), m.info.spec, "cuda");
   const bool f16 = half == "fp16";
-  logits_parity("smollm2", kSmolLM2, prompts, f16);
+  logits_parity("smollm2", m, prompts, f16);
 
   Sequences shape(prompts, new_tokens);
   CpuBackend cpu(m.info.spec, m.weights, 0);
@@ -374,7 +373,39 @@ void tiny_model_parity(const std::string& name) {
   std::ifstream f("tests/golden/models/" + name + "/golden.json");
   const auto golden = nlohmann::json::parse(f);
   const auto prompts = golden["sequences"].get<std::vector<std::vector<int32_t>>>();
-  for (bool f16 : {false, true}) logits_parity(name, "tests/golden/models/" + name, prompts, f16);
+  const LoadedModel m = load_model(config_for_model("tests/golden/models/" + name));
+  for (bool f16 : {false, true}) logits_parity(name, m, prompts, f16);
+}
+
+// Llama-family models keep a few "massive activations": residual-stream values thousands
+// of times the rest, written by an early layer's down projection. FP16's largest value is
+// 65504, so a projection output rounded to FP16 can become inf and every logit NaN, where
+// the CPU (f32) and BF16 stay finite. The tiny llama with layer 0's down projection scaled
+// by 2^16 (exact in FP16) writes such values, up to ~1e5, into the f32 residual stream.
+void tiny_model_massive_activation() {
+  const std::string path = "tests/golden/models/llama";
+  std::ifstream f(path + "/golden.json");
+  const auto prompts = nlohmann::json::parse(f)["sequences"].get<std::vector<std::vector<int32_t>>>();
+  LoadedModel m = load_model(config_for_model(path));
+  Weights scaled;
+  for (const auto& [name, t] : m.weights.all()) {
+    if (name != "model.layers.0.mlp.down_proj.weight") {
+      scaled.add(t);
+      continue;
+    }
+    SPARK_CHECK(t.dtype == DType::F32, "the tiny llama's weights are f32");
+    auto values = std::make_shared<std::vector<float>>(static_cast<const float*>(t.data),
+                                                       static_cast<const float*>(t.data) + t.numel());
+    for (float& v : *values) v *= 65536.0f;
+    Tensor big = t;
+    big.data = values->data();
+    scaled.add(big);
+    scaled.keep_alive(values);
+  }
+  scaled.set_range(m.weights.range());
+  scaled.keep_alive(std::make_shared<Weights>(std::move(m.weights)));  // the views' storage
+  m.weights = std::move(scaled);
+  for (bool f16 : {false, true}) logits_parity("llama, massive activations,", m, prompts, f16);
 }
 
 // Under the emulator SmolLM2 is too slow for its device-sampling rows, so the tiny models
@@ -462,6 +493,7 @@ void part(const std::string& what, const std::function<void()>& fn) {
 int main() {
   return run_main("model", [] {
     for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16"}) part(name, [name] { tiny_model_parity(name); });
+    part("llama massive activations", tiny_model_massive_activation);
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_split(name); });
     if (emulated()) {
       for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_device_greedy(name); });

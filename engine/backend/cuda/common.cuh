@@ -87,7 +87,9 @@ __device__ __forceinline__ float fp8_decode(uint8_t q, float scale) {
 
 // The 16-bit types a model computes in (HalfType in kernel_args.h): conversions and
 // 16-byte vectors of 8 values, the unit of every coalesced load and store. Arithmetic is
-// f32; rounding back is to nearest even.
+// f32; rounding back is to nearest even. FP16 saturates at its largest finite value
+// (65504): one out-of-range activation then costs precision, where inf would turn every
+// value computed from it into inf or NaN. NaN stays NaN.
 template <typename T>
 __host__ __device__ __forceinline__ float to_f32(T v);
 template <>
@@ -100,7 +102,10 @@ __host__ __device__ __forceinline__ T from_f32(float v);
 template <>
 __host__ __device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat16(v); }
 template <>
-__host__ __device__ __forceinline__ f16 from_f32<f16>(float v) { return __float2half(v); }
+__host__ __device__ __forceinline__ f16 from_f32<f16>(float v) {
+  constexpr float kMax = 65504.0f;
+  return __float2half(v > kMax ? kMax : v < -kMax ? -kMax : v);
+}
 
 template <typename T>
 __device__ __forceinline__ void load8(const T* p, float (&f)[8]) {

@@ -35,14 +35,16 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 // The activation buffers of the largest step, carved out of one allocation. Buffers
 // whose lives do not overlap share memory: the qkv output is consumed (rope) before
 // gate/up is produced, the attention output (o_proj) before the SwiGLU output.
-// The 16-bit buffers are `void*` in the compute type (BF16 or FP16).
+// The 16-bit buffers are `void*` in the compute type (BF16 or FP16). The projections that
+// feed the residual stream write f32: a llama-family model's few massive activations come
+// out of a down projection and can exceed FP16's range.
 struct Activations {
   float* x = nullptr;         // [T, H] f32 residual stream
   void* normed = nullptr;     // [T, H] RMSNorm output, GEMM input
   void* wide = nullptr;       // [T, max(qkv, 2 I)]
   void* q = nullptr;          // [T, heads * head_dim] roped queries
   void* mid = nullptr;        // [T, max(heads * head_dim, I)]: attention output, then SwiGLU output
-  void* proj = nullptr;       // [T, H] o_proj / down_proj output, added to x by the next norm
+  float* proj = nullptr;      // [T, H] f32 o_proj / down_proj output, added to x by the next norm
   void* head_in = nullptr;    // [R, H] final-normed rows for the LM head
   float* logits = nullptr;    // [R, vocab]
   float* inv_freq = nullptr;  // [head_dim / 2]
@@ -80,7 +82,7 @@ struct Sizes {
     wide = aligned(size_t(max_tokens * std::max(qd + 2 * kvd, 2 * I)) * 2);
     q = aligned(size_t(max_tokens * qd) * 2);
     mid = aligned(size_t(max_tokens * std::max(qd, I)) * 2);
-    proj = aligned(size_t(max_tokens * H) * 2);
+    proj = aligned(size_t(max_tokens * H) * 4);
     head_in = has_head ? aligned(size_t(max_rows * H) * 2) : 0;
     logits = has_head ? aligned(size_t(max_rows * s.vocab_size) * 4) : 0;
     inv_freq = aligned(size_t(s.head_dim / 2) * 4);
@@ -265,27 +267,27 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
   const float eps = float(spec.rms_norm_eps);
   const int32_t qkv_n = (nh + 2 * nkv) * hd;
   auto as_t = [](void* p) { return static_cast<T*>(p); };
-  auto linear = [&](const void* x, int32_t k, const void* w, int32_t n, void* y) {
-    gemm->linear(half(), x, rows, k, w, n, y, cuda::GemmOut::HALF, stream, cuda::GemmPath::AUTO, programmatic);
+  auto linear = [&](const void* x, int32_t k, const void* w, int32_t n, void* y, cuda::GemmOut out) {
+    gemm->linear(half(), x, rows, k, w, n, y, out, stream, cuda::GemmPath::AUTO, programmatic);
   };
   for (size_t l = 0; l < weights->layers.size(); ++l) {
     const cuda::DeviceLayer& L = weights->layers[l];
-    cuda::add_rms_norm<T>(act.x, l == 0 ? nullptr : as_t(act.proj), L.attn_norm, rows, H, eps, as_t(act.normed), stream,
+    cuda::add_rms_norm<T>(act.x, l == 0 ? nullptr : act.proj, L.attn_norm, rows, H, eps, as_t(act.normed), stream,
                           programmatic);
-    linear(act.normed, H, L.qkv, qkv_n, act.wide);
+    linear(act.normed, H, L.qkv, qkv_n, act.wide, cuda::GemmOut::HALF);
     cuda::qkv_rope_kv_write<T>(as_t(act.wide), L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping, rows,
                                nh, rope, kv, cache[l], as_t(act.q), stream, programmatic);
     attention->run(db, cache[l], act.q, act.mid, stream, programmatic);
-    linear(act.mid, nh * hd, L.o, H, act.proj);
-    cuda::add_rms_norm<T>(act.x, as_t(act.proj), L.ffn_norm, rows, H, eps, as_t(act.normed), stream, programmatic);
-    linear(act.normed, H, L.gate_up, 2 * I, act.wide);
+    linear(act.mid, nh * hd, L.o, H, act.proj, cuda::GemmOut::F32);
+    cuda::add_rms_norm<T>(act.x, act.proj, L.ffn_norm, rows, H, eps, as_t(act.normed), stream, programmatic);
+    linear(act.normed, H, L.gate_up, 2 * I, act.wide, cuda::GemmOut::HALF);
     cuda::swiglu<T>(as_t(act.wide), rows, I, as_t(act.mid), stream, programmatic);
-    linear(act.mid, I, L.down, H, act.proj);
+    linear(act.mid, I, L.down, H, act.proj, cuda::GemmOut::F32);
   }
   // The last layer's MLP output joins the residual stream here (the next stage, or the
   // final norm, reads x).
   if (!weights->layers.empty())
-    cuda::add_rms_norm<T>(act.x, as_t(act.proj), nullptr, rows, H, eps, static_cast<T*>(nullptr), stream, programmatic);
+    cuda::add_rms_norm<T>(act.x, act.proj, nullptr, rows, H, eps, static_cast<T*>(nullptr), stream, programmatic);
 }
 
 // Runs the held layers (and the LM head on the last stage); returns the logits rows left
@@ -397,7 +399,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const Weights& weights, const Cu
   m.act.wide = take(m.sizes.wide);
   m.act.q = take(m.sizes.q);
   m.act.mid = take(m.sizes.mid);
-  m.act.proj = take(m.sizes.proj);
+  m.act.proj = reinterpret_cast<float*>(take(m.sizes.proj));
   m.act.head_in = take(m.sizes.head_in);
   m.act.logits = reinterpret_cast<float*>(take(m.sizes.logits));
   m.act.inv_freq = reinterpret_cast<float*>(take(m.sizes.inv_freq));

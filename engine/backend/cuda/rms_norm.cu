@@ -17,7 +17,7 @@ constexpr int kMaxHidden = 8 * kChunksPerThread * 1024;
 // x is written only when delta is not null; rms_norm_rows passes a const x that way.
 template <typename T>
 __global__ void __launch_bounds__(1024)
-    add_rms_norm_kernel(float* __restrict__ x, const int32_t* __restrict__ row_ids, const T* __restrict__ delta,
+    add_rms_norm_kernel(float* __restrict__ x, const int32_t* __restrict__ row_ids, const float* __restrict__ delta,
                         const float* __restrict__ weight, int32_t hidden, float eps, T* __restrict__ out) {
   __shared__ float scratch[32];
   wait_then_allow_next_kernel();
@@ -37,10 +37,10 @@ __global__ void __launch_bounds__(1024)
     v[k][0] = lo.x, v[k][1] = lo.y, v[k][2] = lo.z, v[k][3] = lo.w;
     v[k][4] = hi.x, v[k][5] = hi.y, v[k][6] = hi.z, v[k][7] = hi.w;
     if (delta) {
-      float d[8];
-      load8(delta + r * hidden + c * 8, d);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[k][j] += d[j];
+      const float4* dp = reinterpret_cast<const float4*>(delta + r * hidden + c * 8);
+      const float4 dlo = dp[0], dhi = dp[1];
+      v[k][0] += dlo.x, v[k][1] += dlo.y, v[k][2] += dlo.z, v[k][3] += dlo.w;
+      v[k][4] += dhi.x, v[k][5] += dhi.y, v[k][6] += dhi.z, v[k][7] += dhi.w;
       float4* xw = reinterpret_cast<float4*>(xr + c * 8);
       xw[0] = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
       xw[1] = make_float4(v[k][4], v[k][5], v[k][6], v[k][7]);
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(1024)
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <typename T>
-void launch(float* x, const int32_t* row_ids, const T* delta, const float* weight, int32_t rows, int32_t hidden,
+void launch(float* x, const int32_t* row_ids, const float* delta, const float* weight, int32_t rows, int32_t hidden,
             float eps, T* out, cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(rows >= 0, "rms_norm: negative rows");
   SPARK_CHECK(hidden > 0 && hidden % 8 == 0 && hidden <= kMaxHidden,
@@ -87,7 +87,7 @@ void launch(float* x, const int32_t* row_ids, const T* delta, const float* weigh
 }  // namespace
 
 template <typename T>
-void add_rms_norm(float* x, const T* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
+void add_rms_norm(float* x, const float* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
                   cudaStream_t stream, bool programmatic) {
   launch<T>(x, nullptr, delta, weight, rows, hidden, eps, out, stream, programmatic);
 }
@@ -100,8 +100,9 @@ void rms_norm_rows(const float* x, const int32_t* row_ids, int32_t rows, const f
   launch<T>(const_cast<float*>(x), row_ids, nullptr, weight, rows, hidden, eps, out, stream, programmatic);
 }
 
-template void add_rms_norm<bf16>(float*, const bf16*, const float*, int32_t, int32_t, float, bf16*, cudaStream_t, bool);
-template void add_rms_norm<f16>(float*, const f16*, const float*, int32_t, int32_t, float, f16*, cudaStream_t, bool);
+template void add_rms_norm<bf16>(float*, const float*, const float*, int32_t, int32_t, float, bf16*, cudaStream_t,
+                                 bool);
+template void add_rms_norm<f16>(float*, const float*, const float*, int32_t, int32_t, float, f16*, cudaStream_t, bool);
 template void rms_norm_rows<bf16>(const float*, const int32_t*, int32_t, const float*, int32_t, float, bf16*,
                                   cudaStream_t, bool);
 template void rms_norm_rows<f16>(const float*, const int32_t*, int32_t, const float*, int32_t, float, f16*,

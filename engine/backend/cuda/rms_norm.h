@@ -8,14 +8,15 @@
 
 namespace spark::cuda {
 
-// For each of `rows` rows of `hidden` values: x += delta (in f32; skipped when delta is
-// null), then out = x / sqrt(mean(x^2) + eps) * weight, rounded to T. When out is null
-// only the add happens (the last layer's output before the final norm). x is the f32
-// residual stream; delta is a projection's output. T is the compute type (__nv_bfloat16
-// or __half). programmatic: a programmatic dependent launch (launch_kernel in common.cuh;
+// For each of `rows` rows of `hidden` values: x += delta (skipped when delta is null),
+// then out = x / sqrt(mean(x^2) + eps) * weight, rounded to T. When out is null only the
+// add happens (the last layer's output before the final norm). x is the f32 residual
+// stream; delta is a projection's output, in f32 too: the few "massive activations" of
+// llama-family models exceed FP16's range there. T is the compute type (__nv_bfloat16 or
+// __half). programmatic: a programmatic dependent launch (launch_kernel in common.cuh;
 // sm_90 and later only).
 template <typename T>
-void add_rms_norm(float* x, const T* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
+void add_rms_norm(float* x, const float* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
                   cudaStream_t stream, bool programmatic = false);
 
 // The final norm on the rows whose logits are wanted only: out[r] = rmsnorm(x[row_ids[r]]).

@@ -377,6 +377,18 @@ void tiny_model_parity(const std::string& name) {
   for (bool f16 : {false, true}) logits_parity(name, m, prompts, f16);
 }
 
+// The same prompts three times over: 12 sequences decode in the 16-row graph bucket (4
+// rows of padding), where the linear layers run on cuBLASLt inside the captured graph
+// instead of the GEMV kernel, as at the batch sizes of a loaded server.
+void tiny_model_wide_batch(const std::string& name) {
+  std::ifstream f("tests/golden/models/" + name + "/golden.json");
+  const auto golden = nlohmann::json::parse(f)["sequences"].get<std::vector<std::vector<int32_t>>>();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int copy = 0; copy < 3; ++copy) prompts.insert(prompts.end(), golden.begin(), golden.end());
+  const LoadedModel m = load_model(config_for_model("tests/golden/models/" + name));
+  for (bool f16 : {false, true}) logits_parity(name + " x12 sequences (graph bucket 16, cuBLASLt)", m, prompts, f16);
+}
+
 // Llama-family models keep a few "massive activations": residual-stream values thousands
 // of times the rest, written by an early layer's down projection. FP16's largest value is
 // 65504, so a projection output rounded to FP16 can become inf and every logit NaN, where
@@ -494,6 +506,7 @@ int main() {
   return run_main("model", [] {
     for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16"}) part(name, [name] { tiny_model_parity(name); });
     part("llama massive activations", tiny_model_massive_activation);
+    part("llama x12", [] { tiny_model_wide_batch("llama"); });
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_split(name); });
     if (emulated()) {
       for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_device_greedy(name); });

@@ -1,11 +1,13 @@
 // check_model.cu — whole-model checks of the CUDA backend against the CPU backend (logits
-// of the tiny fixture models and SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
+// of the tiny fixture models, in whole-prompt, padded-bucket and mixed chunked-prefill and
+// decode steps, and of SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
 // size of FP8's effect on SmolLM2's logits against an independent reference), of a
 // two-stage pipeline split against one CUDA backend, and the Llama-3.1-8B-shaped
 // benchmarks (decode bandwidth, batching, prefill rate) against the copy bandwidth and
 // the cuBLASLt rate measured in the same run.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -27,12 +29,16 @@ namespace {
 const char* kSmolLM2 = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 constexpr int kBlock = 16;
 
-// Steps sequences through a backend together, as the engine batches them: one step with
-// every uncomputed token, a logits row at each sequence's last token.
+// Steps sequences through a backend together, as the engine batches them: by default one
+// step with every uncomputed token, a logits row at each sequence's last token. With
+// `chunk`, a sequence computes at most that many tokens a step (chunked prefill), and only
+// the first `active` sequences take part (later arrivals); a logits row, and a token from
+// append(), only for those whose known tokens the step completes (`waiting`, in row order).
 struct Sequences {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<size_t> computed;
   std::vector<size_t> prompt_len;
+  std::vector<size_t> waiting;
   int blocks_per_seq = 0;
 
   Sequences(std::vector<std::vector<int32_t>> prompts, int max_new) : tokens(std::move(prompts)) {
@@ -46,26 +52,32 @@ struct Sequences {
   }
   int num_blocks() const { return int(tokens.size()) * blocks_per_seq; }
 
-  Batch next() {
+  Batch next(size_t chunk = SIZE_MAX, size_t active = SIZE_MAX) {
     Batch b;
     b.max_blocks_per_seq = blocks_per_seq;
     b.query_start.push_back(0);
-    for (size_t s = 0; s < tokens.size(); ++s) {
-      for (size_t p = computed[s]; p < tokens[s].size(); ++p) {
+    waiting.clear();
+    for (size_t s = 0; s < std::min(active, tokens.size()); ++s) {
+      const size_t end = computed[s] + std::min(chunk, tokens[s].size() - computed[s]);
+      if (end == computed[s]) continue;
+      for (size_t p = computed[s]; p < end; ++p) {
         b.token_ids.push_back(tokens[s][p]);
         b.positions.push_back(int32_t(p));
         b.slot_mapping.push_back(int32_t(s * blocks_per_seq * kBlock + p));
       }
-      b.logits_rows.push_back(b.num_tokens() - 1);
+      if (end == tokens[s].size()) {
+        b.logits_rows.push_back(b.num_tokens() - 1);
+        waiting.push_back(s);
+      }
       b.query_start.push_back(b.num_tokens());
-      b.context_lens.push_back(int32_t(tokens[s].size()));
+      b.context_lens.push_back(int32_t(end));
       for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(int32_t(s) * blocks_per_seq + k);
-      computed[s] = tokens[s].size();
+      computed[s] = end;
     }
     return b;
   }
   void append(const std::vector<int32_t>& next_tokens) {
-    for (size_t s = 0; s < tokens.size(); ++s) tokens[s].push_back(next_tokens[s]);
+    for (size_t i = 0; i < waiting.size(); ++i) tokens[waiting[i]].push_back(next_tokens[i]);
   }
 };
 
@@ -106,6 +118,7 @@ void logits_parity(const std::string& name, const LoadedModel& m, std::vector<st
     ForwardResult want, got;
     cpu.forward(cpu_seqs.next(), nullptr, want);
     gpu.forward(gpu_seqs.next(), nullptr, got);
+    if (want.logits.empty()) throw std::runtime_error("step " + std::to_string(step) + " compared no logits");
     worst = std::max(worst, rel_error(want.logits, got.logits));
     auto next = argmax_rows(want.logits, m.info.spec.vocab_size);
     cpu_seqs.append(next);
@@ -377,6 +390,45 @@ void tiny_model_parity(const std::string& name) {
   for (bool f16 : {false, true}) logits_parity(name, m, prompts, f16);
 }
 
+// Steps as a loaded server mixes them: sequence s arrives at step s and its prompt is
+// prefilled 8 tokens a step (over the part already cached), so most steps hold chunked
+// prefills beside decodes of the sequences already running (eager), and a few only
+// decodes (graphs).
+void tiny_model_mixed_steps(const std::string& name) {
+  std::ifstream f("tests/golden/models/" + name + "/golden.json");
+  const auto prompts = nlohmann::json::parse(f)["sequences"].get<std::vector<std::vector<int32_t>>>();
+  const LoadedModel m = load_model(config_for_model("tests/golden/models/" + name));
+  const int steps = 12;
+  const size_t chunk = 8;
+  for (bool f16 : {false, true}) {
+    Sequences cpu_seqs(prompts, steps), gpu_seqs(prompts, steps);
+    CpuBackend cpu(m.info.spec, m.weights, 0);
+    CudaBackend gpu(m.info.spec, m.weights, options_for(gpu_seqs, f16, false, true));
+    cpu.init_kv_cache(cpu_seqs.num_blocks(), kBlock);
+    gpu.init_kv_cache(gpu_seqs.num_blocks(), kBlock);
+    double worst = 0;
+    int mixed = 0;
+    for (int step = 0; step < steps; ++step) {
+      const Batch batch = cpu_seqs.next(chunk, size_t(step) + 1);
+      ForwardResult want, got;
+      cpu.forward(batch, nullptr, want);
+      gpu.forward(gpu_seqs.next(chunk, size_t(step) + 1), nullptr, got);
+      if (want.logits.empty()) throw std::runtime_error("step " + std::to_string(step) + " compared no logits");
+      worst = std::max(worst, rel_error(want.logits, got.logits));
+      bool decodes = false, prefills = false;
+      for (int32_t s = 0; s < batch.num_seqs(); ++s)
+        (batch.query_start[size_t(s) + 1] - batch.query_start[size_t(s)] == 1 ? decodes : prefills) = true;
+      mixed += decodes && prefills;
+      const auto next = argmax_rows(want.logits, m.info.spec.vocab_size);
+      cpu_seqs.append(next);
+      gpu_seqs.append(next);
+    }
+    error_row("model", name + (f16 ? " fp16" : " bf16") + " logits vs cpu, staggered arrivals, prefill chunks of 8 (" +
+                           std::to_string(mixed) + " mixed steps)",
+              worst, 2e-2);
+  }
+}
+
 // The same prompts three times over: 12 sequences decode in the 16-row graph bucket (4
 // rows of padding), where the linear layers run on cuBLASLt inside the captured graph
 // instead of the GEMV kernel, as at the batch sizes of a loaded server.
@@ -507,6 +559,7 @@ int main() {
     for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16"}) part(name, [name] { tiny_model_parity(name); });
     part("llama massive activations", tiny_model_massive_activation);
     part("llama x12", [] { tiny_model_wide_batch("llama"); });
+    for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_mixed_steps(name); });
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_split(name); });
     if (emulated()) {
       for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_device_greedy(name); });

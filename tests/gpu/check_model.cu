@@ -102,29 +102,43 @@ CudaOptions options_for(const Sequences& seqs, bool f16, bool fp8, bool graphs) 
   return o;
 }
 
-// Logits of the CUDA backend against the CPU backend's on the same steps: a prefill of
-// every prompt, then decode steps fed the CPU's greedy tokens (enough of them for the
-// decode graph to be captured and replayed).
+// Logits of the CUDA backend against the CPU backend's on the same steps, each fed the
+// CPU's greedy tokens. By default a prefill of every prompt, then 6 decode steps (enough
+// for the decode graph to be captured and replayed). staggered: the steps a loaded server
+// mixes instead; sequence s arrives at step s and its prompt is prefilled 8 tokens a step
+// over the part already cached, so most steps hold chunked prefills beside decodes of the
+// sequences already running (eager), and a few only decodes (graphs).
 void logits_parity(const std::string& name, const LoadedModel& m, std::vector<std::vector<int32_t>> prompts,
-                   bool f16) {
-  const int decode_steps = 6;
-  Sequences cpu_seqs(prompts, decode_steps + 1), gpu_seqs(prompts, decode_steps + 1);
+                   bool f16, bool staggered = false) {
+  const int steps = staggered ? 12 : 7;
+  const size_t chunk = staggered ? 8 : SIZE_MAX;
+  Sequences cpu_seqs(prompts, steps), gpu_seqs(prompts, steps);
   CpuBackend cpu(m.info.spec, m.weights, 0);
   CudaBackend gpu(m.info.spec, m.weights, options_for(gpu_seqs, f16, false, true));
   cpu.init_kv_cache(cpu_seqs.num_blocks(), kBlock);
   gpu.init_kv_cache(gpu_seqs.num_blocks(), kBlock);
   double worst = 0;
-  for (int step = 0; step <= decode_steps; ++step) {
+  int mixed = 0;
+  for (int step = 0; step < steps; ++step) {
+    const size_t active = staggered ? size_t(step) + 1 : SIZE_MAX;
+    const Batch batch = cpu_seqs.next(chunk, active);
     ForwardResult want, got;
-    cpu.forward(cpu_seqs.next(), nullptr, want);
-    gpu.forward(gpu_seqs.next(), nullptr, got);
+    cpu.forward(batch, nullptr, want);
+    gpu.forward(gpu_seqs.next(chunk, active), nullptr, got);
     if (want.logits.empty()) throw std::runtime_error("step " + std::to_string(step) + " compared no logits");
     worst = std::max(worst, rel_error(want.logits, got.logits));
-    auto next = argmax_rows(want.logits, m.info.spec.vocab_size);
+    bool decodes = false, prefills = false;
+    for (int32_t s = 0; s < batch.num_seqs(); ++s)
+      (batch.query_start[size_t(s) + 1] - batch.query_start[size_t(s)] == 1 ? decodes : prefills) = true;
+    mixed += decodes && prefills;
+    const auto next = argmax_rows(want.logits, m.info.spec.vocab_size);
     cpu_seqs.append(next);
     gpu_seqs.append(next);
   }
-  error_row("model", name + (f16 ? " fp16" : " bf16") + " logits vs cpu (prefill+6 decode)", worst, 2e-2);
+  const std::string steps_name = staggered ? "staggered arrivals, prefill chunks of 8 (" + std::to_string(mixed) +
+                                                 " mixed steps)"
+                                           : "(prefill+6 decode)";
+  error_row("model", name + (f16 ? " fp16" : " bf16") + " logits vs cpu " + steps_name, worst, 2e-2);
 }
 
 // RMS difference of the logits of an FP8-KV and a 16-bit-KV CUDA backend, both fed each
@@ -382,62 +396,27 @@ void llama8b_benchmarks() {
   row("bench", "8B memory plan: fp8 / bf16 KV tokens", fmt("%.3fx", ratio), ">= 1.95x", ratio >= 1.95);
 }
 
-void tiny_model_parity(const std::string& name) {
-  std::ifstream f("tests/golden/models/" + name + "/golden.json");
-  const auto golden = nlohmann::json::parse(f);
-  const auto prompts = golden["sequences"].get<std::vector<std::vector<int32_t>>>();
-  const LoadedModel m = load_model(config_for_model("tests/golden/models/" + name));
-  for (bool f16 : {false, true}) logits_parity(name, m, prompts, f16);
+std::string tiny_model_path(const std::string& name) { return "tests/golden/models/" + name; }
+
+// The token sequences of a tiny model's golden file.
+std::vector<std::vector<int32_t>> tiny_model_prompts(const std::string& name) {
+  std::ifstream f(tiny_model_path(name) + "/golden.json");
+  return nlohmann::json::parse(f)["sequences"].get<std::vector<std::vector<int32_t>>>();
 }
 
-// Steps as a loaded server mixes them: sequence s arrives at step s and its prompt is
-// prefilled 8 tokens a step (over the part already cached), so most steps hold chunked
-// prefills beside decodes of the sequences already running (eager), and a few only
-// decodes (graphs).
-void tiny_model_mixed_steps(const std::string& name) {
-  std::ifstream f("tests/golden/models/" + name + "/golden.json");
-  const auto prompts = nlohmann::json::parse(f)["sequences"].get<std::vector<std::vector<int32_t>>>();
-  const LoadedModel m = load_model(config_for_model("tests/golden/models/" + name));
-  const int steps = 12;
-  const size_t chunk = 8;
-  for (bool f16 : {false, true}) {
-    Sequences cpu_seqs(prompts, steps), gpu_seqs(prompts, steps);
-    CpuBackend cpu(m.info.spec, m.weights, 0);
-    CudaBackend gpu(m.info.spec, m.weights, options_for(gpu_seqs, f16, false, true));
-    cpu.init_kv_cache(cpu_seqs.num_blocks(), kBlock);
-    gpu.init_kv_cache(gpu_seqs.num_blocks(), kBlock);
-    double worst = 0;
-    int mixed = 0;
-    for (int step = 0; step < steps; ++step) {
-      const Batch batch = cpu_seqs.next(chunk, size_t(step) + 1);
-      ForwardResult want, got;
-      cpu.forward(batch, nullptr, want);
-      gpu.forward(gpu_seqs.next(chunk, size_t(step) + 1), nullptr, got);
-      if (want.logits.empty()) throw std::runtime_error("step " + std::to_string(step) + " compared no logits");
-      worst = std::max(worst, rel_error(want.logits, got.logits));
-      bool decodes = false, prefills = false;
-      for (int32_t s = 0; s < batch.num_seqs(); ++s)
-        (batch.query_start[size_t(s) + 1] - batch.query_start[size_t(s)] == 1 ? decodes : prefills) = true;
-      mixed += decodes && prefills;
-      const auto next = argmax_rows(want.logits, m.info.spec.vocab_size);
-      cpu_seqs.append(next);
-      gpu_seqs.append(next);
-    }
-    error_row("model", name + (f16 ? " fp16" : " bf16") + " logits vs cpu, staggered arrivals, prefill chunks of 8 (" +
-                           std::to_string(mixed) + " mixed steps)",
-              worst, 2e-2);
-  }
+void tiny_model_parity(const std::string& name, bool staggered = false) {
+  const LoadedModel m = load_model(config_for_model(tiny_model_path(name)));
+  for (bool f16 : {false, true}) logits_parity(name, m, tiny_model_prompts(name), f16, staggered);
 }
 
 // The same prompts three times over: 12 sequences decode in the 16-row graph bucket (4
 // rows of padding), where the linear layers run on cuBLASLt inside the captured graph
 // instead of the GEMV kernel, as at the batch sizes of a loaded server.
 void tiny_model_wide_batch(const std::string& name) {
-  std::ifstream f("tests/golden/models/" + name + "/golden.json");
-  const auto golden = nlohmann::json::parse(f)["sequences"].get<std::vector<std::vector<int32_t>>>();
+  const auto golden = tiny_model_prompts(name);
   std::vector<std::vector<int32_t>> prompts;
   for (int copy = 0; copy < 3; ++copy) prompts.insert(prompts.end(), golden.begin(), golden.end());
-  const LoadedModel m = load_model(config_for_model("tests/golden/models/" + name));
+  const LoadedModel m = load_model(config_for_model(tiny_model_path(name)));
   for (bool f16 : {false, true}) logits_parity(name + " x12 sequences (graph bucket 16, cuBLASLt)", m, prompts, f16);
 }
 
@@ -447,10 +426,7 @@ void tiny_model_wide_batch(const std::string& name) {
 // the CPU (f32) and BF16 stay finite. The tiny llama with layer 0's down projection scaled
 // by 2^16 (exact in FP16) writes such values, up to ~1e5, into the f32 residual stream.
 void tiny_model_massive_activation() {
-  const std::string path = "tests/golden/models/llama";
-  std::ifstream f(path + "/golden.json");
-  const auto prompts = nlohmann::json::parse(f)["sequences"].get<std::vector<std::vector<int32_t>>>();
-  LoadedModel m = load_model(config_for_model(path));
+  LoadedModel m = load_model(config_for_model(tiny_model_path("llama")));
   Weights scaled;
   for (const auto& [name, t] : m.weights.all()) {
     if (name != "model.layers.0.mlp.down_proj.weight") {
@@ -469,18 +445,15 @@ void tiny_model_massive_activation() {
   scaled.set_range(m.weights.range());
   scaled.keep_alive(std::make_shared<Weights>(std::move(m.weights)));  // the views' storage
   m.weights = std::move(scaled);
-  for (bool f16 : {false, true}) logits_parity("llama, massive activations,", m, prompts, f16);
+  for (bool f16 : {false, true}) logits_parity("llama, massive activations,", m, tiny_model_prompts("llama"), f16);
 }
 
 // Under the emulator SmolLM2 is too slow for its device-sampling rows, so the tiny models
 // stand in: greedy tokens from the CUDA backend's device sampler (decode graphs on)
 // against the CPU backend's argmax. `note` goes into the row names.
 void tiny_model_device_greedy(const std::string& name, const std::string& note = "") {
-  std::ifstream f("tests/golden/models/" + name + "/golden.json");
-  const auto golden = nlohmann::json::parse(f);
-  const auto prompts = golden["sequences"].get<std::vector<std::vector<int32_t>>>();
-  const std::string path = "tests/golden/models/" + name;
-  LoadedModel m = load_model(config_for_model(path));
+  const auto prompts = tiny_model_prompts(name);
+  LoadedModel m = load_model(config_for_model(tiny_model_path(name)));
   const int new_tokens = 8;
   CpuBackend cpu(m.info.spec, m.weights, 0);
   const auto want = greedy(cpu, false, m.info.spec, prompts, new_tokens);
@@ -500,10 +473,8 @@ void tiny_model_device_greedy(const std::string& name, const std::string& note =
 // values as one backend over every layer, so logits agree to f32 rounding (exactly, unless
 // cuBLASLt picks another algorithm for a stage) and greedy tokens exactly.
 void tiny_model_split(const std::string& name) {
-  const std::string path = "tests/golden/models/" + name;
-  std::ifstream f(path + "/golden.json");
-  const auto prompts = nlohmann::json::parse(f)["sequences"].get<std::vector<std::vector<int32_t>>>();
-  const Config c = config_for_model(path);
+  const auto prompts = tiny_model_prompts(name);
+  const Config c = config_for_model(tiny_model_path(name));
   const LoadedModel whole = load_model(c);
   const ModelSpec& spec = whole.info.spec;
   const int64_t split = spec.num_layers / 2;
@@ -559,7 +530,7 @@ int main() {
     for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16"}) part(name, [name] { tiny_model_parity(name); });
     part("llama massive activations", tiny_model_massive_activation);
     part("llama x12", [] { tiny_model_wide_batch("llama"); });
-    for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_mixed_steps(name); });
+    for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_parity(name, true); });
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_split(name); });
     if (emulated()) {
       for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_device_greedy(name); });

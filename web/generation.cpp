@@ -8,19 +8,22 @@ namespace spark {
 
 void check_context(const App& app, const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
                    const char* prompt_param) {
-  const int64_t limit = app.engine->max_model_len();
   for (const auto& ids : prompts) {
-    const int64_t len = static_cast<int64_t>(ids.size());
-    if (len == 0) throw HttpError(400, "the prompt is empty: at least one token is needed", "invalid_request_error", prompt_param);
-    const int64_t asked = params.max_tokens.value_or(1);
-    if (len + asked > limit) {
-      std::string msg = "This model's maximum context length is " + std::to_string(limit) + " tokens. However, you requested " +
-                        std::to_string(len + asked) + " tokens (" + std::to_string(len) + " in the " +
-                        (std::string(prompt_param) == "messages" ? "messages" : "prompt") + ", " +
-                        std::to_string(asked) + " in the completion). Please reduce the length of the " + prompt_param +
-                        " or completion.";
-      throw HttpError(400, msg, "invalid_request_error", params.max_tokens && len < limit ? "max_tokens" : prompt_param,
+    try {
+      app.engine->admission().check(ids, params);
+    } catch (const ContextLengthError& e) {
+      // OpenAI's wording, with the numbers the engine's admission found.
+      const int64_t asked = e.max_tokens.value_or(1);
+      const std::string msg =
+          "This model's maximum context length is " + std::to_string(e.max_model_len) + " tokens. However, you requested " +
+          std::to_string(e.prompt_tokens + asked) + " tokens (" + std::to_string(e.prompt_tokens) + " in the " +
+          (std::string(prompt_param) == "messages" ? "messages" : "prompt") + ", " + std::to_string(asked) +
+          " in the completion). Please reduce the length of the " + prompt_param + " or completion.";
+      throw HttpError(400, msg, "invalid_request_error",
+                      e.max_tokens && e.prompt_tokens < e.max_model_len ? "max_tokens" : prompt_param,
                       "context_length_exceeded");
+    } catch (const InputError& e) {
+      throw HttpError(400, e.what(), "invalid_request_error", ids.empty() ? prompt_param : "");
     }
   }
 }

@@ -46,8 +46,9 @@ class Generation {
   Clock::time_point deadline_;
 };
 
-// Builds the message of an engine InputError about prompt + max_tokens vs the context
-// before anything is submitted: 400 with the numbers, as OpenAI words it.
+// Runs the engine's admission before anything is submitted, so that a prompt too long
+// for the context is refused as OpenAI words it (400 context_length_exceeded with the
+// numbers) and any other refusal as a 400 naming it.
 void check_context(const App& app, const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
                    const char* prompt_param);
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/core/sampling_params.h"
+#include "engine/step/sampling_params.h"
 
 namespace spark {
 

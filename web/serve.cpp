@@ -9,16 +9,15 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/backend/backend_factory.h"
+#include "engine/backend/stage_loader.h"
 #include "engine/commands/commands.h"
 #include "engine/config.h"
 #include "engine/core/engine.h"
-#include "engine/model/arch.h"
-#include "engine/model/memory_plan.h"
-#include "engine/model/model_loader.h"
+#include "engine/core/local_executor.h"
 #include "engine/peer/head.h"
 #include "engine/peer/link.h"
 #include "engine/peer/model_identity.h"
+#include "engine/peer/pipeline_executor.h"
 #include "engine/peer/worker.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -117,8 +116,7 @@ std::string served_model_name(const Config& config) {
 
 // Everything a loaded model consists of; lives until the server has stopped.
 struct LoadedParts {
-  ModelInfo info;
-  Weights weights;
+  std::unique_ptr<LoadedStage> stage;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ChatTemplate> chat_template;
   std::unique_ptr<PeerHead> peer;  // peer mode: declared before the engine, which uses it
@@ -129,16 +127,17 @@ struct LoadedParts {
 
 // The head's side of a pair: listens for the worker, which must agree on everything in
 // the identity; the session limits bound every frame the worker may send or expect.
-std::unique_ptr<PeerHead> start_peer_head(const Config& config, const ModelInfo& info, LayerRange range, int64_t blocks) {
+std::unique_ptr<PeerHead> start_peer_head(const Config& config, const StagePlan& plan, int64_t blocks) {
   if (config.peer.transport == "nccl") require_nccl();
+  const ModelInfo& info = plan.info;
   PeerIdentity id;
   id.sparkd_version = version_string();
   id.model_fingerprint = model_fingerprint(info);
   id.model_label = model_label(info);
   id.num_layers = info.spec.num_layers;
-  id.layer_split = range.last_layer;
+  id.layer_split = plan.range.last_layer;
   id.block_size = config.engine.block_size;
-  id.kv_dtype = kv_dtype_name(config, info.spec, resolve_backend(config));
+  id.kv_dtype = plan.memory.kv_dtype;
   id.transport = config.peer.transport;
   id.kv_blocks = blocks;
   Welcome limits;
@@ -157,34 +156,33 @@ std::unique_ptr<PeerHead> start_peer_head(const Config& config, const ModelInfo&
 
 std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   auto parts = std::make_unique<LoadedParts>();
-  parts->info = inspect_model(config);
-  const ModelInfo& info = parts->info;
-  const LayerRange range = stage_range(config, info);
-  const std::string backend_name = resolve_backend(config);
-  MemoryPlan plan = plan_memory(info.spec, range, stage_weight_bytes(info, range), config, memory_budget(backend_name),
-                                backend_name);
-  require_fits(plan);
-  parts->weights = load_stage_weights(info, range);
+  parts->stage = load_stage(config);
+  const StagePlan& stage = parts->stage->plan;
+  const ModelInfo& info = stage.info;
+  const MemoryPlan& plan = stage.memory;
   parts->tokenizer = Tokenizer::load(info.tokenizer_path);
   try {
     parts->chat_template = std::make_unique<ChatTemplate>(ChatTemplate::from_model(info.path, info.chat_template_path));
   } catch (const InputError& e) {
     log_warn("no chat template (", e.what(), "): /v1/chat/completions will refuse requests");
   }
-  auto backend = make_backend(config, info.spec, parts->weights);
-  SPARK_CHECK(backend->kv_block_bytes(config.engine.block_size) == plan.kv_block_bytes,
-              "the memory plan and the backend disagree on the KV block size");
   // More blocks than max_num_seqs full-length sequences can reference are never used
   // (beyond prefix-cache retention), so the cache is not made larger than that.
   const int64_t useful = std::max<int64_t>(config.engine.max_num_seqs * plan.blocks_per_sequence, plan.blocks_per_sequence);
   const int64_t blocks = std::min(plan.kv_blocks, useful);
   log_info("memory plan:\n", describe_plan(plan), "  kv blocks used   ", blocks, " (",
            format_bytes(uint64_t(blocks) * plan.kv_block_bytes), ")");
-  parts->backend_description = backend->describe();
+  parts->backend_description = parts->stage->backend->describe();
   parts->weight_bytes = plan.weight_bytes;
   parts->kv_cache_bytes = uint64_t(blocks) * plan.kv_block_bytes;
-  if (config.peer.enabled) parts->peer = start_peer_head(config, info, range, blocks);
-  parts->engine = std::make_unique<Engine>(config, std::move(backend), info.spec, *parts->tokenizer, blocks, parts->peer.get());
+  std::unique_ptr<StepExecutor> executor;
+  if (config.peer.enabled) {
+    parts->peer = start_peer_head(config, stage, blocks);
+    executor = std::make_unique<PipelineExecutor>(std::move(parts->stage->backend), *parts->peer, info.spec.hidden_size);
+  } else {
+    executor = std::make_unique<LocalExecutor>(std::move(parts->stage->backend), info.spec.vocab_size);
+  }
+  parts->engine = std::make_unique<Engine>(config, std::move(executor), info.spec, *parts->tokenizer, blocks);
   parts->engine->start();
   return parts;
 }

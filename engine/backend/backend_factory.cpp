@@ -1,8 +1,9 @@
-// backend_factory.cpp — engine.backend -> a Backend instance.
+// backend_factory.cpp — engine.backend -> a Backend instance, and its footprint.
 #include "engine/backend/backend_factory.h"
 
+#include <algorithm>
+
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/model/memory_plan.h"
 #include "engine/util/check.h"
 #if SPARKD_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
@@ -10,6 +11,13 @@
 #endif
 
 namespace spark {
+
+namespace {
+constexpr uint64_t kCpuReserveBytes = 256ull << 20;
+// The CUDA runtime's own allocations after start-up (module images, cuBLASLt), the
+// instantiated decode graphs, and allocator slack.
+constexpr uint64_t kCudaReserveBytes = 1ull << 30;
+}  // namespace
 
 std::string resolve_backend(const Config& config) {
   const std::string& name = config.engine.backend;
@@ -38,13 +46,65 @@ std::string resolve_backend(const Config& config) {
   return resolved;
 }
 
-std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spec, const Weights& weights) {
+MemoryBudget memory_budget(const std::string& backend) {
+#if SPARKD_CUDA
+  if (backend == "cuda") {
+    auto devices = cuda_devices();
+    if (!devices.empty() && !devices[0].integrated)
+      return MemoryBudget{static_cast<uint64_t>(std::max<int64_t>(devices[0].free_bytes, 0)),
+                          "free memory of " + devices[0].name};
+  }
+#endif
+  return host_memory_budget();
+}
+
+std::string compute_dtype_name(const Config& c, const ModelSpec& s, const std::string& backend) {
+  if (backend == "cpu") return "f32";
+  if (c.model.dtype == "bf16" || c.model.dtype == "fp16") return c.model.dtype;
+  // Qwen2 and Qwen3 were trained in BF16, and their activations are reported to overflow
+  // FP16 (inf, then text of "!!!!") in other engines: BF16 whatever the file holds.
+  if (s.arch == Arch::QWEN2 || s.arch == Arch::QWEN3 || s.arch == Arch::QWEN3_MOE) return "bf16";
+  return s.dtype == DType::BF16 ? "bf16" : "fp16";
+}
+
+StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRange range, const std::string& backend) {
+  const ModelSpec& s = info.spec;
+  check_range(s, range);
+  const int64_t layers = range.last_layer - range.first_layer;
+  StageFootprint f;
+  if (backend == "cpu") {
+    f.kv_dtype = "f32";
+    f.weight_bytes = stage_weight_bytes(info, range);  // read as stored, through the mapping
+    f.kv_bytes_per_token = uint64_t(layers) * CpuBackend::kv_bytes_per_token_layer(s);
+    f.workspace_bytes = CpuBackend::workspace_bytes(s, range, c.engine.max_num_batched_tokens, c.engine.max_num_seqs);
+    f.reserve_bytes = kCpuReserveBytes;
+    return f;
+  }
+  const bool fp8 = c.engine.kv_cache_dtype == "fp8";
+  f.kv_dtype = fp8 ? "fp8" : compute_dtype_name(c, s, backend);
+#if SPARKD_CUDA
+  // Weights in the 16-bit compute type whatever the file holds.
+  f.weight_bytes = CudaBackend::weight_bytes(s, range);
+  f.kv_bytes_per_token = uint64_t(layers) * CudaBackend::kv_bytes_per_token_layer(s, fp8);
+  f.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
+  f.reserve_bytes = kCudaReserveBytes;
+#else
+  // A build without CUDA plans a GPU stage roughly: weights as stored, 16-bit or FP8 KV.
+  f.weight_bytes = stage_weight_bytes(info, range);
+  f.kv_bytes_per_token = 2ull * uint64_t(layers) * uint64_t(s.num_kv_heads * s.head_dim) * (fp8 ? 1 : 2);
+  f.workspace_bytes = CpuBackend::workspace_bytes(s, range, c.engine.max_num_batched_tokens, c.engine.max_num_seqs);
+  f.reserve_bytes = kCpuReserveBytes;
+#endif
+  return f;
+}
+
+std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spec, const StageWeights& stage) {
   const std::string backend = resolve_backend(config);
 #if SPARKD_CUDA
-  if (backend == "cuda") return std::make_unique<CudaBackend>(spec, weights, cuda_options(config, spec));
+  if (backend == "cuda") return std::make_unique<CudaBackend>(spec, stage, cuda_options(config, spec));
 #endif
   if (config.engine.cpu_threads < 0) throw InputError("engine.cpu_threads must be >= 0 (0 = every core)");
-  return std::make_unique<CpuBackend>(spec, weights, static_cast<int>(config.engine.cpu_threads));
+  return std::make_unique<CpuBackend>(spec, stage, static_cast<int>(config.engine.cpu_threads));
 }
 
 #if SPARKD_CUDA

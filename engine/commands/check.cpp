@@ -4,13 +4,9 @@
 #include <map>
 #include <sstream>
 
-#include "engine/backend/backend_factory.h"
+#include "engine/backend/stage_loader.h"
 #include "engine/commands/commands.h"
 #include "engine/config.h"
-#include "engine/model/arch.h"
-#include "engine/model/memory_plan.h"
-#include "engine/model/model_loader.h"
-#include "engine/peer/model_identity.h"
 #include "engine/peer/probe.h"
 #include "engine/util/check.h"
 #include "engine/util/flags.h"
@@ -96,14 +92,11 @@ int run_check(const Args& args) {
     config = parse_config("", "--model", sets);
   }
 
-  ModelInfo info = inspect_model(config);
-  LayerRange range = stage_range(config, info);
-  const std::string backend = resolve_backend(config);
-  MemoryPlan plan =
-      plan_memory(info.spec, range, stage_weight_bytes(info, range), config, memory_budget(backend), backend);
-  std::printf("%s%s", describe_spec(info).c_str(), describe_plan(plan).c_str());
+  const StagePlan stage = plan_stage(config);
+  const LayerRange range = stage.range;
+  std::printf("%s%s", describe_spec(stage.info).c_str(), describe_plan(stage.memory).c_str());
   std::fflush(stdout);
-  require_fits(plan);
+  require_fits(stage.memory);
   if (config.peer.enabled) {
     std::printf("peer\n  this box         %s, layers [%lld, %lld)\n  pair             %s\n", config.peer.role.c_str(),
                 static_cast<long long>(range.first_layer), static_cast<long long>(range.last_layer),

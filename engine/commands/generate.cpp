@@ -1,16 +1,14 @@
 // generate.cpp — `sparkd generate`: offline generation for one prompt through the full
 // engine (scheduler, paged KV cache, sampler, stops), no server.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/backend/backend_factory.h"
+#include "engine/backend/stage_loader.h"
 #include "engine/commands/commands.h"
 #include "engine/config.h"
 #include "engine/core/engine.h"
-#include "engine/model/arch.h"
-#include "engine/model/memory_plan.h"
-#include "engine/model/model_loader.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
 #include "engine/util/flags.h"
@@ -55,34 +53,28 @@ GenerateOptions parse(const Args& args) {
 int run_generate(const Args& args) {
   const GenerateOptions opt = parse(args);
   Config config = config_for_model(opt.model);
-  ModelInfo info = inspect_model(config);
-  const LayerRange range = full_range(info.spec);
-  const std::string backend = resolve_backend(config);
-  require_fits(plan_memory(info.spec, range, stage_weight_bytes(info, range), config, memory_budget(backend), backend));
+  StagePlan plan = plan_stage(config);
+  require_fits(plan.memory);
 
-  auto tokenizer = Tokenizer::load(info.tokenizer_path);
+  auto tokenizer = Tokenizer::load(plan.info.tokenizer_path);
   Request request;
   request.request_id = "generate";
   request.prompt_ids = tokenizer->encode(opt.prompt, /*add_special_tokens=*/true, /*parse_special=*/true);
   request.params.temperature = opt.temperature;
   request.params.max_tokens = opt.max_tokens;
   request.params.seed = opt.seed;
-  request.params.validate(info.spec.vocab_size);
 
   // One sequence: size the context and the KV cache to this prompt and its output, so a
-  // model with a long context does not allocate a cache it will never use.
-  const int64_t model_limit = effective_max_model_len(config, info.spec);
+  // model with a long context does not allocate a cache it will never use. A request
+  // that does not fit the model's context is refused by the engine's admission.
   const int64_t needed = static_cast<int64_t>(request.prompt_ids.size()) + opt.max_tokens;
-  if (needed > model_limit)
-    throw InputError("the prompt (" + std::to_string(request.prompt_ids.size()) + " tokens) plus --max-tokens (" +
-                     std::to_string(opt.max_tokens) + ") is more than the model's context of " +
-                     std::to_string(model_limit) + " tokens");
-  config.model.max_model_len = needed;
+  config.model.max_model_len = std::max<int64_t>(1, std::min(needed, plan.memory.max_model_len));
   config.engine.max_num_seqs = 1;
-  const int64_t num_blocks = (needed + config.engine.block_size - 1) / config.engine.block_size;
+  const int64_t num_blocks = (config.model.max_model_len + config.engine.block_size - 1) / config.engine.block_size;
 
-  Weights weights = load_stage_weights(info, range);
-  Engine engine(config, make_backend(config, info.spec, weights), info.spec, *tokenizer, num_blocks);
+  const ModelSpec spec = plan.info.spec;
+  auto stage = load_stage(config, std::move(plan));
+  Engine engine(config, std::move(stage->backend), spec, *tokenizer, num_blocks);
   auto stream = engine.submit(request);
   engine.start();
 

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <random>
 
+#include "engine/core/local_executor.h"
+#include "engine/model/memory_plan.h"
 #include "engine/tokenizer/detokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
+#include "engine/util/log.h"
 
 namespace spark {
 
@@ -33,16 +36,14 @@ ModelSpec with_tokenizer_eos(ModelSpec spec, const Tokenizer& tokenizer) {
 
 constexpr auto kIdleWake = std::chrono::milliseconds(100);
 
+// The context a request may use: model.max_model_len when set (within the model's
+// positions, effective_max_model_len), else the model's positions as far as the KV cache
+// holds them.
 int64_t resolve_max_model_len(const Config& config, const ModelSpec& spec, int64_t num_kv_blocks) {
   const int64_t capacity = num_kv_blocks * config.engine.block_size;
-  const int64_t model_limit = spec.max_position_embeddings;
-  if (config.model.max_model_len > 0) {
-    if (model_limit > 0 && config.model.max_model_len > model_limit)
-      throw InputError("model.max_model_len (" + std::to_string(config.model.max_model_len) +
-                       ") is larger than the model's max_position_embeddings (" + std::to_string(model_limit) + ")");
-    return config.model.max_model_len;  // the scheduler checks that the KV cache holds it
-  }
-  return model_limit > 0 ? std::min(model_limit, capacity) : capacity;
+  if (spec.max_position_embeddings <= 0) return config.model.max_model_len > 0 ? config.model.max_model_len : capacity;
+  const int64_t limit = effective_max_model_len(config, spec);
+  return config.model.max_model_len > 0 ? limit : std::min(limit, capacity);  // the scheduler checks the cache holds it
 }
 
 SchedulerConfig scheduler_config(const EngineConfig& e, int64_t max_model_len) {
@@ -60,33 +61,36 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-Engine::Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, DecoderFactory decoders,
-               int64_t num_kv_blocks, RemoteStage* remote)
+Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, const ModelSpec& spec,
+               DecoderFactory decoders, int64_t num_kv_blocks)
     : spec_(spec),
-      backend_(std::move(backend)),
+      executor_(std::move(executor)),
       decoders_(std::move(decoders)),
       eos_ids_(spec.eos_token_ids),
-      max_model_len_(resolve_max_model_len(config, spec, num_kv_blocks)),
-      blocks_(num_kv_blocks, config.engine.block_size, config.engine.enable_prefix_caching),
-      sampler_(spec.vocab_size, spec.eos_token_ids),
-      remote_(remote) {
-  SPARK_CHECK(backend_ != nullptr && decoders_ != nullptr, "an engine needs a backend and a decoder factory");
-  // Two micro-batch slots with a remote stage, so both boxes compute at once; each gets
-  // half the sequences so that decode-only traffic fills both.
-  const size_t slots = remote_ ? 2 : 1;
-  SchedulerConfig sc = scheduler_config(config.engine, max_model_len_);
+      admission_(spec.vocab_size, resolve_max_model_len(config, spec, num_kv_blocks)),
+      blocks_(num_kv_blocks, config.engine.block_size, config.engine.enable_prefix_caching) {
+  SPARK_CHECK(executor_ != nullptr && decoders_ != nullptr, "an engine needs an executor and a decoder factory");
+  // Each micro-batch slot gets its share of the sequences, so that decode-only traffic
+  // fills every slot.
+  const size_t slots = executor_->num_slots();
+  SchedulerConfig sc = scheduler_config(config.engine, admission_.max_model_len());
   sc.max_num_seqs = std::max<int64_t>(1, (sc.max_num_seqs + int64_t(slots) - 1) / int64_t(slots));
   for (size_t i = 0; i < slots; ++i) schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_));
-  backend_->init_kv_cache(num_kv_blocks, config.engine.block_size);
+  executor_->prepare(num_kv_blocks, config.engine.block_size, eos_ids_);
   metrics_.set_gauges(0, 0, 0, num_kv_blocks);
   state_.last_heartbeat = Clock::now();
 }
 
-Engine::Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, const Tokenizer& tokenizer,
-               int64_t num_kv_blocks, RemoteStage* remote)
-    : Engine(config, std::move(backend), with_tokenizer_eos(spec, tokenizer),
+Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, const ModelSpec& spec,
+               const Tokenizer& tokenizer, int64_t num_kv_blocks)
+    : Engine(config, std::move(executor), with_tokenizer_eos(spec, tokenizer),
              [&tokenizer](bool skip_special) { return std::make_unique<DetokenizerDecoder>(tokenizer, skip_special); },
-             num_kv_blocks, remote) {}
+             num_kv_blocks) {}
+
+Engine::Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, const Tokenizer& tokenizer,
+               int64_t num_kv_blocks)
+    : Engine(config, std::make_unique<LocalExecutor>(std::move(backend), spec.vocab_size), spec, tokenizer,
+             num_kv_blocks) {}
 
 Engine::~Engine() { stop(); }
 
@@ -118,25 +122,16 @@ EngineState Engine::state() const {
 // ---- request intake (any thread) ---------------------------------------------------
 
 std::shared_ptr<RequestStream> Engine::submit(Request request) {
-  const auto& ids = request.prompt_ids;
-  if (ids.empty()) throw InputError("the prompt is empty: at least one token is needed");
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || ids[i] >= spec_.vocab_size)
-      throw InputError("prompt token " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                       " is outside the vocabulary [0, " + std::to_string(spec_.vocab_size) + ")");
-  request.params.validate(spec_.vocab_size);
-  const int64_t max_tokens = schedulers_[0]->resolve_max_tokens(static_cast<int64_t>(ids.size()), request.params);
-
+  const int64_t max_tokens = admission_.check(request.prompt_ids, request.params);
   auto live = std::make_unique<Live>(Live{
       nullptr, nullptr, decoders_(request.params.skip_special_tokens),
-      StopChecker(request.params, eos_ids_, max_tokens), {}, false});
+      StopChecker(request.params, eos_ids_, max_tokens), {}});
   std::shared_ptr<RequestStream> stream;
   {
     std::lock_guard lock(mu_);
     if (dead_) throw RuntimeError("the engine has failed and accepts no requests: " + dead_reason_);
     if (stopping_) throw RuntimeError("the engine is shutting down and accepts no requests");
-    if (remote_)
-      if (std::string problem = remote_->problem(); !problem.empty()) throw RuntimeError(problem);
+    if (std::string problem = executor_->problem(); !problem.empty()) throw RuntimeError(problem);
     if (request.request_id.empty()) request.request_id = "req-" + std::to_string(next_request_number_++);
     if (live_ids_.count(request.request_id))
       throw InputError("request id '" + request.request_id + "' is already in use by a live request");
@@ -182,8 +177,8 @@ void Engine::loop() {
     }
     try {
       take_inbox();
-      if (remote_) pipeline_turn();
-      else if (has_work()) step();
+      turn();
+      retire_finished();
       publish_gauges();
     } catch (const std::exception& e) {
       fail_all(e.what());
@@ -219,11 +214,36 @@ void Engine::take_inbox() {
     auto it = seq_of_request_.find(id);
     if (it == seq_of_request_.end()) continue;  // finished in the meantime
     Live& live = live_.at(it->second);
-    if (live.in_flight) {  // its micro-batch still points at it: end it when that returns
+    if (live.in_flight) {  // its step still points at it: end it when that returns
       deferred_cancels_.push_back(id);
       continue;
     }
     finish(live, FinishReason::ABORT, new_output(live));
+  }
+}
+
+// One turn: every free slot with work launches a step, then the oldest step in flight
+// completes. On one box that is schedule -> forward -> sample -> postprocess; in a
+// pipeline, one micro-batch computes here while the other is on the peer.
+void Engine::turn() {
+  const StepExecutor::Readiness r = executor_->readiness();
+  if (r.state_lost) {
+    if (!r.lost_why.empty()) lose_executor_state(r.lost_why);
+    blocks_.forget_cached();
+  }
+  if (!r.ready) {
+    if (!live_.empty()) lose_executor_state(executor_->problem());
+    return;
+  }
+  try {
+    for (size_t slot = 0; slot < schedulers_.size(); ++slot) {
+      const bool busy =
+          std::any_of(in_flight_.begin(), in_flight_.end(), [slot](const InFlight& f) { return f.slot == slot; });
+      if (!busy && schedulers_[slot]->has_work()) launch(slot);
+    }
+    if (!in_flight_.empty()) complete_oldest();
+  } catch (const PeerLost& e) {
+    lose_executor_state(e.what());
   }
 }
 
@@ -234,94 +254,76 @@ bool Engine::has_work() const {
   return false;
 }
 
-// The backend's forward pass, visible to the watchdog while it runs.
-void Engine::run_forward(const std::function<void()>& forward) {
+// Plans slot's next step and hands it to the executor, visible to the watchdog while the
+// executor computes.
+void Engine::launch(size_t slot) {
+  ScheduledStep plan = schedulers_[slot]->schedule();
+  if (plan.empty()) {
+    // With several slots, another one may hold the blocks this one needs; it frees them.
+    SPARK_CHECK(schedulers_.size() > 1, "work is queued but nothing could be scheduled");
+    return;
+  }
+  admit(plan);
+  for (const StepEntry& e : plan.entries) live_.at(e.seq->seq_id).in_flight = true;
+  in_flight_.push_back({slot, std::move(plan)});
   {
     std::lock_guard lock(mu_);
     state_.step_started = Clock::now();
   }
-  forward();
+  executor_->launch(in_flight_.back().plan);
   std::lock_guard lock(mu_);
   state_.step_started = {};
   ++state_.steps;
 }
 
-void Engine::run_forward(const Batch& batch, ForwardResult& result) {
-  run_forward([&] { backend_->forward(batch, nullptr, result); });
+void Engine::complete_oldest() {
+  std::vector<SampleOutput> samples = executor_->finish_oldest();
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  for (const StepEntry& e : f.plan.entries) live_.at(e.seq->seq_id).in_flight = false;
+  emit_all(f.slot, f.plan, samples);
 }
 
 // First-time bookkeeping for the sequences a plan admits.
 void Engine::admit(const ScheduledStep& plan) {
   const auto now = Clock::now();
-  for (Sequence* seq : plan.seqs) {
-    Live& live = live_.at(seq->seq_id);
+  for (const StepEntry& e : plan.entries) {
+    Live& live = live_.at(e.seq->seq_id);
     if (live.admitted) continue;
     live.admitted = true;
     live.timings.scheduled = now;
     metrics_.observe_queue_time(seconds_between(live.timings.queued, now));
-    metrics_.add_prompt_tokens(static_cast<uint64_t>(seq->num_prompt_tokens));
+    metrics_.add_prompt_tokens(static_cast<uint64_t>(e.seq->num_prompt_tokens));
   }
 }
 
-void Engine::step() {
-  Scheduler& scheduler = *schedulers_[0];
-  ScheduledStep plan = scheduler.schedule();
-  SPARK_CHECK(!plan.empty(), "work is queued but nothing could be scheduled");
-  admit(plan);
-
-  const size_t rows = plan.batch.logits_rows.size();
-  std::vector<SampleOutput> samples(rows);
-  if (backend_->samples_on_device()) {
-    std::vector<SampleRow> requests(rows);
-    for (size_t i = 0; i < plan.seqs.size(); ++i) {
-      const int32_t row = plan.logits_index[i];
-      if (row < 0) continue;
-      const Sequence& seq = *plan.seqs[i];
-      requests[size_t(row)] = {&seq.params, seq.token_ids, seq.num_prompt_tokens, seq.seed,
-                               static_cast<uint64_t>(seq.num_output_tokens())};
-    }
-    run_forward([&] { backend_->forward_sample(plan.batch, nullptr, requests, samples); });
-    emit_all(0, plan, samples);
-    return;
-  }
-
-  ForwardResult result;
-  run_forward(plan.batch, result);
-  const auto vocab = static_cast<size_t>(spec_.vocab_size);
-  if (result.logits.size() != rows * vocab)
-    throw RuntimeError("the backend returned " + std::to_string(result.logits.size()) + " logits, expected " +
-                       std::to_string(rows) + " rows x " + std::to_string(vocab));
-  for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    const int32_t row = plan.logits_index[i];
-    if (row >= 0) samples[row] = sampler_.sample(result.logits.data() + static_cast<size_t>(row) * vocab, *plan.seqs[i]);
-  }
-  emit_all(0, plan, samples);
-}
-
-// Appends slot's sampled tokens (samples[r] belongs to logits row r), emits them, and
-// counts the step.
+// Appends slot's sampled tokens (samples[r] belongs to logits row r), counts the step,
+// and emits the tokens. Sequences that finish stay in live_ until the turn ends.
 void Engine::emit_all(size_t slot, const ScheduledStep& plan, const std::vector<SampleOutput>& samples) {
+  if (samples.size() != plan.batch.logits_rows.size())
+    throw RuntimeError("the step returned " + std::to_string(samples.size()) + " samples for " +
+                       std::to_string(plan.batch.logits_rows.size()) + " logits rows");
   std::vector<int32_t> tokens(samples.size());
   for (size_t r = 0; r < samples.size(); ++r) tokens[r] = samples[r].token;
   schedulers_[slot]->update(plan, tokens);
-  // Ids first: emitting may finish a sequence, and its Sequence dies with it.
-  std::vector<std::pair<int64_t, int32_t>> emits;
-  for (size_t i = 0; i < plan.seqs.size(); ++i)
-    if (plan.logits_index[i] >= 0) emits.emplace_back(plan.seqs[i]->seq_id, plan.logits_index[i]);
-  for (const auto& [seq_id, row] : emits) {
-    Live& live = live_.at(seq_id);
+  // Counted before the tokens go out: a reader that sees a request end sees its tokens
+  // in the metrics too.
+  count_step(samples.size());
+  for (const StepEntry& e : plan.entries) {
+    if (e.logits_row < 0) continue;
+    Live& live = live_.at(e.seq->seq_id);
+    if (live.finished) continue;
     try {
-      emit_token(live, samples[size_t(row)]);
-    } catch (const std::exception& e) {  // e.g. a decoder that throws: this request alone fails
-      if (live_.count(seq_id)) finish(live, FinishReason::ERROR, new_output(live), std::string("output failed: ") + e.what());
+      emit_token(live, samples[size_t(e.logits_row)]);
+    } catch (const std::exception& ex) {  // e.g. a decoder that throws: this request alone fails
+      if (!live.finished) finish(live, FinishReason::ERROR, new_output(live), std::string("output failed: ") + ex.what());
     }
   }
-  count_step();
-  metrics_.add_generation_tokens(samples.size());
 }
 
-void Engine::count_step() {
+void Engine::count_step(size_t tokens) {
   metrics_.add_step();
+  metrics_.add_generation_tokens(tokens);
   metrics_.add_prefix_cache(static_cast<uint64_t>(blocks_.prefix_cache_queries() - reported_queries_),
                             static_cast<uint64_t>(blocks_.prefix_cache_hits() - reported_hits_));
   reported_queries_ = blocks_.prefix_cache_queries();
@@ -393,7 +395,6 @@ void Engine::emit_token(Live& live, const SampleOutput& sampled) {
 void Engine::finish(Live& live, FinishReason reason, RequestOutput out, const std::string& error) {
   Sequence& seq = *live.seq;
   schedulers_[live.slot]->finish(&seq, reason);
-  if (live.opened) pending_closes_.push_back(seq.seq_id);
   seq.status = SeqStatus::FINISHED;  // also for sequences still in the inbox (never added)
   seq.finish_reason = reason;
   publish_gauges();  // a reader woken by the final output sees the blocks already freed
@@ -413,9 +414,25 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput out, const st
     live_ids_.erase(seq.request_id);  // before the final output: its reader sees it gone
   }
   live.stream->push(std::move(out));
-  const int64_t seq_id = seq.seq_id;
   seq_of_request_.erase(seq.request_id);
-  live_.erase(seq_id);  // `live` dies here
+  live.finished = true;
+  finished_.push_back(seq.seq_id);
+}
+
+void Engine::retire_finished() {
+  for (int64_t seq_id : finished_) {
+    live_.erase(seq_id);
+    executor_->retire(seq_id);
+  }
+  finished_.clear();
+}
+
+void Engine::lose_executor_state(const std::string& why) {
+  if (!live_.empty()) log_error("the pipeline lost its state with ", live_.size() - finished_.size(), " requests live: ", why);
+  end_all(FinishReason::ERROR, why, false);
+  executor_->forget_all();
+  blocks_.forget_cached();
+  publish_gauges();
 }
 
 void Engine::fail_all(const std::string& error) { end_all(FinishReason::ERROR, "engine step failed: " + error, true); }
@@ -446,8 +463,9 @@ void Engine::end_all(FinishReason reason, const std::string& error, bool engine_
   std::sort(ids.begin(), ids.end());
   for (int64_t id : ids) {
     Live& live = live_.at(id);
-    finish(live, reason, new_output(live), error);
+    if (!live.finished) finish(live, reason, new_output(live), error);
   }
+  retire_finished();
   publish_gauges();
 }
 

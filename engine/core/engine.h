@@ -1,5 +1,5 @@
-// engine.h — the inference engine: one thread running schedule -> forward -> sample ->
-// postprocess, with thread-safe submit/cancel and a per-request output stream.
+// engine.h — the inference engine: one thread running schedule -> execute -> postprocess,
+// with thread-safe submit/cancel and a per-request output stream.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -15,14 +15,14 @@
 
 #include "engine/backend/backend.h"
 #include "engine/config.h"
+#include "engine/core/admission.h"
 #include "engine/core/block_manager.h"
 #include "engine/core/metrics.h"
 #include "engine/core/request_stream.h"
-#include "engine/core/sampler.h"
 #include "engine/core/scheduler.h"
+#include "engine/core/step_executor.h"
 #include "engine/core/stop.h"
 #include "engine/model/model_spec.h"
-#include "engine/peer/stage.h"
 
 namespace spark {
 
@@ -58,15 +58,17 @@ struct EngineState {
 class Engine {
  public:
   // Text comes from the tokenizer's IncrementalDetokenizer; EOS ids from the spec and
-  // the tokenizer. The tokenizer must outlive the engine.
-  // With `remote` (peer mode, head), the backend runs the first layers and the remote
-  // stage the rest plus sampling; two micro-batches are kept in flight, each sequence in
-  // one of them for its whole life. `remote` must outlive the engine.
-  Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, const Tokenizer& tokenizer,
-         int64_t num_kv_blocks, RemoteStage* remote = nullptr);
+  // the tokenizer. The tokenizer must outlive the engine. The executor runs the steps:
+  // a LocalExecutor over a backend on one box, a pipeline over the peer link on two (each
+  // sequence then stays in one micro-batch slot for its whole life).
+  Engine(const Config& config, std::unique_ptr<StepExecutor> executor, const ModelSpec& spec,
+         const Tokenizer& tokenizer, int64_t num_kv_blocks);
   // The same with any decoder (tests).
-  Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, DecoderFactory decoders,
-         int64_t num_kv_blocks, RemoteStage* remote = nullptr);
+  Engine(const Config& config, std::unique_ptr<StepExecutor> executor, const ModelSpec& spec, DecoderFactory decoders,
+         int64_t num_kv_blocks);
+  // One box: a LocalExecutor over `backend`.
+  Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, const Tokenizer& tokenizer,
+         int64_t num_kv_blocks);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -75,9 +77,9 @@ class Engine {
   // Stops the thread after the current step; requests still live finish with "abort".
   void stop();
 
-  // Validates the request (InputError naming the problem: prompt ids, sampling params,
-  // prompt + max_tokens vs max_model_len, duplicate id) and queues it. Throws
-  // RuntimeError when the engine is dead or stopped. Thread-safe.
+  // Admits the request (admission(): prompt ids, sampling params, prompt + max_tokens vs
+  // max_model_len; InputError naming the problem), refuses a duplicate id, and queues it.
+  // Throws RuntimeError when the engine is dead or stopped. Thread-safe.
   std::shared_ptr<RequestStream> submit(Request request);
   // Aborts a waiting or running request; its KV blocks are freed before the next step
   // and its stream ends with "abort". False when no such request is live. Thread-safe.
@@ -85,7 +87,8 @@ class Engine {
 
   MetricsSnapshot metrics() const { return metrics_.snapshot(); }
   EngineState state() const;
-  int64_t max_model_len() const { return max_model_len_; }
+  const Admission& admission() const { return admission_; }
+  int64_t max_model_len() const { return admission_.max_model_len(); }
   int64_t vocab_size() const { return spec_.vocab_size; }
   int64_t num_kv_blocks() const { return blocks_.num_blocks(); }
   const std::vector<int32_t>& eos_token_ids() const { return eos_ids_; }
@@ -98,32 +101,28 @@ class Engine {
     StopChecker stop;
     RequestTimings timings;
     bool admitted = false;
+    bool finished = false;   // its final output is out; retired at the end of the turn
     size_t slot = 0;         // its scheduler (micro-batch slot)
-    bool opened = false;     // the remote stage knows it
-    bool in_flight = false;  // in a micro-batch the remote stage has not answered yet
+    bool in_flight = false;  // in a step the executor has not finished yet
   };
   struct InFlight {
     size_t slot = 0;
     ScheduledStep plan;
-    uint64_t id = 0;
   };
 
   void loop();
   void take_inbox();
-  void step();
+  void turn();
   bool has_work() const;
-  void run_forward(const std::function<void()>& forward);
-  void run_forward(const Batch& batch, ForwardResult& result);
-  void admit(const ScheduledStep& plan);
-  void count_step();
-  void emit_all(size_t slot, const ScheduledStep& plan, const std::vector<SampleOutput>& samples);
-  // Peer mode (engine_pipeline.cpp).
-  void pipeline_turn();
   void launch(size_t slot);
-  void complete();
-  void peer_lost(const std::string& why);
+  void complete_oldest();
+  void admit(const ScheduledStep& plan);
+  void count_step(size_t tokens);
+  void emit_all(size_t slot, const ScheduledStep& plan, const std::vector<SampleOutput>& samples);
   void emit_token(Live& live, const SampleOutput& sampled);
   void finish(Live& live, FinishReason reason, RequestOutput out, const std::string& error = {});
+  void retire_finished();
+  void lose_executor_state(const std::string& why);
   void fail_all(const std::string& error);
   void abort_all();
   void end_all(FinishReason reason, const std::string& error, bool engine_dead);
@@ -131,23 +130,19 @@ class Engine {
   RequestOutput new_output(const Live& live) const;
 
   const ModelSpec spec_;
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<StepExecutor> executor_;
   DecoderFactory decoders_;
   std::vector<int32_t> eos_ids_;
-  int64_t max_model_len_;
+  Admission admission_;
   BlockManager blocks_;
   std::vector<std::unique_ptr<Scheduler>> schedulers_;  // one per micro-batch slot
-  Sampler sampler_;
   Metrics metrics_;
   int64_t next_seq_id_ = 1;  // guarded by mu_
   std::unordered_map<int64_t, Live> live_;  // by seq id; engine thread only
   std::unordered_map<std::string, int64_t> seq_of_request_;  // engine thread only
+  std::vector<int64_t> finished_;  // finished this turn, retired at its end
   int64_t reported_queries_ = 0, reported_hits_ = 0, reported_preemptions_ = 0;
-  RemoteStage* remote_ = nullptr;
-  uint64_t remote_session_ = 0;  // the pairing the live sequences were opened in
-  uint64_t next_plan_id_ = 1;
-  std::deque<InFlight> in_flight_;  // oldest first
-  std::vector<int64_t> pending_closes_;       // finished sequences the remote still holds
+  std::deque<InFlight> in_flight_;             // oldest first
   std::vector<std::string> deferred_cancels_;  // cancels of sequences in flight
 
   // Shared with submitting threads.

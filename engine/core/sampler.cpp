@@ -56,7 +56,6 @@ void Sampler::adjust_logits(const SamplingParams& params, std::span<const int32_
         if (id >= 0 && id < vocab_size_) logits_[id] = kNegInf;
     for (int32_t id : params.stop_token_ids) logits_[id] = kNegInf;
   }
-  for (int32_t id : context) SPARK_CHECK(id >= 0 && id < vocab_size_, "context token id outside the vocabulary");
 
   if (params.repetition_penalty != 1.0) {
     const float rep = static_cast<float>(params.repetition_penalty);

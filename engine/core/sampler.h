@@ -6,18 +6,10 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/sampling_params.h"
 #include "engine/core/sequence.h"
+#include "engine/step/step.h"
 
 namespace spark {
-
-struct SampleOutput {
-  int32_t token = -1;
-  // Filled when params.logprobs: the chosen token's logprob and the top_logprobs most
-  // likely (token, logprob) pairs, most likely first (ties: lower id first).
-  float logprob = 0.0f;
-  std::vector<std::pair<int32_t, float>> top_logprobs;
-};
 
 // A uniform double in [0, 1) that depends only on (seed, counter): the draw for a
 // sequence's n-th output token is uniform01(seed, n), so it is the same whatever else is

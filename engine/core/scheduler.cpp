@@ -28,20 +28,6 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : conf
            "); lower model.max_model_len or give the KV cache more memory");
 }
 
-int64_t Scheduler::resolve_max_tokens(int64_t num_prompt_tokens, const SamplingParams& params) const {
-  const int64_t limit = config_.max_model_len;
-  if (num_prompt_tokens < 1) throw InputError("the prompt is empty: at least one token is needed");
-  if (num_prompt_tokens >= limit)
-    throw InputError("the prompt has " + std::to_string(num_prompt_tokens) + " tokens; the model's context (max_model_len) is " +
-                     std::to_string(limit) + " tokens, which leaves no room for output");
-  if (!params.max_tokens) return limit - num_prompt_tokens;
-  if (num_prompt_tokens + *params.max_tokens > limit)
-    throw InputError("the prompt (" + std::to_string(num_prompt_tokens) + " tokens) plus max_tokens (" +
-                     std::to_string(*params.max_tokens) + ") is " + std::to_string(num_prompt_tokens + *params.max_tokens) +
-                     " tokens, more than the model's context (max_model_len) of " + std::to_string(limit) + " tokens");
-  return *params.max_tokens;
-}
-
 void Scheduler::add(Sequence* seq) {
   SPARK_CHECK(seq && seq->status == SeqStatus::WAITING && seq->block_table.empty(), "add takes a fresh sequence");
   SPARK_CHECK(seq->max_tokens >= 1 && seq->num_prompt_tokens + seq->max_tokens <= config_.max_model_len,
@@ -65,17 +51,14 @@ ScheduledStep Scheduler::schedule() {
   ScheduledStep step;
   int64_t budget = config_.max_num_batched_tokens;
   auto plan = [&](Sequence* seq, int64_t n) {
-    step.seqs.push_back(seq);
-    step.num_new_tokens.push_back(n);
+    step.entries.push_back({seq, n});
     budget -= n;
   };
   auto unplan = [&](Sequence* seq) {
-    auto it = std::find(step.seqs.begin(), step.seqs.end(), seq);
-    if (it == step.seqs.end()) return;
-    size_t i = static_cast<size_t>(it - step.seqs.begin());
-    budget += step.num_new_tokens[i];
-    step.seqs.erase(it);
-    step.num_new_tokens.erase(step.num_new_tokens.begin() + static_cast<std::ptrdiff_t>(i));
+    auto it = std::find_if(step.entries.begin(), step.entries.end(), [seq](const StepEntry& e) { return e.seq == seq; });
+    if (it == step.entries.end()) return;
+    budget += it->num_new_tokens;
+    step.entries.erase(it);
   };
 
   // Running sequences: decodes (one token each) before partial prefills, so a long
@@ -114,28 +97,28 @@ ScheduledStep Scheduler::schedule() {
     plan(seq, n);
   }
 
-  step.batch = build_batch(step);
+  build_batch(step);
   return step;
 }
 
-Batch Scheduler::build_batch(ScheduledStep& step) const {
-  Batch b;
+void Scheduler::build_batch(ScheduledStep& step) const {
+  Batch& b = step.batch;
   const int64_t bs = blocks_.block_size();
   int64_t total = 0, max_blocks = 0;
-  for (size_t i = 0; i < step.seqs.size(); ++i) {
-    total += step.num_new_tokens[i];
-    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(step.seqs[i]->block_table.size()));
+  for (const StepEntry& e : step.entries) {
+    total += e.num_new_tokens;
+    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(e.seq->block_table.size()));
   }
   b.token_ids.reserve(static_cast<size_t>(total));
   b.positions.reserve(static_cast<size_t>(total));
   b.slot_mapping.reserve(static_cast<size_t>(total));
   b.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
-  b.block_tables.assign(step.seqs.size() * static_cast<size_t>(max_blocks), 0);
+  b.block_tables.assign(step.entries.size() * static_cast<size_t>(max_blocks), 0);
   b.query_start.push_back(0);
-  step.logits_index.assign(step.seqs.size(), -1);
-  for (size_t i = 0; i < step.seqs.size(); ++i) {
-    const Sequence& seq = *step.seqs[i];
-    const int64_t start = seq.num_computed_tokens, end = start + step.num_new_tokens[i];
+  for (size_t i = 0; i < step.entries.size(); ++i) {
+    StepEntry& entry = step.entries[i];
+    const Sequence& seq = *entry.seq;
+    const int64_t start = seq.num_computed_tokens, end = start + entry.num_new_tokens;
     SPARK_CHECK(end <= seq.num_tokens() && static_cast<int64_t>(seq.block_table.size()) * bs >= end, "plan exceeds blocks");
     for (int64_t pos = start; pos < end; ++pos) {
       b.token_ids.push_back(seq.token_ids[pos]);
@@ -147,21 +130,20 @@ Batch Scheduler::build_batch(ScheduledStep& step) const {
     std::copy(seq.block_table.begin(), seq.block_table.end(), b.block_tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
     // Only the chunk that reaches the last known token yields a next token.
     if (end == seq.num_tokens()) {
-      step.logits_index[i] = static_cast<int32_t>(b.logits_rows.size());
+      entry.logits_row = static_cast<int32_t>(b.logits_rows.size());
       b.logits_rows.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
     }
   }
-  return b;
 }
 
 void Scheduler::update(const ScheduledStep& step, const std::vector<int32_t>& sampled) {
   SPARK_CHECK(sampled.size() == step.batch.logits_rows.size(), "one sampled token per logits row");
-  for (size_t i = 0; i < step.seqs.size(); ++i) {
-    Sequence* seq = step.seqs[i];
+  for (const StepEntry& e : step.entries) {
+    Sequence* seq = e.seq;
     SPARK_CHECK(seq->status == SeqStatus::RUNNING, "a planned sequence left the running queue mid-step");
-    seq->num_computed_tokens += step.num_new_tokens[i];
+    seq->num_computed_tokens += e.num_new_tokens;
     blocks_.cache_full_blocks(*seq);
-    if (step.logits_index[i] >= 0) seq->append_token(sampled[static_cast<size_t>(step.logits_index[i])]);
+    if (e.logits_row >= 0) seq->append_token(sampled[static_cast<size_t>(e.logits_row)]);
   }
 }
 

@@ -5,9 +5,9 @@
 #include <deque>
 #include <vector>
 
-#include "engine/backend/backend.h"
 #include "engine/core/block_manager.h"
 #include "engine/core/sequence.h"
+#include "engine/step/step.h"
 
 namespace spark {
 
@@ -18,17 +18,21 @@ struct SchedulerConfig {
   bool enable_chunked_prefill = true;
 };
 
-// One step's plan. seqs[i] contributes num_new_tokens[i] rows to `batch`; when
-// logits_index[i] >= 0 its last row's logits are row logits_index[i] of the output and
-// a token is sampled for it.
+// One sequence's part of a step: num_new_tokens rows of the batch, in entry order; when
+// logits_row >= 0, its last row's logits are that row of the output and a token is
+// sampled for it.
+struct StepEntry {
+  Sequence* seq = nullptr;
+  int64_t num_new_tokens = 0;
+  int32_t logits_row = -1;
+};
+
 struct ScheduledStep {
   Batch batch;
-  std::vector<Sequence*> seqs;
-  std::vector<int64_t> num_new_tokens;
-  std::vector<int32_t> logits_index;
+  std::vector<StepEntry> entries;
   std::vector<Sequence*> preempted;  // sequences preempted while planning this step
 
-  bool empty() const { return seqs.empty(); }
+  bool empty() const { return entries.empty(); }
 };
 
 // Sequences are owned by the caller; the scheduler keeps pointers until they finish or
@@ -36,11 +40,6 @@ struct ScheduledStep {
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, BlockManager& blocks);
-
-  // Throws InputError with the numbers when prompt + max_tokens exceeds max_model_len;
-  // resolves an absent max_tokens to the room left in the context. Pure: callable from
-  // any thread before add().
-  int64_t resolve_max_tokens(int64_t num_prompt_tokens, const SamplingParams& params) const;
 
   // Queues a sequence (status WAITING) at the back of the waiting queue.
   void add(Sequence* seq);
@@ -52,8 +51,7 @@ class Scheduler {
   ScheduledStep schedule();
 
   // After the backend ran `step`: advances computed tokens, registers full blocks in the
-  // prefix cache and appends sampled[i] to every sequence with logits_index[i] >= 0
-  // (sampled is indexed by logits row).
+  // prefix cache and appends sampled[row] to every entry with a logits row.
   void update(const ScheduledStep& step, const std::vector<int32_t>& sampled);
 
   // Ends a running or waiting sequence (finished, aborted or failed): frees its blocks
@@ -69,7 +67,7 @@ class Scheduler {
 
  private:
   void preempt(Sequence* seq);
-  Batch build_batch(ScheduledStep& step) const;
+  void build_batch(ScheduledStep& step) const;
 
   SchedulerConfig config_;
   BlockManager& blocks_;

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/core/sampling_params.h"
+#include "engine/step/sampling_params.h"
 
 namespace spark {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/core/sampling_params.h"
+#include "engine/step/sampling_params.h"
 #include "engine/core/sequence.h"
 
 namespace spark {

@@ -1,9 +1,137 @@
-// arch.cpp — expected tensor names and shapes of Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE.
+// arch.cpp — the tensors of Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE: parts, shapes,
+// and their Hugging Face and GGUF names.
 #include "engine/model/arch.h"
 
 #include "engine/util/check.h"
 
 namespace spark {
+
+namespace {
+
+struct PartNames {
+  const char* hf;    // after "model.layers.N." for a layer part; "{E}" is the expert index
+  const char* gguf;  // llama.cpp's, after "blk.N." for a layer part; stacked over experts
+  const char* kind;  // "weight" or "bias"
+};
+
+// Indexed by Part.
+constexpr PartNames kNames[kNumParts] = {
+    {"model.embed_tokens", "token_embd", "weight"},
+    {"model.norm", "output_norm", "weight"},
+    {"lm_head", "output", "weight"},
+    {"input_layernorm", "attn_norm", "weight"},
+    {"self_attn.q_proj", "attn_q", "weight"},
+    {"self_attn.k_proj", "attn_k", "weight"},
+    {"self_attn.v_proj", "attn_v", "weight"},
+    {"self_attn.o_proj", "attn_output", "weight"},
+    {"self_attn.q_proj", "attn_q", "bias"},
+    {"self_attn.k_proj", "attn_k", "bias"},
+    {"self_attn.v_proj", "attn_v", "bias"},
+    {"self_attn.q_norm", "attn_q_norm", "weight"},
+    {"self_attn.k_norm", "attn_k_norm", "weight"},
+    {"post_attention_layernorm", "ffn_norm", "weight"},
+    {"mlp.gate_proj", "ffn_gate", "weight"},
+    {"mlp.up_proj", "ffn_up", "weight"},
+    {"mlp.down_proj", "ffn_down", "weight"},
+    {"mlp.gate", "ffn_gate_inp", "weight"},
+    {"mlp.experts.{E}.gate_proj", "ffn_gate_exps", "weight"},
+    {"mlp.experts.{E}.up_proj", "ffn_up_exps", "weight"},
+    {"mlp.experts.{E}.down_proj", "ffn_down_exps", "weight"},
+};
+constexpr size_t kFirstLayerPart = static_cast<size_t>(Part::ATTN_NORM);
+
+const PartNames& names_of(Part p) { return kNames[static_cast<size_t>(p)]; }
+
+std::string fill_expert(std::string pattern, const std::string& expert) {
+  size_t at = pattern.find("{E}");
+  if (at != std::string::npos) pattern.replace(at, 3, expert);
+  return pattern;
+}
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// What every part of `range` adds up to: tensors and parameters.
+struct Counts {
+  int64_t params = 0;
+  int64_t tensors = 0;
+  void add(const std::vector<PartSpec>& parts) {
+    for (const PartSpec& p : parts) {
+      tensors += p.copies;
+      params += p.copies * product(p.shape);
+    }
+  }
+};
+
+Counts count(const ModelSpec& s, LayerRange range) {
+  Counts c;
+  c.add(outer_parts(s, range));
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l) c.add(layer_parts(s, l));
+  return c;
+}
+
+}  // namespace
+
+bool part_is_norm(Part p) {
+  return p == Part::FINAL_NORM || p == Part::ATTN_NORM || p == Part::FFN_NORM || p == Part::Q_NORM ||
+         p == Part::K_NORM;
+}
+
+bool part_is_per_expert(Part p) { return p == Part::EXPERT_GATE || p == Part::EXPERT_UP || p == Part::EXPERT_DOWN; }
+
+std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
+  const int64_t h = s.hidden_size, hd = s.head_dim;
+  const int64_t q_dim = s.num_heads * hd, kv_dim = s.num_kv_heads * hd;
+  std::vector<PartSpec> out = {
+      {Part::ATTN_NORM, {h}},      {Part::Q, {q_dim, h}}, {Part::K, {kv_dim, h}},
+      {Part::V, {kv_dim, h}},      {Part::O, {h, q_dim}},
+  };
+  if (s.attention_bias) {
+    out.push_back({Part::Q_BIAS, {q_dim}});
+    out.push_back({Part::K_BIAS, {kv_dim}});
+    out.push_back({Part::V_BIAS, {kv_dim}});
+  }
+  if (s.qk_norm) {
+    out.push_back({Part::Q_NORM, {hd}});
+    out.push_back({Part::K_NORM, {hd}});
+  }
+  out.push_back({Part::FFN_NORM, {h}});
+  if (s.layer_is_moe(layer)) {
+    const int64_t mi = s.moe_intermediate_size, experts = s.num_experts;
+    out.push_back({Part::ROUTER, {experts, h}});
+    out.push_back({Part::EXPERT_GATE, {mi, h}, experts});
+    out.push_back({Part::EXPERT_UP, {mi, h}, experts});
+    out.push_back({Part::EXPERT_DOWN, {h, mi}, experts});
+  } else {
+    const int64_t ff = s.intermediate_size;
+    out.push_back({Part::GATE, {ff, h}});
+    out.push_back({Part::UP, {ff, h}});
+    out.push_back({Part::DOWN, {h, ff}});
+  }
+  return out;
+}
+
+std::vector<PartSpec> outer_parts(const ModelSpec& s, LayerRange range) {
+  const int64_t h = s.hidden_size;
+  const bool last_stage = range.last_layer == s.num_layers;
+  std::vector<PartSpec> out;
+  if (range.first_layer == 0 || (last_stage && s.tie_word_embeddings)) out.push_back({Part::EMBEDDING, {s.vocab_size, h}});
+  if (last_stage) {
+    out.push_back({Part::FINAL_NORM, {h}});
+    if (!s.tie_word_embeddings) out.push_back({Part::LM_HEAD, {s.vocab_size, h}});
+  }
+  return out;
+}
+
+std::string tensor_name(Part part, int64_t layer, int64_t expert) {
+  const PartNames& n = names_of(part);
+  std::string base = fill_expert(n.hf, std::to_string(expert));
+  if (static_cast<size_t>(part) < kFirstLayerPart) return base + "." + n.kind;
+  return "model.layers." + std::to_string(layer) + "." + base + "." + n.kind;
+}
 
 LayerRange full_range(const ModelSpec& spec) { return LayerRange{0, spec.num_layers}; }
 
@@ -16,88 +144,23 @@ void check_range(const ModelSpec& spec, LayerRange r) {
 std::vector<TensorSpec> expected_tensors(const ModelSpec& s, LayerRange range) {
   check_range(s, range);
   std::vector<TensorSpec> out;
-  const int64_t h = s.hidden_size, hd = s.head_dim;
-  const int64_t q_dim = s.num_heads * hd, kv_dim = s.num_kv_heads * hd;
-  bool last_stage = range.last_layer == s.num_layers;
-  if (range.first_layer == 0 || (last_stage && s.tie_word_embeddings))
-    out.push_back({"model.embed_tokens.weight", {s.vocab_size, h}});
-  for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
-    std::string p = "model.layers." + std::to_string(l) + ".";
-    out.push_back({p + "input_layernorm.weight", {h}});
-    out.push_back({p + "self_attn.q_proj.weight", {q_dim, h}});
-    out.push_back({p + "self_attn.k_proj.weight", {kv_dim, h}});
-    out.push_back({p + "self_attn.v_proj.weight", {kv_dim, h}});
-    out.push_back({p + "self_attn.o_proj.weight", {h, q_dim}});
-    if (s.attention_bias) {
-      out.push_back({p + "self_attn.q_proj.bias", {q_dim}});
-      out.push_back({p + "self_attn.k_proj.bias", {kv_dim}});
-      out.push_back({p + "self_attn.v_proj.bias", {kv_dim}});
-    }
-    if (s.qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", {hd}});
-      out.push_back({p + "self_attn.k_norm.weight", {hd}});
-    }
-    out.push_back({p + "post_attention_layernorm.weight", {h}});
-    if (s.layer_is_moe(l)) {
-      const int64_t mi = s.moe_intermediate_size;
-      out.push_back({p + "mlp.gate.weight", {s.num_experts, h}});
-      for (int64_t e = 0; e < s.num_experts; ++e) {
-        std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
-        out.push_back({ep + "gate_proj.weight", {mi, h}});
-        out.push_back({ep + "up_proj.weight", {mi, h}});
-        out.push_back({ep + "down_proj.weight", {h, mi}});
+  auto expand = [&](const std::vector<PartSpec>& parts, int64_t layer) {
+    for (const PartSpec& p : parts) {
+      if (!part_is_per_expert(p.part)) {
+        out.push_back({tensor_name(p.part, layer), p.shape, p.part, layer, -1});
+        continue;
       }
-    } else {
-      const int64_t ff = s.intermediate_size;
-      out.push_back({p + "mlp.gate_proj.weight", {ff, h}});
-      out.push_back({p + "mlp.up_proj.weight", {ff, h}});
-      out.push_back({p + "mlp.down_proj.weight", {h, ff}});
+      for (int64_t e = 0; e < p.copies; ++e) out.push_back({tensor_name(p.part, layer, e), p.shape, p.part, layer, e});
     }
-  }
-  if (last_stage) {
-    out.push_back({"model.norm.weight", {h}});
-    if (!s.tie_word_embeddings) out.push_back({"lm_head.weight", {s.vocab_size, h}});
-  }
+  };
+  std::vector<PartSpec> outer = outer_parts(s, range);
+  // The checkpoint's order: embedding, layers, final norm and head.
+  if (!outer.empty() && outer.front().part == Part::EMBEDDING) expand({outer.front()}, -1);
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l) expand(layer_parts(s, l), l);
+  for (const PartSpec& p : outer)
+    if (p.part != Part::EMBEDDING) expand({p}, -1);
   return out;
 }
-
-namespace {
-struct Counts {
-  int64_t params = 0;
-  int64_t tensors = 0;
-};
-
-Counts count(const ModelSpec& s, LayerRange range) {
-  // Mirrors expected_tensors() above, in closed form.
-  const int64_t h = s.hidden_size, hd = s.head_dim;
-  const int64_t q_dim = s.num_heads * hd, kv_dim = s.num_kv_heads * hd;
-  Counts c;
-  bool last_stage = range.last_layer == s.num_layers;
-  if (range.first_layer == 0 || (last_stage && s.tie_word_embeddings)) {
-    c.params += s.vocab_size * h;
-    c.tensors += 1;
-  }
-  int64_t attn = h + q_dim * h + 2 * kv_dim * h + h * q_dim + h, attn_tensors = 6;  // 2 norms, q k v o
-  if (s.attention_bias) attn += q_dim + 2 * kv_dim, attn_tensors += 3;
-  if (s.qk_norm) attn += 2 * hd, attn_tensors += 2;
-  for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
-    c.params += attn;
-    c.tensors += attn_tensors;
-    if (s.layer_is_moe(l)) {
-      c.params += s.num_experts * h + s.num_experts * 3 * s.moe_intermediate_size * h;
-      c.tensors += 1 + 3 * s.num_experts;
-    } else {
-      c.params += 3 * s.intermediate_size * h;
-      c.tensors += 3;
-    }
-  }
-  if (last_stage) {
-    c.params += h + (s.tie_word_embeddings ? 0 : s.vocab_size * h);
-    c.tensors += s.tie_word_embeddings ? 1 : 2;
-  }
-  return c;
-}
-}  // namespace
 
 int64_t parameter_count(const ModelSpec& s) { return count(s, full_range(s)).params; }
 int64_t parameter_count(const ModelSpec& s, LayerRange range) {
@@ -107,6 +170,35 @@ int64_t parameter_count(const ModelSpec& s, LayerRange range) {
 int64_t expected_tensor_count(const ModelSpec& s, LayerRange range) {
   check_range(s, range);
   return count(s, range).tensors;
+}
+
+std::optional<std::string> gguf_to_hf_name(const std::string& name) {
+  for (size_t i = 0; i < kFirstLayerPart; ++i)
+    if (name == std::string(kNames[i].gguf) + "." + kNames[i].kind) return tensor_name(static_cast<Part>(i));
+  if (name.rfind("blk.", 0) != 0) return std::nullopt;
+  size_t dot = name.find('.', 4);
+  if (dot == std::string::npos || dot == 4 || dot - 4 > 6) return std::nullopt;
+  std::string layer = name.substr(4, dot - 4);
+  for (char c : layer)
+    if (c < '0' || c > '9') return std::nullopt;
+  if (layer.size() > 1 && layer[0] == '0') return std::nullopt;
+  std::string rest = name.substr(dot + 1);
+  size_t last = rest.rfind('.');
+  if (last == std::string::npos) return std::nullopt;
+  std::string base = rest.substr(0, last), kind = rest.substr(last + 1);
+  if (kind != "weight" && kind != "bias") return std::nullopt;
+  for (size_t i = kFirstLayerPart; i < kNumParts; ++i)
+    if (base == kNames[i].gguf) return "model.layers." + layer + "." + kNames[i].hf + "." + kind;
+  return std::nullopt;
+}
+
+bool gguf_is_stacked_experts(const std::string& name) {
+  return name.find("_exps.") != std::string::npos && name.rfind("blk.", 0) == 0;
+}
+
+std::string gguf_expert_name(const std::string& pattern, int64_t expert) {
+  SPARK_CHECK(pattern.find("{E}") != std::string::npos, "not an expert pattern: " + pattern);
+  return fill_expert(pattern, std::to_string(expert));
 }
 
 }  // namespace spark

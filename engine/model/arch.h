@@ -1,6 +1,10 @@
-// arch.h — the tensors each supported architecture has, by Hugging Face name and shape.
+// arch.h — the one description of each supported architecture's tensors: which parts a
+// layer range holds, their shapes, and what Hugging Face and GGUF files call them. The
+// loaders check files against it, the dummy loader fills it, bind_stage (stage_weights.h)
+// turns it into the typed table the backends read; nothing else spells a tensor name.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,25 +13,64 @@
 
 namespace spark {
 
+// The parts of a decoder-only model, whatever a file calls them.
+enum class Part : uint8_t {
+  EMBEDDING, FINAL_NORM, LM_HEAD,  // outside the layers
+  ATTN_NORM, Q, K, V, O, Q_BIAS, K_BIAS, V_BIAS, Q_NORM, K_NORM,
+  FFN_NORM, GATE, UP, DOWN,                    // dense MLP
+  ROUTER, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN,  // mixture of experts; EXPERT_* once per expert
+  COUNT
+};
+inline constexpr size_t kNumParts = static_cast<size_t>(Part::COUNT);
+bool part_is_norm(Part p);        // RMSNorm weights (initialised to 1 by dummy weights)
+bool part_is_per_expert(Part p);  // EXPERT_GATE, EXPERT_UP, EXPERT_DOWN
+
 struct TensorSpec {
-  std::string name;
+  std::string name;            // the Hugging Face name
   std::vector<int64_t> shape;  // outermost first, as in the checkpoint
+  Part part = Part::EMBEDDING;
+  int64_t layer = -1;   // -1 outside the layers
+  int64_t expert = -1;  // -1 unless per expert
 };
 
-// What a stage holding `range` needs: the layers' tensors, plus model.embed_tokens when
-// the stage starts at layer 0, plus model.norm and the LM head when it ends at the last
-// layer (the LM head is model.embed_tokens itself when the embeddings are tied).
+// One part of one layer (or of the model around the layers): its shape, and how many
+// tensors of that shape it is (num_experts for a per-expert part, else 1).
+struct PartSpec {
+  Part part;
+  std::vector<int64_t> shape;
+  int64_t copies = 1;
+};
+// The parts layer `layer` has: attention (with bias and q/k norm as the spec says), then
+// a dense MLP or, for an MoE layer (ModelSpec::layer_is_moe), the router and the experts.
+std::vector<PartSpec> layer_parts(const ModelSpec& spec, int64_t layer);
+// The parts outside the layers a stage holding `range` keeps: the embedding when it
+// starts at layer 0, the final norm and the LM head when it ends at the last layer (a
+// tied LM head is the embedding itself, kept once).
+std::vector<PartSpec> outer_parts(const ModelSpec& spec, LayerRange range);
+
+// The Hugging Face name of a part ("model.layers.3.self_attn.q_proj.weight").
+std::string tensor_name(Part part, int64_t layer = -1, int64_t expert = -1);
+
+// What a stage holding `range` needs, every tensor by name (experts expanded).
 std::vector<TensorSpec> expected_tensors(const ModelSpec& spec, LayerRange range);
 LayerRange full_range(const ModelSpec& spec);
 // Throws InputError unless 0 <= first < last <= num_layers.
 void check_range(const ModelSpec& spec, LayerRange range);
 
 // Parameters of the whole model (tied embeddings counted once), and of what a stage
-// holding `range` keeps; both in closed form, without listing tensors.
+// holding `range` keeps; from the parts, without listing tensors.
 int64_t parameter_count(const ModelSpec& spec);
 int64_t parameter_count(const ModelSpec& spec, LayerRange range);
-// expected_tensors(spec, range).size() in closed form: lets a loader refuse a file that
-// cannot match before listing millions of names a hostile config asks for.
+// expected_tensors(spec, range).size() without listing them: lets a loader refuse a file
+// that cannot match before listing millions of names a hostile config asks for.
 int64_t expected_tensor_count(const ModelSpec& spec, LayerRange range);
+
+// llama.cpp's tensor names (gguf-py TENSOR_NAMES) as Hugging Face names: "blk.12.attn_q.weight"
+// -> "model.layers.12.self_attn.q_proj.weight"; nullopt for names with no HF counterpart.
+// Stacked expert tensors ("blk.N.ffn_up_exps.weight") map to a pattern,
+// "model.layers.N.mlp.experts.{E}.up_proj.weight"; gguf_expert_name() fills it in.
+std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name);
+bool gguf_is_stacked_experts(const std::string& gguf_name);
+std::string gguf_expert_name(const std::string& hf_pattern, int64_t expert);
 
 }  // namespace spark

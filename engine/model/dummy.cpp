@@ -51,10 +51,8 @@ uint16_t f32_to_f16(float f) {
 
 // The uniform limit giving standard deviation `std`: sqrt(3) * std.
 float limit_for(const TensorSpec& t) {
-  const std::string& n = t.name;
-  bool is_norm = n.find("norm.weight") != std::string::npos || n.find("layernorm.weight") != std::string::npos;
-  if (is_norm) return 0.0f;  // filled with 1
-  if (t.shape.size() == 1 || n == "model.embed_tokens.weight") return std::sqrt(3.0f) * 0.02f;
+  if (part_is_norm(t.part)) return 0.0f;  // filled with 1
+  if (t.shape.size() == 1 || t.part == Part::EMBEDDING) return std::sqrt(3.0f) * 0.02f;
   float fan_in = static_cast<float>(t.shape.back());
   return std::sqrt(3.0f) / std::sqrt(fan_in);
 }

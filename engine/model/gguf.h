@@ -103,12 +103,4 @@ GgufVocab read_gguf_vocab(const std::string& path);
 // RopeScaling parameters.
 ModelSpec spec_from_gguf(const GgufFile& file);
 
-// Hugging Face name of a GGUF tensor ("blk.3.attn_q.weight" ->
-// "model.layers.3.self_attn.q_proj.weight"); nullopt for names with no HF counterpart.
-// Stacked expert tensors (blk.N.ffn_gate_exps.weight) map to the pattern
-// "model.layers.N.mlp.experts.{E}.gate_proj.weight"; gguf_expert_name() fills it in.
-std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name);
-bool gguf_is_stacked_experts(const std::string& gguf_name);
-std::string gguf_expert_name(const std::string& hf_pattern, int64_t expert);
-
 }  // namespace spark

@@ -1,5 +1,4 @@
-// gguf_meta.cpp — what GGUF metadata and tensor names mean to sparkd: the tokenizer
-// (tokenizer.ggml.*) and the Hugging Face name of each tensor.
+// gguf_meta.cpp — what GGUF metadata means to sparkd: the tokenizer (tokenizer.ggml.*).
 
 #include "engine/model/gguf.h"
 #include "engine/util/check.h"
@@ -79,67 +78,5 @@ GgufVocab read_gguf_vocab(const GgufFile& f) {
 }
 
 GgufVocab read_gguf_vocab(const std::string& path) { return read_gguf_vocab(GgufFile::open(path)); }
-
-namespace {
-
-struct NameRule {
-  const char* gguf;  // suffix after "blk.N."
-  const char* hf;    // suffix after "model.layers.N."
-};
-// llama.cpp's names (gguf-py/gguf/constants.py TENSOR_NAMES) against Hugging Face's.
-const NameRule LAYER_RULES[] = {
-    {"attn_norm", "input_layernorm"},
-    {"attn_q", "self_attn.q_proj"},
-    {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},
-    {"attn_output", "self_attn.o_proj"},
-    {"attn_q_norm", "self_attn.q_norm"},
-    {"attn_k_norm", "self_attn.k_norm"},
-    {"ffn_norm", "post_attention_layernorm"},
-    {"ffn_gate", "mlp.gate_proj"},
-    {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},
-    {"ffn_gate_inp", "mlp.gate"},
-    {"ffn_gate_exps", "mlp.experts.{E}.gate_proj"},
-    {"ffn_up_exps", "mlp.experts.{E}.up_proj"},
-    {"ffn_down_exps", "mlp.experts.{E}.down_proj"},
-};
-
-}  // namespace
-
-std::optional<std::string> gguf_to_hf_name(const std::string& name) {
-  static const std::pair<const char*, const char*> globals[] = {
-      {"token_embd.weight", "model.embed_tokens.weight"},
-      {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"},
-  };
-  for (auto [g, h] : globals)
-    if (name == g) return std::string(h);
-  if (name.rfind("blk.", 0) != 0) return std::nullopt;
-  size_t dot = name.find('.', 4);
-  if (dot == std::string::npos || dot == 4 || dot - 4 > 6) return std::nullopt;
-  std::string layer = name.substr(4, dot - 4);
-  for (char c : layer)
-    if (c < '0' || c > '9') return std::nullopt;
-  if (layer.size() > 1 && layer[0] == '0') return std::nullopt;
-  std::string rest = name.substr(dot + 1);
-  size_t last = rest.rfind('.');
-  if (last == std::string::npos) return std::nullopt;
-  std::string base = rest.substr(0, last), kind = rest.substr(last + 1);
-  if (kind != "weight" && kind != "bias") return std::nullopt;
-  for (const NameRule& r : LAYER_RULES)
-    if (base == r.gguf) return "model.layers." + layer + "." + r.hf + "." + kind;
-  return std::nullopt;
-}
-
-bool gguf_is_stacked_experts(const std::string& name) {
-  return name.find("_exps.") != std::string::npos && name.rfind("blk.", 0) == 0;
-}
-
-std::string gguf_expert_name(const std::string& pattern, int64_t expert) {
-  size_t p = pattern.find("{E}");
-  SPARK_CHECK(p != std::string::npos, "not an expert pattern: " + pattern);
-  return pattern.substr(0, p) + std::to_string(expert) + pattern.substr(p + 3);
-}
 
 }  // namespace spark

@@ -8,36 +8,12 @@
 #include "engine/model/arch.h"
 #include "engine/util/check.h"
 #include "engine/util/mem_info.h"
-#if SPARKD_CUDA
-#include "engine/backend/backend_factory.h"
-#include "engine/backend/cuda/cuda_backend.h"
-#include "engine/backend/cuda/device_info.h"
-#endif
 
 namespace spark {
-
-namespace {
-constexpr uint64_t RESERVE_BYTES = 256ull << 20;
-// The CUDA runtime's own allocations after start-up (module images, cuBLASLt), the
-// instantiated decode graphs, and allocator slack.
-constexpr uint64_t CUDA_RESERVE_BYTES = 1ull << 30;
-}
 
 MemoryBudget host_memory_budget() {
   HostMemory m = read_host_memory();
   return MemoryBudget{m.available_bytes, "MemAvailable (" + m.source + ")"};
-}
-
-MemoryBudget memory_budget(const std::string& backend) {
-#if SPARKD_CUDA
-  if (backend == "cuda") {
-    auto devices = cuda_devices();
-    if (!devices.empty() && !devices[0].integrated)
-      return MemoryBudget{static_cast<uint64_t>(std::max<int64_t>(devices[0].free_bytes, 0)),
-                          "free memory of " + devices[0].name};
-  }
-#endif
-  return host_memory_budget();
 }
 
 std::string format_bytes(uint64_t b) {
@@ -49,29 +25,6 @@ std::string format_bytes(uint64_t b) {
   return buf;
 }
 
-std::string compute_dtype_name(const Config& c, const ModelSpec& s, const std::string& backend) {
-  if (backend == "cpu") return "f32";
-  if (c.model.dtype == "bf16" || c.model.dtype == "fp16") return c.model.dtype;
-  // Qwen2 and Qwen3 were trained in BF16, and their activations are reported to overflow
-  // FP16 (inf, then text of "!!!!") in other engines: BF16 whatever the file holds.
-  if (s.arch == Arch::QWEN2 || s.arch == Arch::QWEN3 || s.arch == Arch::QWEN3_MOE) return "bf16";
-  return s.dtype == DType::BF16 ? "bf16" : "fp16";
-}
-
-std::string kv_dtype_name(const Config& c, const ModelSpec& s, const std::string& backend) {
-  if (backend == "cpu") return "f32";
-  return c.engine.kv_cache_dtype == "fp8" ? "fp8" : compute_dtype_name(c, s, backend);
-}
-
-uint64_t kv_bytes_per_token(const Config& c, const ModelSpec& s, const std::string& backend, int64_t layers) {
-#if SPARKD_CUDA
-  if (backend == "cuda")
-    return uint64_t(layers) * CudaBackend::kv_bytes_per_token_layer(s, c.engine.kv_cache_dtype == "fp8");
-#endif
-  const uint64_t elem = backend == "cpu" ? 4 : c.engine.kv_cache_dtype == "fp8" ? 1 : 2;
-  return 2ull * uint64_t(layers) * uint64_t(s.num_kv_heads * s.head_dim) * elem;
-}
-
 int64_t effective_max_model_len(const Config& c, const ModelSpec& s) {
   if (c.model.max_model_len <= 0) return s.max_position_embeddings;
   if (c.model.max_model_len > s.max_position_embeddings)
@@ -80,45 +33,21 @@ int64_t effective_max_model_len(const Config& c, const ModelSpec& s) {
   return c.model.max_model_len;
 }
 
-MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, uint64_t weight_bytes, const Config& c,
-                       const MemoryBudget& budget, const std::string& backend) {
+MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprint& f, const Config& c,
+                       const MemoryBudget& budget) {
   check_range(s, range);
   MemoryPlan p;
   p.architecture = s.architecture;
   p.range = range;
   p.parameter_count = parameter_count(s);
-  p.weight_bytes = weight_bytes;
-  p.kv_dtype = kv_dtype_name(c, s, backend);
-  p.kv_bytes_per_token = kv_bytes_per_token(c, s, backend, range.last_layer - range.first_layer);
-#if SPARKD_CUDA
-  // Weights in the 16-bit compute type whatever the file holds.
-  if (backend == "cuda") p.weight_bytes = CudaBackend::weight_bytes(s, range);
-#endif
+  p.weight_bytes = f.weight_bytes;
+  p.kv_dtype = f.kv_dtype;
+  p.kv_bytes_per_token = f.kv_bytes_per_token;
   p.block_size = c.engine.block_size;
   SPARK_CHECK(p.block_size > 0, "block_size validated by the config");
   p.kv_block_bytes = p.kv_bytes_per_token * static_cast<uint64_t>(p.block_size);
-
-  // Activations are f32 on every backend: one step of max_num_batched_tokens rows holds
-  // the residual, the normed input, q/k/v, the attention output and the MLP's gate/up
-  // (and the expert router), plus one row of logits per sequence on the last stage.
-  // Attention scratch is not counted: the kernels work in tiles with an online softmax.
-  bool any_dense = false, any_moe = false;
-  for (int64_t l = range.first_layer; l < range.last_layer; ++l) (s.layer_is_moe(l) ? any_moe : any_dense) = true;
-  int64_t ffn = std::max(any_dense ? s.intermediate_size : 0,
-                         any_moe ? s.moe_intermediate_size * s.num_experts_per_tok : 0);
-  int64_t per_token = 4 * s.hidden_size + (s.num_heads + 2 * s.num_kv_heads) * s.head_dim + 2 * ffn +
-                      (any_moe ? s.num_experts : 0);
-  uint64_t tokens = static_cast<uint64_t>(std::max<int64_t>(c.engine.max_num_batched_tokens, 1));
-  p.workspace_bytes = tokens * static_cast<uint64_t>(per_token) * 4;
-  if (range.last_layer == s.num_layers)
-    p.workspace_bytes += static_cast<uint64_t>(std::max<int64_t>(c.engine.max_num_seqs, 1)) * s.vocab_size * 4;
-  p.reserve_bytes = RESERVE_BYTES;
-#if SPARKD_CUDA
-  if (backend == "cuda") {
-    p.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
-    p.reserve_bytes = CUDA_RESERVE_BYTES;
-  }
-#endif
+  p.workspace_bytes = f.workspace_bytes;
+  p.reserve_bytes = f.reserve_bytes;
 
   p.available_bytes = budget.available_bytes;
   p.memory_fraction = c.engine.memory_fraction;

@@ -17,10 +17,17 @@ struct MemoryBudget {
   std::string source;  // "MemAvailable (/proc/meminfo)", "cuda device free memory", ...
 };
 MemoryBudget host_memory_budget();
-// The budget for `backend` (resolve_backend) on this machine: a discrete CUDA GPU's free
-// memory for "cuda" on one, else host_memory_budget() (CPU backend, or an integrated GPU
-// that shares host memory, as on GB10).
-MemoryBudget memory_budget(const std::string& backend);
+
+// What a backend will allocate for a stage besides the KV cache, and how it stores KV:
+// the chosen backend answers (backend_factory.h, stage_footprint) before anything is
+// allocated.
+struct StageFootprint {
+  std::string kv_dtype;             // "bf16", "fp16", "f32", "fp8"
+  uint64_t weight_bytes = 0;        // the stage's weights as the backend keeps them
+  uint64_t kv_bytes_per_token = 0;  // K and V, all held layers
+  uint64_t workspace_bytes = 0;     // activations of the largest step, logits, scratch
+  uint64_t reserve_bytes = 0;       // runtime, allocator slack, CUDA graph pools
+};
 
 struct MemoryPlan {
   std::string architecture;
@@ -45,23 +52,12 @@ struct MemoryPlan {
   std::string problem;           // why it does not fit, with the numbers and what to change
 };
 
-// The 16-bit type the CUDA backend computes in ("bf16" or "fp16"): model.dtype when set,
-// else BF16 for BF16 checkpoints and for the Qwen families (FP16 overflows their
-// activations), and FP16 for all others (FP16 and F32 checkpoints, GGUF blocks), whose
-// values FP16 keeps closer. The CPU backend computes in "f32".
-std::string compute_dtype_name(const Config& config, const ModelSpec& spec, const std::string& backend);
-// KV element as `backend` stores it: the CPU backend keeps f32; the CUDA backend the
-// configured kv_cache_dtype ("auto" = the compute dtype; "fp8" = 1 byte plus scales).
-std::string kv_dtype_name(const Config& config, const ModelSpec& spec, const std::string& backend);
-// Bytes of K and V one token takes in `layers` layers as `backend` stores them (FP8 on
-// CUDA adds one scale byte per KV head).
-uint64_t kv_bytes_per_token(const Config& config, const ModelSpec& spec, const std::string& backend, int64_t layers);
 // The model's context limit under model.max_model_len; InputError if it asks for more
 // than the model supports.
 int64_t effective_max_model_len(const Config& config, const ModelSpec& spec);
 
-MemoryPlan plan_memory(const ModelSpec& spec, LayerRange range, uint64_t weight_bytes, const Config& config,
-                       const MemoryBudget& budget, const std::string& backend);
+MemoryPlan plan_memory(const ModelSpec& spec, LayerRange range, const StageFootprint& footprint, const Config& config,
+                       const MemoryBudget& budget);
 // Throws InputError with plan.problem when the plan does not fit.
 void require_fits(const MemoryPlan& plan);
 // A few aligned lines for `sparkd check` and the startup log.

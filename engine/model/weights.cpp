@@ -44,7 +44,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // Names checkpoints carry that the model does not use and Transformers ignores too.
 bool ignorable(const std::string& name, const ModelSpec& spec) {
   if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) return true;
-  if (name == "lm_head.weight" && spec.tie_word_embeddings) return true;
+  if (name == tensor_name(Part::LM_HEAD) && spec.tie_word_embeddings) return true;
   return false;
 }
 

@@ -77,9 +77,8 @@ Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange r
   if (f.mapping()) w.keep_alive(f.mapping());
   for (const TensorSpec& ts : need) {
     Tensor t = all.at(ts.name);
-    bool is_q = t.name.find(".self_attn.q_proj.") != std::string::npos;
-    bool is_k = t.name.find(".self_attn.k_proj.") != std::string::npos;
-    if (spec.arch == Arch::LLAMA && (is_q || is_k)) {
+    const bool q_or_k = ts.part == Part::Q || ts.part == Part::K || ts.part == Part::Q_BIAS || ts.part == Part::K_BIAS;
+    if (spec.arch == Arch::LLAMA && q_or_k) {
       int64_t rows = t.shape[0];
       if (t.shape.size() == 1 && dtype_is_quantized(t.dtype))
         throw InputError("GGUF file '" + f.source + "': bias '" + t.name + "' is block-quantized");

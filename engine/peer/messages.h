@@ -6,9 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend/backend.h"
-#include "engine/core/sampler.h"
-#include "engine/core/sampling_params.h"
+#include "engine/step/step.h"
 
 namespace spark {
 

@@ -1,10 +1,9 @@
-// model_identity.cpp — layer split and model fingerprint for the peer handshake.
+// model_identity.cpp — the model fingerprint and label for the peer handshake.
 #include "engine/peer/model_identity.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "engine/backend/backend_factory.h"
 #include "engine/model/arch.h"
 #include "engine/model/memory_plan.h"
 #include "engine/util/check.h"
@@ -48,54 +47,6 @@ class Hasher {
 constexpr size_t kSampleBytes = 64;
 
 }  // namespace
-
-int64_t resolve_layer_split(const Config& config, const ModelInfo& info) {
-  const ModelSpec& s = info.spec;
-  const std::string& text = config.peer.layer_split;
-  int64_t split = 0;
-  if (text == "auto") {
-    if (s.num_layers < 2) throw InputError("a model of " + std::to_string(s.num_layers) + " layer cannot be split over two boxes");
-    // Balance the work per token. A GPU streams the weights, so its step time follows
-    // their bytes; the CPU backend decodes every weight to f32, so its time follows their
-    // number. Either way the head's embedding is a gather (nearly free) while the
-    // worker's LM head is a full matmul.
-    const bool by_count = resolve_backend(config) == "cpu";
-    auto work = [&](LayerRange r) {
-      return by_count ? parameter_count(s, r) : int64_t(stage_weight_bytes(info, r));
-    };
-    const auto it = info.tensors.find("model.embed_tokens.weight");
-    const int64_t embedding = by_count ? s.vocab_size * s.hidden_size
-                              : it != info.tensors.end() ? int64_t(it->second.nbytes)
-                                                         : s.vocab_size * s.hidden_size * dtype_block_bytes(info.weight_dtype);
-    int64_t best_gap = INT64_MAX;
-    for (int64_t k = 1; k < s.num_layers; ++k) {
-      const int64_t head = work({0, k}) - embedding;
-      const int64_t worker = work({k, s.num_layers});
-      if (std::llabs(head - worker) < best_gap) {
-        best_gap = std::llabs(head - worker);
-        split = k;
-      }
-    }
-    return split;
-  }
-  try {
-    size_t used = 0;
-    split = std::stoll(text, &used);
-    if (used != text.size()) throw std::invalid_argument("trailing characters");
-  } catch (const std::exception&) {
-    throw InputError("peer.layer_split = \"" + text + "\" is neither \"auto\" nor a layer number");
-  }
-  if (split < 1 || split >= s.num_layers)
-    throw InputError("peer.layer_split = " + std::to_string(split) + " must be between 1 and " +
-                     std::to_string(s.num_layers - 1) + " for a model of " + std::to_string(s.num_layers) + " layers");
-  return split;
-}
-
-LayerRange stage_range(const Config& config, const ModelInfo& info) {
-  if (!config.peer.enabled) return full_range(info.spec);
-  const int64_t split = resolve_layer_split(config, info);
-  return config.peer.role == "worker" ? LayerRange{split, info.spec.num_layers} : LayerRange{0, split};
-}
 
 uint64_t model_fingerprint(const ModelInfo& info) {
   const ModelSpec& s = info.spec;

@@ -6,10 +6,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "engine/backend/backend_factory.h"
+#include "engine/backend/stage_loader.h"
 #include "engine/core/sampler.h"
-#include "engine/model/memory_plan.h"
-#include "engine/model/model_loader.h"
 #include "engine/peer/frame.h"
 #include "engine/peer/link.h"
 #include "engine/peer/messages.h"
@@ -78,26 +76,21 @@ class Worker {
 
  private:
   void load() {
-    info_ = inspect_model(config_);
-    const ModelSpec& spec = info_.spec;
-    range_ = stage_range(config_, info_);
-    const std::string backend = resolve_backend(config_);
-    MemoryPlan plan =
-        plan_memory(spec, range_, stage_weight_bytes(info_, range_), config_, memory_budget(backend), backend);
-    require_fits(plan);
-    weights_ = load_stage_weights(info_, range_);
-    backend_ = make_backend(config_, spec, weights_);
-    const uint64_t block_bytes = std::max<uint64_t>(backend_->kv_block_bytes(config_.engine.block_size), 1);
+    loaded_ = load_stage(config_);
+    const ModelInfo& info = loaded_->plan.info;
+    const ModelSpec& spec = info.spec;
+    const LayerRange range = loaded_->plan.range;
+    backend_ = loaded_->backend.get();
     identity_.sparkd_version = version_string();
-    identity_.model_fingerprint = model_fingerprint(info_);
-    identity_.model_label = model_label(info_);
+    identity_.model_fingerprint = model_fingerprint(info);
+    identity_.model_label = model_label(info);
     identity_.num_layers = spec.num_layers;
-    identity_.layer_split = range_.first_layer;
+    identity_.layer_split = range.first_layer;
     identity_.block_size = config_.engine.block_size;
-    identity_.kv_dtype = kv_dtype_name(config_, spec, backend);
+    identity_.kv_dtype = loaded_->plan.memory.kv_dtype;
     identity_.transport = config_.peer.transport;
-    identity_.kv_blocks = int64_t(uint64_t(plan.kv_blocks) * plan.kv_block_bytes / block_bytes);
-    log_info("peer: worker holds layers [", range_.first_layer, ", ", range_.last_layer, ") of ", identity_.model_label,
+    identity_.kv_blocks = loaded_->plan.memory.kv_blocks;
+    log_info("peer: worker holds layers [", range.first_layer, ", ", range.last_layer, ") of ", identity_.model_label,
              " on ", backend_->describe(), "; room for ", identity_.kv_blocks, " KV blocks");
   }
 
@@ -114,7 +107,7 @@ class Worker {
     if (answer.type != FrameType::WELCOME)
       throw InputError("the head sent " + std::string(frame_type_name(answer.type)) + " where WELCOME was expected");
     const Welcome w = decode_welcome(answer.payload);
-    const ModelSpec& spec = info_.spec;
+    const ModelSpec& spec = loaded_->plan.info.spec;
     if (w.hidden_size != spec.hidden_size || w.vocab_size != spec.vocab_size ||
         w.block_size != config_.engine.block_size || w.kv_blocks > identity_.kv_blocks)
       throw Refused("the head's session (hidden " + std::to_string(w.hidden_size) + ", vocab " +
@@ -267,10 +260,8 @@ class Worker {
 
   const Config& config_;
   const std::atomic<bool>& stop_;
-  ModelInfo info_;
-  LayerRange range_;
-  Weights weights_;
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<LoadedStage> loaded_;
+  Backend* backend_ = nullptr;
   PeerIdentity identity_;
   int64_t kv_blocks_ = 0;
   std::unique_ptr<Sampler> sampler_;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/backend_factory.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/gemm.h"
@@ -113,8 +114,8 @@ void logits_parity(const std::string& name, const LoadedModel& m, std::vector<st
   const int steps = staggered ? 12 : 7;
   const size_t chunk = staggered ? 8 : SIZE_MAX;
   Sequences cpu_seqs(prompts, steps), gpu_seqs(prompts, steps);
-  CpuBackend cpu(m.info.spec, m.weights, 0);
-  CudaBackend gpu(m.info.spec, m.weights, options_for(gpu_seqs, f16, false, true));
+  CpuBackend cpu(m.info.spec, bind_stage(m.info.spec, m.weights), 0);
+  CudaBackend gpu(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(gpu_seqs, f16, false, true));
   cpu.init_kv_cache(cpu_seqs.num_blocks(), kBlock);
   gpu.init_kv_cache(gpu_seqs.num_blocks(), kBlock);
   double worst = 0;
@@ -147,8 +148,8 @@ double teacher_forced_rms(const LoadedModel& m, bool f16, const std::vector<std:
                           const std::vector<std::vector<int32_t>>& forced) {
   const int steps = int(forced[0].size());
   Sequences a_seqs(prompts, steps), b_seqs(prompts, steps);
-  CudaBackend a(m.info.spec, m.weights, options_for(a_seqs, f16, true, true));
-  CudaBackend b(m.info.spec, m.weights, options_for(b_seqs, f16, false, true));
+  CudaBackend a(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(a_seqs, f16, true, true));
+  CudaBackend b(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(b_seqs, f16, false, true));
   a.init_kv_cache(a_seqs.num_blocks(), kBlock);
   b.init_kv_cache(b_seqs.num_blocks(), kBlock);
   double squares = 0, count = 0;
@@ -226,11 +227,11 @@ void smollm2_checks() {
   logits_parity("smollm2", m, prompts, f16);
 
   Sequences shape(prompts, new_tokens);
-  CpuBackend cpu(m.info.spec, m.weights, 0);
+  CpuBackend cpu(m.info.spec, bind_stage(m.info.spec, m.weights), 0);
   auto cpu_text = greedy(cpu, false, m.info.spec, prompts, new_tokens);
-  CudaBackend plain(m.info.spec, m.weights, options_for(shape, f16, false, true));
+  CudaBackend plain(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(shape, f16, false, true));
   auto gpu_text = greedy(plain, true, m.info.spec, prompts, new_tokens);
-  CudaBackend fp8(m.info.spec, m.weights, options_for(shape, f16, true, true));
+  CudaBackend fp8(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(shape, f16, true, true));
   auto fp8_text = greedy(fp8, true, m.info.spec, prompts, new_tokens);
   const int n = int(prompts.size());
   auto count = [&](int k) { return std::to_string(k) + "/" + std::to_string(n); };
@@ -349,11 +350,11 @@ void llama8b_benchmarks() {
     {
       CudaOptions serial = o;
       serial.programmatic_launch = false;
-      CudaBackend one(spec, m.weights, serial);
+      CudaBackend one(spec, bind_stage(spec, m.weights), serial);
       one.init_kv_cache(blocks_per_seq, kBlock);
       t1_serial = step_ms(one, decode_batch(1, ctx, blocks_per_seq));
     }
-    gpu = std::make_unique<CudaBackend>(spec, m.weights, o);
+    gpu = std::make_unique<CudaBackend>(spec, bind_stage(spec, m.weights), o);
   }
   gpu->init_kv_cache(int64_t(max_seqs) * blocks_per_seq, kBlock);
 
@@ -388,9 +389,10 @@ void llama8b_benchmarks() {
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   MemoryBudget budget{uint64_t(total_b), "device total"};
   c.model.max_model_len = 8192;
+  const ModelInfo info = inspect_model(c);
   auto plan = [&](const char* kv) {
     c.engine.kv_cache_dtype = kv;
-    return plan_memory(spec, full_range(spec), 0, c, budget, "cuda").kv_tokens;
+    return plan_memory(spec, full_range(spec), stage_footprint(c, info, full_range(spec), "cuda"), c, budget).kv_tokens;
   };
   const double ratio = double(plan("fp8")) / double(plan("auto"));
   row("bench", "8B memory plan: fp8 / bf16 KV tokens", fmt("%.3fx", ratio), ">= 1.95x", ratio >= 1.95);
@@ -455,10 +457,10 @@ void tiny_model_device_greedy(const std::string& name, const std::string& note =
   const auto prompts = tiny_model_prompts(name);
   LoadedModel m = load_model(config_for_model(tiny_model_path(name)));
   const int new_tokens = 8;
-  CpuBackend cpu(m.info.spec, m.weights, 0);
+  CpuBackend cpu(m.info.spec, bind_stage(m.info.spec, m.weights), 0);
   const auto want = greedy(cpu, false, m.info.spec, prompts, new_tokens);
   for (bool f16 : {false, true}) {
-    CudaBackend gpu(m.info.spec, m.weights, options_for(Sequences(prompts, new_tokens), f16, false, true));
+    CudaBackend gpu(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(Sequences(prompts, new_tokens), f16, false, true));
     const auto got = greedy(gpu, true, m.info.spec, prompts, new_tokens);
     const int same = same_count(want, got), n = int(prompts.size());
     row("model", name + (f16 ? " fp16" : " bf16") + " greedy " + std::to_string(new_tokens) +
@@ -486,7 +488,8 @@ void tiny_model_split(const std::string& name, bool staggered = false) {
 
   Sequences seqs(prompts, steps);
   const CudaOptions o = options_for(seqs, false, false, true);
-  CudaBackend one(spec, whole.weights, o), head(spec, first.weights, o), tail(spec, second.weights, o);
+  CudaBackend one(spec, bind_stage(spec, whole.weights), o), head(spec, bind_stage(spec, first.weights), o),
+      tail(spec, bind_stage(spec, second.weights), o);
   for (Backend* b : std::initializer_list<Backend*>{&one, &head, &tail}) b->init_kv_cache(seqs.num_blocks(), kBlock);
   double worst = 0;
   int same_tokens = 0, compared = 0;

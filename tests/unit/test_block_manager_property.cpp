@@ -6,6 +6,7 @@
 #include <memory>
 #include <random>
 
+#include "engine/core/admission.h"
 #include "engine/core/block_manager.h"
 #include "engine/core/scheduler.h"
 
@@ -63,7 +64,7 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops) {
       SamplingParams params;
       params.max_tokens = 1 + pick(16);
       auto seq = std::make_unique<Sequence>(next_id++, prompt, params);
-      seq->max_tokens = sched.resolve_max_tokens(seq->num_prompt_tokens, params);
+      seq->max_tokens = Admission(1 << 20, cfg.max_model_len).check(prompt, params);
       sched.add(seq.get());
       live.push_back(std::move(seq));
     } else if (kind < 8) {  // step: schedule, "run", sample, finish what hit max_tokens
@@ -74,9 +75,9 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops) {
       for (auto& t : sampled) t = static_cast<int32_t>(pick(50));
       sched.update(step, sampled);
       ++steps;
-      for (size_t i = 0; i < step.seqs.size(); ++i) {
-        Sequence* s = step.seqs[i];
-        if (step.logits_index[i] >= 0 && s->num_output_tokens() >= s->max_tokens) {
+      for (const StepEntry& e : step.entries) {
+        Sequence* s = e.seq;
+        if (e.logits_row >= 0 && s->num_output_tokens() >= s->max_tokens) {
           sched.finish(s, FinishReason::LENGTH);
           forget(s);
           ++finished;
@@ -98,9 +99,9 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops) {
     REQUIRE_FALSE(step.empty());
     std::vector<int32_t> sampled(step.batch.logits_rows.size(), 7);
     sched.update(step, sampled);
-    for (size_t i = 0; i < step.seqs.size(); ++i) {
-      Sequence* s = step.seqs[i];
-      if (step.logits_index[i] >= 0 && s->num_output_tokens() >= s->max_tokens) {
+    for (const StepEntry& e : step.entries) {
+      Sequence* s = e.seq;
+      if (e.logits_row >= 0 && s->num_output_tokens() >= s->max_tokens) {
         sched.finish(s, FinishReason::LENGTH);
         forget(s);
       }

@@ -28,7 +28,7 @@ TEST_CASE("cpu smollm2: greedy continuations of 8 prompts match the reference fo
   REQUIRE(cases.size() >= 8);
 
   LoadedModel m = load_model(config_for_model(model_path));
-  CpuBackend backend(m.info.spec, m.weights, 2);
+  CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
   const int block_size = 16;
   const int S = static_cast<int>(cases.size());
   std::vector<std::vector<int32_t>> seqs;

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "engine/core/engine.h"
+#include "engine/core/local_executor.h"
+#include "engine/peer/pipeline_executor.h"
 #include "engine/util/check.h"
 
 using namespace spark;
@@ -111,7 +113,7 @@ struct Harness {
 Harness make_engine(const Config& config, int64_t num_blocks) {
   auto backend = std::make_unique<ContextBackend>();
   ContextBackend* raw = backend.get();
-  auto engine = std::make_unique<Engine>(config, std::move(backend), test_spec(),
+  auto engine = std::make_unique<Engine>(config, std::make_unique<LocalExecutor>(std::move(backend), kVocab), test_spec(),
                                          [](bool) { return std::make_unique<CommaDecoder>(); }, num_blocks);
   return {raw, std::move(engine)};
 }
@@ -434,7 +436,7 @@ TEST_CASE("engine: a decoder that throws fails its own request only") {
   };
   Config config = test_config(2048);
   auto engine = std::make_unique<Engine>(
-      config, std::make_unique<ContextBackend>(), test_spec(),
+      config, std::make_unique<LocalExecutor>(std::make_unique<ContextBackend>(), kVocab), test_spec(),
       [](bool skip_special) -> std::unique_ptr<TokenDecoder> {
         if (skip_special) return std::make_unique<CommaDecoder>();
         return std::make_unique<ThrowingDecoder>();
@@ -550,8 +552,8 @@ class FakeRemote : public RemoteStage {
 std::unique_ptr<Engine> pipeline_engine(const Config& config, int64_t num_blocks, FakeRemote& remote) {
   ModelSpec spec = test_spec();
   spec.hidden_size = kVocab;  // the first stage's "hidden states" are logits rows
-  return std::make_unique<Engine>(config, std::make_unique<FirstStage>(), spec,
-                                  [](bool) { return std::make_unique<CommaDecoder>(); }, num_blocks, &remote);
+  return std::make_unique<Engine>(config, std::make_unique<PipelineExecutor>(std::make_unique<FirstStage>(), remote, kVocab),
+                                  spec, [](bool) { return std::make_unique<CommaDecoder>(); }, num_blocks);
 }
 
 }  // namespace

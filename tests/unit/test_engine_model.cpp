@@ -9,6 +9,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/engine.h"
+#include "engine/core/local_executor.h"
 #include "engine/model/model_loader.h"
 
 using namespace spark;
@@ -39,8 +40,9 @@ std::unique_ptr<ModelEngine> make(const std::string& path, int64_t budget, bool 
   config.engine.enable_prefix_caching = prefix_caching;
   auto me = std::make_unique<ModelEngine>();
   me->model = load_model(config);
-  auto backend = std::make_unique<CpuBackend>(me->model.info.spec, me->model.weights, 1);
-  me->engine = std::make_unique<Engine>(config, std::move(backend), me->model.info.spec,
+  const ModelSpec& spec = me->model.info.spec;
+  auto backend = std::make_unique<CpuBackend>(spec, bind_stage(spec, me->model.weights), 1);
+  me->engine = std::make_unique<Engine>(config, std::make_unique<LocalExecutor>(std::move(backend), spec.vocab_size), spec,
                                         [](bool) { return std::make_unique<IdDecoder>(); }, num_blocks);
   return me;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/model/arch.h"
 #include "engine/model/gguf.h"
 #include "tests/unit/test_model_golden.h"
 

@@ -2,6 +2,7 @@
 // budget, refusal with numbers) and MemAvailable parsing.
 #include <doctest/doctest.h>
 
+#include "engine/backend/backend_factory.h"
 #include "engine/model/arch.h"
 #include "engine/model/memory_plan.h"
 #include "engine/model/model_loader.h"
@@ -27,7 +28,7 @@ TEST_CASE("memory plan: Llama-3.1-8B with dummy weights, no weight file") {
   LayerRange all = full_range(info.spec);
   uint64_t weights = stage_weight_bytes(info, all);
   CHECK(weights == 8030261248ull * 2);  // bf16
-  MemoryPlan p = plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cuda");
+  MemoryPlan p = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{64 * GiB, "test"});
   CHECK(p.parameter_count == 8030261248);
 #if SPARKD_CUDA
   // The CUDA backend holds BF16 matrices and f32 norm vectors (65 of 4096 values).
@@ -51,7 +52,7 @@ TEST_CASE("memory plan: Llama-3.1-8B with dummy weights, no weight file") {
   CHECK(text.find("fits             yes") != std::string::npos);
 
   c.engine.kv_cache_dtype = "fp8";
-  MemoryPlan fp8 = plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cuda");
+  MemoryPlan fp8 = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{64 * GiB, "test"});
   CHECK(fp8.kv_dtype == "fp8");
 #if SPARKD_CUDA
   // One byte per value plus one scale byte per (token, kv head): 129 bytes per head vector.
@@ -63,9 +64,9 @@ TEST_CASE("memory plan: Llama-3.1-8B with dummy weights, no weight file") {
 #endif
   c.engine.kv_cache_dtype = "auto";
   c.model.dtype = "fp16";
-  CHECK(plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cuda").kv_dtype == "fp16");
+  CHECK(plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{64 * GiB, "test"}).kv_dtype == "fp16");
   // The CPU backend keeps its KV in f32 whatever the model's dtype: the plan counts that.
-  MemoryPlan cpu = plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "test"}, "cpu");
+  MemoryPlan cpu = plan_memory(info.spec, all, stage_footprint(c, info, all, "cpu"), c, MemoryBudget{64 * GiB, "test"});
   CHECK(cpu.kv_dtype == "f32");
   CHECK(cpu.kv_bytes_per_token == 2ull * 32 * 8 * 128 * 4);
 }
@@ -75,26 +76,26 @@ TEST_CASE("memory plan: a plan that does not fit is refused with the numbers") {
   ModelInfo info = inspect_model(c);
   LayerRange all = full_range(info.spec);
   uint64_t weights = stage_weight_bytes(info, all);
-  MemoryPlan small = plan_memory(info.spec, all, weights, c, MemoryBudget{8 * GiB, "MemAvailable"}, "cuda");
+  MemoryPlan small = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{8 * GiB, "MemAvailable"});
   CHECK_FALSE(small.fits);
   CHECK_INPUT_ERROR(require_fits(small), "leaves nothing for the KV cache");
   CHECK_INPUT_ERROR(require_fits(small), "weights 14.96 GiB");
   // Weights fit, a full 131072-token sequence does not: the message says what to set.
-  MemoryPlan ctx = plan_memory(info.spec, all, weights, c, MemoryBudget{24 * GiB, "MemAvailable"}, "cuda");
+  MemoryPlan ctx = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{24 * GiB, "MemAvailable"});
   CHECK_FALSE(ctx.fits);
   CHECK(ctx.kv_blocks > 0);
   CHECK_INPUT_ERROR(require_fits(ctx), "one sequence of 131072 tokens needs 131072");
   CHECK_INPUT_ERROR(require_fits(ctx), "set model.max_model_len to at most " + std::to_string(ctx.kv_tokens));
   c.model.max_model_len = 200000;
-  CHECK_INPUT_ERROR(plan_memory(info.spec, all, weights, c, MemoryBudget{64 * GiB, "x"}, "cuda"), "exceeds the model's 131072 positions");
+  CHECK_INPUT_ERROR(plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{64 * GiB, "x"}), "exceeds the model's 131072 positions");
 }
 
 TEST_CASE("memory plan: a pipeline stage plans only its own layers") {
   Config c = dummy_8b();
   c.model.max_model_len = 4096;
   ModelInfo info = inspect_model(c);
-  MemoryPlan head = plan_memory(info.spec, {0, 16}, stage_weight_bytes(info, {0, 16}), c, MemoryBudget{64 * GiB, "t"}, "cuda");
-  MemoryPlan tail = plan_memory(info.spec, {16, 32}, stage_weight_bytes(info, {16, 32}), c, MemoryBudget{64 * GiB, "t"}, "cuda");
+  MemoryPlan head = plan_memory(info.spec, LayerRange{0, 16}, stage_footprint(c, info, LayerRange{0, 16}, "cuda"), c, MemoryBudget{64 * GiB, "t"});
+  MemoryPlan tail = plan_memory(info.spec, LayerRange{16, 32}, stage_footprint(c, info, LayerRange{16, 32}, "cuda"), c, MemoryBudget{64 * GiB, "t"});
   CHECK(head.kv_bytes_per_token == 65536);
   CHECK(tail.kv_bytes_per_token == 65536);
 #if SPARKD_CUDA

@@ -5,6 +5,7 @@
 #include <memory>
 #include <numeric>
 
+#include "engine/core/admission.h"
 #include "engine/core/scheduler.h"
 #include "engine/util/check.h"
 
@@ -19,8 +20,24 @@ std::unique_ptr<Sequence> make_seq(int64_t id, int32_t first_token, int32_t len,
   SamplingParams p;
   p.max_tokens = max_tokens;
   auto seq = std::make_unique<Sequence>(id, prompt, p);
-  seq->max_tokens = sched.resolve_max_tokens(len, p);
+  seq->max_tokens = Admission(1 << 20, sched.config().max_model_len).check(seq->prompt_ids(), p);
   return seq;
+}
+
+std::vector<Sequence*> seqs_of(const ScheduledStep& step) {
+  std::vector<Sequence*> out;
+  for (const StepEntry& e : step.entries) out.push_back(e.seq);
+  return out;
+}
+std::vector<int64_t> new_tokens_of(const ScheduledStep& step) {
+  std::vector<int64_t> out;
+  for (const StepEntry& e : step.entries) out.push_back(e.num_new_tokens);
+  return out;
+}
+std::vector<int32_t> logits_rows_of(const ScheduledStep& step) {
+  std::vector<int32_t> out;
+  for (const StepEntry& e : step.entries) out.push_back(e.logits_row);
+  return out;
 }
 
 // Runs one step as the engine would, sampling `token` for every logits row, and finishes
@@ -28,9 +45,8 @@ std::unique_ptr<Sequence> make_seq(int64_t id, int32_t first_token, int32_t len,
 ScheduledStep run_step(Scheduler& sched, int32_t token) {
   ScheduledStep step = sched.schedule();
   sched.update(step, std::vector<int32_t>(step.batch.logits_rows.size(), token));
-  for (size_t i = 0; i < step.seqs.size(); ++i)
-    if (step.logits_index[i] >= 0 && step.seqs[i]->num_output_tokens() >= step.seqs[i]->max_tokens)
-      sched.finish(step.seqs[i], FinishReason::LENGTH);
+  for (const StepEntry& e : step.entries)
+    if (e.logits_row >= 0 && e.seq->num_output_tokens() >= e.seq->max_tokens) sched.finish(e.seq, FinishReason::LENGTH);
   sched.blocks().check_invariants();
   return step;
 }
@@ -55,8 +71,8 @@ TEST_CASE("scheduler: token budget, chunked prefill and the flat batch") {
   sched.add(c.get());
 
   ScheduledStep s1 = sched.schedule();
-  REQUIRE(s1.seqs == std::vector<Sequence*>{a.get(), b.get()});
-  CHECK(s1.num_new_tokens == std::vector<int64_t>{10, 6});  // b is chunked to the 6 tokens left
+  REQUIRE(seqs_of(s1) == std::vector<Sequence*>{a.get(), b.get()});
+  CHECK(new_tokens_of(s1) == std::vector<int64_t>{10, 6});  // b is chunked to the 6 tokens left
   const Batch& b1 = s1.batch;
   CHECK(b1.token_ids == std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 21, 22, 23, 24, 25, 26});
   CHECK(b1.positions == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5});
@@ -66,7 +82,7 @@ TEST_CASE("scheduler: token budget, chunked prefill and the flat batch") {
   CHECK(b1.max_blocks_per_seq == 3);
   CHECK(b1.block_tables == std::vector<int32_t>{0, 1, 2, 3, 4, 0});
   CHECK(b1.logits_rows == std::vector<int32_t>{9});  // b's chunk ends mid-prompt: no logits
-  CHECK(s1.logits_index == std::vector<int32_t>{0, -1});
+  CHECK(logits_rows_of(s1) == std::vector<int32_t>{0, -1});
   CHECK(sched.waiting().size() == 1);
   sched.update(s1, {99});
   CHECK(a->output_ids() == std::vector<int32_t>{99});
@@ -74,8 +90,8 @@ TEST_CASE("scheduler: token budget, chunked prefill and the flat batch") {
   CHECK(b->num_output_tokens() == 0);
 
   ScheduledStep s2 = sched.schedule();
-  REQUIRE(s2.seqs == std::vector<Sequence*>{a.get(), b.get()});  // c waits: max_num_seqs = 2
-  CHECK(s2.num_new_tokens == std::vector<int64_t>{1, 4});
+  REQUIRE(seqs_of(s2) == std::vector<Sequence*>{a.get(), b.get()});  // c waits: max_num_seqs = 2
+  CHECK(new_tokens_of(s2) == std::vector<int64_t>{1, 4});
   CHECK(s2.batch.token_ids == std::vector<int32_t>{99, 27, 28, 29, 30});
   CHECK(s2.batch.positions == std::vector<int32_t>{10, 6, 7, 8, 9});
   CHECK(s2.batch.slot_mapping == std::vector<int32_t>{10, 18, 19, 20, 21});
@@ -94,19 +110,19 @@ TEST_CASE("scheduler: decode rows come before partial prefills") {
   sched.add(x.get());
   sched.add(a.get());
   ScheduledStep s1 = run_step(sched, 5);  // x: 9 prompt tokens, a: 1
-  CHECK(s1.num_new_tokens == std::vector<int64_t>{9, 1});
+  CHECK(new_tokens_of(s1) == std::vector<int64_t>{9, 1});
   CHECK(x->is_finished());
   auto b = make_seq(3, 200, 2, 3, sched);
   sched.add(b.get());
   ScheduledStep s2 = run_step(sched, 5);  // a takes the whole budget: b waits
-  CHECK(s2.seqs == std::vector<Sequence*>{a.get()});
-  CHECK(s2.num_new_tokens == std::vector<int64_t>{10});
+  CHECK(seqs_of(s2) == std::vector<Sequence*>{a.get()});
+  CHECK(new_tokens_of(s2) == std::vector<int64_t>{10});
   run_step(sched, 5);  // a: 10 more (21 of 22)
   ScheduledStep s4 = run_step(sched, 5);  // a: last prompt token, b: its 2 tokens
-  CHECK(s4.seqs == std::vector<Sequence*>{a.get(), b.get()});
-  CHECK(s4.num_new_tokens == std::vector<int64_t>{1, 2});
+  CHECK(seqs_of(s4) == std::vector<Sequence*>{a.get(), b.get()});
+  CHECK(new_tokens_of(s4) == std::vector<int64_t>{1, 2});
   ScheduledStep s5 = run_step(sched, 5);
-  CHECK(s5.num_new_tokens == std::vector<int64_t>{1, 1});
+  CHECK(new_tokens_of(s5) == std::vector<int64_t>{1, 1});
 }
 
 TEST_CASE("scheduler: without chunked prefill a prompt waits for a budget that fits it whole") {
@@ -116,10 +132,10 @@ TEST_CASE("scheduler: without chunked prefill a prompt waits for a budget that f
   sched.add(a.get());
   sched.add(b.get());
   ScheduledStep s1 = run_step(sched, 7);
-  CHECK(s1.seqs == std::vector<Sequence*>{a.get()});
+  CHECK(seqs_of(s1) == std::vector<Sequence*>{a.get()});
   ScheduledStep s2 = run_step(sched, 7);  // a decodes 1; b fits now (1 + 10 <= 16)
-  CHECK(s2.seqs == std::vector<Sequence*>{a.get(), b.get()});
-  CHECK(s2.num_new_tokens == std::vector<int64_t>{1, 10});
+  CHECK(seqs_of(s2) == std::vector<Sequence*>{a.get(), b.get()});
+  CHECK(new_tokens_of(s2) == std::vector<int64_t>{1, 10});
 }
 
 TEST_CASE("scheduler: out of blocks the newest is preempted, then resumes by recompute and finishes") {
@@ -136,7 +152,7 @@ TEST_CASE("scheduler: out of blocks the newest is preempted, then resumes by rec
 
   ScheduledStep s3 = sched.schedule();  // a needs a third block: b (newest) is preempted
   CHECK(s3.preempted == std::vector<Sequence*>{b.get()});
-  CHECK(s3.seqs == std::vector<Sequence*>{a.get()});
+  CHECK(seqs_of(s3) == std::vector<Sequence*>{a.get()});
   CHECK(b->status == SeqStatus::PREEMPTED);
   CHECK(b->block_table.empty());
   CHECK(b->num_computed_tokens == 0);
@@ -151,8 +167,8 @@ TEST_CASE("scheduler: out of blocks the newest is preempted, then resumes by rec
   CHECK(a->finish_reason == FinishReason::LENGTH);
   // b resumes: its 3 prompt + 2 output tokens are recomputed in one chunk with logits.
   ScheduledStep resume = sched.schedule();
-  REQUIRE(resume.seqs == std::vector<Sequence*>{b.get()});
-  CHECK(resume.num_new_tokens[0] + b->num_cached_tokens == 5);
+  REQUIRE(seqs_of(resume) == std::vector<Sequence*>{b.get()});
+  CHECK(new_tokens_of(resume)[0] + b->num_cached_tokens == 5);
   CHECK(resume.batch.logits_rows.size() == 1);
   sched.update(resume, {94});
   CHECK(b->status == SeqStatus::RUNNING);
@@ -209,18 +225,19 @@ TEST_CASE("scheduler: abort in every state frees blocks and forgets the sequence
   bm.check_invariants();
 }
 
-TEST_CASE("scheduler: prompt + max_tokens is checked against max_model_len") {
-  BlockManager bm(8, 4, true);
-  Scheduler sched(config(4, 32, 32), bm);
+TEST_CASE("admission: prompt + max_tokens is checked against max_model_len, ids against the vocabulary") {
+  Admission admission(100, 32);
+  const std::vector<int32_t> ten(10, 7), full(32, 7), bad = {1, 100};
   SamplingParams p;
-  CHECK(sched.resolve_max_tokens(10, p) == 22);  // absent: the room left
+  CHECK(admission.check(ten, p) == 22);  // absent: the room left
   p.max_tokens = 22;
-  CHECK(sched.resolve_max_tokens(10, p) == 22);
+  CHECK(admission.check(ten, p) == 22);
   p.max_tokens = 23;
-  CHECK_THROWS_WITH_AS(sched.resolve_max_tokens(10, p),
-                       doctest::Contains("prompt (10 tokens) plus max_tokens (23) is 33 tokens"), InputError);
-  CHECK_THROWS_WITH_AS(sched.resolve_max_tokens(32, SamplingParams{}), doctest::Contains("32 tokens"), InputError);
-  CHECK_THROWS_AS(sched.resolve_max_tokens(0, SamplingParams{}), InputError);
+  CHECK_THROWS_WITH_AS(admission.check(ten, p),
+                       doctest::Contains("prompt (10 tokens) plus max_tokens (23) is 33 tokens"), ContextLengthError);
+  CHECK_THROWS_WITH_AS(admission.check(full, SamplingParams{}), doctest::Contains("32 tokens"), ContextLengthError);
+  CHECK_THROWS_AS(admission.check({}, SamplingParams{}), InputError);
+  CHECK_THROWS_WITH_AS(admission.check(bad, SamplingParams{}), doctest::Contains("outside the vocabulary"), InputError);
 }
 
 TEST_CASE("scheduler: configurations that could deadlock are refused") {

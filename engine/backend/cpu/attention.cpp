@@ -35,7 +35,9 @@ SPARK_KERNEL void axpy(float a, const float* x, float* y, int64_t n) {
 
 void validate_batch(const Batch& b, const KvGeometry& g) {
   const int64_t t = b.num_tokens(), s = b.num_seqs();
-  auto fail = [](const std::string& m) { throw InputError("invalid batch: " + m); };
+  // The scheduler builds batches and the peer link validates them on arrival: a bad one
+  // here is a bug.
+  auto fail = [](const std::string& m) { check_failed("valid batch", __FILE__, __LINE__, m); };
   if (static_cast<int64_t>(b.positions.size()) != t || static_cast<int64_t>(b.slot_mapping.size()) != t)
     fail("positions and slot_mapping must have one entry per token");
   if (s < 0 || (t > 0 && s == 0)) fail("query_start must have num_seqs + 1 entries");

@@ -50,7 +50,7 @@ void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_
                const LayerKv& cache, float* out);
 
 // Checks that the batch's sequence layout, slots and block tables fit the cache;
-// throws InputError describing the first problem.
+// aborts (SPARK_CHECK) on the first problem: batches come from the scheduler or a validated peer frame.
 void validate_batch(const Batch& batch, const KvGeometry& g);
 
 }  // namespace spark::cpu

@@ -11,27 +11,11 @@ namespace spark {
 
 namespace {
 
-const Tensor& need(const Weights& w, const std::string& name, std::vector<int64_t> shape) {
-  const Tensor& t = w.get(name);
-  if (t.shape != shape) {
-    auto str = [](const std::vector<int64_t>& s) {
-      std::string r = "[";
-      for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-      return r + "]";
-    };
-    throw InputError("tensor " + name + " has shape " + str(t.shape) + ", the model config implies " + str(shape));
-  }
-  if (!cpu::matmul_supports(t.dtype))
-    throw InputError("tensor " + name + " has dtype " + std::string(dtype_name(t.dtype)) +
-                     ", which the CPU backend cannot read");
-  return t;
-}
-
-// Small vectors (norm weights, biases) are decoded to f32 once.
-std::vector<float> vec_f32(const Weights& w, const std::string& name, int64_t n) {
-  const Tensor& t = need(w, name, {n});
-  std::vector<float> out(static_cast<size_t>(n));
-  cpu::decode_row(t, 0, out.data());
+// Small vectors (norm weights, biases) are decoded to f32 once; empty for an absent part.
+std::vector<float> vec_f32(const Tensor* t) {
+  if (!t) return {};
+  std::vector<float> out(static_cast<size_t>(t->numel()));
+  cpu::decode_row(*t, 0, out.data());
   return out;
 }
 
@@ -42,61 +26,47 @@ void grow(std::vector<T>& v, int64_t n) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const ModelSpec& spec, const Weights& weights, int threads)
-    : spec_(spec), range_(weights.range()), rope_(spec), pool_(std::make_unique<ThreadPool>(threads)) {
+CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int threads)
+    : spec_(spec), range_(weights.range), rope_(spec), pool_(std::make_unique<ThreadPool>(threads)) {
   const int64_t H = spec.hidden_size, hd = spec.head_dim, nh = spec.num_heads, nkv = spec.num_kv_heads;
   if (H <= 0 || hd <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0 || spec.vocab_size <= 0)
     throw InputError("model config: hidden_size, head_dim, num_heads, num_kv_heads and vocab_size must be "
                      "positive and num_heads a multiple of num_kv_heads");
-  if (range_.first_layer < 0 || range_.last_layer > spec.num_layers || range_.first_layer >= range_.last_layer)
-    throw InputError("layer range [" + std::to_string(range_.first_layer) + ", " + std::to_string(range_.last_layer) +
-                     ") does not fit a model of " + std::to_string(spec.num_layers) + " layers");
-  has_embedding_ = range_.first_layer == 0;
-  has_head_ = range_.last_layer == spec.num_layers;
-  if (has_embedding_) embedding_ = &need(weights, "model.embed_tokens.weight", {spec.vocab_size, H});
-  if (has_head_) {
-    final_norm_ = vec_f32(weights, "model.norm.weight", H);
-    // Tied models reuse the embedding as the LM head.
-    const bool own_head = weights.find("lm_head.weight") != nullptr;
-    lm_head_ = &need(weights, own_head ? "lm_head.weight" : "model.embed_tokens.weight", {spec.vocab_size, H});
-  }
-  for (int64_t l = range_.first_layer; l < range_.last_layer; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+  for (const Tensor* t : all_tensors(weights))
+    if (!cpu::matmul_supports(t->dtype))
+      throw InputError("tensor " + t->name + " has dtype " + std::string(dtype_name(t->dtype)) +
+                       ", which the CPU backend cannot read");
+  has_embedding_ = weights.has_embedding();
+  has_head_ = weights.has_head();
+  embedding_ = weights.embedding;
+  lm_head_ = weights.lm_head;
+  final_norm_ = vec_f32(weights.final_norm);
+  for (const LayerWeights& w : weights.layers) {
     Layer L;
-    L.q = &need(weights, p + "self_attn.q_proj.weight", {nh * hd, H});
-    L.k = &need(weights, p + "self_attn.k_proj.weight", {nkv * hd, H});
-    L.v = &need(weights, p + "self_attn.v_proj.weight", {nkv * hd, H});
-    L.o = &need(weights, p + "self_attn.o_proj.weight", {H, nh * hd});
-    if (spec.attention_bias || weights.find(p + "self_attn.q_proj.bias")) {
-      L.q_bias = vec_f32(weights, p + "self_attn.q_proj.bias", nh * hd);
-      L.k_bias = vec_f32(weights, p + "self_attn.k_proj.bias", nkv * hd);
-      L.v_bias = vec_f32(weights, p + "self_attn.v_proj.bias", nkv * hd);
-    }
-    if (spec.qk_norm) {
-      L.q_norm = vec_f32(weights, p + "self_attn.q_norm.weight", hd);
-      L.k_norm = vec_f32(weights, p + "self_attn.k_norm.weight", hd);
-    }
-    L.attn_norm = vec_f32(weights, p + "input_layernorm.weight", H);
-    L.ffn_norm = vec_f32(weights, p + "post_attention_layernorm.weight", H);
-    // The router's presence marks an MoE layer, which keeps decoder_sparse_step and
-    // mlp_only_layers the loader's business.
-    if (spec.num_experts > 0 && weights.find(p + "mlp.gate.weight")) {
-      const int64_t E = spec.num_experts, I = spec.moe_intermediate_size;
-      L.moe.router = &need(weights, p + "mlp.gate.weight", {E, H});
+    L.q = &w.get(Part::Q);
+    L.k = &w.get(Part::K);
+    L.v = &w.get(Part::V);
+    L.o = &w.get(Part::O);
+    L.q_bias = vec_f32(w.find(Part::Q_BIAS));
+    L.k_bias = vec_f32(w.find(Part::K_BIAS));
+    L.v_bias = vec_f32(w.find(Part::V_BIAS));
+    L.q_norm = vec_f32(w.find(Part::Q_NORM));
+    L.k_norm = vec_f32(w.find(Part::K_NORM));
+    L.attn_norm = vec_f32(w.find(Part::ATTN_NORM));
+    L.ffn_norm = vec_f32(w.find(Part::FFN_NORM));
+    if (w.is_moe()) {
+      L.moe.router = &w.get(Part::ROUTER);
       L.moe.top_k = spec.num_experts_per_tok;
       L.moe.norm_topk_prob = spec.norm_topk_prob;
-      if (L.moe.top_k <= 0 || L.moe.top_k > E) throw InputError("model config: num_experts_per_tok must be in [1, num_experts]");
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
-        L.moe.gate.push_back(&need(weights, q + "gate_proj.weight", {I, H}));
-        L.moe.up.push_back(&need(weights, q + "up_proj.weight", {I, H}));
-        L.moe.down.push_back(&need(weights, q + "down_proj.weight", {H, I}));
-      }
+      if (L.moe.top_k <= 0 || L.moe.top_k > spec.num_experts)
+        throw InputError("model config: num_experts_per_tok must be in [1, num_experts]");
+      L.moe.gate = w.expert_gate;
+      L.moe.up = w.expert_up;
+      L.moe.down = w.expert_down;
     } else {
-      const int64_t I = spec.intermediate_size;
-      L.gate = &need(weights, p + "mlp.gate_proj.weight", {I, H});
-      L.up = &need(weights, p + "mlp.up_proj.weight", {I, H});
-      L.down = &need(weights, p + "mlp.down_proj.weight", {H, I});
+      L.gate = &w.get(Part::GATE);
+      L.up = &w.get(Part::UP);
+      L.down = &w.get(Part::DOWN);
     }
     layers_.push_back(std::move(L));
   }
@@ -104,9 +74,27 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const Weights& weights, int thread
 
 std::string CpuBackend::describe() const { return "cpu (" + std::to_string(pool_->size()) + " threads)"; }
 
+uint64_t CpuBackend::kv_bytes_per_token_layer(const ModelSpec& spec) {
+  return 2 * uint64_t(spec.num_kv_heads * spec.head_dim) * sizeof(float);
+}
+
+uint64_t CpuBackend::workspace_bytes(const ModelSpec& s, LayerRange range, int64_t max_step_tokens, int64_t max_seqs) {
+  // One step holds the residual, the normed input, q/k/v, the attention output and the
+  // MLP's gate/up (and the expert router). Attention scratch is not counted: it works in
+  // tiles with an online softmax.
+  bool any_dense = false, any_moe = false;
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l) (s.layer_is_moe(l) ? any_moe : any_dense) = true;
+  const int64_t ffn = std::max(any_dense ? s.intermediate_size : 0,
+                               any_moe ? s.moe_intermediate_size * s.num_experts_per_tok : 0);
+  const int64_t per_token = 4 * s.hidden_size + (s.num_heads + 2 * s.num_kv_heads) * s.head_dim + 2 * ffn +
+                            (any_moe ? s.num_experts : 0);
+  uint64_t bytes = uint64_t(std::max<int64_t>(max_step_tokens, 1)) * uint64_t(per_token) * 4;
+  if (range.last_layer == s.num_layers) bytes += uint64_t(std::max<int64_t>(max_seqs, 1)) * uint64_t(s.vocab_size) * 4;
+  return bytes;
+}
+
 size_t CpuBackend::kv_block_bytes(int64_t block_size) const {
-  const int64_t layers = range_.last_layer - range_.first_layer;
-  return static_cast<size_t>(2 * layers * block_size * spec_.num_kv_heads * spec_.head_dim) * sizeof(float);
+  return size_t(range_.last_layer - range_.first_layer) * size_t(block_size) * kv_bytes_per_token_layer(spec_);
 }
 
 void CpuBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
@@ -199,9 +187,7 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
     if (!has_embedding_) throw InputError("this pipeline stage needs hidden states from the previous stage");
     for (int64_t t = 0; t < T; ++t) {
       const int32_t id = batch.token_ids[static_cast<size_t>(t)];
-      if (id < 0 || id >= spec_.vocab_size)
-        throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " +
-                         std::to_string(spec_.vocab_size));
+      SPARK_CHECK(id >= 0 && id < spec_.vocab_size, "token id outside the vocabulary: admission checks prompts");
       cpu::decode_row(*embedding_, id, x + t * H);
     }
   }

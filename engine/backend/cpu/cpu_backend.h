@@ -10,21 +10,28 @@
 #include "engine/backend/cpu/moe.h"
 #include "engine/backend/cpu/ops.h"
 #include "engine/model/model_spec.h"
+#include "engine/model/stage_weights.h"
 #include "engine/util/thread_pool.h"
 
 namespace spark {
 
 class CpuBackend : public Backend {
  public:
-  // Binds the tensors of the layers `weights` holds; throws InputError naming a missing
-  // tensor or a shape that disagrees with `spec`. threads: 0 = every core.
-  CpuBackend(const ModelSpec& spec, const Weights& weights, int threads);
+  // Reads the tensors of the stage `weights` binds (they must outlive the backend);
+  // throws InputError naming a tensor of a dtype it cannot read. threads: 0 = every core.
+  CpuBackend(const ModelSpec& spec, const StageWeights& weights, int threads);
 
   std::string describe() const override;
   LayerRange layers() const override { return range_; }
   size_t kv_block_bytes(int64_t block_size) const override;
   void init_kv_cache(int64_t num_blocks, int64_t block_size) override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
+
+  // For the memory plan, before a backend exists: K and V bytes of one token in one
+  // layer (f32), and the activations of a step of max_step_tokens rows (plus one logits
+  // row per sequence on the last stage).
+  static uint64_t kv_bytes_per_token_layer(const ModelSpec& spec);
+  static uint64_t workspace_bytes(const ModelSpec& spec, LayerRange range, int64_t max_step_tokens, int64_t max_seqs);
 
  private:
   struct Layer {

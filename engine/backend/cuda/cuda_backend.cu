@@ -346,8 +346,8 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   return has_head ? R : 0;
 }
 
-CudaBackend::CudaBackend(const ModelSpec& spec, const Weights& weights, const CudaOptions& options)
-    : impl_(std::make_unique<Impl>(spec, options, weights.range())) {
+CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, const CudaOptions& options)
+    : impl_(std::make_unique<Impl>(spec, options, weights.range)) {
   Impl& m = *impl_;
   const LayerRange r = m.range;
   if (spec.hidden_size <= 0 || spec.head_dim <= 0 || spec.num_heads <= 0 || spec.num_kv_heads <= 0 ||
@@ -509,7 +509,7 @@ void CudaBackend::forward_sample(const Batch& batch, const float* hidden_in, con
 }
 
 uint64_t CudaBackend::weight_bytes(const ModelSpec& spec, LayerRange range) {
-  return cuda::DeviceWeights::bytes(spec, range, !spec.tie_word_embeddings);
+  return cuda::DeviceWeights::bytes(spec, range);
 }
 
 uint64_t CudaBackend::workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range) {

@@ -9,6 +9,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/model/model_spec.h"
+#include "engine/model/stage_weights.h"
 
 namespace spark {
 
@@ -33,7 +34,7 @@ class CudaBackend : public Backend {
   // every activation buffer for the largest step the options allow. Throws InputError
   // naming a missing tensor, a wrong shape or an unsupported model, RuntimeError when the
   // device fails or lacks the memory.
-  CudaBackend(const ModelSpec& spec, const Weights& weights, const CudaOptions& options);
+  CudaBackend(const ModelSpec& spec, const StageWeights& weights, const CudaOptions& options);
   ~CudaBackend() override;
 
   std::string describe() const override;

@@ -18,10 +18,10 @@ constexpr size_t kAlign = 256;  // every piece starts on a 256-byte boundary (ve
 
 // One device array made of source tensors stacked along rows (q, k and v into qkv).
 struct Piece {
-  std::vector<std::string> names;
-  std::vector<int64_t> rows;  // rows of each source; for a vector, each source's length
-  int64_t cols = 0;           // 1 for a vector
-  bool f32 = false;           // f32 vector, else a BF16 matrix
+  std::vector<const Tensor*> sources;  // empty when only the sizes matter (the memory plan)
+  std::vector<int64_t> rows;           // rows of each source; for a vector, each source's length
+  int64_t cols = 0;                    // 1 for a vector
+  bool f32 = false;                    // f32 vector, else a 16-bit matrix
   const void** dst = nullptr;
   size_t offset = 0;
 
@@ -42,45 +42,46 @@ const void** slot(const T*& p) {
 }
 const void** slot(const void*& p) { return &p; }
 
-// The pieces of `range` in upload order. `w` receives the device pointers; with `w` null
-// only the sizes matter (the memory plan).
-std::vector<Piece> layout(const ModelSpec& s, LayerRange range, bool own_head, bool bias, DeviceWeights* w) {
+// The pieces of `range` in upload order. With `stage` and `w`, the pieces carry their
+// source tensors and `w` receives the device pointers; with both null only the sizes
+// matter (the memory plan).
+std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StageWeights* stage, DeviceWeights* w) {
   static const void* sink = nullptr;
   const int64_t H = s.hidden_size, hd = s.head_dim, nh = s.num_heads, nkv = s.num_kv_heads, I = s.intermediate_size;
   std::vector<Piece> out;
-  auto matrix = [&](std::vector<std::string> names, std::vector<int64_t> rows, int64_t cols, const void** d) {
-    out.push_back(Piece{std::move(names), std::move(rows), cols, false, d});
+  auto matrix = [&](std::vector<const Tensor*> from, std::vector<int64_t> rows, int64_t cols, const void** d) {
+    out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(rows), cols, false, d});
   };
-  auto vec = [&](std::vector<std::string> names, std::vector<int64_t> lengths, const void** d) {
-    out.push_back(Piece{std::move(names), std::move(lengths), 1, true, d});
+  auto vec = [&](std::vector<const Tensor*> from, std::vector<int64_t> lengths, const void** d) {
+    out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(lengths), 1, true, d});
   };
-  if (range.first_layer == 0) matrix({"model.embed_tokens.weight"}, {s.vocab_size}, H, w ? slot(w->embedding) : &sink);
+  if (range.first_layer == 0)
+    matrix({stage ? stage->embedding : nullptr}, {s.vocab_size}, H, w ? slot(w->embedding) : &sink);
   if (w) w->layers.assign(size_t(range.last_layer - range.first_layer), DeviceLayer{});
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    DeviceLayer* L = w ? &w->layers[size_t(l - range.first_layer)] : nullptr;
+    const size_t index = size_t(l - range.first_layer);
+    DeviceLayer* L = w ? &w->layers[index] : nullptr;
     auto d = [&](auto member) { return L ? slot(L->*member) : &sink; };
-    matrix({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
-           {nh * hd, nkv * hd, nkv * hd}, H, d(&DeviceLayer::qkv));
-    if (bias)
-      vec({p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"},
-          {nh * hd, nkv * hd, nkv * hd}, d(&DeviceLayer::qkv_bias));
+    auto t = [&](Part part) { return stage ? stage->layers[index].find(part) : nullptr; };
+    matrix({t(Part::Q), t(Part::K), t(Part::V)}, {nh * hd, nkv * hd, nkv * hd}, H, d(&DeviceLayer::qkv));
+    if (s.attention_bias)
+      vec({t(Part::Q_BIAS), t(Part::K_BIAS), t(Part::V_BIAS)}, {nh * hd, nkv * hd, nkv * hd},
+          d(&DeviceLayer::qkv_bias));
     if (s.qk_norm) {
-      vec({p + "self_attn.q_norm.weight"}, {hd}, d(&DeviceLayer::q_norm));
-      vec({p + "self_attn.k_norm.weight"}, {hd}, d(&DeviceLayer::k_norm));
+      vec({t(Part::Q_NORM)}, {hd}, d(&DeviceLayer::q_norm));
+      vec({t(Part::K_NORM)}, {hd}, d(&DeviceLayer::k_norm));
     }
-    vec({p + "input_layernorm.weight"}, {H}, d(&DeviceLayer::attn_norm));
-    vec({p + "post_attention_layernorm.weight"}, {H}, d(&DeviceLayer::ffn_norm));
-    matrix({p + "self_attn.o_proj.weight"}, {H}, nh * hd, d(&DeviceLayer::o));
-    matrix({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {I, I}, H, d(&DeviceLayer::gate_up));
-    matrix({p + "mlp.down_proj.weight"}, {H}, I, d(&DeviceLayer::down));
+    vec({t(Part::ATTN_NORM)}, {H}, d(&DeviceLayer::attn_norm));
+    vec({t(Part::FFN_NORM)}, {H}, d(&DeviceLayer::ffn_norm));
+    matrix({t(Part::O)}, {H}, nh * hd, d(&DeviceLayer::o));
+    matrix({t(Part::GATE), t(Part::UP)}, {I, I}, H, d(&DeviceLayer::gate_up));
+    matrix({t(Part::DOWN)}, {H}, I, d(&DeviceLayer::down));
   }
   if (range.last_layer == s.num_layers) {
-    vec({"model.norm.weight"}, {H}, w ? slot(w->final_norm) : &sink);
+    vec({stage ? stage->final_norm : nullptr}, {H}, w ? slot(w->final_norm) : &sink);
     // Tied models reuse the embedding; a stage without layer 0 loads it as its head.
-    if (own_head || range.first_layer != 0)
-      matrix({own_head ? "lm_head.weight" : "model.embed_tokens.weight"}, {s.vocab_size}, H,
-             w ? slot(w->lm_head) : &sink);
+    if (!s.tie_word_embeddings || range.first_layer != 0)
+      matrix({stage ? stage->lm_head : nullptr}, {s.vocab_size}, H, w ? slot(w->lm_head) : &sink);
   }
   size_t offset = 0;
   for (Piece& piece : out) {
@@ -88,23 +89,6 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, bool own_head, b
     offset += piece.bytes();
   }
   return out;
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-const Tensor& need(const Weights& weights, const std::string& name, std::vector<int64_t> shape) {
-  const Tensor& t = weights.get(name);
-  if (t.shape != shape)
-    throw InputError("tensor " + name + " has shape " + shape_str(t.shape) + ", the model config implies " +
-                     shape_str(shape));
-  if (!cpu::matmul_supports(t.dtype))
-    throw InputError("tensor " + name + " has dtype " + std::string(dtype_name(t.dtype)) +
-                     ", which the CUDA backend cannot convert to 16 bits");
-  return t;
 }
 
 // Converts rows [0, t.rows()) of t to T (f32 or a 16-bit type) in chunks and copies them to dst.
@@ -139,45 +123,34 @@ void upload(const Tensor& t, bool f32, HalfType type, char* dst, ThreadPool& poo
   upload_as<bf16>(t, dst, pool);
 }
 
-bool has_bias(const ModelSpec& s, const Weights* w, LayerRange r) {
-  if (s.attention_bias) return true;
-  return w && r.last_layer > r.first_layer &&
-         w->find("model.layers." + std::to_string(r.first_layer) + ".self_attn.q_proj.bias") != nullptr;
-}
-
 }  // namespace
 
-uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range, bool own_lm_head) {
+uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range) {
   uint64_t total = 0;
-  for (const Piece& p : layout(spec, range, own_lm_head, spec.attention_bias, nullptr)) total += p.bytes();
+  for (const Piece& p : layout(spec, range, nullptr, nullptr)) total += p.bytes();
   return total;
 }
 
-DeviceWeights::DeviceWeights(const ModelSpec& spec, const Weights& weights, HalfType half) : type(half) {
-  const LayerRange range = weights.range();
+DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType half) : type(half) {
+  const LayerRange range = stage.range;
   if (spec.num_experts > 0)
     throw InputError("the CUDA backend runs dense models; " + spec.architecture +
                      " has experts (set engine.backend = \"cpu\")");
-  const bool own_head = weights.find("lm_head.weight") != nullptr;
-  std::vector<Piece> pieces = layout(spec, range, own_head, has_bias(spec, &weights, range), this);
   // Check everything before the first byte moves: a bad file fails fast and whole.
-  std::vector<std::vector<const Tensor*>> sources;
-  for (const Piece& p : pieces) {
-    sources.emplace_back();
-    for (size_t i = 0; i < p.names.size(); ++i) {
-      std::vector<int64_t> shape = p.f32 ? std::vector<int64_t>{p.rows[i]} : std::vector<int64_t>{p.rows[i], p.cols};
-      sources.back().push_back(&need(weights, p.names[i], shape));
-    }
-  }
+  for (const Tensor* t : all_tensors(stage))
+    if (!cpu::matmul_supports(t->dtype))
+      throw InputError("tensor " + t->name + " has dtype " + std::string(dtype_name(t->dtype)) +
+                       ", which the CUDA backend cannot convert to 16 bits");
+  std::vector<Piece> pieces = layout(spec, range, &stage, this);
   const size_t total = pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes();
   CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(total, kAlign)));
   ThreadPool pool(0);
   char* base = static_cast<char*>(arena_);
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const Piece& p = pieces[i];
+  for (const Piece& p : pieces) {
     char* dst = base + p.offset;
     *p.dst = dst;
-    for (const Tensor* t : sources[i]) {
+    for (const Tensor* t : p.sources) {
+      SPARK_CHECK(t != nullptr, "a device piece lacks a bound tensor");
       upload(*t, p.f32, type, dst, pool);
       dst += size_t(t->numel()) * (p.f32 ? 4 : 2);
     }

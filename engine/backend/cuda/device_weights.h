@@ -7,7 +7,7 @@
 
 #include "engine/backend/cuda/kernel_args.h"
 #include "engine/model/model_spec.h"
-#include "engine/model/weights.h"
+#include "engine/model/stage_weights.h"
 
 namespace spark::cuda {
 
@@ -26,17 +26,17 @@ struct DeviceLayer {
 
 class DeviceWeights {
  public:
-  // Checks every tensor's presence and shape against `spec` (InputError naming it), then
-  // allocates bytes(spec, weights.range()) once and uploads, converting matrices to `type`
-  // (GGUF quantized types are dequantized here; a tensor already in `type` is copied as is).
-  DeviceWeights(const ModelSpec& spec, const Weights& weights, HalfType type);
+  // Checks every tensor's dtype (InputError naming it), then allocates
+  // bytes(spec, stage.range) once and uploads, converting matrices to `type` (GGUF
+  // quantized types are dequantized here; a tensor already in `type` is copied as is).
+  DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType type);
   ~DeviceWeights();
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;
 
   // Device bytes the tensors of `range` take once converted (for the memory plan; both
   // 16-bit types take the same).
-  static uint64_t bytes(const ModelSpec& spec, LayerRange range, bool own_lm_head);
+  static uint64_t bytes(const ModelSpec& spec, LayerRange range);
 
   HalfType type = HalfType::BF16;
   const void* embedding = nullptr;    // [vocab, hidden]; null unless the stage holds layer 0

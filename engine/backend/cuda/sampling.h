@@ -10,9 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/backend/backend.h"
-#include "engine/core/sampler.h"
-#include "engine/core/sampling_params.h"
+#include "engine/step/step.h"
 
 namespace spark::cuda {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "engine/core/sampling_params.h"
+#include "engine/step/sampling_params.h"
 
 namespace spark::cuda::sampling {
 

@@ -1,5 +1,5 @@
 // sampling_params.cpp — validation of SamplingParams with messages a client can act on.
-#include "engine/core/sampling_params.h"
+#include "engine/step/sampling_params.h"
 
 #include <cmath>
 

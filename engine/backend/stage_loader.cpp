@@ -1,0 +1,84 @@
+// stage_loader.cpp — inspect -> layer range -> memory plan -> weights -> backend.
+#include "engine/backend/stage_loader.h"
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "engine/backend/backend_factory.h"
+#include "engine/model/arch.h"
+#include "engine/util/check.h"
+
+namespace spark {
+
+int64_t resolve_layer_split(const Config& config, const ModelInfo& info) {
+  const ModelSpec& s = info.spec;
+  const std::string& text = config.peer.layer_split;
+  int64_t split = 0;
+  if (text == "auto") {
+    if (s.num_layers < 2) throw InputError("a model of " + std::to_string(s.num_layers) + " layer cannot be split over two boxes");
+    // Balance the work per token. A GPU streams the weights, so its step time follows
+    // their bytes; the CPU backend decodes every weight to f32, so its time follows their
+    // number. Either way the head's embedding is a gather (nearly free) while the
+    // worker's LM head is a full matmul.
+    const bool by_count = resolve_backend(config) == "cpu";
+    auto work = [&](LayerRange r) {
+      return by_count ? parameter_count(s, r) : int64_t(stage_weight_bytes(info, r));
+    };
+    const auto it = info.tensors.find(tensor_name(Part::EMBEDDING));
+    const int64_t embedding = by_count ? s.vocab_size * s.hidden_size
+                              : it != info.tensors.end() ? int64_t(it->second.nbytes)
+                                                         : s.vocab_size * s.hidden_size * dtype_block_bytes(info.weight_dtype);
+    int64_t best_gap = INT64_MAX;
+    for (int64_t k = 1; k < s.num_layers; ++k) {
+      const int64_t head = work({0, k}) - embedding;
+      const int64_t worker = work({k, s.num_layers});
+      if (std::llabs(head - worker) < best_gap) {
+        best_gap = std::llabs(head - worker);
+        split = k;
+      }
+    }
+    return split;
+  }
+  try {
+    size_t used = 0;
+    split = std::stoll(text, &used);
+    if (used != text.size()) throw std::invalid_argument("trailing characters");
+  } catch (const std::exception&) {
+    throw InputError("peer.layer_split = \"" + text + "\" is neither \"auto\" nor a layer number");
+  }
+  if (split < 1 || split >= s.num_layers)
+    throw InputError("peer.layer_split = " + std::to_string(split) + " must be between 1 and " +
+                     std::to_string(s.num_layers - 1) + " for a model of " + std::to_string(s.num_layers) + " layers");
+  return split;
+}
+
+LayerRange stage_range(const Config& config, const ModelInfo& info) {
+  if (!config.peer.enabled) return full_range(info.spec);
+  const int64_t split = resolve_layer_split(config, info);
+  return config.peer.role == "worker" ? LayerRange{split, info.spec.num_layers} : LayerRange{0, split};
+}
+
+StagePlan plan_stage(const Config& config) {
+  StagePlan p;
+  p.info = inspect_model(config);
+  p.range = stage_range(config, p.info);
+  p.backend = resolve_backend(config);
+  p.memory = plan_memory(p.info.spec, p.range, stage_footprint(config, p.info, p.range, p.backend), config,
+                         memory_budget(p.backend));
+  return p;
+}
+
+std::unique_ptr<LoadedStage> load_stage(const Config& config) { return load_stage(config, plan_stage(config)); }
+
+std::unique_ptr<LoadedStage> load_stage(const Config& config, StagePlan plan) {
+  require_fits(plan.memory);
+  auto s = std::make_unique<LoadedStage>();
+  s->plan = std::move(plan);
+  const ModelSpec& spec = s->plan.info.spec;
+  s->weights = load_stage_weights(s->plan.info, s->plan.range);
+  s->stage = bind_stage(spec, s->weights);
+  s->backend = make_backend(config, spec, s->stage);
+  return s;
+}
+
+}  // namespace spark

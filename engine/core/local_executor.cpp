@@ -1,0 +1,51 @@
+// local_executor.cpp — forward and sample on this box.
+#include "engine/core/local_executor.h"
+
+#include "engine/util/check.h"
+
+namespace spark {
+
+LocalExecutor::LocalExecutor(std::unique_ptr<Backend> backend, int64_t vocab_size)
+    : backend_(std::move(backend)), vocab_size_(vocab_size) {
+  SPARK_CHECK(backend_ != nullptr, "a local executor needs a backend");
+}
+
+void LocalExecutor::prepare(int64_t num_kv_blocks, int64_t block_size, const std::vector<int32_t>& eos_token_ids) {
+  backend_->init_kv_cache(num_kv_blocks, block_size);
+  sampler_.emplace(vocab_size_, eos_token_ids);
+}
+
+void LocalExecutor::launch(const ScheduledStep& step) {
+  const size_t rows = step.batch.logits_rows.size();
+  std::vector<SampleOutput> samples(rows);
+  if (backend_->samples_on_device()) {
+    std::vector<SampleRow> requests(rows);
+    for (const StepEntry& e : step.entries) {
+      if (e.logits_row < 0) continue;
+      const Sequence& seq = *e.seq;
+      requests[size_t(e.logits_row)] = {&seq.params, seq.token_ids, seq.num_prompt_tokens, seq.seed,
+                                        static_cast<uint64_t>(seq.num_output_tokens())};
+    }
+    backend_->forward_sample(step.batch, nullptr, requests, samples);
+    done_.push_back(std::move(samples));
+    return;
+  }
+  backend_->forward(step.batch, nullptr, result_);
+  const auto vocab = static_cast<size_t>(vocab_size_);
+  if (result_.logits.size() != rows * vocab)
+    throw RuntimeError("the backend returned " + std::to_string(result_.logits.size()) + " logits, expected " +
+                       std::to_string(rows) + " rows x " + std::to_string(vocab));
+  for (const StepEntry& e : step.entries)
+    if (e.logits_row >= 0)
+      samples[size_t(e.logits_row)] = sampler_->sample(result_.logits.data() + size_t(e.logits_row) * vocab, *e.seq);
+  done_.push_back(std::move(samples));
+}
+
+std::vector<SampleOutput> LocalExecutor::finish_oldest() {
+  SPARK_CHECK(!done_.empty(), "finish_oldest without a launched step");
+  std::vector<SampleOutput> out = std::move(done_.front());
+  done_.pop_front();
+  return out;
+}
+
+}  // namespace spark

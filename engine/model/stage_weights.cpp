@@ -1,0 +1,78 @@
+// stage_weights.cpp — binding a stage's tensors to the parts of its description.
+#include "engine/model/stage_weights.h"
+
+#include "engine/util/check.h"
+
+namespace spark {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+const Tensor* need(const Weights& w, Part part, const std::vector<int64_t>& shape, int64_t layer, int64_t expert) {
+  const std::string name = tensor_name(part, layer, expert);
+  const Tensor& t = w.get(name);
+  if (t.shape != shape)
+    throw InputError("tensor " + name + " has shape " + shape_str(t.shape) + ", the model config implies " +
+                     shape_str(shape));
+  return &t;
+}
+
+}  // namespace
+
+const Tensor& LayerWeights::get(Part p) const {
+  const Tensor* t = find(p);
+  SPARK_CHECK(t != nullptr, "a bound layer lacks a part its model has");
+  return *t;
+}
+
+StageWeights bind_stage(const ModelSpec& spec, const Weights& weights) {
+  StageWeights stage;
+  stage.range = weights.range();
+  check_range(spec, stage.range);
+  for (const PartSpec& p : outer_parts(spec, stage.range)) {
+    const Tensor* t = need(weights, p.part, p.shape, -1, -1);
+    if (p.part == Part::EMBEDDING) stage.embedding = t;
+    else if (p.part == Part::FINAL_NORM) stage.final_norm = t;
+    else stage.lm_head = t;
+  }
+  if (stage.final_norm && !stage.lm_head) stage.lm_head = stage.embedding;  // tied
+  // A later stage of a tied model holds the embedding only as its head.
+  if (!stage.has_embedding()) stage.embedding = nullptr;
+  for (int64_t l = stage.range.first_layer; l < stage.range.last_layer; ++l) {
+    LayerWeights layer;
+    for (const PartSpec& p : layer_parts(spec, l)) {
+      if (!part_is_per_expert(p.part)) {
+        layer.parts[static_cast<size_t>(p.part)] = need(weights, p.part, p.shape, l, -1);
+        continue;
+      }
+      auto& list = p.part == Part::EXPERT_GATE ? layer.expert_gate : p.part == Part::EXPERT_UP ? layer.expert_up
+                                                                                                : layer.expert_down;
+      for (int64_t e = 0; e < p.copies; ++e) list.push_back(need(weights, p.part, p.shape, l, e));
+    }
+    stage.layers.push_back(std::move(layer));
+  }
+  return stage;
+}
+
+std::vector<const Tensor*> all_tensors(const StageWeights& stage) {
+  std::vector<const Tensor*> out;
+  auto add = [&](const Tensor* t) {
+    if (t) out.push_back(t);
+  };
+  add(stage.embedding);
+  for (const LayerWeights& l : stage.layers) {
+    for (const Tensor* t : l.parts) add(t);
+    for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down})
+      for (const Tensor* t : *list) add(t);
+  }
+  add(stage.final_norm);
+  if (stage.lm_head != stage.embedding) add(stage.lm_head);
+  return out;
+}
+
+}  // namespace spark

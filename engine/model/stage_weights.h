@@ -1,0 +1,44 @@
+// stage_weights.h — a stage's tensors bound once to their parts: the typed table both
+// backends read, so that no backend looks a tensor up by name.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/arch.h"
+#include "engine/model/model_spec.h"
+#include "engine/model/weights.h"
+
+namespace spark {
+
+struct LayerWeights {
+  std::array<const Tensor*, kNumParts> parts{};  // null where the layer has no such part
+  // Per-expert parts, [num_experts] each, in an MoE layer; empty otherwise.
+  std::vector<const Tensor*> expert_gate, expert_up, expert_down;
+
+  const Tensor* find(Part p) const { return parts[static_cast<size_t>(p)]; }
+  const Tensor& get(Part p) const;  // SPARK_CHECKs presence: for parts the layer must have
+  bool is_moe() const { return find(Part::ROUTER) != nullptr; }
+};
+
+struct StageWeights {
+  LayerRange range;
+  const Tensor* embedding = nullptr;   // when the stage starts at layer 0
+  const Tensor* final_norm = nullptr;  // when the stage ends at the last layer
+  const Tensor* lm_head = nullptr;     // likewise; the embedding tensor itself when tied
+  std::vector<LayerWeights> layers;    // [range.last_layer - range.first_layer]
+
+  bool has_embedding() const { return range.first_layer == 0; }
+  bool has_head() const { return lm_head != nullptr; }
+};
+
+// Binds every part the description (arch.h) lists for weights.range(). Throws InputError
+// naming a missing tensor or one whose shape disagrees with `spec`. The table points
+// into `weights`, which must outlive it.
+StageWeights bind_stage(const ModelSpec& spec, const Weights& weights);
+
+// Every tensor the table holds, each once (a tied head is the embedding), for checks a
+// backend makes of all of them (dtypes it can read).
+std::vector<const Tensor*> all_tensors(const StageWeights& stage);
+
+}  // namespace spark

@@ -1,0 +1,74 @@
+// pipeline_executor.cpp — first-stage forward, micro-batch plans with their opens and
+// closes, and the pairing's lifetime as the engine sees it.
+#include "engine/peer/pipeline_executor.h"
+
+#include "engine/util/check.h"
+
+namespace spark {
+
+PipelineExecutor::PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage& remote, int64_t hidden_size)
+    : backend_(std::move(backend)), remote_(remote), hidden_size_(hidden_size) {
+  SPARK_CHECK(backend_ != nullptr, "a pipeline needs the first stage's backend");
+}
+
+void PipelineExecutor::prepare(int64_t num_kv_blocks, int64_t block_size, const std::vector<int32_t>&) {
+  backend_->init_kv_cache(num_kv_blocks, block_size);  // the worker samples with its own EOS set
+}
+
+StepExecutor::Readiness PipelineExecutor::readiness() {
+  Readiness r;
+  const uint64_t session = remote_.session();
+  if (session != session_) {
+    // A new pairing (or none): the old worker's KV and sequences are gone, so every
+    // request that ran there fails, and no cached prefix may be trusted any more.
+    // Requests not yet sent anywhere simply run on the new pairing.
+    r.state_lost = true;
+    if (!in_flight_.empty() || !opened_.empty())
+      r.lost_why = session == 0 ? remote_.problem() : "the peer worker re-paired";
+    forget_all();
+    session_ = session;
+  }
+  r.ready = session != 0;
+  return r;
+}
+
+void PipelineExecutor::launch(const ScheduledStep& step) {
+  const int64_t start_us = wall_us();
+  backend_->forward(step.batch, nullptr, result_);
+  const int64_t end_us = wall_us();
+  SPARK_CHECK(result_.hidden.size() == size_t(step.batch.num_tokens()) * size_t(hidden_size_),
+              "a first pipeline stage returns hidden states for every row");
+
+  MicroBatchPlan mb;
+  mb.id = next_plan_id_++;
+  mb.closes.swap(pending_closes_);
+  mb.sample_seq_ids.assign(step.batch.logits_rows.size(), 0);
+  for (const StepEntry& e : step.entries) {
+    const Sequence& seq = *e.seq;
+    if (opened_.insert(seq.seq_id).second)
+      mb.opens.push_back({seq.seq_id, seq.num_prompt_tokens, seq.seed, seq.params, seq.token_ids});
+    if (e.logits_row >= 0) mb.sample_seq_ids[size_t(e.logits_row)] = seq.seq_id;
+  }
+  mb.batch = step.batch;
+  in_flight_.push_back({mb.id, step.batch.logits_rows.size()});
+  remote_.send(session_, mb, result_.hidden, start_us, end_us);
+}
+
+std::vector<SampleOutput> PipelineExecutor::finish_oldest() {
+  SPARK_CHECK(!in_flight_.empty(), "finish_oldest without a micro-batch in flight");
+  const Sent sent = in_flight_.front();
+  in_flight_.pop_front();
+  return remote_.receive(sent.id, sent.rows).samples;
+}
+
+void PipelineExecutor::retire(int64_t seq_id) {
+  if (opened_.erase(seq_id)) pending_closes_.push_back(seq_id);
+}
+
+void PipelineExecutor::forget_all() {
+  opened_.clear();
+  pending_closes_.clear();
+  in_flight_.clear();
+}
+
+}  // namespace spark

@@ -1,0 +1,47 @@
+// pipeline_executor.h — the head's steps in peer mode: each micro-batch runs this box's
+// layers here and goes to the RemoteStage, which runs the rest, samples and answers.
+// Two micro-batch slots, so that while the worker computes one, this box computes the
+// other. A lost peer fails the live requests, not the engine.
+#pragma once
+#include <deque>
+#include <memory>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/core/step_executor.h"
+#include "engine/peer/stage.h"
+
+namespace spark {
+
+class PipelineExecutor : public StepExecutor {
+ public:
+  // `backend` holds the first layers; `remote` (which must outlive this) the rest.
+  PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage& remote, int64_t hidden_size);
+
+  size_t num_slots() const override { return 2; }
+  void prepare(int64_t num_kv_blocks, int64_t block_size, const std::vector<int32_t>& eos_token_ids) override;
+  Readiness readiness() override;
+  std::string problem() const override { return remote_.problem(); }
+  void launch(const ScheduledStep& step) override;
+  std::vector<SampleOutput> finish_oldest() override;
+  void retire(int64_t seq_id) override;
+  void forget_all() override;
+
+ private:
+  std::unique_ptr<Backend> backend_;
+  RemoteStage& remote_;
+  int64_t hidden_size_;
+  uint64_t session_ = 0;  // the pairing the open sequences live in
+  uint64_t next_plan_id_ = 1;
+  std::unordered_set<int64_t> opened_;  // sequences the remote stage knows
+  std::vector<int64_t> pending_closes_;  // retired sequences the remote still holds
+  struct Sent {
+    uint64_t id = 0;
+    size_t rows = 0;
+  };
+  std::deque<Sent> in_flight_;  // oldest first
+  ForwardResult result_;
+};
+
+}  // namespace spark

@@ -1,0 +1,57 @@
+// step.h — the vocabulary of one engine step, shared by the scheduler that plans it, the
+// backends that run it and the peer link that carries it: the flattened batch, what
+// sampling one row needs, and what comes back. Depends on nothing above it.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "engine/step/sampling_params.h"
+
+namespace spark {
+
+// One engine step, flattened. Rows are tokens; the rows of sequence s are
+// [query_start[s], query_start[s+1]) and are the last (query_start[s+1] - query_start[s])
+// tokens of its context. Prefill chunks and decode tokens mix freely. The layout is
+// fixed-stride so a GPU backend can copy it into preallocated buffers and replay a graph.
+struct Batch {
+  std::vector<int32_t> token_ids;     // [T]
+  std::vector<int32_t> positions;     // [T]
+  std::vector<int32_t> slot_mapping;  // [T] KV slot written by each row: block * block_size + offset
+  std::vector<int32_t> query_start;   // [S + 1]
+  std::vector<int32_t> context_lens;  // [S] tokens in the cache once this step's rows are written
+  std::vector<int32_t> block_tables;  // [S * max_blocks_per_seq], unused entries 0
+  int32_t max_blocks_per_seq = 0;
+  std::vector<int32_t> logits_rows;  // rows whose logits are wanted, ascending
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_seqs() const { return query_start.empty() ? 0 : static_cast<int32_t>(query_start.size()) - 1; }
+};
+
+// What sampling one logits row needs: the request's parameters, its context (penalties),
+// and its draw (uniform01(seed, counter), engine/core/sampler.h).
+struct SampleRow {
+  const SamplingParams* params = nullptr;
+  std::span<const int32_t> context;  // prompt tokens, then the output tokens so far
+  int64_t num_prompt_tokens = 0;
+  uint64_t seed = 0;
+  uint64_t counter = 0;  // index of the output token being drawn
+};
+
+struct SampleOutput {
+  int32_t token = -1;
+  // Filled when params.logprobs: the chosen token's logprob and the top_logprobs most
+  // likely (token, logprob) pairs, most likely first (ties: lower id first).
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+};
+
+struct ForwardResult {
+  // When the backend holds the LM head: [logits_rows.size() x vocab_size], f32.
+  std::vector<float> logits;
+  // When it does not (a pipeline stage before the last): [num_tokens x hidden_size], f32.
+  std::vector<float> hidden;
+};
+
+}  // namespace spark

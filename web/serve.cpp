@@ -129,26 +129,17 @@ struct LoadedParts {
 // the identity; the session limits bound every frame the worker may send or expect.
 std::unique_ptr<PeerHead> start_peer_head(const Config& config, const StagePlan& plan, int64_t blocks) {
   if (config.peer.transport == "nccl") require_nccl();
-  const ModelInfo& info = plan.info;
-  PeerIdentity id;
-  id.sparkd_version = version_string();
-  id.model_fingerprint = model_fingerprint(info);
-  id.model_label = model_label(info);
-  id.num_layers = info.spec.num_layers;
-  id.layer_split = plan.range.last_layer;
-  id.block_size = config.engine.block_size;
-  id.kv_dtype = plan.memory.kv_dtype;
-  id.transport = config.peer.transport;
-  id.kv_blocks = blocks;
+  const ModelSpec& spec = plan.info.spec;
+  const PeerIdentity id = local_identity(config, plan, blocks);
   Welcome limits;
   limits.kv_blocks = blocks;
   limits.block_size = config.engine.block_size;
   limits.max_step_tokens = config.engine.max_num_batched_tokens;
   limits.max_step_seqs = config.engine.max_num_seqs;
   limits.max_model_len = blocks * config.engine.block_size;  // no context outgrows the cache
-  limits.vocab_size = info.spec.vocab_size;
-  limits.hidden_size = info.spec.hidden_size;
-  limits.eos_token_ids = info.spec.eos_token_ids;
+  limits.vocab_size = spec.vocab_size;
+  limits.hidden_size = spec.hidden_size;
+  limits.eos_token_ids = spec.eos_token_ids;
   auto head = std::make_unique<PeerHead>(config.peer, id, limits);
   head->start();
   return head;

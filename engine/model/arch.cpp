@@ -133,6 +133,13 @@ std::string tensor_name(Part part, int64_t layer, int64_t expert) {
   return "model.layers." + std::to_string(layer) + "." + base + "." + n.kind;
 }
 
+std::string gguf_tensor_name(Part part, int64_t layer) {
+  const PartNames& n = names_of(part);
+  const std::string base = std::string(n.gguf) + "." + n.kind;
+  if (static_cast<size_t>(part) < kFirstLayerPart) return base;
+  return "blk." + std::to_string(layer) + "." + base;
+}
+
 LayerRange full_range(const ModelSpec& spec) { return LayerRange{0, spec.num_layers}; }
 
 void check_range(const ModelSpec& spec, LayerRange r) {
@@ -174,7 +181,7 @@ int64_t expected_tensor_count(const ModelSpec& s, LayerRange range) {
 
 std::optional<std::string> gguf_to_hf_name(const std::string& name) {
   for (size_t i = 0; i < kFirstLayerPart; ++i)
-    if (name == std::string(kNames[i].gguf) + "." + kNames[i].kind) return tensor_name(static_cast<Part>(i));
+    if (name == gguf_tensor_name(static_cast<Part>(i))) return tensor_name(static_cast<Part>(i));
   if (name.rfind("blk.", 0) != 0) return std::nullopt;
   size_t dot = name.find('.', 4);
   if (dot == std::string::npos || dot == 4 || dot - 4 > 6) return std::nullopt;

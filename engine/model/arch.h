@@ -50,6 +50,9 @@ std::vector<PartSpec> outer_parts(const ModelSpec& spec, LayerRange range);
 
 // The Hugging Face name of a part ("model.layers.3.self_attn.q_proj.weight").
 std::string tensor_name(Part part, int64_t layer = -1, int64_t expert = -1);
+// llama.cpp's name of a part in a GGUF file ("blk.3.attn_q.weight"); experts are stacked
+// into one tensor there, so a per-expert part has one name per layer.
+std::string gguf_tensor_name(Part part, int64_t layer = -1);
 
 // What a stage holding `range` needs, every tensor by name (experts expanded).
 std::vector<TensorSpec> expected_tensors(const ModelSpec& spec, LayerRange range);

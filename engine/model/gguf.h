@@ -44,7 +44,7 @@ struct GgufValue {
 };
 
 struct GgufTensorInfo {
-  std::string name;        // as in the file ("blk.0.attn_q.weight")
+  std::string name;        // as in the file (llama.cpp's naming, arch.h: gguf_tensor_name)
   uint32_t ggml_type = 0;  // GGML type number
   DType dtype = DType::F32;
   std::vector<int64_t> shape;  // outermost first (ne[] reversed)

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/model/arch.h"
 #include "engine/model/gguf.h"
 #include "engine/model/quant.h"
 #include "engine/util/check.h"
@@ -119,12 +120,13 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   s.max_position_embeddings = m.integer("context_length", 1, 1ll << 26, 2048);
 
   // The vocabulary size is the embedding's row count: the authority the weights obey.
-  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
-  if (!embd || embd->shape.size() != 2) throw InputError("GGUF file '" + f.source + "' has no 2-D token_embd.weight");
+  const std::string embd_name = gguf_tensor_name(Part::EMBEDDING);
+  const GgufTensorInfo* embd = f.find_tensor(embd_name);
+  if (!embd || embd->shape.size() != 2) throw InputError("GGUF file '" + f.source + "' has no 2-D " + embd_name);
   s.vocab_size = embd->shape[0];
-  if (s.vocab_size < 1 || s.vocab_size > (1 << 24)) m.fail("token_embd.weight", "has an implausible vocabulary size");
-  s.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
-  s.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  if (s.vocab_size < 1 || s.vocab_size > (1 << 24)) m.fail(embd_name, "has an implausible vocabulary size");
+  s.tie_word_embeddings = f.find_tensor(gguf_tensor_name(Part::LM_HEAD)) == nullptr;
+  s.attention_bias = f.find_tensor(gguf_tensor_name(Part::Q_BIAS, 0)) != nullptr;
   s.qk_norm = s.arch == Arch::QWEN3 || s.arch == Arch::QWEN3_MOE;
 
   if (s.arch == Arch::QWEN3_MOE) {
@@ -135,11 +137,9 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
     s.norm_topk_prob = f.get_bool(*arch + ".expert_weights_norm").value_or(true);
     s.intermediate_size = m.integer("feed_forward_length", 0, MAX_DIM, 0);
     // GGUF has no mlp_only_layers key: a layer stored with a dense MLP and no router is one.
-    for (int64_t l = 0; l < s.num_layers; ++l) {
-      std::string p = "blk." + std::to_string(l) + ".";
-      if (!f.find_tensor(p + "ffn_gate_inp.weight") && f.find_tensor(p + "ffn_gate.weight"))
+    for (int64_t l = 0; l < s.num_layers; ++l)
+      if (!f.find_tensor(gguf_tensor_name(Part::ROUTER, l)) && f.find_tensor(gguf_tensor_name(Part::GATE, l)))
         s.mlp_only_layers.push_back(l);
-    }
     if (!s.mlp_only_layers.empty() && s.intermediate_size == 0)
       m.fail(*arch + ".feed_forward_length", "is needed for the dense layers");
   } else {
@@ -170,7 +170,7 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   }
   // The file's float type when it has one (0: F32, 1: F16, 32: BF16). Quantized files say
   // F16: their dequantized block values (f16 scale x small integer) keep closer in FP16's
-  // 11 significand bits than in BF16's 8 (compute_dtype_name in memory_plan.h picks the
+  // 11 significand bits than in BF16's 8 (compute_dtype_name in backend_factory.h picks the
   // GPU's type from this, keeping the Qwen families in BF16).
   int64_t file_type = f.get_int("general.file_type").value_or(-1);
   s.dtype = file_type == 0 ? DType::F32 : file_type == 32 ? DType::BF16 : DType::F16;

@@ -1,4 +1,5 @@
-// model_identity.cpp — the model fingerprint and label for the peer handshake.
+// model_identity.cpp — the model fingerprint, its label and this box's identity for the
+// peer handshake.
 #include "engine/peer/model_identity.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "engine/model/memory_plan.h"
 #include "engine/util/check.h"
 #include "engine/util/splitmix.h"
+#include "engine/util/version.h"
 
 namespace spark {
 
@@ -84,6 +86,21 @@ std::string model_label(const ModelInfo& info) {
   uint64_t bytes = 0;
   for (const auto& [n, t] : info.tensors) bytes += t.nbytes;
   return name + " (" + format_bytes(bytes) + " of weights)";
+}
+
+PeerIdentity local_identity(const Config& config, const StagePlan& stage, int64_t kv_blocks) {
+  PeerIdentity id;
+  id.sparkd_version = version_string();
+  id.model_fingerprint = model_fingerprint(stage.info);
+  id.model_label = model_label(stage.info);
+  id.num_layers = stage.info.spec.num_layers;
+  // The split is the head's end and the worker's start.
+  id.layer_split = config.peer.role == "worker" ? stage.range.first_layer : stage.range.last_layer;
+  id.block_size = config.engine.block_size;
+  id.kv_dtype = stage.memory.kv_dtype;
+  id.transport = config.peer.transport;
+  id.kv_blocks = kv_blocks;
+  return id;
 }
 
 }  // namespace spark

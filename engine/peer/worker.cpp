@@ -16,7 +16,6 @@
 #include "engine/peer/wire.h"
 #include "engine/util/log.h"
 #include "engine/util/sd_notify.h"
-#include "engine/util/version.h"
 
 namespace spark {
 
@@ -77,19 +76,9 @@ class Worker {
  private:
   void load() {
     loaded_ = load_stage(config_);
-    const ModelInfo& info = loaded_->plan.info;
-    const ModelSpec& spec = info.spec;
     const LayerRange range = loaded_->plan.range;
     backend_ = loaded_->backend.get();
-    identity_.sparkd_version = version_string();
-    identity_.model_fingerprint = model_fingerprint(info);
-    identity_.model_label = model_label(info);
-    identity_.num_layers = spec.num_layers;
-    identity_.layer_split = range.first_layer;
-    identity_.block_size = config_.engine.block_size;
-    identity_.kv_dtype = loaded_->plan.memory.kv_dtype;
-    identity_.transport = config_.peer.transport;
-    identity_.kv_blocks = loaded_->plan.memory.kv_blocks;
+    identity_ = local_identity(config_, loaded_->plan, loaded_->plan.memory.kv_blocks);
     log_info("peer: worker holds layers [", range.first_layer, ", ", range.last_layer, ") of ", identity_.model_label,
              " on ", backend_->describe(), "; room for ", identity_.kv_blocks, " KV blocks");
   }

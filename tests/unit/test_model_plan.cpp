@@ -75,7 +75,6 @@ TEST_CASE("memory plan: a plan that does not fit is refused with the numbers") {
   Config c = dummy_8b();
   ModelInfo info = inspect_model(c);
   LayerRange all = full_range(info.spec);
-  uint64_t weights = stage_weight_bytes(info, all);
   MemoryPlan small = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{8 * GiB, "MemAvailable"});
   CHECK_FALSE(small.fits);
   CHECK_INPUT_ERROR(require_fits(small), "leaves nothing for the KV cache");

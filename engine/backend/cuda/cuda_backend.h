@@ -15,7 +15,7 @@ namespace spark {
 
 struct CudaOptions {
   int device = 0;
-  bool f16 = false;         // compute in FP16, else BF16 (compute_dtype_name in memory_plan.h)
+  bool f16 = false;         // compute in FP16, else BF16 (compute_dtype_name in backend_factory.h)
   bool fp8_kv = false;      // engine.kv_cache_dtype = "fp8"
   bool cuda_graphs = true;  // engine.cuda_graphs
   // The decode step's kernels start while the kernel before them finishes, the GEMVs

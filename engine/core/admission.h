@@ -15,9 +15,8 @@ namespace spark {
 // A prompt that, with the output asked for, does not fit the context; the numbers let
 // each API word the refusal its own way.
 struct ContextLengthError : InputError {
-  ContextLengthError(const std::string& message, int64_t prompt_tokens, std::optional<int64_t> max_tokens,
-                     int64_t max_model_len)
-      : InputError(message), prompt_tokens(prompt_tokens), max_tokens(max_tokens), max_model_len(max_model_len) {}
+  ContextLengthError(const std::string& message, int64_t prompt, std::optional<int64_t> asked, int64_t context)
+      : InputError(message), prompt_tokens(prompt), max_tokens(asked), max_model_len(context) {}
   int64_t prompt_tokens;
   std::optional<int64_t> max_tokens;  // as requested; absent when the request left it open
   int64_t max_model_len;

@@ -10,6 +10,7 @@ what routing by session is for. SPARKD_FLEET_FULL=1 (`make fleet-bench`) runs th
 full shape: 16 sessions of 6 turns with ~1,500-token system prompts."""
 import os
 import random
+import re
 import signal
 import statistics
 import threading
@@ -18,8 +19,8 @@ import time
 import pytest
 import requests
 
-from conftest import metrics
-from fleet import Balancer, Fleet, chat
+from conftest import REPO, metrics
+from fleet import RECIPE, Balancer, Fleet, chat
 
 FULL = os.environ.get("SPARKD_FLEET_FULL") == "1"
 SESSIONS, TURNS, SYSTEM_WORDS = (16, 6, 1100) if FULL else (12, 4, 220)
@@ -29,7 +30,7 @@ OTHER_KEY = "fleet-test-key-2"
 # max_num_seqs x max_model_len bounds each replica's KV cache (see conftest.Server); here
 # to about half of what all sessions' prompts need at their last turn.
 MAX_MODEL_LEN = 2560 if FULL else 640
-REPLICA_SETTINGS = {"engine.cpu_threads": 1, "model.max_model_len": MAX_MODEL_LEN, "engine.max_num_seqs": 6,
+REPLICA_SETTINGS = {"engine.cpu_threads": 1, "model.max_model_len": MAX_MODEL_LEN, "engine.max_num_seqs": 4,
                     "engine.max_num_batched_tokens": 512, "server.api_keys": [API_KEY, OTHER_KEY],
                     "server.drain_timeout_s": 60}
 
@@ -114,9 +115,12 @@ def run_phase(fleet, balancer, label):
         for t in range(TURNS):
             r = s.turn(balancer.url)
             results.append((s.id, t, r))
-            assert r["done"], f"{s.id} turn {t}: {r}"
+            if not r["done"]:
+                break
 
     run_concurrently([lambda s=s: run(s) for s in sessions])
+    failed = [(sid, t, r) for sid, t, r in results if not r["done"]]
+    assert not failed and len(results) == SESSIONS * TURNS, failed[:3]
     after = prefix_counters(fleet)
     deltas = {name: (after[name][0] - before[name][0], after[name][1] - before[name][1]) for name in after}
     return results, deltas
@@ -131,6 +135,14 @@ def summarize(results, deltas):
             "ttft_first": statistics.median(r["ttft"] for _, t, r in results if t == 0),
             "ttft_later": statistics.median(r["ttft"] for r in later),
             "per_replica": {n: f"{int(h)}/{int(q)}" for n, (h, q) in sorted(deltas.items())}}
+
+
+def test_readme_installs_the_recipe_and_quotes_it_exactly():
+    section = (REPO / "README.md").read_text().split("## More than two boxes", 1)[1].split("\n## ", 1)[0]
+    assert "install -m 644 systemd/fleet/haproxy.cfg /etc/haproxy/haproxy.cfg" in section
+    recipe = RECIPE.read_text()
+    quoted = re.findall(r"^ +# +(server spark\d .*)$", section, flags=re.M)
+    assert len(quoted) == 3 and all(f"    {line}\n" in recipe for line in quoted), quoted
 
 
 def test_recipe_routes_by_session_key_and_passes_authorization(fleet, affinity):
@@ -155,6 +167,11 @@ def test_recipe_routes_by_session_key_and_passes_authorization(fleet, affinity):
         assert len(seen) == 1, f"{key} went to {seen}"
         homes[key] = seen.pop()
     assert len(set(homes.values())) >= 2, f"nine keys all on one replica: {homes}"
+    # The header wins over a body field.
+    a, b = next((a, b) for a in homes for b in homes if homes[a] != homes[b])
+    r = requests.post(affinity.url + "/tokenize", json={"prompt": "hi", "user": b},
+                      headers={"Authorization": f"Bearer {API_KEY}", "X-Session-ID": a}, timeout=30)
+    assert r.headers["X-Sparkd-Replica"] == homes[a]
 
     # No session key: the API key is the key. Both keys are valid on every replica.
     for api_key in (API_KEY, OTHER_KEY):
@@ -166,6 +183,10 @@ def test_recipe_routes_by_session_key_and_passes_authorization(fleet, affinity):
                         headers={"Authorization": "Bearer not-a-key-at-all"}, timeout=30)
     assert bad.status_code == 401 and bad.headers.get("X-Sparkd-Replica"), bad.headers
     assert bad.json()["error"]["code"] == "invalid_api_key"
+    # No key of any kind: round robin (sparkd answers 401, from every replica in turn).
+    anonymous = [requests.post(affinity.url + "/tokenize", json={"prompt": "hi"}, timeout=30) for _ in range(6)]
+    assert all(r.status_code == 401 for r in anonymous)
+    assert len({r.headers["X-Sparkd-Replica"] for r in anonymous}) == 3
 
 
 def test_affinity_keeps_prefix_cache_hits_round_robin_loses_them(fleet, capsys):

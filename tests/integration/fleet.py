@@ -182,11 +182,10 @@ def chat(url, session, messages, max_tokens, key_field="header", api_key=None, s
                 continue
             if event.get("usage"):
                 out["usage"] = event["usage"]
+            if event.get("choices") and out["ttft"] is None:  # sparkd's first chunk comes with the first token
+                out["ttft"] = time.monotonic() - t0
             for choice in event.get("choices", []):
-                piece = choice.get("delta", {}).get("content")
-                if piece:
-                    out["ttft"] = out["ttft"] or time.monotonic() - t0
-                    out["text"] += piece
+                out["text"] += choice.get("delta", {}).get("content") or ""
     except (requests.RequestException, ValueError) as e:  # a replica killed mid-stream cuts it
         out["error"] = repr(e)
     return out

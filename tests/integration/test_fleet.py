@@ -23,13 +23,13 @@ from conftest import REPO, metrics
 from fleet import RECIPE, Balancer, Fleet, chat
 
 FULL = os.environ.get("SPARKD_FLEET_FULL") == "1"
-SESSIONS, TURNS, SYSTEM_WORDS = (16, 6, 1100) if FULL else (12, 4, 220)
+SESSIONS, TURNS, SYSTEM_WORDS = (16, 6, 1480) if FULL else (12, 4, 220)
 ANSWER_TOKENS = 8
 API_KEY = "fleet-test-key-1"
 OTHER_KEY = "fleet-test-key-2"
 # max_num_seqs x max_model_len bounds each replica's KV cache (see conftest.Server); here
 # to about half of what all sessions' prompts need at their last turn.
-MAX_MODEL_LEN = 2560 if FULL else 640
+MAX_MODEL_LEN = 3328 if FULL else 640
 REPLICA_SETTINGS = {"engine.cpu_threads": 1, "model.max_model_len": MAX_MODEL_LEN, "engine.max_num_seqs": 4,
                     "engine.max_num_batched_tokens": 512, "server.api_keys": [API_KEY, OTHER_KEY],
                     "server.drain_timeout_s": 60}
@@ -132,6 +132,7 @@ def summarize(results, deltas):
     prompt = sum(r["usage"]["prompt_tokens"] for r in later)
     hits, queries = sum(h for h, _ in deltas.values()), sum(q for _, q in deltas.values())
     return {"hit_later": cached / prompt, "hit_all": hits / queries if queries else 0.0,
+            "first_prompt": statistics.median(r["usage"]["prompt_tokens"] for _, t, r in results if t == 0),
             "ttft_first": statistics.median(r["ttft"] for _, t, r in results if t == 0),
             "ttft_later": statistics.median(r["ttft"] for r in later),
             "per_replica": {n: f"{int(h)}/{int(q)}" for n, (h, q) in sorted(deltas.items())}}
@@ -209,8 +210,8 @@ def test_affinity_keeps_prefix_cache_hits_round_robin_loses_them(fleet, capsys):
     a, rr = rows["affinity"], rows["round robin"]
     load = os.getloadavg()[0]
     with capsys.disabled():
-        print(f"\nfleet: 3 replicas, {SESSIONS} sessions x {TURNS} turns, ~{SYSTEM_WORDS} system-prompt words "
-              f"each (load average {load:.1f})")
+        print(f"\nfleet: 3 replicas, {SESSIONS} sessions x {TURNS} turns, first prompts of ~{a['first_prompt']:.0f} "
+              f"tokens (load average {load:.1f})")
         print(f"  {'':34}{'affinity':>14}{'round robin':>14}")
         print(f"  {'prefix-cache hit, turns 2+ (usage)':34}{a['hit_later']:>14.1%}{rr['hit_later']:>14.1%}")
         print(f"  {'prefix-cache hit, all (/metrics)':34}{a['hit_all']:>14.1%}{rr['hit_all']:>14.1%}")

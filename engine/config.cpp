@@ -3,6 +3,7 @@
 #include "engine/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -75,6 +76,7 @@ const std::vector<KeySpec>& key_specs() {
       {"server", "cors_origins", KeyType::STRING_LIST, {}, 0, 0, setter(&C::server, &ServerConfig::cors_origins)},
       {"server", "dashboard", KeyType::BOOL, {}, 0, 0, setter(&C::server, &ServerConfig::dashboard)},
       {"server", "dashboard_auth", KeyType::STRING, {"public", "api_key"}, 0, 0, setter(&C::server, &ServerConfig::dashboard_auth)},
+      {"server", "replica_name", KeyType::STRING, {}, 0, 0, setter(&C::server, &ServerConfig::replica_name)},
 
       {"peer", "enabled", KeyType::BOOL, {}, 0, 0, setter(&C::peer, &PeerConfig::enabled)},
       {"peer", "role", KeyType::STRING, {"head", "worker"}, 0, 0, setter(&C::peer, &PeerConfig::role)},
@@ -254,6 +256,14 @@ void apply_override(Config& config, const std::string& text) {
   s->set(config, v);
 }
 
+// The name travels in an HTTP header and in Prometheus labels: keep it to characters that
+// need no escaping in either.
+bool valid_replica_name(const std::string& name) {
+  return name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char ch) {
+           return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == ':' || ch == '-';
+         });
+}
+
 void validate_whole(const Config& c) {
   const std::string& src = c.source;
   auto bad = [&](const std::string& what) { fail(src, what); };
@@ -269,6 +279,9 @@ void validate_whole(const Config& c) {
         std::to_string(c.model.max_model_len) + ") so a whole prompt fits in one step");
   if (c.server.dashboard_auth == "api_key" && c.server.api_keys.empty() && c.server.api_key_file.empty())
     bad("[server] dashboard_auth = \"api_key\" but no api_keys or api_key_file is set");
+  if (!valid_replica_name(c.server.replica_name))
+    bad("[server] replica_name = \"" + c.server.replica_name +
+        "\": use up to 64 letters, digits and . _ : - (it goes into a response header and metric labels)");
   for (const auto& k : c.server.api_keys)
     if (k.size() < 8) bad("[server] api_keys: a key shorter than 8 characters is refused");
   if (c.peer.enabled && c.peer.head_addr.empty())

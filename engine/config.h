@@ -41,6 +41,7 @@ struct ServerConfig {
   std::vector<std::string> cors_origins;
   bool dashboard = true;
   std::string dashboard_auth = "public";  // "public" | "api_key"
+  std::string replica_name;               // "" = the machine's hostname
 };
 
 struct PeerConfig {

@@ -45,7 +45,7 @@ void handle_metrics(App& app, const httplib::Request&, httplib::Response& res) {
   server.sequences_admitted = app.sequences_in_flight.load();
   server.ready = app.state.status() == ServeStatus::READY;
   res.status = 200;
-  res.set_content(metrics_text(snapshot, server, app.model_id), "text/plain; version=0.0.4; charset=utf-8");
+  res.set_content(metrics_text(snapshot, server, app.model_id, app.http.replica()), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 void handle_tokenize(App& app, const httplib::Request& req, httplib::Response& res) {

@@ -36,7 +36,9 @@ std::string number(double v) {
 
 class Writer {
  public:
-  explicit Writer(const std::string& model) : label_("model_name=\"" + escape_label(model) + "\"") {}
+  Writer(const std::string& model, const std::string& replica)
+      : label_("model_name=\"" + escape_label(model) + "\"" +
+               (replica.empty() ? "" : ",replica=\"" + escape_label(replica) + "\"")) {}
 
   void gauge(const std::string& name, const std::string& help, double v) {
     head(name, help, "gauge");
@@ -77,8 +79,9 @@ class Writer {
 
 }  // namespace
 
-std::string metrics_text(const MetricsSnapshot& m, const ServerGauges& server, const std::string& model_name) {
-  Writer w(model_name);
+std::string metrics_text(const MetricsSnapshot& m, const ServerGauges& server, const std::string& model_name,
+                         const std::string& replica) {
+  Writer w(model_name, replica);
   const double kv_usage = m.kv_blocks_total > 0 ? double(m.kv_blocks_used) / double(m.kv_blocks_total) : 0.0;
   std::vector<std::pair<std::string, double>> finished;
   for (FinishReason r : {FinishReason::STOP, FinishReason::LENGTH, FinishReason::ABORT, FinishReason::ERROR})

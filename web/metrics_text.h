@@ -1,5 +1,6 @@
 // metrics_text.h — the Prometheus text exposition of /metrics: sparkd_* metrics and the
-// vllm:* names that existing Grafana dashboards query, labelled with model_name.
+// vllm:* names that existing Grafana dashboards query, labelled with model_name and, so
+// that one Prometheus can scrape a fleet of replicas, replica.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,6 +15,8 @@ struct ServerGauges {
   bool ready = false;
 };
 
-std::string metrics_text(const MetricsSnapshot& m, const ServerGauges& server, const std::string& model_name);
+// `replica` "" leaves the replica label out.
+std::string metrics_text(const MetricsSnapshot& m, const ServerGauges& server, const std::string& model_name,
+                         const std::string& replica);
 
 }  // namespace spark

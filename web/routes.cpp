@@ -30,6 +30,7 @@ void version(App& app, const httplib::Request&, httplib::Response& res) {
             nlohmann::json{{"version", version_number()},
                            {"build", version_string()},
                            {"cuda", bool(SPARKD_CUDA)},
+                           {"replica", app.http.replica()},
                            {"uptime_s", std::chrono::duration<double>(uptime).count()}}
                 .dump());
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <regex>
+#include <unistd.h>
 
 #include "engine/util/check.h"
 #include "engine/util/log.h"
@@ -46,6 +47,12 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
   send_json(res, status, error_body(status, message, type, param, code).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
+std::string hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "sparkd";
+  return name;
+}
+
 }  // namespace
 
 void send_json(httplib::Response& res, int status, const std::string& json_text) {
@@ -54,7 +61,11 @@ void send_json(httplib::Response& res, int status, const std::string& json_text)
 }
 
 HttpServer::HttpServer(const ServerConfig& config, ServerState& state)
-    : config_(config), state_(state), api_keys_(config.api_keys), http_(std::make_unique<httplib::Server>()) {
+    : config_(config),
+      state_(state),
+      api_keys_(config.api_keys),
+      replica_(config.replica_name.empty() ? hostname() : config.replica_name),
+      http_(std::make_unique<httplib::Server>()) {
   if (!config.api_key_file.empty())
     for (auto& k : read_key_file(config.api_key_file)) api_keys_.push_back(std::move(k));
 
@@ -91,6 +102,8 @@ HttpServer::HttpServer(const ServerConfig& config, ServerState& state)
     send_error(res, 500, "internal error");
   });
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Behind a load balancer, the client (and a test) can see which replica answered.
+    res.set_header("X-Sparkd-Replica", replica_);
     if (auto origin = req.get_header_value("Origin"); !origin.empty())
       for (const auto& allowed : config_.cors_origins)
         if (allowed == "*" || allowed == origin) {

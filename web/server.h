@@ -41,12 +41,16 @@ class HttpServer {
   void run();   // serves until stop(); call from its own thread
   void stop();
   bool key_ok(const httplib::Request& req) const;
+  // Which replica of a fleet this is: server.replica_name, else the hostname. Every
+  // response carries it in X-Sparkd-Replica, and /metrics labels every sample with it.
+  const std::string& replica() const { return replica_; }
 
  private:
   void wrap(const Route& route, const httplib::Request& req, httplib::Response& res) const;
   const ServerConfig& config_;
   ServerState& state_;
   std::vector<std::string> api_keys_;
+  std::string replica_;
   std::vector<Route> routes_;
   std::unique_ptr<httplib::Server> http_;
 };

@@ -32,7 +32,8 @@ class Server:
     """A sparkd serve process on a free port, with a config written for the test."""
 
     def __init__(self, settings=None, env=None, model=MODEL):
-        self.port = free_port()
+        # A fixed server.port in the settings is kept (a replica restarted where it was).
+        self.port = int((settings or {}).get("server.port") or free_port())
         self.dir = Path(tempfile.mkdtemp(prefix="sparkd-test-"))
         # A serving process sizes its KV cache from the memory budget, up to max_num_seqs
         # sequences of max_model_len; these bounds keep a test server to a few hundred MB

@@ -56,7 +56,7 @@ TEST_CASE("config: the shipped spark.toml parses and documents every key") {
                           "memory_fraction", "enable_prefix_caching", "enable_chunked_prefill", "cuda_graphs",
                           "cpu_threads", "host", "port", "api_keys", "api_key_file", "max_queued_requests",
                           "max_body_bytes", "request_timeout_s", "drain_timeout_s", "cors_origins", "dashboard",
-                          "dashboard_auth", "enabled", "role", "head_addr", "transport", "nccl_ifname",
+                          "dashboard_auth", "replica_name", "enabled", "role", "head_addr", "transport", "nccl_ifname",
                           "nccl_ib_hca", "layer_split", "timeout_s", "level", "format"})
     CHECK_MESSAGE(contains(text.str(), std::string("\n") + key + " = "), key);
 }
@@ -107,6 +107,15 @@ TEST_CASE("config: contradictory settings are refused with both values") {
   CHECK(contains(error_of("[model]\nname = \"x\"\n"), "[model] path is empty"));
   CHECK(contains(error_of(std::string(kMinimal) + "max_model_len = 100000\n[engine]\nenable_chunked_prefill = false\n"),
                  "max_num_batched_tokens (8192) >= [model] max_model_len (100000)"));
+}
+
+TEST_CASE("config: replica_name must be safe in a header and a metric label") {
+  CHECK(error_of(std::string(kMinimal) + "[server]\nreplica_name = \"spark-03.lab:8000\"\n").empty());
+  CHECK(contains(error_of(std::string(kMinimal) + "[server]\nreplica_name = \"a b\"\n"), "[server] replica_name"));
+  CHECK(contains(error_of(std::string(kMinimal) + "[server]\nreplica_name = \"x\\r\\nSet-Cookie: y\"\n"),
+                 "[server] replica_name"));
+  CHECK(contains(error_of(std::string(kMinimal) + "[server]\nreplica_name = \"" + std::string(65, 'r') + "\"\n"),
+                 "up to 64"));
 }
 
 TEST_CASE("config: invalid TOML gives its position") {

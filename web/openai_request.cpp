@@ -387,7 +387,10 @@ void check_model(const J& body, const std::string& model_id) {
 }
 
 ApiRequest parse_api_request(std::string_view body_text, ApiKind kind, int64_t vocab_size, const std::string& model_id) {
-  J body = parse_json_body(body_text);
+  return parse_api_body(parse_json_body(body_text), kind, vocab_size, model_id);
+}
+
+ApiRequest parse_api_body(const J& body, ApiKind kind, int64_t vocab_size, const std::string& model_id) {
   ApiRequest r;
   r.kind = kind;
   check_model(body, model_id);

@@ -57,6 +57,10 @@ struct ApiRequest {
 // Parses a body. `vocab_size` bounds token ids (prompt, logit_bias, stop_token_ids);
 // `model_id` is the served model name.
 ApiRequest parse_api_request(std::string_view body, ApiKind kind, int64_t vocab_size, const std::string& model_id);
+// The same for a body already parsed (the Responses and Messages APIs convert theirs to a
+// chat completions body first, so every field is checked by one parser).
+ApiRequest parse_api_body(const nlohmann::ordered_json& body, ApiKind kind, int64_t vocab_size,
+                          const std::string& model_id);
 
 // The JSON object of a body with the checks every endpoint shares (valid UTF-8 JSON,
 // nesting depth, an object at the top).

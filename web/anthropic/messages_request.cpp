@@ -164,6 +164,8 @@ ApiRequest parse_messages_request(std::string_view text, int64_t vocab_size, con
   for (const char* key : {"temperature", "top_p", "top_k", "stream"})
     if (const J* v = field(body, key)) chat[key] = *v;
   copy_sampling_extensions(body, chat);
+  if (const J* v = field(body, "output_config"); v && v->is_object() && field(*v, "format"))
+    bad("output_config", "'output_config.format' (structured output) is not supported: sparkd has no structured output yet");
   if (const J* v = field(body, "metadata"); v && !v->is_object()) bad("metadata", "'metadata' must be an object");
   if (const J* v = field(body, "thinking")) {
     if (!v->is_object()) bad("thinking", "'thinking' must be an object with a 'type'");

@@ -71,10 +71,12 @@ class ResponsesFramer : public TurnFramer {
   }
 
   void close(const ChatTurn& turn, std::string* sse) override {
-    close_item(sse);
     const bool incomplete = turn.result().finish == FinishReason::LENGTH && turn.result().tool_calls.empty();
+    close_item(sse, incomplete ? "incomplete" : "completed");
     final_ = response(turn, incomplete ? "incomplete" : "completed");
-    emit(sse, incomplete ? "response.incomplete" : "response.completed", J{{"response", final_}});
+    // A length cut ends the stream with response.completed too, its status "incomplete":
+    // the SDKs' stream helpers and agents wait for response.completed (vLLM does the same).
+    emit(sse, "response.completed", J{{"response", final_}});
     if (r_.store) remember(turn);
   }
 
@@ -116,7 +118,8 @@ class ResponsesFramer : public TurnFramer {
          J{{"item_id", item_["id"]}, {"output_index", index}, {"content_index", 0}, {"part", part(reasoning, "")}});
   }
 
-  void close_item(std::string* sse) {
+  // `status`: the item ends the response cut short by max_output_tokens ("incomplete").
+  void close_item(std::string* sse, const char* status = "completed") {
     if (!open_) return;
     open_ = false;
     const size_t index = output_.size();
@@ -125,7 +128,7 @@ class ResponsesFramer : public TurnFramer {
                           open_reasoning_));
     emit(sse, "response.content_part.done",
          J{{"item_id", item_["id"]}, {"output_index", index}, {"content_index", 0}, {"part", part(open_reasoning_, text_)}});
-    item_["status"] = "completed";
+    item_["status"] = status;
     item_["content"] = J::array({part(open_reasoning_, text_)});
     emit(sse, "response.output_item.done", J{{"output_index", index}, {"item", item_}});
     output_.push_back(std::move(item_));

@@ -24,12 +24,6 @@ HttpError aborted_error() {
 
 }  // namespace
 
-void copy_sampling_extensions(const nlohmann::ordered_json& from, nlohmann::ordered_json& to) {
-  for (const char* key : {"seed", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
-                          "logit_bias", "ignore_eos"})
-    if (auto it = from.find(key); it != from.end()) to[key] = *it;
-}
-
 std::string random_id(const char* prefix) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
@@ -39,8 +33,7 @@ std::string random_id(const char* prefix) {
 }
 
 void require_loaded(const App& app) {
-  if (!app.engine || !app.tokenizer)
-    throw HttpError(503, "the model is not loaded yet", "service_unavailable_error");
+  if (!app.engine || !app.tokenizer) throw HttpError(503, "the model is not loaded yet", "service_unavailable_error");
 }
 
 ChatTurn::ChatTurn(App& app, ApiRequest request, std::string id, std::unique_ptr<TurnFramer> framer,
@@ -57,9 +50,7 @@ ChatTurn::ChatTurn(App& app, ApiRequest request, std::string id, std::unique_ptr
   for (const auto& e : parser_->push(prompt_.prefill)) framer_->event(*this, e, sse);
 }
 
-Usage ChatTurn::usage() const {
-  return Usage{int64_t(prompt_.ids.size()), output_tokens_, cached_tokens_};
-}
+Usage ChatTurn::usage() const { return Usage{int64_t(prompt_.ids.size()), output_tokens_, cached_tokens_}; }
 
 int64_t ChatTurn::reasoning_tokens() const {
   if (result_.reasoning.empty()) return 0;
@@ -78,9 +69,12 @@ bool ChatTurn::step(std::string* sse, std::optional<HttpError>& failure) {
       events.insert(events.end(), tail.begin(), tail.end());
     }
     for (const auto& e : events) {
-      if (e.kind == OutputEvent::CONTENT) result_.text += e.text;
-      else if (e.kind == OutputEvent::REASONING) result_.reasoning += e.text;
-      else result_.tool_calls.push_back(e.call);
+      if (e.kind == OutputEvent::CONTENT)
+        result_.text += e.text;
+      else if (e.kind == OutputEvent::REASONING)
+        result_.reasoning += e.text;
+      else
+        result_.tool_calls.push_back(e.call);
       framer_->event(*this, e, sse);
     }
     if (!o.finished) continue;
@@ -98,8 +92,9 @@ bool ChatTurn::step(std::string* sse, std::optional<HttpError>& failure) {
       failure = HttpError(499, "the client closed the connection", "invalid_request_error");
       return false;
     case Generation::Status::TIMED_OUT:
-      failure = HttpError(408, "the request took longer than server.request_timeout_s (" + nlohmann::json(gen_->timeout_s()).dump() +
-                                   " s) and was cancelled",
+      failure = HttpError(408,
+                          "the request took longer than server.request_timeout_s (" +
+                              nlohmann::json(gen_->timeout_s()).dump() + " s) and was cancelled",
                           "timeout_error");
       return false;
     case Generation::Status::DONE:

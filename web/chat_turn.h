@@ -74,10 +74,6 @@ class ChatTurn {
   std::string opening_;  // the framer's first events and the prefill's, before any output
 };
 
-// The sampling fields sparkd accepts beyond an API's own (seed, top_k, min_p, penalties,
-// logit_bias, ignore_eos), copied from that API's body into the chat body it becomes.
-void copy_sampling_extensions(const nlohmann::ordered_json& from, nlohmann::ordered_json& to);
-
 // The random part of an id: prefix + 24 hex digits ("resp_", "msg_", ...).
 std::string random_id(const char* prefix);
 

@@ -71,7 +71,8 @@ TEST_CASE("responses: refusals name their field") {
         std::pair<int, std::string>{400, "text.format"});
   CHECK(refusal([] { responses(R"({"input": "x", "tools": [{"type": "file_search"}]})"); }) ==
         std::pair<int, std::string>{400, "tools"});
-  CHECK(refusal([] { responses(R"({"input": "x", "temperature": 3})"); }) == std::pair<int, std::string>{400, "temperature"});
+  CHECK(refusal([] { responses(R"({"input": "x", "temperature": 3})"); }) ==
+        std::pair<int, std::string>{400, "temperature"});
 }
 
 TEST_CASE("responses: previous_response_id puts the stored conversation before the new input") {
@@ -81,9 +82,11 @@ TEST_CASE("responses: previous_response_id puts the stored conversation before t
   store.put("resp_1", first, 4);
   auto second = std::make_shared<StoredResponse>();
   second->previous = first;
-  second->messages = J::array({J{{"role", "user"}, {"content", "again"}}, J{{"role", "assistant"}, {"content", "yes"}}});
+  second->messages =
+      J::array({J{{"role", "user"}, {"content", "again"}}, J{{"role", "assistant"}, {"content", "yes"}}});
   store.put("resp_2", second, 4);
-  ResponsesRequest r = responses(R"({"input": "third", "instructions": "sys", "previous_response_id": "resp_2"})", store);
+  ResponsesRequest r =
+      responses(R"({"input": "third", "instructions": "sys", "previous_response_id": "resp_2"})", store);
   REQUIRE(r.chat.messages.size() == 6);
   CHECK(r.chat.messages[0]["content"] == "sys");
   CHECK(r.chat.messages[1]["content"] == "hi");
@@ -147,8 +150,10 @@ TEST_CASE("messages: max_tokens is required except for count_tokens; unknown too
   CHECK(parse_messages_request("{" + user + "}", kVocab, kModel, true).messages.size() == 1);
   CHECK(refusal([&] {
           parse_messages_request(R"({"max_tokens": 1, "messages": [{"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "x", "content": "1"}]}]})", kVocab, kModel, false);
+            {"type": "tool_result", "tool_use_id": "x", "content": "1"}]}]})",
+                                 kVocab, kModel, false);
         }).first == 400);
-  CHECK(refusal([&] { parse_messages_request(R"({"max_tokens": 1, "model": "other", )" + user + "}", kVocab, kModel, false); })
-            .first == 404);
+  CHECK(refusal([&] {
+          parse_messages_request(R"({"max_tokens": 1, "model": "other", )" + user + "}", kVocab, kModel, false);
+        }).first == 404);
 }

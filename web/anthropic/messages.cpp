@@ -18,12 +18,15 @@ using J = nlohmann::ordered_json;
 class MessagesFramer : public TurnFramer {
  public:
   void open(const ChatTurn& turn, std::string* sse) override {
-    J message{{"id", turn.id()}, {"type", "message"}, {"role", "assistant"}, {"model", turn.app().model_id},
-              {"content", J::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr}};
+    J message{
+        {"id", turn.id()},       {"type", "message"},      {"role", "assistant"},     {"model", turn.app().model_id},
+        {"content", J::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr}};
     // Before the first token the cache hit is unknown: all input counts as uncached here,
     // and message_delta carries the split.
-    message["usage"] = J{{"input_tokens", turn.usage().prompt_tokens}, {"output_tokens", 0},
-                         {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 0}};
+    message["usage"] = J{{"input_tokens", turn.usage().prompt_tokens},
+                         {"output_tokens", 0},
+                         {"cache_creation_input_tokens", 0},
+                         {"cache_read_input_tokens", 0}};
     emit(sse, "message_start", J{{"message", std::move(message)}});
     emit(sse, "ping", J::object());
   }
@@ -35,7 +38,8 @@ class MessagesFramer : public TurnFramer {
       if (input.is_discarded() || !input.is_object()) input = J::object();  // the parser only passes objects
       start_block(J{{"type", "tool_use"}, {"id", e.call.id}, {"name", e.call.name}, {"input", J::object()}}, sse);
       emit(sse, "content_block_delta",
-           J{{"index", content_.size()}, {"delta", J{{"type", "input_json_delta"}, {"partial_json", e.call.arguments}}}});
+           J{{"index", content_.size()},
+             {"delta", J{{"type", "input_json_delta"}, {"partial_json", e.call.arguments}}}});
       block_["input"] = std::move(input);
       close_block(sse);
       return;
@@ -56,8 +60,8 @@ class MessagesFramer : public TurnFramer {
   void close(const ChatTurn& turn, std::string* sse) override {
     close_block(sse);
     const ChoiceResult& c = turn.result();
-    stop_reason_ = !c.tool_calls.empty()                       ? "tool_use"
-                   : c.stop_string                             ? "stop_sequence"
+    stop_reason_ = !c.tool_calls.empty()                           ? "tool_use"
+                   : c.stop_string                                 ? "stop_sequence"
                    : c.finish && *c.finish == FinishReason::LENGTH ? "max_tokens"
                                                                    : "end_turn";
     stop_sequence_ = c.stop_string && c.tool_calls.empty() ? J(*c.stop_string) : J();
@@ -73,16 +77,24 @@ class MessagesFramer : public TurnFramer {
   }
 
   J whole(const ChatTurn& turn) override {
-    return J{{"id", turn.id()}, {"type", "message"}, {"role", "assistant"}, {"model", turn.app().model_id},
-             {"content", content_}, {"stop_reason", stop_reason_}, {"stop_sequence", stop_sequence_}, {"usage", usage_}};
+    return J{{"id", turn.id()},
+             {"type", "message"},
+             {"role", "assistant"},
+             {"model", turn.app().model_id},
+             {"content", content_},
+             {"stop_reason", stop_reason_},
+             {"stop_sequence", stop_sequence_},
+             {"usage", usage_}};
   }
 
  private:
   // Anthropic counts cache reads apart from input_tokens (their sum is the prompt).
   static J usage(const ChatTurn& turn) {
     Usage u = turn.usage();
-    return J{{"input_tokens", u.prompt_tokens - u.cached_tokens}, {"output_tokens", u.completion_tokens},
-             {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", u.cached_tokens}};
+    return J{{"input_tokens", u.prompt_tokens - u.cached_tokens},
+             {"output_tokens", u.completion_tokens},
+             {"cache_creation_input_tokens", 0},
+             {"cache_read_input_tokens", u.cached_tokens}};
   }
 
   void start_block(J block, std::string* sse) {
@@ -107,7 +119,7 @@ class MessagesFramer : public TurnFramer {
 
   J content_ = J::array();  // finished blocks
   bool open_ = false;
-  J block_;                 // the open block
+  J block_;  // the open block
   std::string stop_reason_ = "end_turn";
   J stop_sequence_;
   J usage_;
@@ -119,7 +131,8 @@ void handle_messages(App& app, const httplib::Request& req, httplib::Response& r
   auto hold = app.state.track_request();
   require_loaded(app);
   ApiRequest chat = parse_messages_request(req.body, app.engine->vocab_size(), app.model_id, /*count_only=*/false);
-  auto turn = std::make_shared<ChatTurn>(app, std::move(chat), random_id("msg_"), std::make_unique<MessagesFramer>(), req);
+  auto turn =
+      std::make_shared<ChatTurn>(app, std::move(chat), random_id("msg_"), std::make_unique<MessagesFramer>(), req);
   ChatTurn::respond(std::move(turn), req, res, std::move(hold));
 }
 

@@ -38,7 +38,8 @@ J setting(const J& body, const char* name, J fallback) {
 
 class ResponsesFramer : public TurnFramer {
  public:
-  ResponsesFramer(App& app, ResponsesRequest request) : app_(app), r_(std::move(request)), created_(std::time(nullptr)) {}
+  ResponsesFramer(App& app, ResponsesRequest request)
+      : app_(app), r_(std::move(request)), created_(std::time(nullptr)) {}
 
   void open(const ChatTurn& turn, std::string* sse) override {
     if (!sse) return;
@@ -49,8 +50,8 @@ class ResponsesFramer : public TurnFramer {
   void event(const ChatTurn&, const OutputEvent& e, std::string* sse) override {
     if (e.kind == OutputEvent::TOOL_CALL) {
       close_item(sse);
-      J item{{"id", random_id("fc_")}, {"type", "function_call"}, {"status", "in_progress"}, {"arguments", ""},
-             {"call_id", e.call.id}, {"name", e.call.name}};
+      J item{{"id", random_id("fc_")}, {"type", "function_call"}, {"status", "in_progress"},
+             {"arguments", ""},        {"call_id", e.call.id},    {"name", e.call.name}};
       const size_t index = output_.size();
       emit(sse, "response.output_item.added", J{{"output_index", index}, {"item", item}});
       emit(sse, "response.function_call_arguments.delta",
@@ -66,8 +67,10 @@ class ResponsesFramer : public TurnFramer {
     const bool reasoning = e.kind == OutputEvent::REASONING;
     if (!open_ || open_reasoning_ != reasoning) open_item(reasoning, sse);
     text_ += e.text;
-    emit(sse, reasoning ? "response.reasoning_text.delta" : "response.output_text.delta", with_text_fields(
-         J{{"item_id", item_["id"]}, {"output_index", output_.size()}, {"content_index", 0}, {"delta", e.text}}, reasoning));
+    emit(sse, reasoning ? "response.reasoning_text.delta" : "response.output_text.delta",
+         with_text_fields(
+             J{{"item_id", item_["id"]}, {"output_index", output_.size()}, {"content_index", 0}, {"delta", e.text}},
+             reasoning));
   }
 
   void close(const ChatTurn& turn, std::string* sse) override {
@@ -107,10 +110,16 @@ class ResponsesFramer : public TurnFramer {
     open_reasoning_ = reasoning;
     text_.clear();
     if (reasoning)
-      item_ = J{{"id", random_id("rs_")}, {"type", "reasoning"}, {"status", "in_progress"}, {"summary", J::array()},
+      item_ = J{{"id", random_id("rs_")},
+                {"type", "reasoning"},
+                {"status", "in_progress"},
+                {"summary", J::array()},
                 {"content", J::array()}};
     else
-      item_ = J{{"id", random_id("msg_")}, {"type", "message"}, {"status", "in_progress"}, {"role", "assistant"},
+      item_ = J{{"id", random_id("msg_")},
+                {"type", "message"},
+                {"status", "in_progress"},
+                {"role", "assistant"},
                 {"content", J::array()}};
     const size_t index = output_.size();
     emit(sse, "response.output_item.added", J{{"output_index", index}, {"item", item_}});
@@ -127,7 +136,10 @@ class ResponsesFramer : public TurnFramer {
          with_text_fields(J{{"item_id", item_["id"]}, {"output_index", index}, {"content_index", 0}, {"text", text_}},
                           open_reasoning_));
     emit(sse, "response.content_part.done",
-         J{{"item_id", item_["id"]}, {"output_index", index}, {"content_index", 0}, {"part", part(open_reasoning_, text_)}});
+         J{{"item_id", item_["id"]},
+           {"output_index", index},
+           {"content_index", 0},
+           {"part", part(open_reasoning_, text_)}});
     item_["status"] = status;
     item_["content"] = J::array({part(open_reasoning_, text_)});
     emit(sse, "response.output_item.done", J{{"output_index", index}, {"item", item_}});
@@ -154,7 +166,8 @@ class ResponsesFramer : public TurnFramer {
     out["output"] = std::string(status) == "in_progress" ? J::array() : output_;
     out["parallel_tool_calls"] = setting(b, "parallel_tool_calls", true);
     out["previous_response_id"] = setting(b, "previous_response_id", J());
-    out["reasoning"] = J{{"effort", setting(setting(b, "reasoning", J::object()), "effort", J())}, {"summary", nullptr}};
+    out["reasoning"] =
+        J{{"effort", setting(setting(b, "reasoning", J::object()), "effort", J())}, {"summary", nullptr}};
     out["store"] = r_.store;
     out["temperature"] = turn.request().params.temperature;
     out["text"] = J{{"format", J{{"type", "text"}}}};
@@ -189,8 +202,10 @@ class ResponsesFramer : public TurnFramer {
       answer["tool_calls"] = J::array();
       for (const auto& call : c.tool_calls) {
         J args = J::parse(call.arguments, nullptr, false);
-        answer["tool_calls"].push_back(J{{"id", call.id}, {"type", "function"},
-                                         {"function", J{{"name", call.name}, {"arguments", args.is_discarded() ? J(call.arguments) : args}}}});
+        answer["tool_calls"].push_back(
+            J{{"id", call.id},
+              {"type", "function"},
+              {"function", J{{"name", call.name}, {"arguments", args.is_discarded() ? J(call.arguments) : args}}}});
       }
     }
     stored->messages.push_back(std::move(answer));
@@ -203,8 +218,8 @@ class ResponsesFramer : public TurnFramer {
   int64_t sequence_ = 0;
   J output_ = J::array();  // finished items
   bool open_ = false, open_reasoning_ = false;
-  J item_;                 // the open reasoning or message item
-  std::string text_;       // its text so far
+  J item_;            // the open reasoning or message item
+  std::string text_;  // its text so far
   J final_;
 };
 

@@ -16,9 +16,9 @@
 namespace spark {
 
 struct ResponsesRequest {
-  ApiRequest chat;                      // what runs
-  nlohmann::ordered_json body;          // the request as given (its settings are echoed back)
-  nlohmann::ordered_json new_messages;  // this turn's input as chat messages (kept when stored)
+  ApiRequest chat;                                 // what runs
+  nlohmann::ordered_json body;                     // the request as given (its settings are echoed back)
+  nlohmann::ordered_json new_messages;             // this turn's input as chat messages (kept when stored)
   std::shared_ptr<const StoredResponse> previous;  // previous_response_id's turn, or null
   bool store = true;
 };

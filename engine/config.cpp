@@ -70,6 +70,7 @@ const std::vector<KeySpec>& key_specs() {
       {"server", "api_keys", KeyType::STRING_LIST, {}, 0, 0, setter(&C::server, &ServerConfig::api_keys)},
       {"server", "api_key_file", KeyType::STRING, {}, 0, 0, setter(&C::server, &ServerConfig::api_key_file)},
       {"server", "max_queued_requests", KeyType::INT, {}, 0, 1 << 20, setter(&C::server, &ServerConfig::max_queued_requests)},
+      {"server", "max_stored_responses", KeyType::INT, {}, 0, 1 << 20, setter(&C::server, &ServerConfig::max_stored_responses)},
       {"server", "max_body_bytes", KeyType::INT, {}, 1024, int64_t(1) << 30, setter(&C::server, &ServerConfig::max_body_bytes)},
       {"server", "request_timeout_s", KeyType::FLOAT, {}, 0.001, 7 * 86400, setter(&C::server, &ServerConfig::request_timeout_s)},
       {"server", "drain_timeout_s", KeyType::FLOAT, {}, 0, 86400, setter(&C::server, &ServerConfig::drain_timeout_s)},

@@ -35,6 +35,7 @@ struct ServerConfig {
   std::vector<std::string> api_keys;
   std::string api_key_file;
   int64_t max_queued_requests = 256;
+  int64_t max_stored_responses = 256;  // /v1/responses kept for previous_response_id
   int64_t max_body_bytes = 8 << 20;
   double request_timeout_s = 600;
   double drain_timeout_s = 30;

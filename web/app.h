@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "engine/config.h"
+#include "web/openai/response_store.h"
 #include "web/request_log.h"
 #include "web/server_state.h"
 #include "web/tool_calls.h"
@@ -44,6 +45,7 @@ struct App {
   uint64_t weight_bytes = 0;        // weights this process holds
   uint64_t kv_cache_bytes = 0;      // the paged KV cache as allocated
   RequestLog requests{};              // recent requests, fed by the API handlers
+  ResponseStore responses{};          // /v1/responses kept for previous_response_id
   // The dashboard's stats sampler; owned here so it stops before the state it reads goes.
   std::shared_ptr<void> dashboard{};
 };

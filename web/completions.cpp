@@ -4,11 +4,11 @@
 #include "web/completions.h"
 
 #include <chrono>
-#include <random>
 
 #include "engine/core/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "web/chat_prompt.h"
+#include "web/chat_turn.h"
 #include "web/generation.h"
 #include "web/http_error.h"
 #include "web/openai_request.h"
@@ -21,19 +21,6 @@ namespace {
 
 using J = nlohmann::ordered_json;
 constexpr auto kPollWait = std::chrono::milliseconds(20);
-
-std::string random_id(const char* prefix) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = prefix;
-  for (int i = 0; i < 24; ++i) id += kHex[rng() % 16];
-  return id;
-}
-
-void require_loaded(const App& app) {
-  if (!app.engine || !app.tokenizer)
-    throw HttpError(503, "the model is not loaded yet", "service_unavailable_error");
-}
 
 // Everything one API request accumulates; shared by the whole and the streamed answer.
 struct Job {

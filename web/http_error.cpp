@@ -25,4 +25,20 @@ nlohmann::json error_body(int status, const std::string& message, const std::str
             {"code", code.empty() ? nlohmann::json(status) : nlohmann::json(code)}}}};
 }
 
+nlohmann::json anthropic_error_body(int status, const std::string& message) {
+  const char* type = "api_error";
+  switch (status) {
+    case 400: case 405: case 499: type = "invalid_request_error"; break;
+    case 408: type = "timeout_error"; break;
+    case 401: type = "authentication_error"; break;
+    case 403: type = "permission_error"; break;
+    case 404: type = "not_found_error"; break;
+    case 413: type = "request_too_large"; break;
+    case 429: type = "rate_limit_error"; break;
+    case 503: case 529: type = "overloaded_error"; break;
+    default: type = status < 500 ? "invalid_request_error" : "api_error";
+  }
+  return {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
+}
+
 }  // namespace spark

@@ -20,6 +20,9 @@ struct HttpError : std::runtime_error {
 // {"error": {"message", "type", "param", "code"}} as OpenAI sends it; null for empty fields.
 nlohmann::json error_body(int status, const std::string& message, const std::string& type = "",
                           const std::string& param = "", const std::string& code = "");
+// {"type": "error", "error": {"type", "message"}} as Anthropic's Messages API sends it;
+// the type follows the status (invalid_request_error, not_found_error, overloaded_error...).
+nlohmann::json anthropic_error_body(int status, const std::string& message);
 // The OpenAI error type for a status when none is given.
 std::string default_error_type(int status);
 

@@ -10,19 +10,24 @@
 #include "web/tool_calls.h"
 
 namespace spark {
-namespace {
 
-using J = nlohmann::ordered_json;
-
-[[noreturn]] void bad(const std::string& param, const std::string& message) {
+void bad_request(const std::string& param, const std::string& message) {
   throw HttpError(400, message, "invalid_request_error", param);
 }
 
-const J* field(const J& body, const char* name) {
+const nlohmann::ordered_json* json_field(const nlohmann::ordered_json& body, const char* name) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return nullptr;
   return &*it;
 }
+
+namespace {
+
+using J = nlohmann::ordered_json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) { bad_request(param, message); }
+
+const J* field(const J& body, const char* name) { return json_field(body, name); }
 
 std::string show(double v) {
   if (std::isnan(v)) return "NaN";
@@ -387,7 +392,10 @@ void check_model(const J& body, const std::string& model_id) {
 }
 
 ApiRequest parse_api_request(std::string_view body_text, ApiKind kind, int64_t vocab_size, const std::string& model_id) {
-  J body = parse_json_body(body_text);
+  return parse_api_body(parse_json_body(body_text), kind, vocab_size, model_id);
+}
+
+ApiRequest parse_api_body(const J& body, ApiKind kind, int64_t vocab_size, const std::string& model_id) {
   ApiRequest r;
   r.kind = kind;
   check_model(body, model_id);

@@ -57,6 +57,10 @@ struct ApiRequest {
 // Parses a body. `vocab_size` bounds token ids (prompt, logit_bias, stop_token_ids);
 // `model_id` is the served model name.
 ApiRequest parse_api_request(std::string_view body, ApiKind kind, int64_t vocab_size, const std::string& model_id);
+// The same for a body already parsed (the Responses and Messages APIs convert theirs to a
+// chat completions body first, so every field is checked by one parser).
+ApiRequest parse_api_body(const nlohmann::ordered_json& body, ApiKind kind, int64_t vocab_size,
+                          const std::string& model_id);
 
 // The JSON object of a body with the checks every endpoint shares (valid UTF-8 JSON,
 // nesting depth, an object at the top).
@@ -66,6 +70,10 @@ nlohmann::ordered_json parse_json_body(std::string_view body);
 // null field counts as absent. Each throws HttpError 400 naming the field.
 bool field_bool(const nlohmann::ordered_json& body, const char* name, bool fallback);
 std::vector<int32_t> field_token_ids(const nlohmann::ordered_json& value, const std::string& param, int64_t vocab_size);
+// A field of an object, or null when it is absent or JSON null (null counts as absent).
+const nlohmann::ordered_json* json_field(const nlohmann::ordered_json& body, const char* name);
+// Throws HttpError 400 (invalid_request_error) naming `param`.
+[[noreturn]] void bad_request(const std::string& param, const std::string& message);
 // Checks `model` against the served id (absent = the served model): 404 model_not_found.
 void check_model(const nlohmann::ordered_json& body, const std::string& model_id);
 

@@ -7,10 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/util/version.h"
-#include "web/dashboard.h"
+#include "web/anthropic/messages.h"
 #include "web/completions.h"
+#include "web/dashboard/dashboard.h"
 #include "web/http_error.h"
 #include "web/info_handlers.h"
+#include "web/openai/responses.h"
 
 namespace spark {
 namespace {
@@ -47,6 +49,11 @@ std::vector<Route> make_routes(App& app) {
       {"GET", "/v1/models", Access::API_KEY, false, [&app](Req q, Res r) { handle_models(app, q, r); }},
       {"POST", "/v1/chat/completions", Access::API_KEY, true, [&app](Req q, Res r) { handle_chat_completions(app, q, r); }},
       {"POST", "/v1/completions", Access::API_KEY, true, [&app](Req q, Res r) { handle_completions(app, q, r); }},
+      {"POST", "/v1/responses", Access::API_KEY, true, [&app](Req q, Res r) { handle_responses(app, q, r); }},
+      {"POST", "/v1/messages", Access::API_KEY, true, [&app](Req q, Res r) { handle_messages(app, q, r); },
+       ErrorShape::ANTHROPIC},
+      {"POST", "/v1/messages/count_tokens", Access::API_KEY, true, [&app](Req q, Res r) { handle_count_tokens(app, q, r); },
+       ErrorShape::ANTHROPIC},
       {"POST", "/tokenize", Access::API_KEY, true, [&app](Req q, Res r) { handle_tokenize(app, q, r); }},
       {"POST", "/detokenize", Access::API_KEY, true, [&app](Req q, Res r) { handle_detokenize(app, q, r); }},
   };

@@ -43,8 +43,10 @@ std::vector<std::string> read_key_file(const std::string& path) {
 }
 
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type = "",
-                const std::string& param = "", const std::string& code = "") {
-  send_json(res, status, error_body(status, message, type, param, code).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+                const std::string& param = "", const std::string& code = "", ErrorShape shape = ErrorShape::OPENAI) {
+  nlohmann::json body = shape == ErrorShape::ANTHROPIC ? anthropic_error_body(status, message)
+                                                       : error_body(status, message, type, param, code);
+  send_json(res, status, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 std::string hostname() {
@@ -87,15 +89,17 @@ HttpServer::HttpServer(const ServerConfig& config, ServerState& state)
     if (res.status == 404) {
       for (const auto& r : routes_)
         if (r.method != req.method && std::regex_match(req.path, std::regex(r.pattern))) {
-          send_error(res, 405, "method " + req.method + " is not allowed on " + req.path + "; use " + r.method);
+          send_error(res, 405, "method " + req.method + " is not allowed on " + req.path + "; use " + r.method, "", "",
+                     "", r.errors);
           return;
         }
       send_error(res, 404, "no route " + req.method + " " + req.path);
     } else if (res.status == 413) {
       send_error(res, 413, "request body is larger than server.max_body_bytes (" +
-                               std::to_string(config_.max_body_bytes) + " bytes)");
+                               std::to_string(config_.max_body_bytes) + " bytes)", "", "", "", errors_of(req.path));
     } else {
-      send_error(res, res.status, "request failed with status " + std::to_string(res.status));
+      send_error(res, res.status, "request failed with status " + std::to_string(res.status), "", "", "",
+                 errors_of(req.path));
     }
   });
   http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
@@ -111,7 +115,8 @@ HttpServer::HttpServer(const ServerConfig& config, ServerState& state)
           res.set_header("Vary", "Origin");
           if (req.method == "OPTIONS") {
             res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+            res.set_header("Access-Control-Allow-Headers",
+                           "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta");
             res.status = 204;
             return httplib::Server::HandlerResponse::Handled;
           }
@@ -125,7 +130,7 @@ HttpServer::HttpServer(const ServerConfig& config, ServerState& state)
       unsigned long long length = std::strtoull(declared.c_str(), &end, 10);
       if (end != declared.c_str() && *end == '\0' && length > uint64_t(config_.max_body_bytes)) {
         send_error(res, 413, "request body is larger than server.max_body_bytes (" +
-                                 std::to_string(config_.max_body_bytes) + " bytes)");
+                                 std::to_string(config_.max_body_bytes) + " bytes)", "", "", "", errors_of(req.path));
         res.set_header("Connection", "close");  // the unread body must not be parsed as a request
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -136,12 +141,20 @@ HttpServer::HttpServer(const ServerConfig& config, ServerState& state)
 
 HttpServer::~HttpServer() = default;
 
+ErrorShape HttpServer::errors_of(const std::string& path) const {
+  for (const auto& r : routes_)
+    if (r.errors != ErrorShape::OPENAI && std::regex_match(path, std::regex(r.pattern))) return r.errors;
+  return ErrorShape::OPENAI;
+}
+
 bool HttpServer::key_ok(const httplib::Request& req) const {
   if (api_keys_.empty()) return true;
+  // Anthropic's clients send the key as x-api-key; OpenAI's as a bearer token.
+  std::string given = req.get_header_value("x-api-key");
   std::string auth = req.get_header_value("Authorization");
   const std::string prefix = "Bearer ";
-  if (auth.rfind(prefix, 0) != 0) return false;
-  std::string given = auth.substr(prefix.size());
+  if (given.empty() && auth.rfind(prefix, 0) != 0) return false;
+  if (given.empty()) given = auth.substr(prefix.size());
   bool ok = false;
   for (const auto& k : api_keys_) ok |= constant_time_equal(given, k);  // no early exit
   return ok;
@@ -152,8 +165,8 @@ void HttpServer::wrap(const Route& route, const httplib::Request& req, httplib::
     bool needs_key = route.access == Access::API_KEY ||
                      (route.access == Access::DASHBOARD && config_.dashboard_auth == "api_key");
     if (needs_key && !key_ok(req))
-      throw HttpError(401, "missing or invalid API key: send 'Authorization: Bearer <key>'", "authentication_error", "",
-                      "invalid_api_key");
+      throw HttpError(401, "missing or invalid API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+                      "authentication_error", "", "invalid_api_key");
     if (route.refused_while_draining) {
       ServeStatus s = state_.status();
       if (s != ServeStatus::READY)
@@ -161,12 +174,12 @@ void HttpServer::wrap(const Route& route, const httplib::Request& req, httplib::
     }
     route.handler(req, res);
   } catch (const HttpError& e) {
-    send_error(res, e.status, e.what(), e.type, e.param, e.code);
+    send_error(res, e.status, e.what(), e.type, e.param, e.code, route.errors);
   } catch (const InputError& e) {
-    send_error(res, 400, e.what());
+    send_error(res, 400, e.what(), "", "", "", route.errors);
   } catch (const std::exception& e) {
     log_error("handler for ", req.method, " ", req.path, " failed: ", e.what());
-    send_error(res, 500, std::string("internal error: ") + e.what());
+    send_error(res, 500, std::string("internal error: ") + e.what(), "", "", "", route.errors);
   }
 }
 

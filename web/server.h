@@ -23,12 +23,16 @@ enum class Access {
   DASHBOARD // public unless server.dashboard_auth = "api_key"
 };
 
+// The shape of the error bodies a route sends: OpenAI's, or Anthropic's on /v1/messages.
+enum class ErrorShape { OPENAI, ANTHROPIC };
+
 struct Route {
   std::string method;   // "GET", "POST"
   std::string pattern;  // exact path or an httplib regex
   Access access = Access::API_KEY;
   bool refused_while_draining = true;  // new work gets 503 while draining
   std::function<void(const httplib::Request&, httplib::Response&)> handler;
+  ErrorShape errors = ErrorShape::OPENAI;
 };
 
 class HttpServer {
@@ -47,6 +51,8 @@ class HttpServer {
 
  private:
   void wrap(const Route& route, const httplib::Request& req, httplib::Response& res) const;
+  // The error shape of the route a path belongs to (OpenAI's when none matches).
+  ErrorShape errors_of(const std::string& path) const;
   const ServerConfig& config_;
   ServerState& state_;
   std::vector<std::string> api_keys_;

@@ -7,6 +7,10 @@ namespace spark {
 
 std::string sse_event(const nlohmann::ordered_json& j) { return "data: " + dump_json(j) + "\n\n"; }
 
+std::string sse_named_event(const std::string& name, const nlohmann::ordered_json& j) {
+  return "event: " + name + "\n" + sse_event(j);
+}
+
 void start_sse(const httplib::Request& req, httplib::Response& res, std::shared_ptr<SseProducer> producer,
                std::shared_ptr<void> hold) {
   // cpp-httplib gzips any text/* body the client accepts gzip for, and its compressor holds

@@ -11,6 +11,8 @@ namespace spark {
 
 // One `data:` event.
 std::string sse_event(const nlohmann::ordered_json& j);
+// One `event: <name>` + `data:` event, as the Responses and Messages APIs frame theirs.
+std::string sse_named_event(const std::string& name, const nlohmann::ordered_json& j);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 
 // Produces a stream's bytes on the HTTP worker thread that writes them.

@@ -15,7 +15,7 @@ int run_generate(const Args& args);    // engine/commands/generate.cpp
 int run_tokenize(const Args& args);    // engine/commands/tokenize.cpp
 int run_detokenize(const Args& args);  // engine/commands/tokenize.cpp
 int run_template(const Args& args);    // engine/commands/template.cpp
-int run_bench(const Args& args);       // web/bench.cpp
+int run_bench(const Args& args);       // web/bench/bench.cpp
 int run_version(const Args& args);     // engine/commands/version.cpp
 
 }  // namespace spark

@@ -10,7 +10,7 @@
 #include <set>
 #include <vector>
 
-#include "web/bench_load.h"
+#include "web/bench/bench_load.h"
 
 using namespace spark;
 

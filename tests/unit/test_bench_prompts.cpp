@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "engine/util/check.h"
-#include "web/bench_client.h"
-#include "web/bench_options.h"
-#include "web/bench_prompts.h"
+#include "web/bench/bench_client.h"
+#include "web/bench/bench_options.h"
+#include "web/bench/bench_prompts.h"
 
 using namespace spark;
 

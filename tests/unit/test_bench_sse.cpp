@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "web/bench_sse.h"
+#include "web/bench/bench_sse.h"
 
 using namespace spark;
 

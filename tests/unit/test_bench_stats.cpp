@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "web/bench_stats.h"
+#include "web/bench/bench_stats.h"
 
 using namespace spark;
 

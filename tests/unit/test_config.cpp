@@ -54,7 +54,7 @@ TEST_CASE("config: the shipped spark.toml parses and documents every key") {
   for (const char* key : {"path", "name", "dtype", "load_format", "max_model_len", "chat_template", "tokenizer",
                           "backend", "max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_dtype",
                           "memory_fraction", "enable_prefix_caching", "enable_chunked_prefill", "cuda_graphs",
-                          "cpu_threads", "host", "port", "api_keys", "api_key_file", "max_queued_requests",
+                          "cpu_threads", "host", "port", "api_keys", "api_key_file", "max_queued_requests", "max_stored_responses",
                           "max_body_bytes", "request_timeout_s", "drain_timeout_s", "cors_origins", "dashboard",
                           "dashboard_auth", "replica_name", "enabled", "role", "head_addr", "transport", "nccl_ifname",
                           "nccl_ib_hca", "layer_split", "timeout_s", "level", "format"})

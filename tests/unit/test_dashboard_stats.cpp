@@ -4,7 +4,7 @@
 
 #include <atomic>
 
-#include "web/dashboard_stats.h"
+#include "web/dashboard/dashboard_stats.h"
 #include "web/request_log.h"
 
 using namespace spark;

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "web/bench_options.h"
-#include "web/bench_prompts.h"
-#include "web/bench_stats.h"
+#include "web/bench/bench_options.h"
+#include "web/bench/bench_prompts.h"
+#include "web/bench/bench_stats.h"
 
 namespace httplib {
 class Client;

@@ -1,6 +1,6 @@
 // dashboard_stats.cpp — the sampler thread: once a second it turns engine counters into
 // rates, gauges and latency percentiles, keeps the history, and publishes one SSE event.
-#include "web/dashboard_stats.h"
+#include "web/dashboard/dashboard_stats.h"
 
 #include <algorithm>
 #include <cmath>

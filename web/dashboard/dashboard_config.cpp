@@ -1,5 +1,5 @@
 // dashboard_config.cpp — serializes the typed config for the dashboard, redacting secrets.
-#include "web/dashboard_config.h"
+#include "web/dashboard/dashboard_config.h"
 
 namespace spark {
 

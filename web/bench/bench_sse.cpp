@@ -1,5 +1,5 @@
 // bench_sse.cpp — SSE parsing and the interpretation of OpenAI completion chunks.
-#include "web/bench_sse.h"
+#include "web/bench/bench_sse.h"
 
 #include <nlohmann/json.hpp>
 

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "web/bench_options.h"
-#include "web/bench_stats.h"
+#include "web/bench/bench_options.h"
+#include "web/bench/bench_stats.h"
 
 namespace spark {
 

@@ -1,5 +1,5 @@
 // bench_options.cpp — flag parsing and validation for `sparkd bench`.
-#include "web/bench_options.h"
+#include "web/bench/bench_options.h"
 
 #include <cstdlib>
 

@@ -1,5 +1,5 @@
 // bench_load.cpp — seeded arrivals and the worker pool that releases benchmark requests.
-#include "web/bench_load.h"
+#include "web/bench/bench_load.h"
 
 #include <cmath>
 #include <limits>

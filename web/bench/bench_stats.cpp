@@ -1,5 +1,5 @@
 // bench_stats.cpp — percentiles and the run summary.
-#include "web/bench_stats.h"
+#include "web/bench/bench_stats.h"
 
 #include <algorithm>
 #include <cmath>

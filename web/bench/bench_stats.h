@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "web/bench_sse.h"
+#include "web/bench/bench_sse.h"
 
 namespace spark {
 

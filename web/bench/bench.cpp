@@ -12,12 +12,12 @@
 
 #include "engine/commands/commands.h"
 #include "engine/util/check.h"
-#include "web/bench_client.h"
-#include "web/bench_load.h"
-#include "web/bench_options.h"
-#include "web/bench_prompts.h"
-#include "web/bench_report.h"
-#include "web/bench_stats.h"
+#include "web/bench/bench_client.h"
+#include "web/bench/bench_load.h"
+#include "web/bench/bench_options.h"
+#include "web/bench/bench_prompts.h"
+#include "web/bench/bench_report.h"
+#include "web/bench/bench_stats.h"
 
 namespace spark {
 namespace {

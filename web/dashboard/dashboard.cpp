@@ -1,6 +1,6 @@
 // dashboard.cpp — the dashboard's routes: the embedded page and files, GET /api/snapshot
 // and the GET /api/stream SSE feed of the sampler's per-second events.
-#include "web/dashboard.h"
+#include "web/dashboard/dashboard.h"
 
 #include <httplib.h>
 
@@ -11,8 +11,8 @@
 #include "engine/util/mem_info.h"
 #include "engine/util/version.h"
 #include "web/assets.h"
-#include "web/dashboard_config.h"
-#include "web/dashboard_stats.h"
+#include "web/dashboard/dashboard_config.h"
+#include "web/dashboard/dashboard_stats.h"
 #include "web/http_error.h"
 
 namespace spark {

@@ -1,5 +1,5 @@
 // bench_report.cpp — the benchmark's table, JSON and progress bar.
-#include "web/bench_report.h"
+#include "web/bench/bench_report.h"
 
 #include <unistd.h>
 

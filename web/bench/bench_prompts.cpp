@@ -1,5 +1,5 @@
 // bench_prompts.cpp — random length-controlled prompts and JSONL datasets.
-#include "web/bench_prompts.h"
+#include "web/bench/bench_prompts.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <map>
 
 #include "engine/util/check.h"
-#include "web/bench_load.h"
+#include "web/bench/bench_load.h"
 
 namespace spark {
 

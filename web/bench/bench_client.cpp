@@ -1,5 +1,5 @@
 // bench_client.cpp — the benchmark's HTTP client: discovery, /tokenize, streamed requests.
-#include "web/bench_client.h"
+#include "web/bench/bench_client.h"
 
 #include <httplib.h>
 

@@ -12,7 +12,7 @@ import requests
 
 REPO = Path(__file__).resolve().parents[2]
 SPARKD = Path(os.environ.get("SPARKD_BIN", REPO / "build" / "sparkd")).resolve()
-FIXTURES = Path(os.environ.get("SPARKD_FIXTURES", REPO.parent / "shared" / "fixtures")).resolve()
+FIXTURES = Path(os.environ.get("SPARKD_FIXTURES", REPO / "tests" / "fixtures")).resolve()
 MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

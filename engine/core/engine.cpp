@@ -298,12 +298,15 @@ void Engine::step() {
   emit_all(0, plan, samples);
 }
 
-// Appends slot's sampled tokens (samples[r] belongs to logits row r), emits them, and
-// counts the step.
+// Appends slot's sampled tokens (samples[r] belongs to logits row r), counts the step,
+// and emits them.
 void Engine::emit_all(size_t slot, const ScheduledStep& plan, const std::vector<SampleOutput>& samples) {
   std::vector<int32_t> tokens(samples.size());
   for (size_t r = 0; r < samples.size(); ++r) tokens[r] = samples[r].token;
   schedulers_[slot]->update(plan, tokens);
+  // Counted before emitting: a reader woken by a final output must find its tokens in /metrics.
+  count_step();
+  metrics_.add_generation_tokens(samples.size());
   // Ids first: emitting may finish a sequence, and its Sequence dies with it.
   std::vector<std::pair<int64_t, int32_t>> emits;
   for (size_t i = 0; i < plan.seqs.size(); ++i)
@@ -316,8 +319,6 @@ void Engine::emit_all(size_t slot, const ScheduledStep& plan, const std::vector<
       if (live_.count(seq_id)) finish(live, FinishReason::ERROR, new_output(live), std::string("output failed: ") + e.what());
     }
   }
-  count_step();
-  metrics_.add_generation_tokens(samples.size());
 }
 
 void Engine::count_step() {

@@ -8,6 +8,7 @@
 #include "engine/tokenizer/detokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
+#include "engine/util/test_hooks.h"
 
 namespace spark {
 
@@ -180,6 +181,7 @@ void Engine::loop() {
         wake_.wait_for(lock, kIdleWake);
       if (stopping_) return;
     }
+    test_hooks::engine_turn();
     try {
       take_inbox();
       if (remote_) pipeline_turn();

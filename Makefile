@@ -168,7 +168,8 @@ fuzz: deps
 # A CPU-only build is the starting point each mutant's copy recompiles from.
 MUTANT_BASE := $(BUILD)/mutants/base
 mutants: deps model
-	@$(MAKE) --no-print-directory -j$(JOBS) CUDA=0 BUILD=$(MUTANT_BASE) $(MUTANT_BASE)/sparkd $(MUTANT_BASE)/unit_tests
+	@$(MAKE) --no-print-directory -j$(JOBS) CUDA=0 BUILD=$(MUTANT_BASE) $(MUTANT_BASE)/sparkd $(MUTANT_BASE)/unit_tests \
+	  $(MUTANT_BASE)/test-hooks/sparkd
 	@$(PY) tests/mutants/run.py --base $(MUTANT_BASE) --jobs $(JOBS) $(MUTANTS)
 
 # ---- GPU ----------------------------------------------------------------------------

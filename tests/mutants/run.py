@@ -63,7 +63,7 @@ def copy_tree(tree, base):
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)  # real copies: a patch must never reach the worktree
     (tree / "build").mkdir()
-    for name in ("obj", ".deps-stamp", "gen"):
+    for name in ("obj", "test-hooks", ".deps-stamp", "gen"):
         if (base / name).is_dir():
             shutil.copytree(base / name, tree / "build" / name, symlinks=True)
         elif (base / name).exists():
@@ -79,7 +79,7 @@ def run(cmd, cwd, env=None, timeout=None):
 def make_targets(tests):
     targets = set()
     for t in tests:
-        targets.add("build/unit_tests" if t.startswith("unit:") else "build/sparkd")
+        targets |= {"build/unit_tests"} if t.startswith("unit:") else {"build/sparkd", "build/test-hooks/sparkd"}
     return sorted(targets)
 
 

@@ -117,7 +117,9 @@ def main():
     logs = REPO / "build" / "mutants" / "logs"
     copy_tree(tree, base)
     logs.mkdir(parents=True, exist_ok=True)
-    make = ["make", "--no-print-directory", "-j" + args.jobs, "CUDA=0"]
+    # Linked without debug info: five times faster, and no test here reads it.
+    make = ["make", "--no-print-directory", "-j" + args.jobs, "CUDA=0",
+            "LDFLAGS=-static-libstdc++ -static-libgcc -pthread -Wl,--strip-debug"]
 
     counts = {}
     t_all = time.monotonic()

@@ -37,7 +37,7 @@ ifeq ($(CUDA),1)
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt
 endif
 
-.PHONY: all deps test unit integration fleet-bench run model fuzz format clean help gpu-check gpu-build gpu-emu
+.PHONY: all deps test unit integration fleet-bench run model fuzz format clean help gpu-check gpu-build gpu-emu mutants
 all: $(BUILD)/sparkd
 
 help:
@@ -48,6 +48,7 @@ help:
 	@echo "make model      fetch the default SmolLM2-135M-Instruct GGUF into models/"
 	@echo "make fleet-bench three replicas behind HAProxy at full size: affinity vs round robin"
 	@echo "make fuzz       run each libFuzzer target briefly (FUZZ_SECONDS=$(FUZZ_SECONDS))"
+	@echo "make mutants    build each tests/mutants patch and check its tests fail (MUTANTS=names to pick)"
 	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
 	@echo "make gpu-emu    the same checks on the CPU under the CUDA emulator (plain, then ASan)"
 	@echo "make format     clang-format every C++ source;  make clean"
@@ -79,7 +80,7 @@ $(BUILD)/obj/assets.o: $(ASSET_FILES) assets/embed.sh
 	sh assets/embed.sh $(ASSET_FILES) > $(BUILD)/gen-assets.S
 	$(CXX) -c -o $@ $(BUILD)/gen-assets.S
 
--include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj $(BUILD)/test-hooks/obj -name '*.d' 2>/dev/null)
 
 # ---- dependencies -----------------------------------------------------------------
 DEB_PACKAGES := g++ make git clang libclang-rt-14-dev clang-format python3 python3-venv \
@@ -101,18 +102,31 @@ $(BUILD)/unit_tests: $(UNIT_OBJS) $(ENGINE_OBJS)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 test: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests $(BUILD)/test-hooks/sparkd
 	@$(MAKE) --no-print-directory model
 	@rm -rf $(BUILD)/test-results && mkdir -p $(BUILD)/test-results
 	@echo "== unit tests (doctest)"; $(BUILD)/unit_tests --reporters=junit --out=$(BUILD)/test-results/unit.xml; \
 	  echo "== integration and oracle tests (pytest)"; SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration \
 	    --junitxml=$(BUILD)/test-results/integration.xml; \
+	  echo "== fuzz targets, $(FUZZ_TEST_SECONDS) s each"; $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) \
+	    FUZZ_JUNIT=$(BUILD)/test-results/fuzz.xml || test -s $(BUILD)/test-results/fuzz.xml || \
+	    echo '<testsuite><testcase classname="fuzz" name="build"><failure message="the fuzz targets did not build"/></testcase></testsuite>' > $(BUILD)/test-results/fuzz.xml; \
 	  $(PY) tests/summary.py $(BUILD)/test-results/*.xml
+
+# The same binary with the test hooks of engine/util/test_hooks.h compiled in: only the
+# objects that call a hook differ. Integration tests that stage faults use it.
+HOOK_SRCS := engine/util/test_hooks.cpp engine/core/engine.cpp web/serve.cpp
+HOOK_OBJS := $(HOOK_SRCS:%.cpp=$(BUILD)/test-hooks/obj/%.o)
+$(BUILD)/test-hooks/obj/%.o: %.cpp | $(BUILD)/.deps-stamp
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -DSPARKD_TEST_HOOKS=1 -c -o $@ $<
+$(BUILD)/test-hooks/sparkd: $(BUILD)/obj/main.o $(filter-out $(HOOK_SRCS:%.cpp=$(BUILD)/obj/%.o),$(ENGINE_OBJS)) $(HOOK_OBJS)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 unit: deps $(BUILD)/unit_tests
 	$(BUILD)/unit_tests
 
-integration: deps all model
+integration: deps all model $(BUILD)/test-hooks/sparkd
 	SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration
 
 # The fleet test at the full size of a real workload (16 sessions x 6 turns, ~1,500-token
@@ -139,6 +153,7 @@ run: deps all model
 # ---- fuzzing (clang + libFuzzer) --------------------------------------------------
 # Engine sources are compiled once with coverage and sanitizers; each target links them.
 FUZZ_SECONDS ?= 20
+FUZZ_TEST_SECONDS ?= 3
 FUZZ_CXXFLAGS := -std=c++20 -O1 -g -I. -I$(BUILD)/gen -DSPARKD_CUDA=0 -MMD -MP -fsanitize=fuzzer-no-link,address,undefined
 FUZZ_OBJS := $(patsubst %.cpp,$(BUILD)/fuzz/obj/%.o,$(shell find engine -name '*.cpp' | sort))
 # Kept between runs: make would otherwise delete them as intermediates of the targets.
@@ -153,11 +168,15 @@ $(BUILD)/fuzz/%: tests/fuzz/%.cpp $(FUZZ_OBJS)
 
 fuzz: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(FUZZ_BINS)
-	@for b in $(FUZZ_BINS); do n=$$(basename $$b); echo "== $$n ($(FUZZ_SECONDS) s)"; \
-	  mkdir -p $$b.corpus; \
-	  $$b -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 -print_final_stats=0 \
-	    -artifact_prefix=$(BUILD)/fuzz/$$n- $$b.corpus tests/fuzz/seeds/$$n 2>&1 | tail -n 2 || exit 1; \
-	done
+	@sh tests/fuzz/run.sh $(BUILD) $(FUZZ_SECONDS) $(FUZZ_JUNIT)
+
+# ---- mutants: deliberately broken builds the tests must catch ------------------------
+# A CPU-only build is the starting point each mutant's copy recompiles from.
+MUTANT_BASE := $(BUILD)/mutants/base
+mutants: deps model
+	@$(MAKE) --no-print-directory -j$(JOBS) CUDA=0 BUILD=$(MUTANT_BASE) $(MUTANT_BASE)/sparkd $(MUTANT_BASE)/unit_tests \
+	  $(MUTANT_BASE)/test-hooks/sparkd
+	@$(PY) tests/mutants/run.py --base $(MUTANT_BASE) --jobs $(JOBS) $(MUTANTS)
 
 # ---- GPU ----------------------------------------------------------------------------
 gpu-build: all

@@ -4,7 +4,8 @@ import xml.etree.ElementTree as ET
 
 
 def count(path):
-    """(passed, failed, skipped) of one JUnit file; failures are printed by name."""
+    """(passed, failed, skipped) of one JUnit file; failures and skips are printed by name,
+    skips with their reason, so nothing drops out of the run unseen."""
     passed = failed = skipped = 0
     try:
         root = ET.parse(path).getroot()
@@ -21,6 +22,9 @@ def count(path):
             print(f"FAILED {name}: {(problem.get('message') or '').strip()[:300]}", file=sys.stderr)
         elif case.find("skipped") is not None:
             skipped += 1
+            name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
+            why = case.find("skipped").get("message") or "(no reason given)"
+            print(f"SKIPPED {name}: {why.strip()[:300]}")
         else:
             passed += 1
     return passed, failed, skipped

@@ -25,6 +25,7 @@
 #include "engine/util/flags.h"
 #include "engine/util/log.h"
 #include "engine/util/sd_notify.h"
+#include "engine/util/test_hooks.h"
 #include "engine/util/version.h"
 #include "web/app.h"
 #include "web/chat_prompt.h"
@@ -85,7 +86,7 @@ std::string engine_problem(const Engine& engine) {
   EngineState s = engine.state();
   if (!s.alive) return "the engine is down: " + s.reason;
   auto age = Clock::now() - s.last_heartbeat;
-  if (age > kEngineStallLimit)
+  if (age > test_hooks::engine_stall_limit(kEngineStallLimit))
     return "the engine loop has not advanced for " +
            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(age).count()) + " s";
   return "";
@@ -221,6 +222,7 @@ int run_serve(const Args& args) {
   std::unique_ptr<LoadedParts> parts;
   try {
     auto started = std::chrono::steady_clock::now();
+    test_hooks::model_load();
     parts = load_parts(config);
     log_info("model ", app.model_id, " loaded in ",
              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), " s");

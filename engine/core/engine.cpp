@@ -11,6 +11,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
 #include "engine/util/log.h"
+#include "engine/util/test_hooks.h"
 
 namespace spark {
 
@@ -175,6 +176,7 @@ void Engine::loop() {
         wake_.wait_for(lock, kIdleWake);
       if (stopping_) return;
     }
+    test_hooks::engine_turn();
     try {
       take_inbox();
       turn();

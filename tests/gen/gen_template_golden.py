@@ -22,7 +22,7 @@ DEFAULT_GGUF = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def fixtures_dir() -> Path:
-    return Path(os.environ.get("SPARKD_FIXTURES", REPO.parent / "shared" / "fixtures"))
+    return Path(os.environ.get("SPARKD_FIXTURES", REPO / "tests" / "fixtures"))
 
 
 # ---- the reference ------------------------------------------------------------------------

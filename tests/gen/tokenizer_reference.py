@@ -20,7 +20,7 @@ SMOLLM2_GGUF = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def fixtures_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("SPARKD_FIXTURES", REPO.parent / "shared" / "fixtures"))
+    return pathlib.Path(os.environ.get("SPARKD_FIXTURES", REPO / "tests" / "fixtures"))
 
 
 def model_path(name: str) -> pathlib.Path:

@@ -103,6 +103,12 @@ CudaOptions options_for(const Sequences& seqs, bool f16, bool fp8, bool graphs) 
   return o;
 }
 
+// Whole-model logits limits per activation dtype: FP16 keeps 10 mantissa bits and measured
+// 4e-4 to 1.3e-3 here, so 3e-3 leaves headroom without hiding a broken kernel; BF16 keeps 7
+// bits (8x coarser) and keeps the earlier 2e-2.
+constexpr double kLogitsLimitF16 = 3e-3;
+constexpr double kLogitsLimitBF16 = 2e-2;
+
 // Logits of the CUDA backend against the CPU backend's on the same steps, each fed the
 // CPU's greedy tokens. By default a prefill of every prompt, then 6 decode steps (enough
 // for the decode graph to be captured and replayed). staggered: the steps a loaded server
@@ -139,7 +145,8 @@ void logits_parity(const std::string& name, const LoadedModel& m, std::vector<st
   const std::string steps_name = staggered ? "staggered arrivals, prefill chunks of 8 (" + std::to_string(mixed) +
                                                  " mixed steps)"
                                            : "(prefill+6 decode)";
-  error_row("model", name + (f16 ? " fp16" : " bf16") + " logits vs cpu " + steps_name, worst, 2e-2);
+  error_row("model", name + (f16 ? " fp16" : " bf16") + " logits vs cpu " + steps_name, worst,
+            f16 ? kLogitsLimitF16 : kLogitsLimitBF16);
 }
 
 // RMS difference of the logits of an FP8-KV and a 16-bit-KV CUDA backend, both fed each
@@ -450,9 +457,26 @@ void tiny_model_massive_activation() {
   for (bool f16 : {false, true}) logits_parity("llama, massive activations,", m, tiny_model_prompts("llama"), f16);
 }
 
+// Whether the CPU's greedy choice after `tokens` is a near-tie: its top-2 logit margin is
+// below twice the logits error the dtype's limit allows (max |logit| x limit), so a device
+// within that limit may pick the runner-up.
+bool cpu_near_tie(const LoadedModel& m, const std::vector<int32_t>& tokens, double limit) {
+  Sequences seqs({tokens}, 1);
+  CpuBackend cpu(m.info.spec, m.weights, 0);
+  cpu.init_kv_cache(seqs.num_blocks(), kBlock);
+  ForwardResult out;
+  cpu.forward(seqs.next(), nullptr, out);
+  std::vector<float> row = out.logits;
+  double scale = 0;
+  for (float v : row) scale = std::max(scale, std::fabs(double(v)));
+  std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+  return double(row[0]) - double(row[1]) < 2 * limit * scale;
+}
+
 // Under the emulator SmolLM2 is too slow for its device-sampling rows, so the tiny models
 // stand in: greedy tokens from the CUDA backend's device sampler (decode graphs on)
-// against the CPU backend's argmax. `note` goes into the row names.
+// against the CPU backend's argmax, on every prompt; a prompt may differ only from a step
+// where the CPU's own choice was a near-tie (cpu_near_tie). `note` goes into the row names.
 void tiny_model_device_greedy(const std::string& name, const std::string& note = "") {
   const auto prompts = tiny_model_prompts(name);
   LoadedModel m = load_model(config_for_model(tiny_model_path(name)));
@@ -462,10 +486,23 @@ void tiny_model_device_greedy(const std::string& name, const std::string& note =
   for (bool f16 : {false, true}) {
     CudaBackend gpu(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(Sequences(prompts, new_tokens), f16, false, true));
     const auto got = greedy(gpu, true, m.info.spec, prompts, new_tokens);
-    const int same = same_count(want, got), n = int(prompts.size());
+    const double limit = f16 ? kLogitsLimitF16 : kLogitsLimitBF16;
+    int same = 0, ties = 0;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      if (want[p] == got[p]) {
+        ++same;
+        continue;
+      }
+      const size_t k = size_t(std::mismatch(want[p].begin(), want[p].end(), got[p].begin()).first - want[p].begin());
+      std::vector<int32_t> context = prompts[p];
+      context.insert(context.end(), want[p].begin(), want[p].begin() + long(k));
+      ties += cpu_near_tie(m, context, limit);
+    }
+    const int n = int(prompts.size());
     row("model", name + (f16 ? " fp16" : " bf16") + " greedy " + std::to_string(new_tokens) +
-        " tok: device sampler == cpu argmax" + note, std::to_string(same) + "/" + std::to_string(n),
-        ">= " + std::to_string(n - 1) + "/" + std::to_string(n), same >= n - 1);
+        " tok: device sampler == cpu argmax" + note,
+        std::to_string(same) + "/" + std::to_string(n) + (ties ? " + " + std::to_string(ties) + " near-ties" : ""),
+        "all but cpu top-2 margin < 2 x limit", same + ties == n);
   }
 }
 
@@ -547,7 +584,12 @@ int main() {
       setenv("EMU_REFUSE_PROGRAMMATIC_CAPTURE", "1", 1);
       part("llama", [] { tiny_model_device_greedy("llama", ", capture refusing programmatic launches"); });
       unsetenv("EMU_REFUSE_PROGRAMMATIC_CAPTURE");
-      if (!std::getenv("EMU_SMOLLM2")) return;  // minutes on the CPU: opt in
+      if (!std::getenv("EMU_SMOLLM2")) {  // minutes on the CPU: opt in
+        for (const char* what : {"smollm2 greedy 32 tok: cuda == cpu", "smollm2 greedy: fp8 KV == 16-bit KV",
+                                 "smollm2 fp8 vs 16-bit KV logits"})
+          skip_row("model", what, "emulated: set EMU_SMOLLM2=1 to run (minutes on the CPU)");
+        return;
+      }
     }
     part("smollm2", smollm2_checks);
     if (!emulated()) part("llama 8b", llama8b_benchmarks);

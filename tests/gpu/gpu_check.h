@@ -134,8 +134,9 @@ inline double time_ms(const std::function<void()>& fn, cudaStream_t stream = nul
   return ms[ms.size() / 2];
 }
 
-// One row of the final table: "ROW|<check>|<case>|<measured>|<limit or reference>|PASS/FAIL/INFO".
-// Checks with a limit pass or fail; benchmarks print INFO rows. Returns `pass`.
+// One row of the final table: "ROW|<check>|<case>|<measured>|<limit or reference>|PASS/FAIL/INFO/SKIP".
+// Checks with a limit pass or fail; benchmarks print INFO rows; a check not run here prints
+// a SKIP row with the reason, so no row vanishes unseen. Returns `pass`.
 // A '|' inside a field would shift the table's columns: it is printed as '/'.
 inline std::string field(std::string s) {
   std::replace(s.begin(), s.end(), '|', '/');
@@ -154,6 +155,10 @@ inline void info(const std::string& check, const std::string& what, const std::s
                  const std::string& reference) {
   std::printf("ROW|%s|%s|%s|%s|INFO\n", field(check).c_str(), field(what).c_str(), field(measured).c_str(),
               field(reference).c_str());
+  std::fflush(stdout);
+}
+inline void skip_row(const std::string& check, const std::string& what, const std::string& reason) {
+  std::printf("ROW|%s|%s|-|%s|SKIP\n", field(check).c_str(), field(what).c_str(), field(reason).c_str());
   std::fflush(stdout);
 }
 // Relative-error row: pass when err <= limit.

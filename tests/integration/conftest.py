@@ -12,7 +12,9 @@ import requests
 
 REPO = Path(__file__).resolve().parents[2]
 SPARKD = Path(os.environ.get("SPARKD_BIN", REPO / "build" / "sparkd")).resolve()
-FIXTURES = Path(os.environ.get("SPARKD_FIXTURES", REPO.parent / "shared" / "fixtures")).resolve()
+# The same build with engine/util/test_hooks.h compiled in (make builds it beside sparkd).
+SPARKD_TEST_HOOKS = SPARKD.parent / "test-hooks" / "sparkd"
+FIXTURES = Path(os.environ.get("SPARKD_FIXTURES", REPO / "tests" / "fixtures")).resolve()
 MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -31,7 +33,7 @@ def run_sparkd(*args, stdin=None, timeout=120, env=None):
 class Server:
     """A sparkd serve process on a free port, with a config written for the test."""
 
-    def __init__(self, settings=None, env=None, model=MODEL):
+    def __init__(self, settings=None, env=None, model=MODEL, binary=SPARKD):
         # A fixed server.port in the settings is kept (a replica restarted where it was).
         self.port = int((settings or {}).get("server.port") or free_port())
         self.dir = Path(tempfile.mkdtemp(prefix="sparkd-test-"))
@@ -45,7 +47,7 @@ class Server:
         self.config.write_text(to_toml(base))
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(self.dir / "sparkd.log", "w+")
-        self.proc = subprocess.Popen([str(SPARKD), "serve", "--config", str(self.config)],
+        self.proc = subprocess.Popen([str(binary), "serve", "--config", str(self.config)],
                                      stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
 

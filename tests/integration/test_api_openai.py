@@ -34,7 +34,11 @@ def test_chat_non_streaming(client):
     assert c.finish_reason in ("stop", "length")
     assert r.usage.completion_tokens <= 8 and r.usage.prompt_tokens > 10
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
-    assert r.usage.prompt_tokens_details.cached_tokens >= 0
+    # The same prompt again: its full KV blocks come from the prefix cache (16-token blocks;
+    # the last prompt token is always computed).
+    again = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=1, temperature=0)
+    cached = again.usage.prompt_tokens_details.cached_tokens
+    assert cached == (r.usage.prompt_tokens - 1) // 16 * 16 and cached > 0, cached
 
 
 def test_chat_streaming_equals_non_streaming_greedy(client):
@@ -175,18 +179,27 @@ def test_tool_call_auto_with_tool_results_in_history(client):
     assert (m.content is not None) or m.tool_calls
 
 
+# SmolLM2 token ids of 'get_time", "arguments": {}}\n</tool_call>': with tool_choice
+# "required" the prompt already holds '<tool_call>\n{"name": "'; biased towards these tokens
+# the model completes a call (it names it "time_get_time": names are not constrained).
+STEER_TIME_CALL = {str(i): 100 for i in (726, 79, 2256, 1002, 476, 24370, 1799, 4548, 109, 198, 9617, 19324, 4350, 46)}
+
+
 def test_tool_call_required_and_none(client):
-    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Weather in Rome?"}], tools=[WEATHER_TOOL],
-              max_tokens=12, temperature=0, stop=["</tool_call>"])
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "What time is it?"}], tools=[TIME_TOOL],
+              max_tokens=12, temperature=0, stop=["</tool_call>"], logit_bias=STEER_TIME_CALL)
     r = client.chat.completions.create(tool_choice="required", **kw)
-    calls = r.choices[0].message.tool_calls or []
-    content = r.choices[0].message.content or ""
-    # The call's opening is forced; what the model names is checked, not assumed.
-    assert calls or content.startswith("<tool_call>"), content
-    for c in calls:
-        json.loads(c.function.arguments)
+    msg = r.choices[0].message
+    assert msg.tool_calls, f"no tool call parsed from {msg.content!r}"
+    assert msg.content is None and r.choices[0].finish_reason == "tool_calls"
+    assert len(msg.tool_calls) == 1 and msg.tool_calls[0].function.name
+    assert json.loads(msg.tool_calls[0].function.arguments) == {}
+    # "none" hides the tools from the prompt (it counts the same tokens as no tools at all),
+    # and the same steered text is not parsed as a call.
     r = client.chat.completions.create(tool_choice="none", **kw)
-    assert not r.choices[0].message.tool_calls
+    assert not r.choices[0].message.tool_calls and r.choices[0].finish_reason != "tool_calls"
+    without = client.chat.completions.create(**{k: v for k, v in kw.items() if k != "tools"})
+    assert r.usage.prompt_tokens == without.usage.prompt_tokens
 
 
 def test_errors_raise_the_sdk_exceptions(client, api_server):

@@ -90,15 +90,25 @@ def test_second_signal_exits_at_once():
 
 
 def test_drain_timeout_cuts_off_and_exits_zero():
-    s = Server(settings={**API_SETTINGS, "engine.max_num_seqs": 4, "server.drain_timeout_s": 0.5}).wait_ready()
+    # A stream far longer than the drain timeout: cut off, it ends without reaching
+    # max_tokens; ignoring the timeout, the server would wait for all of it.
+    s = Server(settings={**API_SETTINGS, "model.max_model_len": 2048, "engine.max_num_seqs": 4,
+                         "server.drain_timeout_s": 0.5}).wait_ready()
     out = {}
     try:
-        t = start_stream(s.url, {**LONG, "max_tokens": 350}, out)
+        t = start_stream(s.url, {**LONG, "max_tokens": 1500}, out)
         wait_first_event(out)
         t0 = time.monotonic()
         s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(timeout=30) == 0
         print(f"exited 0 {1000 * (time.monotonic() - t0):.0f} ms after SIGTERM with a stream still running")
         t.join(timeout=30)
+        chunks = [json.loads(e[6:]) for e in out["events"] if e.startswith(b"data: {")]
+        choices = [c["choices"][0] for c in chunks if c.get("choices")]
+        tokens = sum(1 for c in choices if c["text"])
+        finals = [c["finish_reason"] for c in choices if c["finish_reason"]]
+        assert tokens < 1500 and "length" not in finals, f"the stream ran to the end: {tokens} tokens, {finals}"
+        assert any("error" in c for c in chunks), "the cut-off stream did not say why"
+        assert "drain timeout" in s.output()
     finally:
         s.stop()

@@ -6,8 +6,9 @@ import subprocess
 import time
 
 import pytest
+import requests
 
-from conftest import REPO, SPARKD, Server
+from conftest import REPO, SPARKD, SPARKD_TEST_HOOKS, Server
 
 
 def test_unit_verifies(tmp_path):
@@ -53,3 +54,43 @@ def test_notify_ready_watchdog_stopping_in_order(tmp_path):
         sock.close()
     ready, watchdog, stopping = states.index("READY=1"), states.index("WATCHDOG=1"), states.index("STOPPING=1")
     assert ready < watchdog < stopping, states
+
+
+def test_wedged_engine_stops_the_watchdog_pings(tmp_path):
+    """The test build's hook blocks the engine loop while a file exists (engine/util/test_hooks.h):
+    pings stop within the stall limit, /health names the stall, and pings resume once the loop
+    turns again."""
+    sock_path, wedge = tmp_path / "notify.sock", tmp_path / "wedge"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(0.1)
+    server = Server(binary=SPARKD_TEST_HOOKS, env={
+        "NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "200000",
+        "SPARKD_TEST_WEDGE_FILE": str(wedge), "SPARKD_TEST_STALL_LIMIT_S": "1"})
+
+    def pings_during(seconds):
+        n, deadline = 0, time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                n += sock.recv(4096).decode().splitlines().count("WATCHDOG=1")
+            except socket.timeout:
+                pass
+        return n
+
+    try:
+        server.wait_ready()
+        assert pings_during(1.0) >= 3
+        wedge.touch()
+        pings_during(1.5)  # the stall limit passes; pings sent before it are drained
+        silent = pings_during(2.0)
+        health = requests.get(server.url + "/health", timeout=10)
+        assert silent == 0, f"{silent} WATCHDOG=1 while the engine loop stood still"
+        assert health.status_code == 503 and "has not advanced" in health.json()["error"]["message"], health.text
+        wedge.unlink()
+        assert pings_during(1.5) >= 3, "pings did not resume"
+        assert requests.get(server.url + "/health", timeout=10).status_code == 200
+    finally:
+        if wedge.exists():
+            wedge.unlink()
+        server.stop()
+        sock.close()

@@ -116,6 +116,21 @@ TEST_CASE("block manager: a prefix hit re-references cached blocks and counts to
   bm.check_invariants();
 }
 
+TEST_CASE("block manager: a hash match whose tokens differ is not a hit") {
+  // A 64-bit hash collision cannot be found by search; the sequence is given the cached
+  // block's hash instead, as a colliding prompt would compute it.
+  BlockManager bm(8, 4, true);
+  Sequence a(1, iota_tokens(10));
+  admit_and_compute(bm, a);
+  bm.free(a);
+  Sequence b(2, iota_tokens(10, 500));
+  b.block_hashes = {a.block_hashes[0]};
+  PrefixHit hit = bm.find_cached_prefix(b);
+  CHECK(hit.blocks.empty());
+  CHECK(hit.num_tokens == 0);
+  bm.check_invariants();
+}
+
 TEST_CASE("block manager: the last prompt token is never served from the cache") {
   BlockManager bm(8, 4, true);
   Sequence a(1, iota_tokens(8));

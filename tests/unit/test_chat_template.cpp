@@ -21,7 +21,7 @@ namespace {
 
 std::string fixtures_dir() {
   const char* env = std::getenv("SPARKD_FIXTURES");
-  return env ? env : "../shared/fixtures";
+  return env ? env : "tests/fixtures";
 }
 
 ojson read_json_file(const fs::path& path) {

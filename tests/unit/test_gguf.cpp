@@ -204,6 +204,9 @@ TEST_CASE("gguf: strings past the end of the file or over 16 MiB") {
   GgufBuilder h;
   h.header(0, 1).put<uint64_t>(1ull << 40).data(10);
   CHECK_INPUT_ERROR(parse(h.b), "exceeds the 16 MiB limit");
+  GgufBuilder present;  // one byte over the limit, all of it in the file: still refused
+  present.header(0, 1).put<uint64_t>((16ull << 20) + 1).data((16u << 20) + 16);
+  CHECK_INPUT_ERROR(parse(present.b), "exceeds the 16 MiB limit");
   GgufBuilder v;
   v.header(0, 1).str("k").put<uint32_t>(8).put<uint64_t>(UINT64_MAX);
   CHECK_INPUT_ERROR(parse(v.b), "exceeds the 16 MiB limit");

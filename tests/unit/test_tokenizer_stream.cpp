@@ -25,7 +25,7 @@ namespace {
 
 std::string fixtures_dir() {
   if (const char* env = std::getenv("SPARKD_FIXTURES")) return env;
-  return "../shared/fixtures";
+  return "tests/fixtures";
 }
 
 const Tokenizer& fixture(const std::string& name) {

@@ -1,0 +1,34 @@
+// test_hooks.cpp — the test build's fault injection (see test_hooks.h); empty otherwise.
+#include "engine/util/test_hooks.h"
+
+#if SPARKD_TEST_HOOKS
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+namespace spark::test_hooks {
+
+namespace {
+
+void wait_while_file_exists(const char* variable) {
+  const char* path = std::getenv(variable);
+  if (!path) return;
+  while (access(path, F_OK) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+}  // namespace
+
+void engine_turn() { wait_while_file_exists("SPARKD_TEST_WEDGE_FILE"); }
+
+void model_load() { wait_while_file_exists("SPARKD_TEST_LOAD_HOLD_FILE"); }
+
+std::chrono::steady_clock::duration engine_stall_limit(std::chrono::steady_clock::duration normal) {
+  const char* s = std::getenv("SPARKD_TEST_STALL_LIMIT_S");
+  if (!s) return normal;
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(std::stod(s)));
+}
+
+}  // namespace spark::test_hooks
+#endif

@@ -1,0 +1,94 @@
+"""Safetensors models of three architectures (Llama, Qwen3, Qwen3-MoE) served over HTTP and
+answered through the openai SDK, checked against Hugging Face transformers.
+
+The tiny models in tests/golden/models (tests/gen/gen_tiny_models.py) have a 256-token
+vocabulary and no tokenizer; each test copy gets a BPE tokenizer.json whose 256 tokens are
+single CJK characters (U+4E00 + id), so any output text maps back to its token ids. The
+oracle is golden.json: transformers' logits at every position of four token sequences; the
+server's greedy next token after each prefix must be that row's argmax (rows whose top-2
+margin is a near-tie are left out).
+"""
+import json
+import shutil
+import struct
+
+import openai
+import pytest
+
+from conftest import REPO, Server
+
+MODELS = REPO / "tests" / "golden" / "models"
+BASE = 0x4E00
+TIE_MARGIN = 1e-3  # logits closer than this may swap under f32 rounding of another order
+
+
+def char_tokenizer(eos_id):
+    vocab = {chr(BASE + i): i for i in range(256)}
+    return {"version": "1.0", "truncation": None, "padding": None, "normalizer": None, "pre_tokenizer": None,
+            "post_processor": None, "decoder": None,
+            "added_tokens": [{"id": eos_id, "content": chr(BASE + eos_id), "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": True}],
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                      "merges": []}}
+
+
+def served_copy(name, tmp_path):
+    d = tmp_path / name
+    shutil.copytree(MODELS / name, d)
+    eos = eos_id(name)
+    (d / "tokenizer.json").write_text(json.dumps(char_tokenizer(eos)))
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "eos_token": chr(BASE + eos),
+        "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}))
+    return d
+
+
+def eos_id(name):
+    return json.loads((MODELS / name / "generation_config.json").read_text())["eos_token_id"]
+
+
+def golden_rows(name):
+    """(prefix ids, transformers' greedy next id) for every prefix that is not a near-tie."""
+    g = json.loads((MODELS / name / "golden.json").read_text())
+    vocab = g["vocab_size"]
+    out = []
+    for seq, logits_file in zip(g["sequences"], g["logits"]):
+        raw = (MODELS / name / logits_file).read_bytes()
+        values = struct.unpack(f"<{len(raw) // 4}f", raw)
+        for pos in range(len(seq)):
+            row = values[pos * vocab:(pos + 1) * vocab]
+            top = sorted(range(vocab), key=lambda i: -row[i])
+            if row[top[0]] - row[top[1]] >= TIE_MARGIN:
+                out.append((seq[:pos + 1], top[0]))
+    return out
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", "qwen3_moe"])
+def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
+    rows = golden_rows(name)
+    assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"
+    s = Server(model=served_copy(name, tmp_path), settings={
+        "model.max_model_len": 256, "engine.max_num_seqs": 8}).wait_ready()
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        served = client.models.list().data[0].id
+        assert served == name
+        # Token-id prompts, as the completions API takes them; one greedy token each.
+        wrong = []
+        for prefix, want in rows:
+            r = client.completions.create(model=served, prompt=prefix, max_tokens=1, temperature=0,
+                                          extra_body={"ignore_eos": True})
+            got = [ord(c) - BASE for c in r.choices[0].text]
+            if got != ([] if want == eos_id(name) else [want]):  # EOS is a special token: no text
+                wrong.append((len(prefix), want, got))
+        assert not wrong, f"{len(wrong)} of {len(rows)} next tokens differ from transformers: {wrong[:5]}"
+        # The chat API on the same model: text in, text out, usage counted.
+        text = "".join(chr(BASE + i) for i in rows[-1][0])
+        chat = client.chat.completions.create(model=served, messages=[{"role": "user", "content": text}],
+                                              max_tokens=4, temperature=0, extra_body={"ignore_eos": True})
+        assert chat.usage.prompt_tokens == len(rows[-1][0])
+        if rows[-1][1] != eos_id(name):
+            assert ord(chat.choices[0].message.content[0]) - BASE == rows[-1][1]
+    finally:
+        s.stop()

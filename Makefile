@@ -37,7 +37,7 @@ ifeq ($(CUDA),1)
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt
 endif
 
-.PHONY: all deps test unit integration run model fuzz format clean help gpu-check gpu-build gpu-emu
+.PHONY: all deps test unit integration run model fuzz format clean help gpu-check gpu-build gpu-emu constrain-oracle constrain-bench
 all: $(BUILD)/sparkd
 
 help:
@@ -99,14 +99,27 @@ $(BUILD)/.deps-stamp: tests/requirements.txt Makefile
 $(BUILD)/unit_tests: $(UNIT_OBJS) $(ENGINE_OBJS)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The constraint engine driven from Python: the llguidance mask oracle and the benchmark.
+$(BUILD)/constrain_tool: $(BUILD)/obj/tests/tools/constrain_tool.o $(ENGINE_OBJS)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 test: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests $(BUILD)/constrain_tool
 	@$(MAKE) --no-print-directory model
 	@rm -rf $(BUILD)/test-results && mkdir -p $(BUILD)/test-results
 	@echo "== unit tests (doctest)"; $(BUILD)/unit_tests --reporters=junit --out=$(BUILD)/test-results/unit.xml; \
 	  echo "== integration and oracle tests (pytest)"; SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration \
 	    --junitxml=$(BUILD)/test-results/integration.xml; \
 	  $(PY) tests/summary.py $(BUILD)/test-results/*.xml
+
+# The llguidance mask oracle at full size (50 schemas x 1,000 prefixes; make test runs 200).
+constrain-oracle: deps all $(BUILD)/constrain_tool
+	SPARKD_BIN=$(BUILD)/sparkd SPARKD_ORACLE_PREFIXES=1000 $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_constrain_oracle.py
+
+# Mask and compile times beside llguidance and xgrammar (tests/bench/constrain_bench.py).
+constrain-bench: deps all $(BUILD)/constrain_tool
+	$(PY) -m pip install -q --disable-pip-version-check -r tests/bench/requirements.txt
+	$(PY) tests/bench/constrain_bench.py --tool $(BUILD)/constrain_tool
 
 unit: deps $(BUILD)/unit_tests
 	$(BUILD)/unit_tests

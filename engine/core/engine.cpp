@@ -137,6 +137,8 @@ std::shared_ptr<RequestStream> Engine::submit(Request request) {
     if (stopping_) throw RuntimeError("the engine is shutting down and accepts no requests");
     if (remote_)
       if (std::string problem = remote_->problem(); !problem.empty()) throw RuntimeError(problem);
+    if (remote_ && request.params.constraint)
+      throw InputError("structured outputs are not available in peer mode yet (the worker samples)");
     if (request.request_id.empty()) request.request_id = "req-" + std::to_string(next_request_number_++);
     if (live_ids_.count(request.request_id))
       throw InputError("request id '" + request.request_id + "' is already in use by a live request");
@@ -271,7 +273,10 @@ void Engine::step() {
 
   const size_t rows = plan.batch.logits_rows.size();
   std::vector<SampleOutput> samples(rows);
-  if (backend_->samples_on_device()) {
+  // A structured-output row is masked by its grammar on the host: such a step returns
+  // logits and samples here.
+  const bool constrained = std::any_of(plan.seqs.begin(), plan.seqs.end(), [](const Sequence* s) { return s->matcher != nullptr; });
+  if (backend_->samples_on_device() && !constrained) {
     std::vector<SampleRow> requests(rows);
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       const int32_t row = plan.logits_index[i];

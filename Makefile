@@ -49,6 +49,7 @@ help:
 	@echo "make fuzz       run each libFuzzer target briefly (FUZZ_SECONDS=$(FUZZ_SECONDS))"
 	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
 	@echo "make gpu-emu    the same checks on the CPU under the CUDA emulator (plain, then ASan)"
+	@echo "make constrain-oracle / constrain-bench   structured outputs at full size / beside llguidance, xgrammar"
 	@echo "make format     clang-format every C++ source;  make clean"
 
 # ---- build ------------------------------------------------------------------------
@@ -112,9 +113,11 @@ test: deps
 	    --junitxml=$(BUILD)/test-results/integration.xml; \
 	  $(PY) tests/summary.py $(BUILD)/test-results/*.xml
 
-# The llguidance mask oracle at full size (50 schemas x 1,000 prefixes; make test runs 200).
-constrain-oracle: deps all $(BUILD)/constrain_tool
-	SPARKD_BIN=$(BUILD)/sparkd SPARKD_ORACLE_PREFIXES=1000 $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_constrain_oracle.py
+# Structured outputs at acceptance size: the llguidance mask oracle with 1,000 prefixes per
+# schema, 200 schemas and 100 forced tool calls end to end (make test runs smaller sizes).
+constrain-oracle: deps all model $(BUILD)/constrain_tool
+	SPARKD_BIN=$(BUILD)/sparkd SPARKD_ORACLE_PREFIXES=1000 SPARKD_STRUCTURED_SCHEMAS=200 SPARKD_STRUCTURED_TOOL_RUNS=100 \
+	  $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_constrain_oracle.py tests/integration/test_structured_output.py
 
 # Mask and compile times beside llguidance and xgrammar (tests/bench/constrain_bench.py).
 constrain-bench: deps all $(BUILD)/constrain_tool

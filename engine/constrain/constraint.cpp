@@ -1,7 +1,6 @@
 // constraint.cpp — building grammars from constraint specs, and the compiled-grammar cache.
 #include "engine/constrain/constraint.h"
 
-#include <chrono>
 #include <mutex>
 #include <unordered_map>
 
@@ -84,9 +83,7 @@ std::shared_ptr<const Constraint> compile_constraint(const ConstraintSpec& spec,
       return c;
     }
   }
-  const auto start = std::chrono::steady_clock::now();
   c->grammar = std::make_shared<const Grammar>(build_grammar(spec));
-  c->compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (key.size() <= kMaxCachedKeyBytes) {
     std::lock_guard<std::mutex> lock(mu);
     if (cache.size() >= kMaxCachedGrammars) cache.clear();

@@ -33,7 +33,6 @@ struct ConstraintSpec {
 struct Constraint {
   std::shared_ptr<const Grammar> grammar;
   std::shared_ptr<const TokenTable> tokens;
-  double compile_seconds = 0;  // 0 when it came from the cache
 
   std::unique_ptr<Matcher> new_matcher() const { return std::make_unique<Matcher>(grammar, tokens); }
 };

@@ -79,10 +79,7 @@ uint32_t GrammarBuilder::repeat(uint32_t rule, int64_t min, int64_t max, int64_t
   };
   if (min == 0) return optional(rule_of({{call(rule), call(tail(max < 0 ? 0 : max - 1))}}));
   std::vector<Elem> seq{call(rule)};
-  for (int64_t i = 1; i < min; ++i) {
-    seq.push_back(call(next_rule));
-    if (seq.size() > kMaxGrammarElems) check_limits();
-  }
+  for (int64_t i = 1; i < min; ++i) seq.push_back(call(next_rule));
   seq.push_back(call(tail(max < 0 ? 0 : max - min)));
   return rule_of({seq});
 }

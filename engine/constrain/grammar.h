@@ -43,6 +43,8 @@ struct Elem {
 // Limits on what one grammar may grow to; compile errors name the one that was hit.
 inline constexpr size_t kMaxGrammarElems = 400'000;
 inline constexpr size_t kMaxGrammarRules = 100'000;
+// Counted repetitions (maxItems, maxLength, regex {n,m}) are expanded up to this count.
+inline constexpr int64_t kMaxRepeat = 4096;
 
 struct Grammar {
   std::vector<ByteSet> byte_sets;

@@ -129,8 +129,8 @@ class Compiler {
       return b_.rule_of({{quote, GrammarBuilder::call(add_string_pattern(b_, s["pattern"].get<std::string>())), quote}});
     }
     if (min == 0 && max < 0) return b_.rule_of({{quote, GrammarBuilder::string_body(), quote}});
-    if (max > kMaxBoundedRepeat || min > kMaxBoundedRepeat)
-      refuse("'maxLength' / 'minLength' above " + std::to_string(kMaxBoundedRepeat) + " is not supported");
+    if (max > kMaxRepeat || min > kMaxRepeat)
+      refuse("'maxLength' / 'minLength' above " + std::to_string(kMaxRepeat) + " is not supported");
     return b_.rule_of({{quote, GrammarBuilder::call(b_.repeat(add_json_string_char(b_), min, max)), quote}});
   }
 
@@ -201,8 +201,8 @@ class Compiler {
   uint32_t compile_array(const J& s, int depth) {
     const int64_t min = s.contains("minItems") ? count(s, "minItems") : 0;
     const int64_t max = s.contains("maxItems") ? count(s, "maxItems") : -1;
-    if (max > kMaxBoundedRepeat || min > kMaxBoundedRepeat)
-      refuse("'maxItems' / 'minItems' above " + std::to_string(kMaxBoundedRepeat) + " is not supported");
+    if (max > kMaxRepeat || min > kMaxRepeat)
+      refuse("'maxItems' / 'minItems' above " + std::to_string(kMaxRepeat) + " is not supported");
     std::vector<uint32_t> prefix;
     if (s.contains("prefixItems")) {
       if (!s["prefixItems"].is_array()) refuse("'prefixItems' must be an array of schemas");
@@ -316,8 +316,7 @@ uint32_t add_json_schema(GrammarBuilder& b, const J& schema, const JsonSchemaOpt
 }
 
 uint32_t add_any_json_value(GrammarBuilder& b) {
-  // Rules built once per grammar would be nicer; a grammar holds few of these, and each is
-  // a dozen rules.
+  // A dozen rules per use: schemas hold few untyped values, so they are not shared.
   const uint32_t value = b.new_rule();
   const Elem quote = b.byte('"'), comma = b.byte(',');
   const uint32_t str = b.rule_of({{quote, GrammarBuilder::string_body(), quote}});

@@ -19,8 +19,7 @@
 namespace spark::constrain {
 
 // Limits that keep hostile schemas bounded (beyond the grammar's own size limits).
-inline constexpr int kMaxSchemaDepth = 128;       // nesting of schemas inside schemas
-inline constexpr int64_t kMaxBoundedRepeat = 4096; // maxItems / maxLength that are expanded
+inline constexpr int kMaxSchemaDepth = 128;  // nesting of schemas inside schemas
 
 struct JsonSchemaOptions {
   bool strict = false;

@@ -80,8 +80,7 @@ class RegexCompiler {
     if (more() && peek() == '?') ++i_;  // lazy: the same strings
     if (more() && (peek() == '*' || peek() == '+' || peek() == '?')) fail("a quantifier cannot follow a quantifier");
     if (a.nullable && max != 1 && max != 0) fail("a repeated expression that can match nothing is not supported");
-    if (max >= 0 && max > 4096) fail("repetition counts above 4096 are not supported");
-    if (min > 4096) fail("repetition counts above 4096 are not supported");
+    if (max > kMaxRepeat || min > kMaxRepeat) fail("repetition counts above " + std::to_string(kMaxRepeat) + " are not supported");
     return {b_.repeat(a.rule, min, max), min == 0 || a.nullable};
   }
 

@@ -37,7 +37,8 @@ ifeq ($(CUDA),1)
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt
 endif
 
-.PHONY: all deps test unit integration fleet-bench run model fuzz format clean help gpu-check gpu-build gpu-emu mutants
+.PHONY: all deps test unit integration fleet-bench run model fuzz format clean help gpu-check gpu-build gpu-emu mutants \
+        constrain-oracle constrain-bench
 all: $(BUILD)/sparkd
 
 help:
@@ -51,6 +52,7 @@ help:
 	@echo "make mutants    build each tests/mutants patch and check its tests fail (MUTANTS=names to pick)"
 	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
 	@echo "make gpu-emu    the same checks on the CPU under the CUDA emulator (plain, then ASan)"
+	@echo "make constrain-oracle / constrain-bench   structured outputs at full size / beside llguidance, xgrammar"
 	@echo "make format     clang-format every C++ source;  make clean"
 
 # ---- build ------------------------------------------------------------------------
@@ -101,8 +103,12 @@ $(BUILD)/.deps-stamp: tests/requirements.txt Makefile
 $(BUILD)/unit_tests: $(UNIT_OBJS) $(ENGINE_OBJS)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The constraint engine driven from Python: the llguidance mask oracle and the benchmark.
+$(BUILD)/constrain_tool: $(BUILD)/obj/tests/tools/constrain_tool.o $(ENGINE_OBJS)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 test: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests $(BUILD)/test-hooks/sparkd
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests $(BUILD)/test-hooks/sparkd $(BUILD)/constrain_tool
 	@$(MAKE) --no-print-directory model
 	@rm -rf $(BUILD)/test-results && mkdir -p $(BUILD)/test-results
 	@echo "== unit tests (doctest)"; $(BUILD)/unit_tests --reporters=junit --out=$(BUILD)/test-results/unit.xml; \
@@ -122,6 +128,17 @@ $(BUILD)/test-hooks/obj/%.o: %.cpp | $(BUILD)/.deps-stamp
 	$(CXX) $(CXXFLAGS) -DSPARKD_TEST_HOOKS=1 -c -o $@ $<
 $(BUILD)/test-hooks/sparkd: $(BUILD)/obj/main.o $(filter-out $(HOOK_SRCS:%.cpp=$(BUILD)/obj/%.o),$(ENGINE_OBJS)) $(HOOK_OBJS)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Structured outputs at acceptance size: the llguidance mask oracle with 1,000 prefixes per
+# schema, 200 schemas and 100 forced tool calls end to end (make test runs smaller sizes).
+constrain-oracle: deps all model $(BUILD)/constrain_tool
+	SPARKD_BIN=$(BUILD)/sparkd SPARKD_ORACLE_PREFIXES=1000 SPARKD_STRUCTURED_SCHEMAS=200 SPARKD_STRUCTURED_TOOL_RUNS=100 \
+	  $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_constrain_oracle.py tests/integration/test_structured_output.py
+
+# Mask and compile times beside llguidance and xgrammar (tests/bench/constrain_bench.py).
+constrain-bench: deps all $(BUILD)/constrain_tool
+	$(PY) -m pip install -q --disable-pip-version-check -r tests/bench/requirements.txt
+	$(PY) tests/bench/constrain_bench.py --tool $(BUILD)/constrain_tool
 
 unit: deps $(BUILD)/unit_tests
 	$(BUILD)/unit_tests

@@ -15,6 +15,7 @@
 #include "web/openai_response.h"
 #include "web/server.h"
 #include "web/sse.h"
+#include "web/structured_output.h"
 
 namespace spark {
 namespace {
@@ -244,6 +245,7 @@ void handle_chat_completions(App& app, const httplib::Request& req, httplib::Res
   ChatPrompt prompt = build_chat_prompt(app, job->req);
   job->prompts.push_back(std::move(prompt.ids));
   check_context(app, job->prompts, job->req.params, "messages");
+  attach_constraint(app, job->req, prompt.prefill);
   job->start(req, prompt.prefill, prompt.parser);
   run(job, req, res, std::move(hold));
 }
@@ -262,6 +264,7 @@ void handle_completions(App& app, const httplib::Request& req, httplib::Response
     job->echo_text.push_back(job->req.echo ? app.tokenizer->decode(ids, false) : "");
   }
   check_context(app, job->prompts, job->req.params, "prompt");
+  attach_constraint(app, job->req, "");
   job->start(req, "", OutputParserOptions{});
   run(job, req, res, std::move(hold));
 }

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "web/http_error.h"
+#include "web/structured_output.h"
 #include "web/tool_calls.h"
 
 namespace spark {
@@ -175,15 +176,7 @@ void parse_sampling(const J& body, ApiRequest& r, int64_t vocab_size) {
     r.include_usage = field_bool(*v, "include_usage", false);
   }
   if (const J* v = field(body, "user")) as_string(*v, "user");
-  if (const J* v = field(body, "response_format")) {
-    if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
-      bad("response_format", "'response_format' must be an object with a string 'type'");
-    std::string type = (*v)["type"].get<std::string>();
-    if (type == "json_object" || type == "json_schema")
-      bad("response_format", "response_format type '" + type +
-                                 "' is not supported: sparkd has no structured output yet; use 'text'");
-    if (type != "text") bad("response_format", "unknown response_format type '" + type + "'");
-  }
+  r.structured = parse_structured_output(body, r.structured_param);
 }
 
 // Content parts joined with newlines; errors name the message field path and carry

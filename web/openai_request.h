@@ -3,12 +3,14 @@
 // an HttpError (400, or 404 for an unknown model) naming the field in `param`.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/constrain/constraint.h"
 #include "engine/step/sampling_params.h"
 
 namespace spark {
@@ -42,6 +44,11 @@ struct ApiRequest {
   std::string tool_name;         // ToolChoice::NAMED
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
   bool add_generation_prompt = true;
+
+  // Structured output asked for (response_format, structured_outputs, guided_*), and the
+  // field that asked, for errors.
+  std::optional<constrain::ConstraintSpec> structured;
+  std::string structured_param;
 
   // Completions: each prompt is text or token ids (exactly one of the two is used).
   std::vector<std::string> prompt_texts;

@@ -1,6 +1,8 @@
 // local_executor.cpp — forward and sample on this box.
 #include "engine/core/local_executor.h"
 
+#include <algorithm>
+
 #include "engine/util/check.h"
 
 namespace spark {
@@ -18,7 +20,11 @@ void LocalExecutor::prepare(int64_t num_kv_blocks, int64_t block_size, const std
 void LocalExecutor::launch(const ScheduledStep& step) {
   const size_t rows = step.batch.logits_rows.size();
   std::vector<SampleOutput> samples(rows);
-  if (backend_->samples_on_device()) {
+  // A structured-output row is masked by its grammar on the host: a step with one returns
+  // logits and samples here.
+  const bool constrained =
+      std::any_of(step.entries.begin(), step.entries.end(), [](const StepEntry& e) { return e.seq->matcher != nullptr; });
+  if (backend_->samples_on_device() && !constrained) {
     std::vector<SampleRow> requests(rows);
     for (const StepEntry& e : step.entries) {
       if (e.logits_row < 0) continue;

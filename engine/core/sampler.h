@@ -11,6 +11,10 @@
 
 namespace spark {
 
+namespace constrain {
+class Matcher;
+}
+
 // A uniform double in [0, 1) that depends only on (seed, counter): the draw for a
 // sequence's n-th output token is uniform01(seed, n), so it is the same whatever else is
 // in the batch, and the same again after a preemption recomputes the sequence.
@@ -32,14 +36,20 @@ class Sampler {
   SampleOutput sample(const float* logits, const Sequence& seq);
 
   // The same with the context spelled out: context = prompt followed by output tokens.
+  // With a matcher (structured output), tokens its grammar does not allow next are
+  // masked before anything else (end-of-sequence and stop_token_ids only where the value
+  // is complete), and the matcher advances by the drawn token.
   SampleOutput sample(const float* logits, const SamplingParams& params, std::span<const int32_t> context,
-                      int64_t num_prompt_tokens, uint64_t seed, uint64_t counter);
+                      int64_t num_prompt_tokens, uint64_t seed, uint64_t counter,
+                      constrain::Matcher* matcher = nullptr);
 
   int64_t vocab_size() const { return vocab_size_; }
 
  private:
   void adjust_logits(const SamplingParams& params, std::span<const int32_t> context, int64_t num_prompt_tokens);
   void fill_logprobs(const SamplingParams& params, SampleOutput& out);
+  void apply_constraint(const SamplingParams& params, constrain::Matcher& matcher);  // sampler_constraint.cpp
+  void advance_constraint(const SamplingParams& params, constrain::Matcher& matcher, int32_t token);
   int32_t draw(const SamplingParams& params, double u);
 
   int64_t vocab_size_;
@@ -49,6 +59,7 @@ class Sampler {
   std::vector<int32_t> order_;  // candidate ids, most likely first
   std::vector<int32_t> counts_; // output-token counts for the penalties (sparse reset)
   std::vector<uint8_t> seen_;   // context tokens for the repetition penalty (sparse reset)
+  std::vector<uint64_t> allowed_;  // the constraint's token mask, one bit per id
 };
 
 }  // namespace spark

@@ -1,6 +1,8 @@
 // sequence.cpp — construction and small views of a Sequence.
 #include "engine/core/sequence.h"
 
+#include "engine/constrain/constraint.h"
+
 #include "engine/util/check.h"
 
 namespace spark {
@@ -33,6 +35,7 @@ Sequence::Sequence(int64_t id, std::vector<int32_t> prompt, SamplingParams p)
   SPARK_CHECK(num_prompt_tokens > 0, "a sequence needs at least one prompt token");
   seed = params.seed.value_or(0);
   max_tokens = params.max_tokens.value_or(0);
+  if (params.constraint) matcher = params.constraint->new_matcher();
 }
 
 std::vector<int32_t> Sequence::prompt_ids() const {

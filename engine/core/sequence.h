@@ -1,6 +1,7 @@
 // sequence.h — the state of one request as the scheduler and block manager see it.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -9,6 +10,10 @@
 #include "engine/step/sampling_params.h"
 
 namespace spark {
+
+namespace constrain {
+class Matcher;
+}
 
 enum class SeqStatus : uint8_t { WAITING, RUNNING, PREEMPTED, FINISHED };
 
@@ -27,6 +32,9 @@ struct Sequence {
   SamplingParams params;
   uint64_t seed = 0;  // the per-sequence sampling stream (params.seed or drawn at submit)
   int64_t max_tokens = 0;  // resolved limit on output tokens
+  // This sequence's position in params.constraint's grammar (null when unconstrained);
+  // the sampler masks with it and advances it by each token it draws.
+  std::shared_ptr<constrain::Matcher> matcher;
 
   SeqStatus status = SeqStatus::WAITING;
   std::optional<FinishReason> finish_reason;

@@ -31,6 +31,9 @@ class StepExecutor {
   virtual Readiness readiness() { return {}; }
   // "" while new requests can be served, else why not (submit refuses with it).
   virtual std::string problem() const { return {}; }
+  // Whether tokens are sampled in this process, where a sequence's host-side state (a
+  // structured-output matcher) can take part; false when a remote stage samples.
+  virtual bool samples_here() const { return true; }
 
   // Starts `step` (the engine keeps it alive until finish_oldest returns its samples).
   // Throws PeerLost when the remote part of the pipeline is gone.

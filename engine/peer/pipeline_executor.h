@@ -23,6 +23,7 @@ class PipelineExecutor : public StepExecutor {
   void prepare(int64_t num_kv_blocks, int64_t block_size, const std::vector<int32_t>& eos_token_ids) override;
   Readiness readiness() override;
   std::string problem() const override { return remote_.problem(); }
+  bool samples_here() const override { return false; }
   void launch(const ScheduledStep& step) override;
   std::vector<SampleOutput> finish_oldest() override;
   void retire(int64_t seq_id) override;

@@ -2,12 +2,17 @@
 // their validation (shared by the engine and the HTTP layer).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace spark {
+
+namespace constrain {
+struct Constraint;
+}
 
 struct SamplingParams {
   double temperature = 1.0;         // 0 = greedy
@@ -28,6 +33,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool skip_special_tokens = true;
+  // Structured output: the grammar the output must match (each sequence gets its own
+  // matcher); null = unconstrained.
+  std::shared_ptr<const constrain::Constraint> constraint;
 
   bool greedy() const { return temperature == 0.0; }
 

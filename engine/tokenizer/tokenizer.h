@@ -39,6 +39,7 @@ class Tokenizer {
 
   int32_t vocab_size() const { return vocab_size_; }  // including added tokens
   bool is_special(int32_t id) const;
+  bool is_added(int32_t id) const { return added_.find_id(id) != nullptr; }  // special or not
   std::optional<int32_t> token_id(std::string_view token) const;  // exact token string -> id
   const std::string& token_text(int32_t id) const;                 // raw vocab string ("" if none)
   int32_t bos_id() const { return bos_id_; }

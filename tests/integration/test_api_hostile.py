@@ -82,8 +82,8 @@ CASES = [
     ("stream-string", "POST", CHAT, chat(stream="true"), 400, "stream", "true or false"),
     ("stream-options-without-stream", "POST", CHAT, chat(stream_options={"include_usage": True}), 400,
      "stream_options", "stream"),
-    ("response-format-json", "POST", CHAT, chat(response_format={"type": "json_object"}), 400, "response_format",
-     "not supported"),
+    ("response-format-unknown-keyword", "POST", CHAT, chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object", "minProperties": 1}}}), 400, "response_format", "minProperties"),
     ("tool-choice-without-tools", "POST", CHAT, chat(tool_choice="required"), 400, "tool_choice", "tools"),
     ("tools-malformed", "POST", CHAT, chat(tools=[{"type": "function"}]), 400, "tools", "function"),
     ("tool-choice-unknown-name", "POST", CHAT, chat(

@@ -215,8 +215,10 @@ def test_errors_raise_the_sdk_exceptions(client, api_server):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL, prompt="hi " * 500, max_tokens=10)
     assert "maximum context length is 384 tokens" in e.value.message
-    with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model=MODEL, messages=USER, response_format={"type": "json_object"})
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=USER, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "format": "hostname"}}})
+    assert e.value.param == "response_format" and "hostname" in e.value.message
 
 
 def test_authentication_error_with_api_keys():

@@ -1,0 +1,329 @@
+// matcher.cpp — stack sets, the byte step, and the trie walk that yields token masks.
+#include "engine/constrain/matcher.h"
+
+#include <algorithm>
+#include <array>
+
+#include "engine/util/check.h"
+
+namespace spark::constrain {
+namespace {
+
+// Bytes the string-body automaton accepts in each state (the walk's first-byte filter).
+std::array<ByteSet, kStringStates> make_string_first() {
+  std::array<ByteSet, kStringStates> sets;
+  for (uint8_t s = 0; s < kStringStates; ++s)
+    for (int b = 0; b < 256; ++b)
+      if (string_body_step(s, uint8_t(b)) != kStringDead) sets[s].add(uint8_t(b));
+  return sets;
+}
+
+const std::array<ByteSet, kStringStates>& string_first() {
+  static const auto sets = make_string_first();
+  return sets;
+}
+
+uint64_t hash_node(uint32_t pos, uint32_t sub, uint32_t parent) {
+  uint64_t h = uint64_t(pos) * 0x9E3779B97F4A7C15ull ^ uint64_t(parent) * 0xC2B2AE3D27D4EB4Full ^
+               uint64_t(sub) * 0x165667B19E3779F9ull;
+  return h ^ (h >> 29);
+}
+
+// Grammars are validated free of left recursion, so expansion depth is bounded by the
+// grammar; this bound catches a bug instead of overflowing the stack.
+constexpr int kMaxExpandDepth = 100'000;
+
+}  // namespace
+
+Matcher::Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTable> tokens)
+    : grammar_(std::move(grammar)), tokens_(std::move(tokens)) {
+  nodes_.push_back({0, 0, 0});
+  table_.assign(1024, 0);
+  table_gen_.assign(1024, 0);
+  for (uint32_t start : grammar_->rules[grammar_->root]) expand(intern(start, 0, 0), leaves_, 0);
+  std::sort(leaves_.begin(), leaves_.end());
+  leaves_.erase(std::unique(leaves_.begin(), leaves_.end()), leaves_.end());
+  compact();
+}
+
+uint32_t Matcher::intern(uint32_t pos, uint32_t sub, uint32_t parent) {
+  if ((table_used_ + 1) * 2 > table_.size()) {  // grow and re-insert every node
+    table_.assign(table_.size() * 2, 0);
+    table_gen_.assign(table_.size(), 0);
+    reset_intern(nodes_.size());
+  }
+  const size_t slots = table_.size() - 1;
+  for (size_t i = hash_node(pos, sub, parent) & slots;; i = (i + 1) & slots) {
+    if (table_gen_[i] != gen_) {
+      table_gen_[i] = gen_;
+      table_[i] = uint32_t(nodes_.size());
+      ++table_used_;
+      nodes_.push_back({pos, sub, parent});
+      return table_[i];
+    }
+    const Node& n = nodes_[table_[i]];
+    if (n.pos == pos && n.sub == sub && n.parent == parent) return table_[i];
+  }
+}
+
+void Matcher::reset_intern(size_t keep_nodes) {
+  nodes_.resize(keep_nodes);
+  if (++gen_ == 0) {
+    std::fill(table_gen_.begin(), table_gen_.end(), 0);
+    gen_ = 1;
+  }
+  table_used_ = 0;
+  const size_t slots = table_.size() - 1;
+  for (uint32_t id = 1; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    size_t i = hash_node(n.pos, n.sub, n.parent) & slots;
+    while (table_gen_[i] == gen_) i = (i + 1) & slots;
+    table_gen_[i] = gen_;
+    table_[i] = id;
+    ++table_used_;
+  }
+}
+
+// The frame that continues after the element at `pos`: a tail position returns straight
+// to the parent, so right recursion (repetition) does not grow the stack.
+uint32_t Matcher::frame_after(uint32_t pos, uint32_t parent) {
+  if (parent != 0 && grammar_->elems[pos + 1].kind == ElemKind::END) return parent;
+  return intern(pos + 1, 0, parent);
+}
+
+void Matcher::expand(uint32_t node, std::vector<uint32_t>& out, int depth) {
+  SPARK_CHECK(depth < kMaxExpandDepth, "grammar expansion too deep");
+  const Node n = nodes_[node];  // a copy: interning may move the arena
+  const Elem e = grammar_->elems[n.pos];
+  switch (e.kind) {
+    case ElemKind::END:
+      if (n.parent == 0) out.push_back(kAccept);
+      else expand(n.parent, out, depth + 1);
+      return;
+    case ElemKind::BYTES:
+      out.push_back(node);
+      return;
+    case ElemKind::STRING_BODY:
+      out.push_back(node);
+      if (n.sub == 0) expand(frame_after(n.pos, n.parent), out, depth + 1);
+      return;
+    case ElemKind::RULE: {
+      const uint32_t ret = frame_after(n.pos, n.parent);
+      for (uint32_t start : grammar_->rules[e.index]) expand(intern(start, 0, ret), out, depth + 1);
+      return;
+    }
+  }
+}
+
+void Matcher::step(const std::vector<uint32_t>& from, size_t begin, size_t end, uint8_t b, std::vector<uint32_t>& out) {
+  const size_t out_begin = out.size();
+  for (size_t i = begin; i < end; ++i) {
+    const uint32_t leaf = from[i];  // by index: `out` may be `from`, and grow
+    if (leaf == kAccept) continue;
+    const Node n = nodes_[leaf];
+    const Elem e = grammar_->elems[n.pos];
+    if (e.kind == ElemKind::BYTES) {
+      if (grammar_->byte_sets[e.index].has(b)) expand(frame_after(n.pos, n.parent), out, 0);
+    } else {
+      const uint8_t next = string_body_step(uint8_t(n.sub), b);
+      if (next != kStringDead) expand(intern(n.pos, next, n.parent), out, 0);
+    }
+  }
+  if (out.size() - out_begin > 1) {
+    std::sort(out.begin() + long(out_begin), out.end());
+    out.erase(std::unique(out.begin() + long(out_begin), out.end()), out.end());
+  }
+}
+
+ByteSet Matcher::first_bytes(const std::vector<uint32_t>& leaves, size_t begin, size_t end) const {
+  ByteSet set;
+  for (size_t i = begin; i < end; ++i) {
+    const uint32_t leaf = leaves[i];
+    if (leaf == kAccept) continue;
+    const Node& n = nodes_[leaf];
+    const Elem& e = grammar_->elems[n.pos];
+    const ByteSet& s = e.kind == ElemKind::BYTES ? grammar_->byte_sets[e.index] : string_first()[n.sub];
+    for (int w = 0; w < 4; ++w) set.bits[w] |= s.bits[w];
+  }
+  return set;
+}
+
+void Matcher::walk(const TokenTrie& trie, uint32_t node, size_t begin, size_t end, std::vector<uint64_t>& mask) {
+  const ByteSet first = first_bytes(scratch_, begin, end);
+  const auto& nodes = trie.nodes;
+  for (uint32_t c = node + 1; c < nodes[node].subtree_end; c = nodes[c].subtree_end) {
+    const uint8_t b = nodes[c].byte;
+    if (!first.has(b)) continue;
+    const size_t next_begin = scratch_.size();
+    step(scratch_, begin, end, b, scratch_);
+    if (scratch_.size() == next_begin) continue;
+    if (const int32_t t = nodes[c].token; t >= 0) {
+      mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+      if (!trie.same_bytes.empty()) {
+        auto it = std::lower_bound(trie.same_bytes.begin(), trie.same_bytes.end(), std::make_pair(c, INT32_MIN));
+        for (; it != trie.same_bytes.end() && it->first == c; ++it) mask[size_t(it->second) / 64] |= uint64_t(1) << (it->second % 64);
+      }
+    }
+    if (nodes[c].subtree_end > c + 1) walk(trie, c, next_begin, scratch_.size(), mask);
+    scratch_.resize(next_begin);
+  }
+}
+
+// One string body and, besides it, only stacks that wait for the closing quote: then a
+// token without '"' or '\' is allowed exactly when the body takes all of it.
+bool Matcher::string_fast_path() const {
+  int bodies = 0;
+  for (uint32_t leaf : leaves_) {
+    if (leaf == kAccept) continue;
+    const Node& n = nodes_[leaf];
+    const Elem& e = grammar_->elems[n.pos];
+    if (e.kind == ElemKind::STRING_BODY) {
+      ++bodies;
+      continue;
+    }
+    ByteSet s = grammar_->byte_sets[e.index];
+    s.remove('"');
+    if (!s.empty()) return false;
+  }
+  return bodies == 1;
+}
+
+// Whether some token starts with `prefix` and goes on with a byte from `next_bytes`.
+bool Matcher::has_extension(std::string_view prefix, const ByteSet& next_bytes) const {
+  const auto& nodes = tokens_->trie().nodes;
+  uint32_t node = 0;
+  for (char c : prefix) {
+    uint32_t child = node + 1;
+    while (child < nodes[node].subtree_end && nodes[child].byte != uint8_t(c)) child = nodes[child].subtree_end;
+    if (child >= nodes[node].subtree_end) return false;
+    node = child;
+  }
+  for (uint32_t c = node + 1; c < nodes[node].subtree_end; c = nodes[c].subtree_end)
+    if (next_bytes.has(nodes[c].byte)) return true;
+  return false;
+}
+
+int32_t Matcher::forced_token() {
+  constexpr size_t kMaxForcedBytes = 256;
+  constexpr size_t kLookbackTokens = 4;
+  if (!tokens_->encoder()) return -1;
+  std::vector<uint32_t> cur = leaves_, next;
+  std::string forced;
+  ByteSet after;
+  for (;;) {
+    if (cur.empty() || cur.back() == kAccept) {
+      after = ByteSet{};
+      if (!cur.empty()) after = first_bytes(cur, 0, cur.size() - 1);
+      break;
+    }
+    after = first_bytes(cur, 0, cur.size());
+    int only = -1, count = 0;
+    for (int w = 0; w < 4; ++w) count += __builtin_popcountll(after.bits[w]);
+    if (count != 1 || forced.size() >= kMaxForcedBytes) break;
+    for (int b = 0; b < 256 && only < 0; ++b)
+      if (after.has(uint8_t(b))) only = b;
+    next.clear();
+    step(cur, 0, cur.size(), uint8_t(only), next);
+    forced += char(only);
+    cur.swap(next);
+  }
+  if (forced.empty()) return -1;
+  const std::vector<int32_t> ids = tokens_->encoder()(forced);
+  std::string spelled;
+  for (int32_t id : ids) {
+    if (id < 0 || size_t(id) >= tokens_->vocab_size()) return -1;
+    spelled += tokens_->bytes(id);
+  }
+  if (spelled != forced || ids.empty()) return -1;  // e.g. forced text ending inside a character
+  // Leave open the last tokens whose text could merge with what follows: the longest
+  // suffix of the last few tokens' text that some token extends with an allowed byte.
+  std::string tail;
+  for (size_t i = ids.size() - std::min(ids.size(), kLookbackTokens); i < ids.size(); ++i) tail += tokens_->bytes(ids[i]);
+  if (tail.size() > tokens_->max_token_bytes()) tail.erase(0, tail.size() - tokens_->max_token_bytes());
+  size_t open_tokens = 0;
+  for (size_t from = 0; from < tail.size(); ++from) {
+    const std::string_view suffix = std::string_view(tail).substr(from);
+    if (!has_extension(suffix, after)) continue;
+    size_t covered = 0;
+    while (open_tokens < ids.size() && covered < suffix.size()) covered += tokens_->bytes(ids[ids.size() - ++open_tokens]).size();
+    break;
+  }
+  return open_tokens < ids.size() ? ids[0] : -1;
+}
+
+void Matcher::fill_mask(std::vector<uint64_t>& mask) {
+  const size_t words = (tokens_->vocab_size() + 63) / 64;
+  if (mask.size() < words) mask.resize(words);
+  std::fill(mask.begin(), mask.end(), 0);
+  const size_t keep = nodes_.size();
+  if (const int32_t forced = forced_token(); forced >= 0) {
+    mask[size_t(forced) / 64] |= uint64_t(1) << (forced % 64);
+    reset_intern(keep);
+    return;
+  }
+  scratch_.assign(leaves_.begin(), leaves_.end());
+  if (string_fast_path()) {
+    uint32_t sub = 0;
+    for (uint32_t leaf : leaves_)
+      if (leaf != kAccept && grammar_->elems[nodes_[leaf].pos].kind == ElemKind::STRING_BODY) sub = nodes_[leaf].sub;
+    const auto& bulk = tokens_->body_mask(uint8_t(sub));
+    std::copy(bulk.begin(), bulk.end(), mask.begin());
+    walk(tokens_->quote_trie(), 0, 0, scratch_.size(), mask);
+  } else {
+    walk(tokens_->trie(), 0, 0, scratch_.size(), mask);
+  }
+  reset_intern(keep);  // drop the nodes the walk made
+}
+
+bool Matcher::advance(int32_t token) {
+  if (token < 0 || size_t(token) >= tokens_->vocab_size()) return false;
+  const std::string& bytes = tokens_->bytes(token);
+  return !bytes.empty() && advance_bytes(bytes);
+}
+
+bool Matcher::advance_bytes(std::string_view bytes) {
+  std::vector<uint32_t> cur = leaves_, next;
+  for (char c : bytes) {
+    next.clear();
+    step(cur, 0, cur.size(), uint8_t(c), next);
+    if (next.empty()) {
+      compact();
+      return false;
+    }
+    cur.swap(next);
+  }
+  leaves_ = std::move(cur);
+  compact();
+  return true;
+}
+
+bool Matcher::accepting() const { return !leaves_.empty() && leaves_.back() == kAccept; }
+bool Matcher::finished() const { return accepting() && leaves_.size() == 1; }
+
+// Keeps only the nodes the current stacks use. A parent is always interned before its
+// children, so renumbering in id order keeps parents first.
+void Matcher::compact() {
+  std::vector<uint32_t> live;
+  std::vector<uint8_t> seen(nodes_.size(), 0);
+  for (uint32_t leaf : leaves_)
+    for (uint32_t id = leaf; id != kAccept && id != 0 && !seen[id]; id = nodes_[id].parent) {
+      seen[id] = 1;
+      live.push_back(id);
+    }
+  std::sort(live.begin(), live.end());
+  std::vector<uint32_t> new_id(nodes_.size(), 0);
+  std::vector<Node> kept{{0, 0, 0}};
+  for (uint32_t id : live) {
+    new_id[id] = uint32_t(kept.size());
+    Node n = nodes_[id];
+    n.parent = new_id[n.parent];
+    kept.push_back(n);
+  }
+  for (uint32_t& leaf : leaves_)
+    if (leaf != kAccept) leaf = new_id[leaf];
+  std::sort(leaves_.begin(), leaves_.end());
+  nodes_ = std::move(kept);
+  reset_intern(nodes_.size());
+}
+
+}  // namespace spark::constrain

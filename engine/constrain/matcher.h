@@ -1,0 +1,77 @@
+// matcher.h — the incremental matcher of one constrained sequence: which tokens may come
+// next (a bitmask over the vocabulary), and advancing on the token that was sampled.
+//
+// State: the set of pushdown stacks the grammar can be in after the bytes so far (usually
+// one). Stacks are hash-consed nodes (position, string-body state, parent), so equal
+// stacks are one node and a set never grows with ambiguity it has already seen. A mask is
+// one depth-first walk of the vocabulary's byte trie, advancing the stack set a byte at a
+// time and skipping every subtree whose first byte no stack accepts; inside a JSON string
+// the tokens without '"' or '\' come from a precomputed mask and only the few others are
+// walked.
+//
+// Forced text: where the grammar allows one byte only, then one only again, and so on, the
+// text up to the next choice is fixed. There the mask is only the first token of the
+// tokenizer's own encoding of that text (its canonical spelling: `{"` rather than `{` then
+// `"`), unless the encoding's last tokens could merge with what follows the forced text
+// (then they are left open). This is llguidance's rule, and it keeps the model on the
+// spellings it was trained on.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "engine/constrain/grammar.h"
+#include "engine/constrain/token_table.h"
+
+namespace spark::constrain {
+
+class Matcher {
+ public:
+  Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTable> tokens);
+
+  // Sets bit t of `mask` (ceil(vocab / 64) words, at least the table's vocabulary; other
+  // bits cleared) for every token the grammar allows next. End-of-sequence tokens are the
+  // caller's: allowed exactly when accepting().
+  void fill_mask(std::vector<uint64_t>& mask);
+  // Consumes a token's bytes; false (and no change) when the grammar does not allow them.
+  bool advance(int32_t token);
+  bool advance_bytes(std::string_view bytes);
+  // The bytes so far form a complete value.
+  bool accepting() const;
+  // Complete, and no further byte is allowed: only end-of-sequence remains.
+  bool finished() const;
+
+ private:
+  struct Node {
+    uint32_t pos;     // next element to match (for a parent frame: where to return)
+    uint32_t sub;     // string-body state when elems[pos] is STRING_BODY
+    uint32_t parent;  // 0 = bottom of the stack
+  };
+  static constexpr uint32_t kAccept = 0xFFFFFFFFu;
+
+  uint32_t intern(uint32_t pos, uint32_t sub, uint32_t parent);
+  uint32_t frame_after(uint32_t pos, uint32_t parent);
+  void expand(uint32_t node, std::vector<uint32_t>& out, int depth);
+  // Appends the leaves after byte b from leaves[begin, end) of `from` to `out`, deduplicated.
+  void step(const std::vector<uint32_t>& from, size_t begin, size_t end, uint8_t b, std::vector<uint32_t>& out);
+  ByteSet first_bytes(const std::vector<uint32_t>& leaves, size_t begin, size_t end) const;
+  int32_t forced_token();  // -1 when nothing is forced
+  bool has_extension(std::string_view prefix, const ByteSet& next_bytes) const;
+  void walk(const TokenTrie& trie, uint32_t node, size_t begin, size_t end, std::vector<uint64_t>& mask);
+  bool string_fast_path() const;
+  void reset_intern(size_t keep_nodes);
+  void compact();
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const TokenTable> tokens_;
+  std::vector<Node> nodes_;       // arena; nodes_[0] is unused (0 = no parent)
+  std::vector<uint32_t> leaves_;  // current stacks, sorted (kAccept last when accepting)
+  std::vector<uint32_t> scratch_; // leaf sets along the trie walk
+  std::vector<uint32_t> table_;   // intern hash table of node ids (0 = empty)
+  std::vector<uint32_t> table_gen_;
+  uint32_t gen_ = 1;
+  size_t table_used_ = 0;
+};
+
+}  // namespace spark::constrain

@@ -1,0 +1,99 @@
+// string_formats.cpp — JSON string contents: characters, formats and patterns.
+#include "engine/constrain/string_formats.h"
+
+#include <map>
+
+#include "engine/constrain/regex.h"
+#include "engine/util/check.h"
+
+namespace spark::constrain {
+namespace {
+
+ByteSet range(uint8_t lo, uint8_t hi) {
+  ByteSet s;
+  s.add_range(lo, hi);
+  return s;
+}
+
+// Formats as patterns over what appears between the quotes (RFC 3339 dates and times,
+// RFC 4122 UUIDs, dotted-quad IPv4, a conservative subset of RFC 5322 addresses and of
+// RFC 3986 absolute URIs).
+const std::map<std::string, std::string>& format_patterns() {
+  static const std::string date = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
+  static const std::string time = R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
+  static const std::string octet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
+  static const std::string label = R"([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)";
+  static const std::map<std::string, std::string> patterns = {
+      {"date", date},
+      {"time", time},
+      {"date-time", date + "T" + time},
+      {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
+      {"ipv4", octet + R"((\.)" + octet + "){3}"},
+      {"email", R"([A-Za-z0-9_%+-]+(\.[A-Za-z0-9_%+-]+)*@)" + label + R"((\.)" + label + ")+"},
+      {"uri", R"([a-zA-Z][a-zA-Z0-9+.-]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+)"},
+  };
+  return patterns;
+}
+
+}  // namespace
+
+uint32_t add_utf8_multibyte_char(GrammarBuilder& b) {
+  const Elem cont = b.bytes(range(0x80, 0xBF));
+  return b.rule_of({
+      {b.bytes(range(0xC2, 0xDF)), cont},
+      {b.byte(0xE0), b.bytes(range(0xA0, 0xBF)), cont},
+      {b.bytes(range(0xE1, 0xEC)), cont, cont},
+      {b.byte(0xED), b.bytes(range(0x80, 0x9F)), cont},
+      {b.bytes(range(0xEE, 0xEF)), cont, cont},
+      {b.byte(0xF0), b.bytes(range(0x90, 0xBF)), cont, cont},
+      {b.bytes(range(0xF1, 0xF3)), cont, cont, cont},
+      {b.byte(0xF4), b.bytes(range(0x80, 0x8F)), cont, cont},
+  });
+}
+
+uint32_t add_json_string_char(GrammarBuilder& b) {
+  ByteSet plain = range(0x20, 0x7E);
+  plain.remove('"');
+  plain.remove('\\');
+  // The escapes string_body.cpp allows: \u only for controls.
+  ByteSet escapes, hex, low, del;
+  for (char c : std::string_view("\"\\bfnrt")) escapes.add(uint8_t(c));
+  for (char c : std::string_view("0123456789abcdefABCDEF")) hex.add(uint8_t(c));
+  low.add('0'), low.add('1'), del.add('f'), del.add('F');
+  std::vector<Elem> u00 = b.literal("\\u00");
+  std::vector<Elem> control = u00, delete_char = u00;
+  control.push_back(b.bytes(low)), control.push_back(b.bytes(hex));
+  delete_char.push_back(b.byte('7')), delete_char.push_back(b.bytes(del));
+  return b.rule_of({
+      {b.bytes(plain)},
+      {GrammarBuilder::call(add_utf8_multibyte_char(b))},
+      {b.byte('\\'), b.bytes(escapes)},
+      control,
+      delete_char,
+  });
+}
+
+uint32_t add_string_format(GrammarBuilder& b, const std::string& format) {
+  const auto& patterns = format_patterns();
+  auto it = patterns.find(format);
+  if (it == patterns.end()) {
+    std::string known;
+    for (const auto& [name, _] : patterns) known += (known.empty() ? "" : ", ") + name;
+    throw InputError("JSON schema: unsupported format '" + format + "' (supported: " + known + ")");
+  }
+  return add_regex(b, it->second, RegexContext::JSON_STRING);
+}
+
+// JSON Schema patterns search: without '^' any text may come first, without '$' any after.
+uint32_t add_string_pattern(GrammarBuilder& b, std::string_view pattern) {
+  const bool anchored_start = !pattern.empty() && pattern.front() == '^';
+  const bool anchored_end = pattern.size() >= 2 && pattern.back() == '$' && pattern[pattern.size() - 2] != '\\';
+  std::vector<Elem> seq;
+  const Elem any = GrammarBuilder::call(b.star(add_json_string_char(b)));
+  if (!anchored_start) seq.push_back(any);
+  seq.push_back(GrammarBuilder::call(add_regex(b, pattern, RegexContext::JSON_STRING)));
+  if (!anchored_end) seq.push_back(any);
+  return b.rule_of({seq});
+}
+
+}  // namespace spark::constrain

@@ -1,0 +1,21 @@
+// string_formats.h — the inside of JSON strings as grammar rules: one character (for
+// length bounds), a regex pattern (JSON Schema's search semantics), and the formats
+// date-time, date, time, email, uuid, uri and ipv4 (unknown formats are refused).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "engine/constrain/grammar.h"
+
+namespace spark::constrain {
+
+// One multi-byte UTF-8 character (well-formed: no overlongs, surrogates or > U+10FFFF).
+uint32_t add_utf8_multibyte_char(GrammarBuilder& b);
+// One character of a JSON string as written: unescaped or an escape sequence.
+uint32_t add_json_string_char(GrammarBuilder& b);
+// What may stand between the quotes of a string with this format / pattern.
+uint32_t add_string_format(GrammarBuilder& b, const std::string& format);
+uint32_t add_string_pattern(GrammarBuilder& b, std::string_view pattern);
+
+}  // namespace spark::constrain

@@ -1,0 +1,67 @@
+// token_table.h — what the constraint matcher needs to know about a vocabulary, computed
+// once per tokenizer: every token's bytes, a byte trie over them (so one walk decides all
+// tokens sharing a prefix, and a failed byte prunes its whole subtree), and bulk masks for
+// the inside of JSON strings (most of the vocabulary there is decided without a walk).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace spark {
+class Tokenizer;
+}
+
+namespace spark::constrain {
+
+// The JSON string-body automaton (see string_body.cpp): UTF-8 validity and escapes.
+inline constexpr uint8_t kStringStates = 14;
+inline constexpr uint8_t kStringDead = 0xFF;
+uint8_t string_body_step(uint8_t state, uint8_t byte);
+
+// A byte trie in depth-first order: node i's children start at i + 1, and the subtree of
+// node i ends (exclusive) at subtree_end. Node 0 is the root (no byte).
+struct TokenTrie {
+  struct Node {
+    uint32_t subtree_end = 0;
+    int32_t token = -1;  // a token whose bytes end here, or -1
+    uint8_t byte = 0;
+  };
+  std::vector<Node> nodes;
+  // Other tokens with the same bytes as nodes[i].token: (node, token), sorted by node.
+  std::vector<std::pair<uint32_t, int32_t>> same_bytes;
+
+  static TokenTrie build(const std::vector<std::string>& token_bytes, const std::vector<int32_t>& ids);
+};
+
+class TokenTable {
+ public:
+  // token_bytes[id] = the bytes the token decodes to; empty = never allowed (special
+  // tokens, ids without text).
+  using Encoder = std::function<std::vector<int32_t>(const std::string& text)>;
+  // `encode` (optional) is the tokenizer's own encoding of text, for forced text (see
+  // Matcher::fill_mask); the tokenizer behind it must outlive the table.
+  explicit TokenTable(std::vector<std::string> token_bytes, Encoder encode = {});
+  static std::shared_ptr<const TokenTable> from_tokenizer(const Tokenizer& tokenizer);
+
+  size_t vocab_size() const { return bytes_.size(); }
+  const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
+  const TokenTrie& trie() const { return all_; }
+  // Tokens holding a '"' or '\': the ones a string body cannot decide in bulk.
+  const TokenTrie& quote_trie() const { return quoted_; }
+  // Per string-body state: tokens with no '"' or '\' that the body accepts whole from it.
+  const std::vector<uint64_t>& body_mask(uint8_t state) const { return body_masks_[state]; }
+  const Encoder& encoder() const { return encode_; }
+  size_t max_token_bytes() const { return max_token_bytes_; }
+
+ private:
+  std::vector<std::string> bytes_;
+  Encoder encode_;
+  size_t max_token_bytes_ = 0;
+  TokenTrie all_, quoted_;
+  std::array<std::vector<uint64_t>, kStringStates> body_masks_;
+};
+
+}  // namespace spark::constrain

@@ -1,0 +1,42 @@
+// sampler_constraint.cpp — structured output in the sampler: the grammar's token mask on
+// a logits row, and the matcher's step by the drawn token.
+#include <algorithm>
+#include <limits>
+
+#include "engine/constrain/matcher.h"
+#include "engine/core/sampler.h"
+
+namespace spark {
+
+void Sampler::apply_constraint(const SamplingParams& params, constrain::Matcher& matcher) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  // End-of-sequence (and the request's stop tokens) are allowed exactly where the value is
+  // complete; they are never in the grammar's mask (special tokens), so keep their logits.
+  std::vector<std::pair<int32_t, float>> enders;
+  for (int32_t id : eos_ids_)
+    if (id >= 0 && id < vocab_size_) enders.emplace_back(id, logits_[size_t(id)]);
+  for (int32_t id : params.stop_token_ids) enders.emplace_back(id, logits_[size_t(id)]);
+
+  matcher.fill_mask(allowed_);
+  const auto words = static_cast<int64_t>(allowed_.size());
+  bool any = false;
+  for (int64_t id = 0; id < vocab_size_; ++id) {
+    const int64_t w = id / 64;
+    if (w >= words || !((allowed_[size_t(w)] >> (id % 64)) & 1)) logits_[size_t(id)] = kNegInf;
+    else any = true;
+  }
+  // Where the grammar allows nothing the vocabulary can spell, ending is the way out.
+  const bool may_end = matcher.accepting() || !any;
+  for (const auto& [id, logit] : enders) logits_[size_t(id)] = may_end ? logit : kNegInf;
+}
+
+void Sampler::advance_constraint(const SamplingParams& params, constrain::Matcher& matcher, int32_t token) {
+  if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) return;
+  if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) != params.stop_token_ids.end()) return;
+  // Only a request that contradicts its own constraint (min_tokens past the end of the
+  // value masks the end-of-sequence token the grammar left as the only choice) draws a
+  // token outside the mask; the matcher then stays where it was.
+  matcher.advance(token);
+}
+
+}  // namespace spark

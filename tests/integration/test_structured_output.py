@@ -1,0 +1,232 @@
+"""Structured outputs end to end: the real server with SmolLM2, the official openai SDK, and
+Python's jsonschema (with its FormatChecker) as the judge of every output.
+
+A model this small writes JSON that does not match a schema most of the time on its own, so
+these tests fail when the constraint is not applied. It also rambles inside strings: an
+output cut by max_tokens is a valid prefix that cannot parse, so the tests judge every
+output that finished and require most to finish. SPARKD_STRUCTURED_SCHEMAS and
+SPARKD_STRUCTURED_TOOL_RUNS set the sizes (make test: 12 schemas x 2 temperatures, 50 tool
+calls; the acceptance run, `make constrain-oracle`: 200 and 100).
+"""
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import jsonschema
+import openai
+import pytest
+import requests
+from pydantic import BaseModel
+
+from conftest import REPO, model_id
+
+sys.path.insert(0, str(REPO / "tests" / "gen"))
+from constrain_schemas import schemas  # noqa: E402
+
+NUM_SCHEMAS = int(os.environ.get("SPARKD_STRUCTURED_SCHEMAS", "12"))
+TOOL_RUNS = int(os.environ.get("SPARKD_STRUCTURED_TOOL_RUNS", "50"))
+MAX_TOKENS = 200
+MODEL_ID = model_id()
+MESSAGES = [{"role": "system", "content": "Reply with JSON only."},
+            {"role": "user", "content": "Write a short example."}]
+
+
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=600)
+
+
+def check(schema, text):
+    value = json.loads(text)
+    jsonschema.validate(value, schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    return value
+
+
+def test_json_schema_suite_validates(server):
+    """Every schema, greedy and at temperature 1.0: each output parses and validates."""
+    c = client(server)
+
+    def one(job):
+        schema, temperature = job
+        r = c.chat.completions.create(
+            model=MODEL_ID, messages=MESSAGES, temperature=temperature, max_tokens=MAX_TOKENS, seed=7,
+            response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}})
+        return schema, r.choices[0]
+
+    jobs = [(s, t) for s in schemas(NUM_SCHEMAS, seed=3) for t in (0.0, 1.0)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, jobs))
+    finished = [(s, c) for s, c in results if c.finish_reason == "stop"]
+    for schema, choice in finished:
+        check(schema, choice.message.content)
+    print(f"{len(finished)} of {len(results)} outputs finished and validate; the rest hit max_tokens={MAX_TOKENS}")
+    assert len(finished) >= len(results) // 2
+
+
+class Weather(BaseModel):
+    city: str
+    celsius: int
+    sunny: bool
+
+
+def test_parse_with_pydantic(server):
+    r = client(server).chat.completions.parse(model=MODEL_ID, messages=[{"role": "user", "content": "Weather in Oslo?"}],
+                                              response_format=Weather, temperature=1.0, max_tokens=200)
+    parsed = r.choices[0].message.parsed
+    assert isinstance(parsed, Weather)
+    check(Weather.model_json_schema(), r.choices[0].message.content)
+
+
+def test_json_object_streaming_with_n_and_logprobs(server):
+    stream = client(server).chat.completions.create(
+        model=MODEL_ID, messages=MESSAGES, response_format={"type": "json_object"}, n=3, stream=True, temperature=1.0,
+        max_tokens=MAX_TOKENS, logprobs=True, seed=11)
+    texts, finish = {}, {}
+    for chunk in stream:
+        for ch in chunk.choices:
+            texts[ch.index] = texts.get(ch.index, "") + (ch.delta.content or "")
+            if ch.finish_reason:
+                finish[ch.index] = ch.finish_reason
+    assert sorted(texts) == [0, 1, 2]
+    for i, text in texts.items():
+        if finish[i] == "stop":
+            assert isinstance(json.loads(text), dict)
+
+
+def test_choice_regex_and_vllm_fields(server):
+    c = client(server)
+    colors = ["red", "green", "blue"]
+    for extra in ({"guided_choice": colors}, {"structured_outputs": {"choice": colors}}):
+        r = c.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "A color?"}], temperature=1.0,
+                                      max_tokens=10, extra_body=extra)
+        assert r.choices[0].message.content in colors
+    pattern = r"\(\d{3}\) \d{3}-\d{4}"
+    for extra in ({"guided_regex": pattern}, {"structured_outputs": {"regex": pattern}}):
+        r = c.completions.create(model=MODEL_ID, prompt="Phone:", temperature=1.0, max_tokens=30, extra_body=extra)
+        import re
+        assert re.fullmatch(pattern, r.choices[0].text), r.choices[0].text
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    r = c.completions.create(model=MODEL_ID, prompt="Status:", temperature=1.0, max_tokens=30, extra_body={"guided_json": schema})
+    check(schema, r.choices[0].text)
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]},
+                                         "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city", "unit", "days"]}}},
+    {"type": "function", "function": {"name": "send_email", "parameters": {
+        "type": "object", "properties": {"to": {"type": "string", "format": "email"}, "subject": {"type": "string"},
+                                         "urgent": {"type": "boolean"}},
+        "required": ["to", "subject"]}}},
+]
+SCHEMA_OF = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+def test_tool_choice_required_always_parses(server):
+    """Calls at temperature 1.0: every finished one names a tool and its arguments validate."""
+    c = client(server)
+
+    def one(seed):
+        r = c.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Weather in Rome this week?"}],
+                                      tools=TOOLS, tool_choice="required", temperature=1.0, max_tokens=MAX_TOKENS,
+                                      n=10, seed=seed)
+        return r.choices
+
+    with ThreadPoolExecutor(4) as pool:
+        choices = [ch for batch in pool.map(one, range(TOOL_RUNS // 10)) for ch in batch]
+    assert len(choices) == TOOL_RUNS // 10 * 10
+    finished = [ch for ch in choices if ch.finish_reason != "length"]
+    for ch in finished:
+        assert ch.finish_reason == "tool_calls", ch
+        call = ch.message.tool_calls[0]
+        check(SCHEMA_OF[call.function.name], call.function.arguments)
+    print(f"{len(finished)} of {len(choices)} tool calls finished and validate; the rest hit max_tokens={MAX_TOKENS}")
+    assert len(finished) >= len(choices) * 3 // 4
+
+
+def test_named_tool_choice(server):
+    r = client(server).chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": "Weather in Rome for 3 days, in celsius"}], tools=TOOLS,
+        temperature=0, tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=MAX_TOKENS)
+    assert r.choices[0].finish_reason == "tool_calls", r.choices[0]
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    check(SCHEMA_OF["get_weather"], call.function.arguments)
+
+
+def nested(depth):
+    """JSON text of a schema `depth` objects deep (Python's json cannot write it)."""
+    return '{"type":"object","properties":{"a":' * depth + '{"type":"string"}' + "}}" * depth
+
+
+HOSTILE = {
+    "ref cycle": {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+    "1000 levels": None,  # raw text below
+    "100k enum": {"enum": [f"value-{i:06d}" for i in range(100_000)]},
+    "6 MB schema": {"type": "object", "properties": {f"p{i:07d}": {"type": "string", "description": "x" * 40}
+                                                     for i in range(100_000)}},
+    "unsupported keyword": {"type": "array", "uniqueItems": True},
+    "bad pattern": {"type": "string", "pattern": "(a"},
+}
+
+
+def test_hostile_schemas_fail_fast_while_others_stream(server):
+    """Each hostile schema ends in a 400 (or 413 for a body over server.max_body_bytes)
+    within seconds, while a streaming request keeps going and /health stays fast."""
+    stop = threading.Event()
+    health_ms, chunks = [], []
+
+    def poll_health():
+        while not stop.is_set():
+            t = time.monotonic()
+            requests.get(server.url + "/health", timeout=10)
+            health_ms.append((time.monotonic() - t) * 1000)
+            time.sleep(0.02)
+
+    def stream():
+        s = client(server).chat.completions.create(model=MODEL_ID, messages=MESSAGES, stream=True, max_tokens=300,
+                                                   temperature=1.0, response_format={"type": "json_object"})
+        for chunk in s:
+            chunks.append(time.monotonic())
+
+    threads = [threading.Thread(target=poll_health), threading.Thread(target=stream)]
+    for t in threads:
+        t.start()
+    try:
+        for name, schema in HOSTILE.items():
+            body = {"model": MODEL_ID, "messages": MESSAGES, "max_tokens": 5,
+                    "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": "SCHEMA"}}}
+            text = json.dumps(body).replace('"SCHEMA"', nested(1000) if schema is None else json.dumps(schema))
+            t = time.monotonic()
+            r = requests.post(server.url + "/v1/chat/completions", data=text, timeout=60,
+                              headers={"content-type": "application/json"})
+            elapsed = time.monotonic() - t
+            assert r.status_code in (400, 413), (name, r.status_code, r.text[:300])
+            assert r.json()["error"]["message"], name
+            assert elapsed < 10, (name, elapsed)
+        # A pattern that backtracking engines take exponential time on is just a grammar here.
+        body = {"model": MODEL_ID, "prompt": "a", "max_tokens": 20, "temperature": 1.0, "guided_regex": "(a+)+b"}
+        r = requests.post(server.url + "/v1/completions", json=body, timeout=60)
+        assert r.status_code == 200
+    finally:
+        threads[1].join(timeout=300)
+        stop.set()
+        threads[0].join(timeout=30)
+    assert chunks, "the streaming request produced nothing"
+    health_ms.sort()
+    assert health_ms[int(len(health_ms) * 0.99) - 1] < 100, health_ms[-5:]
+
+
+def test_unsupported_keyword_is_named(server):
+    body = {"model": MODEL_ID, "messages": MESSAGES,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "minProperties": 1}}}}
+    r = requests.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert "minProperties" in err["message"] and err["param"] == "response_format"
+    body = {"model": MODEL_ID, "messages": MESSAGES, "guided_choice": ["a"], "guided_regex": "b"}
+    r = requests.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400 and "only one" in r.json()["error"]["message"]

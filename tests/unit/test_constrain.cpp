@@ -1,0 +1,159 @@
+// test_constrain.cpp — the constraint engine against independent oracles: integer ranges
+// against arithmetic, regexes against std::regex, trie-walk masks against checking every
+// token one by one, and the limits that refuse hostile schemas.
+#include <doctest/doctest.h>
+
+#include <random>
+#include <regex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/constrain/constraint.h"
+#include "engine/constrain/json_schema.h"
+#include "engine/constrain/regex.h"
+#include "engine/util/check.h"
+
+using namespace spark;
+using namespace spark::constrain;
+
+namespace {
+
+// A vocabulary of the 256 single bytes (plus extra tokens), so any text can be fed.
+std::shared_ptr<const TokenTable> byte_table(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
+  bytes.insert(bytes.end(), extra.begin(), extra.end());
+  return std::make_shared<const TokenTable>(bytes);
+}
+
+std::shared_ptr<const Grammar> schema_grammar(const std::string& schema) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::JSON_SCHEMA;
+  spec.schema = schema;
+  return std::make_shared<const Grammar>(build_grammar(spec));
+}
+
+bool accepts(const std::shared_ptr<const Grammar>& g, const std::shared_ptr<const TokenTable>& t, const std::string& text) {
+  Matcher m(g, t);
+  return m.advance_bytes(text) && m.accepting();
+}
+
+}  // namespace
+
+TEST_CASE("integer ranges accept exactly the canonical integers inside the bounds") {
+  auto table = byte_table();
+  const std::pair<int, int> bounds[] = {{-40, 60}, {1, 50}, {0, 150}, {-7, -3}, {95, 205}, {0, 0}, {-120, 9}};
+  for (auto [lo, hi] : bounds) {
+    CAPTURE(lo);
+    CAPTURE(hi);
+    auto g = schema_grammar(R"({"type":"integer","minimum":)" + std::to_string(lo) + R"(,"maximum":)" + std::to_string(hi) + "}");
+    for (int v = -300; v <= 300; ++v) {
+      CAPTURE(v);
+      CHECK(accepts(g, table, std::to_string(v)) == (v >= lo && v <= hi));
+    }
+    CHECK_FALSE(accepts(g, table, "007"));
+    CHECK(accepts(g, table, "-0") == (lo <= 0 && hi >= 0 && lo < 0));
+  }
+  auto open_top = schema_grammar(R"({"type":"integer","exclusiveMinimum":17})");
+  for (int v = -50; v <= 5000; v += 7) CHECK(accepts(open_top, table, std::to_string(v)) == (v > 17));
+}
+
+TEST_CASE("bounded numbers stay inside their bounds") {
+  auto table = byte_table();
+  auto g = schema_grammar(R"({"type":"number","minimum":-2.5,"exclusiveMaximum":3})");
+  std::mt19937 rng(7);
+  int accepted = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const int whole = int(rng() % 9) - 4;
+    std::string text = std::to_string(whole);
+    if (rng() % 2) text += "." + std::to_string(rng() % 100);
+    if (!accepts(g, table, text)) continue;
+    ++accepted;
+    const double v = std::stod(text);
+    CAPTURE(text);
+    CHECK((v >= -2.5 && v < 3));
+  }
+  CHECK(accepted > 300);
+}
+
+TEST_CASE("regexes match what std::regex matches") {
+  auto table = byte_table();
+  const char* patterns[] = {"a(b|c)*d", "[a-c]{2,4}x?", "(ab|a)(bc|c)", "[^b]+b", R"(\d{3}-\d{2})", "(a|b)*abb",
+                            "x(y?z){1,3}", R"([\w]+\.[a-c]+)", "(a+)+b", "a.c"};
+  std::mt19937 rng(19);
+  const std::string alphabet = "abcdxyz01-._";
+  for (const char* p : patterns) {
+    CAPTURE(p);
+    GrammarBuilder b;
+    auto g = std::make_shared<const Grammar>([&] {
+      uint32_t root = add_regex(b, p, RegexContext::TEXT);
+      return b.finish(root);
+    }());
+    const std::regex re(p, std::regex::ECMAScript);
+    int matched = 0;
+    for (int i = 0; i < 3000; ++i) {
+      std::string s;
+      const size_t len = rng() % 9;
+      for (size_t k = 0; k < len; ++k) s += alphabet[rng() % alphabet.size()];
+      CAPTURE(s);
+      const bool want = std::regex_match(s, re);
+      matched += want;
+      CHECK(accepts(g, table, s) == want);
+    }
+  }
+}
+
+TEST_CASE("masks from the trie walk equal checking every token alone") {
+  // Tokens that cross structure: quotes, escapes, partial UTF-8, keys, digits.
+  std::vector<std::string> extra = {"\"", "\":\"", "\",\"", "{\"", "\"}", "ab", "\\n", "\\u00", "\\\"x", "é", "\xC3",
+                                    "\xA9\"", "12", "-3", ".5", "true", "null", "\"name\"", "name", "\":", "],", "[{",
+                                    "}]", " ", "\"a\\", "\\/", "\x7F", "\xED\xA0\x80", "\"age\":4"};
+  auto table = byte_table(extra);
+  auto g = schema_grammar(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},
+      "tags":{"type":"array","items":{"type":"string","maxLength":3}},"kind":{"enum":["a","b\"c"]}},
+      "required":["name"],"additionalProperties":false})");
+  const std::string doc = R"({"name":"é\"x\n\u001f","age":-12,"tags":["ab","é"],"kind":"b\"c"})";
+  Matcher m(g, table);
+  std::vector<uint64_t> mask;
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    CAPTURE(doc.substr(0, i));
+    m.fill_mask(mask);
+    for (int32_t t = 0; t < int32_t(table->vocab_size()); ++t) {
+      Matcher alone = m;
+      const bool walk = (mask[size_t(t) / 64] >> (t % 64)) & 1;
+      CAPTURE(table->bytes(t));
+      CHECK(walk == alone.advance(t));
+    }
+    if (i < doc.size()) REQUIRE(m.advance(uint8_t(doc[i])));
+  }
+  CHECK(m.finished());
+}
+
+TEST_CASE("hostile and unsupported schemas are refused with the reason") {
+  auto refused = [](const std::string& schema) {
+    try {
+      schema_grammar(schema);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(refused(R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})").find("$ref") != std::string::npos);
+  CHECK(refused(R"({"$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}},"$ref":"#/$defs/a"})")
+            .find("no value") != std::string::npos);
+  std::string deep;
+  for (int i = 0; i < 200; ++i) deep += R"({"type":"array","items":)";
+  deep += "{}" + std::string(200, '}');
+  CHECK(refused(deep).find("deeper") != std::string::npos);
+  CHECK(refused(R"({"type":"object","patternProperties":{}})").find("patternProperties") != std::string::npos);
+  CHECK(refused(R"({"type":"string","format":"hostname"})").find("hostname") != std::string::npos);
+  CHECK(refused(R"({"type":"string","pattern":"(a"})").find("')'") != std::string::npos);
+  CHECK(refused(R"({"$ref":"http://example.com/s.json"})").find("local") != std::string::npos);
+  nlohmann::json big = {{"enum", nlohmann::json::array()}};
+  for (int i = 0; i < 100000; ++i) big["enum"].push_back("value-" + std::to_string(i));
+  CHECK(refused(big.dump()).find("too large") != std::string::npos);
+  // A recursive schema with a base case is fine.
+  CHECK(refused(R"({"$defs":{"n":{"type":"object","properties":{"k":{"type":"array","items":{"$ref":"#/$defs/n"}}}}},"$ref":"#/$defs/n"})")
+            .empty());
+}

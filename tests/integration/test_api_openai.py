@@ -187,7 +187,7 @@ STEER_TIME_CALL = {str(i): 100 for i in (726, 79, 2256, 1002, 476, 24370, 1799, 
 
 def test_tool_call_required_and_none(client):
     kw = dict(model=MODEL, messages=[{"role": "user", "content": "What time is it?"}], tools=[TIME_TOOL],
-              max_tokens=12, temperature=0, stop=["</tool_call>"], logit_bias=STEER_TIME_CALL)
+              max_tokens=24, temperature=0, stop=["</tool_call>"], logit_bias=STEER_TIME_CALL)
     r = client.chat.completions.create(tool_choice="required", **kw)
     msg = r.choices[0].message
     assert msg.tool_calls, f"no tool call parsed from {msg.content!r}"

@@ -414,6 +414,9 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   std::fill(m.host_ints, m.host_ints + m.layout.total, 0);
   // Block-table rows are read only up to each context's length, but start them valid.
   CUDA_CHECK(cudaMemset(m.act.ints, 0, m.sizes.ints));
+  // The uploads and memsets above ran on the legacy stream, which the non-blocking
+  // compute stream does not wait for: finish them before any step can be queued.
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -461,6 +464,7 @@ void CudaBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
   CUDA_CHECK(cudaMalloc(&m.kv_arena, per_layer * layers));
   // Zeroed so that a stale read (a bug) sees finite values, never NaN from fresh memory.
   CUDA_CHECK(cudaMemset(m.kv_arena, 0, per_layer * layers));
+  CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream zeroing, unordered with the compute stream
   char* p = static_cast<char*>(m.kv_arena);
   for (size_t l = 0; l < layers; ++l) {
     cuda::KvLayer c;

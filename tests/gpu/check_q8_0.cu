@@ -2,7 +2,8 @@
 // both paths (packed GEMV up to 8 rows, row-block dequantization + cuBLASLt beyond),
 // both compute types and both outputs against the CPU backend's matmul on the same
 // blocks, and, under the emulator, the bytes each Llama-3.1-8B decode GEMV reads against
-// its packed weights plus activations (limit 1.03).
+// its packed weights plus activations (limit 1.03); the memory plan's bytes for an 8B
+// Q8_0 model against the file's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -16,7 +17,11 @@
 #include "engine/backend/cpu/matmul.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/gemm.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/q8_0.h"
+#include "engine/config.h"
+#include "engine/model/arch.h"
+#include "engine/model/model_loader.h"
 #include "engine/model/quant.h"
 #include "engine/util/splitmix.h"
 #include "tests/gpu/gpu_check.h"
@@ -123,6 +128,24 @@ void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, const std::
   }
 }
 
+// The memory plan's device bytes for Llama-3.1-8B in Q8_0 (every matrix Q8_0, norms f32)
+// against the bytes of those tensors in such a file (dtype_nbytes, the loader's rule).
+void plan_bytes() {
+  Config c = config_for_model("tests/golden/configs/llama3_8b");
+  c.model.load_format = "dummy";
+  const ModelSpec spec = inspect_model(c).spec;
+  uint64_t file_bytes = 0;
+  for (const TensorSpec& t : expected_tensors(spec, full_range(spec))) {
+    int64_t elems = 1;
+    for (int64_t d : t.shape) elems *= d;
+    file_bytes += dtype_nbytes(part_is_norm(t.part) ? DType::F32 : DType::Q8_0, elems, t.shape.back());
+  }
+  const StoredDType stored = [](Part p, int64_t) { return part_is_norm(p) ? DType::F32 : DType::Q8_0; };
+  const double ratio = double(CudaBackend::weight_bytes(spec, full_range(spec), stored)) / double(file_bytes);
+  row(kCheck, "memory plan 8B Q8_0: device / file weight bytes", fmt("%.4f", ratio) + fmt(" (%.2f GB file)", file_bytes / 1e9),
+      "<= 1.02", ratio >= 1.0 && ratio <= 1.02);
+}
+
 #if SPARK_CUDA_EMU
 size_t packed_bytes(int64_t n, int64_t k) { return size_t(n * k + n * (k / 32) * 2); }
 
@@ -167,6 +190,7 @@ void run() {
     check_shape<f16>(gemm, "odd", 1056, 1001, rows, stream, 2);
     check_shape<bf16>(gemm, "8B o", 4096, 4096, rows, stream, 3);
     check_shape<f16>(gemm, "tiny", 128, 64, rows, stream, 4);
+    plan_bytes();
 #if SPARK_CUDA_EMU
     // Llama-3.1-8B's decode GEMVs (q/k/v fused, o, gate/up fused, down).
     byte_ratio("qkv", 4096, 6144, 1, stream, 11);

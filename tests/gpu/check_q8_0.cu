@@ -77,14 +77,6 @@ struct DeviceQ8 {
   }
 };
 
-template <typename T>
-constexpr HalfType half_type_of() {
-  return std::is_same_v<T, f16> ? HalfType::F16 : HalfType::BF16;
-}
-template <typename T>
-const char* half_name() {
-  return std::is_same_v<T, f16> ? "f16" : "bf16";
-}
 
 // The CPU backend's y = x · wᵀ from exactly the 16-bit activations the GPU reads.
 std::vector<float> cpu_reference(const std::vector<float>& x, int32_t rows, const Tensor& w) {

@@ -6,31 +6,31 @@
 // once moves 47% fewer bytes. Llama-3.1-8B at batch 1 reads ~7.5e9 weights: 8.0 GB, so
 // GB10 (~218 GB/s measured copy) tops out near 27 tokens/s and H100 (~3.0 TB/s) near 370.
 //
-// FLOPs per weight and activation row: one int8 -> f32 convert and one FMA, plus a
-// scale multiply per 16 weights. GB10 (48 SMs x 128 lanes x ~2.4 GHz ≈ 15e12 simple
-// ops/s on CUDA cores) streams 218e9 weights/s at 1.06 B each: ~205e9 weights/s, so 8
-// rows cost ~2 x 8 x 205e9 ≈ 3.3e12 ops/s, a fifth of the issue rate; H100 (~3.0 TB/s,
-// 132 SMs x 128 x 1.75 GHz ≈ 30e12) needs ~2.8e12 weights/s x 16 ≈ 45e12 at 8 rows: more
-// than it has, so at 8 rows H100 is compute-bound on CUDA cores by ~1.5x (it is
-// bandwidth-bound up to ~5 rows). Converting weights once per row-group keeps the
-// convert out of the row loop; int8 dot products (dp4a on 8-bit quantized activations)
-// are the next step for H100 at more rows, not needed on GB10.
+// Instructions. Per weight: one int8 -> f32 convert; per weight and activation row: one
+// 16-bit -> f32 convert of x and one FMA; per 16 weights a scale multiply. At r rows that
+// is about 1 + 2r lane operations a weight. GB10 streams 218e9 / 1.0625 ≈ 205e9 weights/s
+// and issues 48 SMs x 128 lanes x ~2.4 GHz ≈ 15e12 lane operations/s: 8 rows need
+// 205e9 x 17 ≈ 3.5e12, a quarter of that, so GB10 stays bandwidth-bound at every row
+// count this kernel takes. H100 streams ~2.8e12 weights/s against ~30e12 lane
+// operations/s (132 x 128 x 1.75 GHz): bandwidth-bound up to about 4 rows, issue-bound
+// beyond (8 rows: ~48e12 needed, ~1.6x the time of the weight stream). Quantizing x to
+// int8 once per layer and using dp4a (4 multiply-adds an instruction) is the next step
+// for H100 at 5..8 rows; GB10, the product target, does not need it.
 //
 // Layout: one warp per weight row. Each lane loads 16 quant bytes (half a block) with
 // one 16-byte non-allocating load, so a warp step covers 512 contiguous bytes of the row
 // (fully coalesced), the half-block's scale (two lanes share one 2-byte load, served by
 // L1), and the matching 16 activation values of each row (two 16-byte loads, L1/L2
 // resident: x is at most 8 x k x 2 bytes). The next step's weights are requested before
-// the current step is multiplied, so two 16-byte loads per lane are in flight; with 8
-// warps per block and up to 8 blocks per SM that is 64 warps x 32 lanes x 32 bytes =
-// 64 KiB in flight per SM, above Little's law's ~20 KiB (H100) and ~4 KiB (GB10).
+// the current step is multiplied, so each warp keeps 512 bytes of weights in flight;
+// Little's law asks ~18 KB in flight per SM on H100 (3.0 TB/s x ~0.8 us / 132 SMs) and
+// ~3 KB on GB10 (218 GB/s x ~0.6 us / 48 SMs): 36 resident warps cover H100, 6 cover GB10.
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/q8_0.h"
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "engine/model/quant.h"
@@ -43,14 +43,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kLaneValues = 16;               // quants per lane per step
 constexpr int kWarpStep = 32 * kLaneValues;  // k per warp step
 constexpr int kBlockValues = 32;              // a Q8_0 block
-
-template <typename OutT>
-__device__ __forceinline__ OutT to_out(float v) {
-  if constexpr (std::is_same_v<OutT, float>)
-    return v;
-  else
-    return from_f32<OutT>(v);
-}
 
 template <typename T, typename OutT>
 __global__ void __launch_bounds__(kThreads) gemv_q8_0_kernel(const T* __restrict__ x, int rows, int k,
@@ -100,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q8_0_kernel(const T* __restrict
   for (int a = 0; a < kGemvQ8MaxRows; ++a) {
     if (a < rows) {
       const float v = warp_sum(acc[a]);
-      if (lane == 0 && row < n) y[int64_t(a) * n + row] = to_out<OutT>(v);
+      if (lane == 0 && row < n) y[int64_t(a) * n + row] = from_f32<OutT>(v);
     }
   }
 }

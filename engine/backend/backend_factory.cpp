@@ -83,8 +83,11 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
   const bool fp8 = c.engine.kv_cache_dtype == "fp8";
   f.kv_dtype = fp8 ? "fp8" : compute_dtype_name(c, s, backend);
 #if SPARKD_CUDA
-  // Weights in the 16-bit compute type whatever the file holds.
-  f.weight_bytes = CudaBackend::weight_bytes(s, range);
+  // Weights as the device keeps them: Q8_0 matrices packed, the rest in the 16-bit type.
+  const StoredDType stored = [&info](Part part, int64_t layer) {
+    return info.format == ModelFormat::DUMMY ? info.weight_dtype : info.tensors.at(tensor_name(part, layer)).dtype;
+  };
+  f.weight_bytes = CudaBackend::weight_bytes(s, range, stored);
   f.kv_bytes_per_token = uint64_t(layers) * CudaBackend::kv_bytes_per_token_layer(s, fp8);
   f.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
   f.reserve_bytes = kCudaReserveBytes;

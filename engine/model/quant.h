@@ -1,10 +1,49 @@
-// quant.h — conversion of stored weight rows (plain and GGML block-quantized) to f32.
+// quant.h — the GGML block layouts, and conversion of stored weight rows (plain and
+// block-quantized) to f32. The one definition of each block format: the CPU backend's
+// decoders and the CUDA backend's repacking and kernels read these structs.
 #pragma once
 #include <cstdint>
 
 #include "engine/model/tensor.h"
 
 namespace spark {
+
+// Layouts as written by GGUF files (little-endian, packed, no padding). `d`, `dmin` and
+// `m` are IEEE half floats.
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[32];
+};
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[16];
+};
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[16];
+};
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 float f16_to_f32(uint16_t h);   // exact, including subnormals, infinities and NaN
 float bf16_to_f32(uint16_t b);  // exact

@@ -3,6 +3,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/model/arch.h"
@@ -31,6 +32,10 @@ struct StageWeights {
   bool has_embedding() const { return range.first_layer == 0; }
   bool has_head() const { return lm_head != nullptr; }
 };
+
+// The dtype a file stores a part in (layer -1 for the parts outside the layers): what a
+// backend's memory plan needs to know of the tensors before they are loaded.
+using StoredDType = std::function<DType(Part part, int64_t layer)>;
 
 // Binds every part the description (arch.h) lists for weights.range(). Throws InputError
 // naming a missing tensor or one whose shape disagrees with `spec`. The table points

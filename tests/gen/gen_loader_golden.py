@@ -300,10 +300,20 @@ GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_n
               "mlp.down_proj": "ffn_down", "mlp.gate": "ffn_gate_inp"}
 
 
-def write_gguf_model(path, arch, c, hd, tensors):
+def write_gguf_model(path, arch, c, hd, tensors, qtype=None):
     """As llama.cpp's converter would: metadata keys, tensor names, Q/K permutation for
-    llama, experts stacked into one tensor per projection."""
+    llama, experts stacked into one tensor per projection. With `qtype` (a
+    GGMLQuantizationType), every 2-D matrix whose rows are whole blocks is quantized by
+    gguf's own quantizer, as llama-quantize would store it."""
     wr = gguf.GGUFWriter(path, arch)
+    add_tensor = wr.add_tensor
+
+    def add_matrix(name, a):
+        if qtype is None or a.ndim != 2 or a.shape[-1] % gguf.GGML_QUANT_SIZES[qtype][0]:
+            return add_tensor(name, a)
+        q = gguf.quants.quantize(np.ascontiguousarray(a, dtype=np.float32), qtype)
+        add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
+    wr.add_tensor = add_matrix
     wr.add_block_count(c.num_hidden_layers)
     wr.add_context_length(c.max_position_embeddings)
     wr.add_embedding_length(c.hidden_size)
@@ -315,7 +325,7 @@ def write_gguf_model(path, arch, c, hd, tensors):
     wr.add_key_length(hd)
     wr.add_value_length(hd)
     wr.add_rope_dimension_count(hd)
-    wr.add_file_type(1)  # MOSTLY_F16
+    wr.add_file_type({None: 1, Q.Q8_0: 7}[qtype])  # MOSTLY_F16, MOSTLY_Q8_0
     if arch == "qwen3moe":
         wr.add_expert_count(c.num_experts)
         wr.add_expert_used_count(c.num_experts_per_tok)

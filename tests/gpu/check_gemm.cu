@@ -38,14 +38,6 @@ std::string shape_name(const char* name, int32_t rows, int32_t k, int32_t n) {
 const char* path_name(GemmPath p) {
   return p == GemmPath::GEMV ? "gemv" : p == GemmPath::CUBLASLT ? "cublaslt" : "auto";
 }
-template <typename T>
-constexpr HalfType half_type_of() {
-  return std::is_same_v<T, f16> ? HalfType::F16 : HalfType::BF16;
-}
-template <typename T>
-const char* half_name() {
-  return std::is_same_v<T, f16> ? "f16" : "bf16";
-}
 // "bf16->f32", "f16->f16", ...: the input type and what y holds.
 template <typename T>
 std::string types_name(GemmOut o) {

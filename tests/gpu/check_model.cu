@@ -1,6 +1,6 @@
 // check_model.cu — whole-model checks of the CUDA backend against the CPU backend (logits
 // of the tiny fixture models, in whole-prompt, padded-bucket and mixed chunked-prefill and
-// decode steps, and of SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
+// decode steps, the tiny llama also quantized to Q8_0, and of SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
 // size of FP8's effect on SmolLM2's logits against an independent reference), of a
 // two-stage pipeline split against one CUDA backend, and the Llama-3.1-8B-shaped
 // benchmarks (decode bandwidth, batching, prefill rate) against the copy bandwidth and
@@ -368,7 +368,7 @@ void llama8b_benchmarks() {
   // Bytes one decode token must read: every weight but the embedding table (one row of
   // it), plus its context's K and V in every layer.
   const double weight_bytes =
-      double(CudaBackend::weight_bytes(spec, full_range(spec))) - double(spec.vocab_size * spec.hidden_size * 2);
+      double(CudaBackend::weight_bytes(spec, full_range(spec), [](Part, int64_t) { return DType::BF16; })) - double(spec.vocab_size * spec.hidden_size * 2);
   const double kv_bytes_per_token =
       double(spec.num_layers) * double(CudaBackend::kv_bytes_per_token_layer(spec, false));
   const double t1 = step_ms(*gpu, decode_batch(1, ctx, blocks_per_seq));
@@ -427,6 +427,21 @@ void tiny_model_wide_batch(const std::string& name) {
   for (int copy = 0; copy < 3; ++copy) prompts.insert(prompts.end(), golden.begin(), golden.end());
   const LoadedModel m = load_model(config_for_model(tiny_model_path(name)));
   for (bool f16 : {false, true}) logits_parity(name + " x12 sequences (graph bucket 16, cuBLASLt)", m, prompts, f16);
+}
+
+// The tiny llama quantized to Q8_0 by gguf's quantizer (tests/gen/gen_q8_0_models.py):
+// its matrices stay packed on the device, read by the Q8_0 GEMV at decode and
+// dequantized a row block at a time for cuBLASLt at prefill and in the 16-row bucket.
+void tiny_q8_0_parity() {
+  const LoadedModel m = load_model(config_for_model(tiny_model_path("llama_q8_0.gguf")));
+  const auto golden = tiny_model_prompts("llama");
+  std::vector<std::vector<int32_t>> wide;
+  for (int copy = 0; copy < 3; ++copy) wide.insert(wide.end(), golden.begin(), golden.end());
+  for (bool f16 : {false, true}) {
+    logits_parity("llama Q8_0", m, golden, f16);
+    logits_parity("llama Q8_0", m, golden, f16, true);
+    logits_parity("llama Q8_0 x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+  }
 }
 
 // Llama-family models keep a few "massive activations": residual-stream values thousands
@@ -573,6 +588,7 @@ int main() {
     for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16"}) part(name, [name] { tiny_model_parity(name); });
     part("llama massive activations", tiny_model_massive_activation);
     part("llama x12", [] { tiny_model_wide_batch("llama"); });
+    part("llama Q8_0", tiny_q8_0_parity);
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_parity(name, true); });
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_split(name); });
     part("llama", [] { tiny_model_split("llama", true); });

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/backend/cuda/common.cuh"
@@ -56,6 +57,16 @@ std::vector<T> to_half(const std::vector<float>& v) {
   std::vector<T> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) r[i] = cuda::from_f32<T>(v[i]);
   return r;
+}
+
+// The HalfType and the name of a compute type T (bf16 or f16).
+template <typename T>
+constexpr cuda::HalfType half_type_of() {
+  return std::is_same_v<T, cuda::f16> ? cuda::HalfType::F16 : cuda::HalfType::BF16;
+}
+template <typename T>
+const char* half_name() {
+  return std::is_same_v<T, cuda::f16> ? "f16" : "bf16";
 }
 
 template <typename T>

@@ -1,48 +1,14 @@
-// quant_blocks.h — the GGUF block layouts and portable inline decoders of one block to
-// f32, used by the embedding lookup and the CPU matmul's portable path.
+// quant_blocks.h — portable inline decoders of one GGUF block (layouts in
+// engine/model/quant.h) to f32, used by the embedding lookup and the CPU matmul's
+// portable path.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
 #include "engine/backend/cpu/simd.h"
+#include "engine/model/quant.h"
 
 namespace spark::cpu {
-
-// Layouts as written by GGUF files (little-endian, packed, no padding).
-struct BlockQ8_0 {
-  uint16_t d;
-  int8_t qs[32];
-};
-struct BlockQ4_0 {
-  uint16_t d;
-  uint8_t qs[16];
-};
-struct BlockQ4_1 {
-  uint16_t d;
-  uint16_t m;
-  uint8_t qs[16];
-};
-struct BlockQ4_K {
-  uint16_t d;
-  uint16_t dmin;
-  uint8_t scales[12];
-  uint8_t qs[128];
-};
-struct BlockQ5_K {
-  uint16_t d;
-  uint16_t dmin;
-  uint8_t scales[12];
-  uint8_t qh[32];
-  uint8_t qs[128];
-};
-struct BlockQ6_K {
-  uint8_t ql[128];
-  uint8_t qh[64];
-  int8_t scales[16];
-  uint16_t d;
-};
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 // Each decoder writes the block's values in order: 32 for the Q*_0/1 types, 256 for K
 // types. They work on 8 values at a time in GCC vector types (two NEON registers; on x86

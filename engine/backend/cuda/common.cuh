@@ -106,6 +106,11 @@ __host__ __device__ __forceinline__ f16 from_f32<f16>(float v) {
   constexpr float kMax = 65504.0f;
   return __float2half(v > kMax ? kMax : v < -kMax ? -kMax : v);
 }
+// For kernels whose output is either the 16-bit type or f32.
+template <>
+__host__ __device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
 
 template <typename T>
 __device__ __forceinline__ void load8(const T* p, float (&f)[8]) {

@@ -267,7 +267,7 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
   const float eps = float(spec.rms_norm_eps);
   const int32_t qkv_n = (nh + 2 * nkv) * hd;
   auto as_t = [](void* p) { return static_cast<T*>(p); };
-  auto linear = [&](const void* x, int32_t k, const void* w, int32_t n, void* y, cuda::GemmOut out) {
+  auto linear = [&](const void* x, int32_t k, const cuda::DeviceMatrix& w, int32_t n, void* y, cuda::GemmOut out) {
     gemm->linear(half(), x, rows, k, w, n, y, out, stream, cuda::GemmPath::AUTO, programmatic);
   };
   for (size_t l = 0; l < weights->layers.size(); ++l) {
@@ -316,9 +316,11 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
       if (hidden_in)
         CUDA_CHECK(cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice,
                                    stream));
+      else if (weights->embedding.format == cuda::WeightFormat::Q8_0)
+        cuda::embedding_gather_q8_0(db.token_ids, T, weights->embedding, spec.vocab_size, H, act.x, stream);
       else
-        cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding), spec.vocab_size, H,
-                                     act.x, stream);
+        cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding.data),
+                                     spec.vocab_size, H, act.x, stream);
       if (bucket > 0 && graph_safe)
         graphs->run(bucket, stream, [&] { run_layers<Half>(db); });
       else
@@ -380,6 +382,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   cpu::Rope rope(spec);  // throws for a rope_scaling type no backend supports
   m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half());
   m.gemm = std::make_unique<cuda::Gemm>();
+  m.gemm->use_dequant_scratch(m.weights->dequant_scratch, m.weights->dequant_scratch_bytes);
   m.attention = std::make_unique<cuda::Attention>(attention_shape(spec, options, m.sizes));
   if (m.has_head)
     m.sampler = std::make_unique<cuda::DeviceSampler>(spec.vocab_size, spec.eos_token_ids, int32_t(m.sizes.max_rows),
@@ -411,6 +414,9 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   std::fill(m.host_ints, m.host_ints + m.layout.total, 0);
   // Block-table rows are read only up to each context's length, but start them valid.
   CUDA_CHECK(cudaMemset(m.act.ints, 0, m.sizes.ints));
+  // The uploads and memsets above ran on the legacy stream, which the non-blocking
+  // compute stream does not wait for: finish them before any step can be queued.
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -458,6 +464,7 @@ void CudaBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
   CUDA_CHECK(cudaMalloc(&m.kv_arena, per_layer * layers));
   // Zeroed so that a stale read (a bug) sees finite values, never NaN from fresh memory.
   CUDA_CHECK(cudaMemset(m.kv_arena, 0, per_layer * layers));
+  CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream zeroing, unordered with the compute stream
   char* p = static_cast<char*>(m.kv_arena);
   for (size_t l = 0; l < layers; ++l) {
     cuda::KvLayer c;
@@ -508,8 +515,8 @@ void CudaBackend::forward_sample(const Batch& batch, const float* hidden_in, con
   m.sampler->sample(m.act.logits, rows, out, m.stream);
 }
 
-uint64_t CudaBackend::weight_bytes(const ModelSpec& spec, LayerRange range) {
-  return cuda::DeviceWeights::bytes(spec, range);
+uint64_t CudaBackend::weight_bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored) {
+  return cuda::DeviceWeights::bytes(spec, range, stored);
 }
 
 uint64_t CudaBackend::workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range) {

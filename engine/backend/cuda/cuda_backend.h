@@ -50,8 +50,9 @@ class CudaBackend : public Backend {
   // (activations for the largest step, logits, cuBLASLt, attention and sampler
   // workspaces), for the memory plan.
   static uint64_t workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range);
-  // Device bytes of the (16-bit) weights of `range`.
-  static uint64_t weight_bytes(const ModelSpec& spec, LayerRange range);
+  // Device bytes of the weights of `range` as the device keeps them: Q8_0 matrices packed,
+  // the rest 16-bit (`stored`: each part's dtype in the file).
+  static uint64_t weight_bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
   // KV bytes per token per layer: K and V, plus the FP8 scale bytes.
   static uint64_t kv_bytes_per_token_layer(const ModelSpec& spec, bool fp8_kv);
 

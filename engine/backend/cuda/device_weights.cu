@@ -1,13 +1,14 @@
-// device_weights.cu — checks a stage's tensors against the spec, converts them to the
-// compute type on the host (dequantizing GGUF blocks) and uploads them into one device
-// allocation.
+// device_weights.cu — checks a stage's tensors against the spec, repacks Q8_0 matrices or
+// converts them to the compute type on the host (dequantizing other GGUF blocks) and
+// uploads them into one device allocation.
 #include "engine/backend/cuda/device_weights.h"
 
 #include <algorithm>
 #include <string>
 
-#include "engine/backend/cpu/matmul.h"
 #include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/q8_0.h"
+#include "engine/model/quant.h"
 #include "engine/util/thread_pool.h"
 
 namespace spark::cuda {
@@ -15,14 +16,20 @@ namespace spark::cuda {
 namespace {
 
 constexpr size_t kAlign = 256;  // every piece starts on a 256-byte boundary (vector loads, cuBLASLt)
+constexpr int64_t kQ8Block = 32;
+
+size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+enum class Layout : uint8_t { F32_VECTOR, HALF_MATRIX, Q8_0_MATRIX };
 
 // One device array made of source tensors stacked along rows (q, k and v into qkv).
 struct Piece {
   std::vector<const Tensor*> sources;  // empty when only the sizes matter (the memory plan)
   std::vector<int64_t> rows;           // rows of each source; for a vector, each source's length
   int64_t cols = 0;                    // 1 for a vector
-  bool f32 = false;                    // f32 vector, else a 16-bit matrix
-  const void** dst = nullptr;
+  Layout layout = Layout::HALF_MATRIX;
+  const void** dst = nullptr;       // vectors
+  DeviceMatrix* matrix = nullptr;  // matrices
   size_t offset = 0;
 
   int64_t total_rows() const {
@@ -30,9 +37,16 @@ struct Piece {
     for (int64_t r : rows) n += r;
     return n;
   }
+  size_t elements() const { return size_t(total_rows()) * size_t(cols); }
+  // Q8_0: the quants, then the scales from here.
+  size_t scales_offset() const { return align_up(elements()); }
   size_t bytes() const {
-    size_t b = size_t(total_rows()) * size_t(cols) * (f32 ? 4 : 2);
-    return (b + kAlign - 1) / kAlign * kAlign;
+    switch (layout) {
+      case Layout::F32_VECTOR: return align_up(elements() * 4);
+      case Layout::HALF_MATRIX: return align_up(elements() * 2);
+      case Layout::Q8_0_MATRIX: return scales_offset() + align_up(elements() / kQ8Block * 2);
+    }
+    return 0;
   }
 };
 
@@ -40,48 +54,59 @@ template <typename T>
 const void** slot(const T*& p) {
   return reinterpret_cast<const void**>(&p);
 }
-const void** slot(const void*& p) { return &p; }
 
-// The pieces of `range` in upload order. With `stage` and `w`, the pieces carry their
-// source tensors and `w` receives the device pointers; with both null only the sizes
-// matter (the memory plan).
-std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StageWeights* stage, DeviceWeights* w) {
+// The pieces of `range` in upload order, formats chosen from `stored`. With `stage` and
+// `w`, the pieces carry their source tensors and `w` receives the device pointers; with
+// both null only the sizes matter (the memory plan).
+std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDType& stored, const StageWeights* stage,
+                          DeviceWeights* w) {
   static const void* sink = nullptr;
+  static DeviceMatrix matrix_sink;
   const int64_t H = s.hidden_size, hd = s.head_dim, nh = s.num_heads, nkv = s.num_kv_heads, I = s.intermediate_size;
   std::vector<Piece> out;
-  auto matrix = [&](std::vector<const Tensor*> from, std::vector<int64_t> rows, int64_t cols, const void** d) {
-    out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(rows), cols, false, d});
+  // A matrix stays packed when every part it fuses is Q8_0 and its rows are whole blocks.
+  auto matrix = [&](std::vector<const Tensor*> from, std::vector<Part> parts, int64_t layer, std::vector<int64_t> rows,
+                    int64_t cols, DeviceMatrix* d) {
+    bool q8 = cols % kQ8Block == 0;
+    for (Part p : parts) q8 = q8 && stored(p, layer) == DType::Q8_0;
+    out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(rows), cols,
+                        q8 ? Layout::Q8_0_MATRIX : Layout::HALF_MATRIX, nullptr, d});
   };
   auto vec = [&](std::vector<const Tensor*> from, std::vector<int64_t> lengths, const void** d) {
-    out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(lengths), 1, true, d});
+    out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(lengths), 1,
+                        Layout::F32_VECTOR, d, nullptr});
   };
   if (range.first_layer == 0)
-    matrix({stage ? stage->embedding : nullptr}, {s.vocab_size}, H, w ? slot(w->embedding) : &sink);
+    matrix({stage ? stage->embedding : nullptr}, {Part::EMBEDDING}, -1, {s.vocab_size}, H,
+           w ? &w->embedding : &matrix_sink);
   if (w) w->layers.assign(size_t(range.last_layer - range.first_layer), DeviceLayer{});
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
     const size_t index = size_t(l - range.first_layer);
     DeviceLayer* L = w ? &w->layers[index] : nullptr;
-    auto d = [&](auto member) { return L ? slot(L->*member) : &sink; };
+    auto m = [&](DeviceMatrix DeviceLayer::*member) { return L ? &(L->*member) : &matrix_sink; };
+    auto v = [&](const float* DeviceLayer::*member) { return L ? slot(L->*member) : &sink; };
     auto t = [&](Part part) { return stage ? stage->layers[index].find(part) : nullptr; };
-    matrix({t(Part::Q), t(Part::K), t(Part::V)}, {nh * hd, nkv * hd, nkv * hd}, H, d(&DeviceLayer::qkv));
+    matrix({t(Part::Q), t(Part::K), t(Part::V)}, {Part::Q, Part::K, Part::V}, l, {nh * hd, nkv * hd, nkv * hd}, H,
+           m(&DeviceLayer::qkv));
     if (s.attention_bias)
       vec({t(Part::Q_BIAS), t(Part::K_BIAS), t(Part::V_BIAS)}, {nh * hd, nkv * hd, nkv * hd},
-          d(&DeviceLayer::qkv_bias));
+          v(&DeviceLayer::qkv_bias));
     if (s.qk_norm) {
-      vec({t(Part::Q_NORM)}, {hd}, d(&DeviceLayer::q_norm));
-      vec({t(Part::K_NORM)}, {hd}, d(&DeviceLayer::k_norm));
+      vec({t(Part::Q_NORM)}, {hd}, v(&DeviceLayer::q_norm));
+      vec({t(Part::K_NORM)}, {hd}, v(&DeviceLayer::k_norm));
     }
-    vec({t(Part::ATTN_NORM)}, {H}, d(&DeviceLayer::attn_norm));
-    vec({t(Part::FFN_NORM)}, {H}, d(&DeviceLayer::ffn_norm));
-    matrix({t(Part::O)}, {H}, nh * hd, d(&DeviceLayer::o));
-    matrix({t(Part::GATE), t(Part::UP)}, {I, I}, H, d(&DeviceLayer::gate_up));
-    matrix({t(Part::DOWN)}, {H}, I, d(&DeviceLayer::down));
+    vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm));
+    vec({t(Part::FFN_NORM)}, {H}, v(&DeviceLayer::ffn_norm));
+    matrix({t(Part::O)}, {Part::O}, l, {H}, nh * hd, m(&DeviceLayer::o));
+    matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
+    matrix({t(Part::DOWN)}, {Part::DOWN}, l, {H}, I, m(&DeviceLayer::down));
   }
   if (range.last_layer == s.num_layers) {
     vec({stage ? stage->final_norm : nullptr}, {H}, w ? slot(w->final_norm) : &sink);
     // Tied models reuse the embedding; a stage without layer 0 loads it as its head.
     if (!s.tie_word_embeddings || range.first_layer != 0)
-      matrix({stage ? stage->lm_head : nullptr}, {s.vocab_size}, H, w ? slot(w->lm_head) : &sink);
+      matrix({stage ? stage->lm_head : nullptr}, {s.tie_word_embeddings ? Part::EMBEDDING : Part::LM_HEAD}, -1,
+             {s.vocab_size}, H, w ? &w->lm_head : &matrix_sink);
   }
   size_t offset = 0;
   for (Piece& piece : out) {
@@ -89,6 +114,16 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StageWeigh
     offset += piece.bytes();
   }
   return out;
+}
+
+// Scratch for the largest packed matrix's 16-bit rows (rounded up to Gemm::linear's row
+// blocks of 16), capped: Gemm::linear works in row blocks.
+size_t scratch_bytes_for(const std::vector<Piece>& pieces) {
+  size_t most = 0;
+  for (const Piece& p : pieces)
+    if (p.layout == Layout::Q8_0_MATRIX)
+      most = std::max(most, align_up(size_t((p.total_rows() + 15) / 16 * 16) * size_t(p.cols) * 2));
+  return std::min(most, DeviceWeights::kDequantScratchBytes);
 }
 
 // Converts rows [0, t.rows()) of t to T (f32 or a 16-bit type) in chunks and copies them to dst.
@@ -103,7 +138,7 @@ void upload_as(const Tensor& t, char* dst, ThreadPool& pool) {
     pool.parallel_for(n, 16, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         float* row = f.data() + r * cols;
-        cpu::decode_row(t, r0 + r, row);
+        dequantize_tensor_row(t, r0 + r, row);
         for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = static_cast<T>(row[c]);
       }
     });
@@ -123,11 +158,23 @@ void upload(const Tensor& t, bool f32, HalfType type, char* dst, ThreadPool& poo
   upload_as<bf16>(t, dst, pool);
 }
 
+StoredDType stored_in(const StageWeights& stage) {
+  // A tied head asks as EMBEDDING; a stage without layer 0 holds it as lm_head only.
+  return [&stage](Part part, int64_t layer) {
+    const Tensor* t = layer >= 0                                ? stage.layers[size_t(layer - stage.range.first_layer)].find(part)
+                      : part == Part::EMBEDDING && stage.embedding ? stage.embedding
+                                                                   : stage.lm_head;
+    SPARK_CHECK(t != nullptr, "a device matrix lacks a bound tensor");
+    return t->dtype;
+  };
+}
+
 }  // namespace
 
-uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range) {
-  uint64_t total = 0;
-  for (const Piece& p : layout(spec, range, nullptr, nullptr)) total += p.bytes();
+uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored) {
+  const std::vector<Piece> pieces = layout(spec, range, stored, nullptr, nullptr);
+  uint64_t total = scratch_bytes_for(pieces);
+  for (const Piece& p : pieces) total += p.bytes();
   return total;
 }
 
@@ -138,24 +185,39 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
                      " has experts (set engine.backend = \"cpu\")");
   // Check everything before the first byte moves: a bad file fails fast and whole.
   for (const Tensor* t : all_tensors(stage))
-    if (!cpu::matmul_supports(t->dtype))
+    if (!dequant_supported(t->dtype))
       throw InputError("tensor " + t->name + " has dtype " + std::string(dtype_name(t->dtype)) +
-                       ", which the CUDA backend cannot convert to 16 bits");
-  std::vector<Piece> pieces = layout(spec, range, &stage, this);
+                       ", which the CUDA backend cannot read");
+  std::vector<Piece> pieces = layout(spec, range, stored_in(stage), &stage, this);
   const size_t total = pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes();
-  CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(total, kAlign)));
+  dequant_scratch_bytes = scratch_bytes_for(pieces);
+  CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(total + dequant_scratch_bytes, kAlign)));
   ThreadPool pool(0);
   char* base = static_cast<char*>(arena_);
+  if (dequant_scratch_bytes > 0) dequant_scratch = base + total;
   for (const Piece& p : pieces) {
     char* dst = base + p.offset;
-    *p.dst = dst;
+    if (p.dst) *p.dst = dst;
+    if (p.matrix) {
+      p.matrix->data = dst;
+      if (p.layout == Layout::Q8_0_MATRIX) {
+        p.matrix->format = WeightFormat::Q8_0;
+        p.matrix->scales = dst + p.scales_offset();
+      }
+    }
+    size_t row0 = 0;  // rows of this piece uploaded so far
     for (const Tensor* t : p.sources) {
       SPARK_CHECK(t != nullptr, "a device piece lacks a bound tensor");
-      upload(*t, p.f32, type, dst, pool);
-      dst += size_t(t->numel()) * (p.f32 ? 4 : 2);
+      if (p.layout == Layout::Q8_0_MATRIX)
+        upload_q8_0(*t, dst + row0 * size_t(p.cols), dst + p.scales_offset() + row0 * size_t(p.cols / kQ8Block) * 2);
+      else
+        upload(*t, p.layout == Layout::F32_VECTOR, type, dst + row0 * size_t(p.cols) * (p.layout == Layout::F32_VECTOR ? 4 : 2),
+               pool);
+      row0 += size_t(t->numel() / p.cols);
     }
   }
-  if (range.last_layer == spec.num_layers && !lm_head) lm_head = embedding;  // tied, and this stage holds both
+  // Tied, and this stage holds both.
+  if (range.last_layer == spec.num_layers && !lm_head.data) lm_head = embedding;
 }
 
 DeviceWeights::~DeviceWeights() {

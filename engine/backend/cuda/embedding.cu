@@ -1,4 +1,4 @@
-// embedding.cu — the token embedding gather: 16-bit table rows widened into the f32 residual.
+// embedding.cu — the token embedding gather: 16-bit or Q8_0 table rows widened into the f32 residual.
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/embedding.h"
 
@@ -30,7 +30,48 @@ __global__ void embedding_gather_kernel(const int32_t* __restrict__ token_ids, c
   dst[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
 
+// The same from a Q8_0 table (DeviceMatrix, kernel_args.h): one thread per 16 values
+// (one 16-byte load of quants, half a block, and its scale), exactly q * d as the CPU does.
+__global__ void embedding_gather_q8_0_kernel(const int32_t* __restrict__ token_ids, const int8_t* __restrict__ qs,
+                                             const f16* __restrict__ scales, int64_t vocab, int32_t hidden,
+                                             int64_t total_chunks, float* __restrict__ out) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= total_chunks) return;
+  const int64_t chunks_per_row = hidden / 16;
+  const int64_t t = c / chunks_per_row, col = (c - t * chunks_per_row) * 16;
+  const int64_t id = token_ids[t];
+  float v[16];
+  if (id >= 0 && id < vocab) {
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(qs + id * hidden + col));
+    const float d = to_f32(scales[(id * hidden + col) / 32]);
+    const int8_t* qb = reinterpret_cast<const int8_t*>(&q);
+#pragma unroll
+    for (int k = 0; k < 16; ++k) v[k] = float(qb[k]) * d;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 16; ++k) v[k] = 0.0f;
+  }
+  float4* dst = reinterpret_cast<float4*>(out + t * hidden + col);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) dst[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+}
+
 }  // namespace
+
+void embedding_gather_q8_0(const int32_t* token_ids, int32_t num_tokens, const DeviceMatrix& table, int64_t vocab,
+                           int32_t hidden, float* out, cudaStream_t stream) {
+  SPARK_CHECK(table.format == WeightFormat::Q8_0 && num_tokens >= 0 && vocab > 0 && hidden > 0 && hidden % 32 == 0,
+              "embedding_gather_q8_0: not a Q8_0 table of rows of whole blocks");
+  SPARK_CHECK(reinterpret_cast<uintptr_t>(table.data) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
+              "embedding_gather_q8_0: table and out must be 16-byte aligned");
+  if (num_tokens == 0) return;
+  const int64_t total_chunks = int64_t(num_tokens) * (hidden / 16);
+  const auto blocks = unsigned(ceil_div(total_chunks, kThreads));
+  embedding_gather_q8_0_kernel<<<blocks, kThreads, 0, stream>>>(
+      token_ids, static_cast<const int8_t*>(table.data), static_cast<const f16*>(table.scales), vocab, hidden,
+      total_chunks, out);
+  CUDA_CHECK_LAUNCH();
+}
 
 template <typename T>
 void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const T* table, int64_t vocab, int32_t hidden,

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "engine/backend/cuda/kernel_args.h"
+
 namespace spark::cuda {
 
 // out[t] = table[token_ids[t]] widened to f32 (the residual stream), hidden values per
@@ -15,5 +17,9 @@ namespace spark::cuda {
 template <typename T>
 void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const T* table, int64_t vocab, int32_t hidden,
                       float* out, cudaStream_t stream);
+
+// The same from a Q8_0 table (kernel_args.h; hidden a multiple of 32).
+void embedding_gather_q8_0(const int32_t* token_ids, int32_t num_tokens, const DeviceMatrix& table, int64_t vocab,
+                           int32_t hidden, float* out, cudaStream_t stream);
 
 }  // namespace spark::cuda

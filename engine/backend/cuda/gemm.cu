@@ -11,6 +11,7 @@
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/gemv.h"
+#include "engine/backend/cuda/q8_0.h"
 
 namespace spark::cuda {
 namespace {
@@ -95,8 +96,9 @@ GemmPath Gemm::choose(int32_t rows, int32_t /*k*/, int32_t /*n*/) const {
   return rows <= kGemvCrossoverRows ? GemmPath::GEMV : GemmPath::CUBLASLT;
 }
 
-const Gemm::Plan& Gemm::plan_for(HalfType type, int32_t rows, int32_t k, int32_t n, GemmOut out, cudaStream_t stream) {
-  const auto key = std::make_tuple(int(type), rows, k, n, int(out));
+const Gemm::Plan& Gemm::plan_for(HalfType type, int32_t rows, int32_t k, int32_t n, int32_t ldy, GemmOut out,
+                                  cudaStream_t stream) {
+  const auto key = std::make_tuple(int(type), rows, k, n, ldy, int(out));
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
 
   // A new shape must be planned (and its kernel loaded by its first run) outside graph
@@ -117,7 +119,7 @@ const Gemm::Plan& Gemm::plan_for(HalfType type, int32_t rows, int32_t k, int32_t
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, uint64_t(k), uint64_t(n), int64_t(k)));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, uint64_t(k), uint64_t(rows), int64_t(k)));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, out_type, uint64_t(n), uint64_t(rows), int64_t(n)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, out_type, uint64_t(n), uint64_t(rows), int64_t(ldy)));
 
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -159,10 +161,41 @@ void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const v
     gemv(type, x, rows, k, w, n, y, out, stream, programmatic);
     return;
   }
-  const Plan& plan = plan_for(type, rows, k, n, out, stream);
+  cublaslt(type, x, rows, k, w, n, y, n, out, stream);
+}
+
+void Gemm::cublaslt(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y,
+                    int32_t ldy, GemmOut out, cudaStream_t stream) {
+  const Plan& plan = plan_for(type, rows, k, n, ldy, out, stream);
   const float alpha = 1.0f, beta = 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.op, &alpha, w, plan.a, x, plan.b, &beta, y,
                               plan.d, y, plan.d, &plan.algo, workspace_, kWorkspaceBytes, stream));
+}
+
+void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
+                  GemmOut out, cudaStream_t stream, GemmPath path, bool programmatic) {
+  if (w.format == WeightFormat::HALF) return linear(type, x, rows, k, w.data, n, y, out, stream, path, programmatic);
+  SPARK_CHECK(rows >= 0 && k > 0 && n > 0 && k % 32 == 0,
+              "Gemm::linear (Q8_0): bad shape rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
+                  " n=" + std::to_string(n));
+  SPARK_CHECK(aligned16(x) && aligned16(y), "Gemm::linear: x and y must be 16-byte aligned");
+  if (rows == 0) return;
+  if (path == GemmPath::AUTO) path = rows <= kGemvQ8MaxRows ? GemmPath::GEMV : GemmPath::CUBLASLT;
+  if (path == GemmPath::GEMV) {
+    gemv_q8_0(type, x, rows, k, w, n, y, out, stream, programmatic);
+    return;
+  }
+  // Row blocks of w that fit the scratch, a multiple of 16 rows (y's column blocks stay
+  // 16-byte aligned for cuBLASLt whatever the output type).
+  const int64_t fit = int64_t(dequant_scratch_bytes_ / (size_t(k) * 2)) / 16 * 16;
+  SPARK_CHECK(dequant_scratch_ && fit > 0, "Gemm::linear: a packed matrix needs a dequantization scratch of at least " +
+                                               std::to_string(size_t(k) * 32) + " bytes");
+  const size_t out_size = out == GemmOut::F32 ? 4 : 2;
+  for (int64_t n0 = 0; n0 < n; n0 += fit) {
+    const int32_t block = int32_t(std::min<int64_t>(fit, n - n0));
+    dequantize_q8_0(type, w, k, n0, block, dequant_scratch_, stream);
+    cublaslt(type, x, rows, k, dequant_scratch_, block, static_cast<char*>(y) + size_t(n0) * out_size, n, out, stream);
+  }
 }
 
 }  // namespace spark::cuda

@@ -36,18 +36,39 @@ class Gemm {
   void linear(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, GemmOut out,
               cudaStream_t stream, GemmPath path = GemmPath::AUTO, bool programmatic = false);
 
+  // The same for a weight matrix in any device format (kernel_args.h). HALF: as above.
+  // Q8_0 (k a multiple of 32): up to kGemvQ8MaxRows rows through the packed GEMV (q8_0.h);
+  // more rows (or path CUBLASLT) dequantize w a row block at a time into the scratch
+  // given to use_dequant_scratch and multiply each block on cuBLASLt, so no 16-bit copy
+  // of the whole matrix ever exists.
+  void linear(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
+              GemmOut out, cudaStream_t stream, GemmPath path = GemmPath::AUTO, bool programmatic = false);
+
+  // Device memory for the row blocks of packed matrices (owned by the caller, e.g. the
+  // weights' allocation); needed before a packed matrix multiplies more than 8 rows.
+  void use_dequant_scratch(void* scratch, size_t bytes) {
+    dequant_scratch_ = scratch;
+    dequant_scratch_bytes_ = bytes;
+  }
+
   // The path AUTO takes for this shape.
   GemmPath choose(int32_t rows, int32_t k, int32_t n) const;
 
  private:
-  struct Plan;  // cuBLASLt descriptors and the algorithm chosen for one (type, rows, k, n, out)
-  // `stream` only to refuse planning a new shape during graph capture.
-  const Plan& plan_for(HalfType type, int32_t rows, int32_t k, int32_t n, GemmOut out, cudaStream_t stream);
+  struct Plan;  // cuBLASLt descriptors and the algorithm chosen for one (type, rows, k, n, out, ldy)
+  // `stream` only to refuse planning a new shape during graph capture. ldy: elements
+  // between y's rows (n, or more for a block of y's columns).
+  const Plan& plan_for(HalfType type, int32_t rows, int32_t k, int32_t n, int32_t ldy, GemmOut out,
+                       cudaStream_t stream);
+  void cublaslt(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, int32_t ldy,
+                GemmOut out, cudaStream_t stream);
 
   void* handle_ = nullptr;     // cublasLtHandle_t
   void* workspace_ = nullptr;  // device memory, kWorkspaceBytes
-  // Keyed by (type, rows, k, n, out): the algorithm and layouts differ per data type.
-  std::map<std::tuple<int, int32_t, int32_t, int32_t, int>, std::unique_ptr<Plan>> plans_;
+  void* dequant_scratch_ = nullptr;
+  size_t dequant_scratch_bytes_ = 0;
+  // Keyed by (type, rows, k, n, ldy, out): the algorithm and layouts differ per data type.
+  std::map<std::tuple<int, int32_t, int32_t, int32_t, int32_t, int>, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace spark::cuda

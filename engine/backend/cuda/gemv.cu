@@ -31,7 +31,6 @@
 #include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/ptx.cuh"
 
-#include <type_traits>
 
 namespace spark::cuda {
 namespace {
@@ -63,14 +62,6 @@ __device__ __forceinline__ void step(float (&c)[4], const uint4& lo, const uint4
 struct Chunk {
   uint4 lo[kUnroll], hi[kUnroll], xv[kUnroll];
 };
-
-template <typename OutT>
-__device__ __forceinline__ OutT to_out(float v) {
-  if constexpr (std::is_same_v<OutT, float>)
-    return v;
-  else
-    return from_f32<OutT>(v);
-}
 
 // Block: kWarps warps = (kWarps / ksplit) tiles x ksplit k-parts; the warps of one tile are
 // adjacent, part 0 first. Part p takes the 128-wide chunks p, p + ksplit, ... so the
@@ -180,12 +171,12 @@ __global__ void __launch_bounds__(kThreads, kTargetWarpsPerSm / kWarps)
   const int64_t col_lo = row0 + g, col_hi = row0 + g + 8;
   const int a0 = 2 * t, a1 = 2 * t + 1;
   if (a0 < rows) {
-    if (col_lo < n) y[int64_t(a0) * n + col_lo] = to_out<OutT>(c[0]);
-    if (col_hi < n) y[int64_t(a0) * n + col_hi] = to_out<OutT>(c[2]);
+    if (col_lo < n) y[int64_t(a0) * n + col_lo] = from_f32<OutT>(c[0]);
+    if (col_hi < n) y[int64_t(a0) * n + col_hi] = from_f32<OutT>(c[2]);
   }
   if (a1 < rows) {
-    if (col_lo < n) y[int64_t(a1) * n + col_lo] = to_out<OutT>(c[1]);
-    if (col_hi < n) y[int64_t(a1) * n + col_hi] = to_out<OutT>(c[3]);
+    if (col_lo < n) y[int64_t(a1) * n + col_lo] = from_f32<OutT>(c[1]);
+    if (col_hi < n) y[int64_t(a1) * n + col_hi] = from_f32<OutT>(c[3]);
   }
 }
 

@@ -11,6 +11,20 @@ namespace spark::cuda {
 // values FP16's 3 more significand bits keep closer.
 enum class HalfType : uint8_t { BF16, F16 };
 
+// How the device holds a weight matrix [n, k] (n output rows of k inputs).
+//   HALF: `data` is [n, k] of the compute type.
+//   Q8_0: GGUF's Q8_0 blocks (engine/model/quant.h) repacked so that loads coalesce:
+//         `data` is [n, k] int8 quants (row r's k bytes contiguous, 16-byte aligned as
+//         k % 32 == 0), `scales` [n, k / 32] IEEE half block scales; value (r, c) is
+//         data[r * k + c] * scales[r * k / 32 + c / 32]. k * 34 / 32 bytes a row, as in
+//         the file.
+enum class WeightFormat : uint8_t { HALF, Q8_0 };
+struct DeviceMatrix {
+  WeightFormat format = WeightFormat::HALF;
+  const void* data = nullptr;
+  const void* scales = nullptr;  // Q8_0 only
+};
+
 // The KV cache: the compute type itself (BF16 or F16), or FP8 e4m3 with scales.
 enum class KvDtype : uint8_t { BF16, F16, FP8 };
 

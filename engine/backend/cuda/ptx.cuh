@@ -144,6 +144,7 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
 __device__ __forceinline__ uint4 ld_global_nc_na_v4(const void* p) {
 #if SPARK_CUDA_EMU
   if (reinterpret_cast<uintptr_t>(p) & 15u) ::emu::device_error("ld.global.nc.v4 at %p is not 16-byte aligned", p);
+  if (::emu::g_counting_reads) ::emu::count_global_read(p, 16, true);
   uint4 v;
   __builtin_memcpy(&v, p, 16);
   return v;

@@ -27,6 +27,22 @@ void sync_threads();
 // running launch: printed once, and the launch then fails with cudaErrorLaunchFailure.
 void device_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// Global-memory read accounting, for the bandwidth checks: between global_reads_begin()
+// and global_reads_end(), loads through the read-once path (ld.global.nc.L1::no_allocate,
+// ptx.cuh) count all their bytes every time, as each goes to L2/DRAM; loads through the
+// cached path (__ldg) count each 32-byte sector (the DRAM/L2 transfer unit) once, as a
+// re-read hits the cache. Plain dereferences are not seen: a kernel measured this way
+// must read global memory only through those two paths.
+struct GlobalReads {
+  uint64_t streamed_bytes = 0;  // read-once loads
+  uint64_t cached_bytes = 0;    // distinct sectors of cached loads x 32
+  uint64_t total() const { return streamed_bytes + cached_bytes; }
+};
+extern bool g_counting_reads;
+void count_global_read(const void* p, size_t bytes, bool streamed);
+void global_reads_begin();
+GlobalReads global_reads_end();
+
 // One warp collective's exchange area: each lane's input words and output words.
 struct WarpSlot {
   uint64_t in[32][6];
@@ -198,7 +214,10 @@ inline auto min(A a, B b) {
 
 // Loads through the read-only / streaming paths are plain loads.
 template <typename T>
-inline T __ldg(const T* p) { return *p; }
+inline T __ldg(const T* p) {
+  if (::emu::g_counting_reads) ::emu::count_global_read(p, sizeof(T), false);
+  return *p;
+}
 template <typename T>
 inline T __ldcs(const T* p) { return *p; }
 template <typename T>

@@ -1,0 +1,184 @@
+// q8_0.cu — the Q8_0 linear-layer kernels (q8_0.h): a GEMV that streams the packed
+// weights once and dequantizes in registers, and a row-block dequantization.
+//
+// Bytes first. A Q8_0 row of k weights is k quant bytes plus k/32 two-byte scales:
+// 1.0625 bytes a weight, against 2 for BF16, so a decode step that reads each weight
+// once moves 47% fewer bytes. Llama-3.1-8B at batch 1 reads ~7.5e9 weights: 8.0 GB, so
+// GB10 (~218 GB/s measured copy) tops out near 27 tokens/s and H100 (~3.0 TB/s) near 370.
+//
+// Instructions. Per weight: one int8 -> f32 convert; per weight and activation row: one
+// 16-bit -> f32 convert of x and one FMA; per 16 weights a scale multiply. At r rows that
+// is about 1 + 2r lane operations a weight. GB10 streams 218e9 / 1.0625 ≈ 205e9 weights/s
+// and issues 48 SMs x 128 lanes x ~2.4 GHz ≈ 15e12 lane operations/s: 8 rows need
+// 205e9 x 17 ≈ 3.5e12, a quarter of that, so GB10 stays bandwidth-bound at every row
+// count this kernel takes. H100 streams ~2.8e12 weights/s against ~30e12 lane
+// operations/s (132 x 128 x 1.75 GHz): bandwidth-bound up to about 4 rows, issue-bound
+// beyond (8 rows: ~48e12 needed, ~1.6x the time of the weight stream). Quantizing x to
+// int8 once per layer and using dp4a (4 multiply-adds an instruction) is the next step
+// for H100 at 5..8 rows; GB10, the product target, does not need it.
+//
+// Layout: one warp per weight row. Each lane loads 16 quant bytes (half a block) with
+// one 16-byte non-allocating load, so a warp step covers 512 contiguous bytes of the row
+// (fully coalesced), the half-block's scale (two lanes share one 2-byte load, served by
+// L1), and the matching 16 activation values of each row (two 16-byte loads, L1/L2
+// resident: x is at most 8 x k x 2 bytes). The next step's weights are requested before
+// the current step is multiplied, so each warp keeps 512 bytes of weights in flight;
+// Little's law asks ~18 KB in flight per SM on H100 (3.0 TB/s x ~0.8 us / 132 SMs) and
+// ~3 KB on GB10 (218 GB/s x ~0.6 us / 48 SMs): 36 resident warps cover H100, 6 cover GB10.
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/ptx.cuh"
+#include "engine/backend/cuda/q8_0.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/model/quant.h"
+
+namespace spark::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kLaneValues = 16;               // quants per lane per step
+constexpr int kWarpStep = 32 * kLaneValues;  // k per warp step
+constexpr int kBlockValues = 32;              // a Q8_0 block
+
+template <typename T, typename OutT>
+__global__ void __launch_bounds__(kThreads) gemv_q8_0_kernel(const T* __restrict__ x, int rows, int k,
+                                                             const int8_t* __restrict__ qs,
+                                                             const f16* __restrict__ scales, int n,
+                                                             OutT* __restrict__ y) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + warp;
+  // A warp past n reads row n-1 and stores nothing: no branch around the loads.
+  const int64_t r = row < n ? row : n - 1;
+  const int8_t* wq = qs + r * k;
+  const f16* ws = scales + r * (k / kBlockValues);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+
+  // The weights never change during a step: request the first ones before waiting for
+  // the kernel ahead (programmatic launch), which writes x.
+  int c = lane * kLaneValues;
+  uint4 q = c < k ? ld_global_nc_na_v4(wq + c) : zero;
+  grid_dependency_wait();
+  allow_dependent_launch();
+
+  float acc[kGemvQ8MaxRows];
+#pragma unroll
+  for (int a = 0; a < kGemvQ8MaxRows; ++a) acc[a] = 0.0f;
+  for (; c < k; c += kWarpStep) {
+    const uint4 next = c + kWarpStep < k ? ld_global_nc_na_v4(wq + c + kWarpStep) : zero;
+    const float d = to_f32(__ldg(ws + c / kBlockValues));
+    float w[kLaneValues];
+    const int8_t* qb = reinterpret_cast<const int8_t*>(&q);
+#pragma unroll
+    for (int i = 0; i < kLaneValues; ++i) w[i] = float(qb[i]);
+#pragma unroll
+    for (int a = 0; a < kGemvQ8MaxRows; ++a) {
+      if (a < rows) {
+        const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(a) * k + c);
+        const uint4 xv[2] = {__ldg(xp), __ldg(xp + 1)};
+        const T* xs = reinterpret_cast<const T*>(xv);
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kLaneValues; ++i) dot = fmaf(w[i], to_f32(xs[i]), dot);
+        acc[a] = fmaf(d, dot, acc[a]);
+      }
+    }
+    q = next;
+  }
+#pragma unroll
+  for (int a = 0; a < kGemvQ8MaxRows; ++a) {
+    if (a < rows) {
+      const float v = warp_sum(acc[a]);
+      if (lane == 0 && row < n) y[int64_t(a) * n + row] = from_f32<OutT>(v);
+    }
+  }
+}
+
+// One thread per 16 quants: two 16-byte stores of the 16-bit values.
+template <typename T>
+__global__ void dequantize_q8_0_kernel(const int8_t* __restrict__ qs, const f16* __restrict__ scales,
+                                       int64_t chunks, T* __restrict__ dst) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < chunks; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = i * kLaneValues;
+    const uint4 q = ld_global_nc_na_v4(qs + e);
+    const float d = to_f32(__ldg(scales + e / kBlockValues));
+    const int8_t* qb = reinterpret_cast<const int8_t*>(&q);
+    alignas(16) T out[kLaneValues];
+#pragma unroll
+    for (int j = 0; j < kLaneValues; ++j) out[j] = from_f32<T>(float(qb[j]) * d);
+    uint4* o = reinterpret_cast<uint4*>(dst + e);
+    o[0] = reinterpret_cast<const uint4*>(out)[0];
+    o[1] = reinterpret_cast<const uint4*>(out)[1];
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+void check_matrix(const DeviceMatrix& w, int32_t k, const char* who) {
+  SPARK_CHECK(w.format == WeightFormat::Q8_0 && w.data && w.scales, std::string(who) + ": not a Q8_0 matrix");
+  SPARK_CHECK(k > 0 && k % kBlockValues == 0, std::string(who) + ": k must be a positive multiple of 32, got " +
+                                                  std::to_string(k));
+  SPARK_CHECK(aligned16(w.data), std::string(who) + ": quants must be 16-byte aligned");
+}
+
+}  // namespace
+
+void gemv_q8_0(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
+               GemmOut out, cudaStream_t stream, bool programmatic) {
+  SPARK_CHECK(rows >= 1 && rows <= kGemvQ8MaxRows, "gemv_q8_0: rows must be 1..8, got " + std::to_string(rows));
+  check_matrix(w, k, "gemv_q8_0");
+  SPARK_CHECK(n > 0 && aligned16(x) && y != nullptr, "gemv_q8_0: bad n, x alignment or output");
+  const dim3 grid{unsigned(ceil_div(n, kWarps))}, block{kThreads};
+  const auto* qs = static_cast<const int8_t*>(w.data);
+  const auto* scales = static_cast<const f16*>(w.scales);
+  with_half_type(type, [&](auto tag) {
+    using T = decltype(tag);
+    const auto* xt = static_cast<const T*>(x);
+    if (out == GemmOut::F32)
+      launch_kernel("gemv_q8_0_kernel", programmatic, gemv_q8_0_kernel<T, float>, grid, block, 0, stream, xt, rows,
+                    k, qs, scales, n, static_cast<float*>(y));
+    else
+      launch_kernel("gemv_q8_0_kernel", programmatic, gemv_q8_0_kernel<T, T>, grid, block, 0, stream, xt, rows, k,
+                    qs, scales, n, static_cast<T*>(y));
+  });
+}
+
+void upload_q8_0(const Tensor& t, void* qs, void* scales) {
+  SPARK_CHECK(t.dtype == DType::Q8_0 && t.cols() % kBlockValues == 0, "upload_q8_0: " + t.name + " is not Q8_0 rows");
+  const int64_t rows = t.rows(), cols = t.cols(), blocks = cols / kBlockValues;
+  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(32) << 20) / cols);
+  std::vector<int8_t> q(size_t(std::min(rows, chunk_rows) * cols));
+  std::vector<uint16_t> d(size_t(std::min(rows, chunk_rows) * blocks));
+  const auto* src = static_cast<const BlockQ8_0*>(t.data);
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - r0);
+    for (int64_t b = 0; b < n * blocks; ++b) {
+      const BlockQ8_0& block = src[r0 * blocks + b];
+      d[size_t(b)] = block.d;
+      std::memcpy(q.data() + b * kBlockValues, block.qs, kBlockValues);
+    }
+    CUDA_CHECK(cudaMemcpy(static_cast<char*>(qs) + r0 * cols, q.data(), size_t(n * cols), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(static_cast<char*>(scales) + r0 * blocks * 2, d.data(), size_t(n * blocks) * 2,
+                          cudaMemcpyHostToDevice));
+  }
+}
+
+void dequantize_q8_0(HalfType type, const DeviceMatrix& w, int32_t k, int64_t row0, int64_t count, void* dst,
+                     cudaStream_t stream) {
+  check_matrix(w, k, "dequantize_q8_0");
+  SPARK_CHECK(row0 >= 0 && count > 0 && aligned16(dst), "dequantize_q8_0: bad rows or destination");
+  const int64_t chunks = count * k / kLaneValues;
+  const auto* qs = static_cast<const int8_t*>(w.data) + row0 * k;
+  const auto* scales = static_cast<const f16*>(w.scales) + row0 * (k / kBlockValues);
+  const dim3 grid{unsigned(std::min<int64_t>(ceil_div(chunks, 256), 4096))}, block{256};
+  with_half_type(type, [&](auto tag) {
+    using T = decltype(tag);
+    launch_kernel("dequantize_q8_0_kernel", false, dequantize_q8_0_kernel<T>, grid, block, 0, stream, qs, scales,
+                  chunks, static_cast<T*>(dst));
+  });
+}
+
+}  // namespace spark::cuda

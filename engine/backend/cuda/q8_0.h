@@ -1,0 +1,33 @@
+// q8_0.h — linear layers over Q8_0 weights kept packed on the device (DeviceMatrix in
+// kernel_args.h): the decode GEMV that reads the packed bytes once, and the row-block
+// dequantization that feeds cuBLASLt for many rows (Gemm::linear routes between them).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/backend/cuda/gemm.h"
+#include "engine/backend/cuda/kernel_args.h"
+#include "engine/model/tensor.h"
+
+namespace spark::cuda {
+
+// The most activation rows one GEMV launch takes (the 16-bit GEMV's limit too).
+inline constexpr int32_t kGemvQ8MaxRows = 8;
+
+// y[rows, n] = x[rows, k] · w[n, k]ᵀ with w a Q8_0 DeviceMatrix, x of the 16-bit `type`,
+// f32 accumulation, y in `type` or f32. 1 <= rows <= kGemvQ8MaxRows, k a multiple of 32,
+// x 16-byte aligned. Capturable; `programmatic` as for gemv (gemv.h).
+void gemv_q8_0(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
+               GemmOut out, cudaStream_t stream, bool programmatic = false);
+
+// Repacks the Q8_0 tensor t ([rows, k] in GGUF blocks) into a DeviceMatrix's two arrays
+// (kernel_args.h): its quants to `qs`, its scales to `scales` (device memory), a bounded
+// chunk of rows at a time.
+void upload_q8_0(const Tensor& t, void* qs, void* scales);
+
+// dst[count, k] (row-major, `type`) = rows [row0, row0 + count) of w dequantized.
+void dequantize_q8_0(HalfType type, const DeviceMatrix& w, int32_t k, int64_t row0, int64_t count, void* dst,
+                     cudaStream_t stream);
+
+}  // namespace spark::cuda

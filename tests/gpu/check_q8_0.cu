@@ -1,0 +1,203 @@
+// check_q8_0.cu — the Q8_0 linear layer on packed weights (q8_0.h through Gemm::linear):
+// both paths (packed GEMV up to 8 rows, row-block dequantization + cuBLASLt beyond),
+// both compute types and both outputs against the CPU backend's matmul on the same
+// blocks, and, under the emulator, the bytes each Llama-3.1-8B decode GEMV reads against
+// its packed weights plus activations (limit 1.03); the memory plan's bytes for an 8B
+// Q8_0 model against the file's.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "engine/backend/cpu/matmul.h"
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/gemm.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/q8_0.h"
+#include "engine/config.h"
+#include "engine/model/arch.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/quant.h"
+#include "engine/util/splitmix.h"
+#include "tests/gpu/gpu_check.h"
+
+namespace spark::gpu_check {
+namespace {
+
+using cuda::bf16;
+using cuda::f16;
+using cuda::Gemm;
+using cuda::GemmOut;
+using cuda::GemmPath;
+using cuda::HalfType;
+
+const char* kCheck = "q8_0";
+
+// A random Q8_0 matrix [n, k] in GGUF blocks: quants over the whole int8 range (never an
+// all-zero block), scales of a few magnitudes.
+struct HostQ8 {
+  std::vector<BlockQ8_0> blocks;
+  Tensor tensor;
+};
+HostQ8 random_q8_0(int32_t n, int32_t k, uint64_t seed) {
+  HostQ8 h;
+  h.blocks.resize(size_t(n) * size_t(k / 32));
+  for (size_t b = 0; b < h.blocks.size(); ++b) {
+    const uint64_t r = splitmix64(seed * 0x9E3779B97F4A7C15ull + b);
+    const float scale = (0.5f + float(r >> 40) / 16777216.0f) * (b % 7 == 0 ? 4.0f : 1.0f) / 127.0f;
+    const f16 d = __float2half(scale);
+    std::memcpy(&h.blocks[b].d, &d, 2);
+    for (int j = 0; j < 32; ++j) {
+      const int8_t q = int8_t(splitmix64(r + uint64_t(j) + 1) & 0xFF);
+      h.blocks[b].qs[j] = q == 0 ? int8_t(j + 1) : q;
+    }
+  }
+  h.tensor.name = "w";
+  h.tensor.dtype = DType::Q8_0;
+  h.tensor.shape = {n, k};
+  h.tensor.data = h.blocks.data();
+  h.tensor.nbytes = h.blocks.size() * sizeof(BlockQ8_0);
+  return h;
+}
+
+// The packed matrix on the device, uploaded as DeviceWeights does.
+struct DeviceQ8 {
+  DeviceArray<int8_t> qs;
+  DeviceArray<uint16_t> scales;
+  cuda::DeviceMatrix matrix;
+  DeviceQ8(const Tensor& t)
+      : qs(size_t(t.numel())), scales(size_t(t.numel() / 32)) {
+    cuda::upload_q8_0(t, qs.get(), scales.get());
+    matrix = cuda::DeviceMatrix{cuda::WeightFormat::Q8_0, qs.get(), scales.get()};
+  }
+};
+
+
+// The CPU backend's y = x · wᵀ from exactly the 16-bit activations the GPU reads.
+std::vector<float> cpu_reference(const std::vector<float>& x, int32_t rows, const Tensor& w) {
+  std::vector<float> y(size_t(rows) * size_t(w.rows()));
+  cpu::matmul_rows(x.data(), rows, w, 0, w.rows(), y.data(), w.rows());
+  return y;
+}
+
+template <typename T>
+void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, const std::vector<int32_t>& row_counts,
+                 cudaStream_t stream, uint64_t seed) {
+  const HostQ8 host = random_q8_0(n, k, seed);
+  const DeviceQ8 w(host.tensor);
+  for (int32_t rows : row_counts) {
+    const std::vector<float> xf = round_half<T>(random_floats(size_t(rows) * k, seed * 131 + uint64_t(rows)));
+    DeviceArray<T> x(to_half<T>(xf));
+    const std::vector<float> ref = cpu_reference(xf, rows, host.tensor);
+    DeviceArray<float> y32(size_t(rows) * n);
+    DeviceArray<T> y16(size_t(rows) * n);
+    for (GemmPath path : {GemmPath::GEMV, GemmPath::CUBLASLT}) {
+      if (path == GemmPath::GEMV && rows > cuda::kGemvQ8MaxRows) continue;
+      for (GemmOut out : {GemmOut::HALF, GemmOut::F32}) {
+        y32.poison();
+        y16.poison();
+        void* y = out == GemmOut::F32 ? static_cast<void*>(y32.get()) : static_cast<void*>(y16.get());
+        gemm.linear(half_type_of<T>(), x.get(), rows, k, w.matrix, n, y, out, stream, path);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const std::vector<float> got = out == GemmOut::F32 ? y32.download() : from_half(y16.download());
+        // The GEMV multiplies the exact weights in f32; the cuBLASLt path rounds each
+        // dequantized weight to 16 bits first (2^-9 relative for bf16), and a 16-bit y
+        // rounds once more.
+        const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
+        const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : 1e-2;
+        error_row(kCheck,
+                  std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
+                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " dequant+lt ") + half_name<T>() +
+                      (out == GemmOut::F32 ? "->f32" : "->half"),
+                  rel_error(ref, got), limit);
+      }
+    }
+  }
+}
+
+// The memory plan's device bytes for Llama-3.1-8B in Q8_0 (every matrix Q8_0, norms f32)
+// against the bytes of those tensors in such a file (dtype_nbytes, the loader's rule).
+void plan_bytes() {
+  Config c = config_for_model("tests/golden/configs/llama3_8b");
+  c.model.load_format = "dummy";
+  const ModelSpec spec = inspect_model(c).spec;
+  uint64_t file_bytes = 0;
+  for (const TensorSpec& t : expected_tensors(spec, full_range(spec))) {
+    int64_t elems = 1;
+    for (int64_t d : t.shape) elems *= d;
+    file_bytes += dtype_nbytes(part_is_norm(t.part) ? DType::F32 : DType::Q8_0, elems, t.shape.back());
+  }
+  const StoredDType stored = [](Part p, int64_t) { return part_is_norm(p) ? DType::F32 : DType::Q8_0; };
+  const double ratio = double(CudaBackend::weight_bytes(spec, full_range(spec), stored)) / double(file_bytes);
+  row(kCheck, "memory plan 8B Q8_0: device / file weight bytes", fmt("%.4f", ratio) + fmt(" (%.2f GB file)", file_bytes / 1e9),
+      "<= 1.02", ratio >= 1.0 && ratio <= 1.02);
+}
+
+#if SPARK_CUDA_EMU
+size_t packed_bytes(int64_t n, int64_t k) { return size_t(n * k + n * (k / 32) * 2); }
+
+// Bytes a decode GEMV reads (emulator accounting, emu/device.h) over what it must read:
+// the packed weights and the activation rows.
+void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream_t stream, uint64_t seed) {
+  const HostQ8 host = random_q8_0(n, k, seed);
+  const DeviceQ8 w(host.tensor);
+  const std::vector<float> xf = round_half<bf16>(random_floats(size_t(rows) * k, seed + 7));
+  DeviceArray<bf16> x(to_half<bf16>(xf));
+  DeviceArray<float> y(size_t(rows) * n);
+  y.poison();
+  Gemm gemm;
+  ::emu::global_reads_begin();
+  gemm.linear(HalfType::BF16, x.get(), rows, k, w.matrix, n, y.get(), GemmOut::F32, stream, GemmPath::GEMV);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const ::emu::GlobalReads reads = ::emu::global_reads_end();
+  const double needed = double(packed_bytes(n, k)) + double(rows) * k * 2;
+  const double ratio = double(reads.total()) / needed;
+  row(kCheck,
+      std::string("bytes 8B ") + name + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
+          std::to_string(n),
+      fmt("%.4f", ratio) + fmt(" (%.1f MB read)", double(reads.total()) / 1e6), "<= 1.03", ratio <= 1.03);
+  error_row(kCheck, std::string("bytes 8B ") + name + " r=" + std::to_string(rows) + " result",
+            rel_error(cpu_reference(xf, rows, host.tensor), y.download()), 1e-3);
+}
+#endif
+
+void run() {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    Gemm gemm;
+    // A scratch of 64 rows of the widest k below, so the larger shapes run in several
+    // row blocks (and the last one short).
+    const size_t scratch_bytes = size_t(64) * 4096 * 2;
+    DeviceArray<char> scratch(scratch_bytes);
+    gemm.use_dequant_scratch(scratch.get(), scratch_bytes);
+    const std::vector<int32_t> rows = {1, 3, 8, 16, 64};
+    // odd: k % 512 = 32 (a warp step with one lane in 16 busy), n % 16 = 9.
+    check_shape<bf16>(gemm, "odd", 1056, 1001, rows, stream, 1);
+    check_shape<f16>(gemm, "odd", 1056, 1001, rows, stream, 2);
+    check_shape<bf16>(gemm, "8B o", 4096, 4096, rows, stream, 3);
+    check_shape<f16>(gemm, "tiny", 128, 64, rows, stream, 4);
+    plan_bytes();
+#if SPARK_CUDA_EMU
+    // Llama-3.1-8B's decode GEMVs (q/k/v fused, o, gate/up fused, down).
+    byte_ratio("qkv", 4096, 6144, 1, stream, 11);
+    byte_ratio("o", 4096, 4096, 1, stream, 12);
+    byte_ratio("o", 4096, 4096, 8, stream, 13);
+    byte_ratio("gate_up", 4096, 28672, 1, stream, 14);
+    byte_ratio("down", 14336, 4096, 1, stream, 15);
+#endif
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace spark::gpu_check
+
+int main() {
+  return spark::gpu_check::run_main("q8_0", [] { spark::gpu_check::run(); });
+}

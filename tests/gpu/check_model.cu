@@ -477,7 +477,7 @@ void tiny_model_massive_activation() {
 // within that limit may pick the runner-up.
 bool cpu_near_tie(const LoadedModel& m, const std::vector<int32_t>& tokens, double limit) {
   Sequences seqs({tokens}, 1);
-  CpuBackend cpu(m.info.spec, m.weights, 0);
+  CpuBackend cpu(m.info.spec, bind_stage(m.info.spec, m.weights), 0);
   cpu.init_kv_cache(seqs.num_blocks(), kBlock);
   ForwardResult out;
   cpu.forward(seqs.next(), nullptr, out);

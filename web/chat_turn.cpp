@@ -10,6 +10,7 @@
 #include "engine/core/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "web/http_error.h"
+#include "web/structured_output.h"
 #include "web/server.h"
 #include "web/sse.h"
 
@@ -42,6 +43,7 @@ ChatTurn::ChatTurn(App& app, ApiRequest request, std::string id, std::unique_ptr
   prompt_ = build_chat_prompt(app_, req_);
   std::vector<std::vector<int32_t>> prompts{prompt_.ids};
   check_context(app_, prompts, req_.params, "messages");
+  attach_constraint(app_, req_, prompt_.prefill);
   parser_ = std::make_unique<OutputParser>(prompt_.parser);
   gen_ = std::make_unique<Generation>(app_, id_, prompts, 1, req_.params, http);
   // The forced opening of a required tool call is parsed as if the model had written it.

@@ -160,8 +160,8 @@ def test_errors_raise_the_sdk_exceptions(client):
         client.responses.create(model="gpt-5", input="hi", max_output_tokens=2)
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=MODEL, input="hi", max_output_tokens=2, text={"format": {
-            "type": "json_schema", "name": "x", "schema": {"type": "object"}}})
-    assert e.value.param == "text.format" and "not supported" in e.value.message
+            "type": "json_schema", "name": "x", "schema": {"type": "object", "minProperties": 1}}})
+    assert e.value.param == "text.format" and "minProperties" in e.value.message
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=MODEL, input="hi", tools=[{"type": "web_search"}])
     assert e.value.param == "tools"

@@ -146,9 +146,17 @@ ApiRequest parse_messages_request(std::string_view text, int64_t vocab_size, con
   for (const char* key : {"temperature", "top_p", "top_k", "stream"})
     if (const J* v = json_field(body, key)) chat[key] = *v;
   copy_sampling_extensions(body, chat);
-  if (const J* v = json_field(body, "output_config"); v && v->is_object() && json_field(*v, "format"))
-    bad_request("output_config",
-                "'output_config.format' (structured output) is not supported: sparkd has no structured output yet");
+  if (const J* v = json_field(body, "output_config")) {
+    if (!v->is_object()) bad_request("output_config", "'output_config' must be an object");
+    if (const J* format = json_field(*v, "format")) {
+      // {"type": "json_schema", "schema": {...}}: the output follows the schema as written.
+      if (!format->is_object() || type_of(*format) != "json_schema")
+        bad_request("output_config", "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}");
+      const J* schema = json_field(*format, "schema");
+      if (!schema) bad_request("output_config", "'output_config.format' needs a 'schema'");
+      chat["response_format"] = J{{"type", "json_schema"}, {"json_schema", J{{"name", "output"}, {"schema", *schema}}}};
+    }
+  }
   if (const J* v = json_field(body, "metadata"); v && !v->is_object())
     bad_request("metadata", "'metadata' must be an object");
   if (const J* v = json_field(body, "thinking")) {
@@ -160,14 +168,18 @@ ApiRequest parse_messages_request(std::string_view text, int64_t vocab_size, con
     chat["chat_template_kwargs"] = J{{"enable_thinking", type != "disabled"}};
   }
   if (count_only) chat.erase("stream");
+  ApiRequest request;
   try {
-    return parse_api_body(chat, ApiKind::CHAT, vocab_size, model_id);
+    request = parse_api_body(chat, ApiKind::CHAT, vocab_size, model_id);
   } catch (const HttpError& e) {
     // The chat parser names its own fields; say them as this API calls them.
     if (e.param == "stop")
       throw HttpError(e.status, std::string(e.what()) + " (stop_sequences)", e.type, "stop_sequences", e.code);
+    if (e.param == "response_format") throw HttpError(e.status, e.what(), e.type, "output_config", e.code);
     throw;
   }
+  if (request.structured_param == "response_format") request.structured_param = "output_config";
+  return request;
 }
 
 }  // namespace spark

@@ -141,6 +141,20 @@ std::set<std::string> call_ids_of(const J& messages) {
   return ids;
 }
 
+// text.format is the chat API's response_format with the json_schema fields flattened:
+// {"type": "json_schema", "name", "schema", "strict"}.
+J chat_response_format(const J& format) {
+  const std::string type = format.is_object() ? type_of(format) : "";
+  if (type == "text" || type == "json_object") return J{{"type", type}};
+  if (type != "json_schema")
+    bad_request("text.format", "'text.format' must be an object whose type is text, json_object or json_schema");
+  J schema = J::object();
+  for (const char* key : {"name", "schema", "strict", "description"})
+    if (const J* v = json_field(format, key)) schema[key] = *v;
+  if (!schema.contains("schema")) bad_request("text.format", "text.format type 'json_schema' needs a 'schema'");
+  return J{{"type", "json_schema"}, {"json_schema", std::move(schema)}};
+}
+
 }  // namespace
 
 ResponsesRequest parse_responses_request(std::string_view text, const ResponseStore& store, int64_t vocab_size,
@@ -200,13 +214,7 @@ ResponsesRequest parse_responses_request(std::string_view text, const ResponseSt
   }
   if (const J* v = json_field(body, "text")) {
     if (!v->is_object()) bad_request("text", "'text' must be an object");
-    if (const J* format = json_field(*v, "format")) {
-      std::string type = format->is_object() ? type_of(*format) : "";
-      if (type == "json_schema" || type == "json_object")
-        bad_request("text.format", "text.format type '" + type +
-                                       "' is not supported: sparkd has no structured output yet; use 'text'");
-      if (type != "text") bad_request("text.format", "'text.format' must be {\"type\": \"text\"}");
-    }
+    if (const J* format = json_field(*v, "format")) chat["response_format"] = chat_response_format(*format);
   }
   J kwargs = J::object();
   if (const J* v = json_field(body, "reasoning")) {
@@ -227,7 +235,13 @@ ResponsesRequest parse_responses_request(std::string_view text, const ResponseSt
     for (const auto& [k, val] : v->items()) kwargs[k] = val;
   }
   if (!kwargs.empty()) chat["chat_template_kwargs"] = std::move(kwargs);
-  r.chat = parse_api_body(chat, ApiKind::CHAT, vocab_size, model_id);
+  try {
+    r.chat = parse_api_body(chat, ApiKind::CHAT, vocab_size, model_id);
+  } catch (const HttpError& e) {
+    if (e.param != "response_format") throw;
+    throw HttpError(e.status, e.what(), e.type, "text.format", e.code);
+  }
+  if (r.chat.structured_param == "response_format") r.chat.structured_param = "text.format";
   return r;
 }
 

@@ -117,6 +117,10 @@ test: deps
 	  echo "== fuzz targets, $(FUZZ_TEST_SECONDS) s each"; $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) \
 	    FUZZ_JUNIT=$(BUILD)/test-results/fuzz.xml || test -s $(BUILD)/test-results/fuzz.xml || \
 	    echo '<testsuite><testcase classname="fuzz" name="build"><failure message="the fuzz targets did not build"/></testcase></testsuite>' > $(BUILD)/test-results/fuzz.xml; \
+	  echo "== GPU checks under the CUDA emulator (plain build; make gpu-emu adds the ASan one)"; \
+	  CHECK_JOBS=$(JOBS) CHECK_TIMEOUT=1200 $(MAKE) --no-print-directory -f tests/gpu/emu/emu.mk BUILD=$(BUILD) PY=$(PY) -j$(JOBS) run-fast \
+	    JUNIT=$(BUILD)/test-results/gpu-emu.xml || test -s $(BUILD)/test-results/gpu-emu.xml || \
+	    echo '<testsuite><testcase classname="gpu" name="emulator build"><failure message="the emulated GPU checks did not build"/></testcase></testsuite>' > $(BUILD)/test-results/gpu-emu.xml; \
 	  $(PY) tests/summary.py $(BUILD)/test-results/*.xml
 
 # The same binary with the test hooks of engine/util/test_hooks.h compiled in: only the
@@ -168,20 +172,23 @@ run: deps all model
 	$(BUILD)/sparkd --config spark.toml
 
 # ---- fuzzing (clang + libFuzzer) --------------------------------------------------
-# Engine sources are compiled once with coverage and sanitizers; each target links them.
+# The parsers the targets reach (files, tokenizers, templates, peer frames) are compiled
+# once with coverage and sanitizers; each target links what it needs from their archive.
 FUZZ_SECONDS ?= 20
 FUZZ_TEST_SECONDS ?= 3
 FUZZ_CXXFLAGS := -std=c++20 -O1 -g -I. -I$(BUILD)/gen -DSPARKD_CUDA=0 -MMD -MP -fsanitize=fuzzer-no-link,address,undefined
-FUZZ_OBJS := $(patsubst %.cpp,$(BUILD)/fuzz/obj/%.o,$(shell find engine -name '*.cpp' | sort))
-# Kept between runs: make would otherwise delete them as intermediates of the targets.
-.SECONDARY: $(FUZZ_OBJS)
+FUZZ_ENGINE_SRCS := $(shell find engine/util engine/step engine/model engine/tokenizer -name '*.cpp' | sort) \
+                    engine/peer/frame.cpp engine/peer/messages.cpp engine/peer/socket.cpp
+FUZZ_OBJS := $(patsubst %.cpp,$(BUILD)/fuzz/obj/%.o,$(FUZZ_ENGINE_SRCS))
 FUZZ_BINS := $(patsubst tests/fuzz/%.cpp,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 
 $(BUILD)/fuzz/obj/%.o: %.cpp | $(BUILD)/.deps-stamp
 	@mkdir -p $(@D)
 	clang++ $(FUZZ_CXXFLAGS) -c -o $@ $<
-$(BUILD)/fuzz/%: tests/fuzz/%.cpp $(FUZZ_OBJS)
-	clang++ $(FUZZ_CXXFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) -lpcre2-8 -lutf8proc
+$(BUILD)/fuzz/libengine.a: $(FUZZ_OBJS)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/fuzz/%: tests/fuzz/%.cpp $(BUILD)/fuzz/libengine.a
+	clang++ $(FUZZ_CXXFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libengine.a -lpcre2-8 -lutf8proc
 
 fuzz: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(FUZZ_BINS)

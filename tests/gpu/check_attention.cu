@@ -26,7 +26,6 @@ using cuda::bf16;
 using cuda::HalfType;
 using cuda::KvDtype;
 constexpr const char* kCheck = "attention";
-constexpr double kLimit = 1e-2;
 
 ThreadPool& pool() {
   static ThreadPool p(0);
@@ -266,7 +265,8 @@ void check_case(const Case& c, uint64_t seed) {
                            std::to_string(c.head_dim) + " " + dtype_name(c.dtype, c.compute);
   if (decode_only != expect_decode) row(kCheck, what, "prepare() misjudged decode-only", "-", false);
   const std::vector<float> got = from_half_bits(c.compute, d_out.download());
-  error_row(kCheck, what, rel_error(cpu_attention(c, hb, caches.g, q, caches.ref), got), kLimit);
+  error_row(kCheck, what, rel_error(cpu_attention(c, hb, caches.g, q, caches.ref), got),
+            half_limit(c.compute));
   if (c.dtype == KvDtype::FP8)
     info(kCheck, what + " vs unquantized",
          fmt("rel err %.2e", rel_error(cpu_attention(c, hb, caches.g, q, caches.exact), got)), "fp8 rounding");
@@ -342,7 +342,7 @@ void check_graph_replay() {
   HostBatch hbb{b, caches.g.num_blocks};
   const double err = rel_error(cpu_attention(c, hbb, caches.g, qb, caches.ref), from_half(d_out.download()));
   if (!safe || !safe_b) row(kCheck, c.name, "prepare() said not graph-safe", "-", false);
-  error_row(kCheck, c.name + " 32/8 d128 bf16 (8 seqs, 1 padding)", err, kLimit);
+  error_row(kCheck, c.name + " 32/8 d128 bf16 (8 seqs, 1 padding)", err, kBf16Limit);
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
   CUDA_CHECK(cudaStreamDestroy(stream));

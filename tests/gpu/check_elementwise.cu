@@ -26,7 +26,7 @@ using cuda::bf16;
 using cuda::f16;
 constexpr const char* kCheck = "elementwise";
 // f16 has 3 more significand bits than bf16, so the bf16 limit holds for both.
-constexpr double kHalfLimit = 1e-2, kF32Limit = 1e-5, kFp8Limit = 7e-2;
+constexpr double kF32Limit = 1e-5, kFp8Limit = 7e-2;
 
 void sync() { CUDA_CHECK(cudaDeviceSynchronize()); }
 
@@ -99,7 +99,7 @@ void check_add_rms_norm(int32_t rows, int32_t hidden, bool with_delta, bool with
                            (with_delta ? "" : " no delta") + (with_out ? "" : " no out");
   error_row(kCheck, what + ": x", rel_error(x_ref, d_x.download()), kF32Limit);
   if (with_out) {
-    error_row(kCheck, what + ": out", rel_error(out_ref, from_half(d_out.download())), kHalfLimit);
+    error_row(kCheck, what + ": out", rel_error(out_ref, from_half(d_out.download())), half_limit<T>());
   } else {
     const std::vector<T> got = d_out.download();
     row(kCheck, what + ": out untouched", "poison kept", "all", all_poison(got.data(), got.size()));
@@ -126,7 +126,7 @@ void check_rms_norm_rows(int32_t hidden) {
     cpu::rms_norm(x.data() + int64_t(row_ids[size_t(r)]) * hidden, weight.data(), hidden, eps,
                   ref.data() + int64_t(r) * hidden);
   const std::string what = "rms_norm_rows 5 of " + shape(x_rows, hidden) + tag<T>();
-  error_row(kCheck, what, rel_error(ref, from_half(d_out.download())), kHalfLimit);
+  error_row(kCheck, what, rel_error(ref, from_half(d_out.download())), half_limit<T>());
   error_row(kCheck, what + ": x unchanged", rel_error(x, d_x.download()), 0.0);
 }
 
@@ -255,7 +255,7 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   }
 
   const std::string what = "rope_kv " + c.name;
-  error_row(kCheck, what + ": q", rel_error(q_ref, from_half(d_q.download())), kHalfLimit);
+  error_row(kCheck, what + ": q", rel_error(q_ref, from_half(d_q.download())), half_limit<T>());
 
   // Written slots must match the reference; every other slot must keep its poison.
   std::vector<bool> written(size_t(kv.num_slots), false);
@@ -275,8 +275,8 @@ void check_rope(const RopeCase& c, uint64_t seed) {
       kg.insert(kg.end(), k_got.begin() + int64_t(s) * vec_elems, k_got.begin() + int64_t(s + 1) * vec_elems);
       vg.insert(vg.end(), v_got.begin() + int64_t(s) * vec_elems, v_got.begin() + int64_t(s + 1) * vec_elems);
     }
-    error_row(kCheck, what + ": k cache", rel_error(kr, kg), kHalfLimit);
-    error_row(kCheck, what + ": v cache", rel_error(vr, vg), kHalfLimit);
+    error_row(kCheck, what + ": k cache", rel_error(kr, kg), half_limit<T>());
+    error_row(kCheck, what + ": v cache", rel_error(vr, vg), half_limit<T>());
     for (int64_t s = 0; s < kv.num_slots; ++s)
       if (!written[size_t(s)])
         touched +=
@@ -347,7 +347,7 @@ void check_swiglu(int32_t rows, int32_t inter, uint64_t seed, bool spikes = fals
   if constexpr (std::is_same_v<T, f16>)
     for (float& v : ref) v = std::clamp(v, -65504.0f, 65504.0f);
   error_row(kCheck, "swiglu " + shape(rows, inter) + tag<T>() + (spikes ? " with outputs past 65504" : ""),
-            rel_error(ref, from_half(d_out.download())), kHalfLimit);
+            rel_error(ref, from_half(d_out.download())), half_limit<T>());
 }
 
 // ---- benchmarks (Llama-3.1-8B shapes) ----------------------------------------------------

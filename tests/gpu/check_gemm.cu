@@ -187,7 +187,7 @@ void check_shape(Gemm& gemm, const Shape& s, cudaStream_t stream, uint64_t seed)
         CUDA_CHECK(cudaStreamSynchronize(stream));
         const double err = sampled_error(download_out(y32, y16, out), rows, s.n, cols, ref);
         error_row(kCheck, shape_name(s.name, rows, s.k, s.n) + " " + path_name(path) + " " + types_name<T>(out), err,
-                  out == GemmOut::F32 ? 1e-3 : 1e-2);
+                  out == GemmOut::F32 ? 1e-3 : half_limit<T>());
       }
     }
   }

@@ -109,7 +109,7 @@ void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, const std::
         // dequantized weight to 16 bits first (2^-9 relative for bf16), and a 16-bit y
         // rounds once more.
         const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
-        const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : 1e-2;
+        const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : half_limit<T>();
         error_row(kCheck,
                   std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
                       std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " dequant+lt ") + half_name<T>() +

@@ -172,6 +172,18 @@ inline void skip_row(const std::string& check, const std::string& what, const st
   std::printf("ROW|%s|%s|-|%s|SKIP\n", field(check).c_str(), field(what).c_str(), field(reason).c_str());
   std::fflush(stdout);
 }
+// The limit for a 16-bit result against an f32 reference. BF16 keeps 8 significant bits
+// (rounding 2^-9 ≈ 2e-3 a value), FP16 keeps 11 (2^-12 ≈ 2.4e-4); with headroom for the
+// summation order the kernels measure up to ~3e-3 and ~4e-4. One limit for both would let
+// an FP16 kernel 25x worse than its rounding pass.
+inline constexpr double kBf16Limit = 1e-2;
+inline constexpr double kF16Limit = 2e-3;
+inline double half_limit(cuda::HalfType t) { return t == cuda::HalfType::BF16 ? kBf16Limit : kF16Limit; }
+template <typename T>
+constexpr double half_limit() {
+  return std::is_same_v<T, cuda::bf16> ? kBf16Limit : kF16Limit;
+}
+
 // Relative-error row: pass when err <= limit.
 inline bool error_row(const std::string& check, const std::string& what, double err, double limit) {
   char m[32], l[32];

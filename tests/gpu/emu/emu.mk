@@ -2,7 +2,8 @@
 # the CUDA emulator (tests/gpu/emu/README.md): the engine's CUDA sources are translated
 # (translate.py) and compiled with g++, twice: plain (-O2) and with AddressSanitizer and
 # UBSan (-O1), so kernels' out-of-bounds accesses abort with a report.
-# Called by `make gpu-emu`; usable alone: make -f tests/gpu/emu/emu.mk BUILD=build -j2 run
+# Called by `make gpu-emu` (both variants) and `make test` (the plain one); usable alone:
+# make -f tests/gpu/emu/emu.mk BUILD=build -j2 run
 BUILD   ?= build
 EMU     := $(BUILD)/emu
 CXX     := g++
@@ -42,8 +43,9 @@ run: build
 	@echo "== emulated checks, plain build"; sh tests/gpu/run_checks.sh $(EMU)/fast; a=$$?; \
 	  echo "== emulated checks, ASan + UBSan build"; $(ASAN_ENV) sh tests/gpu/run_checks.sh $(EMU)/asan; b=$$?; \
 	  test $$a -eq 0 -a $$b -eq 0
+# JUNIT=FILE also writes the rows as JUnit XML (make test); CHECK_JOBS programs at once.
 run-fast: build-fast
-	@sh tests/gpu/run_checks.sh $(EMU)/fast
+	@sh tests/gpu/run_checks.sh $(EMU)/fast $(JUNIT)
 run-asan: build-asan
 	@$(ASAN_ENV) sh tests/gpu/run_checks.sh $(EMU)/asan
 

@@ -1,6 +1,7 @@
 // grammar.cpp — building grammars and checking that the matcher can run them.
 #include "engine/constrain/grammar.h"
 
+#include "engine/constrain/min_length.h"
 #include "engine/util/check.h"
 
 namespace spark::constrain {
@@ -87,6 +88,7 @@ uint32_t GrammarBuilder::repeat(uint32_t rule, int64_t min, int64_t max, int64_t
 Grammar GrammarBuilder::finish(uint32_t root) {
   g_.root = root;
   g_.validate();
+  g_.min_rest = min_rest_lengths(g_);
   return std::move(g_);
 }
 

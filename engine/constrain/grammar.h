@@ -51,6 +51,8 @@ struct Grammar {
   std::vector<Elem> elems;                    // every alternative's elements, END-terminated
   std::vector<std::vector<uint32_t>> rules;   // rule -> start positions of its alternatives
   uint32_t root = 0;
+  // Per position in elems: the fewest bytes that finish its alternative (min_length.h).
+  std::vector<uint32_t> min_rest;
 
   // Throws InputError when a rule derives no finite string or calls itself (directly or
   // through rules that may match nothing) before matching a byte.

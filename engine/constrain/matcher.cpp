@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 
+#include "engine/constrain/min_length.h"
 #include "engine/util/check.h"
 
 namespace spark::constrain {
@@ -148,7 +149,33 @@ ByteSet Matcher::first_bytes(const std::vector<uint32_t>& leaves, size_t begin, 
   return set;
 }
 
-void Matcher::walk(const TokenTrie& trie, uint32_t node, size_t begin, size_t end, std::vector<uint64_t>& mask) {
+uint32_t Matcher::rest_of(uint32_t node) {
+  if (node == kAccept || node == 0) return 0;
+  if (node < memo_.size() && memo_[node] != kNoLimit) return memo_[node];
+  const Node n = nodes_[node];
+  uint32_t own = grammar_->min_rest[n.pos];
+  if (grammar_->elems[n.pos].kind == ElemKind::STRING_BODY) own = add_lengths(own, string_body_min_close(uint8_t(n.sub)));
+  const uint32_t rest = add_lengths(own, rest_of(n.parent));
+  if (memo_.size() < nodes_.size()) memo_.resize(nodes_.size(), kNoLimit);
+  memo_[node] = rest;
+  return rest;
+}
+
+uint32_t Matcher::min_rest(const std::vector<uint32_t>& leaves, size_t begin, size_t end) {
+  uint32_t best = kUnreachableBytes;
+  for (size_t i = begin; i < end && best > 0; ++i) best = std::min(best, rest_of(leaves[i]));
+  return best;
+}
+
+uint32_t Matcher::min_bytes_to_finish() {
+  memo_.clear();
+  const uint32_t best = min_rest(leaves_, 0, leaves_.size());
+  memo_.clear();
+  return best;
+}
+
+void Matcher::walk(const TokenTrie& trie, uint32_t node, size_t begin, size_t end, std::vector<uint64_t>& mask,
+                   uint32_t limit) {
   const ByteSet first = first_bytes(scratch_, begin, end);
   const auto& nodes = trie.nodes;
   for (uint32_t c = node + 1; c < nodes[node].subtree_end; c = nodes[c].subtree_end) {
@@ -157,14 +184,15 @@ void Matcher::walk(const TokenTrie& trie, uint32_t node, size_t begin, size_t en
     const size_t next_begin = scratch_.size();
     step(scratch_, begin, end, b, scratch_);
     if (scratch_.size() == next_begin) continue;
-    if (const int32_t t = nodes[c].token; t >= 0) {
+    if (const int32_t t = nodes[c].token;
+        t >= 0 && (limit == kNoLimit || min_rest(scratch_, next_begin, scratch_.size()) <= limit)) {
       mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
       if (!trie.same_bytes.empty()) {
         auto it = std::lower_bound(trie.same_bytes.begin(), trie.same_bytes.end(), std::make_pair(c, INT32_MIN));
         for (; it != trie.same_bytes.end() && it->first == c; ++it) mask[size_t(it->second) / 64] |= uint64_t(1) << (it->second % 64);
       }
     }
-    if (nodes[c].subtree_end > c + 1) walk(trie, c, next_begin, scratch_.size(), mask);
+    if (nodes[c].subtree_end > c + 1) walk(trie, c, next_begin, scratch_.size(), mask, limit);
     scratch_.resize(next_begin);
   }
 }
@@ -251,27 +279,46 @@ int32_t Matcher::forced_token() {
   return open_tokens < ids.size() ? ids[0] : -1;
 }
 
-void Matcher::fill_mask(std::vector<uint64_t>& mask) {
+void Matcher::fill_mask(std::vector<uint64_t>& mask, uint32_t finish_within) {
   const size_t words = (tokens_->vocab_size() + 63) / 64;
   if (mask.size() < words) mask.resize(words);
   std::fill(mask.begin(), mask.end(), 0);
   const size_t keep = nodes_.size();
+  // Forced text lies on every way to complete the value: its token is always progress.
   if (const int32_t forced = forced_token(); forced >= 0) {
     mask[size_t(forced) / 64] |= uint64_t(1) << (forced % 64);
     reset_intern(keep);
     return;
   }
+  memo_.clear();
+  // Far from the budget, no token can matter: one would have to add thousands of required
+  // bytes (a minItems or minLength in the thousands) to reach it. Skip the per-token check.
+  constexpr uint32_t kHorizon = 4096;
+  if (finish_within != kNoLimit && finish_within >= add_lengths(min_rest(leaves_, 0, leaves_.size()), kHorizon))
+    finish_within = kNoLimit;
   scratch_.assign(leaves_.begin(), leaves_.end());
-  if (string_fast_path()) {
-    uint32_t sub = 0;
+  bool fast = string_fast_path();
+  uint32_t sub = 0;
+  for (uint32_t leaf : leaves_)
+    if (leaf != kAccept && grammar_->elems[nodes_[leaf].pos].kind == ElemKind::STRING_BODY) sub = nodes_[leaf].sub;
+  if (fast && finish_within != kNoLimit) {
+    // A bulk token stays inside the string and at worst ends mid-character: the bulk mask
+    // holds only while that still leaves room to close the string and the rest.
+    constexpr uint32_t kWorstClose = 4;  // the most string_body_min_close answers (after \u)
+    uint32_t body_rest = kUnreachableBytes;
     for (uint32_t leaf : leaves_)
-      if (leaf != kAccept && grammar_->elems[nodes_[leaf].pos].kind == ElemKind::STRING_BODY) sub = nodes_[leaf].sub;
+      if (leaf != kAccept && grammar_->elems[nodes_[leaf].pos].kind == ElemKind::STRING_BODY)
+        body_rest = add_lengths(grammar_->min_rest[nodes_[leaf].pos], rest_of(nodes_[leaf].parent));
+    fast = add_lengths(body_rest, kWorstClose) <= finish_within;
+  }
+  if (fast) {
     const auto& bulk = tokens_->body_mask(uint8_t(sub));
     std::copy(bulk.begin(), bulk.end(), mask.begin());
-    walk(tokens_->quote_trie(), 0, 0, scratch_.size(), mask);
+    walk(tokens_->quote_trie(), 0, 0, scratch_.size(), mask, finish_within);
   } else {
-    walk(tokens_->trie(), 0, 0, scratch_.size(), mask);
+    walk(tokens_->trie(), 0, 0, scratch_.size(), mask, finish_within);
   }
+  memo_.clear();
   reset_intern(keep);  // drop the nodes the walk made
 }
 

@@ -30,10 +30,18 @@ class Matcher {
  public:
   Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTable> tokens);
 
+  static constexpr uint32_t kNoLimit = 0xFFFFFFFFu;
   // Sets bit t of `mask` (ceil(vocab / 64) words, at least the table's vocabulary; other
   // bits cleared) for every token the grammar allows next. End-of-sequence tokens are the
   // caller's: allowed exactly when accepting().
-  void fill_mask(std::vector<uint64_t>& mask);
+  // With `finish_within`, only the tokens after which some `finish_within` more bytes
+  // complete the value: a sequence with n tokens left passes n - 1, and since every later
+  // token can bring the value at least one byte closer (byte-level vocabularies spell each
+  // byte), its output is a complete value when the budget runs out, never a cut one (short
+  // of one token adding over 4,096 required bytes while the budget is still that far off).
+  void fill_mask(std::vector<uint64_t>& mask, uint32_t finish_within = kNoLimit);
+  // The fewest bytes that complete the value from here (0 when accepting).
+  uint32_t min_bytes_to_finish();
   // Consumes a token's bytes; false (and no change) when the grammar does not allow them.
   bool advance(int32_t token);
   bool advance_bytes(std::string_view bytes);
@@ -58,7 +66,12 @@ class Matcher {
   ByteSet first_bytes(const std::vector<uint32_t>& leaves, size_t begin, size_t end) const;
   int32_t forced_token();  // -1 when nothing is forced
   bool has_extension(std::string_view prefix, const ByteSet& next_bytes) const;
-  void walk(const TokenTrie& trie, uint32_t node, size_t begin, size_t end, std::vector<uint64_t>& mask);
+  void walk(const TokenTrie& trie, uint32_t node, size_t begin, size_t end, std::vector<uint64_t>& mask,
+            uint32_t limit);
+  // Fewest bytes to complete the value from a stack (rest_of) or the best of a leaf set;
+  // memoized by node id in memo_, valid while no node is dropped.
+  uint32_t rest_of(uint32_t node);
+  uint32_t min_rest(const std::vector<uint32_t>& leaves, size_t begin, size_t end);
   bool string_fast_path() const;
   void reset_intern(size_t keep_nodes);
   void compact();
@@ -70,6 +83,7 @@ class Matcher {
   std::vector<uint32_t> scratch_; // leaf sets along the trie walk
   std::vector<uint32_t> table_;   // intern hash table of node ids (0 = empty)
   std::vector<uint32_t> table_gen_;
+  std::vector<uint32_t> memo_;
   uint32_t gen_ = 1;
   size_t table_used_ = 0;
 };

@@ -30,13 +30,15 @@ Sampler::Sampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids)
 
 SampleOutput Sampler::sample(const float* logits, const Sequence& seq) {
   return sample(logits, seq.params, seq.token_ids, seq.num_prompt_tokens, seq.seed,
-                static_cast<uint64_t>(seq.num_output_tokens()), seq.matcher.get());
+                static_cast<uint64_t>(seq.num_output_tokens()), seq.matcher.get(), seq.max_tokens);
 }
 
 SampleOutput Sampler::sample(const float* logits, const SamplingParams& params, std::span<const int32_t> context,
-                             int64_t num_prompt_tokens, uint64_t seed, uint64_t counter, constrain::Matcher* matcher) {
+                             int64_t num_prompt_tokens, uint64_t seed, uint64_t counter, constrain::Matcher* matcher,
+                             int64_t max_output_tokens) {
   std::copy(logits, logits + vocab_size_, logits_.begin());
-  if (matcher) apply_constraint(params, *matcher);
+  if (matcher)
+    apply_constraint(params, *matcher, max_output_tokens > 0 ? std::max<int64_t>(1, max_output_tokens - int64_t(counter)) : 0);
   adjust_logits(params, context, num_prompt_tokens);
   SampleOutput out;
   out.token = draw(params, params.greedy() ? 0.0 : uniform01(seed, counter));

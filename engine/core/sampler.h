@@ -38,17 +38,19 @@ class Sampler {
   // The same with the context spelled out: context = prompt followed by output tokens.
   // With a matcher (structured output), tokens its grammar does not allow next are
   // masked before anything else (end-of-sequence and stop_token_ids only where the value
-  // is complete), and the matcher advances by the drawn token.
+  // is complete), and the matcher advances by the drawn token. `max_output_tokens` (the
+  // sequence's resolved limit; 0: none) makes the value close before the limit cuts it.
   SampleOutput sample(const float* logits, const SamplingParams& params, std::span<const int32_t> context,
                       int64_t num_prompt_tokens, uint64_t seed, uint64_t counter,
-                      constrain::Matcher* matcher = nullptr);
+                      constrain::Matcher* matcher = nullptr, int64_t max_output_tokens = 0);
 
   int64_t vocab_size() const { return vocab_size_; }
 
  private:
   void adjust_logits(const SamplingParams& params, std::span<const int32_t> context, int64_t num_prompt_tokens);
   void fill_logprobs(const SamplingParams& params, SampleOutput& out);
-  void apply_constraint(const SamplingParams& params, constrain::Matcher& matcher);  // sampler_constraint.cpp
+  // sampler_constraint.cpp; tokens_left counts this one (0: no limit).
+  void apply_constraint(const SamplingParams& params, constrain::Matcher& matcher, int64_t tokens_left);
   void advance_constraint(const SamplingParams& params, constrain::Matcher& matcher, int32_t token);
   int32_t draw(const SamplingParams& params, double u);
 

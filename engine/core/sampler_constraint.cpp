@@ -8,7 +8,7 @@
 
 namespace spark {
 
-void Sampler::apply_constraint(const SamplingParams& params, constrain::Matcher& matcher) {
+void Sampler::apply_constraint(const SamplingParams& params, constrain::Matcher& matcher, int64_t tokens_left) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   // End-of-sequence (and the request's stop tokens) are allowed exactly where the value is
   // complete; they are never in the grammar's mask (special tokens), so keep their logits.
@@ -17,7 +17,12 @@ void Sampler::apply_constraint(const SamplingParams& params, constrain::Matcher&
     if (id >= 0 && id < vocab_size_) enders.emplace_back(id, logits_[size_t(id)]);
   for (int32_t id : params.stop_token_ids) enders.emplace_back(id, logits_[size_t(id)]);
 
-  matcher.fill_mask(allowed_);
+  // With n tokens left, this one and n - 1 more must complete the value: an output the
+  // limit would cut closes its value instead (its finish reason stays "length").
+  const uint32_t finish_within = tokens_left > 0 && tokens_left - 1 < int64_t(constrain::Matcher::kNoLimit)
+                                     ? uint32_t(tokens_left - 1)
+                                     : constrain::Matcher::kNoLimit;
+  matcher.fill_mask(allowed_, finish_within);
   const auto words = static_cast<int64_t>(allowed_.size());
   bool any = false;
   for (int64_t id = 0; id < vocab_size_; ++id) {

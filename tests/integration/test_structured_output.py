@@ -2,9 +2,9 @@
 Python's jsonschema (with its FormatChecker) as the judge of every output.
 
 A model this small writes JSON that does not match a schema most of the time on its own, so
-these tests fail when the constraint is not applied. It also rambles inside strings: an
-output cut by max_tokens is a valid prefix that cannot parse, so the tests judge every
-output that finished and require most to finish. SPARKD_STRUCTURED_SCHEMAS and
+these tests fail when the constraint is not applied. It also rambles inside strings, so many
+outputs reach max_tokens: the constraint then closes the value before the limit, and every
+output, finished or cut, must parse and validate. SPARKD_STRUCTURED_SCHEMAS and
 SPARKD_STRUCTURED_TOOL_RUNS set the sizes (make test: 12 schemas x 2 temperatures, 50 tool
 calls; the acceptance run, `make constrain-oracle`: 200 and 100).
 """
@@ -58,11 +58,10 @@ def test_json_schema_suite_validates(server):
     jobs = [(s, t) for s in schemas(NUM_SCHEMAS, seed=3) for t in (0.0, 1.0)]
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(one, jobs))
-    finished = [(s, c) for s, c in results if c.finish_reason == "stop"]
-    for schema, choice in finished:
+    for schema, choice in results:
         check(schema, choice.message.content)
-    print(f"{len(finished)} of {len(results)} outputs finished and validate; the rest hit max_tokens={MAX_TOKENS}")
-    assert len(finished) >= len(results) // 2
+    closed = sum(c.finish_reason == "length" for _, c in results)
+    print(f"{len(results)} of {len(results)} outputs validate; {closed} were closed by max_tokens={MAX_TOKENS}")
 
 
 class Weather(BaseModel):
@@ -90,9 +89,8 @@ def test_json_object_streaming_with_n_and_logprobs(server):
             if ch.finish_reason:
                 finish[ch.index] = ch.finish_reason
     assert sorted(texts) == [0, 1, 2]
-    for i, text in texts.items():
-        if finish[i] == "stop":
-            assert isinstance(json.loads(text), dict)
+    for text in texts.values():
+        assert isinstance(json.loads(text), dict)
 
 
 def test_choice_regex_and_vllm_fields(server):
@@ -126,7 +124,8 @@ SCHEMA_OF = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 
 def test_tool_choice_required_always_parses(server):
-    """Calls at temperature 1.0: every finished one names a tool and its arguments validate."""
+    """Calls at temperature 1.0: every one names a tool and its arguments validate, the ones
+    max_tokens would have cut included (the constraint closes them in time)."""
     c = client(server)
 
     def one(seed):
@@ -138,13 +137,12 @@ def test_tool_choice_required_always_parses(server):
     with ThreadPoolExecutor(4) as pool:
         choices = [ch for batch in pool.map(one, range(TOOL_RUNS // 10)) for ch in batch]
     assert len(choices) == TOOL_RUNS // 10 * 10
-    finished = [ch for ch in choices if ch.finish_reason != "length"]
-    for ch in finished:
-        assert ch.finish_reason == "tool_calls", ch
+    for ch in choices:
+        assert ch.message.tool_calls, ch
         call = ch.message.tool_calls[0]
         check(SCHEMA_OF[call.function.name], call.function.arguments)
-    print(f"{len(finished)} of {len(choices)} tool calls finished and validate; the rest hit max_tokens={MAX_TOKENS}")
-    assert len(finished) >= len(choices) * 3 // 4
+    closed = sum(ch.finish_reason == "length" for ch in choices)
+    print(f"{len(choices)} of {len(choices)} tool calls validate; {closed} were closed by max_tokens={MAX_TOKENS}")
 
 
 def test_named_tool_choice(server):

@@ -3,6 +3,7 @@
 // token one by one, and the limits that refuse hostile schemas.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 #include <regex>
 #include <string>
@@ -156,4 +157,76 @@ TEST_CASE("hostile and unsupported schemas are refused with the reason") {
   // A recursive schema with a base case is fine.
   CHECK(refused(R"({"$defs":{"n":{"type":"object","properties":{"k":{"type":"array","items":{"$ref":"#/$defs/n"}}}}},"$ref":"#/$defs/n"})")
             .empty());
+}
+
+TEST_CASE("the fewest bytes that complete a value, counted by hand") {
+  auto table = byte_table();
+  auto object = schema_grammar(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],
+      "additionalProperties":false})");
+  auto string3 = schema_grammar(R"({"type":"string","minLength":3})");
+  auto any_string = schema_grammar(R"({"type":"string"})");
+  struct Case {
+    std::shared_ptr<const Grammar> g;
+    std::string prefix;
+    uint32_t bytes;
+  };
+  for (const Case& c : std::vector<Case>{{object, "", 7},          // {"a":0}
+                                         {object, "{\"a\":", 2},   // 0}
+                                         {object, "{\"a\":-", 2},  // 1}
+                                         {object, "{\"a\":12", 1}, // }
+                                         {object, "{\"a\":12}", 0},
+                                         {string3, "", 5},              // "xxx"
+                                         {string3, "\"\xC3\xA9", 3},    // xx"
+                                         {string3, "\"\xC3", 4},        // \xA9 x x "
+                                         {any_string, "\"ab\\", 2},     // n"
+                                         {any_string, "\"\\u00", 3}}) { // 1f"
+    CAPTURE(c.prefix);
+    Matcher m(c.g, table);
+    REQUIRE(m.advance_bytes(c.prefix));
+    CHECK(m.min_bytes_to_finish() == c.bytes);
+  }
+}
+
+TEST_CASE("a token budget closes the value: random walks end complete, masks equal checking every token") {
+  std::vector<std::string> extra = {"\"", "\":\"", "\",\"", "{\"", "\"}", "ab", "abcdefgh", "\\n", "\\u00", "é", "\xC3",
+                                    "12", "-3", "999999", "true", "null", "[{", "}]", "\"name\":\"", "\"tags\":[\""};
+  auto table = byte_table(extra);
+  auto g = schema_grammar(R"({"type":"object","properties":{"name":{"type":"string"},
+      "tags":{"type":"array","items":{"type":"string"},"minItems":1},"n":{"type":"integer"}},
+      "required":["name","tags","n"],"additionalProperties":false})");
+  const uint32_t start_bytes = Matcher(g, table).min_bytes_to_finish();
+  REQUIRE(start_bytes == std::string(R"({"name":"","tags":[""],"n":0})").size());
+  std::mt19937 rng(7);
+  std::vector<uint64_t> mask;
+  for (int walk = 0; walk < 60; ++walk) {
+    const int budget = int(start_bytes) + walk % 20;
+    Matcher m(g, table);
+    std::string text;
+    for (int left = budget; left > 0; --left) {
+      m.fill_mask(mask, uint32_t(left - 1));
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < int32_t(table->vocab_size()); ++t)
+        if ((mask[size_t(t) / 64] >> (t % 64)) & 1) allowed.push_back(t);
+      if (walk < 3) {  // the filtered mask against each token alone
+        for (int32_t t = 0; t < int32_t(table->vocab_size()); ++t) {
+          Matcher alone = m;
+          const bool ok = alone.advance(t) && alone.min_bytes_to_finish() <= uint32_t(left - 1);
+          CAPTURE(text);
+          CAPTURE(table->bytes(t));
+          CHECK(ok == ((mask[size_t(t) / 64] >> (t % 64)) & 1));
+        }
+      }
+      if (allowed.empty()) break;
+      // Favour tokens that keep strings open (the longest ones), the worst case for a budget.
+      std::sort(allowed.begin(), allowed.end(),
+                [&](int32_t a, int32_t b) { return table->bytes(a).size() > table->bytes(b).size(); });
+      const int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, std::min<size_t>(allowed.size(), 8) - 1)(rng)];
+      text += table->bytes(pick);
+      REQUIRE(m.advance(pick));
+    }
+    CAPTURE(budget);
+    CAPTURE(text);
+    CHECK(m.accepting());
+    CHECK(nlohmann::json::parse(text).is_object());
+  }
 }

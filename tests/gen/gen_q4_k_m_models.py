@@ -8,10 +8,9 @@
 # Blocks come from tests/gen/kquants.py (the `gguf` package has no K-quant quantizer).
 #
 # The golden logits are computed from what the file holds as the `gguf` package reads it
-# (GGUFReader, gguf.quants.dequantize), by a float64 numpy Llama forward pass written
-# here; that forward pass is first checked against transformers' logits for the tiny f32
-# Llama (tests/golden/models/llama, written by gen_tiny_models.py) and must agree within
-# 1e-5 of the logits' scale, so the golden data rests on transformers, not on sparkd.
+# (GGUFReader, gguf.quants.dequantize), by numpy_llama's float64 forward pass, which is
+# first checked against transformers' logits of the tiny f32 fixtures (within 1e-5 of the
+# logits' scale), so the golden data rests on transformers, not on sparkd.
 #
 # usage: gen_q4_k_m_models.py [OUT_DIR]   (default: tests/golden/models/llama_q4_k_m)
 #   writes OUT_DIR/model.gguf, golden.json, logits_<i>.f32 ([len, vocab] little-endian f32)
@@ -24,13 +23,12 @@ import types
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
-from safetensors.numpy import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kquants  # noqa: E402
+import numpy_llama  # noqa: E402
 from gen_loader_golden import GGUF_NAMES, model_tensors, write_gguf_model  # noqa: E402
 
-TINY_LLAMA = "tests/golden/models/llama"
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 Q6_K_TENSORS = {"output.weight", "blk.0.attn_v.weight", "blk.0.ffn_down.weight"}
@@ -39,75 +37,6 @@ MOSTLY_Q4_K_M = 15  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
 
 def q4_k_m(name):
     return Q.Q6_K if name in Q6_K_TENSORS else Q.Q4_K
-
-
-# ---- the reference forward pass (transformers' Llama, in float64) ----------------------
-def inv_freq(c, hd):
-    rp = c.rope_parameters
-    inv = 1.0 / rp["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
-    if rp.get("rope_type") != "llama3":
-        return inv
-    # transformers' _compute_llama3_parameters
-    factor, lo, hi, old = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"], rp[
-        "original_max_position_embeddings"]
-    wavelen = 2 * np.pi / inv
-    scaled = np.where(wavelen > old / lo, inv / factor, inv)
-    smooth = (old / wavelen - lo) / (hi - lo)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
-    return np.where(medium, smoothed, scaled)
-
-
-def rms_norm(x, w, eps):
-    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
-
-
-def rope(x, pos, inv):
-    ang = pos[:, None] * inv[None, :]
-    ang = np.concatenate([ang, ang], axis=-1)[:, None, :]  # [T, 1, hd]
-    half = x.shape[-1] // 2
-    rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * np.cos(ang) + rot * np.sin(ang)
-
-
-def forward(w, c, hd, tokens):
-    """Logits [T, vocab] of one sequence; w: HF tensor names -> float64 arrays."""
-    T = len(tokens)
-    nh, nkv = c.num_attention_heads, c.num_key_value_heads
-    pos = np.arange(T, dtype=np.float64)
-    inv = inv_freq(c, hd)
-    x = w["model.embed_tokens.weight"][tokens]
-    causal = np.triu(np.full((T, T), -np.inf), 1)
-    for layer in range(c.num_hidden_layers):
-        p = f"model.layers.{layer}."
-        h = rms_norm(x, w[p + "input_layernorm.weight"], c.rms_norm_eps)
-        q = rope((h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, nh, hd), pos, inv)
-        k = rope((h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, hd), pos, inv)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, hd)
-        out = np.empty((T, nh, hd))
-        for head in range(nh):
-            kv = head // (nh // nkv)
-            s = q[:, head] @ k[:, kv].T / np.sqrt(hd) + causal
-            s = np.exp(s - s.max(axis=-1, keepdims=True))
-            out[:, head] = (s / s.sum(axis=-1, keepdims=True)) @ v[:, kv]
-        x = x + out.reshape(T, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
-        g = h @ w[p + "mlp.gate_proj.weight"].T
-        x = x + (g / (1 + np.exp(-g)) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
-    x = rms_norm(x, w["model.norm.weight"], c.rms_norm_eps)
-    return x @ w["lm_head.weight"].T
-
-
-def check_forward_against_transformers():
-    with open(os.path.join(TINY_LLAMA, "config.json")) as f:
-        c = types.SimpleNamespace(**json.load(f))
-    w = {k: v.astype(np.float64) for k, v in load_file(os.path.join(TINY_LLAMA, "model.safetensors")).items()}
-    with open(os.path.join(TINY_LLAMA, "golden.json")) as f:
-        g = json.load(f)
-    for seq, fn in zip(g["sequences"], g["logits"]):
-        ref = np.fromfile(os.path.join(TINY_LLAMA, fn), "<f4").reshape(len(seq), -1)
-        err = np.abs(forward(w, c, c.head_dim, np.array(seq)) - ref).max() / np.abs(ref).max()
-        assert err < 1e-5, f"the numpy forward pass disagrees with transformers: {err:.2e}"
 
 
 # ---- reading the file back as gguf does --------------------------------------------------
@@ -142,7 +71,7 @@ def read_back(path, c):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/models/llama_q4_k_m"
-    check_forward_against_transformers()
+    numpy_llama.check_against_transformers()
     c = types.SimpleNamespace(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, head_dim=64,
                               max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
@@ -168,7 +97,7 @@ def main():
     names = []
     for i, seq in enumerate(sequences):
         names.append(f"logits_{i}.f32")
-        forward(w, c, hd, np.array(seq)).astype("<f4").tofile(os.path.join(out, names[-1]))
+        numpy_llama.forward(w, c, seq).astype("<f4").tofile(os.path.join(out, names[-1]))
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump({"reference": "numpy float64 Llama forward (checked against transformers' tiny llama logits) "
                                 f"on gguf {importlib.metadata.version('gguf')}'s dequantization of model.gguf",

@@ -23,7 +23,8 @@ decltype(auto) with_block_format(WeightFormat f, Fn&& fn) {
     case WeightFormat::Q5_K: return fn(std::integral_constant<WeightFormat, WeightFormat::Q5_K>{});
     case WeightFormat::Q6_K: return fn(std::integral_constant<WeightFormat, WeightFormat::Q6_K>{});
     case WeightFormat::HALF:
-    case WeightFormat::Q8_0: break;
+    case WeightFormat::Q8_0:
+    case WeightFormat::FP8: break;
   }
   throw RuntimeError(std::string("not a raw-block weight format: ") + weight_format_name(f));
 }
@@ -38,11 +39,14 @@ std::optional<WeightFormat> packed_format(DType t) {
     case DType::Q4_K: return WeightFormat::Q4_K;
     case DType::Q5_K: return WeightFormat::Q5_K;
     case DType::Q6_K: return WeightFormat::Q6_K;
+    case DType::F8_E4M3: return WeightFormat::FP8;
     default: return std::nullopt;
   }
 }
 
-bool is_raw_block_format(WeightFormat f) { return f != WeightFormat::HALF && f != WeightFormat::Q8_0; }
+bool is_raw_block_format(WeightFormat f) {
+  return f != WeightFormat::HALF && f != WeightFormat::Q8_0 && f != WeightFormat::FP8;
+}
 
 const char* weight_format_name(WeightFormat f) {
   switch (f) {
@@ -53,12 +57,14 @@ const char* weight_format_name(WeightFormat f) {
     case WeightFormat::Q4_K: return "Q4_K";
     case WeightFormat::Q5_K: return "Q5_K";
     case WeightFormat::Q6_K: return "Q6_K";
+    case WeightFormat::FP8: return "FP8";
   }
   return "?";
 }
 
 int64_t block_values(WeightFormat f) {
   if (f == WeightFormat::Q8_0) return 32;
+  if (f == WeightFormat::FP8) return 16;  // fp8.h's unit of 16 values
   return with_block_format(f, [](auto F) -> int64_t { return BlockReader<decltype(F)::value>::kBlockValues; });
 }
 

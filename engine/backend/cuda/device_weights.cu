@@ -11,6 +11,7 @@
 
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/q8_0.h"
 #include "engine/model/quant.h"
 #include "engine/util/thread_pool.h"
@@ -35,11 +36,16 @@ struct Segment {
   size_t offset = 0;
 };
 
-// Device bytes of `rows` rows of `cols` values in packed `format`, and, for Q8_0, where
-// its scales start.
-size_t q8_scales_offset(int64_t rows, int64_t cols) { return align_up(size_t(rows * cols)); }
-size_t packed_bytes(WeightFormat f, int64_t rows, int64_t cols) {
-  if (f == WeightFormat::Q8_0) return q8_scales_offset(rows, cols) + align_up(size_t(rows * (cols / kQ8Block)) * 2);
+// Device bytes of `rows` rows of `cols` values in packed `format`, and, for Q8_0 and FP8,
+// where the scales start (after the one-byte quants). An FP8 matrix's scale grid is the
+// spec's blocks, or at most one scale a row (per channel; per tensor takes one).
+size_t scales_offset(int64_t rows, int64_t cols) { return align_up(size_t(rows * cols)); }
+size_t packed_bytes(WeightFormat f, int64_t rows, int64_t cols, int64_t fp8_block_rows, int64_t fp8_block_cols) {
+  if (f == WeightFormat::Q8_0) return scales_offset(rows, cols) + align_up(size_t(rows * (cols / kQ8Block)) * 2);
+  if (f == WeightFormat::FP8) {
+    const int64_t grid = fp8_block_rows > 0 ? ceil_div(rows, fp8_block_rows) * ceil_div(cols, fp8_block_cols) : rows;
+    return scales_offset(rows, cols) + align_up(size_t(grid) * 4);
+  }
   return align_up(size_t(rows * block_row_bytes(f, cols)));
 }
 
@@ -53,6 +59,7 @@ struct Piece {
   const void** dst = nullptr;       // vectors
   DeviceMatrix* matrix = nullptr;  // matrices
   size_t offset = 0;
+  int64_t fp8_block_rows = 0, fp8_block_cols = 0;  // the spec's FP8 scale blocks
 
   int64_t total_rows() const {
     int64_t n = 0;
@@ -60,12 +67,16 @@ struct Piece {
     return n;
   }
   size_t elements() const { return size_t(total_rows()) * size_t(cols); }
+  size_t segment_bytes(const Segment& s) const {
+    return packed_bytes(s.format, s.rows, cols, fp8_block_rows, fp8_block_cols);
+  }
   std::vector<Segment> segments() const {
     std::vector<Segment> out;
     size_t offset = 0;
     for (size_t i = 0; i < formats.size(); ++i) {
-      if (out.empty() || out.back().format != formats[i]) {
-        if (!out.empty()) offset += packed_bytes(out.back().format, out.back().rows, cols);
+      // FP8 sources keep their own scale grids: one segment each.
+      if (out.empty() || out.back().format != formats[i] || formats[i] == WeightFormat::FP8) {
+        if (!out.empty()) offset += segment_bytes(out.back());
         out.push_back(Segment{formats[i], i, 0, 0, offset});
       }
       out.back().count += 1;
@@ -79,7 +90,7 @@ struct Piece {
       case Layout::HALF_MATRIX: return align_up(elements() * 2);
       case Layout::PACKED_MATRIX: {
         const std::vector<Segment> segs = segments();
-        return segs.back().offset + packed_bytes(segs.back().format, segs.back().rows, cols);
+        return segs.back().offset + segment_bytes(segs.back());
       }
     }
     return 0;
@@ -107,12 +118,17 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     std::vector<WeightFormat> formats;
     for (Part p : parts) {
       const std::optional<WeightFormat> f = packed_format(stored(p, layer));
-      if (f && cols % block_values(*f) == 0) formats.push_back(*f);
+      // An FP8 table is gathered from 16-bit rows (FP8 checkpoints keep it 16-bit anyway);
+      // fp8.h reads scale blocks of whole 16-value units.
+      const bool fp8_ok = p != Part::EMBEDDING && s.fp8_block_cols % 16 == 0;
+      if (f && cols % block_values(*f) == 0 && (f != WeightFormat::FP8 || fp8_ok)) formats.push_back(*f);
     }
     const bool packed = formats.size() == parts.size();
     if (!packed) formats.clear();
     out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(rows), cols,
                         packed ? Layout::PACKED_MATRIX : Layout::HALF_MATRIX, std::move(formats), nullptr, d});
+    out.back().fp8_block_rows = s.fp8_block_rows;
+    out.back().fp8_block_cols = s.fp8_block_cols;
   };
   auto vec = [&](std::vector<const Tensor*> from, std::vector<int64_t> lengths, const void** d) {
     out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(lengths), 1,
@@ -209,14 +225,19 @@ void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<Dev
     const Segment& seg = segs[i];
     char* base = dst + seg.offset;
     *m = DeviceMatrix{seg.format, base, nullptr, segs.size() > 1 ? int32_t(seg.rows) : 0, nullptr};
-    if (seg.format == WeightFormat::Q8_0) m->scales = base + q8_scales_offset(seg.rows, p.cols);
+    if (seg.format == WeightFormat::Q8_0 || seg.format == WeightFormat::FP8)
+      m->scales = base + scales_offset(seg.rows, p.cols);
     int64_t row0 = 0;
     for (size_t s = seg.first; s < seg.first + seg.count; ++s) {
       const Tensor* t = p.sources[s];
       SPARK_CHECK(t != nullptr, "a device piece lacks a bound tensor");
-      if (seg.format == WeightFormat::Q8_0)
-        upload_q8_0(*t, base + row0 * p.cols, base + q8_scales_offset(seg.rows, p.cols) + row0 * (p.cols / kQ8Block) * 2);
-      else
+      if (seg.format == WeightFormat::Q8_0) {
+        upload_q8_0(*t, base + row0 * p.cols, base + scales_offset(seg.rows, p.cols) + row0 * (p.cols / kQ8Block) * 2);
+      } else if (seg.format == WeightFormat::FP8) {  // one source a segment
+        upload_fp8(*t, base, base + scales_offset(seg.rows, p.cols));
+        m->scale_block_rows = int32_t(t->scale_block_rows);
+        m->scale_block_cols = int32_t(t->scale_block_cols);
+      } else
         upload_blocks(*t, base + row0 * block_row_bytes(seg.format, p.cols));
       row0 += t->rows();
     }

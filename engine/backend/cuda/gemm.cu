@@ -12,6 +12,7 @@
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/block_formats.h"
+#include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/q8_0.h"
 
 namespace spark::cuda {
@@ -177,7 +178,7 @@ void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const D
                   GemmOut out, cudaStream_t stream, GemmPath path, bool programmatic) {
   if (w.format == WeightFormat::HALF && !w.tail)
     return linear(type, x, rows, k, w.data, n, y, out, stream, path, programmatic);
-  SPARK_CHECK(rows >= 0 && k > 0 && n > 0 && k % 32 == 0,
+  SPARK_CHECK(rows >= 0 && k > 0 && n > 0 && k % 16 == 0,
               "Gemm::linear (packed): bad shape rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
                   " n=" + std::to_string(n));
   SPARK_CHECK(aligned16(x) && aligned16(y), "Gemm::linear: x and y must be 16-byte aligned");
@@ -195,6 +196,8 @@ void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const D
     if (path == GemmPath::GEMV) {
       if (part->format == WeightFormat::Q8_0)
         gemv_q8_0(type, x, rows, k, *part, pn, py, n, out, stream, programmatic);
+      else if (part->format == WeightFormat::FP8)
+        gemv_fp8(type, x, rows, k, *part, pn, py, n, out, stream, programmatic);
       else
         gemv_blocks(part->format, type, x, rows, k, part->data, pn, py, n, out, stream, programmatic);
     } else {
@@ -216,6 +219,8 @@ void Gemm::linear_dequantized(HalfType type, const void* x, int32_t rows, int32_
     const int32_t block = int32_t(std::min<int64_t>(fit, n - n0));
     if (w.format == WeightFormat::Q8_0)
       dequantize_q8_0(type, w, k, n0, block, dequant_scratch_, stream);
+    else if (w.format == WeightFormat::FP8)
+      dequantize_fp8(type, w, k, n0, block, dequant_scratch_, stream);
     else
       dequantize_blocks(w.format, type, w.data, k, n0, block, dequant_scratch_, stream);
     cublaslt(type, x, rows, k, dequant_scratch_, block, static_cast<char*>(y) + size_t(n0) * out_size, ldy, out,

@@ -37,8 +37,8 @@ class Gemm {
               cudaStream_t stream, GemmPath path = GemmPath::AUTO, bool programmatic = false);
 
   // The same for a weight matrix in any device format (kernel_args.h). HALF: as above.
-  // Packed (Q8_0, q8_0.h; Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, block_formats.h; k a multiple of
-  // the format's block): up to kGemvMaxRows rows through the format's GEMV, which reads
+  // Packed (Q8_0, q8_0.h; Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, block_formats.h; FP8, fp8.h; k a
+  // multiple of the format's block): up to kGemvMaxRows rows through the format's GEMV, which reads
   // the packed bytes once; more rows (or path CUBLASLT) dequantize w a row block at a
   // time into the scratch given to use_dequant_scratch and multiply each block on
   // cuBLASLt, so no 16-bit copy of the whole matrix ever exists. A chained matrix (parts

@@ -150,7 +150,7 @@ TEST_CASE("cpu forward: tiny Q4_K_M and FP8 models match the reference logits wi
       REQUIRE(out.logits.size() == g.logits[s].size());
       worst = std::max(worst, rel_error(out.logits.data(), g.logits[s].data(), out.logits.size()));
     }
-    MESSAGE(name << ": max relative logit error " << worst);
+    MESSAGE(std::string(name) << ": max relative logit error " << worst);
     CHECK(worst < 1e-4);
   }
 }

@@ -1,14 +1,17 @@
 // check_model.cu — whole-model checks of the CUDA backend against the CPU backend (logits
 // of the tiny fixture models, in whole-prompt, padded-bucket and mixed chunked-prefill and
-// decode steps, the tiny llama also quantized to Q8_0, and of SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
+// decode steps, the tiny llama also quantized to Q8_0, a tiny llama in Q4_K_M, tiny FP8 checkpoints, and of SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
 // size of FP8's effect on SmolLM2's logits against an independent reference), of a
 // two-stage pipeline split against one CUDA backend, and the Llama-3.1-8B-shaped
 // benchmarks (decode bandwidth, batching, prefill rate) against the copy bandwidth and
-// the cuBLASLt rate measured in the same run.
+// the cuBLASLt rate measured in the same run, and the batch-1 decode rate of the 8B model
+// in Q4_K_M and Q8_0 (random packed weights) beside the copy bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,10 +19,12 @@
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/model/arch.h"
 #include "engine/model/memory_plan.h"
 #include "engine/model/model_loader.h"
+#include "engine/util/splitmix.h"
 #include "tests/gpu/gpu_check.h"
 
 using namespace spark;
@@ -334,6 +339,71 @@ double gemm_tflops(int m, int k, int n) {
   return 2.0 * m * double(k) * n / (ms * 1e-3) / 1e12;
 }
 
+// Llama-3.1-8B with random packed weights in a GGUF mix (`stored`: each matrix's type;
+// norms f32): every block's bytes random, its half-float scales small and finite.
+Weights quantized_8b_weights(const ModelSpec& spec, const std::function<DType(Part)>& stored) {
+  Weights w;
+  w.set_range(full_range(spec));
+  uint64_t seed = 1;
+  for (const TensorSpec& t : expected_tensors(spec, full_range(spec))) {
+    Tensor x;
+    x.name = t.name;
+    x.shape = t.shape;
+    x.dtype = part_is_norm(t.part) ? DType::F32 : stored(t.part);
+    x.nbytes = dtype_nbytes(x.dtype, x.numel(), t.shape.back());
+    auto buf = std::make_shared<std::vector<uint64_t>>((x.nbytes + 7) / 8);
+    for (uint64_t& v : *buf) v = splitmix64(seed++);
+    uint8_t* bytes = reinterpret_cast<uint8_t*>(buf->data());
+    const size_t block = size_t(dtype_block_bytes(x.dtype));
+    const uint16_t small = 0x1400;  // 2^-10 as an IEEE half
+    if (x.dtype == DType::F32) {
+      std::fill_n(reinterpret_cast<float*>(bytes), x.numel(), 1.0f);
+    } else {
+      // d (and dmin) of each block: at 0 (and 2), or at 208 for Q6_K.
+      const size_t at = x.dtype == DType::Q6_K ? 208 : 0;
+      const bool has_min = x.dtype == DType::Q4_K || x.dtype == DType::Q5_K || x.dtype == DType::Q4_1;
+      for (size_t b = 0; b < x.nbytes / block; ++b) {
+        std::memcpy(bytes + b * block + at, &small, 2);
+        if (has_min) std::memcpy(bytes + b * block + 2, &small, 2);
+      }
+    }
+    x.data = bytes;
+    w.keep_alive(std::move(buf));
+    w.add(std::move(x));
+  }
+  return w;
+}
+
+// Batch-1 decode of the 8B model in a packed mix: tokens/s, and the bytes a token reads
+// (every matrix but the embedding table) over the step time beside the copy bandwidth.
+void llama8b_quantized_decode(const std::string& name, const std::function<DType(Part)>& stored, double copy_gbs) {
+  Config c = config_for_model("tests/golden/configs/llama3_8b");
+  c.model.load_format = "dummy";
+  const ModelSpec spec = inspect_model(c).spec;
+  const int ctx = 512, blocks_per_seq = 2048 / kBlock;
+  CudaOptions o;
+  o.max_num_seqs = 1;
+  o.max_num_batched_tokens = 2048;
+  o.max_model_len = blocks_per_seq * kBlock;
+  o.block_size = kBlock;
+  std::unique_ptr<CudaBackend> gpu;
+  {
+    const Weights w = quantized_8b_weights(spec, stored);
+    gpu = std::make_unique<CudaBackend>(spec, bind_stage(spec, w), o);
+  }
+  gpu->init_kv_cache(blocks_per_seq, kBlock);
+  const StoredDType as_stored = [&](Part p, int64_t) { return part_is_norm(p) ? DType::F32 : stored(p); };
+  const double table = double(dtype_nbytes(stored(Part::EMBEDDING), spec.vocab_size * spec.hidden_size,
+                                           spec.hidden_size));
+  const double read = double(CudaBackend::weight_bytes(spec, full_range(spec), as_stored)) - table -
+                      double(cuda::DeviceWeights::kDequantScratchBytes) +
+                      double(spec.num_layers) * double(CudaBackend::kv_bytes_per_token_layer(spec, false)) * ctx;
+  const double t1 = step_ms(*gpu, decode_batch(1, ctx, blocks_per_seq));
+  info("bench", "8B " + name + " decode b=1 ctx 512: " + fmt("%.0f tok/s", 1e3 / t1),
+       fmt("%.0f GB/s", read / (t1 * 1e-3) / 1e9) + fmt(" = %.1f%% of copy", 100 * read / (t1 * 1e-3) / 1e9 / copy_gbs),
+       fmt("%.2f GB read a token", read / 1e9));
+}
+
 void llama8b_benchmarks() {
   const double copy_gbs = copy_bandwidth_gbs();
   info("bench", "device copy bandwidth (read+write)", fmt("%.0f GB/s", copy_gbs), "2 GiB cudaMemcpy D2D");
@@ -403,6 +473,13 @@ void llama8b_benchmarks() {
   };
   const double ratio = double(plan("fp8")) / double(plan("auto"));
   row("bench", "8B memory plan: fp8 / bf16 KV tokens", fmt("%.3fx", ratio), ">= 1.95x", ratio >= 1.95);
+  gpu.reset();
+
+  // Packed formats: llama.cpp's Q4_K_M mix (v, down and the output matrix Q6_K) and Q8_0.
+  llama8b_quantized_decode("Q4_K_M", [](Part p) {
+    return p == Part::V || p == Part::DOWN || p == Part::LM_HEAD ? DType::Q6_K : DType::Q4_K;
+  }, copy_gbs);
+  llama8b_quantized_decode("Q8_0", [](Part) { return DType::Q8_0; }, copy_gbs);
 }
 
 std::string tiny_model_path(const std::string& name) { return "tests/golden/models/" + name; }
@@ -441,6 +518,35 @@ void tiny_q8_0_parity() {
     logits_parity("llama Q8_0", m, golden, f16);
     logits_parity("llama Q8_0", m, golden, f16, true);
     logits_parity("llama Q8_0 x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+  }
+}
+
+// A tiny llama in Q4_K_M (tests/gen/gen_q4_k_m_models.py; the CPU backend matches its
+// reference logits in test_cpu_forward): Q4_K and Q6_K matrices stay packed, layer 0's
+// q/k/v fused as a chain of a Q4_K and a Q6_K part, the Q4_K embedding gathered packed.
+void tiny_q4_k_m_parity() {
+  const LoadedModel m = load_model(config_for_model(tiny_model_path("llama_q4_k_m/model.gguf")));
+  const auto golden = tiny_model_prompts("llama_q4_k_m");
+  std::vector<std::vector<int32_t>> wide;
+  for (int copy = 0; copy < 3; ++copy) wide.insert(wide.end(), golden.begin(), golden.end());
+  for (bool f16 : {false, true}) {
+    logits_parity("llama Q4_K_M", m, golden, f16);
+    logits_parity("llama Q4_K_M", m, golden, f16, true);
+    logits_parity("llama Q4_K_M x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+  }
+}
+
+// Tiny FP8 checkpoints (tests/gen/gen_fp8_models.py; the CPU backend matches their
+// reference logits in test_cpu_forward): e4m3 matrices stay packed with their 128x128
+// block (llama) or per-channel (qwen3) scales.
+void tiny_fp8_parity(const std::string& name) {
+  const LoadedModel m = load_model(config_for_model(tiny_model_path(name)));
+  const auto golden = tiny_model_prompts(name);
+  std::vector<std::vector<int32_t>> wide;
+  for (int copy = 0; copy < 3; ++copy) wide.insert(wide.end(), golden.begin(), golden.end());
+  for (bool f16 : {false, true}) {
+    logits_parity(name, m, golden, f16, true);
+    logits_parity(name + " x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
   }
 }
 
@@ -589,6 +695,8 @@ int main() {
     part("llama massive activations", tiny_model_massive_activation);
     part("llama x12", [] { tiny_model_wide_batch("llama"); });
     part("llama Q8_0", tiny_q8_0_parity);
+    part("llama Q4_K_M", tiny_q4_k_m_parity);
+    for (const char* name : {"llama_fp8_block", "qwen3_fp8_channel"}) part(name, [name] { tiny_fp8_parity(name); });
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_parity(name, true); });
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_split(name); });
     part("llama", [] { tiny_model_split("llama", true); });

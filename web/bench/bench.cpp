@@ -17,6 +17,7 @@
 #include "web/bench/bench_options.h"
 #include "web/bench/bench_prompts.h"
 #include "web/bench/bench_report.h"
+#include "web/bench/bench_speculative.h"
 #include "web/bench/bench_stats.h"
 
 namespace spark {
@@ -123,6 +124,116 @@ PromptSet build_prompts(const BenchOptions& o, BenchRunInfo& info, BenchClient& 
   return set;
 }
 
+// One timed pass over `bodies`: released at once or by Poisson arrivals, at most
+// max_workers in flight, with the progress bar; ctrl-C cancels what is in flight.
+struct TimedRun {
+  std::vector<RequestRecord> records;
+  double duration = 0;  // from the start to the end of the last request, or to the interrupt
+  bool interrupted = false;
+};
+
+TimedRun timed_run(const BenchOptions& o, BenchClientPool& pool, size_t max_workers,
+                   const std::vector<std::string>& bodies, const PromptSet& set) {
+  const size_t n = bodies.size();
+  std::vector<double> release = o.poisson() ? poisson_arrivals(n, o.request_rate, o.seed) : std::vector<double>(n, 0.0);
+  std::vector<std::optional<RequestRecord>> results(n);
+  std::atomic<bool> cancel{false};
+  std::atomic<size_t> done_count{0}, failed_count{0};
+  auto run_start = std::chrono::steady_clock::now();
+  auto job = [&](size_t i, size_t worker) {
+    if (cancel.load()) return;  // released but never sent
+    RequestRecord r;
+    double start = seconds_since(run_start);
+    try {
+      r = pool.get(worker).stream(o.endpoint, bodies[i], cancel);
+    } catch (const std::exception& e) {  // a thread must not throw: record it instead
+      r.error_kind = ErrorKind::OTHER;
+      r.error = e.what();
+    }
+    r.prompt_index = i;
+    r.start_s = start;
+    if (!r.prompt_tokens_from_usage) r.prompt_tokens = std::max(0LL, set.prompts[i].tokens);
+    if (!r.success) failed_count++;
+    results[i] = std::move(r);
+    done_count++;
+  };
+  ProgressBar progress(n);
+  std::optional<double> interrupted_at;
+  {
+    LoadRunner runner(release, max_workers, job);
+    if (g_interrupted.load()) {
+      interrupted_at = 0.0;  // during the warm-up: nothing was sent
+    } else {
+      run_start = std::chrono::steady_clock::now();
+      runner.start();
+      while (!interrupted_at && !runner.wait_for(kTick)) {
+        progress.update(done_count.load(), failed_count.load(), seconds_since(run_start));
+        if (g_interrupted.load()) interrupted_at = seconds_since(run_start);
+      }
+      if (interrupted_at) {
+        cancel.store(true);
+        runner.stop();
+        // Repeated: a request may have been about to connect when the first call ran.
+        do pool.interrupt_all();
+        while (!runner.wait_for(std::chrono::milliseconds(20)));
+      }
+      runner.join();
+    }
+  }
+  progress.update(done_count.load(), failed_count.load(), seconds_since(run_start));
+  progress.finish();
+
+  std::vector<RequestRecord> records;
+  double last_end = 0;
+  for (auto& r : results)
+    if (r) {
+      last_end = std::max(last_end, r->start_s + r->e2e_s);
+      records.push_back(std::move(*r));
+    }
+  // Throughput is over the wall time of the timed run: from its start to the end of the
+  // last request, or to the interrupt.
+  return {std::move(records), interrupted_at ? *interrupted_at : last_end, interrupted_at.has_value()};
+}
+
+// --compare-speculative: passes on, off, off, on (drift in the machine's speed cancels),
+// each side summarized over its two passes; the drafts' counters come from /metrics
+// around the passes with speculation on.
+int compare_speculative(BenchRunInfo& info, BenchClientPool& pool, size_t max_workers,
+                        const std::vector<std::string>& bodies, const PromptSet& set) {
+  const BenchOptions& o = info.options;
+  std::vector<std::string> off_bodies;
+  for (const std::string& b : bodies) {
+    nlohmann::json j = nlohmann::json::parse(b);
+    j["speculative"] = false;
+    off_bodies.push_back(j.dump());
+  }
+  std::vector<RequestRecord> on_records, off_records;
+  double on_s = 0, off_s = 0;
+  SpecCounters drafts;
+  for (bool on : {true, false, false, true}) {
+    std::fprintf(stderr, "sparkd bench: pass with speculative decoding %s\n", on ? "on" : "off");
+    const SpecCounters before = spec_counters(pool.get(0).metrics_text());
+    TimedRun run = timed_run(o, pool, max_workers, on ? bodies : off_bodies, set);
+    if (on) {
+      SpecCounters delta = spec_counters(pool.get(0).metrics_text()) - before;
+      drafts = {drafts.drafts + delta.drafts, drafts.draft_tokens + delta.draft_tokens,
+                drafts.accepted_tokens + delta.accepted_tokens, delta.present};
+    }
+    auto& records = on ? on_records : off_records;
+    records.insert(records.end(), run.records.begin(), run.records.end());
+    (on ? on_s : off_s) += run.duration;
+    if (run.interrupted) {
+      info.interrupted = true;
+      break;
+    }
+  }
+  const Summary on = summarize(on_records, 2 * bodies.size(), on_s);
+  const Summary off = summarize(off_records, 2 * bodies.size(), off_s);
+  print_speculative_comparison(stdout, info, on, off, drafts);
+  if (info.interrupted) return 130;
+  return on.succeeded == 0 || off.succeeded == 0 ? 1 : 0;
+}
+
 }  // namespace
 
 int run_bench(const Args& args) {
@@ -189,66 +300,11 @@ int run_bench(const Args& args) {
   if (!warm.success && warm.error_kind != ErrorKind::CANCELLED)
     std::fprintf(stderr, "sparkd bench: warning: warm-up %s\n", info.warmup.c_str());
 
-  // The timed run.
-  std::vector<double> release = o.poisson() ? poisson_arrivals(n, o.request_rate, o.seed) : std::vector<double>(n, 0.0);
-  std::vector<std::optional<RequestRecord>> results(n);
-  std::atomic<bool> cancel{false};
-  std::atomic<size_t> done_count{0}, failed_count{0};
-  auto run_start = std::chrono::steady_clock::now();
-  auto job = [&](size_t i, size_t worker) {
-    if (cancel.load()) return;  // released but never sent
-    RequestRecord r;
-    double start = seconds_since(run_start);
-    try {
-      r = pool.get(worker).stream(o.endpoint, bodies[i], cancel);
-    } catch (const std::exception& e) {  // a thread must not throw: record it instead
-      r.error_kind = ErrorKind::OTHER;
-      r.error = e.what();
-    }
-    r.prompt_index = i;
-    r.start_s = start;
-    if (!r.prompt_tokens_from_usage) r.prompt_tokens = std::max(0LL, set.prompts[i].tokens);
-    if (!r.success) failed_count++;
-    results[i] = std::move(r);
-    done_count++;
-  };
-  ProgressBar progress(n);
-  std::optional<double> interrupted_at;
-  {
-    LoadRunner runner(release, max_workers, job);
-    if (g_interrupted.load()) {
-      interrupted_at = 0.0;  // during the warm-up: nothing was sent
-    } else {
-      run_start = std::chrono::steady_clock::now();
-      runner.start();
-      while (!interrupted_at && !runner.wait_for(kTick)) {
-        progress.update(done_count.load(), failed_count.load(), seconds_since(run_start));
-        if (g_interrupted.load()) interrupted_at = seconds_since(run_start);
-      }
-      if (interrupted_at) {
-        cancel.store(true);
-        runner.stop();
-        // Repeated: a request may have been about to connect when the first call ran.
-        do pool.interrupt_all();
-        while (!runner.wait_for(std::chrono::milliseconds(20)));
-      }
-      runner.join();
-    }
-  }
-  progress.update(done_count.load(), failed_count.load(), seconds_since(run_start));
-  progress.finish();
-
-  std::vector<RequestRecord> records;
-  double last_end = 0;
-  for (auto& r : results)
-    if (r) {
-      last_end = std::max(last_end, r->start_s + r->e2e_s);
-      records.push_back(std::move(*r));
-    }
-  // Throughput is over the wall time of the timed run: from its start to the end of the
-  // last request, or to the interrupt.
-  double duration = interrupted_at ? *interrupted_at : last_end;
-  info.interrupted = interrupted_at.has_value();
+  if (o.compare_speculative) return compare_speculative(info, pool, max_workers, bodies, set);
+  const TimedRun run = timed_run(o, pool, max_workers, bodies, set);
+  const std::vector<RequestRecord>& records = run.records;
+  info.interrupted = run.interrupted;
+  const double duration = run.duration;
   Summary summary = summarize(records, n, duration);
   print_report(stdout, info, summary);
 

@@ -32,6 +32,12 @@ streamed requests: TTFT, TPOT, ITL, end-to-end latency, throughput, errors.
   --seed S             seed of the random prompts and arrivals (default 0)
   --json FILE          write the summary and every request's record as JSON
   --timeout S          seconds allowed per request (default 600)
+  --compare-speculative
+                       send the prompts four times, speculative decoding on, off,
+                       off, on (a sparkd server with [engine] speculative = "ngram";
+                       off requests carry "speculative": false), and print both
+                       sides with their ratio, the acceptance rate and the mean
+                       accepted length (from /metrics)
 
 One warm-up request goes first and is not measured. Ctrl-C stops the run and reports
 what was measured; requests in flight count as cancelled. Exit codes: 0 the run
@@ -54,7 +60,7 @@ long long positive_int(const Flags& f, const char* name, long long fallback, lon
 }  // namespace
 
 BenchOptions parse_bench_options(const std::vector<std::string>& args) {
-  Flags f(args);
+  Flags f(args, {"compare-speculative"});
   f.expect_only({"url", "model", "api-key", "endpoint", "concurrency", "request-rate", "num-prompts", "input-len",
                  "output-len", "prefix-len", "dataset", "seed", "json", "timeout"});
   BenchOptions o;
@@ -95,6 +101,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   o.json_path = f.get("json").value_or("");
   o.timeout_s = f.get_double("timeout", 600);
   if (!(o.timeout_s > 0)) throw InputError("--timeout must be a positive number of seconds");
+  o.compare_speculative = f.has("compare-speculative");
   return o;
 }
 

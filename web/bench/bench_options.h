@@ -23,6 +23,9 @@ struct BenchOptions {
   uint64_t seed = 0;
   std::string json_path;   // where to write the full results, or ""
   double timeout_s = 600;  // per request, from sending it to the end of its stream
+  // Runs the prompts four times, with speculative decoding on, off, off, on (requests
+  // opt out with "speculative": false), and reports the two side by side.
+  bool compare_speculative = false;
 
   bool poisson() const { return request_rate > 0; }
 };

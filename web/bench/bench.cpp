@@ -197,16 +197,22 @@ TimedRun timed_run(const BenchOptions& o, BenchClientPool& pool, size_t max_work
 
 // --compare-speculative: passes on, off, off, on (drift in the machine's speed cancels),
 // each side summarized over its two passes; the drafts' counters come from /metrics
-// around the passes with speculation on.
+// around the passes with speculation on. An unmeasured pass of every prompt with
+// max_tokens 1 goes first, so that no measured pass pays for the prefills the prefix
+// cache spares the later ones.
 int compare_speculative(BenchRunInfo& info, BenchClientPool& pool, size_t max_workers,
                         const std::vector<std::string>& bodies, const PromptSet& set) {
   const BenchOptions& o = info.options;
-  std::vector<std::string> off_bodies;
+  std::vector<std::string> off_bodies, prefill_bodies;
   for (const std::string& b : bodies) {
     nlohmann::json j = nlohmann::json::parse(b);
     j["speculative"] = false;
     off_bodies.push_back(j.dump());
+    j["max_tokens"] = 1;
+    prefill_bodies.push_back(j.dump());
   }
+  std::fprintf(stderr, "sparkd bench: prefilling every prompt once (not measured)\n");
+  if (timed_run(o, pool, max_workers, prefill_bodies, set).interrupted) return 130;
   std::vector<RequestRecord> on_records, off_records;
   double on_s = 0, off_s = 0;
   SpecCounters drafts;

@@ -33,7 +33,8 @@ streamed requests: TTFT, TPOT, ITL, end-to-end latency, throughput, errors.
   --json FILE          write the summary and every request's record as JSON
   --timeout S          seconds allowed per request (default 600)
   --compare-speculative
-                       send the prompts four times, speculative decoding on, off,
+                       prefill every prompt once (unmeasured), then send the
+                       prompts four times, speculative decoding on, off,
                        off, on (a sparkd server with [engine] speculative = "ngram";
                        off requests carry "speculative": false), and print both
                        sides with their ratio, the acceptance rate and the mean

@@ -44,7 +44,7 @@ SpecCounters operator-(const SpecCounters& a, const SpecCounters& b) {
 
 void print_speculative_comparison(std::FILE* out, const BenchRunInfo& info, const Summary& on, const Summary& off,
                                   const SpecCounters& d) {
-  std::fprintf(out, "\n== speculative decoding: on vs off (passes on, off, off, on; same prompts) ==\n");
+  std::fprintf(out, "\n== speculative decoding: on vs off (passes on, off, off, on after an unmeasured prefill of every prompt) ==\n");
   std::fprintf(out, "  %-26s %12s %12s %10s\n", "", "on", "off", "on/off");
   auto row = [&](const char* name, double a, double b, const char* unit) {
     std::fprintf(out, "  %-26s %12.2f %12.2f %9.2fx  %s\n", name, a, b, ratio(a, b), unit);

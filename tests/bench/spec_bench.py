@@ -8,7 +8,7 @@ off passes opt out per request) on four workloads:
   code-edit       a source file of this repository in the prompt, "rewrite it with one
                   change" (the answer quotes most of the file), batch 1
   summarise       a section of README.md, "summarise it", batch 1
-  non-repetitive  random words (the bench's own prompts), batch 1
+  non-repetitive  random words (the bench's own prompts), sampled at temperature 1, batch 1
   concurrency-32  the random prompts at 32 in flight (adaptivity: no worse than off)
 
   python tests/bench/spec_bench.py [--build build] [--model models/...gguf] [--threads 2]
@@ -102,7 +102,10 @@ def main():
             if w in datasets:
                 extra = ["--dataset", datasets[w], "--endpoint", "chat", "--concurrency", "1"]
             elif w == "non-repetitive":
-                extra = ["--num-prompts", "4", "--input-len", "128", "--output-len", "96", "--concurrency", "1"]
+                # Sampled at temperature 1 (seeded, so both sides draw the same text):
+                # greedy continuations of random words fall into loops that lookup predicts.
+                extra = ["--num-prompts", "4", "--input-len", "128", "--output-len", "96", "--concurrency", "1",
+                         "--temperature", "1"]
             elif w == "concurrency-32":
                 extra = ["--num-prompts", "32", "--input-len", "64", "--output-len", "32", "--concurrency", "32"]
             else:

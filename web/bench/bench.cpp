@@ -293,8 +293,14 @@ int run_bench(const Args& args) {
 
   std::vector<std::string> bodies;
   bodies.reserve(n);
-  for (const BenchPrompt& p : set.prompts)
-    bodies.push_back(request_body(o.endpoint, info.model, p, o.output_len).dump());
+  for (const BenchPrompt& p : set.prompts) {
+    nlohmann::json body = request_body(o.endpoint, info.model, p, o.output_len);
+    if (o.temperature > 0) {
+      body["temperature"] = o.temperature;
+      body["seed"] = o.seed + bodies.size();
+    }
+    bodies.push_back(body.dump());
+  }
 
   size_t max_workers = o.concurrency > 0 ? o.concurrency : n;
   BenchClientPool pool(target, max_workers);

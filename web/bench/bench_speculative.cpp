@@ -66,7 +66,8 @@ void print_speculative_comparison(std::FILE* out, const BenchRunInfo& info, cons
   std::fprintf(out, "  %-26s %.2f tokens per verification step\n", "mean accepted length",
                d.drafts > 0 ? 1.0 + d.accepted_tokens / d.drafts : 0.0);
   if (d.draft_tokens == 0)
-    std::fprintf(out, "  (no drafts: is [engine] speculative = \"ngram\" set on %s?)\n", info.options.url.c_str());
+    std::fprintf(out, "  (no drafts: speculation is off on %s, or its steps had no rows to spare at this load)\n",
+                 info.options.url.c_str());
 }
 
 }  // namespace spark

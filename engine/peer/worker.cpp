@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "engine/backend/stage_loader.h"
 #include "engine/core/sampler.h"
@@ -47,8 +48,11 @@ struct Target {
 // as adjacent rows of one batch sequence (its verification rows).
 std::vector<Target> group_targets(const MicroBatchPlan& plan, std::unordered_map<int64_t, Shadow>& shadows) {
   const Batch& b = plan.batch;
-  auto batch_seq_of = [&b](int32_t row) { return std::upper_bound(b.query_start.begin(), b.query_start.end(), row) - b.query_start.begin(); };
+  auto batch_seq_of = [&b](int32_t row) {
+    return std::upper_bound(b.query_start.begin(), b.query_start.end(), row) - b.query_start.begin();
+  };
   std::vector<Target> targets;
+  std::unordered_set<int64_t> seen;
   for (size_t r = 0; r < plan.sample_seq_ids.size(); ++r) {
     const int64_t id = plan.sample_seq_ids[r];
     if (!targets.empty() && targets.back().seq_id == id) {
@@ -60,8 +64,8 @@ std::vector<Target> group_targets(const MicroBatchPlan& plan, std::unordered_map
     }
     auto it = shadows.find(id);
     if (it == shadows.end()) throw InputError("the head asked to sample for unknown sequence " + std::to_string(id));
-    for (const Target& t : targets)
-      if (t.seq_id == id) throw InputError("the head sampled sequence " + std::to_string(id) + " twice in one step");
+    if (!seen.insert(id).second)
+      throw InputError("the head sampled sequence " + std::to_string(id) + " twice in one step");
     targets.push_back({id, &it->second, r, {}, {}});
   }
   return targets;

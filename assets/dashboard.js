@@ -8,7 +8,7 @@ const dash = { lastSeq: 0, events: 0, snapshots: 0, history: 300, server: null, 
 window.sparkdDash = dash;  // for tests and the curious: counters and the charts
 
 const $ = (id) => document.getElementById(id);
-const KEYS = ["prompt_tps", "generation_tps", "running", "waiting", "kv_usage", "prefix_hit_rate",
+const KEYS = ["prompt_tps", "generation_tps", "running", "waiting", "kv_usage", "prefix_hit_rate", "spec_acceptance_rate",
   "ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95", "mem_weights", "mem_kv", "mem_free"];
 
 function derive(p) {
@@ -43,6 +43,7 @@ function setupCharts() {
                   { key: "waiting", label: "waiting", color: "--s5" }], { format: (v) => fmt.num(v) });
   make("c-kv", [{ key: "kv_usage", label: "used", color: "--s4" }], { max: 1, format: pct });
   make("c-hit", [{ key: "prefix_hit_rate", label: "hit rate", color: "--s2" }], { max: 1, format: pct });
+  make("c-spec", [{ key: "spec_acceptance_rate", label: "accepted", color: "--s4" }], { max: 1, format: pct });
   make("c-ttft", [{ key: "ttft_p50", label: "p50", color: "--s1" },
                   { key: "ttft_p95", label: "p95", color: "--s3" }], { format: fmt.dur, emptyMax: 0.1 });
   make("c-tpot", [{ key: "tpot_p50", label: "p50", color: "--s1" },

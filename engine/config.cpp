@@ -64,6 +64,10 @@ const std::vector<KeySpec>& key_specs() {
       {"engine", "enable_chunked_prefill", KeyType::BOOL, {}, 0, 0, setter(&C::engine, &EngineConfig::enable_chunked_prefill)},
       {"engine", "cuda_graphs", KeyType::BOOL, {}, 0, 0, setter(&C::engine, &EngineConfig::cuda_graphs)},
       {"engine", "cpu_threads", KeyType::INT, {}, 0, 1024, setter(&C::engine, &EngineConfig::cpu_threads)},
+      {"engine", "speculative", KeyType::STRING, {"none", "ngram"}, 0, 0, setter(&C::engine, &EngineConfig::speculative)},
+      {"engine", "num_speculative_tokens", KeyType::INT, {}, 1, 16, setter(&C::engine, &EngineConfig::num_speculative_tokens)},
+      {"engine", "prompt_lookup_min", KeyType::INT, {}, 1, 64, setter(&C::engine, &EngineConfig::prompt_lookup_min)},
+      {"engine", "prompt_lookup_max", KeyType::INT, {}, 1, 64, setter(&C::engine, &EngineConfig::prompt_lookup_max)},
 
       {"server", "host", KeyType::STRING, {}, 0, 0, setter(&C::server, &ServerConfig::host)},
       {"server", "port", KeyType::INT, {}, 0, 65535, setter(&C::server, &ServerConfig::port)},
@@ -278,6 +282,9 @@ void validate_whole(const Config& c) {
     bad("[engine] enable_chunked_prefill = false needs max_num_batched_tokens (" +
         std::to_string(c.engine.max_num_batched_tokens) + ") >= [model] max_model_len (" +
         std::to_string(c.model.max_model_len) + ") so a whole prompt fits in one step");
+  if (c.engine.prompt_lookup_min > c.engine.prompt_lookup_max)
+    bad("[engine] prompt_lookup_min (" + std::to_string(c.engine.prompt_lookup_min) + ") exceeds prompt_lookup_max (" +
+        std::to_string(c.engine.prompt_lookup_max) + ")");
   if (c.server.dashboard_auth == "api_key" && c.server.api_keys.empty() && c.server.api_key_file.empty())
     bad("[server] dashboard_auth = \"api_key\" but no api_keys or api_key_file is set");
   if (!valid_replica_name(c.server.replica_name))

@@ -27,6 +27,13 @@ struct EngineConfig {
   bool enable_chunked_prefill = true;
   bool cuda_graphs = true;
   int64_t cpu_threads = 0;       // 0 = every core
+  // Speculative decoding (engine/core/speculator.h): "ngram" drafts up to
+  // num_speculative_tokens tokens per step by prompt lookup, matching the context's last
+  // prompt_lookup_max..prompt_lookup_min tokens against earlier text.
+  std::string speculative = "none";  // "none" | "ngram"
+  int64_t num_speculative_tokens = 4;
+  int64_t prompt_lookup_min = 2;
+  int64_t prompt_lookup_max = 4;
 };
 
 struct ServerConfig {

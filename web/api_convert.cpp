@@ -34,7 +34,7 @@ J flat_tools_as_chat(const J& tools, const char* schema_key, bool schema_require
 
 void copy_sampling_extensions(const J& from, J& to) {
   for (const char* key : {"seed", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
-                          "logit_bias", "ignore_eos"})
+                          "logit_bias", "ignore_eos", "speculative"})
     if (auto it = from.find(key); it != from.end()) to[key] = *it;
 }
 

@@ -97,6 +97,15 @@ std::string metrics_text(const MetricsSnapshot& m, const ServerGauges& server, c
   w.counter("vllm:generation_tokens", "Generated tokens.", double(m.generation_tokens));
   w.counter("vllm:num_preemptions", "Sequences preempted to free KV blocks.", double(m.preemptions));
   w.counter_by("vllm:request_success", "Finished requests by finish reason.", "finished_reason", finished);
+  w.counter("vllm:spec_decode_num_drafts", "Speculative draft runs verified.", double(m.spec_num_drafts));
+  w.counter("vllm:spec_decode_num_draft_tokens", "Speculative draft tokens verified.", double(m.spec_num_draft_tokens));
+  w.counter("vllm:spec_decode_num_accepted_tokens", "Speculative draft tokens accepted.",
+            double(m.spec_num_accepted_tokens));
+  std::vector<std::pair<std::string, double>> per_pos;
+  for (size_t i = 0; i < m.spec_accepted_per_pos.size(); ++i)
+    per_pos.emplace_back(std::to_string(i), double(m.spec_accepted_per_pos[i]));
+  w.counter_by("vllm:spec_decode_num_accepted_tokens_per_pos", "Speculative draft tokens accepted, by draft position.",
+               "position", per_pos);
   w.histogram("vllm:time_to_first_token_seconds", "Time to first token.", m.time_to_first_token);
   w.histogram("vllm:time_per_output_token_seconds", "Time per output token after the first.", m.time_per_output_token);
   w.histogram("vllm:e2e_request_latency_seconds", "Request latency from arrival to the last token.", m.e2e_latency);

@@ -163,6 +163,7 @@ void parse_sampling(const J& body, ApiRequest& r, int64_t vocab_size) {
   if (const J* v = field(body, "logit_bias")) p.logit_bias = parse_logit_bias(*v, vocab_size);
   p.ignore_eos = field_bool(body, "ignore_eos", false);
   p.skip_special_tokens = field_bool(body, "skip_special_tokens", true);
+  p.speculative = field_bool(body, "speculative", true);
 
   r.n = field(body, "n") ? as_integer(body["n"], "n", 1, kMaxChoices) : 1;
   if (const J* v = field(body, "best_of")) {

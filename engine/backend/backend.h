@@ -23,6 +23,11 @@ class Backend {
   // or nullptr when this backend holds the embedding and starts from token ids.
   virtual void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) = 0;
 
+  // The cost model speculative decoding asks: how many rows one step can hold before its
+  // time grows with the rows rather than with the weight bytes it reads (the roofline's
+  // knee for this device and model). Drafts beyond it would slow the step.
+  virtual int64_t rows_at_decode_cost() const { return 1; }
+
   // A backend that holds the LM head may also sample on its device, so that only token
   // ids and requested logprobs come back to the host (the CPU backend returns logits and
   // the engine's Sampler draws). rows[r] belongs to batch.logits_rows[r]; same semantics

@@ -155,7 +155,8 @@ bool BlockManager::allocate(Sequence& seq, int64_t num_new_tokens, const PrefixH
   SPARK_CHECK(admitting || hit == nullptr || hit->blocks.empty(), "a prefix hit is claimed only at admission");
   int64_t hit_tokens = admitting && hit ? hit->num_tokens : 0;
   int64_t computed = admitting ? hit_tokens : seq.num_computed_tokens;
-  SPARK_CHECK(computed + num_new_tokens <= seq.num_tokens(), "allocating past the sequence's tokens");
+  SPARK_CHECK(computed + num_new_tokens <= seq.num_tokens() + static_cast<int64_t>(seq.draft_tokens.size()),
+              "allocating past the sequence's tokens and drafts");
 
   int64_t have = admitting ? (hit ? static_cast<int64_t>(hit->blocks.size()) : 0)
                            : static_cast<int64_t>(seq.block_table.size());
@@ -185,6 +186,14 @@ bool BlockManager::allocate(Sequence& seq, int64_t num_new_tokens, const PrefixH
   }
   for (int64_t i = 0; i < need; ++i) seq.block_table.push_back(allocate_block());
   return true;
+}
+
+void BlockManager::trim(Sequence& seq) {
+  const auto keep = static_cast<size_t>(cdiv(seq.num_computed_tokens, block_size_));
+  while (seq.block_table.size() > keep) {
+    release_block(seq.block_table.back());
+    seq.block_table.pop_back();
+  }
 }
 
 void BlockManager::free(Sequence& seq) {

@@ -34,8 +34,14 @@ class BlockManager {
   // Makes room for num_new_tokens tokens after the computed ones. For a sequence without
   // blocks, `hit` (from find_cached_prefix, may be null) is claimed first: its blocks are
   // referenced and seq.num_computed_tokens / num_cached_tokens are set to its length.
-  // Returns false and changes nothing when the free blocks do not suffice.
+  // Returns false and changes nothing when the free blocks do not suffice. The new tokens
+  // may run on into seq.draft_tokens (speculative rows).
   bool allocate(Sequence& seq, int64_t num_new_tokens, const PrefixHit* hit = nullptr);
+
+  // Rolls back what a step wrote past seq's computed tokens (rejected drafts): releases
+  // the blocks beyond those that hold seq.num_computed_tokens. Their slots are written
+  // again before any of them counts as computed, and no hash ever covered them.
+  void trim(Sequence& seq);
 
   // After a step: registers seq's full blocks whose tokens are all computed.
   void cache_full_blocks(Sequence& seq);

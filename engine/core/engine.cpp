@@ -69,7 +69,8 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
       decoders_(std::move(decoders)),
       eos_ids_(spec.eos_token_ids),
       admission_(spec.vocab_size, resolve_max_model_len(config, spec, num_kv_blocks)),
-      blocks_(num_kv_blocks, config.engine.block_size, config.engine.enable_prefix_caching) {
+      blocks_(num_kv_blocks, config.engine.block_size, config.engine.enable_prefix_caching),
+      speculator_(SpeculationConfig::from(config.engine)) {
   SPARK_CHECK(executor_ != nullptr && decoders_ != nullptr, "an engine needs an executor and a decoder factory");
   // Each micro-batch slot gets its share of the sequences, so that decode-only traffic
   // fills every slot.
@@ -261,6 +262,7 @@ bool Engine::has_work() const {
 // Plans slot's next step and hands it to the executor, visible to the watchdog while the
 // executor computes.
 void Engine::launch(size_t slot) {
+  if (speculator_.enabled()) speculator_.propose(*schedulers_[slot], executor_->rows_at_decode_cost());
   ScheduledStep plan = schedulers_[slot]->schedule();
   if (plan.empty()) {
     // With several slots, another one may hold the blocks this one needs; it frees them.
@@ -309,25 +311,42 @@ void Engine::emit_all(size_t slot, const ScheduledStep& plan, const std::vector<
                        std::to_string(plan.batch.logits_rows.size()) + " logits rows");
   std::vector<int32_t> tokens(samples.size());
   for (size_t r = 0; r < samples.size(); ++r) tokens[r] = samples[r].token;
-  schedulers_[slot]->update(plan, tokens);
-  // Counted before the tokens go out: a reader that sees a request end sees its tokens
-  // in the metrics too.
-  count_step(samples.size());
-  for (const StepEntry& e : plan.entries) {
+  const std::vector<int64_t> appended = schedulers_[slot]->update(plan, tokens);
+  count_step();
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const StepEntry& e = plan.entries[i];
+    if (e.num_draft_tokens == 0) continue;
+    metrics_.add_spec_decode(size_t(e.num_draft_tokens), size_t(appended[i] - 1));
+    speculator_.observe(*e.seq, size_t(e.num_draft_tokens), size_t(appended[i] - 1));
+  }
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const StepEntry& e = plan.entries[i];
     if (e.logits_row < 0) continue;
     Live& live = live_.at(e.seq->seq_id);
     if (live.finished) continue;
-    try {
-      emit_token(live, samples[size_t(e.logits_row)]);
-    } catch (const std::exception& ex) {  // e.g. a decoder that throws: this request alone fails
-      if (!live.finished) finish(live, FinishReason::ERROR, new_output(live), std::string("output failed: ") + ex.what());
+    // The step appended m tokens (more than one when drafts were accepted). They go out
+    // one at a time, each as the sequence's last token, so that EOS, a stop string or
+    // max_tokens ends the request exactly where decoding one token per step would.
+    Sequence& seq = *live.seq;
+    const auto m = static_cast<size_t>(appended[i]);
+    const std::vector<int32_t> tail(seq.token_ids.end() - std::ptrdiff_t(m), seq.token_ids.end());
+    seq.token_ids.resize(seq.token_ids.size() - m);
+    for (size_t j = 0; j < m && !live.finished; ++j) {
+      seq.token_ids.push_back(tail[j]);
+      // Counted before the token goes out: a reader that sees a request end sees its
+      // tokens in the metrics too.
+      metrics_.add_generation_tokens(1);
+      try {
+        emit_token(live, samples[size_t(e.logits_row) + j]);
+      } catch (const std::exception& ex) {  // e.g. a decoder that throws: this request alone fails
+        if (!live.finished) finish(live, FinishReason::ERROR, new_output(live), std::string("output failed: ") + ex.what());
+      }
     }
   }
 }
 
-void Engine::count_step(size_t tokens) {
+void Engine::count_step() {
   metrics_.add_step();
-  metrics_.add_generation_tokens(tokens);
   metrics_.add_prefix_cache(static_cast<uint64_t>(blocks_.prefix_cache_queries() - reported_queries_),
                             static_cast<uint64_t>(blocks_.prefix_cache_hits() - reported_hits_));
   reported_queries_ = blocks_.prefix_cache_queries();
@@ -426,6 +445,7 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput out, const st
 void Engine::retire_finished() {
   for (int64_t seq_id : finished_) {
     live_.erase(seq_id);
+    speculator_.retire(seq_id);
     executor_->retire(seq_id);
   }
   finished_.clear();

@@ -20,6 +20,7 @@
 #include "engine/core/metrics.h"
 #include "engine/core/request_stream.h"
 #include "engine/core/scheduler.h"
+#include "engine/core/speculator.h"
 #include "engine/core/step_executor.h"
 #include "engine/core/stop.h"
 #include "engine/model/model_spec.h"
@@ -117,7 +118,7 @@ class Engine {
   void launch(size_t slot);
   void complete_oldest();
   void admit(const ScheduledStep& plan);
-  void count_step(size_t tokens);
+  void count_step();
   void emit_all(size_t slot, const ScheduledStep& plan, const std::vector<SampleOutput>& samples);
   void emit_token(Live& live, const SampleOutput& sampled);
   void finish(Live& live, FinishReason reason, RequestOutput out, const std::string& error = {});
@@ -136,6 +137,7 @@ class Engine {
   Admission admission_;
   BlockManager blocks_;
   std::vector<std::unique_ptr<Scheduler>> schedulers_;  // one per micro-batch slot
+  Speculator speculator_;
   Metrics metrics_;
   int64_t next_seq_id_ = 1;  // guarded by mu_
   std::unordered_map<int64_t, Live> live_;  // by seq id; engine thread only

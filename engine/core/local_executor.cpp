@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "engine/core/speculator.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -20,18 +21,21 @@ void LocalExecutor::prepare(int64_t num_kv_blocks, int64_t block_size, const std
 void LocalExecutor::launch(const ScheduledStep& step) {
   const size_t rows = step.batch.logits_rows.size();
   std::vector<SampleOutput> samples(rows);
+  // What each logits row samples: one row per sequence, and one more per draft it verifies.
+  std::vector<SampleRow> requests(rows);
+  contexts_.resize(std::max(contexts_.size(), step.entries.size()));
+  for (size_t i = 0; i < step.entries.size(); ++i) {
+    const StepEntry& e = step.entries[i];
+    if (e.logits_row < 0) continue;
+    const Sequence& seq = *e.seq;
+    verification_rows(seq.params, seq.token_ids, seq.num_prompt_tokens, seq.seed, seq.draft_tokens, contexts_[i],
+                      &requests[size_t(e.logits_row)]);
+  }
   // A structured-output row is masked by its grammar on the host: a step with one returns
-  // logits and samples here.
+  // logits and samples here. (Such a sequence never has drafts: see Speculator::propose.)
   const bool constrained =
       std::any_of(step.entries.begin(), step.entries.end(), [](const StepEntry& e) { return e.seq->matcher != nullptr; });
   if (backend_->samples_on_device() && !constrained) {
-    std::vector<SampleRow> requests(rows);
-    for (const StepEntry& e : step.entries) {
-      if (e.logits_row < 0) continue;
-      const Sequence& seq = *e.seq;
-      requests[size_t(e.logits_row)] = {&seq.params, seq.token_ids, seq.num_prompt_tokens, seq.seed,
-                                        static_cast<uint64_t>(seq.num_output_tokens())};
-    }
     backend_->forward_sample(step.batch, nullptr, requests, samples);
     done_.push_back(std::move(samples));
     return;
@@ -42,8 +46,12 @@ void LocalExecutor::launch(const ScheduledStep& step) {
     throw RuntimeError("the backend returned " + std::to_string(result_.logits.size()) + " logits, expected " +
                        std::to_string(rows) + " rows x " + std::to_string(vocab));
   for (const StepEntry& e : step.entries)
-    if (e.logits_row >= 0)
-      samples[size_t(e.logits_row)] = sampler_->sample(result_.logits.data() + size_t(e.logits_row) * vocab, *e.seq);
+    for (int64_t j = 0; e.logits_row >= 0 && j <= e.num_draft_tokens; ++j) {
+      const size_t r = size_t(e.logits_row + j);
+      const SampleRow& q = requests[r];
+      samples[r] = sampler_->sample(result_.logits.data() + r * vocab, *q.params, q.context, q.num_prompt_tokens, q.seed,
+                                    q.counter, e.seq->matcher.get());
+    }
   done_.push_back(std::move(samples));
 }
 

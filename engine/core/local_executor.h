@@ -17,6 +17,7 @@ class LocalExecutor : public StepExecutor {
 
   size_t num_slots() const override { return 1; }
   void prepare(int64_t num_kv_blocks, int64_t block_size, const std::vector<int32_t>& eos_token_ids) override;
+  int64_t rows_at_decode_cost() const override { return backend_->rows_at_decode_cost(); }
   // Runs the step to the end: its samples wait for finish_oldest.
   void launch(const ScheduledStep& step) override;
   std::vector<SampleOutput> finish_oldest() override;
@@ -26,6 +27,7 @@ class LocalExecutor : public StepExecutor {
   int64_t vocab_size_;
   std::optional<Sampler> sampler_;
   ForwardResult result_;
+  std::vector<std::vector<int32_t>> contexts_;  // per step entry: its tokens and drafts
   std::deque<std::vector<SampleOutput>> done_;
 };
 

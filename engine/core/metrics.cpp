@@ -59,6 +59,15 @@ void Metrics::add_generation_tokens(uint64_t n) { std::lock_guard lock(mu_); m_.
 void Metrics::add_preemptions(uint64_t n) { std::lock_guard lock(mu_); m_.preemptions += n; }
 void Metrics::add_step() { std::lock_guard lock(mu_); ++m_.engine_steps; }
 
+void Metrics::add_spec_decode(size_t drafted, size_t accepted) {
+  std::lock_guard lock(mu_);
+  ++m_.spec_num_drafts;
+  m_.spec_num_draft_tokens += drafted;
+  m_.spec_num_accepted_tokens += accepted;
+  if (m_.spec_accepted_per_pos.size() < drafted) m_.spec_accepted_per_pos.resize(drafted, 0);
+  for (size_t i = 0; i < accepted; ++i) ++m_.spec_accepted_per_pos[i];
+}
+
 void Metrics::add_prefix_cache(uint64_t queries, uint64_t hits) {
   std::lock_guard lock(mu_);
   m_.prefix_cache_queries += queries;

@@ -34,6 +34,12 @@ struct MetricsSnapshot {
   uint64_t preemptions = 0;
   uint64_t engine_steps = 0;
   std::array<uint64_t, 4> requests_finished{};  // indexed by FinishReason
+  // Speculative decoding: verified draft runs, their draft tokens, the accepted ones, and
+  // per draft position how often it was accepted.
+  uint64_t spec_num_drafts = 0;
+  uint64_t spec_num_draft_tokens = 0;
+  uint64_t spec_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;
   // Gauges (as of the last step).
   int64_t num_running = 0;
   int64_t num_waiting = 0;
@@ -57,6 +63,7 @@ class Metrics {
   void add_prefix_cache(uint64_t queries, uint64_t hits);
   void add_preemptions(uint64_t n);
   void add_step();
+  void add_spec_decode(size_t drafted, size_t accepted);
   void request_finished(FinishReason reason);
   void set_gauges(int64_t running, int64_t waiting, int64_t kv_used, int64_t kv_total);
   void observe_ttft(double seconds);

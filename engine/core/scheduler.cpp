@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "engine/core/speculator.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -40,6 +41,7 @@ void Scheduler::preempt(Sequence* seq) {
   SPARK_CHECK(it != running_.end(), "preempting a sequence that is not running");
   running_.erase(it);
   blocks_.free(*seq);
+  seq->draft_tokens.clear();
   seq->num_computed_tokens = 0;
   seq->status = SeqStatus::PREEMPTED;
   ++seq->num_preemptions;
@@ -50,8 +52,8 @@ void Scheduler::preempt(Sequence* seq) {
 ScheduledStep Scheduler::schedule() {
   ScheduledStep step;
   int64_t budget = config_.max_num_batched_tokens;
-  auto plan = [&](Sequence* seq, int64_t n) {
-    step.entries.push_back({seq, n});
+  auto plan = [&](Sequence* seq, int64_t n, int64_t drafts = 0) {
+    step.entries.push_back({seq, n, -1, drafts});
     budget -= n;
   };
   auto unplan = [&](Sequence* seq) {
@@ -70,6 +72,18 @@ ScheduledStep Scheduler::schedule() {
     if (budget == 0) break;
     int64_t remaining = seq->num_uncomputed_tokens();
     SPARK_CHECK(remaining >= 1, "a running sequence with nothing to compute");
+    if (!seq->draft_tokens.empty()) {
+      // Drafts take spare blocks only: one stays free per running sequence, so they
+      // never cost anyone a preemption.
+      const auto drafts = std::min<int64_t>(static_cast<int64_t>(seq->draft_tokens.size()), budget - 1);
+      const bool spare = blocks_.num_free_blocks() > static_cast<int64_t>(running_.size());
+      if (remaining == 1 && drafts > 0 && spare && blocks_.allocate(*seq, 1 + drafts)) {
+        seq->draft_tokens.resize(static_cast<size_t>(drafts));
+        plan(seq, 1 + drafts, drafts);
+        continue;
+      }
+      seq->draft_tokens.clear();
+    }
     int64_t n = std::min(remaining, budget);
     if (!config_.enable_chunked_prefill && n < remaining) continue;
     while (!blocks_.allocate(*seq, n)) {
@@ -119,32 +133,51 @@ void Scheduler::build_batch(ScheduledStep& step) const {
     StepEntry& entry = step.entries[i];
     const Sequence& seq = *entry.seq;
     const int64_t start = seq.num_computed_tokens, end = start + entry.num_new_tokens;
-    SPARK_CHECK(end <= seq.num_tokens() && static_cast<int64_t>(seq.block_table.size()) * bs >= end, "plan exceeds blocks");
+    const int64_t known = seq.num_tokens() + entry.num_draft_tokens;  // drafts follow the tokens
+    SPARK_CHECK(entry.num_draft_tokens == static_cast<int64_t>(entry.num_draft_tokens ? seq.draft_tokens.size() : 0) &&
+                    end <= known && static_cast<int64_t>(seq.block_table.size()) * bs >= end,
+                "plan exceeds blocks");
     for (int64_t pos = start; pos < end; ++pos) {
-      b.token_ids.push_back(seq.token_ids[pos]);
+      b.token_ids.push_back(pos < seq.num_tokens() ? seq.token_ids[pos] : seq.draft_tokens[pos - seq.num_tokens()]);
       b.positions.push_back(static_cast<int32_t>(pos));
       b.slot_mapping.push_back(static_cast<int32_t>(seq.block_table[pos / bs] * bs + pos % bs));
     }
     b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.context_lens.push_back(static_cast<int32_t>(end));
     std::copy(seq.block_table.begin(), seq.block_table.end(), b.block_tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
-    // Only the chunk that reaches the last known token yields a next token.
-    if (end == seq.num_tokens()) {
+    // Only the chunk that reaches the last known token yields a next token; with drafts,
+    // the last token and every draft do.
+    if (end == known) {
       entry.logits_row = static_cast<int32_t>(b.logits_rows.size());
-      b.logits_rows.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
+      const auto last = static_cast<int32_t>(b.token_ids.size()) - 1;
+      for (auto d = static_cast<int32_t>(entry.num_draft_tokens); d >= 0; --d) b.logits_rows.push_back(last - d);
     }
   }
 }
 
-void Scheduler::update(const ScheduledStep& step, const std::vector<int32_t>& sampled) {
+std::vector<int64_t> Scheduler::update(const ScheduledStep& step, const std::vector<int32_t>& sampled) {
   SPARK_CHECK(sampled.size() == step.batch.logits_rows.size(), "one sampled token per logits row");
-  for (const StepEntry& e : step.entries) {
+  std::vector<int64_t> appended(step.entries.size(), 0);
+  for (size_t i = 0; i < step.entries.size(); ++i) {
+    const StepEntry& e = step.entries[i];
     Sequence* seq = e.seq;
     SPARK_CHECK(seq->status == SeqStatus::RUNNING, "a planned sequence left the running queue mid-step");
-    seq->num_computed_tokens += e.num_new_tokens;
+    if (e.logits_row < 0) {
+      seq->num_computed_tokens += e.num_new_tokens;
+      blocks_.cache_full_blocks(*seq);
+      continue;
+    }
+    const int32_t* samples = sampled.data() + e.logits_row;
+    const size_t accepted = accepted_drafts(seq->draft_tokens, samples);
+    // The rows of the rejected drafts computed nothing that stays.
+    seq->num_computed_tokens += e.num_new_tokens - e.num_draft_tokens + static_cast<int64_t>(accepted);
+    seq->draft_tokens.clear();
+    blocks_.trim(*seq);
+    for (size_t j = 0; j <= accepted; ++j) seq->append_token(samples[j]);
     blocks_.cache_full_blocks(*seq);
-    if (e.logits_row >= 0) seq->append_token(sampled[static_cast<size_t>(e.logits_row)]);
+    appended[i] = static_cast<int64_t>(accepted) + 1;
   }
+  return appended;
 }
 
 void Scheduler::finish(Sequence* seq, FinishReason reason) {

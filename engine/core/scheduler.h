@@ -20,11 +20,14 @@ struct SchedulerConfig {
 
 // One sequence's part of a step: num_new_tokens rows of the batch, in entry order; when
 // logits_row >= 0, its last row's logits are that row of the output and a token is
-// sampled for it.
+// sampled for it. A sequence verifying drafts has num_draft_tokens of its rows on
+// seq->draft_tokens, and its last 1 + num_draft_tokens rows each get a logits row
+// (consecutive, from logits_row).
 struct StepEntry {
   Sequence* seq = nullptr;
   int64_t num_new_tokens = 0;
   int32_t logits_row = -1;
+  int64_t num_draft_tokens = 0;
 };
 
 struct ScheduledStep {
@@ -47,12 +50,17 @@ class Scheduler {
   // Plans one step: decode tokens of running sequences first, then partial prefills,
   // then admission of waiting sequences (chunked when enabled), within the token and
   // sequence budgets. When blocks run out, the newest running sequence is preempted
-  // (recompute) and goes to the front of the waiting queue.
+  // (recompute) and goes to the front of the waiting queue. A decoding sequence's
+  // draft_tokens become extra rows when blocks (with one to spare per running sequence)
+  // and budget allow; otherwise they are dropped.
   ScheduledStep schedule();
 
   // After the backend ran `step`: advances computed tokens, registers full blocks in the
-  // prefix cache and appends sampled[row] to every entry with a logits row.
-  void update(const ScheduledStep& step, const std::vector<int32_t>& sampled);
+  // prefix cache and appends sampled[row] to every entry with a logits row. An entry
+  // verifying drafts appends its accepted drafts and the sample after them
+  // (accepted_drafts, engine/core/speculator.h), and the KV of the rejected ones is
+  // rolled back. Returns the tokens appended per entry.
+  std::vector<int64_t> update(const ScheduledStep& step, const std::vector<int32_t>& sampled);
 
   // Ends a running or waiting sequence (finished, aborted or failed): frees its blocks
   // and forgets it. A sequence the scheduler does not hold is ignored.

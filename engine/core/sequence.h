@@ -46,6 +46,10 @@ struct Sequence {
   int64_t num_cached_tokens = 0;
   int64_t num_preemptions = 0;
 
+  // Drafts for the next step to verify (engine/core/speculator.h): planned as extra rows
+  // after the last token. Set before each schedule; the step's outcome clears them.
+  std::vector<int32_t> draft_tokens;
+
   std::vector<int32_t> block_table;  // KV block ids, one per block_size tokens
   // Chained hashes of the first block_hashes.size() full blocks of token_ids. They depend
   // only on the tokens, so they survive preemption and are extended as tokens arrive.

@@ -35,6 +35,10 @@ class StepExecutor {
   // structured-output matcher) can take part; false when a remote stage samples.
   virtual bool samples_here() const { return true; }
 
+  // Rows a step can hold at about the cost of one (the backend's cost model: below it a
+  // step's time is its weight reads). Speculative drafts fill steps up to it, no further.
+  virtual int64_t rows_at_decode_cost() const { return 1; }
+
   // Starts `step` (the engine keeps it alive until finish_oldest returns its samples).
   // Throws PeerLost when the remote part of the pipeline is gone.
   virtual void launch(const ScheduledStep& step) = 0;

@@ -47,7 +47,10 @@ void PipelineExecutor::launch(const ScheduledStep& step) {
     const Sequence& seq = *e.seq;
     if (opened_.insert(seq.seq_id).second)
       mb.opens.push_back({seq.seq_id, seq.num_prompt_tokens, seq.seed, seq.params, seq.token_ids});
-    if (e.logits_row >= 0) mb.sample_seq_ids[size_t(e.logits_row)] = seq.seq_id;
+    // A sequence verifying drafts samples at 1 + d consecutive rows; the worker reads its
+    // drafts from the batch and decides which it accepts by the same rule as the engine.
+    for (int64_t j = 0; e.logits_row >= 0 && j <= e.num_draft_tokens; ++j)
+      mb.sample_seq_ids[size_t(e.logits_row + j)] = seq.seq_id;
   }
   mb.batch = step.batch;
   in_flight_.push_back({mb.id, step.batch.logits_rows.size()});

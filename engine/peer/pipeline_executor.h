@@ -24,6 +24,7 @@ class PipelineExecutor : public StepExecutor {
   Readiness readiness() override;
   std::string problem() const override { return remote_.problem(); }
   bool samples_here() const override { return false; }
+  int64_t rows_at_decode_cost() const override { return backend_->rows_at_decode_cost(); }
   void launch(const ScheduledStep& step) override;
   std::vector<SampleOutput> finish_oldest() override;
   void retire(int64_t seq_id) override;

@@ -5,9 +5,11 @@
 #include <chrono>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "engine/backend/stage_loader.h"
 #include "engine/core/sampler.h"
+#include "engine/core/speculator.h"
 #include "engine/peer/frame.h"
 #include "engine/peer/link.h"
 #include "engine/peer/messages.h"
@@ -31,6 +33,43 @@ struct Shadow {
   int64_t num_prompt_tokens = 0;
   std::vector<int32_t> tokens;
 };
+
+// The rows one sequence samples in a micro-batch: its first logits row, then one more per
+// draft it verifies (the drafts are the batch tokens of those rows).
+struct Target {
+  int64_t seq_id = 0;
+  Shadow* shadow = nullptr;
+  size_t first_row = 0;  // index into the plan's logits rows
+  std::vector<int32_t> drafts;
+  std::vector<int32_t> context;  // tokens + drafts, for the verification rows
+};
+
+// Groups the plan's logits rows by sequence. A head may give a sequence several rows only
+// as adjacent rows of one batch sequence (its verification rows).
+std::vector<Target> group_targets(const MicroBatchPlan& plan, std::unordered_map<int64_t, Shadow>& shadows) {
+  const Batch& b = plan.batch;
+  auto batch_seq_of = [&b](int32_t row) {
+    return std::upper_bound(b.query_start.begin(), b.query_start.end(), row) - b.query_start.begin();
+  };
+  std::vector<Target> targets;
+  std::unordered_set<int64_t> seen;
+  for (size_t r = 0; r < plan.sample_seq_ids.size(); ++r) {
+    const int64_t id = plan.sample_seq_ids[r];
+    if (!targets.empty() && targets.back().seq_id == id) {
+      const int32_t row = b.logits_rows[r];
+      if (row != b.logits_rows[r - 1] + 1 || batch_seq_of(row) != batch_seq_of(row - 1))
+        throw InputError("the head sampled sequence " + std::to_string(id) + " at rows that are not its adjacent rows");
+      targets.back().drafts.push_back(b.token_ids[size_t(row)]);
+      continue;
+    }
+    auto it = shadows.find(id);
+    if (it == shadows.end()) throw InputError("the head asked to sample for unknown sequence " + std::to_string(id));
+    if (!seen.insert(id).second)
+      throw InputError("the head sampled sequence " + std::to_string(id) + " twice in one step");
+    targets.push_back({id, &it->second, r, {}, {}});
+  }
+  return targets;
+}
 
 // Whether two EOS id lists hold the same ids, in any order.
 bool same_ids(std::vector<int32_t> a, std::vector<int32_t> b) {
@@ -200,50 +239,53 @@ class Worker {
         if (shadows_.size() >= kMaxShadows) throw InputError("the head opened more than " + std::to_string(kMaxShadows) + " sequences");
         shadows_[o.seq_id] = Shadow{std::move(o.params), o.seed, o.num_prompt_tokens, std::move(o.tokens)};
       }
-      std::vector<Shadow*> targets;
-      for (int64_t id : plan.sample_seq_ids) {
-        auto it = shadows_.find(id);
-        if (it == shadows_.end()) throw InputError("the head asked to sample for unknown sequence " + std::to_string(id));
-        targets.push_back(&it->second);
-      }
+      std::vector<Target> targets = group_targets(plan, shadows_);
       hidden.resize(size_t(plan.batch.num_tokens()) * size_t(w.hidden_size));
       link.recv(hidden.data(), hidden.size(), check);
 
-      for (size_t i = 0; i < targets.size(); ++i)
-        if (int64_t(targets[i]->tokens.size()) >= w.max_model_len)
-          throw InputError("the head asked for a token beyond max_model_len for sequence " + std::to_string(plan.sample_seq_ids[i]));
+      for (const Target& t : targets)
+        if (int64_t(t.shadow->tokens.size() + t.drafts.size()) >= w.max_model_len)
+          throw InputError("the head asked for a token beyond max_model_len for sequence " + std::to_string(t.seq_id));
 
       StepResult result;
       result.id = plan.id;
       result.worker_start_us = wall_us();
       sample(plan.batch, hidden.data(), targets, size_t(w.vocab_size), out, result.samples);
-      for (size_t i = 0; i < targets.size(); ++i) targets[i]->tokens.push_back(result.samples[i].token);
+      // This box's samples decide which drafts hold; the head applies the same rule to
+      // the same samples, so both keep the same tokens (and roll back the same KV).
+      std::vector<int32_t> sampled;
+      for (const SampleOutput& o : result.samples) sampled.push_back(o.token);
+      for (const Target& t : targets) {
+        const size_t accepted = accepted_drafts(t.drafts, sampled.data() + t.first_row);
+        t.shadow->tokens.insert(t.shadow->tokens.end(), sampled.begin() + std::ptrdiff_t(t.first_row),
+                                sampled.begin() + std::ptrdiff_t(t.first_row + accepted + 1));
+      }
       result.worker_end_us = wall_us();
       write_frame(data, FrameType::STEP_RESULT, encode_result(result), kNoDeadline, check);
     }
   }
 
-  // The last stage's forward and one sample per target (targets[r] belongs to logits row
-  // r): on the device when the backend samples there (only ids and logprobs cross the
-  // bus), else from its logits with the engine's Sampler. Both draw uniform01(seed, n)
-  // for a sequence's n-th output token, as the head would.
-  void sample(const Batch& batch, const float* hidden, const std::vector<Shadow*>& targets, size_t vocab,
-              ForwardResult& out, std::vector<SampleOutput>& samples) {
-    auto counter = [](const Shadow& sh) { return uint64_t(int64_t(sh.tokens.size()) - sh.num_prompt_tokens); };
+  // The last stage's forward and one sample per logits row (targets[i] owns rows
+  // first_row .. first_row + drafts): on the device when the backend samples there (only
+  // ids and logprobs cross the bus), else from its logits with the engine's Sampler. Both
+  // draw uniform01(seed, n) for a sequence's n-th output token, as the head would.
+  void sample(const Batch& batch, const float* hidden, std::vector<Target>& targets, size_t vocab, ForwardResult& out,
+              std::vector<SampleOutput>& samples) {
+    std::vector<SampleRow> rows(batch.logits_rows.size());
+    for (Target& t : targets)
+      verification_rows(t.shadow->params, t.shadow->tokens, t.shadow->num_prompt_tokens, t.shadow->seed, t.drafts,
+                        t.context, &rows[t.first_row]);
     if (device_sampling_) {
-      std::vector<SampleRow> rows;
-      for (const Shadow* sh : targets)
-        rows.push_back({&sh->params, sh->tokens, sh->num_prompt_tokens, sh->seed, counter(*sh)});
       backend_->forward_sample(batch, hidden, rows, samples);
       return;
     }
     backend_->forward(batch, hidden, out);
-    SPARK_CHECK(out.logits.size() == targets.size() * vocab, "the last stage returns one logits row per sample");
+    SPARK_CHECK(out.logits.size() == rows.size() * vocab, "the last stage returns one logits row per sample");
     samples.clear();
-    for (size_t i = 0; i < targets.size(); ++i) {
-      const Shadow& sh = *targets[i];
-      samples.push_back(sampler_->sample(out.logits.data() + i * vocab, sh.params, sh.tokens, sh.num_prompt_tokens,
-                                         sh.seed, counter(sh)));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const SampleRow& q = rows[i];
+      samples.push_back(sampler_->sample(out.logits.data() + i * vocab, *q.params, q.context, q.num_prompt_tokens, q.seed,
+                                         q.counter));
     }
   }
 

@@ -33,6 +33,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool skip_special_tokens = true;
+  // false: no speculative drafts for this request even when the engine speculates (the
+  // output is the same either way; this trades its speed for the batch's).
+  bool speculative = true;
   // Structured output: the grammar the output must match (each sequence gets its own
   // matcher); null = unconstrained.
   std::shared_ptr<const constrain::Constraint> constraint;

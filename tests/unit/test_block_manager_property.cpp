@@ -1,5 +1,6 @@
 // test_block_manager_property.cpp — randomized operations (add, step, finish, abort,
-// preemption, prefix hits) checked for leaked or double-freed KV blocks after each one.
+// preemption, prefix hits, speculative drafts rolled back) checked for leaked or
+// double-freed KV blocks after each one.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -29,7 +30,26 @@ void check_accounting(const BlockManager& bm, const std::vector<std::unique_ptr<
   REQUIRE(bm.num_used_blocks() == used);
 }
 
-void run_property(uint64_t seed, bool chunked, int64_t num_ops) {
+// The KV cache as token ids per slot, written by each step's rows: every computed token
+// of a live sequence must read back as itself through its block table (a rejected
+// draft's KV counted as computed, or a prefix hit over it, reads back wrong).
+struct SlotTokens {
+  std::vector<int32_t> slots;
+  void write(const Batch& b) {
+    for (int32_t t = 0; t < b.num_tokens(); ++t) slots.at(static_cast<size_t>(b.slot_mapping[t])) = b.token_ids[t];
+  }
+  void check(const Sequence& s, int64_t block_size) const {
+    REQUIRE(static_cast<int64_t>(s.block_table.size()) * block_size >= s.num_computed_tokens);
+    for (int64_t p = 0; p < s.num_computed_tokens; ++p) {
+      const int64_t slot = s.block_table[static_cast<size_t>(p / block_size)] * block_size + p % block_size;
+      REQUIRE(slots[static_cast<size_t>(slot)] == s.token_ids[static_cast<size_t>(p)]);
+    }
+  }
+};
+
+// speculative: before each step a decoding sequence may get drafts, which the "model"
+// accepts in part (its samples follow the drafts for a random length, then differ).
+void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative = false) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
 
@@ -50,7 +70,44 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops) {
   }
 
   std::vector<std::unique_ptr<Sequence>> live;
-  int64_t next_id = 1, steps = 0, finished = 0, aborted = 0;
+  int64_t next_id = 1, steps = 0, finished = 0, aborted = 0, drafted = 0, rejected = 0;
+  SlotTokens kv{std::vector<int32_t>(static_cast<size_t>(bm.num_blocks() * bm.block_size()), -1)};
+  auto propose = [&] {
+    if (!speculative) return;
+    for (Sequence* s : sched.running()) {
+      s->draft_tokens.clear();
+      const int64_t room = s->max_tokens - s->num_output_tokens() - 1;
+      if (s->num_uncomputed_tokens() != 1 || room <= 0) continue;
+      const int64_t d = std::min(room, pick(5));
+      for (int64_t i = 0; i < d; ++i) s->draft_tokens.push_back(static_cast<int32_t>(pick(50)));
+    }
+  };
+  // Samples for a step: each draft group follows its drafts for a random prefix, then
+  // differs, so some drafts are accepted and the rest rolled back.
+  auto sample = [&](const ScheduledStep& step) {
+    std::vector<int32_t> sampled(step.batch.logits_rows.size());
+    for (auto& t : sampled) t = static_cast<int32_t>(pick(50));
+    for (const StepEntry& e : step.entries) {
+      if (e.num_draft_tokens == 0) continue;
+      const int64_t keep = pick(e.num_draft_tokens + 1);
+      for (int64_t i = 0; i < e.num_draft_tokens; ++i)
+        sampled[static_cast<size_t>(e.logits_row + i)] =
+            i < keep ? e.seq->draft_tokens[static_cast<size_t>(i)] : 50 + static_cast<int32_t>(pick(10));
+      drafted += e.num_draft_tokens;
+      rejected += e.num_draft_tokens - keep;
+    }
+    return sampled;
+  };
+  auto check_live = [&] {
+    check_accounting(bm, live);
+    for (const auto& s : live) {
+      if (s->status != SeqStatus::RUNNING) continue;
+      kv.check(*s, bm.block_size());
+      // No block held past the computed tokens: rejected drafts' blocks went back.
+      REQUIRE(static_cast<int64_t>(s->block_table.size()) == (s->num_computed_tokens + bm.block_size() - 1) / bm.block_size());
+      REQUIRE(s->draft_tokens.empty());
+    }
+  };
   auto forget = [&](Sequence* s) {
     live.erase(std::find_if(live.begin(), live.end(), [&](const auto& p) { return p.get() == s; }));
   };
@@ -68,12 +125,12 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops) {
       sched.add(seq.get());
       live.push_back(std::move(seq));
     } else if (kind < 8) {  // step: schedule, "run", sample, finish what hit max_tokens
+      propose();
       ScheduledStep step = sched.schedule();
       REQUIRE(step.batch.num_tokens() <= cfg.max_num_batched_tokens);
       REQUIRE(step.batch.num_seqs() <= cfg.max_num_seqs);
-      std::vector<int32_t> sampled(step.batch.logits_rows.size());
-      for (auto& t : sampled) t = static_cast<int32_t>(pick(50));
-      sched.update(step, sampled);
+      kv.write(step.batch);
+      sched.update(step, sample(step));
       ++steps;
       for (const StepEntry& e : step.entries) {
         Sequence* s = e.seq;
@@ -90,15 +147,16 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops) {
       forget(s);
       ++aborted;
     }
-    check_accounting(bm, live);
+    check_live();
   }
   // Drain: everything left must finish (no deadlock) and return every block.
   for (int64_t guard = 0; !live.empty(); ++guard) {
     REQUIRE(guard < 10000);
+    propose();
     ScheduledStep step = sched.schedule();
     REQUIRE_FALSE(step.empty());
-    std::vector<int32_t> sampled(step.batch.logits_rows.size(), 7);
-    sched.update(step, sampled);
+    kv.write(step.batch);
+    sched.update(step, sample(step));
     for (const StepEntry& e : step.entries) {
       Sequence* s = e.seq;
       if (e.logits_row >= 0 && s->num_output_tokens() >= s->max_tokens) {
@@ -106,9 +164,14 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops) {
         forget(s);
       }
     }
-    check_accounting(bm, live);
+    check_live();
   }
   CHECK(bm.num_free_blocks() == bm.num_blocks());
+  if (speculative) {
+    CHECK(next_id > 1000);  // requests
+    CHECK(drafted > 1000);
+    CHECK(rejected > 500);
+  }
   CHECK(steps > num_ops / 3);
   CHECK(finished > 100);
   CHECK(aborted > 100);
@@ -124,4 +187,8 @@ TEST_CASE("block manager property: 12,000 random operations with chunked prefill
 
 TEST_CASE("block manager property: 12,000 random operations without chunked prefill") {
   run_property(777, false, 12000);
+}
+
+TEST_CASE("block manager property: 12,000 random operations with speculative drafts rolled back") {
+  run_property(4242, true, 12000, true);
 }

@@ -17,6 +17,7 @@
 #include "web/bench/bench_options.h"
 #include "web/bench/bench_prompts.h"
 #include "web/bench/bench_report.h"
+#include "web/bench/bench_speculative.h"
 #include "web/bench/bench_stats.h"
 
 namespace spark {
@@ -123,73 +124,17 @@ PromptSet build_prompts(const BenchOptions& o, BenchRunInfo& info, BenchClient& 
   return set;
 }
 
-}  // namespace
+// One timed pass over `bodies`: released at once or by Poisson arrivals, at most
+// max_workers in flight, with the progress bar; ctrl-C cancels what is in flight.
+struct TimedRun {
+  std::vector<RequestRecord> records;
+  double duration = 0;  // from the start to the end of the last request, or to the interrupt
+  bool interrupted = false;
+};
 
-int run_bench(const Args& args) {
-  for (const std::string& a : args)
-    if (a == "--help" || a == "-h") {
-      std::fputs(bench_usage(), stdout);
-      return 0;
-    }
-  BenchOptions o = parse_bench_options(args);
-  BenchTarget target = parse_target(o.url, o.api_key, o.timeout_s);
-  if (!o.json_path.empty()) {
-    // Fail now rather than after a long run; leave no empty file behind.
-    std::error_code ec;
-    bool existed = std::filesystem::exists(o.json_path, ec);
-    bool writable = bool(std::ofstream(o.json_path, std::ios::app));
-    if (!existed) std::filesystem::remove(o.json_path, ec);
-    if (!writable) throw InputError("cannot write --json file " + o.json_path);
-  }
-  SigintScope sigint;
-
-  BenchClient main_client(target);
-  BenchRunInfo info;
-  info.options = o;
-  info.model = o.model.empty() ? main_client.first_model() : o.model;
-  info.endpoint_path = o.endpoint == BenchEndpoint::CHAT ? "/v1/chat/completions" : "/v1/completions";
-
-  PromptSet set;
-  BenchPrompt warmup_prompt;
-  try {
-    set = build_prompts(o, info, main_client, warmup_prompt);
-  } catch (const Interrupted&) {
-    std::fprintf(stderr, "sparkd bench: interrupted before the run started\n");
-    return 130;
-  }
-  size_t n = set.prompts.size();
-  if (o.endpoint == BenchEndpoint::CHAT && o.dataset.empty())
-    set.length_note += "; the chat template adds its own tokens (see input tokens below)";
-  info.length_note = set.length_note;
-  info.prefix_tokens = set.prefix_tokens;
-  long long known = 0, total_len = 0;
-  for (const BenchPrompt& p : set.prompts)
-    if (p.tokens >= 0) {
-      known++;
-      total_len += p.tokens;
-    }
-  info.mean_prompt_tokens = known ? double(total_len) / double(known) : 0.0;
-  if (g_interrupted.load()) {
-    std::fprintf(stderr, "sparkd bench: interrupted before the run started\n");
-    return 130;
-  }
-
-  std::vector<std::string> bodies;
-  bodies.reserve(n);
-  for (const BenchPrompt& p : set.prompts)
-    bodies.push_back(request_body(o.endpoint, info.model, p, o.output_len).dump());
-
-  size_t max_workers = o.concurrency > 0 ? o.concurrency : n;
-  BenchClientPool pool(target, max_workers);
-  // The first worker's client sends the warm-up, so its connection is open when timing
-  // starts (with --concurrency 1 no measured request pays for a connection).
-  RequestRecord warm =
-      warm_up(pool.get(0), o.endpoint, request_body(o.endpoint, info.model, warmup_prompt, o.output_len).dump());
-  info.warmup = describe_warmup(warm);
-  if (!warm.success && warm.error_kind != ErrorKind::CANCELLED)
-    std::fprintf(stderr, "sparkd bench: warning: warm-up %s\n", info.warmup.c_str());
-
-  // The timed run.
+TimedRun timed_run(const BenchOptions& o, BenchClientPool& pool, size_t max_workers,
+                   const std::vector<std::string>& bodies, const PromptSet& set) {
+  const size_t n = bodies.size();
   std::vector<double> release = o.poisson() ? poisson_arrivals(n, o.request_rate, o.seed) : std::vector<double>(n, 0.0);
   std::vector<std::optional<RequestRecord>> results(n);
   std::atomic<bool> cancel{false};
@@ -247,8 +192,131 @@ int run_bench(const Args& args) {
     }
   // Throughput is over the wall time of the timed run: from its start to the end of the
   // last request, or to the interrupt.
-  double duration = interrupted_at ? *interrupted_at : last_end;
-  info.interrupted = interrupted_at.has_value();
+  return {std::move(records), interrupted_at ? *interrupted_at : last_end, interrupted_at.has_value()};
+}
+
+// --compare-speculative: passes on, off, off, on (drift in the machine's speed cancels),
+// each side summarized over its two passes; the drafts' counters come from /metrics
+// around the passes with speculation on. An unmeasured pass of every prompt with
+// max_tokens 1 goes first, so that no measured pass pays for the prefills the prefix
+// cache spares the later ones.
+int compare_speculative(BenchRunInfo& info, BenchClientPool& pool, size_t max_workers,
+                        const std::vector<std::string>& bodies, const PromptSet& set) {
+  const BenchOptions& o = info.options;
+  std::vector<std::string> off_bodies, prefill_bodies;
+  for (const std::string& b : bodies) {
+    nlohmann::json j = nlohmann::json::parse(b);
+    j["speculative"] = false;
+    off_bodies.push_back(j.dump());
+    j["max_tokens"] = 1;
+    prefill_bodies.push_back(j.dump());
+  }
+  std::fprintf(stderr, "sparkd bench: prefilling every prompt once (not measured)\n");
+  if (timed_run(o, pool, max_workers, prefill_bodies, set).interrupted) return 130;
+  std::vector<RequestRecord> on_records, off_records;
+  double on_s = 0, off_s = 0;
+  SpecCounters drafts;
+  for (bool on : {true, false, false, true}) {
+    std::fprintf(stderr, "sparkd bench: pass with speculative decoding %s\n", on ? "on" : "off");
+    const SpecCounters before = spec_counters(pool.get(0).metrics_text());
+    TimedRun run = timed_run(o, pool, max_workers, on ? bodies : off_bodies, set);
+    if (on) {
+      SpecCounters delta = spec_counters(pool.get(0).metrics_text()) - before;
+      drafts = {drafts.drafts + delta.drafts, drafts.draft_tokens + delta.draft_tokens,
+                drafts.accepted_tokens + delta.accepted_tokens, delta.present};
+    }
+    auto& records = on ? on_records : off_records;
+    records.insert(records.end(), run.records.begin(), run.records.end());
+    (on ? on_s : off_s) += run.duration;
+    if (run.interrupted) {
+      info.interrupted = true;
+      break;
+    }
+  }
+  const Summary on = summarize(on_records, 2 * bodies.size(), on_s);
+  const Summary off = summarize(off_records, 2 * bodies.size(), off_s);
+  print_speculative_comparison(stdout, info, on, off, drafts);
+  if (info.interrupted) return 130;
+  return on.succeeded == 0 || off.succeeded == 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int run_bench(const Args& args) {
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") {
+      std::fputs(bench_usage(), stdout);
+      return 0;
+    }
+  BenchOptions o = parse_bench_options(args);
+  BenchTarget target = parse_target(o.url, o.api_key, o.timeout_s);
+  if (!o.json_path.empty()) {
+    // Fail now rather than after a long run; leave no empty file behind.
+    std::error_code ec;
+    bool existed = std::filesystem::exists(o.json_path, ec);
+    bool writable = bool(std::ofstream(o.json_path, std::ios::app));
+    if (!existed) std::filesystem::remove(o.json_path, ec);
+    if (!writable) throw InputError("cannot write --json file " + o.json_path);
+  }
+  SigintScope sigint;
+
+  BenchClient main_client(target);
+  BenchRunInfo info;
+  info.options = o;
+  info.model = o.model.empty() ? main_client.first_model() : o.model;
+  info.endpoint_path = o.endpoint == BenchEndpoint::CHAT ? "/v1/chat/completions" : "/v1/completions";
+
+  PromptSet set;
+  BenchPrompt warmup_prompt;
+  try {
+    set = build_prompts(o, info, main_client, warmup_prompt);
+  } catch (const Interrupted&) {
+    std::fprintf(stderr, "sparkd bench: interrupted before the run started\n");
+    return 130;
+  }
+  size_t n = set.prompts.size();
+  if (o.endpoint == BenchEndpoint::CHAT && o.dataset.empty())
+    set.length_note += "; the chat template adds its own tokens (see input tokens below)";
+  info.length_note = set.length_note;
+  info.prefix_tokens = set.prefix_tokens;
+  long long known = 0, total_len = 0;
+  for (const BenchPrompt& p : set.prompts)
+    if (p.tokens >= 0) {
+      known++;
+      total_len += p.tokens;
+    }
+  info.mean_prompt_tokens = known ? double(total_len) / double(known) : 0.0;
+  if (g_interrupted.load()) {
+    std::fprintf(stderr, "sparkd bench: interrupted before the run started\n");
+    return 130;
+  }
+
+  std::vector<std::string> bodies;
+  bodies.reserve(n);
+  for (const BenchPrompt& p : set.prompts) {
+    nlohmann::json body = request_body(o.endpoint, info.model, p, o.output_len);
+    if (o.temperature > 0) {
+      body["temperature"] = o.temperature;
+      body["seed"] = o.seed + bodies.size();
+    }
+    bodies.push_back(body.dump());
+  }
+
+  size_t max_workers = o.concurrency > 0 ? o.concurrency : n;
+  BenchClientPool pool(target, max_workers);
+  // The first worker's client sends the warm-up, so its connection is open when timing
+  // starts (with --concurrency 1 no measured request pays for a connection).
+  RequestRecord warm =
+      warm_up(pool.get(0), o.endpoint, request_body(o.endpoint, info.model, warmup_prompt, o.output_len).dump());
+  info.warmup = describe_warmup(warm);
+  if (!warm.success && warm.error_kind != ErrorKind::CANCELLED)
+    std::fprintf(stderr, "sparkd bench: warning: warm-up %s\n", info.warmup.c_str());
+
+  if (o.compare_speculative) return compare_speculative(info, pool, max_workers, bodies, set);
+  const TimedRun run = timed_run(o, pool, max_workers, bodies, set);
+  const std::vector<RequestRecord>& records = run.records;
+  info.interrupted = run.interrupted;
+  const double duration = run.duration;
   Summary summary = summarize(records, n, duration);
   print_report(stdout, info, summary);
 

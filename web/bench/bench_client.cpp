@@ -94,6 +94,11 @@ std::string BenchClient::first_model() {
   throw RuntimeError("GET /v1/models listed no model id (pass --model)");
 }
 
+std::string BenchClient::metrics_text() {
+  auto res = http_->Get(target_.base_path + "/metrics");
+  return res && res->status == 200 ? res->body : std::string();
+}
+
 std::optional<long long> BenchClient::try_tokenize(const nlohmann::json& body, bool count_field) {
   auto res = http_->Post(target_.base_path + "/tokenize", body.dump(), "application/json");
   if (!res || res->status != 200) return std::nullopt;

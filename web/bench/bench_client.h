@@ -54,6 +54,8 @@ class BenchClient {
   // Sends one streamed request and measures it. `cancel` is polled as data arrives;
   // interrupt() from another thread ends a blocking wait at once.
   RequestRecord stream(BenchEndpoint endpoint, const std::string& body, const std::atomic<bool>& cancel);
+  // GET /metrics as text; "" when the server has none.
+  std::string metrics_text();
   void interrupt();
 
  private:

@@ -32,6 +32,14 @@ streamed requests: TTFT, TPOT, ITL, end-to-end latency, throughput, errors.
   --seed S             seed of the random prompts and arrivals (default 0)
   --json FILE          write the summary and every request's record as JSON
   --timeout S          seconds allowed per request (default 600)
+  --temperature T      sample at T, request i with seed S + i (default 0: greedy)
+  --compare-speculative
+                       prefill every prompt once (unmeasured), then send the
+                       prompts four times, speculative decoding on, off,
+                       off, on (a sparkd server with [engine] speculative = "ngram";
+                       off requests carry "speculative": false), and print both
+                       sides with their ratio, the acceptance rate and the mean
+                       accepted length (from /metrics)
 
 One warm-up request goes first and is not measured. Ctrl-C stops the run and reports
 what was measured; requests in flight count as cancelled. Exit codes: 0 the run
@@ -54,9 +62,9 @@ long long positive_int(const Flags& f, const char* name, long long fallback, lon
 }  // namespace
 
 BenchOptions parse_bench_options(const std::vector<std::string>& args) {
-  Flags f(args);
+  Flags f(args, {"compare-speculative"});
   f.expect_only({"url", "model", "api-key", "endpoint", "concurrency", "request-rate", "num-prompts", "input-len",
-                 "output-len", "prefix-len", "dataset", "seed", "json", "timeout"});
+                 "output-len", "prefix-len", "dataset", "seed", "json", "timeout", "temperature"});
   BenchOptions o;
   o.url = f.require("url");
   if (o.url.empty()) throw InputError("--url must not be empty");
@@ -95,6 +103,9 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   o.json_path = f.get("json").value_or("");
   o.timeout_s = f.get_double("timeout", 600);
   if (!(o.timeout_s > 0)) throw InputError("--timeout must be a positive number of seconds");
+  o.compare_speculative = f.has("compare-speculative");
+  o.temperature = f.get_double("temperature", 0);
+  if (!(o.temperature >= 0 && o.temperature <= 2)) throw InputError("--temperature must be in [0, 2]");
   return o;
 }
 

@@ -23,6 +23,12 @@ struct BenchOptions {
   uint64_t seed = 0;
   std::string json_path;   // where to write the full results, or ""
   double timeout_s = 600;  // per request, from sending it to the end of its stream
+  // Runs the prompts four times, with speculative decoding on, off, off, on (requests
+  // opt out with "speculative": false), and reports the two side by side.
+  bool compare_speculative = false;
+  // 0: greedy. Above 0 every request samples at this temperature with its own seed
+  // (--seed + its index), so repeated passes draw the same tokens.
+  double temperature = 0;
 
   bool poisson() const { return request_rate > 0; }
 };

@@ -37,6 +37,8 @@ nlohmann::json totals_json(const MetricsSnapshot& m) {
           {"prefix_cache_queries", m.prefix_cache_queries},
           {"prefix_cache_hits", m.prefix_cache_hits},
           {"preemptions", m.preemptions},
+          {"spec_decode_num_draft_tokens", m.spec_num_draft_tokens},
+          {"spec_decode_num_accepted_tokens", m.spec_num_accepted_tokens},
           {"engine_steps", m.engine_steps},
           {"requests_finished",
            {{"stop", m.finished(FinishReason::STOP)},
@@ -56,6 +58,7 @@ nlohmann::json point_json(const StatsPoint& p) {
           {"kv_blocks_used", p.kv_blocks_used},
           {"kv_blocks_total", p.kv_blocks_total},
           {"prefix_hit_rate", opt(p.prefix_hit_rate)},
+          {"spec_acceptance_rate", opt(p.spec_acceptance_rate)},
           {"ttft_p50", opt(p.ttft_p50)},
           {"ttft_p95", opt(p.ttft_p95)},
           {"tpot_p50", opt(p.tpot_p50)},
@@ -140,6 +143,10 @@ void StatsSampler::sample(Clock::time_point now) {
       p.generation_tps = double(m->generation_tokens - last_metrics_->generation_tokens) / dt;
       const uint64_t queries = m->prefix_cache_queries - last_metrics_->prefix_cache_queries;
       if (queries > 0) p.prefix_hit_rate = double(m->prefix_cache_hits - last_metrics_->prefix_cache_hits) / double(queries);
+      const uint64_t drafted = m->spec_num_draft_tokens - last_metrics_->spec_num_draft_tokens;
+      if (drafted > 0)
+        p.spec_acceptance_rate =
+            double(m->spec_num_accepted_tokens - last_metrics_->spec_num_accepted_tokens) / double(drafted);
     }
   }
   if (sources_.requests) {

@@ -46,6 +46,7 @@ struct StatsPoint {
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_total = 0;
   std::optional<double> prefix_hit_rate;  // none when nothing was looked up that second
+  std::optional<double> spec_acceptance_rate;  // accepted / drafted tokens; none when nothing was drafted
   std::optional<double> ttft_p50, ttft_p95, tpot_p50, tpot_p95;  // seconds
   uint64_t mem_weights = 0, mem_kv = 0;
   std::optional<uint64_t> mem_free;

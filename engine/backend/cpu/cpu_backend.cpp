@@ -72,6 +72,11 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
   }
 }
 
+// The matmul decodes each weight row once per call and runs up to four activation rows
+// past it in registers (matmul.cpp's few-rows path), so a step of up to four rows reads
+// and decodes the same bytes as a step of one; past four the FMAs grow with the rows.
+int64_t CpuBackend::rows_at_decode_cost() const { return 4; }
+
 std::string CpuBackend::describe() const { return "cpu (" + std::to_string(pool_->size()) + " threads)"; }
 
 uint64_t CpuBackend::kv_bytes_per_token_layer(const ModelSpec& spec) {

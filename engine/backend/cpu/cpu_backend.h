@@ -26,6 +26,7 @@ class CpuBackend : public Backend {
   size_t kv_block_bytes(int64_t block_size) const override;
   void init_kv_cache(int64_t num_blocks, int64_t block_size) override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
+  int64_t rows_at_decode_cost() const override;
 
   // For the memory plan, before a backend exists: K and V bytes of one token in one
   // layer (f32), and the activations of a step of max_step_tokens rows (plus one logits

@@ -17,6 +17,7 @@
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/embedding.h"
 #include "engine/backend/cuda/gemm.h"
+#include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/rms_norm.h"
 #include "engine/backend/cuda/rope_kv.h"
 #include "engine/backend/cuda/sampling.h"
@@ -499,6 +500,12 @@ void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardRes
   }
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
+
+// The gemv kernel streams each weight once for up to kGemvMaxRows activation rows (its
+// tensor-core tile's columns), so a step of that many rows reads what a step of one does.
+// Past it the linear layers go to cuBLASLt: still memory-bound on paper, but one more
+// kernel family per layer, so drafts stop there.
+int64_t CudaBackend::rows_at_decode_cost() const { return cuda::kGemvMaxRows; }
 
 bool CudaBackend::samples_on_device() const { return impl_->has_head; }
 

@@ -43,6 +43,7 @@ class CudaBackend : public Backend {
   void init_kv_cache(int64_t num_blocks, int64_t block_size) override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
   bool samples_on_device() const override;
+  int64_t rows_at_decode_cost() const override;
   void forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,
                       std::vector<SampleOutput>& out) override;
 

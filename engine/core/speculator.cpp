@@ -1,0 +1,111 @@
+// speculator.cpp — draft proposal, per-sequence adaptation, and the acceptance rule.
+#include "engine/core/speculator.h"
+
+#include <algorithm>
+
+#include "engine/util/check.h"
+
+namespace spark {
+
+namespace {
+
+// A sequence whose k fell to 0 tries one draft again after this many tokens: text turns
+// repetitive (a quoted block, a list) after starting not to be.
+constexpr int64_t kPauseTokens = 32;
+
+}  // namespace
+
+SpeculationConfig SpeculationConfig::from(const EngineConfig& e) {
+  SpeculationConfig c;
+  c.num_tokens = e.speculative == "ngram" ? int(e.num_speculative_tokens) : 0;
+  c.lookup_min = int(e.prompt_lookup_min);
+  c.lookup_max = int(e.prompt_lookup_max);
+  return c;
+}
+
+size_t accepted_drafts(std::span<const int32_t> drafts, const int32_t* sampled) {
+  size_t a = 0;
+  while (a < drafts.size() && sampled[a] == drafts[a]) ++a;
+  return a;
+}
+
+void verification_rows(const SamplingParams& params, std::span<const int32_t> tokens, int64_t num_prompt_tokens,
+                       uint64_t seed, std::span<const int32_t> drafts, std::vector<int32_t>& context,
+                       SampleRow* rows) {
+  const auto counter = uint64_t(int64_t(tokens.size()) - num_prompt_tokens);
+  if (drafts.empty()) {  // a plain decode row: no copy of the context
+    rows[0] = {&params, tokens, num_prompt_tokens, seed, counter};
+    return;
+  }
+  context.assign(tokens.begin(), tokens.end());
+  context.insert(context.end(), drafts.begin(), drafts.end());
+  for (size_t i = 0; i <= drafts.size(); ++i)
+    rows[i] = {&params, std::span<const int32_t>(context.data(), tokens.size() + i), num_prompt_tokens, seed,
+               counter + i};
+}
+
+Speculator::Speculator(SpeculationConfig config) : config_(config) {
+  SPARK_CHECK(config_.num_tokens >= 0, "num_speculative_tokens must not be negative");
+  if (enabled())
+    SPARK_CHECK(config_.lookup_min >= 1 && config_.lookup_min <= config_.lookup_max, "prompt lookup lengths out of order");
+}
+
+Speculator::State& Speculator::state_of(const Sequence& seq) {
+  auto it = states_.find(seq.seq_id);
+  if (it == states_.end())
+    it = states_.emplace(seq.seq_id, State{NgramIndex(config_.lookup_min, config_.lookup_max), config_.num_tokens}).first;
+  return it->second;
+}
+
+int Speculator::current_k(int64_t seq_id) const {
+  auto it = states_.find(seq_id);
+  return it == states_.end() ? config_.num_tokens : it->second.k;
+}
+
+void Speculator::propose(const Scheduler& scheduler, int64_t row_budget) {
+  const auto& running = scheduler.running();
+  for (Sequence* seq : running) seq->draft_tokens.clear();
+  if (!enabled()) return;
+  // The rows the step will hold without drafts: every running sequence's uncomputed
+  // tokens, and the prompts that may be admitted, within the step's token budget.
+  int64_t rows = 0;
+  for (const Sequence* seq : running) rows += seq->num_uncomputed_tokens();
+  for (const Sequence* seq : scheduler.waiting()) rows += seq->num_tokens() - seq->num_computed_tokens;
+  const SchedulerConfig& c = scheduler.config();
+  rows = std::min(rows, c.max_num_batched_tokens);
+  int64_t budget = std::min(row_budget, c.max_num_batched_tokens) - rows;
+  // Each draft is a logits row too; a step's logits rows stay within max_num_seqs, which
+  // backends size their output buffers by.
+  budget = std::min(budget, c.max_num_seqs - int64_t(running.size() + scheduler.waiting().size()));
+  for (Sequence* seq : running) {
+    if (budget <= 0) break;
+    if (seq->num_uncomputed_tokens() != 1 || !seq->params.speculative || seq->matcher) continue;
+    // Every accepted draft is an output token: 1 + d of them must fit under max_tokens.
+    const int64_t room = seq->max_tokens - seq->num_output_tokens() - 1;
+    if (room <= 0) continue;
+    State& st = state_of(*seq);
+    if (st.k == 0) {
+      if (seq->num_tokens() < st.paused_until) continue;
+      st.k = 1;
+    }
+    st.index.extend(seq->token_ids);
+    const int k = int(std::min<int64_t>({st.k, room, budget}));
+    seq->draft_tokens = st.index.propose(seq->token_ids, k);
+    budget -= int64_t(seq->draft_tokens.size());
+  }
+}
+
+void Speculator::observe(const Sequence& seq, size_t drafted, size_t accepted) {
+  if (drafted == 0) return;
+  State& st = state_of(seq);
+  if (accepted == drafted) {
+    st.k = std::min(st.k + 1, config_.num_tokens);
+  } else if (accepted == 0) {
+    st.k /= 2;
+    if (st.k == 0) st.paused_until = seq.num_tokens() + kPauseTokens;
+  } else {
+    st.k = int(accepted) + 1;
+  }
+}
+
+}  // namespace spark

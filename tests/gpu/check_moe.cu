@@ -1,0 +1,359 @@
+// check_moe.cu — the mixture-of-experts block on the device (moe.h) against the CPU
+// backend (cpu/moe.h): the router's selection and weights for random logits with exact
+// ties (Qwen3-MoE's and gpt-oss's rules), the whole block at 1, 2, 7, 16, 64 and 300
+// tokens through both expert paths (decode GEMVs, grouped GEMM) for BF16, FP16 and Q8_0
+// experts, a token alone and among 31 others, and, under the emulator, the bytes a
+// decode step of B = 1, 4, 16 tokens reads on a Qwen3-30B-A3B-shaped layer against
+// (distinct experts selected) x (one expert's bytes).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/moe.h"
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/moe.h"
+#include "engine/backend/cuda/q8_0.h"
+#include "engine/model/quant.h"
+#include "engine/util/splitmix.h"
+#include "tests/gpu/gpu_check.h"
+
+namespace spark::gpu_check {
+namespace {
+
+using cuda::bf16;
+using cuda::f16;
+using cuda::HalfType;
+using cuda::MoePath;
+using cuda::RouterRule;
+
+const char* kCheck = "moe";
+
+// ---- router ----------------------------------------------------------------------------
+
+// Random logits where many rows hold exact ties: copies of other entries of the row (some
+// across the top-k boundary), a whole row of one value, and runs of equal maxima.
+std::vector<float> logits_with_ties(int32_t tokens, int32_t experts, uint64_t seed) {
+  std::vector<float> v = random_floats(size_t(tokens) * size_t(experts), seed, -4.0f, 4.0f);
+  for (int32_t t = 0; t < tokens; ++t) {
+    float* row = v.data() + size_t(t) * size_t(experts);
+    const uint64_t r = splitmix64(seed + uint64_t(t));
+    switch (t % 4) {
+      case 0: break;  // no ties by construction
+      case 1:         // a few duplicated entries anywhere
+        for (int i = 0; i < 6; ++i) row[splitmix64(r + uint64_t(i)) % uint64_t(experts)] = row[(r >> 8) % uint64_t(experts)];
+        break;
+      case 2:  // the whole row equal
+        for (int32_t e = 0; e < experts; ++e) row[e] = 0.5f;
+        break;
+      case 3:  // the largest value repeated at several indices, highest last
+        for (int i = 0; i < 5; ++i) row[(r >> (i * 6)) % uint64_t(experts)] = 9.0f;
+        row[experts - 1] = 9.0f;
+        break;
+    }
+  }
+  return v;
+}
+
+void router_case(RouterRule rule, int32_t experts, int32_t top_k, bool normalize, bool with_bias, cudaStream_t stream,
+                 uint64_t seed) {
+  const int32_t tokens = 300;
+  const std::vector<float> logits = logits_with_ties(tokens, experts, seed);
+  std::vector<float> bias;
+  if (with_bias) {
+    bias = random_floats(size_t(experts), seed + 1, -1.0f, 1.0f);
+    bias[size_t(experts / 2)] = bias[0];  // ties survive the bias too
+  }
+  DeviceArray<float> d_logits(logits), d_bias(with_bias ? bias : std::vector<float>{0.0f});
+  DeviceArray<int32_t> ids(size_t(tokens) * size_t(top_k));
+  DeviceArray<float> weights(size_t(tokens) * size_t(top_k));
+  CUDA_CHECK(cudaMemset(ids.get(), 0xFF, ids.size() * 4));
+  weights.poison();
+  cuda::moe_route(rule, d_logits.get(), with_bias ? d_bias.get() : nullptr, tokens, experts, top_k, normalize,
+                  ids.get(), weights.get(), stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<int32_t> got_ids = ids.download();
+  const std::vector<float> got_w = weights.download();
+  int id_mismatch = 0;
+  double worst = 0;
+  std::vector<int32_t> want_ids(static_cast<size_t>(top_k));
+  std::vector<float> want_w(static_cast<size_t>(top_k));
+  for (int32_t t = 0; t < tokens; ++t) {
+    cpu::route_token(rule, logits.data() + size_t(t) * size_t(experts), with_bias ? bias.data() : nullptr, experts,
+                     top_k, normalize, want_ids.data(), want_w.data());
+    for (int32_t j = 0; j < top_k; ++j) {
+      const size_t at = size_t(t) * size_t(top_k) + size_t(j);
+      id_mismatch += got_ids[at] != want_ids[size_t(j)];
+      const double diff = std::fabs(double(got_w[at]) - double(want_w[size_t(j)]));
+      worst = std::isfinite(diff) ? std::max(worst, diff) : INFINITY;
+    }
+  }
+  const std::string name = std::string(rule == RouterRule::SOFTMAX_TOPK ? "softmax-topk" : "topk-softmax") +
+                           " E=" + std::to_string(experts) + " k=" + std::to_string(top_k) +
+                           (normalize ? " norm" : "") + (with_bias ? " bias" : "") + ", 300 tok with ties";
+  row(kCheck, "router " + name + ": ids == cpu", std::to_string(id_mismatch) + " differ", "0", id_mismatch == 0);
+  row(kCheck, "router " + name + ": weights vs cpu", fmt("max abs %.1e", worst), "<= 1e-6", worst <= 1e-6);
+}
+
+// ---- the MoE block ---------------------------------------------------------------------
+
+// A host matrix in `dtype` (BF16, F16 or Q8_0) of random values in [-scale, scale).
+struct HostMatrix {
+  std::vector<uint8_t> bytes;
+  Tensor tensor;
+  // Rows [row0, row0 + n) as a tensor of their own (an expert's slice of a stack).
+  Tensor rows(int64_t row0, int64_t n) const {
+    Tensor t = tensor;
+    const size_t row_bytes = dtype_nbytes(t.dtype, t.cols(), t.cols());
+    t.data = bytes.data() + size_t(row0) * row_bytes;
+    t.shape = {n, t.cols()};
+    t.nbytes = size_t(n) * row_bytes;
+    return t;
+  }
+};
+
+HostMatrix random_matrix(DType dtype, int64_t rows, int64_t cols, float scale, uint64_t seed) {
+  const std::vector<float> v = random_floats(size_t(rows * cols), seed, -scale, scale);
+  HostMatrix m;
+  m.bytes.resize(dtype_nbytes(dtype, rows * cols, cols));
+  if (dtype == DType::Q8_0) {  // GGUF's Q8_0: d = amax / 127, q = round(x / d)
+    auto* blocks = reinterpret_cast<BlockQ8_0*>(m.bytes.data());
+    for (size_t b = 0; b < v.size() / 32; ++b) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[b * 32 + size_t(j)]));
+      const float d = amax / 127.0f;
+      const f16 dh = __float2half(d);
+      std::memcpy(&blocks[b].d, &dh, 2);
+      for (int j = 0; j < 32; ++j) blocks[b].qs[j] = int8_t(std::lround(d > 0 ? v[b * 32 + size_t(j)] / d : 0.0f));
+    }
+  } else {
+    auto* out = reinterpret_cast<uint16_t*>(m.bytes.data());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (dtype == DType::BF16) {
+        const bf16 h = __float2bfloat16(v[i]);
+        std::memcpy(&out[i], &h, 2);
+      } else {
+        const f16 h = __float2half(v[i]);
+        std::memcpy(&out[i], &h, 2);
+      }
+    }
+  }
+  m.tensor.name = "w";
+  m.tensor.dtype = dtype;
+  m.tensor.shape = {rows, cols};
+  m.tensor.data = m.bytes.data();
+  m.tensor.nbytes = m.bytes.size();
+  return m;
+}
+
+// A matrix on the device as DeviceWeights lays it out: 16-bit copied, Q8_0 repacked.
+struct DeviceMatrixOwner {
+  DeviceArray<uint8_t> data, scales;
+  cuda::DeviceMatrix matrix;
+  explicit DeviceMatrixOwner(const Tensor& t) {
+    if (t.dtype == DType::Q8_0) {
+      data = DeviceArray<uint8_t>(size_t(t.numel()));
+      scales = DeviceArray<uint8_t>(size_t(t.numel() / 32) * 2);
+      cuda::upload_q8_0(t, data.get(), scales.get());
+      matrix = {cuda::WeightFormat::Q8_0, data.get(), scales.get()};
+    } else {
+      data = DeviceArray<uint8_t>(t.nbytes);
+      CUDA_CHECK(cudaMemcpy(data.get(), t.data, t.nbytes, cudaMemcpyHostToDevice));
+      matrix = {cuda::WeightFormat::HALF, data.get(), nullptr};
+    }
+  }
+};
+
+// One MoE layer: router, experts stacked as moe.h wants them, and the CPU's view of them.
+struct Layer {
+  cuda::MoeConfig cfg;
+  HostMatrix router, gate_up, down;
+  cpu::MoeWeights cpu;
+  std::vector<Tensor> views;  // backing for cpu's pointers
+
+  Layer(DType expert_dtype, DType router_dtype, int32_t experts, int32_t top_k, int32_t hidden, int32_t inter,
+        uint64_t seed) {
+    cfg.shape = {experts, hidden, inter};
+    cfg.top_k = top_k;
+    cfg.normalize = true;
+    router = random_matrix(router_dtype, experts, hidden, 1.0f / std::sqrt(float(hidden)) * 4, seed);
+    gate_up = random_matrix(expert_dtype, int64_t(experts) * 2 * inter, hidden, 1.0f / std::sqrt(float(hidden)) * 2,
+                            seed + 1);
+    down = random_matrix(expert_dtype, int64_t(experts) * hidden, inter, 1.0f / std::sqrt(float(inter)) * 2, seed + 2);
+    views.reserve(size_t(experts) * 3);
+    for (int32_t e = 0; e < experts; ++e) {
+      views.push_back(gate_up.rows(int64_t(e) * 2 * inter, inter));
+      views.push_back(gate_up.rows(int64_t(e) * 2 * inter + inter, inter));
+      views.push_back(down.rows(int64_t(e) * hidden, hidden));
+    }
+    cpu.router = &router.tensor;
+    for (int32_t e = 0; e < experts; ++e) {
+      cpu.gate.push_back(&views[size_t(e) * 3]);
+      cpu.up.push_back(&views[size_t(e) * 3 + 1]);
+      cpu.down.push_back(&views[size_t(e) * 3 + 2]);
+    }
+    cpu.top_k = top_k;
+    cpu.norm_topk_prob = true;
+  }
+};
+
+struct DeviceLayer {
+  DeviceMatrixOwner router, gate_up, down;
+  cuda::MoeLayerWeights w;
+  DeviceArray<uint8_t> scratch_memory;
+  cuda::MoeScratch scratch;
+  explicit DeviceLayer(const Layer& l)
+      : router(l.router.tensor),
+        gate_up(l.gate_up.tensor),
+        down(l.down.tensor),
+        scratch_memory(cuda::MoeScratch::bytes(l.cfg)),
+        scratch(l.cfg, scratch_memory.get()) {
+    w.router = router.matrix;
+    w.experts = {gate_up.matrix, down.matrix};
+  }
+};
+
+template <typename T>
+std::vector<float> run_device(cuda::Gemm& gemm, const Layer& l, DeviceLayer& d, const std::vector<float>& x,
+                              int32_t tokens, MoePath path, cudaStream_t stream) {
+  DeviceArray<T> dx(to_half<T>(x));
+  DeviceArray<float> out(size_t(tokens) * size_t(l.cfg.shape.hidden));
+  out.poison();
+  d.scratch_memory.poison();
+  cuda::moe_forward(half_type_of<T>(), gemm, l.cfg, d.w, dx.get(), tokens, d.scratch, out.get(), stream, false, path);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return out.download();
+}
+
+template <typename T>
+void block_case(DType expert_dtype, const std::vector<int32_t>& token_counts, cudaStream_t stream, uint64_t seed) {
+  const int32_t experts = 16, top_k = 4, hidden = 256, inter = 96;
+  const DType router_dtype = std::is_same_v<T, f16> ? DType::F16 : DType::BF16;
+  const Layer l(expert_dtype, router_dtype, experts, top_k, hidden, inter, seed);
+  DeviceLayer d(l);
+  cuda::Gemm gemm;
+  ThreadPool pool(2);
+  // 16-bit experts: the products are exact on both sides and only the SwiGLU output's
+  // rounding to the compute type differs (bf16: 2^-9 relative); Q8_0 adds the GEMM path's
+  // rounding of each dequantized weight to 16 bits.
+  const double limit = std::is_same_v<T, f16> ? 3e-3 : 1e-2;
+  const std::string name = std::string(dtype_name(expert_dtype)) + " experts, " + half_name<T>() + " E=" +
+                           std::to_string(experts) + " k=" + std::to_string(top_k) + " h=" + std::to_string(hidden) +
+                           " i=" + std::to_string(inter);
+  for (int32_t tokens : token_counts) {
+    const std::vector<float> x = round_half<T>(random_floats(size_t(tokens) * hidden, seed * 7 + uint64_t(tokens)));
+    std::vector<float> want(x.size());
+    cpu::moe_ffn(pool, l.cpu, x.data(), tokens, hidden, want.data());
+    for (MoePath path : {MoePath::GEMV, MoePath::GEMM}) {
+      const std::vector<float> got = run_device<T>(gemm, l, d, x, tokens, path, stream);
+      error_row(kCheck,
+                name + " T=" + std::to_string(tokens) + (path == MoePath::GEMV ? " gemv" : " grouped gemm") + " vs cpu",
+                rel_error(want, got), limit);
+    }
+  }
+}
+
+// A token's output alone and as row 5 of 32 (the decode path, as a graph bucket runs it):
+// the expert kernels compute every row on its own, so the same bits.
+void batch_invariance(cudaStream_t stream) {
+  const Layer l(DType::Q8_0, DType::BF16, 16, 4, 256, 96, 41);
+  DeviceLayer d(l);
+  cuda::Gemm gemm;
+  const std::vector<float> batch = round_half<bf16>(random_floats(size_t(32) * 256, 43));
+  const std::vector<float> alone(batch.begin() + 5 * 256, batch.begin() + 6 * 256);
+  const std::vector<float> a = run_device<bf16>(gemm, l, d, alone, 1, MoePath::GEMV, stream);
+  const std::vector<float> b = run_device<bf16>(gemm, l, d, batch, 32, MoePath::GEMV, stream);
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::fabs(a[i] - b[5 * 256 + i])));
+  // The router logits come from Gemm::linear (GEMV at 1 row, cuBLASLt at 32), which may
+  // sum in another order: the rows agree to f32 rounding, not necessarily bit for bit.
+  row(kCheck, "Q8_0 block: token alone vs row 5 of 32 (gemv path)", fmt("max abs %.1e", worst), "<= 1e-5",
+      worst <= 1e-5);
+}
+
+#if SPARK_CUDA_EMU
+// Bytes a decode step's expert kernels read on a Qwen3-30B-A3B-shaped layer (hidden 2048,
+// 128 experts of 768, k = 8): router and selection first (not counted), then gate/up and
+// down counted. Expert weights are a constant pattern (their values do not matter to the
+// count; the router's random weights pick the experts).
+void bytes_table(DType expert_dtype, cudaStream_t stream) {
+  const int32_t E = 128, k = 8, H = 2048, I = 768;
+  cuda::MoeConfig cfg;
+  cfg.shape = {E, H, I};
+  cfg.top_k = k;
+  cfg.normalize = true;
+  const bool q8 = expert_dtype == DType::Q8_0;
+  const size_t gate_up_rows = size_t(E) * 2 * I, down_rows = size_t(E) * H;
+  const size_t expert_bytes = q8 ? size_t(3) * I * H * 34 / 32 : size_t(3) * I * H * 2;
+  DeviceArray<uint8_t> gu(q8 ? gate_up_rows * H : gate_up_rows * H * 2), dn(q8 ? down_rows * I : down_rows * I * 2);
+  DeviceArray<uint8_t> gu_s(q8 ? gate_up_rows * H / 32 * 2 : 1), dn_s(q8 ? down_rows * I / 32 * 2 : 1);
+  for (auto* a : {&gu, &dn, &gu_s, &dn_s}) CUDA_CHECK(cudaMemset(a->get(), 0x11, a->size()));
+  const auto format = q8 ? cuda::WeightFormat::Q8_0 : cuda::WeightFormat::HALF;
+  cuda::ExpertWeights ew{{format, gu.get(), gu_s.get()}, {format, dn.get(), dn_s.get()}};
+  const HostMatrix router = random_matrix(DType::BF16, E, H, 0.1f, 99);
+  DeviceMatrixOwner d_router(router.tensor);
+  DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(cfg));
+  const cuda::MoeScratch s(cfg, scratch_memory.get());
+  cuda::Gemm gemm;
+  for (int32_t B : {1, 4, 16}) {
+    const std::vector<float> x = random_floats(size_t(B) * H, uint64_t(B) * 31);
+    DeviceArray<bf16> dx(to_half<bf16>(x));
+    gemm.linear(HalfType::BF16, dx.get(), B, H, d_router.matrix, E, s.logits, cuda::GemmOut::F32, stream);
+    cuda::moe_route(RouterRule::SOFTMAX_TOPK, s.logits, nullptr, B, E, k, true, s.ids, s.weights, stream);
+    cuda::moe_group(s.ids, B, k, E, cuda::kMoeTileRows, s.groups, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<int32_t> ids(size_t(B) * k);
+    CUDA_CHECK(cudaMemcpy(ids.data(), s.ids, ids.size() * 4, cudaMemcpyDeviceToHost));
+    const size_t distinct = std::set<int32_t>(ids.begin(), ids.end()).size();
+    ::emu::global_reads_begin();
+    cuda::moe_gate_up_gemv(HalfType::BF16, cfg.shape, ew, s.groups, dx.get(), B * k, s.act, stream, false);
+    cuda::moe_down_gemv(HalfType::BF16, cfg.shape, ew, s.groups, s.act, B * k, s.y, stream, false);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const ::emu::GlobalReads reads = ::emu::global_reads_end();
+    // Activations: x (B rows) and the SwiGLU output (B x k rows), each read once.
+    const double activations = double(B) * H * 2 + double(B) * k * I * 2;
+    const double weights_read = double(reads.total()) - activations;
+    const double ratio = weights_read / (double(distinct) * double(expert_bytes));
+    row(kCheck,
+        std::string("bytes 30B-A3B ") + (q8 ? "Q8_0" : "BF16") + " B=" + std::to_string(B) + ": " +
+            std::to_string(distinct) + " experts",
+        fmt("%.4f", ratio) + fmt(" (%.1f MB expert weights)", weights_read / 1e6),
+        fmt("1 +- 0.03 of %.1f MB", double(distinct) * double(expert_bytes) / 1e6), ratio >= 0.97 && ratio <= 1.03);
+  }
+}
+#endif
+
+void run() {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  router_case(RouterRule::SOFTMAX_TOPK, 8, 2, true, false, stream, 1);
+  router_case(RouterRule::SOFTMAX_TOPK, 128, 8, true, false, stream, 2);
+  router_case(RouterRule::SOFTMAX_TOPK, 60, 4, false, false, stream, 3);
+  router_case(RouterRule::TOPK_SOFTMAX, 32, 4, false, true, stream, 4);
+  router_case(RouterRule::TOPK_SOFTMAX, 128, 4, false, true, stream, 5);
+  router_case(RouterRule::TOPK_SOFTMAX, 256, 32, false, false, stream, 6);
+  const std::vector<int32_t> tokens = {1, 2, 7, 16, 64, 300};
+  block_case<bf16>(DType::BF16, tokens, stream, 11);
+  block_case<bf16>(DType::Q8_0, tokens, stream, 12);
+  block_case<f16>(DType::F16, {1, 7, 64}, stream, 13);
+  block_case<f16>(DType::Q8_0, {1, 7, 64}, stream, 14);
+  batch_invariance(stream);
+#if SPARK_CUDA_EMU
+  bytes_table(DType::Q8_0, stream);
+  bytes_table(DType::BF16, stream);
+#endif
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace spark::gpu_check
+
+int main() {
+  return spark::gpu_check::run_main("moe", [] { spark::gpu_check::run(); });
+}

@@ -85,7 +85,8 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
 #if SPARKD_CUDA
   // Weights as the device keeps them: Q8_0 matrices packed, the rest in the 16-bit type.
   const StoredDType stored = [&info](Part part, int64_t layer) {
-    return info.format == ModelFormat::DUMMY ? info.weight_dtype : info.tensors.at(tensor_name(part, layer)).dtype;
+    if (info.format == ModelFormat::DUMMY) return info.weight_dtype;
+    return info.tensors.at(tensor_name(part, layer, part_is_per_expert(part) ? 0 : -1)).dtype;  // expert 0 for all
   };
   f.weight_bytes = CudaBackend::weight_bytes(s, range, stored);
   f.kv_bytes_per_token = uint64_t(layers) * CudaBackend::kv_bytes_per_token_layer(s, fp8);

@@ -303,13 +303,13 @@ GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_n
 def write_gguf_model(path, arch, c, hd, tensors, qtype=None):
     """As llama.cpp's converter would: metadata keys, tensor names, Q/K permutation for
     llama, experts stacked into one tensor per projection. With `qtype` (a
-    GGMLQuantizationType), every 2-D matrix whose rows are whole blocks is quantized by
-    gguf's own quantizer, as llama-quantize would store it."""
+    GGMLQuantizationType), every matrix (2-D, or 3-D stacked experts) whose rows are whole
+    blocks is quantized by gguf's own quantizer, as llama-quantize would store it."""
     wr = gguf.GGUFWriter(path, arch)
     add_tensor = wr.add_tensor
 
     def add_matrix(name, a):
-        if qtype is None or a.ndim != 2 or a.shape[-1] % gguf.GGML_QUANT_SIZES[qtype][0]:
+        if qtype is None or a.ndim not in (2, 3) or a.shape[-1] % gguf.GGML_QUANT_SIZES[qtype][0]:
             return add_tensor(name, a)
         q = gguf.quants.quantize(np.ascontiguousarray(a, dtype=np.float32), qtype)
         add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)

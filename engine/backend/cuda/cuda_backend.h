@@ -1,6 +1,6 @@
 // cuda_backend.h — the GPU backend: BF16 or FP16 weights in device memory, a paged KV
 // cache in that type or FP8, cuBLASLt GEMMs, fused kernels, CUDA graphs for decode steps, and sampling on
-// the device. Dense models (Llama, Mistral, Qwen2, Qwen3). No CUDA headers here.
+// the device. Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE (moe.h). No CUDA headers here.
 #pragma once
 #include <cstdint>
 #include <memory>

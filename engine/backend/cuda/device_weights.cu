@@ -98,8 +98,23 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm));
     vec({t(Part::FFN_NORM)}, {H}, v(&DeviceLayer::ffn_norm));
     matrix({t(Part::O)}, {Part::O}, l, {H}, nh * hd, m(&DeviceLayer::o));
-    matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
-    matrix({t(Part::DOWN)}, {Part::DOWN}, l, {H}, I, m(&DeviceLayer::down));
+    if (!s.layer_is_moe(l)) {
+      matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
+      matrix({t(Part::DOWN)}, {Part::DOWN}, l, {H}, I, m(&DeviceLayer::down));
+      continue;
+    }
+    const int64_t E = s.num_experts, mi = s.moe_intermediate_size;
+    vec({t(Part::ROUTER)}, {E * H}, v(&DeviceLayer::router));
+    // Every expert's gate and up rows, then every expert's down rows: one matrix each.
+    std::vector<const Tensor*> gate_up, down;
+    for (int64_t e = 0; e < E && stage; ++e) {
+      const LayerWeights& lw = stage->layers[index];
+      gate_up.insert(gate_up.end(), {lw.expert_gate[size_t(e)], lw.expert_up[size_t(e)]});
+      down.push_back(lw.expert_down[size_t(e)]);
+    }
+    matrix(gate_up, {Part::EXPERT_GATE, Part::EXPERT_UP}, l, std::vector<int64_t>(size_t(2 * E), mi), H,
+           m(&DeviceLayer::expert_gate_up));
+    matrix(down, {Part::EXPERT_DOWN}, l, std::vector<int64_t>(size_t(E), H), mi, m(&DeviceLayer::expert_down));
   }
   if (range.last_layer == s.num_layers) {
     vec({stage ? stage->final_norm : nullptr}, {H}, w ? slot(w->final_norm) : &sink);
@@ -161,7 +176,18 @@ void upload(const Tensor& t, bool f32, HalfType type, char* dst, ThreadPool& poo
 StoredDType stored_in(const StageWeights& stage) {
   // A tied head asks as EMBEDDING; a stage without layer 0 holds it as lm_head only.
   return [&stage](Part part, int64_t layer) {
-    const Tensor* t = layer >= 0                                ? stage.layers[size_t(layer - stage.range.first_layer)].find(part)
+    const LayerWeights* lw = layer >= 0 ? &stage.layers[size_t(layer - stage.range.first_layer)] : nullptr;
+    const std::vector<const Tensor*>* experts = !lw                           ? nullptr
+                                                : part == Part::EXPERT_GATE ? &lw->expert_gate
+                                                : part == Part::EXPERT_UP   ? &lw->expert_up
+                                                : part == Part::EXPERT_DOWN ? &lw->expert_down
+                                                                            : nullptr;
+    if (experts) {  // the stack is packed only when every expert is Q8_0: any other dtype speaks for all
+      for (const Tensor* e : *experts)
+        if (e->dtype != DType::Q8_0) return e->dtype;
+      return experts->empty() ? DType::F32 : DType::Q8_0;
+    }
+    const Tensor* t = lw                                        ? lw->find(part)
                       : part == Part::EMBEDDING && stage.embedding ? stage.embedding
                                                                    : stage.lm_head;
     SPARK_CHECK(t != nullptr, "a device matrix lacks a bound tensor");
@@ -180,9 +206,6 @@ uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range, const Sto
 
 DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType half) : type(half) {
   const LayerRange range = stage.range;
-  if (spec.num_experts > 0)
-    throw InputError("the CUDA backend runs dense models; " + spec.architecture +
-                     " has experts (set engine.backend = \"cpu\")");
   // Check everything before the first byte moves: a bad file fails fast and whole.
   for (const Tensor* t : all_tensors(stage))
     if (!dequant_supported(t->dtype))

@@ -22,6 +22,12 @@ struct DeviceLayer {
   DeviceMatrix o;        // [hidden, heads * head_dim]
   DeviceMatrix gate_up;  // [2 * intermediate, hidden]: gate rows, then up rows
   DeviceMatrix down;     // [hidden, intermediate]
+  // An MoE layer (ModelSpec::layer_is_moe) has these instead of gate_up and down; each
+  // expert's matrices are stacked as moe_experts.h reads them.
+  const float* router = nullptr;  // [experts, hidden], f32: selection must not flip on rounding
+  DeviceMatrix expert_gate_up;    // [experts * 2 * moe_intermediate, hidden]: per expert its gate rows, then up rows
+  DeviceMatrix expert_down;      // [experts * hidden, moe_intermediate]
+  bool is_moe() const { return router != nullptr; }
 };
 
 class DeviceWeights {

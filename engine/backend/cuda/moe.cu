@@ -1,6 +1,5 @@
 // moe.cu — the MoE block's launch sequence (moe.h): per chunk of tokens, the router's
-// logits (Gemm::linear: the router is [experts, hidden], 0.5 MB in BF16 on Qwen3-30B-A3B,
-// a GEMV at decode), the selection and grouping (moe_router.h), gate/up with SwiGLU,
+// logits in f32, the selection and grouping (moe_router.h), gate/up with SwiGLU,
 // down, and the weighted sum (moe_experts.h): six launches a chunk; the host only
 // chooses the path from the token count, which a CUDA graph's bucket fixes.
 #include "engine/backend/cuda/moe.h"
@@ -58,17 +57,17 @@ MoeScratch::MoeScratch(const MoeConfig& cfg, void* memory) {
   y = reinterpret_cast<float*>(base + l.y);
 }
 
-void moe_forward(HalfType type, Gemm& gemm, const MoeConfig& cfg, const MoeLayerWeights& w, const void* x,
-                 int32_t tokens, const MoeScratch& scratch, float* out, cudaStream_t stream, bool programmatic,
-                 MoePath path) {
+void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, const float* residual, float eps,
+                 const void* x, int32_t tokens, const MoeScratch& scratch, float* out, cudaStream_t stream,
+                 bool programmatic, MoePath path) {
   const ExpertShape& s = cfg.shape;
   for (int32_t t0 = 0; t0 < tokens; t0 += MoeScratch::kChunkTokens) {
     const int32_t n = std::min(MoeScratch::kChunkTokens, tokens - t0);
     const void* xc = static_cast<const char*>(x) + size_t(t0) * size_t(s.hidden) * 2;
     const int32_t pairs = n * cfg.top_k;
     const bool gemv = path == MoePath::GEMV || (path == MoePath::AUTO && n <= kMoeGemvMaxTokens);
-    gemm.linear(type, xc, n, s.hidden, w.router, s.experts, scratch.logits, GemmOut::F32, stream, GemmPath::AUTO,
-                programmatic);
+    moe_router_logits(residual + size_t(t0) * size_t(s.hidden), w.norm, eps, w.router, n, s.hidden, s.experts,
+                      scratch.logits, stream, programmatic);
     moe_route(cfg.rule, scratch.logits, w.router_bias, n, s.experts, cfg.top_k, cfg.normalize, scratch.ids,
               scratch.weights, stream, programmatic);
     moe_group(scratch.ids, n, cfg.top_k, s.experts, kMoeTileRows, scratch.groups, stream, programmatic);

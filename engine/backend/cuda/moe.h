@@ -6,14 +6,14 @@
 
 #include <cstdint>
 
-#include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/moe_experts.h"
 #include "engine/backend/cuda/moe_router.h"
 
 namespace spark::cuda {
 
 struct MoeLayerWeights {
-  DeviceMatrix router;                // [experts, hidden]
+  const float* norm = nullptr;         // [hidden]: the layer's ffn_norm, which the router applies in f32
+  const float* router = nullptr;       // [experts, hidden], f32
   const float* router_bias = nullptr;  // [experts] (gpt-oss), or null
   ExpertWeights experts;
 };
@@ -48,10 +48,11 @@ class MoeScratch {
   float* y = nullptr;        // [chunk x top_k, hidden]
 };
 
-// out[t, :] (f32, [tokens, hidden]) = the MoE block of x[t, :] (compute type, the
-// normed hidden states) for t < tokens, in chunks of MoeScratch::kChunkTokens.
-void moe_forward(HalfType type, Gemm& gemm, const MoeConfig& cfg, const MoeLayerWeights& w, const void* x,
-                 int32_t tokens, const MoeScratch& scratch, float* out, cudaStream_t stream, bool programmatic,
-                 MoePath path = MoePath::AUTO);
+// out[t, :] (f32, [tokens, hidden]) = the MoE block for t < tokens, in chunks of
+// MoeScratch::kChunkTokens: the router reads residual[t, :] (f32, the rows before
+// ffn_norm) through w.norm, the experts read x[t, :] (the compute type's normed rows).
+void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, const float* residual, float eps,
+                 const void* x, int32_t tokens, const MoeScratch& scratch, float* out, cudaStream_t stream,
+                 bool programmatic, MoePath path = MoePath::AUTO);
 
 }  // namespace spark::cuda

@@ -18,6 +18,31 @@
 namespace spark::cuda {
 namespace {
 
+constexpr int kLogitWarps = 8;  // experts a block, one a warp
+
+// Block (expert group, token): the token's RMSNorm in f32 as cpu::rms_norm computes it
+// (weight * (x * inv)), then one expert's dot product a warp. Bytes: the router once per
+// token through L2 (Qwen3-30B-A3B: 1 MB in f32; at B = 1, 16 blocks of 64 KB each).
+__global__ void __launch_bounds__(kLogitWarps * 32)
+    router_logits_kernel(const float* __restrict__ x, const float* __restrict__ norm, float eps,
+                         const float* __restrict__ router, int hidden, int experts,
+                         float* __restrict__ logits) {
+  __shared__ float scratch[32];
+  wait_then_allow_next_kernel();
+  const int t = blockIdx.y, lane = threadIdx.x & 31;
+  const float* xt = x + int64_t(t) * hidden;
+  float ss = 0.0f;
+  for (int h = threadIdx.x; h < hidden; h += blockDim.x) ss += xt[h] * xt[h];
+  const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / float(hidden) + eps);
+  const int e = blockIdx.x * kLogitWarps + (threadIdx.x >> 5);
+  if (e >= experts) return;
+  const float* w = router + int64_t(e) * hidden;
+  float dot = 0.0f;
+  for (int h = lane; h < hidden; h += 32) dot = fmaf(norm[h] * (xt[h] * inv), __ldg(w + h), dot);
+  dot = warp_sum(dot);
+  if (lane == 0) logits[int64_t(t) * experts + e] = dot;
+}
+
 constexpr int kRouteWarps = 4;
 constexpr int kPerLane = kMoeMaxExperts / 32;
 constexpr int kNone = 0x7fffffff;
@@ -141,6 +166,15 @@ __global__ void __launch_bounds__(kGroupThreads)
 }
 
 }  // namespace
+
+void moe_router_logits(const float* x, const float* norm, float eps, const float* router, int32_t tokens, int32_t hidden, int32_t experts, float* logits, cudaStream_t stream,
+                       bool programmatic) {
+  SPARK_CHECK(hidden > 0 && experts >= 1 && tokens >= 0, "moe_router_logits: bad shape");
+  if (tokens == 0) return;
+  launch_kernel("router_logits_kernel", programmatic, router_logits_kernel,
+                dim3(unsigned(ceil_div(experts, kLogitWarps)), unsigned(tokens)), dim3(kLogitWarps * 32), 0, stream, x,
+                norm, eps, router, int(hidden), int(experts), logits);
+}
 
 void moe_route(RouterRule rule, const float* logits, const float* bias, int32_t tokens, int32_t experts,
                int32_t top_k, bool normalize, int32_t* ids, float* weights, cudaStream_t stream, bool programmatic) {

@@ -18,6 +18,14 @@ using cpu::RouterRule;
 inline constexpr int32_t kMoeMaxExperts = 256;
 inline constexpr int32_t kMoeMaxTopK = 32;
 
+// logits[t, e] = rmsnorm(x[t]) · router[e] for t < tokens, all in f32: x the residual
+// stream [tokens, hidden], norm the layer's ffn_norm weight [hidden], router [experts,
+// hidden] (a router bias, gpt-oss's, is moe_route's). The router reads the f32 normed rows the CPU
+// backend reads, not the 16-bit copy the experts take, so the two select the same experts
+// unless two candidates are within f32 rounding of each other.
+void moe_router_logits(const float* x, const float* norm, float eps, const float* router, int32_t tokens, int32_t hidden, int32_t experts, float* logits, cudaStream_t stream,
+                       bool programmatic = false);
+
 // ids[t, j], weights[t, j] (j < top_k, highest score first) for t < tokens from
 // logits[tokens, experts] (f32), by `rule` (cpu/moe.h: the same selection and the same tie
 // order as the CPU backend; bias [experts] or null, TOPK_SOFTMAX only).

@@ -89,6 +89,7 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
     return info.tensors.at(tensor_name(part, layer, part_is_per_expert(part) ? 0 : -1)).dtype;  // expert 0 for all
   };
   f.weight_bytes = CudaBackend::weight_bytes(s, range, stored);
+  f.weight_bytes_per_token = CudaBackend::weight_bytes_per_token(s, range, stored);
   f.kv_bytes_per_token = uint64_t(layers) * CudaBackend::kv_bytes_per_token_layer(s, fp8);
   f.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
   f.reserve_bytes = kCudaReserveBytes;

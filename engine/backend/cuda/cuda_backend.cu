@@ -564,6 +564,10 @@ uint64_t CudaBackend::weight_bytes(const ModelSpec& spec, LayerRange range, cons
   return cuda::DeviceWeights::bytes(spec, range, stored);
 }
 
+uint64_t CudaBackend::weight_bytes_per_token(const ModelSpec& spec, LayerRange range, const StoredDType& stored) {
+  return cuda::DeviceWeights::bytes_per_token(spec, range, stored);
+}
+
 uint64_t CudaBackend::workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range) {
   const bool has_head = range.last_layer == spec.num_layers;
   Sizes z(spec, options, largest_bucket(options), range);

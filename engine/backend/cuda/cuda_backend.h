@@ -53,6 +53,8 @@ class CudaBackend : public Backend {
   // Device bytes of the weights of `range` as the device keeps them: Q8_0 matrices packed,
   // the rest 16-bit (`stored`: each part's dtype in the file).
   static uint64_t weight_bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
+  // The weight bytes a batch-1 decode step reads (an MoE layer: router and top_k experts).
+  static uint64_t weight_bytes_per_token(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
   // KV bytes per token per layer: K and V, plus the FP8 scale bytes.
   static uint64_t kv_bytes_per_token_layer(const ModelSpec& spec, bool fp8_kv);
 

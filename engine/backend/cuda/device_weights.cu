@@ -31,6 +31,9 @@ struct Piece {
   const void** dst = nullptr;       // vectors
   DeviceMatrix* matrix = nullptr;  // matrices
   size_t offset = 0;
+  // The share of the piece a batch-1 decode step reads: top_k / num_experts of an MoE
+  // layer's experts, none of an embedding that is not also the LM head, else all.
+  double read_per_token = 1.0;
 
   int64_t total_rows() const {
     int64_t n = 0;
@@ -76,9 +79,11 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(lengths), 1,
                         Layout::F32_VECTOR, d, nullptr});
   };
-  if (range.first_layer == 0)
+  if (range.first_layer == 0) {
     matrix({stage ? stage->embedding : nullptr}, {Part::EMBEDDING}, -1, {s.vocab_size}, H,
            w ? &w->embedding : &matrix_sink);
+    if (!s.tie_word_embeddings || range.last_layer != s.num_layers) out.back().read_per_token = 0;  // one row a token
+  }
   if (w) w->layers.assign(size_t(range.last_layer - range.first_layer), DeviceLayer{});
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
     const size_t index = size_t(l - range.first_layer);
@@ -114,7 +119,9 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     }
     matrix(gate_up, {Part::EXPERT_GATE, Part::EXPERT_UP}, l, std::vector<int64_t>(size_t(2 * E), mi), H,
            m(&DeviceLayer::expert_gate_up));
+    out.back().read_per_token = double(s.num_experts_per_tok) / double(E);
     matrix(down, {Part::EXPERT_DOWN}, l, std::vector<int64_t>(size_t(E), H), mi, m(&DeviceLayer::expert_down));
+    out.back().read_per_token = double(s.num_experts_per_tok) / double(E);
   }
   if (range.last_layer == s.num_layers) {
     vec({stage ? stage->final_norm : nullptr}, {H}, w ? slot(w->final_norm) : &sink);
@@ -202,6 +209,12 @@ uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range, const Sto
   uint64_t total = scratch_bytes_for(pieces);
   for (const Piece& p : pieces) total += p.bytes();
   return total;
+}
+
+uint64_t DeviceWeights::bytes_per_token(const ModelSpec& spec, LayerRange range, const StoredDType& stored) {
+  double total = 0;
+  for (const Piece& p : layout(spec, range, stored, nullptr, nullptr)) total += double(p.bytes()) * p.read_per_token;
+  return uint64_t(total);
 }
 
 DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType half) : type(half) {

@@ -49,6 +49,10 @@ class DeviceWeights {
   // Device bytes the tensors of `range` take as laid out (packed matrices at their packed
   // size, the dequantization scratch included; both 16-bit types take the same).
   static uint64_t bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
+  // Of those, the bytes a batch-1 decode step reads: every matrix but the embedding (one
+  // row a token; all of it when it is also the LM head), and of an MoE layer the router
+  // and top_k of its experts. The batch-1 rate is bounded by bandwidth / this.
+  static uint64_t bytes_per_token(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
 
   HalfType type = HalfType::BF16;
   DeviceMatrix embedding;             // [vocab, hidden]; no data unless the stage holds layer 0

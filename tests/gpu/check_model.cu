@@ -323,15 +323,6 @@ double step_ms(Backend& backend, const Batch& b, int runs = 20) {
   return ms[ms.size() / 2];
 }
 
-double copy_bandwidth_gbs() {
-  const size_t bytes = size_t(2) << 30;
-  DeviceArray<char> a(bytes), b(bytes);
-  CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
-  double ms = time_ms([&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, nullptr)); },
-                      nullptr, 20, 3);
-  return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;  // bytes read + written
-}
-
 double gemm_tflops(int m, int k, int n) {
   cuda::Gemm gemm;
   DeviceArray<__nv_bfloat16> x(size_t(m) * k), w(size_t(n) * k), y(size_t(m) * n);

@@ -95,7 +95,11 @@ struct Sizes {
     max_rows = max_seqs;
     stride = (o.max_model_len + o.block_size - 1) / o.block_size;
     const int64_t H = s.hidden_size, qd = s.num_heads * s.head_dim, kvd = s.num_kv_heads * s.head_dim;
-    const int64_t I = s.intermediate_size;
+    // A dense MLP's width, when the range holds one (Qwen3-30B-A3B's config names an
+    // intermediate_size that none of its all-MoE layers uses).
+    bool any_dense = false;
+    for (int64_t l = range.first_layer; l < range.last_layer; ++l) any_dense = any_dense || !s.layer_is_moe(l);
+    const int64_t I = any_dense ? s.intermediate_size : 0;
     x = aligned(size_t(max_tokens * H) * 4);
     normed = aligned(size_t(max_tokens * H) * 2);
     wide = aligned(size_t(max_tokens * std::max(qd + 2 * kvd, 2 * I)) * 2);

@@ -15,8 +15,10 @@ const char* kUsage = R"(sparkd — an LLM inference appliance for DGX Spark
 
 usage:
   sparkd [serve] --config spark.toml [--set section.key=value ...]
-  sparkd check   --config spark.toml [--set ...] | --model PATH
+  sparkd check   --config spark.toml [--set ...] | --model PATH  [--device NAME]
                                      validate, print the model and the memory plan
+                                     (--device gb10|h100|GiB,GB/s: plan for that GPU,
+                                     with a projected batch-1 decode rate)
   sparkd generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T]
                   [--seed S] [--ids]  offline generation, no server
   sparkd tokenize   --model PATH     stdin JSONL {"text":...}  -> stdout JSONL {"ids":[...]}

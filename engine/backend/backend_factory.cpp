@@ -83,7 +83,8 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
   const bool fp8 = c.engine.kv_cache_dtype == "fp8";
   f.kv_dtype = fp8 ? "fp8" : compute_dtype_name(c, s, backend);
 #if SPARKD_CUDA
-  // Weights as the device keeps them: Q8_0 matrices packed, the rest in the 16-bit type.
+  // Weights as the device keeps them: GGUF block and FP8 matrices packed, the rest in the
+  // 16-bit type.
   const StoredDType stored = [&info](Part part, int64_t layer) {
     if (info.format == ModelFormat::DUMMY) return info.weight_dtype;
     return info.tensors.at(tensor_name(part, layer, part_is_per_expert(part) ? 0 : -1)).dtype;  // expert 0 for all

@@ -6,6 +6,7 @@
 
 #include "engine/backend/stage_loader.h"
 #include "engine/commands/commands.h"
+#include "engine/commands/device_plan.h"
 #include "engine/config.h"
 #include "engine/peer/probe.h"
 #include "engine/util/check.h"
@@ -78,12 +79,13 @@ std::string toml_string(const std::string& s) {
 
 int run_check(const Args& args) {
   Flags flags(args);
-  flags.expect_only({"config", "set", "model"});
+  flags.expect_only({"config", "set", "model", "device"});
   if (!flags.positional().empty()) throw InputError("unexpected argument '" + flags.positional()[0] + "'");
   auto config_path = flags.get("config");
   auto model_path = flags.get("model");
   if (config_path.has_value() == model_path.has_value())
-    throw InputError("usage: sparkd check --config spark.toml | --model PATH  [--set section.key=value ...]");
+    throw InputError(
+        "usage: sparkd check --config spark.toml | --model PATH  [--set section.key=value ...] [--device NAME]");
   Config config = config_path ? load_config(*config_path, flags.get_all("set")) : config_for_model(*model_path);
   if (model_path && flags.has("set")) {
     // --model PATH with overrides: the defaults, the path, then each --set, validated alike.
@@ -94,6 +96,12 @@ int run_check(const Args& args) {
 
   const StagePlan stage = plan_stage(config);
   const LayerRange range = stage.range;
+  if (auto device = flags.get("device")) {  // a plan for another machine's GPU: this one's memory does not matter
+    bool fits = false;
+    const std::string report = device_plan_report(config, stage, parse_device(*device), fits);
+    std::printf("%s%s%s\n", describe_spec(stage.info).c_str(), report.c_str(), fits ? "ok" : "does not fit");
+    return fits ? 0 : 2;
+  }
   std::printf("%s%s", describe_spec(stage.info).c_str(), describe_plan(stage.memory).c_str());
   std::fflush(stdout);
   require_fits(stage.memory);

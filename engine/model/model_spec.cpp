@@ -133,6 +133,32 @@ void parse_rope(const Reader& r, ModelSpec& s) {
   }
 }
 
+// quantization_config: only quant_method "fp8" (e4m3 weights, 16-bit activations).
+void parse_quantization(const Reader& r, ModelSpec& s) {
+  const json& q = r.j["quantization_config"];
+  if (!q.is_object()) r.fail("quantization_config", "must be an object");
+  const std::string method = q.contains("quant_method") && q["quant_method"].is_string()
+                                 ? q["quant_method"].get<std::string>() : "";
+  if (method != "fp8")
+    throw InputError(r.source + ": quantization_config.quant_method \"" + method +
+                     "\" is not supported (supported: fp8, and GGUF files)");
+  if (q.contains("fmt") && !(q["fmt"].is_string() && q["fmt"].get<std::string>() == "e4m3"))
+    r.fail("quantization_config.fmt", "must be \"e4m3\"");
+  if (q.contains("activation_scheme") &&
+      !(q["activation_scheme"].is_string() && q["activation_scheme"].get<std::string>() == "dynamic"))
+    r.fail("quantization_config.activation_scheme", "must be \"dynamic\" (static activation scales are not supported)");
+  s.fp8 = true;
+  if (q.contains("weight_block_size") && !q["weight_block_size"].is_null()) {
+    const json& b = q["weight_block_size"];
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+        b[0].get<int64_t>() < 1 || b[1].get<int64_t>() < 1 || b[0].get<int64_t>() > MAX_DIM ||
+        b[1].get<int64_t>() > MAX_DIM)
+      r.fail("quantization_config.weight_block_size", "must be two positive block sizes, e.g. [128, 128]");
+    s.fp8_block_rows = b[0].get<int64_t>();
+    s.fp8_block_cols = b[1].get<int64_t>();
+  }
+}
+
 }  // namespace
 
 bool ModelSpec::layer_is_moe(int64_t layer) const {
@@ -192,6 +218,7 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
       break;
     }
   s.dtype = parse_dtype(dtype, source);
+  if (r.has("quantization_config")) parse_quantization(r, s);
 
   switch (s.arch) {
     case Arch::QWEN2: s.attention_bias = true; break;  // Qwen2 always has q/k/v biases

@@ -49,6 +49,13 @@ struct ModelSpec {
   std::vector<int32_t> eos_token_ids;
   DType dtype = DType::BF16;  // torch_dtype of the checkpoint
 
+  // quantization_config with quant_method "fp8": the linear layers' weights are e4m3 with
+  // f32 scales, in blocks of fp8_block_rows x fp8_block_cols (weight_block_size, e.g.
+  // 128 x 128: `weight_scale_inv` tensors) or, when both are 0, per tensor or per output
+  // channel (`weight_scale` tensors, their shape says which).
+  bool fp8 = false;
+  int64_t fp8_block_rows = 0, fp8_block_cols = 0;
+
   bool layer_is_moe(int64_t layer) const;
 };
 

@@ -1,6 +1,8 @@
 // quant.cpp — dequantization of F16/BF16 and GGML Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K.
 #include "engine/model/quant.h"
 
+#include "engine/model/fp8_weights.h"
+
 #include <cstring>
 
 #include "engine/util/check.h"
@@ -56,6 +58,7 @@ uint16_t f32_to_bf16(float f) {
 
 bool dequant_supported(DType t) {
   switch (t) {
+    case DType::F8_E4M3:
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
     case DType::Q4_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
     default: return false;
@@ -189,6 +192,9 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::BF16:
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(b + 2 * i));
       break;
+    case DType::F8_E4M3:
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(b[i]);
+      break;
     case DType::Q8_0: deq_q8_0(b, dst, nb); break;
     case DType::Q4_0: deq_q4_0(b, dst, nb); break;
     case DType::Q4_1: deq_q4_1(b, dst, nb); break;
@@ -204,6 +210,14 @@ void dequantize_tensor_row(const Tensor& t, int64_t row, float* dst) {
   int64_t cols = t.cols();
   size_t row_bytes = dtype_nbytes(t.dtype, cols, cols);
   dequantize_row(t.dtype, static_cast<const uint8_t*>(t.data) + row_bytes * static_cast<size_t>(row), dst, cols);
+  if (t.dtype == DType::F8_E4M3) apply_fp8_scales(t, row, dst);
+}
+
+void apply_fp8_scales(const Tensor& t, int64_t row, float* values) {
+  SPARK_CHECK(t.scale != nullptr, "FP8 tensor " + t.name + " has no scales");
+  const float* s = t.scale + (row / t.scale_block_rows) * t.scale_grid_cols();
+  const int64_t cols = t.cols();
+  for (int64_t c = 0; c < cols; ++c) values[c] *= s[c / t.scale_block_cols];
 }
 
 }  // namespace spark

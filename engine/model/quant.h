@@ -50,7 +50,7 @@ float bf16_to_f32(uint16_t b);  // exact
 uint16_t f32_to_bf16(float f);  // round to nearest even, NaN kept quiet
 
 // True for the types dequantize_row() accepts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
-// Q5_K, Q6_K.
+// Q5_K, Q6_K, and F8_E4M3 (without its scales: dequantize_tensor_row applies them).
 bool dequant_supported(DType t);
 
 // Converts `n` consecutive elements starting at the block boundary `src` to f32, exactly
@@ -59,7 +59,10 @@ bool dequant_supported(DType t);
 // type's block size; SPARK_CHECK guards both preconditions (callers validate files).
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
-// Row `row` of a 2-D view (or of a tensor flattened to rows() x cols()) as f32.
+// Row `row` of a 2-D view (or of a tensor flattened to rows() x cols()) as f32; an FP8
+// tensor's values times their scales (Tensor::scale).
 void dequantize_tensor_row(const Tensor& t, int64_t row, float* dst);
+// values[c] *= the scale of FP8 tensor t at (row, c), for the row's cols() values.
+void apply_fp8_scales(const Tensor& t, int64_t row, float* values);
 
 }  // namespace spark

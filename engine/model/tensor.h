@@ -32,10 +32,18 @@ struct Tensor {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t nbytes = 0;
+  // F8_E4M3 weights of an FP8 checkpoint only (engine/model/fp8_weights.h): value (r, c)
+  // is e4m3(r, c) * scale[(r / scale_block_rows) * scale_grid_cols() + c / scale_block_cols],
+  // f32 scales owned by the Weights holding the tensor. Per tensor: one block of
+  // rows() x cols(); per channel: blocks of 1 x cols(); 128x128 blocks as in Qwen3-FP8.
+  const float* scale = nullptr;
+  int64_t scale_block_rows = 0, scale_block_cols = 0;
 
   int64_t numel() const;
   int64_t rows() const { return shape.empty() ? 1 : numel() / shape.back(); }
   int64_t cols() const { return shape.empty() ? 1 : shape.back(); }
+  int64_t scale_grid_rows() const { return (rows() + scale_block_rows - 1) / scale_block_rows; }
+  int64_t scale_grid_cols() const { return (cols() + scale_block_cols - 1) / scale_block_cols; }
 };
 
 }  // namespace spark

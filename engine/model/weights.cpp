@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include "engine/model/fp8_weights.h"
 #include "engine/model/load_weights.h"
 #include "engine/util/check.h"
 
@@ -45,6 +46,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 bool ignorable(const std::string& name, const ModelSpec& spec) {
   if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) return true;
   if (name == tensor_name(Part::LM_HEAD) && spec.tie_word_embeddings) return true;
+  if (spec.fp8 && is_fp8_scale_name(name)) return true;  // read beside their weights (fp8_weights.h)
   return false;
 }
 

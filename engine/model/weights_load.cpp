@@ -2,6 +2,7 @@
 #include <cstring>
 #include <memory>
 
+#include "engine/model/fp8_weights.h"
 #include "engine/model/load_weights.h"
 #include "engine/util/check.h"
 
@@ -14,10 +15,12 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
   w.set_range(range);
   for (const auto& f : model.files) w.keep_alive(f);
   for (const TensorSpec& ts : need) {
-    const Tensor& t = model.tensors.at(ts.name);
-    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    Tensor t = model.tensors.at(ts.name);
+    if (t.dtype == DType::F8_E4M3)
+      attach_fp8_scales(model.tensors, spec, t, w, source);
+    else if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
       throw InputError(source + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
-                       "; weights must be F32, F16 or BF16");
+                       "; weights must be F32, F16 or BF16 (or F8_E4M3 in an FP8 checkpoint)");
     w.add(t);
   }
   return w;

@@ -300,19 +300,22 @@ GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_n
               "mlp.down_proj": "ffn_down", "mlp.gate": "ffn_gate_inp"}
 
 
-def write_gguf_model(path, arch, c, hd, tensors, qtype=None):
+def write_gguf_model(path, arch, c, hd, tensors, qtype=None, quantize=None, file_type=None):
     """As llama.cpp's converter would: metadata keys, tensor names, Q/K permutation for
     llama, experts stacked into one tensor per projection. With `qtype` (a
-    GGMLQuantizationType), every matrix (2-D, or 3-D stacked experts) whose rows are whole
-    blocks is quantized by gguf's own quantizer, as llama-quantize would store it."""
+    GGMLQuantizationType, or a function of the GGUF tensor name giving one or None), every
+    matrix (2-D, or 3-D stacked experts) whose rows are whole blocks is quantized by
+    `quantize` (default: gguf's own quantizer), as llama-quantize would store it;
+    `file_type` is general.file_type then."""
     wr = gguf.GGUFWriter(path, arch)
     add_tensor = wr.add_tensor
 
     def add_matrix(name, a):
-        if qtype is None or a.ndim not in (2, 3) or a.shape[-1] % gguf.GGML_QUANT_SIZES[qtype][0]:
+        qt = qtype(name) if callable(qtype) else qtype
+        if qt is None or a.ndim not in (2, 3) or a.shape[-1] % gguf.GGML_QUANT_SIZES[qt][0]:
             return add_tensor(name, a)
-        q = gguf.quants.quantize(np.ascontiguousarray(a, dtype=np.float32), qtype)
-        add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
+        q = (quantize or gguf.quants.quantize)(np.ascontiguousarray(a, dtype=np.float32), qt)
+        add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
     wr.add_tensor = add_matrix
     wr.add_block_count(c.num_hidden_layers)
     wr.add_context_length(c.max_position_embeddings)
@@ -325,7 +328,7 @@ def write_gguf_model(path, arch, c, hd, tensors, qtype=None):
     wr.add_key_length(hd)
     wr.add_value_length(hd)
     wr.add_rope_dimension_count(hd)
-    wr.add_file_type({None: 1, Q.Q8_0: 7}[qtype])  # MOSTLY_F16, MOSTLY_Q8_0
+    wr.add_file_type(file_type if file_type is not None else {None: 1, Q.Q8_0: 7}[qtype])  # MOSTLY_F16, MOSTLY_Q8_0
     if arch == "qwen3moe":
         wr.add_expert_count(c.num_experts)
         wr.add_expert_used_count(c.num_experts_per_tok)

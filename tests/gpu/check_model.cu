@@ -1,6 +1,6 @@
 // check_model.cu — whole-model checks of the CUDA backend against the CPU backend (logits
 // of the tiny fixture models, in whole-prompt, padded-bucket and mixed chunked-prefill and
-// decode steps, the tiny llama also quantized to Q8_0, and of SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
+// decode steps, the tiny llama also quantized to Q8_0, a tiny llama in Q4_K_M, tiny FP8 checkpoints, and of SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
 // size of FP8's effect on SmolLM2's logits against an independent reference), of a
 // two-stage pipeline split against one CUDA backend, and the Llama-3.1-8B-shaped
 // benchmarks (decode bandwidth, batching, prefill rate) against the copy bandwidth and
@@ -485,6 +485,35 @@ void tiny_q8_0_parity() {
   }
 }
 
+// A tiny llama in Q4_K_M (tests/gen/gen_q4_k_m_models.py; the CPU backend matches its
+// reference logits in test_cpu_forward): Q4_K and Q6_K matrices stay packed, layer 0's
+// q/k/v fused as a chain of a Q4_K and a Q6_K part, the Q4_K embedding gathered packed.
+void tiny_q4_k_m_parity() {
+  const LoadedModel m = load_model(config_for_model(tiny_model_path("llama_q4_k_m/model.gguf")));
+  const auto golden = tiny_model_prompts("llama_q4_k_m");
+  std::vector<std::vector<int32_t>> wide;
+  for (int copy = 0; copy < 3; ++copy) wide.insert(wide.end(), golden.begin(), golden.end());
+  for (bool f16 : {false, true}) {
+    logits_parity("llama Q4_K_M", m, golden, f16);
+    logits_parity("llama Q4_K_M", m, golden, f16, true);
+    logits_parity("llama Q4_K_M x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+  }
+}
+
+// Tiny FP8 checkpoints (tests/gen/gen_fp8_models.py; the CPU backend matches their
+// reference logits in test_cpu_forward): e4m3 matrices stay packed with their 128x128
+// block (llama) or per-channel (qwen3) scales.
+void tiny_fp8_parity(const std::string& name) {
+  const LoadedModel m = load_model(config_for_model(tiny_model_path(name)));
+  const auto golden = tiny_model_prompts(name);
+  std::vector<std::vector<int32_t>> wide;
+  for (int copy = 0; copy < 3; ++copy) wide.insert(wide.end(), golden.begin(), golden.end());
+  for (bool f16 : {false, true}) {
+    logits_parity(name, m, golden, f16, true);
+    logits_parity(name + " x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+  }
+}
+
 // Llama-family models keep a few "massive activations": residual-stream values thousands
 // of times the rest, written by an early layer's down projection. FP16's largest value is
 // 65504, so a projection output rounded to FP16 can become inf and every logit NaN, where
@@ -657,6 +686,8 @@ int main() {
     part("llama massive activations", tiny_model_massive_activation);
     part("llama x12", [] { tiny_model_wide_batch("llama"); });
     part("llama Q8_0", tiny_q8_0_parity);
+    part("llama Q4_K_M", tiny_q4_k_m_parity);
+    for (const char* name : {"llama_fp8_block", "qwen3_fp8_channel"}) part(name, [name] { tiny_fp8_parity(name); });
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_parity(name, true); });
     for (const char* name : {"llama", "qwen3", "qwen3_moe"}) part(name, [name] { tiny_model_split(name); });
     part("qwen3_moe", [] { tiny_model_batch_invariance("qwen3_moe"); });

@@ -14,17 +14,19 @@
 
 #include <chrono>
 #include <cmath>
-#include <memory>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "engine/backend/cpu/moe.h"
 #include "engine/backend/cpu/ops.h"
-#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/moe.h"
 #include "engine/backend/cuda/q8_0.h"
 #include "engine/config.h"
@@ -168,7 +170,35 @@ HostMatrix random_matrix(DType dtype, int64_t rows, int64_t cols, float scale, u
   return m;
 }
 
-// A matrix on the device as DeviceWeights lays it out: 16-bit copied, Q8_0 repacked.
+// A host matrix of random GGUF K-quant blocks (Q4_K or Q6_K): random quants and scales,
+// super-block scales d (and dmin) random halves of ~1/(64 sqrt(cols)), so values stay O(1/sqrt(cols)).
+HostMatrix random_k_blocks(DType dtype, int64_t rows, int64_t cols, uint64_t seed) {
+  HostMatrix m;
+  m.bytes.resize(dtype_nbytes(dtype, rows * cols, cols));
+  for (size_t i = 0; i < m.bytes.size(); ++i) m.bytes[i] = uint8_t(splitmix64(seed * 0x9E3779B97F4A7C15ull + i));
+  const size_t block = size_t(dtype_block_bytes(dtype)), blocks = m.bytes.size() / block;
+  const std::vector<float> d = random_floats(blocks * 2, seed + 5, 0.2f, 1.0f);
+  for (size_t b = 0; b < blocks; ++b) {
+    uint8_t* p = m.bytes.data() + b * block;
+    const f16 dh = __float2half(d[2 * b] / (64.0f * std::sqrt(float(cols))));
+    const f16 mh = __float2half(d[2 * b + 1] / (64.0f * std::sqrt(float(cols))));
+    if (dtype == DType::Q4_K) {
+      std::memcpy(p + offsetof(BlockQ4_K, d), &dh, 2);
+      std::memcpy(p + offsetof(BlockQ4_K, dmin), &mh, 2);
+    } else {
+      std::memcpy(p + offsetof(BlockQ6_K, d), &dh, 2);
+    }
+  }
+  m.tensor.name = "w";
+  m.tensor.dtype = dtype;
+  m.tensor.shape = {rows, cols};
+  m.tensor.data = m.bytes.data();
+  m.tensor.nbytes = m.bytes.size();
+  return m;
+}
+
+// A matrix on the device as DeviceWeights lays it out: 16-bit copied, Q8_0 repacked,
+// the other block formats as the file's blocks.
 struct DeviceMatrixOwner {
   DeviceArray<uint8_t> data, scales;
   cuda::DeviceMatrix matrix;
@@ -178,6 +208,10 @@ struct DeviceMatrixOwner {
       scales = DeviceArray<uint8_t>(size_t(t.numel() / 32) * 2);
       cuda::upload_q8_0(t, data.get(), scales.get());
       matrix = {cuda::WeightFormat::Q8_0, data.get(), scales.get()};
+    } else if (const auto f = cuda::packed_format(t.dtype)) {
+      data = DeviceArray<uint8_t>(t.nbytes);
+      cuda::upload_blocks(t, data.get());
+      matrix = {*f, data.get(), nullptr};
     } else {
       data = DeviceArray<uint8_t>(t.nbytes);
       CUDA_CHECK(cudaMemcpy(data.get(), t.data, t.nbytes, cudaMemcpyHostToDevice));
@@ -201,9 +235,13 @@ struct Layer {
     cfg.normalize = true;
     norm = random_floats(size_t(hidden), seed + 3, 0.5f, 1.5f);
     router = random_matrix(router_dtype, experts, hidden, 1.0f / std::sqrt(float(hidden)) * 4, seed);
-    gate_up = random_matrix(expert_dtype, int64_t(experts) * 2 * inter, hidden, 1.0f / std::sqrt(float(hidden)) * 2,
-                            seed + 1);
-    down = random_matrix(expert_dtype, int64_t(experts) * hidden, inter, 1.0f / std::sqrt(float(inter)) * 2, seed + 2);
+    const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K;
+    gate_up = k_quant ? random_k_blocks(expert_dtype, int64_t(experts) * 2 * inter, hidden, seed + 1)
+                      : random_matrix(expert_dtype, int64_t(experts) * 2 * inter, hidden,
+                                      1.0f / std::sqrt(float(hidden)) * 2, seed + 1);
+    down = k_quant ? random_k_blocks(expert_dtype, int64_t(experts) * hidden, inter, seed + 2)
+                   : random_matrix(expert_dtype, int64_t(experts) * hidden, inter, 1.0f / std::sqrt(float(inter)) * 2,
+                                   seed + 2);
     views.reserve(size_t(experts) * 3);
     for (int32_t e = 0; e < experts; ++e) {
       views.push_back(gate_up.rows(int64_t(e) * 2 * inter, inter));
@@ -278,7 +316,9 @@ std::vector<float> run_device(const Layer& l, DeviceLayer& d, const Inputs& in, 
 
 template <typename T>
 void block_case(DType expert_dtype, const std::vector<int32_t>& token_counts, cudaStream_t stream, uint64_t seed) {
-  const int32_t experts = 16, top_k = 4, hidden = 256, inter = 96;
+  // K-quant rows are whole 256-value super-blocks.
+  const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K;
+  const int32_t experts = 16, top_k = 4, hidden = 256, inter = k_quant ? 256 : 96;
   const DType router_dtype = std::is_same_v<T, f16> ? DType::F16 : DType::BF16;
   const Layer l(expert_dtype, router_dtype, experts, top_k, hidden, inter, seed);
   DeviceLayer d(l);
@@ -487,6 +527,8 @@ void run() {
   block_case<bf16>(DType::Q8_0, tokens, stream, 12);
   block_case<f16>(DType::F16, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 13);
   block_case<f16>(DType::Q8_0, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 14);
+  block_case<bf16>(DType::Q4_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 16, 64, 300}, stream, 15);
+  block_case<bf16>(DType::Q6_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 16, 300}, stream, 16);
   batch_invariance(stream);
   plan_rows(DType::BF16);
   plan_rows(DType::Q8_0);

@@ -97,7 +97,7 @@ void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, const std::
     DeviceArray<float> y32(size_t(rows) * n);
     DeviceArray<T> y16(size_t(rows) * n);
     for (GemmPath path : {GemmPath::GEMV, GemmPath::CUBLASLT}) {
-      if (path == GemmPath::GEMV && rows > cuda::kGemvQ8MaxRows) continue;
+      if (path == GemmPath::GEMV && rows > cuda::kGemvMaxRows) continue;
       for (GemmOut out : {GemmOut::HALF, GemmOut::F32}) {
         y32.poison();
         y16.poison();

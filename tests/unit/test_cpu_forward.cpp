@@ -129,6 +129,32 @@ TEST_CASE("cpu forward: tiny models match transformers' logits within 1e-4") {
   }
 }
 
+// Quantized files against a reference forward pass over an independent reader's
+// dequantization of the same file (gguf's; e4m3 * scale): a GGUF Q4_K_M (Q4_K and Q6_K
+// blocks, tests/gen/gen_q4_k_m_models.py) and FP8 checkpoints with 128x128 block scales
+// and per-channel scales (tests/gen/gen_fp8_models.py).
+TEST_CASE("cpu forward: tiny Q4_K_M and FP8 models match the reference logits within 1e-4") {
+  for (const char* name : {"llama_q4_k_m/model.gguf", "llama_fp8_block", "qwen3_fp8_channel"}) {
+    CAPTURE(name);
+    const std::string path = std::string(kGoldenDir) + name;
+    const Golden g = read_golden(path.substr(0, path.find("/model.gguf")));
+    LoadedModel m = load_model(config_for_model(path));
+    CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
+    backend.init_kv_cache(kNumBlocks, kBlockSize);
+    double worst = 0;
+    for (size_t s = 0; s < g.sequences.size(); ++s) {
+      const auto& seq = g.sequences[s];
+      const int32_t len = static_cast<int32_t>(seq.size());
+      ForwardResult out;
+      backend.forward(make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true), nullptr, out);
+      REQUIRE(out.logits.size() == g.logits[s].size());
+      worst = std::max(worst, rel_error(out.logits.data(), g.logits[s].data(), out.logits.size()));
+    }
+    MESSAGE(std::string(name) << ": max relative logit error " << worst);
+    CHECK(worst < 1e-4);
+  }
+}
+
 TEST_CASE("cpu forward: chunked prefill and decode across steps in mixed batches equal the golden logits") {
   for (const char* name : kModels) {
     CAPTURE(name);

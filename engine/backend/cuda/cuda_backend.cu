@@ -10,6 +10,7 @@
 #include "engine/backend/cpu/attention.h"
 #include "engine/backend/cpu/ops.h"
 #include "engine/backend/cuda/attention.h"
+#include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/decode_graphs.h"
 #include "engine/backend/cuda/device_info.h"
@@ -364,6 +365,9 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
                                    stream));
       else if (weights->embedding.format == cuda::WeightFormat::Q8_0)
         cuda::embedding_gather_q8_0(db.token_ids, T, weights->embedding, spec.vocab_size, H, act.x, stream);
+      else if (weights->embedding.format != cuda::WeightFormat::HALF)
+        cuda::embedding_gather_blocks(weights->embedding.format, db.token_ids, T, weights->embedding.data,
+                                      spec.vocab_size, H, act.x, stream);
       else
         cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding.data),
                                      spec.vocab_size, H, act.x, stream);

@@ -1,12 +1,17 @@
-// device_weights.cu — checks a stage's tensors against the spec, repacks Q8_0 matrices or
-// converts them to the compute type on the host (dequantizing other GGUF blocks) and
-// uploads them into one device allocation.
+// device_weights.cu — checks a stage's tensors against the spec, keeps GGUF block matrices
+// packed (Q8_0 repacked, q8_0.h; Q4_0, Q4_1, Q4_K, Q5_K, Q6_K as the file's blocks,
+// block_formats.h) or converts them to the compute type on the host, and uploads them into
+// one device allocation.
 #include "engine/backend/cuda/device_weights.h"
 
 #include <algorithm>
+#include <deque>
+#include <optional>
 #include <string>
 
+#include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/q8_0.h"
 #include "engine/model/quant.h"
 #include "engine/util/thread_pool.h"
@@ -20,7 +25,29 @@ constexpr int64_t kQ8Block = 32;
 
 size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
-enum class Layout : uint8_t { F32_VECTOR, HALF_MATRIX, Q8_0_MATRIX };
+enum class Layout : uint8_t { F32_VECTOR, HALF_MATRIX, PACKED_MATRIX };
+
+// Consecutive sources of a packed matrix stored in one format: one DeviceMatrix of the
+// chain (kernel_args.h), at `offset` bytes from the piece's start.
+struct Segment {
+  WeightFormat format;
+  size_t first = 0, count = 0;  // sources
+  int64_t rows = 0;
+  size_t offset = 0;
+};
+
+// Device bytes of `rows` rows of `cols` values in packed `format`, and, for Q8_0 and FP8,
+// where the scales start (after the one-byte quants). An FP8 matrix's scale grid is the
+// spec's blocks, or at most one scale a row (per channel; per tensor takes one).
+size_t scales_offset(int64_t rows, int64_t cols) { return align_up(size_t(rows * cols)); }
+size_t packed_bytes(WeightFormat f, int64_t rows, int64_t cols, int64_t fp8_block_rows, int64_t fp8_block_cols) {
+  if (f == WeightFormat::Q8_0) return scales_offset(rows, cols) + align_up(size_t(rows * (cols / kQ8Block)) * 2);
+  if (f == WeightFormat::FP8) {
+    const int64_t grid = fp8_block_rows > 0 ? ceil_div(rows, fp8_block_rows) * ceil_div(cols, fp8_block_cols) : rows;
+    return scales_offset(rows, cols) + align_up(size_t(grid) * 4);
+  }
+  return align_up(size_t(rows * block_row_bytes(f, cols)));
+}
 
 // One device array made of source tensors stacked along rows (q, k and v into qkv).
 struct Piece {
@@ -28,9 +55,11 @@ struct Piece {
   std::vector<int64_t> rows;           // rows of each source; for a vector, each source's length
   int64_t cols = 0;                    // 1 for a vector
   Layout layout = Layout::HALF_MATRIX;
+  std::vector<WeightFormat> formats;  // PACKED_MATRIX: each source's
   const void** dst = nullptr;       // vectors
   DeviceMatrix* matrix = nullptr;  // matrices
   size_t offset = 0;
+  int64_t fp8_block_rows = 0, fp8_block_cols = 0;  // the spec's FP8 scale blocks
   // The share of the piece a batch-1 decode step reads: top_k / num_experts of an MoE
   // layer's experts, none of an embedding that is not also the LM head, else all.
   double read_per_token = 1.0;
@@ -41,13 +70,31 @@ struct Piece {
     return n;
   }
   size_t elements() const { return size_t(total_rows()) * size_t(cols); }
-  // Q8_0: the quants, then the scales from here.
-  size_t scales_offset() const { return align_up(elements()); }
+  size_t segment_bytes(const Segment& s) const {
+    return packed_bytes(s.format, s.rows, cols, fp8_block_rows, fp8_block_cols);
+  }
+  std::vector<Segment> segments() const {
+    std::vector<Segment> out;
+    size_t offset = 0;
+    for (size_t i = 0; i < formats.size(); ++i) {
+      // FP8 sources keep their own scale grids: one segment each.
+      if (out.empty() || out.back().format != formats[i] || formats[i] == WeightFormat::FP8) {
+        if (!out.empty()) offset += segment_bytes(out.back());
+        out.push_back(Segment{formats[i], i, 0, 0, offset});
+      }
+      out.back().count += 1;
+      out.back().rows += rows[i];
+    }
+    return out;
+  }
   size_t bytes() const {
     switch (layout) {
       case Layout::F32_VECTOR: return align_up(elements() * 4);
       case Layout::HALF_MATRIX: return align_up(elements() * 2);
-      case Layout::Q8_0_MATRIX: return scales_offset() + align_up(elements() / kQ8Block * 2);
+      case Layout::PACKED_MATRIX: {
+        const std::vector<Segment> segs = segments();
+        return segs.back().offset + segment_bytes(segs.back());
+      }
     }
     return 0;
   }
@@ -67,17 +114,28 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
   static DeviceMatrix matrix_sink;
   const int64_t H = s.hidden_size, hd = s.head_dim, nh = s.num_heads, nkv = s.num_kv_heads, I = s.intermediate_size;
   std::vector<Piece> out;
-  // A matrix stays packed when every part it fuses is Q8_0 and its rows are whole blocks.
+  // A matrix stays packed when every part it fuses is in a packed format (each its own,
+  // Q4_K_M mixes Q4_K and Q6_K) and its rows are whole blocks of each.
   auto matrix = [&](std::vector<const Tensor*> from, std::vector<Part> parts, int64_t layer, std::vector<int64_t> rows,
                     int64_t cols, DeviceMatrix* d) {
-    bool q8 = cols % kQ8Block == 0;
-    for (Part p : parts) q8 = q8 && stored(p, layer) == DType::Q8_0;
+    std::vector<WeightFormat> formats;
+    for (Part p : parts) {
+      const std::optional<WeightFormat> f = packed_format(stored(p, layer));
+      // An FP8 table is gathered from 16-bit rows (FP8 checkpoints keep it 16-bit anyway);
+      // fp8.h reads scale blocks of whole 16-value units.
+      const bool fp8_ok = p != Part::EMBEDDING && s.fp8_block_cols % 16 == 0;
+      if (f && cols % block_values(*f) == 0 && (f != WeightFormat::FP8 || fp8_ok)) formats.push_back(*f);
+    }
+    const bool packed = formats.size() == parts.size();
+    if (!packed) formats.clear();
     out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(rows), cols,
-                        q8 ? Layout::Q8_0_MATRIX : Layout::HALF_MATRIX, nullptr, d});
+                        packed ? Layout::PACKED_MATRIX : Layout::HALF_MATRIX, std::move(formats), nullptr, d});
+    out.back().fp8_block_rows = s.fp8_block_rows;
+    out.back().fp8_block_cols = s.fp8_block_cols;
   };
   auto vec = [&](std::vector<const Tensor*> from, std::vector<int64_t> lengths, const void** d) {
     out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(lengths), 1,
-                        Layout::F32_VECTOR, d, nullptr});
+                        Layout::F32_VECTOR, {}, d, nullptr});
   };
   if (range.first_layer == 0) {
     matrix({stage ? stage->embedding : nullptr}, {Part::EMBEDDING}, -1, {s.vocab_size}, H,
@@ -117,11 +175,22 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       gate_up.insert(gate_up.end(), {lw.expert_gate[size_t(e)], lw.expert_up[size_t(e)]});
       down.push_back(lw.expert_down[size_t(e)]);
     }
-    matrix(gate_up, {Part::EXPERT_GATE, Part::EXPERT_UP}, l, std::vector<int64_t>(size_t(2 * E), mi), H,
-           m(&DeviceLayer::expert_gate_up));
-    out.back().read_per_token = double(s.num_experts_per_tok) / double(E);
-    matrix(down, {Part::EXPERT_DOWN}, l, std::vector<int64_t>(size_t(E), H), mi, m(&DeviceLayer::expert_down));
-    out.back().read_per_token = double(s.num_experts_per_tok) / double(E);
+    // One part a source (every expert of a layer has the same dtype). The MoE kernels
+    // read a stack in one format: FP8 (a scale grid per expert) is converted to 16 bits.
+    auto experts = [&](std::vector<const Tensor*> from, std::vector<Part> parts, int64_t rows, int64_t cols,
+                       DeviceMatrix* d) {
+      std::vector<Part> each;
+      for (int64_t e = 0; e < E; ++e) each.insert(each.end(), parts.begin(), parts.end());
+      matrix(std::move(from), each, l, std::vector<int64_t>(each.size(), rows), cols, d);
+      Piece& p = out.back();
+      if (p.layout == Layout::PACKED_MATRIX && p.segments().size() > 1) {
+        p.layout = Layout::HALF_MATRIX;
+        p.formats.clear();
+      }
+      p.read_per_token = double(s.num_experts_per_tok) / double(E);
+    };
+    experts(gate_up, {Part::EXPERT_GATE, Part::EXPERT_UP}, mi, H, m(&DeviceLayer::expert_gate_up));
+    experts(down, {Part::EXPERT_DOWN}, H, mi, m(&DeviceLayer::expert_down));
   }
   if (range.last_layer == s.num_layers) {
     vec({stage ? stage->final_norm : nullptr}, {H}, w ? slot(w->final_norm) : &sink);
@@ -143,7 +212,7 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
 size_t scratch_bytes_for(const std::vector<Piece>& pieces) {
   size_t most = 0;
   for (const Piece& p : pieces)
-    if (p.layout == Layout::Q8_0_MATRIX)
+    if (p.layout == Layout::PACKED_MATRIX)
       most = std::max(most, align_up(size_t((p.total_rows() + 15) / 16 * 16) * size_t(p.cols) * 2));
   return std::min(most, DeviceWeights::kDequantScratchBytes);
 }
@@ -180,6 +249,39 @@ void upload(const Tensor& t, bool f32, HalfType type, char* dst, ThreadPool& poo
   upload_as<bf16>(t, dst, pool);
 }
 
+// Each segment of a packed piece (Piece::segments) becomes one DeviceMatrix of the chain
+// that starts at `head`; the tails are kept in `tails` (stable addresses).
+void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<DeviceMatrix>& tails) {
+  DeviceMatrix* m = &head;
+  const std::vector<Segment> segs = p.segments();
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const Segment& seg = segs[i];
+    char* base = dst + seg.offset;
+    *m = DeviceMatrix{seg.format, base, nullptr, segs.size() > 1 ? int32_t(seg.rows) : 0, nullptr};
+    if (seg.format == WeightFormat::Q8_0 || seg.format == WeightFormat::FP8)
+      m->scales = base + scales_offset(seg.rows, p.cols);
+    int64_t row0 = 0;
+    for (size_t s = seg.first; s < seg.first + seg.count; ++s) {
+      const Tensor* t = p.sources[s];
+      SPARK_CHECK(t != nullptr, "a device piece lacks a bound tensor");
+      if (seg.format == WeightFormat::Q8_0) {
+        upload_q8_0(*t, base + row0 * p.cols, base + scales_offset(seg.rows, p.cols) + row0 * (p.cols / kQ8Block) * 2);
+      } else if (seg.format == WeightFormat::FP8) {  // one source a segment
+        upload_fp8(*t, base, base + scales_offset(seg.rows, p.cols));
+        m->scale_block_rows = int32_t(t->scale_block_rows);
+        m->scale_block_cols = int32_t(t->scale_block_cols);
+      } else
+        upload_blocks(*t, base + row0 * block_row_bytes(seg.format, p.cols));
+      row0 += t->rows();
+    }
+    if (i + 1 < segs.size()) {
+      tails.emplace_back();
+      m->tail = &tails.back();
+      m = &tails.back();
+    }
+  }
+}
+
 StoredDType stored_in(const StageWeights& stage) {
   // A tied head asks as EMBEDDING; a stage without layer 0 holds it as lm_head only.
   return [&stage](Part part, int64_t layer) {
@@ -189,10 +291,10 @@ StoredDType stored_in(const StageWeights& stage) {
                                                 : part == Part::EXPERT_UP   ? &lw->expert_up
                                                 : part == Part::EXPERT_DOWN ? &lw->expert_down
                                                                             : nullptr;
-    if (experts) {  // the stack is packed only when every expert is Q8_0: any other dtype speaks for all
+    if (experts) {  // one dtype for the stack: the experts', or F32 (16-bit on the device) when they differ
       for (const Tensor* e : *experts)
-        if (e->dtype != DType::Q8_0) return e->dtype;
-      return experts->empty() ? DType::F32 : DType::Q8_0;
+        if (e->dtype != experts->front()->dtype) return DType::F32;
+      return experts->empty() ? DType::F32 : experts->front()->dtype;
     }
     const Tensor* t = lw                                        ? lw->find(part)
                       : part == Part::EMBEDDING && stage.embedding ? stage.embedding
@@ -234,21 +336,16 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
   for (const Piece& p : pieces) {
     char* dst = base + p.offset;
     if (p.dst) *p.dst = dst;
-    if (p.matrix) {
-      p.matrix->data = dst;
-      if (p.layout == Layout::Q8_0_MATRIX) {
-        p.matrix->format = WeightFormat::Q8_0;
-        p.matrix->scales = dst + p.scales_offset();
-      }
+    if (p.layout == Layout::PACKED_MATRIX) {
+      upload_packed(p, dst, *p.matrix, tails_);
+      continue;
     }
+    if (p.matrix) p.matrix->data = dst;
     size_t row0 = 0;  // rows of this piece uploaded so far
     for (const Tensor* t : p.sources) {
       SPARK_CHECK(t != nullptr, "a device piece lacks a bound tensor");
-      if (p.layout == Layout::Q8_0_MATRIX)
-        upload_q8_0(*t, dst + row0 * size_t(p.cols), dst + p.scales_offset() + row0 * size_t(p.cols / kQ8Block) * 2);
-      else
-        upload(*t, p.layout == Layout::F32_VECTOR, type, dst + row0 * size_t(p.cols) * (p.layout == Layout::F32_VECTOR ? 4 : 2),
-               pool);
+      const size_t elem = p.layout == Layout::F32_VECTOR ? 4 : 2;
+      upload(*t, p.layout == Layout::F32_VECTOR, type, dst + row0 * size_t(p.cols) * elem, pool);
       row0 += size_t(t->numel() / p.cols);
     }
   }

@@ -1,8 +1,10 @@
 // device_weights.h — a pipeline stage's tensors in device memory, laid out for the
 // kernels: matrices in the compute type, BF16 or FP16, or kept packed where a kernel
-// reads the format (Q8_0; q/k/v and gate/up fused into one matrix each), f32 vectors.
+// reads the format (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; q/k/v and gate/up fused into one
+// matrix each, a chain of parts where their formats differ), f32 vectors.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "engine/backend/cuda/kernel_args.h"
@@ -37,10 +39,9 @@ class DeviceWeights {
   static constexpr size_t kDequantScratchBytes = size_t(32) << 20;
 
   // Checks every tensor's dtype (InputError naming it), then allocates
-  // bytes(spec, stage.range, ...) once and uploads: a matrix whose parts are all Q8_0
-  // stays packed (repacked, see DeviceMatrix); any other matrix is converted to `type`
-  // (other GGUF block types dequantized here; a tensor already in `type` is copied as
-  // is); vectors to f32.
+  // bytes(spec, stage.range, ...) once and uploads: a matrix whose parts are all in packed
+  // formats (whole blocks) stays packed (see DeviceMatrix); any other matrix is converted
+  // to `type` (a tensor already in `type` is copied as is); vectors to f32.
   DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType type);
   ~DeviceWeights();
   DeviceWeights(const DeviceWeights&) = delete;
@@ -64,6 +65,7 @@ class DeviceWeights {
 
  private:
   void* arena_ = nullptr;
+  std::deque<DeviceMatrix> tails_;  // the second and later parts of chained matrices
 };
 
 }  // namespace spark::cuda

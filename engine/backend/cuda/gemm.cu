@@ -11,6 +11,8 @@
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/gemv.h"
+#include "engine/backend/cuda/block_formats.h"
+#include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/q8_0.h"
 
 namespace spark::cuda {
@@ -174,17 +176,39 @@ void Gemm::cublaslt(HalfType type, const void* x, int32_t rows, int32_t k, const
 
 void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
                   GemmOut out, cudaStream_t stream, GemmPath path, bool programmatic) {
-  if (w.format == WeightFormat::HALF) return linear(type, x, rows, k, w.data, n, y, out, stream, path, programmatic);
-  SPARK_CHECK(rows >= 0 && k > 0 && n > 0 && k % 32 == 0,
-              "Gemm::linear (Q8_0): bad shape rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
+  if (w.format == WeightFormat::HALF && !w.tail)
+    return linear(type, x, rows, k, w.data, n, y, out, stream, path, programmatic);
+  SPARK_CHECK(rows >= 0 && k > 0 && n > 0 && k % 16 == 0,
+              "Gemm::linear (packed): bad shape rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
                   " n=" + std::to_string(n));
   SPARK_CHECK(aligned16(x) && aligned16(y), "Gemm::linear: x and y must be 16-byte aligned");
   if (rows == 0) return;
-  if (path == GemmPath::AUTO) path = rows <= kGemvQ8MaxRows ? GemmPath::GEMV : GemmPath::CUBLASLT;
-  if (path == GemmPath::GEMV) {
-    gemv_q8_0(type, x, rows, k, w, n, y, out, stream, programmatic);
-    return;
+  if (path == GemmPath::AUTO) path = rows <= kGemvMaxRows ? GemmPath::GEMV : GemmPath::CUBLASLT;
+  // A chain of parts (kernel_args.h): each writes its own columns of y.
+  const size_t out_size = out == GemmOut::F32 ? 4 : 2;
+  int32_t n0 = 0;
+  for (const DeviceMatrix* part = &w; part; part = part->tail) {
+    const int32_t pn = part->rows > 0 ? part->rows : n - n0;
+    SPARK_CHECK(pn > 0 && n0 + pn <= n && (part->tail == nullptr) == (n0 + pn == n),
+                "Gemm::linear: the parts of a packed matrix do not add up to its rows");
+    SPARK_CHECK(part->format != WeightFormat::HALF, "Gemm::linear: a chained part must be packed");
+    void* py = static_cast<char*>(y) + size_t(n0) * out_size;
+    if (path == GemmPath::GEMV) {
+      if (part->format == WeightFormat::Q8_0)
+        gemv_q8_0(type, x, rows, k, *part, pn, py, n, out, stream, programmatic);
+      else if (part->format == WeightFormat::FP8)
+        gemv_fp8(type, x, rows, k, *part, pn, py, n, out, stream, programmatic);
+      else
+        gemv_blocks(part->format, type, x, rows, k, part->data, pn, py, n, out, stream, programmatic);
+    } else {
+      linear_dequantized(type, x, rows, k, *part, pn, py, n, out, stream);
+    }
+    n0 += pn;
   }
+}
+
+void Gemm::linear_dequantized(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n,
+                              void* y, int32_t ldy, GemmOut out, cudaStream_t stream) {
   // Row blocks of w that fit the scratch, a multiple of 16 rows (y's column blocks stay
   // 16-byte aligned for cuBLASLt whatever the output type).
   const int64_t fit = int64_t(dequant_scratch_bytes_ / (size_t(k) * 2)) / 16 * 16;
@@ -193,8 +217,14 @@ void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const D
   const size_t out_size = out == GemmOut::F32 ? 4 : 2;
   for (int64_t n0 = 0; n0 < n; n0 += fit) {
     const int32_t block = int32_t(std::min<int64_t>(fit, n - n0));
-    dequantize_q8_0(type, w, k, n0, block, dequant_scratch_, stream);
-    cublaslt(type, x, rows, k, dequant_scratch_, block, static_cast<char*>(y) + size_t(n0) * out_size, n, out, stream);
+    if (w.format == WeightFormat::Q8_0)
+      dequantize_q8_0(type, w, k, n0, block, dequant_scratch_, stream);
+    else if (w.format == WeightFormat::FP8)
+      dequantize_fp8(type, w, k, n0, block, dequant_scratch_, stream);
+    else
+      dequantize_blocks(w.format, type, w.data, k, n0, block, dequant_scratch_, stream);
+    cublaslt(type, x, rows, k, dequant_scratch_, block, static_cast<char*>(y) + size_t(n0) * out_size, ldy, out,
+             stream);
   }
 }
 

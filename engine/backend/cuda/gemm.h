@@ -37,10 +37,12 @@ class Gemm {
               cudaStream_t stream, GemmPath path = GemmPath::AUTO, bool programmatic = false);
 
   // The same for a weight matrix in any device format (kernel_args.h). HALF: as above.
-  // Q8_0 (k a multiple of 32): up to kGemvQ8MaxRows rows through the packed GEMV (q8_0.h);
-  // more rows (or path CUBLASLT) dequantize w a row block at a time into the scratch
-  // given to use_dequant_scratch and multiply each block on cuBLASLt, so no 16-bit copy
-  // of the whole matrix ever exists.
+  // Packed (Q8_0, q8_0.h; Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, block_formats.h; FP8, fp8.h; k a
+  // multiple of the format's block): up to kGemvMaxRows rows through the format's GEMV, which reads
+  // the packed bytes once; more rows (or path CUBLASLT) dequantize w a row block at a
+  // time into the scratch given to use_dequant_scratch and multiply each block on
+  // cuBLASLt, so no 16-bit copy of the whole matrix ever exists. A chained matrix (parts
+  // in different formats) runs part by part, each into its own columns of y.
   void linear(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
               GemmOut out, cudaStream_t stream, GemmPath path = GemmPath::AUTO, bool programmatic = false);
 
@@ -60,6 +62,10 @@ class Gemm {
   // between y's rows (n, or more for a block of y's columns).
   const Plan& plan_for(HalfType type, int32_t rows, int32_t k, int32_t n, int32_t ldy, GemmOut out,
                        cudaStream_t stream);
+  // w's rows dequantized a row block at a time, each block multiplied on cuBLASLt into
+  // columns of y (row stride ldy).
+  void linear_dequantized(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n,
+                          void* y, int32_t ldy, GemmOut out, cudaStream_t stream);
   void cublaslt(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, int32_t ldy,
                 GemmOut out, cudaStream_t stream);
 

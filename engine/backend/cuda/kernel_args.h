@@ -18,11 +18,26 @@ enum class HalfType : uint8_t { BF16, F16 };
 //         k % 32 == 0), `scales` [n, k / 32] IEEE half block scales; value (r, c) is
 //         data[r * k + c] * scales[r * k / 32 + c / 32]. k * 34 / 32 bytes a row, as in
 //         the file.
-enum class WeightFormat : uint8_t { HALF, Q8_0 };
+//   Q4_0, Q4_1, Q4_K, Q5_K, Q6_K: `data` holds the file's blocks as they are, row after
+//         row (row r at r * block_row_bytes(format, k), block_formats.h); read by the
+//         block readers of block_readers.cuh. No `scales`.
+//   FP8: an FP8 checkpoint's e4m3 weights (engine/model/fp8_weights.h): `data` is [n, k]
+//         e4m3 bytes as the file stores them, `scales` the f32 scale grid
+//         [ceil(n / scale_block_rows), ceil(k / scale_block_cols)] (per tensor: one
+//         block of n x k; per channel: blocks of 1 x k; Qwen3-FP8: 128 x 128); value
+//         (r, c) = e4m3(data[r * k + c]) * scales[(r / block_rows) * grid_cols + c /
+//         block_cols]. Read by fp8.h's kernels.
+// A fused matrix whose parts are stored in different formats (Q4_K_M keeps q and k in
+// Q4_K and v in Q6_K in half the layers) is a chain: rows [0, rows) in this format, the
+// rest in `tail` (rows 0: this part holds every remaining row).
+enum class WeightFormat : uint8_t { HALF, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, FP8 };
 struct DeviceMatrix {
   WeightFormat format = WeightFormat::HALF;
   const void* data = nullptr;
-  const void* scales = nullptr;  // Q8_0 only
+  const void* scales = nullptr;  // Q8_0 and FP8 only
+  int32_t rows = 0;
+  const DeviceMatrix* tail = nullptr;
+  int32_t scale_block_rows = 0, scale_block_cols = 0;  // FP8 only
 };
 
 // The KV cache: the compute type itself (BF16 or F16), or FP8 e4m3 with scales.

@@ -48,7 +48,7 @@ template <typename T, typename OutT>
 __global__ void __launch_bounds__(kThreads) gemv_q8_0_kernel(const T* __restrict__ x, int rows, int k,
                                                              const int8_t* __restrict__ qs,
                                                              const f16* __restrict__ scales, int n,
-                                                             OutT* __restrict__ y) {
+                                                             OutT* __restrict__ y, int ldy) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row = int64_t(blockIdx.x) * kWarps + warp;
   // A warp past n reads row n-1 and stores nothing: no branch around the loads.
@@ -64,9 +64,9 @@ __global__ void __launch_bounds__(kThreads) gemv_q8_0_kernel(const T* __restrict
   grid_dependency_wait();
   allow_dependent_launch();
 
-  float acc[kGemvQ8MaxRows];
+  float acc[kGemvMaxRows];
 #pragma unroll
-  for (int a = 0; a < kGemvQ8MaxRows; ++a) acc[a] = 0.0f;
+  for (int a = 0; a < kGemvMaxRows; ++a) acc[a] = 0.0f;
   for (; c < k; c += kWarpStep) {
     const uint4 next = c + kWarpStep < k ? ld_global_nc_na_v4(wq + c + kWarpStep) : zero;
     const float d = to_f32(__ldg(ws + c / kBlockValues));
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q8_0_kernel(const T* __restrict
 #pragma unroll
     for (int i = 0; i < kLaneValues; ++i) w[i] = float(qb[i]);
 #pragma unroll
-    for (int a = 0; a < kGemvQ8MaxRows; ++a) {
+    for (int a = 0; a < kGemvMaxRows; ++a) {
       if (a < rows) {
         const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(a) * k + c);
         const uint4 xv[2] = {__ldg(xp), __ldg(xp + 1)};
@@ -89,10 +89,10 @@ __global__ void __launch_bounds__(kThreads) gemv_q8_0_kernel(const T* __restrict
     q = next;
   }
 #pragma unroll
-  for (int a = 0; a < kGemvQ8MaxRows; ++a) {
+  for (int a = 0; a < kGemvMaxRows; ++a) {
     if (a < rows) {
       const float v = warp_sum(acc[a]);
-      if (lane == 0 && row < n) y[int64_t(a) * n + row] = from_f32<OutT>(v);
+      if (lane == 0 && row < n) y[int64_t(a) * ldy + row] = from_f32<OutT>(v);
     }
   }
 }
@@ -127,10 +127,10 @@ void check_matrix(const DeviceMatrix& w, int32_t k, const char* who) {
 }  // namespace
 
 void gemv_q8_0(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
-               GemmOut out, cudaStream_t stream, bool programmatic) {
-  SPARK_CHECK(rows >= 1 && rows <= kGemvQ8MaxRows, "gemv_q8_0: rows must be 1..8, got " + std::to_string(rows));
+               int32_t ldy, GemmOut out, cudaStream_t stream, bool programmatic) {
+  SPARK_CHECK(rows >= 1 && rows <= kGemvMaxRows, "gemv_q8_0: rows must be 1..8, got " + std::to_string(rows));
   check_matrix(w, k, "gemv_q8_0");
-  SPARK_CHECK(n > 0 && aligned16(x) && y != nullptr, "gemv_q8_0: bad n, x alignment or output");
+  SPARK_CHECK(n > 0 && ldy >= n && aligned16(x) && y != nullptr, "gemv_q8_0: bad n, ldy, x alignment or output");
   const dim3 grid{unsigned(ceil_div(n, kWarps))}, block{kThreads};
   const auto* qs = static_cast<const int8_t*>(w.data);
   const auto* scales = static_cast<const f16*>(w.scales);
@@ -139,10 +139,10 @@ void gemv_q8_0(HalfType type, const void* x, int32_t rows, int32_t k, const Devi
     const auto* xt = static_cast<const T*>(x);
     if (out == GemmOut::F32)
       launch_kernel("gemv_q8_0_kernel", programmatic, gemv_q8_0_kernel<T, float>, grid, block, 0, stream, xt, rows,
-                    k, qs, scales, n, static_cast<float*>(y));
+                    k, qs, scales, n, static_cast<float*>(y), ldy);
     else
       launch_kernel("gemv_q8_0_kernel", programmatic, gemv_q8_0_kernel<T, T>, grid, block, 0, stream, xt, rows, k,
-                    qs, scales, n, static_cast<T*>(y));
+                    qs, scales, n, static_cast<T*>(y), ldy);
   });
 }
 

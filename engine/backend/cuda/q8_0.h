@@ -7,19 +7,17 @@
 #include <cstdint>
 
 #include "engine/backend/cuda/gemm.h"
+#include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/kernel_args.h"
 #include "engine/model/tensor.h"
 
 namespace spark::cuda {
 
-// The most activation rows one GEMV launch takes (the 16-bit GEMV's limit too).
-inline constexpr int32_t kGemvQ8MaxRows = 8;
-
-// y[rows, n] = x[rows, k] · w[n, k]ᵀ with w a Q8_0 DeviceMatrix, x of the 16-bit `type`,
-// f32 accumulation, y in `type` or f32. 1 <= rows <= kGemvQ8MaxRows, k a multiple of 32,
+// y[rows, n] (row stride ldy >= n) = x[rows, k] · w[n, k]ᵀ with w a Q8_0 DeviceMatrix, x
+// of the 16-bit `type`, f32 accumulation, y in `type` or f32. 1 <= rows <= kGemvMaxRows, k a multiple of 32,
 // x 16-byte aligned. Capturable; `programmatic` as for gemv (gemv.h).
 void gemv_q8_0(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
-               GemmOut out, cudaStream_t stream, bool programmatic = false);
+               int32_t ldy, GemmOut out, cudaStream_t stream, bool programmatic = false);
 
 // Repacks the Q8_0 tensor t ([rows, k] in GGUF blocks) into a DeviceMatrix's two arrays
 // (kernel_args.h): its quants to `qs`, its scales to `scales` (device memory), a bounded

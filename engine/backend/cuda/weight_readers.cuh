@@ -11,9 +11,12 @@
 //   decode(q, r, c, w) turns it into kValues f32 weights (the per-block scales, small
 //                      and shared by neighbouring lanes, come through the cached path).
 // Splitting load from decode lets a kernel request the next chunk before it multiplies
-// the current one. A format from GGUF's k-quants plugs in with its own struct: its chunk
-// is a slice of a super-block, its decode reads the super-block's scales.
+// the current one. The GGUF block formats kept as the file's blocks (Q4_0, Q4_1, Q4_K,
+// Q5_K, Q6_K) come through BlockRows over their decoders (block_readers.cuh): a chunk is
+// one 32-value part of a block.
 #pragma once
+#include "engine/backend/cuda/block_formats.h"
+#include "engine/backend/cuda/block_readers.cuh"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/ptx.cuh"
 
@@ -50,14 +53,40 @@ struct Q8_0Rows {
   }
 };
 
-// Calls f(reader) with the reader of w ([rows, k]) for compute type T.
+// A raw-block format: row r is row_bytes of blocks from data + r * row_bytes; the chunk
+// at column c is part (c % kBlockValues) / 32 of block c / kBlockValues, decoded by
+// BlockReader<F>::part through the read-only cache (its "load" only finds the block).
+template <WeightFormat F>
+struct BlockRows {
+  using Reader = BlockReader<F>;
+  static constexpr int kValues = kPartValues;
+  using Chunk = const uint8_t*;
+  const uint8_t* data;
+  int64_t row_bytes;
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const {
+    return data + r * row_bytes + int64_t(c / Reader::kBlockValues) * Reader::kBlockBytes;
+  }
+  __device__ __forceinline__ void decode(const Chunk& b, int64_t, int c, float (&out)[kValues]) const {
+    Reader::part(b, (c % Reader::kBlockValues) / kPartValues, out);
+  }
+};
+
+// Calls f(reader) with the reader of w ([rows, k]) for compute type T. w must be one
+// segment (no tail): an MoE stack is.
 template <typename T, typename F>
 void with_weight_reader(const DeviceMatrix& w, int64_t k, F&& f) {
-  if (w.format == WeightFormat::Q8_0) {
-    f(Q8_0Rows{static_cast<const int8_t*>(w.data), static_cast<const f16*>(w.scales), k});
-    return;
+  SPARK_CHECK(w.tail == nullptr, "an expert stack is one segment of one format");
+  const auto* blocks = static_cast<const uint8_t*>(w.data);
+  switch (w.format) {
+    case WeightFormat::HALF: return f(HalfRows<T>{static_cast<const T*>(w.data), k});
+    case WeightFormat::Q8_0: return f(Q8_0Rows{static_cast<const int8_t*>(w.data), static_cast<const f16*>(w.scales), k});
+    case WeightFormat::Q4_0: return f(BlockRows<WeightFormat::Q4_0>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::Q4_1: return f(BlockRows<WeightFormat::Q4_1>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::Q4_K: return f(BlockRows<WeightFormat::Q4_K>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::Q5_K: return f(BlockRows<WeightFormat::Q5_K>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::Q6_K: return f(BlockRows<WeightFormat::Q6_K>{blocks, block_row_bytes(w.format, k)});
+    default: SPARK_CHECK(false, std::string("the MoE kernels do not read ") + weight_format_name(w.format));
   }
-  f(HalfRows<T>{static_cast<const T*>(w.data), k});
 }
 
 }  // namespace spark::cuda

@@ -1,0 +1,106 @@
+// block_formats.cu — the raw-block formats' host side (block_formats.h): which stored
+// types stay packed, their row sizes, the upload, and the dispatch from a runtime
+// WeightFormat to the launchers compiled per format.
+#include "engine/backend/cuda/block_formats.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/backend/cuda/block_readers.cuh"
+#include "engine/backend/cuda/common.cuh"
+
+namespace spark::cuda {
+
+namespace {
+
+// Calls f with BlockReader<F>'s format as a compile-time constant.
+template <typename Fn>
+decltype(auto) with_block_format(WeightFormat f, Fn&& fn) {
+  switch (f) {
+    case WeightFormat::Q4_0: return fn(std::integral_constant<WeightFormat, WeightFormat::Q4_0>{});
+    case WeightFormat::Q4_1: return fn(std::integral_constant<WeightFormat, WeightFormat::Q4_1>{});
+    case WeightFormat::Q4_K: return fn(std::integral_constant<WeightFormat, WeightFormat::Q4_K>{});
+    case WeightFormat::Q5_K: return fn(std::integral_constant<WeightFormat, WeightFormat::Q5_K>{});
+    case WeightFormat::Q6_K: return fn(std::integral_constant<WeightFormat, WeightFormat::Q6_K>{});
+    case WeightFormat::HALF:
+    case WeightFormat::Q8_0:
+    case WeightFormat::FP8: break;
+  }
+  throw RuntimeError(std::string("not a raw-block weight format: ") + weight_format_name(f));
+}
+
+}  // namespace
+
+std::optional<WeightFormat> packed_format(DType t) {
+  switch (t) {
+    case DType::Q8_0: return WeightFormat::Q8_0;
+    case DType::Q4_0: return WeightFormat::Q4_0;
+    case DType::Q4_1: return WeightFormat::Q4_1;
+    case DType::Q4_K: return WeightFormat::Q4_K;
+    case DType::Q5_K: return WeightFormat::Q5_K;
+    case DType::Q6_K: return WeightFormat::Q6_K;
+    case DType::F8_E4M3: return WeightFormat::FP8;
+    default: return std::nullopt;
+  }
+}
+
+bool is_raw_block_format(WeightFormat f) {
+  return f != WeightFormat::HALF && f != WeightFormat::Q8_0 && f != WeightFormat::FP8;
+}
+
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::HALF: return "16-bit";
+    case WeightFormat::Q8_0: return "Q8_0";
+    case WeightFormat::Q4_0: return "Q4_0";
+    case WeightFormat::Q4_1: return "Q4_1";
+    case WeightFormat::Q4_K: return "Q4_K";
+    case WeightFormat::Q5_K: return "Q5_K";
+    case WeightFormat::Q6_K: return "Q6_K";
+    case WeightFormat::FP8: return "FP8";
+  }
+  return "?";
+}
+
+int64_t block_values(WeightFormat f) {
+  if (f == WeightFormat::Q8_0) return 32;
+  if (f == WeightFormat::FP8) return 16;  // fp8.h's unit of 16 values
+  return with_block_format(f, [](auto F) -> int64_t { return BlockReader<decltype(F)::value>::kBlockValues; });
+}
+
+int64_t block_row_bytes(WeightFormat f, int64_t k) {
+  return with_block_format(f, [k](auto F) -> int64_t {
+    using R = BlockReader<decltype(F)::value>;
+    return k / R::kBlockValues * R::kBlockBytes;
+  });
+}
+
+void gemv_blocks(WeightFormat f, HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n,
+                 void* y, int32_t ldy, GemmOut out, cudaStream_t stream, bool programmatic) {
+  with_block_format(f, [&](auto F) { gemv_blocks<decltype(F)::value>(type, x, rows, k, w, n, y, ldy, out, stream, programmatic); });
+}
+
+void dequantize_blocks(WeightFormat f, HalfType type, const void* w, int32_t k, int64_t row0, int64_t count, void* dst,
+                       cudaStream_t stream) {
+  with_block_format(f, [&](auto F) { dequantize_blocks<decltype(F)::value>(type, w, k, row0, count, dst, stream); });
+}
+
+void embedding_gather_blocks(WeightFormat f, const int32_t* token_ids, int32_t num_tokens, const void* table,
+                             int64_t vocab, int32_t hidden, float* out, cudaStream_t stream) {
+  with_block_format(f, [&](auto F) {
+    embedding_gather_blocks<decltype(F)::value>(token_ids, num_tokens, table, vocab, hidden, out, stream);
+  });
+}
+
+void upload_blocks(const Tensor& t, void* dst) {
+  const std::optional<WeightFormat> f = packed_format(t.dtype);
+  SPARK_CHECK(f && is_raw_block_format(*f) && t.cols() % block_values(*f) == 0 &&
+                  t.nbytes == size_t(t.rows() * block_row_bytes(*f, t.cols())),
+              "upload_blocks: " + t.name + " is not rows of whole blocks of a raw-block format");
+  constexpr size_t kChunk = size_t(32) << 20;
+  for (size_t off = 0; off < t.nbytes; off += kChunk)
+    CUDA_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, static_cast<const char*>(t.data) + off,
+                          std::min(kChunk, t.nbytes - off), cudaMemcpyHostToDevice));
+}
+
+}  // namespace spark::cuda

@@ -1,0 +1,193 @@
+// block_gemv.cuh — the kernels shared by every raw-block format (Q4_0, Q4_1, Q4_K, Q5_K,
+// Q6_K), written once over block_readers.cuh's BlockReader<F> and instantiated per
+// format in its own file (q4_k.cu, q6_k.cu, ...), whose header carries that format's
+// byte and instruction arithmetic:
+//   - gemv_blocks_kernel: y = x · wᵀ for 1..8 activation rows, one warp per weight row,
+//     each lane decoding 32-value parts in registers; every weight byte is read once.
+//   - dequantize_blocks_kernel: rows of w to the 16-bit compute type (Gemm::linear's row
+//     blocks for cuBLASLt beyond 8 rows).
+//   - embedding_gather_blocks_kernel: token rows of a packed table widened to f32.
+// Only the host launchers in block_formats.h are called from outside.
+#pragma once
+#include "engine/backend/cuda/block_formats.h"
+#include "engine/backend/cuda/block_readers.cuh"
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/ptx.cuh"
+
+#include <algorithm>
+#include <string>
+
+namespace spark::cuda {
+namespace block_kernels {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+template <WeightFormat F>
+__device__ __forceinline__ void decode_part(const uint8_t* row, int part, float (&w)[32]) {
+  using R = BlockReader<F>;
+  BlockReader<F>::part(row + int64_t(part / R::kParts) * R::kBlockBytes, part % R::kParts, w);
+}
+
+// Warp `warp` of block b takes weight row b * kWarps + warp; lane l takes the row's parts
+// l, l + 32, ... (a warp step covers 1024 values: 4 K-quant super-blocks or 32 small
+// blocks, contiguous bytes). The first part is decoded before waiting for the kernel
+// ahead (programmatic launch): weights never change during a step, x does.
+template <WeightFormat F, typename T, typename OutT>
+__global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(const T* __restrict__ x, int rows, int k,
+                                                               const uint8_t* __restrict__ w, int64_t row_bytes,
+                                                               int n, OutT* __restrict__ y, int ldy) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + warp;
+  // A warp past n reads row n-1 and stores nothing: no branch around the loads.
+  const uint8_t* wr = w + (row < n ? row : n - 1) * row_bytes;
+  const int parts = k / kPartValues;
+  int p = lane;
+  float wv[32];
+  if (p < parts) decode_part<F>(wr, p, wv);
+  grid_dependency_wait();
+  allow_dependent_launch();
+
+  float acc[kGemvMaxRows];
+#pragma unroll
+  for (int a = 0; a < kGemvMaxRows; ++a) acc[a] = 0.0f;
+  for (; p < parts; p += 32) {
+#pragma unroll
+    for (int a = 0; a < kGemvMaxRows; ++a) {
+      if (a < rows) {
+        const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(a) * k + int64_t(p) * kPartValues);
+        float dot = 0.0f;
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const uint4 xv = __ldg(xp + v);
+          const T* xs = reinterpret_cast<const T*>(&xv);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dot = fmaf(wv[8 * v + i], to_f32(xs[i]), dot);
+        }
+        acc[a] += dot;
+      }
+    }
+    if (p + 32 < parts) decode_part<F>(wr, p + 32, wv);
+  }
+#pragma unroll
+  for (int a = 0; a < kGemvMaxRows; ++a) {
+    if (a < rows) {
+      const float v = warp_sum(acc[a]);
+      if (lane == 0 && row < n) y[int64_t(a) * ldy + row] = from_f32<OutT>(v);
+    }
+  }
+}
+
+// One thread per 32-value part: four 16-byte stores of the 16-bit values.
+template <WeightFormat F, typename T>
+__global__ void dequantize_blocks_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int k, int64_t parts,
+                                         T* __restrict__ dst) {
+  const int64_t parts_per_row = k / kPartValues;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < parts; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / parts_per_row;
+    float v[32];
+    decode_part<F>(w + r * row_bytes, int(i - r * parts_per_row), v);
+    alignas(16) T out[32];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) out[j] = from_f32<T>(v[j]);
+    uint4* o = reinterpret_cast<uint4*>(dst + i * kPartValues);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = reinterpret_cast<const uint4*>(out)[j];
+  }
+}
+
+// One thread per 32-value part of a token's row; ids outside the vocabulary give zeros.
+template <WeightFormat F>
+__global__ void embedding_gather_blocks_kernel(const int32_t* __restrict__ token_ids, const uint8_t* __restrict__ table,
+                                               int64_t row_bytes, int64_t vocab, int hidden, int64_t parts,
+                                               float* __restrict__ out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= parts) return;
+  const int64_t parts_per_row = hidden / kPartValues;
+  const int64_t t = i / parts_per_row;
+  const int part = int(i - t * parts_per_row);
+  const int64_t id = token_ids[t];
+  float v[32];
+  if (id >= 0 && id < vocab) {
+    decode_part<F>(table + id * row_bytes, part, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) v[j] = 0.0f;
+  }
+  float4* o = reinterpret_cast<float4*>(out + t * hidden + int64_t(part) * kPartValues);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) o[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <WeightFormat F>
+void check_shape(int32_t k, const void* w, const char* who) {
+  SPARK_CHECK(w != nullptr, std::string(who) + ": no weights");
+  SPARK_CHECK(k > 0 && k % BlockReader<F>::kBlockValues == 0,
+              std::string(who) + ": k must be a positive multiple of " + std::to_string(BlockReader<F>::kBlockValues) +
+                  " for " + weight_format_name(F) + ", got " + std::to_string(k));
+}
+
+}  // namespace block_kernels
+
+template <WeightFormat F>
+void gemv_blocks(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y,
+                 int32_t ldy, GemmOut out, cudaStream_t stream, bool programmatic) {
+  using namespace block_kernels;
+  SPARK_CHECK(rows >= 1 && rows <= kGemvMaxRows, "gemv_blocks: rows must be 1..8, got " + std::to_string(rows));
+  check_shape<F>(k, w, "gemv_blocks");
+  SPARK_CHECK(n > 0 && ldy >= n && aligned16(x) && y != nullptr, "gemv_blocks: bad n, ldy, x alignment or output");
+  const dim3 grid{unsigned(ceil_div(n, kWarps))}, block{kThreads};
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int64_t row_bytes = block_row_bytes(F, k);
+  with_half_type(type, [&](auto tag) {
+    using T = decltype(tag);
+    const auto* xt = static_cast<const T*>(x);
+    if (out == GemmOut::F32)
+      launch_kernel("gemv_blocks_kernel", programmatic, gemv_blocks_kernel<F, T, float>, grid, block, 0, stream, xt,
+                    rows, k, wb, row_bytes, n, static_cast<float*>(y), ldy);
+    else
+      launch_kernel("gemv_blocks_kernel", programmatic, gemv_blocks_kernel<F, T, T>, grid, block, 0, stream, xt, rows,
+                    k, wb, row_bytes, n, static_cast<T*>(y), ldy);
+  });
+}
+
+template <WeightFormat F>
+void dequantize_blocks(HalfType type, const void* w, int32_t k, int64_t row0, int64_t count, void* dst,
+                       cudaStream_t stream) {
+  using namespace block_kernels;
+  check_shape<F>(k, w, "dequantize_blocks");
+  SPARK_CHECK(row0 >= 0 && count > 0 && aligned16(dst), "dequantize_blocks: bad rows or destination");
+  const int64_t row_bytes = block_row_bytes(F, k), parts = count * (k / kPartValues);
+  const auto* wb = static_cast<const uint8_t*>(w) + row0 * row_bytes;
+  const dim3 grid{unsigned(std::min<int64_t>(ceil_div(parts, 256), 4096))}, block{256};
+  with_half_type(type, [&](auto tag) {
+    using T = decltype(tag);
+    launch_kernel("dequantize_blocks_kernel", false, dequantize_blocks_kernel<F, T>, grid, block, 0, stream, wb,
+                  row_bytes, k, parts, static_cast<T*>(dst));
+  });
+}
+
+template <WeightFormat F>
+void embedding_gather_blocks(const int32_t* token_ids, int32_t num_tokens, const void* table, int64_t vocab,
+                             int32_t hidden, float* out, cudaStream_t stream) {
+  using namespace block_kernels;
+  check_shape<F>(hidden, table, "embedding_gather_blocks");
+  SPARK_CHECK(num_tokens >= 0 && vocab > 0 && aligned16(out), "embedding_gather_blocks: bad sizes or output");
+  if (num_tokens == 0) return;
+  const int64_t parts = int64_t(num_tokens) * (hidden / kPartValues);
+  launch_kernel("embedding_gather_blocks_kernel", false, embedding_gather_blocks_kernel<F>,
+                dim3{unsigned(ceil_div(parts, 256))}, dim3{256}, 0, stream, token_ids,
+                static_cast<const uint8_t*>(table), block_row_bytes(F, hidden), vocab, hidden, parts, out);
+}
+
+// The three launchers of one format, compiled in that format's file.
+#define SPARK_INSTANTIATE_BLOCK_FORMAT(F)                                                                           \
+  template void gemv_blocks<F>(HalfType, const void*, int32_t, int32_t, const void*, int32_t, void*, int32_t,      \
+                               GemmOut, cudaStream_t, bool);                                                       \
+  template void dequantize_blocks<F>(HalfType, const void*, int32_t, int64_t, int64_t, void*, cudaStream_t);       \
+  template void embedding_gather_blocks<F>(const int32_t*, int32_t, const void*, int64_t, int32_t, float*,         \
+                                           cudaStream_t)
+
+}  // namespace spark::cuda

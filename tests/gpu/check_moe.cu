@@ -125,6 +125,14 @@ void router_case(RouterRule rule, int32_t experts, int32_t top_k, bool normalize
 struct HostMatrix {
   std::vector<uint8_t> bytes;
   Tensor tensor;
+  // Points `tensor` at the bytes, which hold [rows, cols] in `dtype`.
+  void describe(DType dtype, int64_t rows, int64_t cols) {
+    tensor.name = "w";
+    tensor.dtype = dtype;
+    tensor.shape = {rows, cols};
+    tensor.data = bytes.data();
+    tensor.nbytes = bytes.size();
+  }
   // Rows [row0, row0 + n) as a tensor of their own (an expert's slice of a stack).
   Tensor rows(int64_t row0, int64_t n) const {
     Tensor t = tensor;
@@ -162,11 +170,7 @@ HostMatrix random_matrix(DType dtype, int64_t rows, int64_t cols, float scale, u
       }
     }
   }
-  m.tensor.name = "w";
-  m.tensor.dtype = dtype;
-  m.tensor.shape = {rows, cols};
-  m.tensor.data = m.bytes.data();
-  m.tensor.nbytes = m.bytes.size();
+  m.describe(dtype, rows, cols);
   return m;
 }
 
@@ -189,11 +193,7 @@ HostMatrix random_k_blocks(DType dtype, int64_t rows, int64_t cols, uint64_t see
       std::memcpy(p + offsetof(BlockQ6_K, d), &dh, 2);
     }
   }
-  m.tensor.name = "w";
-  m.tensor.dtype = dtype;
-  m.tensor.shape = {rows, cols};
-  m.tensor.data = m.bytes.data();
-  m.tensor.nbytes = m.bytes.size();
+  m.describe(dtype, rows, cols);
   return m;
 }
 

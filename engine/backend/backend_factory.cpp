@@ -86,9 +86,11 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
   // Weights as the device keeps them: GGUF block and FP8 matrices packed, the rest in the
   // 16-bit type.
   const StoredDType stored = [&info](Part part, int64_t layer) {
-    return info.format == ModelFormat::DUMMY ? info.weight_dtype : info.tensors.at(tensor_name(part, layer)).dtype;
+    if (info.format == ModelFormat::DUMMY) return info.weight_dtype;
+    return info.tensors.at(tensor_name(part, layer, part_is_per_expert(part) ? 0 : -1)).dtype;  // expert 0 for all
   };
   f.weight_bytes = CudaBackend::weight_bytes(s, range, stored);
+  f.weight_bytes_per_token = CudaBackend::weight_bytes_per_token(s, range, stored);
   f.kv_bytes_per_token = uint64_t(layers) * CudaBackend::kv_bytes_per_token_layer(s, fp8);
   f.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
   f.reserve_bytes = kCudaReserveBytes;

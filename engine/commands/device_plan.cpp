@@ -31,6 +31,20 @@ FileBytes file_bytes(const StagePlan& stage) {
                                    double(std::max<int64_t>(1, stage.memory.parameter_count));
     b.read_per_token -= table;
   }
+  // An MoE layer's step reads top_k of its experts.
+  const ModelSpec& s = info.spec;
+  if (s.num_experts > 0) {
+    double experts = 0;
+    for (const TensorSpec& t : expected_tensors(s, stage.range)) {
+      if (!part_is_per_expert(t.part)) continue;
+      const auto it = info.tensors.find(t.name);
+      int64_t elems = 1;
+      for (int64_t d : t.shape) elems *= d;
+      experts += it != info.tensors.end() ? double(it->second.nbytes)
+                                          : double(dtype_nbytes(info.weight_dtype, elems, t.shape.back()));
+    }
+    b.read_per_token -= experts * (1.0 - double(s.num_experts_per_tok) / double(s.num_experts));
+  }
   return b;
 }
 
@@ -68,10 +82,10 @@ std::string device_plan_report(const Config& config, const StagePlan& stage, con
   fits = plan.fits;
   const FileBytes file = file_bytes(stage);
   const double device_weights = double(plan.weight_bytes);
-  // What a batch-1 decode step reads: the matrices as the device keeps them (the file's
-  // ratio of device to file bytes applied to the tensors read whole).
+  // What a batch-1 decode step reads: as the CUDA backend counts it, else (a build without
+  // CUDA) the file's tensors it reads scaled by the file's ratio of device to file bytes.
   const double ratio = file.total > 0 ? device_weights / file.total : 1.0;
-  const double read = file.read_per_token * ratio;
+  const double read = plan.weight_bytes_per_token ? double(plan.weight_bytes_per_token) : file.read_per_token * ratio;
   std::ostringstream o;
   o << "device plan (" << device.name << ", a projection: no GPU is used)\n";
   o << "  device           " << device.about << "\n";

@@ -24,6 +24,7 @@ MemoryBudget host_memory_budget();
 struct StageFootprint {
   std::string kv_dtype;             // "bf16", "fp16", "f32", "fp8"
   uint64_t weight_bytes = 0;        // the stage's weights as the backend keeps them
+  uint64_t weight_bytes_per_token = 0;  // of those, what a batch-1 decode step reads (MoE: k experts); 0: unknown
   uint64_t kv_bytes_per_token = 0;  // K and V, all held layers
   uint64_t workspace_bytes = 0;     // activations of the largest step, logits, scratch
   uint64_t reserve_bytes = 0;       // runtime, allocator slack, CUDA graph pools
@@ -34,6 +35,7 @@ struct MemoryPlan {
   LayerRange range;
   int64_t parameter_count = 0;   // whole model
   uint64_t weight_bytes = 0;     // what this stage holds
+  uint64_t weight_bytes_per_token = 0;  // what a batch-1 decode step reads of them; 0: unknown
   std::string kv_dtype;          // "bf16", "fp16", "f32", "fp8"
   uint64_t kv_bytes_per_token = 0;  // K and V, all held layers
   int64_t block_size = 0;

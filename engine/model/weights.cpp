@@ -85,6 +85,12 @@ std::vector<TensorSpec> check_tensor_set(const std::map<std::string, Tensor>& fo
   if (!missing.empty()) msg += "\n  missing tensors: " + list_names(missing);
   if (!unexpected.empty()) msg += "\n  unexpected tensors: " + list_names(unexpected);
   if (!bad_shape.empty()) msg += "\n  wrong shapes: " + list_names(bad_shape);
+  // The config fields that set how many expert tensors there are and their shapes, by
+  // their config.json names and GGUF keys.
+  if (!msg.empty() && spec.num_experts > 0)
+    msg += "\n  the config's experts: num_experts (GGUF expert_count) = " + std::to_string(spec.num_experts) +
+           ", num_experts_per_tok (expert_used_count) = " + std::to_string(spec.num_experts_per_tok) +
+           ", moe_intermediate_size (expert_feed_forward_length) = " + std::to_string(spec.moe_intermediate_size);
   if (!msg.empty())
     throw InputError(source + " does not match " + spec.architecture + " as its config describes it:" + msg);
   return need;

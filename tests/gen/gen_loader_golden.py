@@ -304,14 +304,15 @@ def write_gguf_model(path, arch, c, hd, tensors, qtype=None, quantize=None, file
     """As llama.cpp's converter would: metadata keys, tensor names, Q/K permutation for
     llama, experts stacked into one tensor per projection. With `qtype` (a
     GGMLQuantizationType, or a function of the GGUF tensor name giving one or None), every
-    2-D matrix whose rows are whole blocks is quantized by `quantize` (default: gguf's own
-    quantizer), as llama-quantize would store it; `file_type` is general.file_type then."""
+    matrix (2-D, or 3-D stacked experts) whose rows are whole blocks is quantized by
+    `quantize` (default: gguf's own quantizer), as llama-quantize would store it;
+    `file_type` is general.file_type then."""
     wr = gguf.GGUFWriter(path, arch)
     add_tensor = wr.add_tensor
 
     def add_matrix(name, a):
         qt = qtype(name) if callable(qtype) else qtype
-        if qt is None or a.ndim != 2 or a.shape[-1] % gguf.GGML_QUANT_SIZES[qt][0]:
+        if qt is None or a.ndim not in (2, 3) or a.shape[-1] % gguf.GGML_QUANT_SIZES[qt][0]:
             return add_tensor(name, a)
         q = (quantize or gguf.quants.quantize)(np.ascontiguousarray(a, dtype=np.float32), qt)
         add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/cpu/cpu_backend.h"
@@ -119,9 +120,10 @@ constexpr double kLogitsLimitBF16 = 2e-2;
 // for the decode graph to be captured and replayed). staggered: the steps a loaded server
 // mixes instead; sequence s arrives at step s and its prompt is prefilled 8 tokens a step
 // over the part already cached, so most steps hold chunked prefills beside decodes of the
-// sequences already running (eager), and a few only decodes (graphs).
+// sequences already running (eager), and a few only decodes (graphs). quantile < 1: the
+// error is that quantile of the rows' errors instead of the largest (named in the row).
 void logits_parity(const std::string& name, const LoadedModel& m, std::vector<std::vector<int32_t>> prompts,
-                   bool f16, bool staggered = false) {
+                   bool f16, bool staggered = false, double quantile = 1.0) {
   const int steps = staggered ? 12 : 7;
   const size_t chunk = staggered ? 8 : SIZE_MAX;
   Sequences cpu_seqs(prompts, steps), gpu_seqs(prompts, steps);
@@ -129,7 +131,7 @@ void logits_parity(const std::string& name, const LoadedModel& m, std::vector<st
   CudaBackend gpu(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(gpu_seqs, f16, false, true));
   cpu.init_kv_cache(cpu_seqs.num_blocks(), kBlock);
   gpu.init_kv_cache(gpu_seqs.num_blocks(), kBlock);
-  double worst = 0;
+  std::vector<double> row_errors;
   int mixed = 0;
   for (int step = 0; step < steps; ++step) {
     const size_t active = staggered ? size_t(step) + 1 : SIZE_MAX;
@@ -138,7 +140,10 @@ void logits_parity(const std::string& name, const LoadedModel& m, std::vector<st
     cpu.forward(batch, nullptr, want);
     gpu.forward(gpu_seqs.next(chunk, active), nullptr, got);
     if (want.logits.empty()) throw std::runtime_error("step " + std::to_string(step) + " compared no logits");
-    worst = std::max(worst, rel_error(want.logits, got.logits));
+    const size_t V = size_t(m.info.spec.vocab_size);
+    for (size_t r = 0; r * V < want.logits.size(); ++r)
+      row_errors.push_back(rel_error({want.logits.begin() + long(r * V), want.logits.begin() + long((r + 1) * V)},
+                                     {got.logits.begin() + long(r * V), got.logits.begin() + long((r + 1) * V)}));
     bool decodes = false, prefills = false;
     for (int32_t s = 0; s < batch.num_seqs(); ++s)
       (batch.query_start[size_t(s) + 1] - batch.query_start[size_t(s)] == 1 ? decodes : prefills) = true;
@@ -150,7 +155,10 @@ void logits_parity(const std::string& name, const LoadedModel& m, std::vector<st
   const std::string steps_name = staggered ? "staggered arrivals, prefill chunks of 8 (" + std::to_string(mixed) +
                                                  " mixed steps)"
                                            : "(prefill+6 decode)";
-  error_row("model", name + (f16 ? " fp16" : " bf16") + " logits vs cpu " + steps_name, worst,
+  std::sort(row_errors.begin(), row_errors.end());
+  const double err = row_errors[std::min(row_errors.size() - 1, size_t(quantile * double(row_errors.size())))];
+  const std::string of_rows = quantile < 1 ? fmt(", %.0f%% of rows", quantile * 100) : "";
+  error_row("model", name + (f16 ? " fp16" : " bf16") + " logits vs cpu " + steps_name + of_rows, err,
             f16 ? kLogitsLimitF16 : kLogitsLimitBF16);
 }
 
@@ -320,15 +328,6 @@ double step_ms(Backend& backend, const Batch& b, int runs = 20) {
   return ms[ms.size() / 2];
 }
 
-double copy_bandwidth_gbs() {
-  const size_t bytes = size_t(2) << 30;
-  DeviceArray<char> a(bytes), b(bytes);
-  CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
-  double ms = time_ms([&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, nullptr)); },
-                      nullptr, 20, 3);
-  return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;  // bytes read + written
-}
-
 double gemm_tflops(int m, int k, int n) {
   cuda::Gemm gemm;
   DeviceArray<__nv_bfloat16> x(size_t(m) * k), w(size_t(n) * k), y(size_t(m) * n);
@@ -495,6 +494,48 @@ void tiny_model_parity(const std::string& name, bool staggered = false) {
   for (bool f16 : {false, true}) logits_parity(name, m, tiny_model_prompts(name), f16, staggered);
 }
 
+// The model with every f32 matrix the device holds in BF16 (all but the f32 router)
+// rounded to BF16 values, so that the CPU reference multiplies the weights the device does.
+LoadedModel with_bf16_matrices(LoadedModel m) {
+  std::set<std::string> routers;
+  for (int64_t l = 0; l < m.info.spec.num_layers; ++l) routers.insert(tensor_name(Part::ROUTER, l));
+  Weights rounded;
+  for (const auto& [name, t] : m.weights.all()) {
+    if (t.dtype != DType::F32 || t.shape.size() < 2 || routers.count(name)) {
+      rounded.add(t);
+      continue;
+    }
+    auto values = std::make_shared<std::vector<float>>(static_cast<const float*>(t.data),
+                                                       static_cast<const float*>(t.data) + t.numel());
+    for (float& v : *values) v = __bfloat162float(__float2bfloat16(v));
+    Tensor r = t;
+    r.data = values->data();
+    rounded.add(r);
+    rounded.keep_alive(values);
+  }
+  rounded.set_range(m.weights.range());
+  rounded.keep_alive(std::make_shared<Weights>(std::move(m.weights)));
+  m.weights = std::move(rounded);
+  return m;
+}
+
+// The tiny Qwen3-MoE (f32), and quantized to Q8_0 by gguf (tests/gen/gen_q8_0_models.py;
+// its stacked experts stay packed on the device). Its random router is nearly uniform
+// over the 8 experts, so BF16's rounding of the activations (2^-9) flips a top-2 choice
+// now and then, and that row's logits move by ~0.2 (measured: 1 row in 28): BF16 rows
+// are held to the limit on 90% of the rows, against a CPU given the device's BF16
+// weights (with_bf16_matrices) so that what is left is the activations' rounding. FP16
+// (8x finer) keeps every row within its limit. The greedy rows
+// (tiny_model_device_greedy) allow only the CPU's near-ties.
+void tiny_moe_parity(const std::string& file, bool staggered) {
+  const LoadedModel m = load_model(config_for_model(tiny_model_path(file)));
+  const std::string name = file == "qwen3_moe" ? file : "qwen3_moe Q8_0";
+  logits_parity(name + (file == "qwen3_moe" ? " (bf16-rounded matrices)" : ""),
+                with_bf16_matrices(load_model(config_for_model(tiny_model_path(file)))),
+                tiny_model_prompts("qwen3_moe"), false, staggered, 0.9);
+  logits_parity(name, m, tiny_model_prompts("qwen3_moe"), true, staggered);
+}
+
 // The same prompts three times over: 12 sequences decode in the 16-row graph bucket (4
 // rows of padding), where the linear layers run on cuBLASLt inside the captured graph
 // instead of the GEMV kernel, as at the batch sizes of a loaded server.
@@ -627,6 +668,31 @@ void tiny_model_device_greedy(const std::string& name, const std::string& note =
   }
 }
 
+// Batch invariance: each prompt's greedy tokens (device sampler, decode graphs on) alone
+// and as one of 32 sequences (the others: the golden prompts with a varied last token),
+// which the backend prefills together and decodes in the 32-row graph bucket.
+void tiny_model_batch_invariance(const std::string& name) {
+  const auto golden = tiny_model_prompts(name);
+  const LoadedModel m = load_model(config_for_model(tiny_model_path(name)));
+  const int new_tokens = 8;
+  std::vector<std::vector<int32_t>> crowd;
+  for (int i = 0; crowd.size() < 32; ++i) {
+    std::vector<int32_t> p = golden[size_t(i) % golden.size()];
+    if (i >= int(golden.size())) p.back() = int32_t((p.back() + i) % m.info.spec.vocab_size);
+    crowd.push_back(std::move(p));
+  }
+  CudaBackend many(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(Sequences(crowd, new_tokens), false, false, true));
+  const auto together = greedy(many, true, m.info.spec, crowd, new_tokens);
+  int same = 0;
+  for (size_t p = 0; p < golden.size(); ++p) {
+    CudaBackend one(m.info.spec, bind_stage(m.info.spec, m.weights),
+                    options_for(Sequences({golden[p]}, new_tokens), false, false, true));
+    same += greedy(one, true, m.info.spec, {golden[p]}, new_tokens)[0] == together[p];
+  }
+  row("model", name + " bf16 greedy " + std::to_string(new_tokens) + " tok: alone == among 31 others",
+      std::to_string(same) + "/" + std::to_string(golden.size()), "all", same == int(golden.size()));
+}
+
 // A pipeline split as two paired boxes run it: stage 1 holds the embedding and the first
 // half of the layers and hands its f32 hidden states to stage 2, which holds the rest and
 // the LM head and samples on its device. Both stages run the same kernels on the same
@@ -692,16 +758,19 @@ void part(const std::string& what, const std::function<void()>& fn) {
 int main() {
   return run_main("model", [] {
     for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16"}) part(name, [name] { tiny_model_parity(name); });
+    for (const char* file : {"qwen3_moe", "qwen3_moe_q8_0.gguf"})
+      for (bool staggered : {false, true}) part(file, [file, staggered] { tiny_moe_parity(file, staggered); });
     part("llama massive activations", tiny_model_massive_activation);
     part("llama x12", [] { tiny_model_wide_batch("llama"); });
     part("llama Q8_0", tiny_q8_0_parity);
     part("llama Q4_K_M", tiny_q4_k_m_parity);
     for (const char* name : {"llama_fp8_block", "qwen3_fp8_channel"}) part(name, [name] { tiny_fp8_parity(name); });
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_parity(name, true); });
-    for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_split(name); });
+    for (const char* name : {"llama", "qwen3", "qwen3_moe"}) part(name, [name] { tiny_model_split(name); });
+    part("qwen3_moe", [] { tiny_model_batch_invariance("qwen3_moe"); });
     part("llama", [] { tiny_model_split("llama", true); });
     if (emulated()) {
-      for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_device_greedy(name); });
+      for (const char* name : {"llama", "qwen3", "qwen3_moe"}) part(name, [name] { tiny_model_device_greedy(name); });
       // Some drivers are reported to refuse programmatic launches in graph capture; the
       // emulator can too (tests/gpu/emu/README.md), and the backend must fall back to
       // normal launches, not fail the step.

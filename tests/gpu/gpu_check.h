@@ -145,6 +145,17 @@ inline double time_ms(const std::function<void()>& fn, cudaStream_t stream = nul
   return ms[ms.size() / 2];
 }
 
+// The device's copy bandwidth (bytes read + written per second, GB/s): 2 GiB D2D copies,
+// the reference beside which bandwidth-bound benchmarks print their rates.
+inline double copy_bandwidth_gbs() {
+  const size_t bytes = size_t(2) << 30;
+  DeviceArray<char> a(bytes), b(bytes);
+  CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
+  const double ms = time_ms(
+      [&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, nullptr)); }, nullptr, 20, 3);
+  return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+}
+
 // One row of the final table: "ROW|<check>|<case>|<measured>|<limit or reference>|PASS/FAIL/INFO/SKIP".
 // Checks with a limit pass or fail; benchmarks print INFO rows; a check not run here prints
 // a SKIP row with the reason, so no row vanishes unseen. Returns `pass`.

@@ -9,6 +9,29 @@
 
 namespace spark::cpu {
 
+void route_token(RouterRule rule, const float* logits, const float* bias, int64_t experts, int64_t top_k,
+                 bool normalize, int32_t* ids, float* weights) {
+  std::vector<float> score(logits, logits + experts);
+  if (rule == RouterRule::SOFTMAX_TOPK) softmax(score.data(), experts);
+  if (bias && rule == RouterRule::TOPK_SOFTMAX)
+    for (int64_t e = 0; e < experts; ++e) score[size_t(e)] += bias[e];
+  std::vector<int32_t> order(static_cast<size_t>(experts));
+  std::iota(order.begin(), order.end(), 0);
+  // Highest score first; the lower expert index wins a tie, as torch.topk does on CPU.
+  std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t b) {
+    return score[size_t(a)] > score[size_t(b)] || (score[size_t(a)] == score[size_t(b)] && a < b);
+  });
+  for (int64_t i = 0; i < top_k; ++i) ids[i] = order[size_t(i)];
+  if (rule == RouterRule::TOPK_SOFTMAX) {
+    for (int64_t i = 0; i < top_k; ++i) weights[i] = score[size_t(ids[i])];
+    softmax(weights, top_k);
+    return;
+  }
+  float sum = 0;
+  for (int64_t i = 0; i < top_k; ++i) sum += score[size_t(ids[i])];
+  for (int64_t i = 0; i < top_k; ++i) weights[i] = normalize ? score[size_t(ids[i])] / sum : score[size_t(ids[i])];
+}
+
 void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t tokens, int64_t hidden, float* out) {
   const int64_t experts = w.router->rows();
   const int64_t k = std::min(w.top_k, experts);
@@ -18,21 +41,14 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t toke
   // Per expert: which tokens it serves and with what weight.
   std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(experts));
   std::vector<std::vector<float>> weight_of(static_cast<size_t>(experts));
-  std::vector<int64_t> order(static_cast<size_t>(experts));
+  std::vector<int32_t> ids(static_cast<size_t>(k));
+  std::vector<float> weights(static_cast<size_t>(k));
   for (int64_t t = 0; t < tokens; ++t) {
-    float* p = probs.data() + t * experts;
-    softmax(p, experts);
-    std::iota(order.begin(), order.end(), 0);
-    // Highest probability first; the lower expert index wins a tie, as torch.topk does on CPU.
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-      return p[a] > p[b] || (p[a] == p[b] && a < b);
-    });
-    float sum = 0;
-    for (int64_t i = 0; i < k; ++i) sum += p[order[static_cast<size_t>(i)]];
+    route_token(RouterRule::SOFTMAX_TOPK, probs.data() + t * experts, nullptr, experts, k, w.norm_topk_prob,
+                ids.data(), weights.data());
     for (int64_t i = 0; i < k; ++i) {
-      const int64_t e = order[static_cast<size_t>(i)];
-      rows_of[static_cast<size_t>(e)].push_back(t);
-      weight_of[static_cast<size_t>(e)].push_back(w.norm_topk_prob ? p[e] / sum : p[e]);
+      rows_of[static_cast<size_t>(ids[size_t(i)])].push_back(t);
+      weight_of[static_cast<size_t>(ids[size_t(i)])].push_back(weights[size_t(i)]);
     }
   }
 

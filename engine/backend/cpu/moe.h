@@ -8,6 +8,17 @@
 
 namespace spark::cpu {
 
+// How a router turns one token's logits into top_k expert ids and weights.
+//   SOFTMAX_TOPK (Qwen3-MoE): softmax over all experts, the top_k largest probabilities,
+//     renormalised to sum 1 when `normalize` (norm_topk_prob).
+//   TOPK_SOFTMAX (gpt-oss): the top_k largest logits + bias, softmax over those k
+//     (bias: [experts], or null; the other rule ignores it).
+// Ties: the lower expert index first, as torch.topk orders them. ids/weights get top_k
+// entries, highest score first.
+enum class RouterRule : uint8_t { SOFTMAX_TOPK, TOPK_SOFTMAX };
+void route_token(RouterRule rule, const float* logits, const float* bias, int64_t experts, int64_t top_k,
+                 bool normalize, int32_t* ids, float* weights);
+
 struct MoeWeights {
   const Tensor* router = nullptr;    // [experts, hidden]
   std::vector<const Tensor*> gate;   // per expert [moe_intermediate, hidden]

@@ -18,6 +18,7 @@
 #include "engine/backend/cuda/embedding.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/gemv.h"
+#include "engine/backend/cuda/moe.h"
 #include "engine/backend/cuda/rms_norm.h"
 #include "engine/backend/cuda/rope_kv.h"
 #include "engine/backend/cuda/sampling.h"
@@ -51,6 +52,7 @@ struct Activations {
   float* logits = nullptr;    // [R, vocab]
   float* inv_freq = nullptr;  // [head_dim / 2]
   int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
+  void* moe = nullptr;        // MoeScratch, when the stage holds an MoE layer
 };
 
 // Where each index array of a step lives, at fixed offsets so that a captured graph
@@ -69,16 +71,37 @@ struct BatchLayout {
   }
 };
 
+// The MoE block's shape and rule (Qwen3-MoE: softmax, top-k, renormalised by norm_topk_prob).
+cuda::MoeConfig moe_config(const ModelSpec& s) {
+  cuda::MoeConfig c;
+  c.shape = {int32_t(s.num_experts), int32_t(s.hidden_size), int32_t(s.moe_intermediate_size)};
+  c.top_k = int32_t(s.num_experts_per_tok);
+  c.rule = cuda::RouterRule::SOFTMAX_TOPK;
+  c.normalize = s.norm_topk_prob;
+  return c;
+}
+
+bool range_has_moe(const ModelSpec& s, LayerRange r) {
+  for (int64_t l = r.first_layer; l < r.last_layer; ++l)
+    if (s.layer_is_moe(l)) return true;
+  return false;
+}
+
 struct Sizes {
   int64_t max_tokens, max_seqs, max_rows, stride;
-  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints;
-  Sizes(const ModelSpec& s, const CudaOptions& o, int64_t largest_bucket, bool has_head) {
+  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints, moe;
+  Sizes(const ModelSpec& s, const CudaOptions& o, int64_t largest_bucket, LayerRange range) {
+    const bool has_head = range.last_layer == s.num_layers;
     max_seqs = std::max<int64_t>(o.max_num_seqs, largest_bucket);
     max_tokens = std::max<int64_t>(o.max_num_batched_tokens, max_seqs);
     max_rows = max_seqs;
     stride = (o.max_model_len + o.block_size - 1) / o.block_size;
     const int64_t H = s.hidden_size, qd = s.num_heads * s.head_dim, kvd = s.num_kv_heads * s.head_dim;
-    const int64_t I = s.intermediate_size;
+    // A dense MLP's width, when the range holds one (Qwen3-30B-A3B's config names an
+    // intermediate_size that none of its all-MoE layers uses).
+    bool any_dense = false;
+    for (int64_t l = range.first_layer; l < range.last_layer; ++l) any_dense = any_dense || !s.layer_is_moe(l);
+    const int64_t I = any_dense ? s.intermediate_size : 0;
     x = aligned(size_t(max_tokens * H) * 4);
     normed = aligned(size_t(max_tokens * H) * 2);
     wide = aligned(size_t(max_tokens * std::max(qd + 2 * kvd, 2 * I)) * 2);
@@ -89,8 +112,9 @@ struct Sizes {
     logits = has_head ? aligned(size_t(max_rows * s.vocab_size) * 4) : 0;
     inv_freq = aligned(size_t(s.head_dim / 2) * 4);
     ints = aligned(size_t(BatchLayout(max_tokens, max_seqs, stride, max_rows).total) * 4);
+    moe = range_has_moe(s, range) ? aligned(cuda::MoeScratch::bytes(moe_config(s))) : 0;
   }
-  size_t total() const { return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints; }
+  size_t total() const { return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints + moe; }
 };
 
 HalfType half_type(const CudaOptions& o) { return o.f16 ? HalfType::F16 : HalfType::BF16; }
@@ -113,6 +137,21 @@ cuda::AttentionShape attention_shape(const ModelSpec& s, const CudaOptions& o, c
   a.max_blocks_per_seq = int32_t(z.stride);
   a.scale = 1.0f / std::sqrt(float(s.head_dim));
   return a;
+}
+
+// What the device MoE kernels take (moe_router.h, moe_experts.h), as InputErrors naming
+// the config field.
+void check_moe_config(const ModelSpec& s) {
+  auto fail = [&](const std::string& m) { throw InputError("model config: " + m + " (" + s.architecture + ")"); };
+  if (s.num_experts < 1 || s.num_experts > cuda::kMoeMaxExperts)
+    fail("num_experts = " + std::to_string(s.num_experts) + "; the CUDA backend takes 1 to " +
+         std::to_string(cuda::kMoeMaxExperts) + " experts");
+  if (s.num_experts_per_tok < 1 || s.num_experts_per_tok > std::min<int64_t>(s.num_experts, cuda::kMoeMaxTopK))
+    fail("num_experts_per_tok = " + std::to_string(s.num_experts_per_tok) + " must be in [1, num_experts = " +
+         std::to_string(s.num_experts) + "] and at most " + std::to_string(cuda::kMoeMaxTopK));
+  if (s.moe_intermediate_size <= 0 || s.moe_intermediate_size % 32 || s.hidden_size % 32)
+    fail("moe_intermediate_size = " + std::to_string(s.moe_intermediate_size) + " and hidden_size = " +
+         std::to_string(s.hidden_size) + " must be positive multiples of 32 for the CUDA MoE kernels");
 }
 
 int32_t largest_bucket(const CudaOptions& o) {
@@ -139,6 +178,7 @@ struct CudaBackend::Impl {
   std::unique_ptr<cuda::Attention> attention;
   std::unique_ptr<cuda::DeviceSampler> sampler;
   std::unique_ptr<cuda::DecodeGraphs> graphs;
+  std::optional<cuda::MoeScratch> moe;
   cuda::RopeArgs rope;
   void* act_arena = nullptr;
   Activations act;
@@ -152,7 +192,7 @@ struct CudaBackend::Impl {
       : spec(s),
         opt(o),
         range(r),
-        sizes(s, o, largest_bucket(o), r.last_layer == s.num_layers),
+        sizes(s, o, largest_bucket(o), r),
         layout(sizes.max_tokens, sizes.max_seqs, sizes.stride, sizes.max_rows) {}
 
   ~Impl() {
@@ -282,6 +322,12 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
     attention->run(db, cache[l], act.q, act.mid, stream, programmatic);
     linear(act.mid, nh * hd, L.o, H, act.proj, cuda::GemmOut::F32);
     cuda::add_rms_norm<T>(act.x, act.proj, L.ffn_norm, rows, H, eps, as_t(act.normed), stream, programmatic);
+    if (L.is_moe()) {
+      const cuda::MoeLayerWeights moe_w{L.ffn_norm, L.router, nullptr, {L.expert_gate_up, L.expert_down}};
+      cuda::moe_forward(half(), moe_config(spec), moe_w, act.x, eps, act.normed, rows, *moe, act.proj, stream,
+                        programmatic);
+      continue;
+    }
     linear(act.normed, H, L.gate_up, 2 * I, act.wide, cuda::GemmOut::HALF);
     cuda::swiglu<T>(as_t(act.wide), rows, I, as_t(act.mid), stream, programmatic);
     linear(act.mid, I, L.down, H, act.proj, cuda::GemmOut::F32);
@@ -369,6 +415,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
     throw InputError(
         "the CUDA backend needs hidden_size, intermediate_size and num_heads x head_dim to be "
         "multiples of 8");
+  if (range_has_moe(spec, r)) check_moe_config(spec);
   m.has_embedding = r.first_layer == 0;
   m.has_head = r.last_layer == spec.num_layers;
 
@@ -412,6 +459,8 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   m.act.logits = reinterpret_cast<float*>(take(m.sizes.logits));
   m.act.inv_freq = reinterpret_cast<float*>(take(m.sizes.inv_freq));
   m.act.ints = reinterpret_cast<int32_t*>(take(m.sizes.ints));
+  m.act.moe = take(m.sizes.moe);
+  if (m.sizes.moe) m.moe.emplace(moe_config(spec), m.act.moe);
   CUDA_CHECK(cudaMemcpy(m.act.inv_freq, rope.inv_freq().data(), rope.inv_freq().size() * 4, cudaMemcpyHostToDevice));
   m.rope.inv_freq = m.act.inv_freq;
   m.rope.position_scale = rope.position_scale();
@@ -530,9 +579,13 @@ uint64_t CudaBackend::weight_bytes(const ModelSpec& spec, LayerRange range, cons
   return cuda::DeviceWeights::bytes(spec, range, stored);
 }
 
+uint64_t CudaBackend::weight_bytes_per_token(const ModelSpec& spec, LayerRange range, const StoredDType& stored) {
+  return cuda::DeviceWeights::bytes_per_token(spec, range, stored);
+}
+
 uint64_t CudaBackend::workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range) {
   const bool has_head = range.last_layer == spec.num_layers;
-  Sizes z(spec, options, largest_bucket(options), has_head);
+  Sizes z(spec, options, largest_bucket(options), range);
   uint64_t total =
       z.total() + cuda::Gemm::kWorkspaceBytes + cuda::Attention::workspace_bytes(attention_shape(spec, options, z));
   if (has_head)

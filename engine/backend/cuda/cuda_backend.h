@@ -1,6 +1,6 @@
 // cuda_backend.h — the GPU backend: BF16 or FP16 weights in device memory, a paged KV
 // cache in that type or FP8, cuBLASLt GEMMs, fused kernels, CUDA graphs for decode steps, and sampling on
-// the device. Dense models (Llama, Mistral, Qwen2, Qwen3). No CUDA headers here.
+// the device. Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE (moe.h). No CUDA headers here.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -54,6 +54,8 @@ class CudaBackend : public Backend {
   // Device bytes of the weights of `range` as the device keeps them: Q8_0 matrices packed,
   // the rest 16-bit (`stored`: each part's dtype in the file).
   static uint64_t weight_bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
+  // The weight bytes a batch-1 decode step reads (an MoE layer: router and top_k experts).
+  static uint64_t weight_bytes_per_token(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
   // KV bytes per token per layer: K and V, plus the FP8 scale bytes.
   static uint64_t kv_bytes_per_token_layer(const ModelSpec& spec, bool fp8_kv);
 

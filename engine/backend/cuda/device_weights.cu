@@ -60,6 +60,9 @@ struct Piece {
   DeviceMatrix* matrix = nullptr;  // matrices
   size_t offset = 0;
   int64_t fp8_block_rows = 0, fp8_block_cols = 0;  // the spec's FP8 scale blocks
+  // The share of the piece a batch-1 decode step reads: top_k / num_experts of an MoE
+  // layer's experts, none of an embedding that is not also the LM head, else all.
+  double read_per_token = 1.0;
 
   int64_t total_rows() const {
     int64_t n = 0;
@@ -134,9 +137,11 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(lengths), 1,
                         Layout::F32_VECTOR, {}, d, nullptr});
   };
-  if (range.first_layer == 0)
+  if (range.first_layer == 0) {
     matrix({stage ? stage->embedding : nullptr}, {Part::EMBEDDING}, -1, {s.vocab_size}, H,
            w ? &w->embedding : &matrix_sink);
+    if (!s.tie_word_embeddings || range.last_layer != s.num_layers) out.back().read_per_token = 0;  // one row a token
+  }
   if (w) w->layers.assign(size_t(range.last_layer - range.first_layer), DeviceLayer{});
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
     const size_t index = size_t(l - range.first_layer);
@@ -156,8 +161,36 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm));
     vec({t(Part::FFN_NORM)}, {H}, v(&DeviceLayer::ffn_norm));
     matrix({t(Part::O)}, {Part::O}, l, {H}, nh * hd, m(&DeviceLayer::o));
-    matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
-    matrix({t(Part::DOWN)}, {Part::DOWN}, l, {H}, I, m(&DeviceLayer::down));
+    if (!s.layer_is_moe(l)) {
+      matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
+      matrix({t(Part::DOWN)}, {Part::DOWN}, l, {H}, I, m(&DeviceLayer::down));
+      continue;
+    }
+    const int64_t E = s.num_experts, mi = s.moe_intermediate_size;
+    vec({t(Part::ROUTER)}, {E * H}, v(&DeviceLayer::router));
+    // Every expert's gate and up rows, then every expert's down rows: one matrix each.
+    std::vector<const Tensor*> gate_up, down;
+    for (int64_t e = 0; e < E && stage; ++e) {
+      const LayerWeights& lw = stage->layers[index];
+      gate_up.insert(gate_up.end(), {lw.expert_gate[size_t(e)], lw.expert_up[size_t(e)]});
+      down.push_back(lw.expert_down[size_t(e)]);
+    }
+    // One part a source (every expert of a layer has the same dtype). The MoE kernels
+    // read a stack in one format: FP8 (a scale grid per expert) is converted to 16 bits.
+    auto experts = [&](std::vector<const Tensor*> from, std::vector<Part> parts, int64_t rows, int64_t cols,
+                       DeviceMatrix* d) {
+      std::vector<Part> each;
+      for (int64_t e = 0; e < E; ++e) each.insert(each.end(), parts.begin(), parts.end());
+      matrix(std::move(from), each, l, std::vector<int64_t>(each.size(), rows), cols, d);
+      Piece& p = out.back();
+      if (p.layout == Layout::PACKED_MATRIX && p.segments().size() > 1) {
+        p.layout = Layout::HALF_MATRIX;
+        p.formats.clear();
+      }
+      p.read_per_token = double(s.num_experts_per_tok) / double(E);
+    };
+    experts(gate_up, {Part::EXPERT_GATE, Part::EXPERT_UP}, mi, H, m(&DeviceLayer::expert_gate_up));
+    experts(down, {Part::EXPERT_DOWN}, H, mi, m(&DeviceLayer::expert_down));
   }
   if (range.last_layer == s.num_layers) {
     vec({stage ? stage->final_norm : nullptr}, {H}, w ? slot(w->final_norm) : &sink);
@@ -252,7 +285,18 @@ void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<Dev
 StoredDType stored_in(const StageWeights& stage) {
   // A tied head asks as EMBEDDING; a stage without layer 0 holds it as lm_head only.
   return [&stage](Part part, int64_t layer) {
-    const Tensor* t = layer >= 0                                ? stage.layers[size_t(layer - stage.range.first_layer)].find(part)
+    const LayerWeights* lw = layer >= 0 ? &stage.layers[size_t(layer - stage.range.first_layer)] : nullptr;
+    const std::vector<const Tensor*>* experts = !lw                           ? nullptr
+                                                : part == Part::EXPERT_GATE ? &lw->expert_gate
+                                                : part == Part::EXPERT_UP   ? &lw->expert_up
+                                                : part == Part::EXPERT_DOWN ? &lw->expert_down
+                                                                            : nullptr;
+    if (experts) {  // one dtype for the stack: the experts', or F32 (16-bit on the device) when they differ
+      for (const Tensor* e : *experts)
+        if (e->dtype != experts->front()->dtype) return DType::F32;
+      return experts->empty() ? DType::F32 : experts->front()->dtype;
+    }
+    const Tensor* t = lw                                        ? lw->find(part)
                       : part == Part::EMBEDDING && stage.embedding ? stage.embedding
                                                                    : stage.lm_head;
     SPARK_CHECK(t != nullptr, "a device matrix lacks a bound tensor");
@@ -269,11 +313,14 @@ uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range, const Sto
   return total;
 }
 
+uint64_t DeviceWeights::bytes_per_token(const ModelSpec& spec, LayerRange range, const StoredDType& stored) {
+  double total = 0;
+  for (const Piece& p : layout(spec, range, stored, nullptr, nullptr)) total += double(p.bytes()) * p.read_per_token;
+  return uint64_t(total);
+}
+
 DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType half) : type(half) {
   const LayerRange range = stage.range;
-  if (spec.num_experts > 0)
-    throw InputError("the CUDA backend runs dense models; " + spec.architecture +
-                     " has experts (set engine.backend = \"cpu\")");
   // Check everything before the first byte moves: a bad file fails fast and whole.
   for (const Tensor* t : all_tensors(stage))
     if (!dequant_supported(t->dtype))

@@ -24,6 +24,12 @@ struct DeviceLayer {
   DeviceMatrix o;        // [hidden, heads * head_dim]
   DeviceMatrix gate_up;  // [2 * intermediate, hidden]: gate rows, then up rows
   DeviceMatrix down;     // [hidden, intermediate]
+  // An MoE layer (ModelSpec::layer_is_moe) has these instead of gate_up and down; each
+  // expert's matrices are stacked as moe_experts.h reads them.
+  const float* router = nullptr;  // [experts, hidden], f32: selection must not flip on rounding
+  DeviceMatrix expert_gate_up;    // [experts * 2 * moe_intermediate, hidden]: per expert its gate rows, then up rows
+  DeviceMatrix expert_down;      // [experts * hidden, moe_intermediate]
+  bool is_moe() const { return router != nullptr; }
 };
 
 class DeviceWeights {
@@ -44,6 +50,10 @@ class DeviceWeights {
   // Device bytes the tensors of `range` take as laid out (packed matrices at their packed
   // size, the dequantization scratch included; both 16-bit types take the same).
   static uint64_t bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
+  // Of those, the bytes a batch-1 decode step reads: every matrix but the embedding (one
+  // row a token; all of it when it is also the LM head), and of an MoE layer the router
+  // and top_k of its experts. The batch-1 rate is bounded by bandwidth / this.
+  static uint64_t bytes_per_token(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
 
   HalfType type = HalfType::BF16;
   DeviceMatrix embedding;             // [vocab, hidden]; no data unless the stage holds layer 0

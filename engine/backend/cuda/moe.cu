@@ -1,0 +1,86 @@
+// moe.cu — the MoE block's launch sequence (moe.h): per chunk of tokens, the router's
+// logits in f32, the selection and grouping (moe_router.h), gate/up with SwiGLU,
+// down, and the weighted sum (moe_experts.h): six launches a chunk; the host only
+// chooses the path from the token count, which a CUDA graph's bucket fixes.
+#include "engine/backend/cuda/moe.h"
+
+#include <algorithm>
+
+#include "engine/backend/cuda/common.cuh"
+
+namespace spark::cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+struct ScratchLayout {
+  size_t logits, ids, weights, offsets, pair_row, row_token, active, tile_offsets, act, y, total;
+  explicit ScratchLayout(const MoeConfig& c) {
+    const size_t T = MoeScratch::kChunkTokens, E = size_t(c.shape.experts), P = T * size_t(c.top_k);
+    size_t at = 0;
+    auto take = [&](size_t bytes) {
+      const size_t here = at;
+      at += aligned(bytes);
+      return here;
+    };
+    logits = take(T * E * 4);
+    ids = take(P * 4);
+    weights = take(P * 4);
+    offsets = take((E + 1) * 4);
+    pair_row = take(P * 4);
+    row_token = take(P * 4);
+    active = take((E + 1) * 4);
+    tile_offsets = take((E + 1) * 4);
+    act = take(P * size_t(c.shape.inter) * 2);
+    y = take(P * size_t(c.shape.hidden) * 4);
+    total = at;
+  }
+};
+
+}  // namespace
+
+size_t MoeScratch::bytes(const MoeConfig& cfg) { return ScratchLayout(cfg).total; }
+
+MoeScratch::MoeScratch(const MoeConfig& cfg, void* memory) {
+  const ScratchLayout l(cfg);
+  char* base = static_cast<char*>(memory);
+  logits = reinterpret_cast<float*>(base + l.logits);
+  ids = reinterpret_cast<int32_t*>(base + l.ids);
+  weights = reinterpret_cast<float*>(base + l.weights);
+  groups.offsets = reinterpret_cast<int32_t*>(base + l.offsets);
+  groups.pair_row = reinterpret_cast<int32_t*>(base + l.pair_row);
+  groups.row_token = reinterpret_cast<int32_t*>(base + l.row_token);
+  groups.active = reinterpret_cast<int32_t*>(base + l.active);
+  groups.tile_offsets = reinterpret_cast<int32_t*>(base + l.tile_offsets);
+  act = base + l.act;
+  y = reinterpret_cast<float*>(base + l.y);
+}
+
+void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, const float* residual, float eps,
+                 const void* x, int32_t tokens, const MoeScratch& scratch, float* out, cudaStream_t stream,
+                 bool programmatic, MoePath path) {
+  const ExpertShape& s = cfg.shape;
+  for (int32_t t0 = 0; t0 < tokens; t0 += MoeScratch::kChunkTokens) {
+    const int32_t n = std::min(MoeScratch::kChunkTokens, tokens - t0);
+    const void* xc = static_cast<const char*>(x) + size_t(t0) * size_t(s.hidden) * 2;
+    const int32_t pairs = n * cfg.top_k;
+    const bool gemv = path == MoePath::GEMV || (path == MoePath::AUTO && n <= kMoeGemvMaxTokens);
+    moe_router_logits(residual + size_t(t0) * size_t(s.hidden), w.norm, eps, w.router, n, s.hidden, s.experts,
+                      scratch.logits, stream, programmatic);
+    moe_route(cfg.rule, scratch.logits, w.router_bias, n, s.experts, cfg.top_k, cfg.normalize, scratch.ids,
+              scratch.weights, stream, programmatic);
+    moe_group(scratch.ids, n, cfg.top_k, s.experts, kMoeTileRows, scratch.groups, stream, programmatic);
+    if (gemv) {
+      moe_gate_up_gemv(type, s, w.experts, scratch.groups, xc, pairs, scratch.act, stream, programmatic);
+      moe_down_gemv(type, s, w.experts, scratch.groups, scratch.act, pairs, scratch.y, stream, programmatic);
+    } else {
+      moe_gate_up_gemm(type, s, w.experts, scratch.groups, xc, pairs, scratch.act, stream, programmatic);
+      moe_down_gemm(type, s, w.experts, scratch.groups, scratch.act, pairs, scratch.y, stream, programmatic);
+    }
+    moe_combine(scratch.y, scratch.groups.pair_row, scratch.weights, n, cfg.top_k, s.hidden,
+                out + size_t(t0) * size_t(s.hidden), stream, programmatic);
+  }
+}
+
+}  // namespace spark::cuda

@@ -1,0 +1,52 @@
+// moe_experts.h — the experts' SwiGLU MLPs over the grouped (token, expert) pairs
+// (moe_router.h): a GEMV family for decode steps that reads each selected expert's
+// weights once whatever the number of tokens that chose it, a grouped GEMM on tensor
+// cores for prefill, and the weighted sum back to the tokens. All read expert ids and
+// groups from device memory: no host synchronisation, capturable in a CUDA graph.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/backend/cuda/kernel_args.h"
+#include "engine/backend/cuda/moe_router.h"
+
+namespace spark::cuda {
+
+// The experts of one layer, stacked: expert e's rows of gate_up are [e * 2 * inter,
+// (e + 1) * 2 * inter) (its gate rows, then its up rows; k = hidden), of down
+// [e * hidden, (e + 1) * hidden) (k = inter). Any WeightFormat (weight_readers.cuh).
+struct ExpertWeights {
+  DeviceMatrix gate_up;
+  DeviceMatrix down;
+};
+
+struct ExpertShape {
+  int32_t experts = 0, hidden = 0, inter = 0;
+};
+
+// Grouped rows of the grouped GEMM's tiles (MoeGroups::tile_offsets).
+inline constexpr int32_t kMoeTileRows = 64;
+
+// act[r, :] = silu(gate_e · x[row_token[r]]) * (up_e · x[row_token[r]]) for every grouped
+// row r of every active expert e; x [tokens, hidden] and act [pairs, inter] in the
+// compute type. max_pairs: the most pairs any step captured with this launch may have
+// (sizes the grid; blocks past the step's experts or tiles exit).
+// GEMV: for decode; GEMM (tensor cores): for many rows.
+void moe_gate_up_gemv(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
+                      const void* x, int32_t max_pairs, void* act, cudaStream_t stream, bool programmatic);
+void moe_gate_up_gemm(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
+                      const void* x, int32_t max_pairs, void* act, cudaStream_t stream, bool programmatic);
+
+// y[r, :] = down_e · act[r] (f32 [pairs, hidden]) for every grouped row r.
+void moe_down_gemv(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
+                   const void* act, int32_t max_pairs, float* y, cudaStream_t stream, bool programmatic);
+void moe_down_gemm(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
+                   const void* act, int32_t max_pairs, float* y, cudaStream_t stream, bool programmatic);
+
+// out[t, :] = sum over j < top_k of weights[t, j] * y[pair_row[t * top_k + j], :], in the
+// order of j (the same sum whatever the batch), f32.
+void moe_combine(const float* y, const int32_t* pair_row, const float* weights, int32_t tokens, int32_t top_k,
+                 int32_t hidden, float* out, cudaStream_t stream, bool programmatic);
+
+}  // namespace spark::cuda

@@ -1,0 +1,92 @@
+// weight_readers.cuh — device-side readers of weight rows, one per WeightFormat
+// (kernel_args.h), so that a kernel takes the format as a template parameter and is
+// written once. A reader covers a stack of matrices of the same shape (the experts of a
+// layer): row r of the stack is row r % n of matrix r / n, so a kernel addresses expert
+// e's row i as e * n + i.
+//
+// The interface a kernel uses:
+//   kValues            weights per chunk: the unit of one load (a 16-byte vector);
+//   Chunk load(r, c)   requests the raw chunk of row r starting at column c (c a multiple
+//                      of kValues); weights are read once, so loads bypass L1;
+//   decode(q, r, c, w) turns it into kValues f32 weights (the per-block scales, small
+//                      and shared by neighbouring lanes, come through the cached path).
+// Splitting load from decode lets a kernel request the next chunk before it multiplies
+// the current one. The GGUF block formats kept as the file's blocks (Q4_0, Q4_1, Q4_K,
+// Q5_K, Q6_K) come through BlockRows over their decoders (block_readers.cuh): a chunk is
+// one 32-value part of a block.
+#pragma once
+#include "engine/backend/cuda/block_formats.h"
+#include "engine/backend/cuda/block_readers.cuh"
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/ptx.cuh"
+
+namespace spark::cuda {
+
+// [rows, k] of the compute type T (bf16 or f16).
+template <typename T>
+struct HalfRows {
+  static constexpr int kValues = 8;
+  using Chunk = uint4;
+  const T* w;
+  int64_t k;
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(w + r * k + c); }
+  __device__ __forceinline__ void decode(const Chunk& q, int64_t, int, float (&out)[kValues]) const {
+    const T* v = reinterpret_cast<const T*>(&q);
+#pragma unroll
+    for (int i = 0; i < kValues; ++i) out[i] = to_f32(v[i]);
+  }
+};
+
+// Q8_0 as DeviceMatrix packs it: int8 quants [rows, k], one f16 scale per 32.
+struct Q8_0Rows {
+  static constexpr int kValues = 16;
+  using Chunk = uint4;
+  const int8_t* qs;
+  const f16* scales;
+  int64_t k;
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(qs + r * k + c); }
+  __device__ __forceinline__ void decode(const Chunk& q, int64_t r, int c, float (&out)[kValues]) const {
+    const float d = to_f32(__ldg(scales + r * (k / 32) + c / 32));
+    const int8_t* v = reinterpret_cast<const int8_t*>(&q);
+#pragma unroll
+    for (int i = 0; i < kValues; ++i) out[i] = float(v[i]) * d;
+  }
+};
+
+// A raw-block format: row r is row_bytes of blocks from data + r * row_bytes; the chunk
+// at column c is part (c % kBlockValues) / 32 of block c / kBlockValues, decoded by
+// BlockReader<F>::part through the read-only cache (its "load" only finds the block).
+template <WeightFormat F>
+struct BlockRows {
+  using Reader = BlockReader<F>;
+  static constexpr int kValues = kPartValues;
+  using Chunk = const uint8_t*;
+  const uint8_t* data;
+  int64_t row_bytes;
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const {
+    return data + r * row_bytes + int64_t(c / Reader::kBlockValues) * Reader::kBlockBytes;
+  }
+  __device__ __forceinline__ void decode(const Chunk& b, int64_t, int c, float (&out)[kValues]) const {
+    Reader::part(b, (c % Reader::kBlockValues) / kPartValues, out);
+  }
+};
+
+// Calls f(reader) with the reader of w ([rows, k]) for compute type T. w must be one
+// segment (no tail): an MoE stack is.
+template <typename T, typename F>
+void with_weight_reader(const DeviceMatrix& w, int64_t k, F&& f) {
+  SPARK_CHECK(w.tail == nullptr, "an expert stack is one segment of one format");
+  const auto* blocks = static_cast<const uint8_t*>(w.data);
+  switch (w.format) {
+    case WeightFormat::HALF: return f(HalfRows<T>{static_cast<const T*>(w.data), k});
+    case WeightFormat::Q8_0: return f(Q8_0Rows{static_cast<const int8_t*>(w.data), static_cast<const f16*>(w.scales), k});
+    case WeightFormat::Q4_0: return f(BlockRows<WeightFormat::Q4_0>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::Q4_1: return f(BlockRows<WeightFormat::Q4_1>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::Q4_K: return f(BlockRows<WeightFormat::Q4_K>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::Q5_K: return f(BlockRows<WeightFormat::Q5_K>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::Q6_K: return f(BlockRows<WeightFormat::Q6_K>{blocks, block_row_bytes(w.format, k)});
+    default: SPARK_CHECK(false, std::string("the MoE kernels do not read ") + weight_format_name(w.format));
+  }
+}
+
+}  // namespace spark::cuda

@@ -1,0 +1,560 @@
+// check_moe.cu — the mixture-of-experts block on the device (moe.h) against the CPU
+// backend (cpu/moe.h): the router's selection and weights for random logits with exact
+// ties (Qwen3-MoE's and gpt-oss's rules), the whole block at 1, 2, 7, 16, 64 and 300
+// tokens through both expert paths (decode GEMVs, grouped GEMM) for BF16, FP16 and Q8_0
+// experts, a token alone and among 31 others; the memory plan of Qwen3-30B-A3B (device
+// bytes against the file's, bytes a batch-1 decode step reads against attention + router
+// + k experts + LM head counted from the tensor list); under the emulator, the bytes a
+// decode step of B = 1, 4, 16 tokens reads on a Qwen3-30B-A3B-shaped layer against
+// (distinct experts selected) x (one expert's bytes); on a GPU, decode tok/s of a
+// Qwen3-30B-A3B-shaped dummy model beside the device's copy bandwidth.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/moe.h"
+#include "engine/backend/cpu/ops.h"
+#include "engine/backend/cuda/block_formats.h"
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/moe.h"
+#include "engine/backend/cuda/q8_0.h"
+#include "engine/config.h"
+#include "engine/model/arch.h"
+#include "engine/model/dummy.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/quant.h"
+#include "engine/util/splitmix.h"
+#include "tests/gpu/gpu_check.h"
+
+namespace spark::gpu_check {
+namespace {
+
+using cuda::bf16;
+using cuda::f16;
+using cuda::HalfType;
+using cuda::MoePath;
+using cuda::RouterRule;
+
+const char* kCheck = "moe";
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// ---- router ----------------------------------------------------------------------------
+
+// Random logits where many rows hold exact ties: copies of other entries of the row (some
+// across the top-k boundary), a whole row of one value, and runs of equal maxima.
+std::vector<float> logits_with_ties(int32_t tokens, int32_t experts, uint64_t seed) {
+  std::vector<float> v = random_floats(size_t(tokens) * size_t(experts), seed, -4.0f, 4.0f);
+  for (int32_t t = 0; t < tokens; ++t) {
+    float* row = v.data() + size_t(t) * size_t(experts);
+    const uint64_t r = splitmix64(seed + uint64_t(t));
+    switch (t % 4) {
+      case 0: break;  // no ties by construction
+      case 1:         // a few duplicated entries anywhere
+        for (int i = 0; i < 6; ++i) row[splitmix64(r + uint64_t(i)) % uint64_t(experts)] = row[(r >> 8) % uint64_t(experts)];
+        break;
+      case 2:  // the whole row equal
+        for (int32_t e = 0; e < experts; ++e) row[e] = 0.5f;
+        break;
+      case 3:  // the largest value repeated at several indices, highest last
+        for (int i = 0; i < 5; ++i) row[(r >> (i * 6)) % uint64_t(experts)] = 9.0f;
+        row[experts - 1] = 9.0f;
+        break;
+    }
+  }
+  return v;
+}
+
+void router_case(RouterRule rule, int32_t experts, int32_t top_k, bool normalize, bool with_bias, cudaStream_t stream,
+                 uint64_t seed) {
+  const int32_t tokens = 300;
+  const std::vector<float> logits = logits_with_ties(tokens, experts, seed);
+  std::vector<float> bias;
+  if (with_bias) {
+    bias = random_floats(size_t(experts), seed + 1, -1.0f, 1.0f);
+    bias[size_t(experts / 2)] = bias[0];  // ties survive the bias too
+  }
+  DeviceArray<float> d_logits(logits), d_bias(with_bias ? bias : std::vector<float>{0.0f});
+  DeviceArray<int32_t> ids(size_t(tokens) * size_t(top_k));
+  DeviceArray<float> weights(size_t(tokens) * size_t(top_k));
+  CUDA_CHECK(cudaMemset(ids.get(), 0xFF, ids.size() * 4));
+  weights.poison();
+  cuda::moe_route(rule, d_logits.get(), with_bias ? d_bias.get() : nullptr, tokens, experts, top_k, normalize,
+                  ids.get(), weights.get(), stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<int32_t> got_ids = ids.download();
+  const std::vector<float> got_w = weights.download();
+  int id_mismatch = 0;
+  double worst = 0;
+  std::vector<int32_t> want_ids(static_cast<size_t>(top_k));
+  std::vector<float> want_w(static_cast<size_t>(top_k));
+  for (int32_t t = 0; t < tokens; ++t) {
+    cpu::route_token(rule, logits.data() + size_t(t) * size_t(experts), with_bias ? bias.data() : nullptr, experts,
+                     top_k, normalize, want_ids.data(), want_w.data());
+    for (int32_t j = 0; j < top_k; ++j) {
+      const size_t at = size_t(t) * size_t(top_k) + size_t(j);
+      id_mismatch += got_ids[at] != want_ids[size_t(j)];
+      const double diff = std::fabs(double(got_w[at]) - double(want_w[size_t(j)]));
+      worst = std::isfinite(diff) ? std::max(worst, diff) : INFINITY;
+    }
+  }
+  const std::string name = std::string(rule == RouterRule::SOFTMAX_TOPK ? "softmax-topk" : "topk-softmax") +
+                           " E=" + std::to_string(experts) + " k=" + std::to_string(top_k) +
+                           (normalize ? " norm" : "") + (with_bias ? " bias" : "") + ", 300 tok with ties";
+  row(kCheck, "router " + name + ": ids == cpu", std::to_string(id_mismatch) + " differ", "0", id_mismatch == 0);
+  row(kCheck, "router " + name + ": weights vs cpu", fmt("max abs %.1e", worst), "<= 1e-6", worst <= 1e-6);
+}
+
+// ---- the MoE block ---------------------------------------------------------------------
+
+// A host matrix in `dtype` (BF16, F16 or Q8_0) of random values in [-scale, scale).
+struct HostMatrix {
+  std::vector<uint8_t> bytes;
+  Tensor tensor;
+  // Points `tensor` at the bytes, which hold [rows, cols] in `dtype`.
+  void describe(DType dtype, int64_t rows, int64_t cols) {
+    tensor.name = "w";
+    tensor.dtype = dtype;
+    tensor.shape = {rows, cols};
+    tensor.data = bytes.data();
+    tensor.nbytes = bytes.size();
+  }
+  // Rows [row0, row0 + n) as a tensor of their own (an expert's slice of a stack).
+  Tensor rows(int64_t row0, int64_t n) const {
+    Tensor t = tensor;
+    const size_t row_bytes = dtype_nbytes(t.dtype, t.cols(), t.cols());
+    t.data = bytes.data() + size_t(row0) * row_bytes;
+    t.shape = {n, t.cols()};
+    t.nbytes = size_t(n) * row_bytes;
+    return t;
+  }
+};
+
+HostMatrix random_matrix(DType dtype, int64_t rows, int64_t cols, float scale, uint64_t seed) {
+  const std::vector<float> v = random_floats(size_t(rows * cols), seed, -scale, scale);
+  HostMatrix m;
+  m.bytes.resize(dtype_nbytes(dtype, rows * cols, cols));
+  if (dtype == DType::Q8_0) {  // GGUF's Q8_0: d = amax / 127, q = round(x / d)
+    auto* blocks = reinterpret_cast<BlockQ8_0*>(m.bytes.data());
+    for (size_t b = 0; b < v.size() / 32; ++b) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[b * 32 + size_t(j)]));
+      const float d = amax / 127.0f;
+      const f16 dh = __float2half(d);
+      std::memcpy(&blocks[b].d, &dh, 2);
+      for (int j = 0; j < 32; ++j) blocks[b].qs[j] = int8_t(std::lround(d > 0 ? v[b * 32 + size_t(j)] / d : 0.0f));
+    }
+  } else {
+    auto* out = reinterpret_cast<uint16_t*>(m.bytes.data());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (dtype == DType::BF16) {
+        const bf16 h = __float2bfloat16(v[i]);
+        std::memcpy(&out[i], &h, 2);
+      } else {
+        const f16 h = __float2half(v[i]);
+        std::memcpy(&out[i], &h, 2);
+      }
+    }
+  }
+  m.describe(dtype, rows, cols);
+  return m;
+}
+
+// A host matrix of random GGUF K-quant blocks (Q4_K or Q6_K): random quants and scales,
+// super-block scales d (and dmin) random halves of ~1/(64 sqrt(cols)), so values stay O(1/sqrt(cols)).
+HostMatrix random_k_blocks(DType dtype, int64_t rows, int64_t cols, uint64_t seed) {
+  HostMatrix m;
+  m.bytes.resize(dtype_nbytes(dtype, rows * cols, cols));
+  for (size_t i = 0; i < m.bytes.size(); ++i) m.bytes[i] = uint8_t(splitmix64(seed * 0x9E3779B97F4A7C15ull + i));
+  const size_t block = size_t(dtype_block_bytes(dtype)), blocks = m.bytes.size() / block;
+  const std::vector<float> d = random_floats(blocks * 2, seed + 5, 0.2f, 1.0f);
+  for (size_t b = 0; b < blocks; ++b) {
+    uint8_t* p = m.bytes.data() + b * block;
+    const f16 dh = __float2half(d[2 * b] / (64.0f * std::sqrt(float(cols))));
+    const f16 mh = __float2half(d[2 * b + 1] / (64.0f * std::sqrt(float(cols))));
+    if (dtype == DType::Q4_K) {
+      std::memcpy(p + offsetof(BlockQ4_K, d), &dh, 2);
+      std::memcpy(p + offsetof(BlockQ4_K, dmin), &mh, 2);
+    } else {
+      std::memcpy(p + offsetof(BlockQ6_K, d), &dh, 2);
+    }
+  }
+  m.describe(dtype, rows, cols);
+  return m;
+}
+
+// A matrix on the device as DeviceWeights lays it out: 16-bit copied, Q8_0 repacked,
+// the other block formats as the file's blocks.
+struct DeviceMatrixOwner {
+  DeviceArray<uint8_t> data, scales;
+  cuda::DeviceMatrix matrix;
+  explicit DeviceMatrixOwner(const Tensor& t) {
+    if (t.dtype == DType::Q8_0) {
+      data = DeviceArray<uint8_t>(size_t(t.numel()));
+      scales = DeviceArray<uint8_t>(size_t(t.numel() / 32) * 2);
+      cuda::upload_q8_0(t, data.get(), scales.get());
+      matrix = {cuda::WeightFormat::Q8_0, data.get(), scales.get()};
+    } else if (const auto f = cuda::packed_format(t.dtype)) {
+      data = DeviceArray<uint8_t>(t.nbytes);
+      cuda::upload_blocks(t, data.get());
+      matrix = {*f, data.get(), nullptr};
+    } else {
+      data = DeviceArray<uint8_t>(t.nbytes);
+      CUDA_CHECK(cudaMemcpy(data.get(), t.data, t.nbytes, cudaMemcpyHostToDevice));
+      matrix = {cuda::WeightFormat::HALF, data.get(), nullptr};
+    }
+  }
+};
+
+// One MoE layer: ffn_norm, router, experts stacked as moe.h wants them, and the CPU's view of them.
+struct Layer {
+  cuda::MoeConfig cfg;
+  std::vector<float> norm;
+  HostMatrix router, gate_up, down;
+  cpu::MoeWeights cpu;
+  std::vector<Tensor> views;  // backing for cpu's pointers
+
+  Layer(DType expert_dtype, DType router_dtype, int32_t experts, int32_t top_k, int32_t hidden, int32_t inter,
+        uint64_t seed) {
+    cfg.shape = {experts, hidden, inter};
+    cfg.top_k = top_k;
+    cfg.normalize = true;
+    norm = random_floats(size_t(hidden), seed + 3, 0.5f, 1.5f);
+    router = random_matrix(router_dtype, experts, hidden, 1.0f / std::sqrt(float(hidden)) * 4, seed);
+    const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K;
+    gate_up = k_quant ? random_k_blocks(expert_dtype, int64_t(experts) * 2 * inter, hidden, seed + 1)
+                      : random_matrix(expert_dtype, int64_t(experts) * 2 * inter, hidden,
+                                      1.0f / std::sqrt(float(hidden)) * 2, seed + 1);
+    down = k_quant ? random_k_blocks(expert_dtype, int64_t(experts) * hidden, inter, seed + 2)
+                   : random_matrix(expert_dtype, int64_t(experts) * hidden, inter, 1.0f / std::sqrt(float(inter)) * 2,
+                                   seed + 2);
+    views.reserve(size_t(experts) * 3);
+    for (int32_t e = 0; e < experts; ++e) {
+      views.push_back(gate_up.rows(int64_t(e) * 2 * inter, inter));
+      views.push_back(gate_up.rows(int64_t(e) * 2 * inter + inter, inter));
+      views.push_back(down.rows(int64_t(e) * hidden, hidden));
+    }
+    cpu.router = &router.tensor;
+    for (int32_t e = 0; e < experts; ++e) {
+      cpu.gate.push_back(&views[size_t(e) * 3]);
+      cpu.up.push_back(&views[size_t(e) * 3 + 1]);
+      cpu.down.push_back(&views[size_t(e) * 3 + 2]);
+    }
+    cpu.top_k = top_k;
+    cpu.norm_topk_prob = true;
+  }
+};
+
+// The router in f32, as DeviceWeights keeps it.
+std::vector<float> f32_rows(const Tensor& t) {
+  std::vector<float> out(size_t(t.numel()));
+  for (int64_t r = 0; r < t.rows(); ++r) dequantize_tensor_row(t, r, out.data() + r * t.cols());
+  return out;
+}
+
+struct DeviceLayer {
+  DeviceArray<float> norm, router;
+  DeviceMatrixOwner gate_up, down;
+  cuda::MoeLayerWeights w;
+  DeviceArray<uint8_t> scratch_memory;
+  cuda::MoeScratch scratch;
+  explicit DeviceLayer(const Layer& l)
+      : norm(l.norm),
+        router(f32_rows(l.router.tensor)),
+        gate_up(l.gate_up.tensor),
+        down(l.down.tensor),
+        scratch_memory(cuda::MoeScratch::bytes(l.cfg)),
+        scratch(l.cfg, scratch_memory.get()) {
+    w.norm = norm.get();
+    w.router = router.get();
+    w.experts = {gate_up.matrix, down.matrix};
+  }
+};
+
+constexpr float kEps = 1e-6f;
+
+// The inputs of one block: the residual rows (f32) and their RMSNorm through the layer's
+// ffn_norm, in f32 for the CPU backend and rounded to T for the device's experts.
+struct Inputs {
+  std::vector<float> residual, normed;
+};
+Inputs make_inputs(const Layer& l, int32_t tokens, uint64_t seed) {
+  const int32_t H = l.cfg.shape.hidden;
+  Inputs in{random_floats(size_t(tokens) * H, seed, -2.0f, 2.0f), std::vector<float>(size_t(tokens) * H)};
+  for (int32_t t = 0; t < tokens; ++t)
+    cpu::rms_norm(in.residual.data() + size_t(t) * H, l.norm.data(), H, kEps, in.normed.data() + size_t(t) * H);
+  return in;
+}
+
+template <typename T>
+std::vector<float> run_device(const Layer& l, DeviceLayer& d, const Inputs& in, int32_t tokens, MoePath path,
+                              cudaStream_t stream) {
+  DeviceArray<T> dx(to_half<T>(in.normed));
+  DeviceArray<float> residual(in.residual);
+  DeviceArray<float> out(size_t(tokens) * size_t(l.cfg.shape.hidden));
+  out.poison();
+  d.scratch_memory.poison();
+  cuda::moe_forward(half_type_of<T>(), l.cfg, d.w, residual.get(), kEps, dx.get(), tokens, d.scratch, out.get(), stream,
+                    false, path);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return out.download();
+}
+
+template <typename T>
+void block_case(DType expert_dtype, const std::vector<int32_t>& token_counts, cudaStream_t stream, uint64_t seed) {
+  // K-quant rows are whole 256-value super-blocks.
+  const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K;
+  const int32_t experts = 16, top_k = 4, hidden = 256, inter = k_quant ? 256 : 96;
+  const DType router_dtype = std::is_same_v<T, f16> ? DType::F16 : DType::BF16;
+  const Layer l(expert_dtype, router_dtype, experts, top_k, hidden, inter, seed);
+  DeviceLayer d(l);
+  ThreadPool pool(2);
+  // The device's experts read the normed rows rounded to the compute type and round the
+  // SwiGLU output to it (bf16: 2^-9 relative each); the CPU keeps f32. The GEMM path also
+  // rounds each dequantized Q8_0 weight to 16 bits.
+  const double limit = std::is_same_v<T, f16> ? 3e-3 : 1e-2;
+  const std::string name = std::string(dtype_name(expert_dtype)) + " experts, " + half_name<T>() + " E=" +
+                           std::to_string(experts) + " k=" + std::to_string(top_k) + " h=" + std::to_string(hidden) +
+                           " i=" + std::to_string(inter);
+  for (int32_t tokens : token_counts) {
+    const Inputs in = make_inputs(l, tokens, seed * 7 + uint64_t(tokens));
+    std::vector<float> want(in.normed.size());
+    cpu::moe_ffn(pool, l.cpu, in.normed.data(), tokens, hidden, want.data());
+    for (MoePath path : {MoePath::GEMV, MoePath::GEMM}) {
+      const std::vector<float> got = run_device<T>(l, d, in, tokens, path, stream);
+      error_row(kCheck,
+                name + " T=" + std::to_string(tokens) + (path == MoePath::GEMV ? " gemv" : " grouped gemm") + " vs cpu",
+                rel_error(want, got), limit);
+    }
+  }
+}
+
+// A token's output alone and as row 5 of 32 (the decode path, as a graph bucket runs it):
+// the expert kernels compute every row on its own, so the same bits.
+void batch_invariance(cudaStream_t stream) {
+  const Layer l(DType::Q8_0, DType::BF16, 16, 4, 256, 96, 41);
+  DeviceLayer d(l);
+  const Inputs batch = make_inputs(l, 32, 43);
+  Inputs alone;
+  for (auto [from, to] : {std::pair{&batch.residual, &alone.residual}, std::pair{&batch.normed, &alone.normed}})
+    to->assign(from->begin() + 5 * 256, from->begin() + 6 * 256);
+  const std::vector<float> a = run_device<bf16>(l, d, alone, 1, MoePath::GEMV, stream);
+  const std::vector<float> b = run_device<bf16>(l, d, batch, 32, MoePath::GEMV, stream);
+  int differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[5 * 256 + i];
+  row(kCheck, "Q8_0 block: token alone vs row 5 of 32 (gemv path)", std::to_string(differ) + " values differ",
+      "0 (same bits)", differ == 0);
+}
+
+// ---- memory plan ----------------------------------------------------------------------
+
+constexpr const char* kQwen3_30B = "tests/golden/configs/qwen3_30b_a3b";
+constexpr double kGb10CopyGBs = 218.0;  // GB10's measured copy bandwidth (PRACTICES.md)
+
+// Qwen3-30B-A3B with every matrix in `dtype`: the device's bytes against the tensors'
+// bytes in such a file, and the bytes a batch-1 decode step reads (weight_bytes_per_token)
+// against the sum, from the tensor list, of every matrix but the embedding with each
+// expert's counted top_k / num_experts times; the projected GB10 rate from it.
+void plan_rows(DType dtype) {
+  Config c = config_for_model(kQwen3_30B);
+  c.model.load_format = "dummy";
+  const ModelSpec spec = inspect_model(c).spec;
+  double file_bytes = 0, active = 0;
+  for (const TensorSpec& t : expected_tensors(spec, full_range(spec))) {
+    int64_t elems = 1;
+    for (int64_t d : t.shape) elems *= d;
+    const double bytes = double(dtype_nbytes(part_is_norm(t.part) ? DType::F32 : dtype, elems, t.shape.back()));
+    file_bytes += bytes;
+    if (t.part == Part::EMBEDDING) continue;
+    active += part_is_per_expert(t.part) ? bytes * double(spec.num_experts_per_tok) / double(spec.num_experts) : bytes;
+  }
+  const StoredDType stored = [dtype](Part p, int64_t) { return part_is_norm(p) ? DType::F32 : dtype; };
+  const double device = double(CudaBackend::weight_bytes(spec, full_range(spec), stored));
+  const double per_token = double(CudaBackend::weight_bytes_per_token(spec, full_range(spec), stored));
+  const std::string name = std::string("plan 30B-A3B ") + std::string(dtype_name(dtype));
+  const double ratio = device / file_bytes;
+  row(kCheck, name + ": device / file weight bytes", fmt("%.4f", ratio) + fmt(" (%.2f GB file)", file_bytes / 1e9),
+      "1 .. 1.02", ratio >= 1.0 && ratio <= 1.02);
+  // The device keeps the router in f32 (0.05 GB over 48 layers), the file in `dtype`.
+  const double active_ratio = per_token / active;
+  row(kCheck, name + ": bytes read per token / attention+router+k experts+head",
+      fmt("%.4f", active_ratio) + fmt(" (%.2f GB)", per_token / 1e9), "1 .. 1.03",
+      active_ratio >= 1.0 && active_ratio <= 1.03);
+  info(kCheck, name + ": projected batch-1 decode on GB10", fmt("<= %.0f tok/s", kGb10CopyGBs * 1e9 / per_token),
+       fmt("%.0f GB/s / bytes per token (weights only)", kGb10CopyGBs));
+}
+
+#if SPARK_CUDA_EMU
+// Bytes a decode step's expert kernels read on a Qwen3-30B-A3B-shaped layer (hidden 2048,
+// 128 experts of 768, k = 8): router and selection first (not counted), then gate/up and
+// down counted. Expert weights are a constant pattern (their values do not matter to the
+// count; the router's random weights pick the experts).
+void bytes_table(DType expert_dtype, cudaStream_t stream) {
+  const int32_t E = 128, k = 8, H = 2048, I = 768;
+  cuda::MoeConfig cfg;
+  cfg.shape = {E, H, I};
+  cfg.top_k = k;
+  cfg.normalize = true;
+  const bool q8 = expert_dtype == DType::Q8_0;
+  const size_t gate_up_rows = size_t(E) * 2 * I, down_rows = size_t(E) * H;
+  const size_t expert_bytes = q8 ? size_t(3) * I * H * 34 / 32 : size_t(3) * I * H * 2;
+  DeviceArray<uint8_t> gu(q8 ? gate_up_rows * H : gate_up_rows * H * 2), dn(q8 ? down_rows * I : down_rows * I * 2);
+  DeviceArray<uint8_t> gu_s(q8 ? gate_up_rows * H / 32 * 2 : 1), dn_s(q8 ? down_rows * I / 32 * 2 : 1);
+  for (auto* a : {&gu, &dn, &gu_s, &dn_s}) CUDA_CHECK(cudaMemset(a->get(), 0x11, a->size()));
+  const auto format = q8 ? cuda::WeightFormat::Q8_0 : cuda::WeightFormat::HALF;
+  cuda::ExpertWeights ew{{format, gu.get(), gu_s.get()}, {format, dn.get(), dn_s.get()}};
+  DeviceArray<float> router(random_floats(size_t(E) * H, 99, -0.1f, 0.1f)), norm(random_floats(size_t(H), 98, 0.5f, 1.5f));
+  DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(cfg));
+  const cuda::MoeScratch s(cfg, scratch_memory.get());
+  // BF16 at B = 1 only: the same kernels, and 16 steps of BF16 experts (760 MB a step)
+  // would double the check's time.
+  for (int32_t B : q8 ? std::vector<int32_t>{1, 4, 16} : std::vector<int32_t>{1}) {
+    const std::vector<float> x = random_floats(size_t(B) * H, uint64_t(B) * 31);
+    DeviceArray<bf16> dx(to_half<bf16>(x));
+    DeviceArray<float> residual(x);
+    cuda::moe_router_logits(residual.get(), norm.get(), kEps, router.get(), B, H, E, s.logits, stream);
+    cuda::moe_route(RouterRule::SOFTMAX_TOPK, s.logits, nullptr, B, E, k, true, s.ids, s.weights, stream);
+    cuda::moe_group(s.ids, B, k, E, cuda::kMoeTileRows, s.groups, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<int32_t> ids(size_t(B) * k);
+    CUDA_CHECK(cudaMemcpy(ids.data(), s.ids, ids.size() * 4, cudaMemcpyDeviceToHost));
+    const size_t distinct = std::set<int32_t>(ids.begin(), ids.end()).size();
+    ::emu::global_reads_begin();
+    cuda::moe_gate_up_gemv(HalfType::BF16, cfg.shape, ew, s.groups, dx.get(), B * k, s.act, stream, false);
+    cuda::moe_down_gemv(HalfType::BF16, cfg.shape, ew, s.groups, s.act, B * k, s.y, stream, false);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const ::emu::GlobalReads reads = ::emu::global_reads_end();
+    // Activations: x (B rows) and the SwiGLU output (B x k rows), each read once.
+    const double activations = double(B) * H * 2 + double(B) * k * I * 2;
+    const double weights_read = double(reads.total()) - activations;
+    const double ratio = weights_read / (double(distinct) * double(expert_bytes));
+    row(kCheck,
+        std::string("bytes 30B-A3B ") + (q8 ? "Q8_0" : "BF16") + " B=" + std::to_string(B) + ": " +
+            std::to_string(distinct) + " experts",
+        fmt("%.4f", ratio) + fmt(" (%.1f MB expert weights)", weights_read / 1e6),
+        fmt("1 +- 0.03 of %.1f MB", double(distinct) * double(expert_bytes) / 1e6), ratio >= 0.97 && ratio <= 1.03);
+  }
+}
+#else
+// ---- benchmarks (a GPU only) --------------------------------------------------------
+
+// Decode tok/s of a Qwen3-30B-A3B-shaped model (dummy weights in `dtype`, 12 of its 48
+// layers so that the host's dummy generation stays short; the step time is scaled by
+// 48 / 12, which counts the LM head and sampling four times: a conservative rate) at
+// batch 1, 16 and 64, context 512, beside the copy bandwidth and the batch-1 bound it
+// gives for the bytes a token reads.
+void decode_benchmark(DType dtype, double copy_gbs) {
+  Config c = config_for_model(kQwen3_30B);
+  c.model.load_format = "dummy";
+  const ModelSpec full = inspect_model(c).spec;
+  ModelSpec spec = full;
+  spec.num_layers = 12;
+  const int ctx = 512, max_seqs = 64, blocks_per_seq = 1024 / 16;
+  CudaOptions o;
+  o.max_num_seqs = max_seqs;
+  o.max_num_batched_tokens = 2048;
+  o.max_model_len = blocks_per_seq * 16;
+  o.block_size = 16;
+  std::unique_ptr<CudaBackend> gpu;
+  {
+    const Weights w = make_dummy_weights(spec, full_range(spec), dtype);
+    gpu = std::make_unique<CudaBackend>(spec, bind_stage(spec, w), o);
+  }
+  gpu->init_kv_cache(int64_t(max_seqs) * blocks_per_seq, 16);
+  const StoredDType stored = [dtype](Part p, int64_t) { return part_is_norm(p) ? DType::F32 : dtype; };
+  const double per_token = double(CudaBackend::weight_bytes_per_token(full, full_range(full), stored));
+  SamplingParams greedy;
+  greedy.temperature = 0.0;
+  const std::vector<int32_t> context = {1};
+  for (int B : {1, 16, 64}) {
+    Batch b;
+    b.max_blocks_per_seq = blocks_per_seq;
+    b.query_start.push_back(0);
+    for (int s = 0; s < B; ++s) {
+      b.token_ids.push_back(1 + s);
+      b.positions.push_back(ctx - 1);
+      b.slot_mapping.push_back((s * blocks_per_seq + (ctx - 1) / 16) * 16 + (ctx - 1) % 16);
+      b.query_start.push_back(s + 1);
+      b.context_lens.push_back(ctx);
+      for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(s * blocks_per_seq + k);
+      b.logits_rows.push_back(s);
+    }
+    std::vector<SampleRow> rows(size_t(B), SampleRow{&greedy, context, 1, 0, 0});
+    std::vector<SampleOutput> out;
+    for (int i = 0; i < 3; ++i) gpu->forward_sample(b, nullptr, rows, out);  // eager, capture, replay
+    std::vector<double> ms;
+    for (int i = 0; i < 20; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      gpu->forward_sample(b, nullptr, rows, out);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double step = ms[ms.size() / 2] * double(full.num_layers) / double(spec.num_layers);
+    info(kCheck, std::string("30B-A3B ") + std::string(dtype_name(dtype)) + " decode b=" + std::to_string(B),
+         fmt("%.0f tok/s", B / (step * 1e-3)) + fmt(" (%.2f ms/step, 48 layers)", step),
+         fmt("copy %.0f GB/s; b=1 bound ", copy_gbs) + fmt("%.0f tok/s", copy_gbs * 1e9 / per_token));
+  }
+}
+#endif
+
+void run() {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  router_case(RouterRule::SOFTMAX_TOPK, 8, 2, true, false, stream, 1);
+  router_case(RouterRule::SOFTMAX_TOPK, 128, 8, true, false, stream, 2);
+  router_case(RouterRule::SOFTMAX_TOPK, 60, 4, false, false, stream, 3);
+  router_case(RouterRule::TOPK_SOFTMAX, 32, 4, false, true, stream, 4);
+  router_case(RouterRule::TOPK_SOFTMAX, 128, 4, false, true, stream, 5);
+  router_case(RouterRule::TOPK_SOFTMAX, 256, 32, false, false, stream, 6);
+  // ASan's run (4x slower) checks the kernels' bounds on fewer sizes; the plain one runs all.
+  const std::vector<int32_t> tokens = kSanitized ? std::vector<int32_t>{2, 64, 300}
+                                                 : std::vector<int32_t>{1, 2, 7, 16, 64, 300};
+  block_case<bf16>(DType::BF16, tokens, stream, 11);
+  block_case<bf16>(DType::Q8_0, tokens, stream, 12);
+  block_case<f16>(DType::F16, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 13);
+  block_case<f16>(DType::Q8_0, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 14);
+  block_case<bf16>(DType::Q4_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 16, 64, 300}, stream, 15);
+  block_case<bf16>(DType::Q6_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 16, 300}, stream, 16);
+  batch_invariance(stream);
+  plan_rows(DType::BF16);
+  plan_rows(DType::Q8_0);
+#if SPARK_CUDA_EMU && defined(__SANITIZE_ADDRESS__)  // kSanitized
+  // Minutes under ASan; the kernels' bounds are checked by the block cases above.
+  skip_row(kCheck, "bytes 30B-A3B B=1, 4, 16", "ASan build: the plain emulated build prints them");
+#elif SPARK_CUDA_EMU
+  bytes_table(DType::Q8_0, stream);
+  bytes_table(DType::BF16, stream);
+#else
+  const double copy_gbs = copy_bandwidth_gbs();
+  info(kCheck, "device copy bandwidth (read+write)", fmt("%.0f GB/s", copy_gbs), "2 GiB cudaMemcpy D2D");
+  for (DType dtype : {DType::BF16, DType::Q8_0, DType::Q4_K}) {
+    try {
+      decode_benchmark(dtype, copy_gbs);
+    } catch (const InputError& e) {  // dummy weights in that format not made yet
+      skip_row(kCheck, std::string("30B-A3B ") + std::string(dtype_name(dtype)) + " decode", e.what());
+    }
+  }
+#endif
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace spark::gpu_check
+
+int main() {
+  return spark::gpu_check::run_main("moe", [] { spark::gpu_check::run(); });
+}

@@ -28,13 +28,14 @@ EMULATED_GPU = os.environ.get("SPARKD_EMULATED_GPU") == "1"
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda_path: runs against the emulated CUDA server too (SPARKD_EMULATED_GPU=1)")
+    config.addinivalue_line("markers", "emulated_gpu_only: runs only with SPARKD_EMULATED_GPU=1")
 
 
 def pytest_collection_modifyitems(config, items):
-    if not EMULATED_GPU:
-        return
-    keep = [i for i in items if i.get_closest_marker("cuda_path")]
-    dropped = [i for i in items if not i.get_closest_marker("cuda_path")]
+    wanted = "cuda_path" if EMULATED_GPU else None
+    keep = [i for i in items if (not wanted or i.get_closest_marker(wanted))
+            and (EMULATED_GPU or not i.get_closest_marker("emulated_gpu_only"))]
+    dropped = [i for i in items if i not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep

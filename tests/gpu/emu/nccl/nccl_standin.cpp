@@ -63,9 +63,14 @@ void warn(const char* what) {
   if (debug()) std::fprintf(stderr, "NCCL stand-in WARN %s\n", what);
 }
 
-// Listeners made by ncclGetUniqueId in this process, by token.
+// Listeners made by ncclGetUniqueId in this process, by token (a forked child inherits
+// the map, but not the role: the process id must match too).
+struct Listener {
+  int fd;
+  pid_t pid;
+};
 std::mutex g_listeners_mu;
-std::map<uint64_t, int> g_listeners;
+std::map<uint64_t, Listener> g_listeners;
 
 size_t type_size(ncclDataType_t t) {
   switch (t) {
@@ -131,11 +136,14 @@ struct State {
   std::mutex write_mu;
   std::thread connector, executor, reader;
 
+  // A communicator in error is done for: the connection ends too, so the peer's calls
+  // fail rather than wait for answers that will not come.
   void fail(ncclResult_t e, const char* why) {
     std::lock_guard lock(mu);
     if (error == ncclSuccess) {
       error = e;
       warn(why);
+      if (fd >= 0) shutdown(fd, SHUT_RDWR);
     }
     cv.notify_all();
   }
@@ -157,7 +165,7 @@ void connect_pair(const std::shared_ptr<State>& s, IdFields id) {
   {
     std::lock_guard lock(g_listeners_mu);
     auto it = g_listeners.find(id.token);
-    if (it != g_listeners.end()) listener = it->second;
+    if (it != g_listeners.end() && it->second.pid == getpid()) listener = it->second.fd;
   }
   if (listener >= 0) {
     // The id's maker accepts; a connection must present the token before it counts.
@@ -226,23 +234,32 @@ void reader_loop(State* s) {
     if (h.kind != kData) return s->fail(ncclRemoteError, "the peer sent a malformed message");
     Op r;
     {
-      // The bytes stay in the socket until a receive is posted for them.
+      // The bytes stay in the socket until a receive is posted for them; meanwhile a peer
+      // that goes away is still noticed.
       std::unique_lock lock(s->mu);
-      s->cv.wait(lock, [s] { return s->broken() || !s->posted.empty(); });
+      while (!s->cv.wait_for(lock, std::chrono::milliseconds(20), [s] { return s->broken() || !s->posted.empty(); })) {
+        pollfd p{s->fd, POLLRDHUP, 0};
+        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+          lock.unlock();
+          return s->fail(ncclRemoteError, "the peer closed the connection");
+        }
+      }
       if (s->broken()) return;
       r = s->posted.front();
     }
     if (r.bytes != h.bytes) return s->fail(ncclInvalidUsage, "a send and its receive disagree on the size");
     if (!read_all(s->fd, r.buf, r.bytes)) return s->fail(ncclRemoteError, "the peer closed the connection");
-    {
-      std::lock_guard lock(s->mu);
-      s->posted.pop_front();
-      ++s->recvs_done;
-      s->cv.notify_all();
-    }
+    // Acknowledged before the receive counts as complete: a process that exits right
+    // after its receive still completes the peer's send.
     const Header ack{kAck, 0, h.bytes};
-    std::lock_guard w(s->write_mu);
-    if (!write_all(s->fd, &ack, sizeof ack)) return s->fail(ncclRemoteError, "the peer closed the connection");
+    {
+      std::lock_guard w(s->write_mu);
+      if (!write_all(s->fd, &ack, sizeof ack)) return s->fail(ncclRemoteError, "the peer closed the connection");
+    }
+    std::lock_guard lock(s->mu);
+    s->posted.pop_front();
+    ++s->recvs_done;
+    s->cv.notify_all();
   }
 }
 
@@ -327,7 +344,13 @@ void teardown(Comm* c) {
   }
   for (std::thread* t : {&s->connector, &s->executor, &s->reader})
     if (t->joinable()) t->join();
-  if (s->fd >= 0) close(s->fd);
+  if (s->fd >= 0) {
+    // An abortive close (reset): the peer learns at once, even while our unsent bytes
+    // wait for room in its receive window.
+    linger now{1, 0};
+    setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &now, sizeof now);
+    close(s->fd);
+  }
   s->fd = -1;
   delete c;
 }
@@ -353,7 +376,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* out) {
               a.sin_port};
   {
     std::lock_guard lock(g_listeners_mu);
-    g_listeners[id.token] = fd;
+    g_listeners[id.token] = Listener{fd, getpid()};
   }
   std::memset(out, 0, sizeof *out);
   std::memcpy(out->internal, &id, sizeof id);

@@ -1,4 +1,7 @@
 """Peer mode on one machine: a head and a worker process over loopback TCP (CPU backend).
+Against the emulated CUDA server (SPARKD_EMULATED_GPU=1, conftest.py) the tests marked
+cuda_path run the pair's data path over NCCL instead: the stand-in libnccl.so.2 of
+tests/gpu/emu/nccl, found on LD_LIBRARY_PATH as the real library would be.
 
 The pair must produce the single process's greedy outputs token for token, keep two
 micro-batches in flight, survive a kill -9 of the worker, refuse mismatched boxes naming
@@ -14,11 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from conftest import MODEL, REPO, Server, free_port, metrics, run_sparkd, wait_engine_idle
+from conftest import EMULATED_GPU, MODEL, REPO, Server, free_port, metrics, run_sparkd, wait_engine_idle
 
 pytestmark = pytest.mark.skipif(not MODEL.exists(), reason="needs the SmolLM2 model (make model)")
 
 TIMEOUT_S = 2.0
+TRANSPORT = "nccl" if EMULATED_GPU else "tcp"
 # One thread per process: the pair and the single process get the same per-process threads.
 COMMON = {"engine.cpu_threads": 1, "engine.max_num_seqs": 16, "engine.enable_prefix_caching": True}
 TINY_LLAMA = REPO / "tests" / "golden" / "models" / "llama"
@@ -38,7 +42,7 @@ class Pair:
 
     def __init__(self, head=None, worker=None, worker_model=MODEL):
         self.addr = f"127.0.0.1:{free_port()}"
-        peer = {"peer.enabled": True, "peer.transport": "tcp", "peer.head_addr": self.addr,
+        peer = {"peer.enabled": True, "peer.transport": TRANSPORT, "peer.head_addr": self.addr,
                 "peer.timeout_s": TIMEOUT_S}
         self.head_settings = {**COMMON, **peer, "peer.role": "head", **(head or {})}
         self.worker_settings = {**COMMON, **peer, "peer.role": "worker", **(worker or {})}
@@ -90,6 +94,7 @@ def pair():
     p.stop()
 
 
+@pytest.mark.cuda_path
 def test_pair_matches_single_process_with_prefix_caching(single, pair):
     prompts = [PREFIX + q for q in QUESTIONS]
     complete(pair.head.url, prompts[0])  # warms the prefix cache with the shared prefix
@@ -125,6 +130,7 @@ def overlap_us(xs, ys):
     return total
 
 
+@pytest.mark.cuda_path
 def test_both_boxes_compute_at_once(single, pair):
     """Each stage stamps its own compute interval per micro-batch (head and worker clocks are
     one clock here): with two micro-batches in flight the worker runs one while the head runs
@@ -152,11 +158,13 @@ def test_both_boxes_compute_at_once(single, pair):
     assert fraction > 0.25, "the two stages rarely computed at the same time"
 
 
+@pytest.mark.cuda_path
 def test_check_on_each_box_shows_the_pair(pair):
     for box in (pair.head, pair.worker):
         r = run_sparkd("check", "--config", box.config)
         assert r.returncode == 0, r.stderr
         assert ": up, worker" in r.stdout and "rtt" in r.stdout and "GB/s" in r.stdout, r.stdout
+        assert f"link {TRANSPORT}" in r.stdout, r.stdout
 
 
 def read_stream(url, prompt, first_chunk, result):
@@ -172,6 +180,7 @@ def read_stream(url, prompt, first_chunk, result):
     result["events"] = events
 
 
+@pytest.mark.cuda_path
 def test_worker_killed_mid_stream_then_back():
     pair = Pair().wait_ready()
     try:
@@ -254,6 +263,7 @@ def send_raw(addr, data, close_after=0.2):
             return b""
 
 
+@pytest.mark.cuda_path
 def test_hostile_control_frames_are_rejected(pair):
     hostile = [
         b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",           # not a sparkd peer
@@ -300,6 +310,7 @@ def test_worker_survives_a_hostile_head():
         listener.close()
 
 
+@pytest.mark.cuda_path
 def test_client_disconnect_mid_stream_frees_everything(pair):
     """A cancel can arrive while the sequence's micro-batch is on the worker: it is applied
     when that micro-batch returns, and nothing leaks. Two streams at a time, so that one of
@@ -329,6 +340,7 @@ def test_client_disconnect_mid_stream_frees_everything(pair):
     assert complete(pair.head.url, "The capital of France is", max_tokens=4)["usage"]["completion_tokens"] == 4
 
 
+@pytest.mark.cuda_path
 def test_silent_worker_is_declared_lost_within_the_timeout():
     """SIGSTOP: the worker's sockets stay open but nothing answers; the heartbeat decides."""
     pair = Pair().wait_ready()

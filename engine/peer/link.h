@@ -9,6 +9,7 @@
 
 #include "engine/config.h"
 #include "engine/peer/socket.h"
+#include "engine/step/step.h"
 
 namespace spark {
 
@@ -19,6 +20,15 @@ class Link {
   // Exactly `count` floats, in order; waits while `check` passes. Throws PeerLost.
   virtual void send(const float* data, size_t count, const WaitCheck& check) = 0;
   virtual void recv(float* data, size_t count, const WaitCheck& check) = 0;
+  // A link that moves device memory (NCCL) also carries 16-bit hidden states from and
+  // into device buffers (Backend::forward_to_boundary, boundary_input), with no host copy.
+  virtual bool moves_device_memory() const { return false; }
+  virtual void send_device(const DeviceHidden& hidden, const WaitCheck& check) {
+    SPARK_CHECK(false, "send_device on a link that moves host memory");
+  }
+  virtual void recv_device(const DeviceHidden& hidden, const WaitCheck& check) {
+    SPARK_CHECK(false, "recv_device on a link that moves host memory");
+  }
   // Makes blocked and later calls fail at once; never blocks (a dead peer must not
   // hang the box): NCCL communicators are aborted here, never destroyed while blocked.
   virtual void abort() = 0;

@@ -78,6 +78,9 @@ class Worker {
     loaded_ = load_stage(config_);
     const LayerRange range = loaded_->plan.range;
     backend_ = loaded_->backend.get();
+    if (config_.peer.transport == "nccl" && !backend_->boundary_on_device())
+      throw InputError("peer.transport = \"nccl\" carries the hidden states in device memory, and this box's backend (" +
+                       backend_->describe() + ") keeps them on the host: use engine.backend = \"cuda\", or \"tcp\"");
     identity_ = local_identity(config_, loaded_->plan, loaded_->plan.memory.kv_blocks);
     log_info("peer: worker holds layers [", range.first_layer, ", ", range.last_layer, ") of ", identity_.model_label,
              " on ", backend_->describe(), "; room for ", identity_.kv_blocks, " KV blocks");
@@ -206,8 +209,16 @@ class Worker {
         if (it == shadows_.end()) throw InputError("the head asked to sample for unknown sequence " + std::to_string(id));
         targets.push_back(&it->second);
       }
-      hidden.resize(size_t(plan.batch.num_tokens()) * size_t(w.hidden_size));
-      link.recv(hidden.data(), hidden.size(), check);
+      // A link that moves device memory receives straight into the backend's input
+      // buffer, where the forward reads it (hidden_in = nullptr); else f32 via the host.
+      const size_t values = size_t(plan.batch.num_tokens()) * size_t(w.hidden_size);
+      const bool on_device = link.moves_device_memory() && backend_->boundary_on_device();
+      if (on_device) {
+        link.recv_device(backend_->boundary_input(size_t(plan.batch.num_tokens())), check);
+      } else {
+        hidden.resize(values);
+        link.recv(hidden.data(), hidden.size(), check);
+      }
 
       for (size_t i = 0; i < targets.size(); ++i)
         if (int64_t(targets[i]->tokens.size()) >= w.max_model_len)
@@ -216,7 +227,7 @@ class Worker {
       StepResult result;
       result.id = plan.id;
       result.worker_start_us = wall_us();
-      sample(plan.batch, hidden.data(), targets, size_t(w.vocab_size), out, result.samples);
+      sample(plan.batch, on_device ? nullptr : hidden.data(), targets, size_t(w.vocab_size), out, result.samples);
       for (size_t i = 0; i < targets.size(); ++i) targets[i]->tokens.push_back(result.samples[i].token);
       result.worker_end_us = wall_us();
       write_frame(data, FrameType::STEP_RESULT, encode_result(result), kNoDeadline, check);

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "engine/backend/cpu/attention.h"
 #include "engine/backend/cpu/ops.h"
 #include "engine/backend/cuda/attention.h"
+#include "engine/backend/cuda/boundary.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/decode_graphs.h"
 #include "engine/backend/cuda/device_info.h"
@@ -49,6 +51,7 @@ struct Activations {
   float* logits = nullptr;    // [R, vocab]
   float* inv_freq = nullptr;  // [head_dim / 2]
   int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
+  void* boundary = nullptr;   // [T, H] 16-bit hidden states a stage sends or receives (pipeline stages only)
 };
 
 // Where each index array of a step lives, at fixed offsets so that a captured graph
@@ -69,8 +72,9 @@ struct BatchLayout {
 
 struct Sizes {
   int64_t max_tokens, max_seqs, max_rows, stride;
-  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints;
-  Sizes(const ModelSpec& s, const CudaOptions& o, int64_t largest_bucket, bool has_head) {
+  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints, boundary;
+  Sizes(const ModelSpec& s, const CudaOptions& o, int64_t largest_bucket, LayerRange range) {
+    const bool has_head = range.last_layer == s.num_layers, whole = has_head && range.first_layer == 0;
     max_seqs = std::max<int64_t>(o.max_num_seqs, largest_bucket);
     max_tokens = std::max<int64_t>(o.max_num_batched_tokens, max_seqs);
     max_rows = max_seqs;
@@ -87,8 +91,9 @@ struct Sizes {
     logits = has_head ? aligned(size_t(max_rows * s.vocab_size) * 4) : 0;
     inv_freq = aligned(size_t(s.head_dim / 2) * 4);
     ints = aligned(size_t(BatchLayout(max_tokens, max_seqs, stride, max_rows).total) * 4);
+    boundary = whole ? 0 : aligned(size_t(max_tokens * H) * 2);
   }
-  size_t total() const { return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints; }
+  size_t total() const { return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints + boundary; }
 };
 
 HalfType half_type(const CudaOptions& o) { return o.f16 ? HalfType::F16 : HalfType::BF16; }
@@ -145,12 +150,14 @@ struct CudaBackend::Impl {
   std::vector<cuda::KvLayer> cache;
   void* kv_arena = nullptr;
   int64_t num_blocks = 0;
+  // boundary_input() was called: the next run starts from act.boundary.
+  bool boundary_in = false;
 
   Impl(const ModelSpec& s, const CudaOptions& o, LayerRange r)
       : spec(s),
         opt(o),
         range(r),
-        sizes(s, o, largest_bucket(o), r.last_layer == s.num_layers),
+        sizes(s, o, largest_bucket(o), r),
         layout(sizes.max_tokens, sizes.max_seqs, sizes.stride, sizes.max_rows) {}
 
   ~Impl() {
@@ -294,8 +301,10 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
 // in act.logits.
 int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   CUDA_CHECK(cudaSetDevice(opt.device));
-  check_batch(batch, hidden_in == nullptr);
-  if (!hidden_in && !has_embedding) throw InputError("this pipeline stage needs hidden states from the previous stage");
+  const bool from_boundary = std::exchange(boundary_in, false) && !hidden_in && !has_embedding;
+  check_batch(batch, hidden_in == nullptr && !from_boundary);
+  if (!hidden_in && !has_embedding && !from_boundary)
+    throw InputError("this pipeline stage needs hidden states from the previous stage");
   const int32_t S = batch.num_seqs();
   bool decode_only = S > 0 && batch.num_tokens() == S;
   const int32_t bucket = graphs && decode_only ? graphs->bucket_for(S) : 0;
@@ -316,6 +325,8 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
       if (hidden_in)
         CUDA_CHECK(cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice,
                                    stream));
+      else if (from_boundary)
+        cuda::hidden_from_16bit(static_cast<const Half*>(act.boundary), int64_t(batch.num_tokens()) * H, act.x, stream);
       else if (weights->embedding.format == cuda::WeightFormat::Q8_0)
         cuda::embedding_gather_q8_0(db.token_ids, T, weights->embedding, spec.vocab_size, H, act.x, stream);
       else
@@ -407,6 +418,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   m.act.logits = reinterpret_cast<float*>(take(m.sizes.logits));
   m.act.inv_freq = reinterpret_cast<float*>(take(m.sizes.inv_freq));
   m.act.ints = reinterpret_cast<int32_t*>(take(m.sizes.ints));
+  m.act.boundary = take(m.sizes.boundary);
   CUDA_CHECK(cudaMemcpy(m.act.inv_freq, rope.inv_freq().data(), rope.inv_freq().size() * 4, cudaMemcpyHostToDevice));
   m.rope.inv_freq = m.act.inv_freq;
   m.rope.position_scale = rope.position_scale();
@@ -498,6 +510,30 @@ void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardRes
 
 bool CudaBackend::samples_on_device() const { return impl_->has_head; }
 
+DeviceHidden CudaBackend::forward_to_boundary(const Batch& batch) {
+  Impl& m = *impl_;
+  SPARK_CHECK(!m.has_head && m.act.boundary, "forward_to_boundary on a stage that holds the LM head");
+  const size_t n = size_t(batch.num_tokens()) * size_t(m.spec.hidden_size);
+  if (n > 0) {
+    m.run(batch, nullptr);
+    cuda::with_half_type(m.half(), [&](auto tag) {
+      cuda::hidden_to_16bit(m.act.x, int64_t(n), static_cast<decltype(tag)*>(m.act.boundary), m.stream);
+    });
+    CUDA_CHECK(cudaStreamSynchronize(m.stream));  // a link may read it from another stream
+  }
+  return DeviceHidden{m.act.boundary, n, !m.opt.f16};
+}
+
+DeviceHidden CudaBackend::boundary_input(size_t tokens) {
+  Impl& m = *impl_;
+  SPARK_CHECK(!m.has_embedding && m.act.boundary, "boundary_input on a stage that holds the embedding");
+  if (int64_t(tokens) > m.sizes.max_tokens)
+    throw InputError(std::to_string(tokens) + " rows of hidden states exceed the " + std::to_string(m.sizes.max_tokens) +
+                     " the CUDA backend was sized for");
+  m.boundary_in = true;
+  return DeviceHidden{m.act.boundary, tokens * size_t(m.spec.hidden_size), !m.opt.f16};
+}
+
 void CudaBackend::forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,
                                  std::vector<SampleOutput>& out) {
   Impl& m = *impl_;
@@ -521,7 +557,7 @@ uint64_t CudaBackend::weight_bytes(const ModelSpec& spec, LayerRange range, cons
 
 uint64_t CudaBackend::workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range) {
   const bool has_head = range.last_layer == spec.num_layers;
-  Sizes z(spec, options, largest_bucket(options), has_head);
+  Sizes z(spec, options, largest_bucket(options), range);
   uint64_t total =
       z.total() + cuda::Gemm::kWorkspaceBytes + cuda::Attention::workspace_bytes(attention_shape(spec, options, z));
   if (has_head)

@@ -3,12 +3,9 @@ tokens and its finish. (The engine once emitted a request's final tokens before 
 them to the counters, so a reader woken by the response could see the old totals.)"""
 import json
 
-import pytest
 import requests
 
 from conftest import metrics, model_id, wait_engine_idle
-
-pytestmark = pytest.mark.cuda_path  # also runs against the emulated CUDA server (conftest.py)
 
 MODEL = model_id()
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/config.h"
 #include "engine/peer/socket.h"
-#include "engine/step/step.h"
 
 namespace spark {
 
@@ -44,6 +44,9 @@ std::unique_ptr<Link> make_tcp_link(const Socket& data);
 // NCCL (loaded at run time, nccl_api.h), PeerLost when the communicator does not come up
 // within timeout_s.
 void require_nccl();  // InputError, saying what is missing, unless a pair can use NCCL here
+// NCCL carries the hidden states in device memory (Backend::boundary_on_device): InputError
+// for a backend that keeps them on the host.
+void require_nccl_backend(const Backend& backend);
 std::vector<uint8_t> nccl_unique_id();
 std::unique_ptr<Link> make_nccl_link(const PeerConfig& config, int rank, const std::vector<uint8_t>& unique_id);
 

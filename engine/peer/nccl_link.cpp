@@ -20,6 +20,12 @@
 
 namespace spark {
 
+void require_nccl_backend(const Backend& backend) {
+  if (!backend.boundary_on_device())
+    throw InputError("peer.transport = \"nccl\" carries the hidden states in device memory, and this box's backend (" +
+                     backend.describe() + ") keeps them on the host: use engine.backend = \"cuda\", or \"tcp\"");
+}
+
 #if SPARKD_CUDA
 
 namespace {

@@ -2,6 +2,7 @@
 // closes, and the pairing's lifetime as the engine sees it.
 #include "engine/peer/pipeline_executor.h"
 
+#include "engine/peer/link.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -9,9 +10,7 @@ namespace spark {
 PipelineExecutor::PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage& remote, int64_t hidden_size)
     : backend_(std::move(backend)), remote_(remote), hidden_size_(hidden_size) {
   SPARK_CHECK(backend_ != nullptr, "a pipeline needs the first stage's backend");
-  if (remote_.takes_device_hidden() && !backend_->boundary_on_device())
-    throw InputError("peer.transport = \"nccl\" carries the hidden states in device memory, and this box's backend (" +
-                     backend_->describe() + ") keeps them on the host: use engine.backend = \"cuda\", or \"tcp\"");
+  if (remote_.takes_device_hidden()) require_nccl_backend(*backend_);
 }
 
 void PipelineExecutor::prepare(int64_t num_kv_blocks, int64_t block_size, const std::vector<int32_t>&) {

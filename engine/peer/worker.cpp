@@ -78,9 +78,7 @@ class Worker {
     loaded_ = load_stage(config_);
     const LayerRange range = loaded_->plan.range;
     backend_ = loaded_->backend.get();
-    if (config_.peer.transport == "nccl" && !backend_->boundary_on_device())
-      throw InputError("peer.transport = \"nccl\" carries the hidden states in device memory, and this box's backend (" +
-                       backend_->describe() + ") keeps them on the host: use engine.backend = \"cuda\", or \"tcp\"");
+    if (config_.peer.transport == "nccl") require_nccl_backend(*backend_);
     identity_ = local_identity(config_, loaded_->plan, loaded_->plan.memory.kv_blocks);
     log_info("peer: worker holds layers [", range.first_layer, ", ", range.last_layer, ") of ", identity_.model_label,
              " on ", backend_->describe(), "; room for ", identity_.kv_blocks, " KV blocks");

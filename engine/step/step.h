@@ -48,7 +48,7 @@ struct SampleOutput {
 };
 
 // Hidden states at a pipeline stage boundary kept in device memory, for a link that moves
-// device memory (NCCL): [count] 16-bit values, BF16 or FP16 (the compute type).
+// device memory (NCCL): [count] 16-bit values, BF16 or FP16.
 struct DeviceHidden {
   void* data = nullptr;
   size_t count = 0;

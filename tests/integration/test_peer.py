@@ -95,7 +95,7 @@ def pair():
     p.stop()
 
 
-# Over NCCL the stage boundary is 16-bit (the single process keeps its residual stream in
+# Over NCCL the stage boundary is BF16 (the single process keeps its residual stream in
 # f32): a greedy choice whose top-2 logprob margin is below this may flip there.
 NEAR_TIE = 2e-3
 

@@ -51,7 +51,9 @@ struct Activations {
   float* logits = nullptr;    // [R, vocab]
   float* inv_freq = nullptr;  // [head_dim / 2]
   int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
-  void* boundary = nullptr;   // [T, H] 16-bit hidden states a stage sends or receives (pipeline stages only)
+  // [T, H] BF16 hidden states a pipeline stage sends or receives. BF16 whatever the compute
+  // type: x is f32 because massive activations can exceed FP16's range, and so can this.
+  void* boundary = nullptr;
 };
 
 // Where each index array of a step lives, at fixed offsets so that a captured graph
@@ -326,7 +328,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
         CUDA_CHECK(cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice,
                                    stream));
       else if (from_boundary)
-        cuda::hidden_from_16bit(static_cast<const Half*>(act.boundary), int64_t(batch.num_tokens()) * H, act.x, stream);
+        cuda::hidden_from_16bit(static_cast<const cuda::bf16*>(act.boundary), int64_t(batch.num_tokens()) * H, act.x, stream);
       else if (weights->embedding.format == cuda::WeightFormat::Q8_0)
         cuda::embedding_gather_q8_0(db.token_ids, T, weights->embedding, spec.vocab_size, H, act.x, stream);
       else
@@ -516,12 +518,10 @@ DeviceHidden CudaBackend::forward_to_boundary(const Batch& batch) {
   const size_t n = size_t(batch.num_tokens()) * size_t(m.spec.hidden_size);
   if (n > 0) {
     m.run(batch, nullptr);
-    cuda::with_half_type(m.half(), [&](auto tag) {
-      cuda::hidden_to_16bit(m.act.x, int64_t(n), static_cast<decltype(tag)*>(m.act.boundary), m.stream);
-    });
+    cuda::hidden_to_16bit(m.act.x, int64_t(n), static_cast<cuda::bf16*>(m.act.boundary), m.stream);
     CUDA_CHECK(cudaStreamSynchronize(m.stream));  // a link may read it from another stream
   }
-  return DeviceHidden{m.act.boundary, n, !m.opt.f16};
+  return DeviceHidden{m.act.boundary, n, true};
 }
 
 DeviceHidden CudaBackend::boundary_input(size_t tokens) {
@@ -531,7 +531,7 @@ DeviceHidden CudaBackend::boundary_input(size_t tokens) {
     throw InputError(std::to_string(tokens) + " rows of hidden states exceed the " + std::to_string(m.sizes.max_tokens) +
                      " the CUDA backend was sized for");
   m.boundary_in = true;
-  return DeviceHidden{m.act.boundary, tokens * size_t(m.spec.hidden_size), !m.opt.f16};
+  return DeviceHidden{m.act.boundary, tokens * size_t(m.spec.hidden_size), true};
 }
 
 void CudaBackend::forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,

@@ -38,6 +38,7 @@ ifeq ($(CUDA),1)
 endif
 
 .PHONY: all deps test unit integration fleet-bench spec-bench run model fuzz format clean help gpu-check gpu-build gpu-emu mutants \
+        emu-sparkd emu-server-test \
         constrain-oracle constrain-bench
 all: $(BUILD)/sparkd
 
@@ -53,6 +54,7 @@ help:
 	@echo "make mutants    build each tests/mutants patch and check its tests fail (MUTANTS=names to pick)"
 	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
 	@echo "make gpu-emu    the same checks on the CPU under the CUDA emulator (plain, then ASan)"
+	@echo "make emu-server-test  the server's CUDA path on the emulator: build/emu/sparkd, cuda_path tests"
 	@echo "make constrain-oracle / constrain-bench   structured outputs at full size / beside llguidance, xgrammar"
 	@echo "make format     clang-format every C++ source;  make clean"
 
@@ -115,6 +117,9 @@ test: deps
 	@echo "== unit tests (doctest)"; $(BUILD)/unit_tests --reporters=junit --out=$(BUILD)/test-results/unit.xml; \
 	  echo "== integration and oracle tests (pytest)"; SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration \
 	    --junitxml=$(BUILD)/test-results/integration.xml; \
+	  echo "== the server on the CUDA emulator (integration tests marked cuda_path)"; \
+	  $(MAKE) --no-print-directory emu-server-test EMU_JUNIT=$(BUILD)/test-results/emu-server.xml || test -s $(BUILD)/test-results/emu-server.xml || \
+	    echo '<testsuite><testcase classname="emu-server" name="build"><failure message="the emulated server did not build"/></testcase></testsuite>' > $(BUILD)/test-results/emu-server.xml; \
 	  echo "== fuzz targets, $(FUZZ_TEST_SECONDS) s each"; $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) \
 	    FUZZ_JUNIT=$(BUILD)/test-results/fuzz.xml || test -s $(BUILD)/test-results/fuzz.xml || \
 	    echo '<testsuite><testcase classname="fuzz" name="build"><failure message="the fuzz targets did not build"/></testcase></testsuite>' > $(BUILD)/test-results/fuzz.xml; \
@@ -217,6 +222,19 @@ gpu-check: gpu-build
 # No GPU needed: the same checks with the kernels run on the CPU by tests/gpu/emu.
 gpu-emu:
 	@$(MAKE) --no-print-directory -f tests/gpu/emu/emu.mk BUILD=$(BUILD) -j$(JOBS) run
+
+# The whole server on the CUDA path without a GPU: build/emu/sparkd runs its CUDA backend on
+# the emulator (tests/gpu/emu/server.mk), and the integration tests marked cuda_path run
+# against it on a tiny model (tests/integration/conftest.py), with the NCCL stand-in on
+# LD_LIBRARY_PATH for the two-box tests. EMU_JUNIT names a JUnit file for `make test`.
+EMU_SERVER_OBJS := $(BUILD)/obj/main.o $(filter $(BUILD)/obj/web/%,$(ENGINE_OBJS)) $(BUILD)/obj/assets.o
+emu-sparkd: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) $(EMU_SERVER_OBJS)
+	@$(MAKE) --no-print-directory -f tests/gpu/emu/server.mk BUILD=$(BUILD) -j$(JOBS) server
+emu-server-test: emu-sparkd model
+	@t0=$$(date +%s); SPARKD_EMULATED_GPU=1 SPARKD_BIN=$(BUILD)/emu/sparkd LD_LIBRARY_PATH=$(BUILD)/emu/nccl \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/integration $(if $(EMU_JUNIT),--junitxml=$(EMU_JUNIT) --junit-prefix=emulated-cuda); rc=$$?; \
+	  echo "emulated server tests: $$(($$(date +%s) - t0)) s"; exit $$rc
 
 # ---- housekeeping -----------------------------------------------------------------
 format:

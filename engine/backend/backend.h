@@ -38,6 +38,22 @@ class Backend {
                               std::vector<SampleOutput>& out) {
     SPARK_CHECK(false, "forward_sample on a backend that does not sample on its device");
   }
+
+  // The stage boundary on the device, for links that move device memory (NCCL): no host
+  // copy, and 16-bit values (half the bytes of f32). A backend that can:
+  virtual bool boundary_on_device() const { return false; }
+  // First stages: runs the held layers and leaves the hidden states on the device, valid
+  // until the next call on this backend.
+  virtual DeviceHidden forward_to_boundary(const Batch& batch) {
+    SPARK_CHECK(false, "forward_to_boundary on a backend without a device boundary");
+    return {};
+  }
+  // Later stages: the device buffer `tokens` rows of hidden states are received into; the
+  // next forward or forward_sample given hidden_in = nullptr reads them there, in place.
+  virtual DeviceHidden boundary_input(size_t tokens) {
+    SPARK_CHECK(false, "boundary_input on a backend without a device boundary");
+    return {};
+  }
 };
 
 }  // namespace spark

@@ -291,16 +291,24 @@ std::shared_ptr<PeerHead::Session> PeerHead::current(uint64_t expected) const {
   return s;
 }
 
-void PeerHead::send(uint64_t session, const MicroBatchPlan& plan, const std::vector<float>& hidden,
+void PeerHead::send(uint64_t session, const MicroBatchPlan& plan, const StageHidden& hidden,
                     int64_t head_start_us, int64_t head_end_us) {
   auto s = current(session);
   const WaitCheck check = [&s] { s->check(); };
   try {
     auto bytes = encode_plan(plan);
     write_frame(s->data, FrameType::MICRO_BATCH, bytes, kNoDeadline, check);
-    s->link->send(hidden.data(), hidden.size(), check);
+    size_t hidden_bytes = hidden.host.size_bytes();
+    if (hidden.device.data) {
+      s->link->send_device(hidden.device, check);
+      hidden_bytes = hidden.device.bytes();
+    } else {
+      s->link->send(hidden.host.data(), hidden.host.size(), check);
+    }
     std::lock_guard lock(mu_);
-    status_.tx_bytes += bytes.size() + hidden.size() * sizeof(float);
+    status_.tx_bytes += bytes.size() + hidden_bytes;
+    status_.hidden_bytes += hidden_bytes;
+    status_.hidden_tokens += uint64_t(plan.batch.num_tokens());
     timeline_.push_back({plan.id, plan.batch.num_tokens(), head_start_us, head_end_us, 0, 0});
     if (timeline_.size() > kTimelineLength) timeline_.pop_front();
   } catch (const PeerLost& e) {

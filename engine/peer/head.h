@@ -34,6 +34,9 @@ struct PeerStatus {
   double link_bytes_per_s = -1;   // activations bandwidth measured at pairing
   uint64_t pairings = 0;
   uint64_t tx_bytes = 0, rx_bytes = 0;  // data path, this process's lifetime
+  // The hidden states among tx_bytes, and the token rows they carried: bytes per token
+  // are 2 x hidden_size on a link that moves 16-bit device memory, 4 x on the host path.
+  uint64_t hidden_bytes = 0, hidden_tokens = 0;
 };
 
 class PeerHead : public RemoteStage {
@@ -50,7 +53,8 @@ class PeerHead : public RemoteStage {
 
   std::string problem() const override;
   uint64_t session() const override;
-  void send(uint64_t session, const MicroBatchPlan& plan, const std::vector<float>& hidden, int64_t head_start_us,
+  bool takes_device_hidden() const override { return config_.transport == "nccl"; }
+  void send(uint64_t session, const MicroBatchPlan& plan, const StageHidden& hidden, int64_t head_start_us,
             int64_t head_end_us) override;
   StepResult receive(uint64_t plan_id, size_t rows) override;
 

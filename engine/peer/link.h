@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/config.h"
 #include "engine/peer/socket.h"
 
@@ -19,6 +20,15 @@ class Link {
   // Exactly `count` floats, in order; waits while `check` passes. Throws PeerLost.
   virtual void send(const float* data, size_t count, const WaitCheck& check) = 0;
   virtual void recv(float* data, size_t count, const WaitCheck& check) = 0;
+  // A link that moves device memory (NCCL) also carries 16-bit hidden states from and
+  // into device buffers (Backend::forward_to_boundary, boundary_input), with no host copy.
+  virtual bool moves_device_memory() const { return false; }
+  virtual void send_device(const DeviceHidden& hidden, const WaitCheck& check) {
+    SPARK_CHECK(false, "send_device on a link that moves host memory");
+  }
+  virtual void recv_device(const DeviceHidden& hidden, const WaitCheck& check) {
+    SPARK_CHECK(false, "recv_device on a link that moves host memory");
+  }
   // Makes blocked and later calls fail at once; never blocks (a dead peer must not
   // hang the box): NCCL communicators are aborted here, never destroyed while blocked.
   virtual void abort() = 0;
@@ -34,6 +44,9 @@ std::unique_ptr<Link> make_tcp_link(const Socket& data);
 // NCCL (loaded at run time, nccl_api.h), PeerLost when the communicator does not come up
 // within timeout_s.
 void require_nccl();  // InputError, saying what is missing, unless a pair can use NCCL here
+// NCCL carries the hidden states in device memory (Backend::boundary_on_device): InputError
+// for a backend that keeps them on the host.
+void require_nccl_backend(const Backend& backend);
 std::vector<uint8_t> nccl_unique_id();
 std::unique_ptr<Link> make_nccl_link(const PeerConfig& config, int rank, const std::vector<uint8_t>& unique_id);
 

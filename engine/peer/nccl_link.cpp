@@ -1,14 +1,16 @@
 // nccl_link.cpp — activations over NCCL send/recv (rank 0 head, rank 1 worker). The
 // communicator is created non-blocking and every wait polls its async error between
 // the caller's liveness checks, so a dead peer turns into PeerLost and ncclCommAbort,
-// never a hang. Host buffers are staged through device memory until the CUDA backend
-// hands device pointers directly.
+// never a hang. The stage boundary's 16-bit hidden states go from and into the CUDA
+// backend's device buffers directly (send_device, recv_device); host buffers (the link
+// test) are staged through device memory.
 #include "engine/peer/link.h"
 
 #include <atomic>
 #include <cstdlib>
-#include <ctime>
 #include <cstring>
+#include <ctime>
+#include <mutex>
 
 #if SPARKD_CUDA
 #include <cuda_runtime.h>
@@ -17,6 +19,12 @@
 #endif
 
 namespace spark {
+
+void require_nccl_backend(const Backend& backend) {
+  if (!backend.boundary_on_device())
+    throw InputError("peer.transport = \"nccl\" carries the hidden states in device memory, and this box's backend (" +
+                     backend.describe() + ") keeps them on the host: use engine.backend = \"cuda\", or \"tcp\"");
+}
 
 #if SPARKD_CUDA
 
@@ -63,18 +71,33 @@ class NcclLink : public Link {
   void send(const float* data, size_t count, const WaitCheck& check) override {
     reserve(count);
     cuda_ok(cudaMemcpyAsync(buffer_, data, count * sizeof(float), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
-    enqueue(api_.Send(buffer_, count, ncclFloat, 1 - rank_, comm_, stream_), check);
+    enqueue([&](ncclComm_t comm) { return api_.Send(buffer_, count, ncclFloat, 1 - rank_, comm, stream_); }, check);
     wait_stream(check);
   }
 
   void recv(float* data, size_t count, const WaitCheck& check) override {
     reserve(count);
-    enqueue(api_.Recv(buffer_, count, ncclFloat, 1 - rank_, comm_, stream_), check);
+    enqueue([&](ncclComm_t comm) { return api_.Recv(buffer_, count, ncclFloat, 1 - rank_, comm, stream_); }, check);
     cuda_ok(cudaMemcpyAsync(data, buffer_, count * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
     wait_stream(check);
   }
 
+  bool moves_device_memory() const override { return true; }
+
+  void send_device(const DeviceHidden& h, const WaitCheck& check) override {
+    enqueue([&](ncclComm_t comm) { return api_.Send(h.data, h.count, type_of(h), 1 - rank_, comm, stream_); }, check);
+    wait_stream(check);
+  }
+
+  void recv_device(const DeviceHidden& h, const WaitCheck& check) override {
+    enqueue([&](ncclComm_t comm) { return api_.Recv(h.data, h.count, type_of(h), 1 - rank_, comm, stream_); }, check);
+    wait_stream(check);
+  }
+
+  // Another thread may be polling the communicator: the lock keeps ncclCommAbort (which
+  // frees it) from running under a call on it.
   void abort() override {
+    std::lock_guard lock(comm_mu_);
     if (!aborted_.exchange(true) && comm_) api_.CommAbort(comm_);
     comm_ = nullptr;
   }
@@ -87,12 +110,16 @@ class NcclLink : public Link {
     cuda_ok(cudaMalloc(&buffer_, count * sizeof(float)), "cudaMalloc for the NCCL staging buffer");
     capacity_ = count;
   }
+  static ncclDataType_t type_of(const DeviceHidden& h) { return h.bf16 ? ncclBfloat16 : ncclHalf; }
   template <typename Check>
   void wait_comm(const Check& check) {
     for (;;) {
-      if (aborted_) throw PeerLost("the link was aborted");
       ncclResult_t state;
-      api_.CommGetAsyncError(comm_, &state);
+      {
+        std::lock_guard lock(comm_mu_);
+        if (aborted_) throw PeerLost("the link was aborted");
+        api_.CommGetAsyncError(comm_, &state);
+      }
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) throw PeerLost(std::string("NCCL: ") + api_.GetErrorString(state));
       check();
@@ -100,7 +127,15 @@ class NcclLink : public Link {
       nanosleep(&ts, nullptr);
     }
   }
-  void enqueue(ncclResult_t rc, const WaitCheck& check) {
+  // Issues one call on the communicator (not after an abort) and waits until it is enqueued.
+  template <typename Call>
+  void enqueue(const Call& call, const WaitCheck& check) {
+    ncclResult_t rc;
+    {
+      std::lock_guard lock(comm_mu_);
+      if (aborted_) throw PeerLost("the link was aborted");
+      rc = call(comm_);
+    }
     if (rc != ncclSuccess && rc != ncclInProgress) throw PeerLost(std::string("NCCL: ") + api_.GetErrorString(rc));
     wait_comm([&] { if (check) check(); });
   }
@@ -121,6 +156,7 @@ class NcclLink : public Link {
   cudaStream_t stream_ = nullptr;
   float* buffer_ = nullptr;
   size_t capacity_ = 0;
+  std::mutex comm_mu_;
   std::atomic<bool> aborted_{false};
 };
 

@@ -2,6 +2,7 @@
 // closes, and the pairing's lifetime as the engine sees it.
 #include "engine/peer/pipeline_executor.h"
 
+#include "engine/peer/link.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -9,6 +10,7 @@ namespace spark {
 PipelineExecutor::PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage& remote, int64_t hidden_size)
     : backend_(std::move(backend)), remote_(remote), hidden_size_(hidden_size) {
   SPARK_CHECK(backend_ != nullptr, "a pipeline needs the first stage's backend");
+  if (remote_.takes_device_hidden()) require_nccl_backend(*backend_);
 }
 
 void PipelineExecutor::prepare(int64_t num_kv_blocks, int64_t block_size, const std::vector<int32_t>&) {
@@ -34,10 +36,19 @@ StepExecutor::Readiness PipelineExecutor::readiness() {
 
 void PipelineExecutor::launch(const ScheduledStep& step) {
   const int64_t start_us = wall_us();
-  backend_->forward(step.batch, nullptr, result_);
+  // A link that moves device memory takes the 16-bit hidden states where the layers left
+  // them; otherwise they come to the host as f32.
+  StageHidden hidden;
+  const size_t values = size_t(step.batch.num_tokens()) * size_t(hidden_size_);
+  if (remote_.takes_device_hidden() && backend_->boundary_on_device()) {
+    hidden.device = backend_->forward_to_boundary(step.batch);
+    SPARK_CHECK(hidden.device.count == values, "a first pipeline stage returns hidden states for every row");
+  } else {
+    backend_->forward(step.batch, nullptr, result_);
+    SPARK_CHECK(result_.hidden.size() == values, "a first pipeline stage returns hidden states for every row");
+    hidden.host = result_.hidden;
+  }
   const int64_t end_us = wall_us();
-  SPARK_CHECK(result_.hidden.size() == size_t(step.batch.num_tokens()) * size_t(hidden_size_),
-              "a first pipeline stage returns hidden states for every row");
 
   MicroBatchPlan mb;
   mb.id = next_plan_id_++;
@@ -54,7 +65,7 @@ void PipelineExecutor::launch(const ScheduledStep& step) {
   }
   mb.batch = step.batch;
   in_flight_.push_back({mb.id, step.batch.logits_rows.size()});
-  remote_.send(session_, mb, result_.hidden, start_us, end_us);
+  remote_.send(session_, mb, hidden, start_us, end_us);
 }
 
 std::vector<SampleOutput> PipelineExecutor::finish_oldest() {

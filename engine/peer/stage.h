@@ -3,6 +3,7 @@
 // sampled tokens in order. No sockets here: the engine knows the pair only through this.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,13 @@ namespace spark {
 // between processes of one box.
 int64_t wall_us();
 
+// A micro-batch's hidden states: f32 on the host, or, for a link that moves device memory
+// (takes_device_hidden), 16-bit on the device where the first stage left them.
+struct StageHidden {
+  std::span<const float> host;
+  DeviceHidden device;
+};
+
 class RemoteStage {
  public:
   virtual ~RemoteStage() = default;
@@ -23,10 +31,12 @@ class RemoteStage {
   // Which pairing is current: it changes when the worker reconnects, and with it every
   // KV block and sequence the worker held is gone. 0 while none is up.
   virtual uint64_t session() const = 0;
+  // Whether send() wants the hidden states on the device (StageHidden::device).
+  virtual bool takes_device_hidden() const { return false; }
   // Sends one micro-batch: its plan and the hidden states of its rows. head_start_us /
   // head_end_us are when this box computed them (the pipeline timeline). Throws PeerLost.
   // `session` is the pairing the engine planned for: a send into another throws PeerLost.
-  virtual void send(uint64_t session, const MicroBatchPlan& plan, const std::vector<float>& hidden, int64_t head_start_us,
+  virtual void send(uint64_t session, const MicroBatchPlan& plan, const StageHidden& hidden, int64_t head_start_us,
                     int64_t head_end_us) = 0;
   // The result of the oldest micro-batch sent and not yet received; waits as long as
   // the peer is alive. Throws PeerLost (also for a malformed or out-of-order result).

@@ -117,6 +117,7 @@ class Worker {
     loaded_ = load_stage(config_);
     const LayerRange range = loaded_->plan.range;
     backend_ = loaded_->backend.get();
+    if (config_.peer.transport == "nccl") require_nccl_backend(*backend_);
     identity_ = local_identity(config_, loaded_->plan, loaded_->plan.memory.kv_blocks);
     log_info("peer: worker holds layers [", range.first_layer, ", ", range.last_layer, ") of ", identity_.model_label,
              " on ", backend_->describe(), "; room for ", identity_.kv_blocks, " KV blocks");
@@ -240,8 +241,16 @@ class Worker {
         shadows_[o.seq_id] = Shadow{std::move(o.params), o.seed, o.num_prompt_tokens, std::move(o.tokens)};
       }
       std::vector<Target> targets = group_targets(plan, shadows_);
-      hidden.resize(size_t(plan.batch.num_tokens()) * size_t(w.hidden_size));
-      link.recv(hidden.data(), hidden.size(), check);
+      // A link that moves device memory receives straight into the backend's input
+      // buffer, where the forward reads it (hidden_in = nullptr); else f32 via the host.
+      const size_t values = size_t(plan.batch.num_tokens()) * size_t(w.hidden_size);
+      const bool on_device = link.moves_device_memory() && backend_->boundary_on_device();
+      if (on_device) {
+        link.recv_device(backend_->boundary_input(size_t(plan.batch.num_tokens())), check);
+      } else {
+        hidden.resize(values);
+        link.recv(hidden.data(), hidden.size(), check);
+      }
 
       for (const Target& t : targets)
         if (int64_t(t.shadow->tokens.size() + t.drafts.size()) >= w.max_model_len)
@@ -250,7 +259,7 @@ class Worker {
       StepResult result;
       result.id = plan.id;
       result.worker_start_us = wall_us();
-      sample(plan.batch, hidden.data(), targets, size_t(w.vocab_size), out, result.samples);
+      sample(plan.batch, on_device ? nullptr : hidden.data(), targets, size_t(w.vocab_size), out, result.samples);
       // This box's samples decide which drafts hold; the head applies the same rule to
       // the same samples, so both keep the same tokens (and roll back the same KV).
       std::vector<int32_t> sampled;

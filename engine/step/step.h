@@ -47,6 +47,15 @@ struct SampleOutput {
   std::vector<std::pair<int32_t, float>> top_logprobs;
 };
 
+// Hidden states at a pipeline stage boundary kept in device memory, for a link that moves
+// device memory (NCCL): [count] 16-bit values, BF16 or FP16.
+struct DeviceHidden {
+  void* data = nullptr;
+  size_t count = 0;
+  bool bf16 = false;
+  size_t bytes() const { return count * 2; }
+};
+
 struct ForwardResult {
   // When the backend holds the LM head: [logits_rows.size() x vocab_size], f32.
   std::vector<float> logits;

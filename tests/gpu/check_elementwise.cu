@@ -1,18 +1,21 @@
 // check_elementwise.cu — checks the element-wise CUDA kernels (embedding gather, add +
 // RMSNorm, qkv bias/norm/RoPE + paged KV write, SwiGLU) against the CPU reference, in
-// both compute types (bf16 and f16), and times them at Llama-3.1-8B shapes.
+// both compute types (bf16 and f16), and times them at Llama-3.1-8B shapes. Also the
+// pipeline stage boundary's f32 <-> 16-bit conversions.
 #include <cuda_fp8.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "engine/backend/cpu/ops.h"
+#include "engine/backend/cuda/boundary.h"
 #include "engine/backend/cuda/embedding.h"
 #include "engine/backend/cuda/rms_norm.h"
 #include "engine/backend/cuda/rope_kv.h"
@@ -359,6 +362,36 @@ constexpr int64_t kVocab = 128256;
 // at small row counts the cap leaves them L2-resident (and launch-bound anyway).
 int copies_for(double bytes) { return int(std::clamp(std::ceil(150e6 / bytes), 1.0, 16.0)); }
 
+// ---- stage boundary -----------------------------------------------------------------------
+
+// What a first stage sends must be the residual stream rounded to T (exactly what the
+// host's conversion gives, round to nearest even; FP16 saturating), and what the next
+// stage reads back must be those values exactly; nothing past n is written.
+template <typename T>
+void check_boundary(int32_t rows, int32_t hidden, uint64_t seed) {
+  const size_t n = size_t(rows) * hidden;
+  std::vector<float> x = random_floats(n, seed, -8.0f, 8.0f);
+  x[0] = 1e6f;  // past FP16's range: saturates there
+  x[1] = -1e6f;
+  DeviceArray<float> d_x(x), d_back(n + 8);
+  DeviceArray<T> d_half(n + 8);
+  d_half.poison();
+  d_back.poison();
+  cuda::hidden_to_16bit(d_x.get(), int64_t(n), d_half.get(), nullptr);
+  cuda::hidden_from_16bit(d_half.get(), int64_t(n), d_back.get(), nullptr);
+  sync();
+  const std::vector<T> half = d_half.download();
+  const std::vector<T> want = to_half<T>(x);
+  const std::vector<float> back = d_back.download();
+  bool same = true;
+  for (size_t i = 0; i < n; ++i)
+    same = same && std::memcmp(&half[i], &want[i], sizeof(T)) == 0 && back[i] == from_half(std::vector<T>{want[i]})[0];
+  row(kCheck, "stage boundary " + shape(rows, hidden) + tag<T>() + ": to 16-bit and back", same ? "bit-exact" : "differs",
+      "bit-exact", same);
+  row(kCheck, "stage boundary " + shape(rows, hidden) + tag<T>() + ": nothing past the rows", "checked", "poison kept",
+      all_poison(half.data() + n, 8) && all_poison(back.data() + n, 8));
+}
+
 void report(const std::string& kernel, int32_t rows, double bytes, double ms) {
   info(kCheck, "bench " + kernel + " rows " + std::to_string(rows),
        fmt("%.1f us", ms * 1e3) + fmt(", %.0f GB/s", bytes / (ms * 1e-3) / 1e9), fmt("%.1f MB moved", bytes / 1e6));
@@ -504,6 +537,9 @@ void run_cases() {
   check_swiglu<T>(3, 768, 202);
   check_swiglu<T>(2, 24, 203);
   check_swiglu<T>(3, 256, 204, true);
+
+  check_boundary<T>(7, 4096, 301);
+  check_boundary<T>(3, 64, 302);
 }
 
 void run() {

@@ -1,4 +1,5 @@
 """Shared helpers for the integration tests: where things are, and a real sparkd server."""
+import json
 import os
 import signal
 import socket
@@ -16,6 +17,52 @@ SPARKD = Path(os.environ.get("SPARKD_BIN", REPO / "build" / "sparkd")).resolve()
 SPARKD_TEST_HOOKS = SPARKD.parent / "test-hooks" / "sparkd"
 FIXTURES = Path(os.environ.get("SPARKD_FIXTURES", REPO / "tests" / "fixtures")).resolve()
 MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# The CUDA path without a GPU: SPARKD_EMULATED_GPU=1 with SPARKD_BIN=build/emu/sparkd (the
+# server on the CUDA emulator, tests/gpu/emu) runs only the tests marked `cuda_path`, and a
+# server started on MODEL runs a tiny model instead (emulated_model_settings): SmolLM2's
+# tokenizer and chat template over two 64-wide layers of random weights, served under
+# MODEL's name, so the tests' requests and ids are unchanged. `make emu-server-test`.
+EMULATED_GPU = os.environ.get("SPARKD_EMULATED_GPU") == "1"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda_path: runs against the emulated CUDA server too (SPARKD_EMULATED_GPU=1)")
+    config.addinivalue_line("markers", "emulated_gpu_only: runs only with SPARKD_EMULATED_GPU=1")
+
+
+def pytest_collection_modifyitems(config, items):
+    wanted = "cuda_path" if EMULATED_GPU else None
+    keep = [i for i in items if (not wanted or i.get_closest_marker(wanted))
+            and (EMULATED_GPU or not i.get_closest_marker("emulated_gpu_only"))]
+    dropped = [i for i in items if i not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+_emulated_model_dir = None
+
+
+def emulated_model_settings():
+    """The settings that serve the emulator's stand-in for MODEL (see EMULATED_GPU)."""
+    global _emulated_model_dir
+    if _emulated_model_dir is None:
+        from gguf import GGUFReader  # the reference reader, as the loader tests use it
+        d = Path(tempfile.mkdtemp(prefix="sparkd-emu-model-"))
+        field = GGUFReader(str(MODEL)).fields["tokenizer.chat_template"]
+        (d / "chat_template.jinja").write_bytes(bytes(field.parts[field.data[0]]))
+        # float32 weights: the CUDA backend computes them in FP16.
+        (d / "config.json").write_text(json.dumps({
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "vocab_size": 49152, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+            "torch_dtype": "float32", "hidden_act": "silu"}))
+        _emulated_model_dir = d
+    d = _emulated_model_dir
+    return {"model.path": str(d), "model.load_format": "dummy", "model.tokenizer": str(MODEL),
+            "model.chat_template": str(d / "chat_template.jinja"), "model.name": MODEL.name}
 
 
 def free_port():
@@ -40,7 +87,8 @@ class Server:
         # A serving process sizes its KV cache from the memory budget, up to max_num_seqs
         # sequences of max_model_len; these bounds keep a test server to a few hundred MB
         # (settings override them).
-        base = {"model.path": str(model), "server.port": self.port, "server.host": "127.0.0.1",
+        model_settings = emulated_model_settings() if EMULATED_GPU and model == MODEL else {"model.path": str(model)}
+        base = {**model_settings, "server.port": self.port, "server.host": "127.0.0.1",
                 "engine.cpu_threads": 2, "model.max_model_len": 2048, "engine.max_num_seqs": 8}
         base.update(settings or {})
         self.config = self.dir / "spark.toml"

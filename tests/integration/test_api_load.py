@@ -12,6 +12,8 @@ import requests
 
 from conftest import API_SETTINGS, Server, metrics, model_id, wait_engine_idle
 
+pytestmark = pytest.mark.cuda_path  # also runs against the emulated CUDA server (conftest.py)
+
 MODEL = model_id()
 LONG = {"model": MODEL, "prompt": "Count from one to a thousand:", "max_tokens": 300, "temperature": 0,
         "ignore_eos": True}

@@ -8,6 +8,8 @@ import requests
 
 from conftest import API_SETTINGS, Server, model_id
 
+pytestmark = pytest.mark.cuda_path  # also runs against the emulated CUDA server (conftest.py)
+
 MODEL = model_id()
 USER = [{"role": "user", "content": "Name three colors."}]
 WEATHER_TOOL = {"type": "function", "function": {

@@ -4,9 +4,12 @@ import http.client
 import json
 import uuid
 
+import pytest
 import requests
 
 from conftest import metrics, model_id
+
+pytestmark = pytest.mark.cuda_path  # also runs against the emulated CUDA server (conftest.py)
 
 MODEL = model_id()
 

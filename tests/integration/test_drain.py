@@ -6,9 +6,12 @@ import signal
 import threading
 import time
 
+import pytest
 import requests
 
 from conftest import API_SETTINGS, Server, model_id
+
+pytestmark = pytest.mark.cuda_path  # also runs against the emulated CUDA server (conftest.py)
 
 MODEL = model_id()
 LONG = {"model": MODEL, "prompt": "Count slowly:", "max_tokens": 40, "temperature": 0, "ignore_eos": True,

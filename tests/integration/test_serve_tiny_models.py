@@ -6,7 +6,7 @@ vocabulary and no tokenizer; each test copy gets a BPE tokenizer.json whose 256 
 single CJK characters (U+4E00 + id), so any output text maps back to its token ids. The
 oracle is golden.json: transformers' logits at every position of four token sequences; the
 server's greedy next token after each prefix must be that row's argmax (rows whose top-2
-margin is a near-tie are left out).
+margin is a near-tie for the backend's precision are left out).
 """
 import json
 import shutil
@@ -15,11 +15,23 @@ import struct
 import openai
 import pytest
 
-from conftest import REPO, Server
+from conftest import EMULATED_GPU, REPO, Server
+
+pytestmark = pytest.mark.cuda_path  # also runs against the emulated CUDA server (conftest.py)
 
 MODELS = REPO / "tests" / "golden" / "models"
 BASE = 0x4E00
 TIE_MARGIN = 1e-3  # logits closer than this may swap under f32 rounding of another order
+# The CUDA backend computes Qwen models in BF16 and the others in FP16: a top-2 margin below
+# twice the logits error that precision allows (max |logit| x limit, the limits of
+# tests/gpu/check_model.cu) may swap there.
+CUDA_LOGITS_LIMIT = {"llama": 3e-3, "qwen3": 2e-2, "qwen3_moe": 2e-2}
+
+
+def tie_margin(name, row):
+    if not EMULATED_GPU:
+        return TIE_MARGIN
+    return max(TIE_MARGIN, 2 * CUDA_LOGITS_LIMIT[name] * max(abs(v) for v in row))
 
 
 def char_tokenizer(eos_id):
@@ -59,12 +71,13 @@ def golden_rows(name):
         for pos in range(len(seq)):
             row = values[pos * vocab:(pos + 1) * vocab]
             top = sorted(range(vocab), key=lambda i: -row[i])
-            if row[top[0]] - row[top[1]] >= TIE_MARGIN:
+            if row[top[0]] - row[top[1]] >= tie_margin(name, row):
                 out.append((seq[:pos + 1], top[0]))
     return out
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen3", "qwen3_moe"])
+@pytest.mark.parametrize("name", ["llama", "qwen3", pytest.param("qwen3_moe", marks=pytest.mark.skipif(
+    EMULATED_GPU, reason="the CUDA backend has no MoE layers yet: the load fails"))])
 def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
     rows = golden_rows(name)
     assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"

@@ -486,7 +486,8 @@ class FakeRemote : public RemoteStage {
  public:
   std::string problem() const override { return session_ ? "" : "no worker"; }
   uint64_t session() const override { return session_; }
-  void send(uint64_t session, const MicroBatchPlan& plan, const std::vector<float>& hidden, int64_t, int64_t) override {
+  void send(uint64_t session, const MicroBatchPlan& plan, const StageHidden& sent, int64_t, int64_t) override {
+    const std::vector<float> hidden(sent.host.begin(), sent.host.end());
     REQUIRE(session == session_);
     for (int64_t id : plan.closes) shadows_.erase(id);
     for (const SeqOpen& o : plan.opens) shadows_[o.seq_id] = o;

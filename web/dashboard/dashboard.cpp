@@ -82,6 +82,8 @@ nlohmann::json peer_json(const App& app) {
   j["link_bytes_per_s"] = known(st.link_bytes_per_s);
   j["tx_bytes"] = st.tx_bytes;
   j["rx_bytes"] = st.rx_bytes;
+  j["hidden_bytes"] = st.hidden_bytes;
+  j["hidden_tokens"] = st.hidden_tokens;
   j["pairings"] = st.pairings;
   j["last_error"] = st.reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(st.reason);
   return j;

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "engine/backend/cpu/attention.h"
 #include "engine/backend/cpu/ops.h"
 #include "engine/backend/cuda/attention.h"
 #include "engine/backend/cuda/block_formats.h"
+#include "engine/backend/cuda/boundary.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/decode_graphs.h"
 #include "engine/backend/cuda/device_info.h"
@@ -53,6 +55,9 @@ struct Activations {
   float* inv_freq = nullptr;  // [head_dim / 2]
   int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
   void* moe = nullptr;        // MoeScratch, when the stage holds an MoE layer
+  // [T, H] BF16 hidden states a pipeline stage sends or receives. BF16 whatever the compute
+  // type: x is f32 because massive activations can exceed FP16's range, and so can this.
+  void* boundary = nullptr;
 };
 
 // Where each index array of a step lives, at fixed offsets so that a captured graph
@@ -89,9 +94,9 @@ bool range_has_moe(const ModelSpec& s, LayerRange r) {
 
 struct Sizes {
   int64_t max_tokens, max_seqs, max_rows, stride;
-  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints, moe;
+  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints, moe, boundary;
   Sizes(const ModelSpec& s, const CudaOptions& o, int64_t largest_bucket, LayerRange range) {
-    const bool has_head = range.last_layer == s.num_layers;
+    const bool has_head = range.last_layer == s.num_layers, whole = has_head && range.first_layer == 0;
     max_seqs = std::max<int64_t>(o.max_num_seqs, largest_bucket);
     max_tokens = std::max<int64_t>(o.max_num_batched_tokens, max_seqs);
     max_rows = max_seqs;
@@ -113,8 +118,11 @@ struct Sizes {
     inv_freq = aligned(size_t(s.head_dim / 2) * 4);
     ints = aligned(size_t(BatchLayout(max_tokens, max_seqs, stride, max_rows).total) * 4);
     moe = range_has_moe(s, range) ? aligned(cuda::MoeScratch::bytes(moe_config(s))) : 0;
+    boundary = whole ? 0 : aligned(size_t(max_tokens * H) * 2);
   }
-  size_t total() const { return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints + moe; }
+  size_t total() const {
+    return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints + moe + boundary;
+  }
 };
 
 HalfType half_type(const CudaOptions& o) { return o.f16 ? HalfType::F16 : HalfType::BF16; }
@@ -187,6 +195,8 @@ struct CudaBackend::Impl {
   std::vector<cuda::KvLayer> cache;
   void* kv_arena = nullptr;
   int64_t num_blocks = 0;
+  // boundary_input() was called: the next run starts from act.boundary.
+  bool boundary_in = false;
 
   Impl(const ModelSpec& s, const CudaOptions& o, LayerRange r)
       : spec(s),
@@ -342,8 +352,10 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
 // in act.logits.
 int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   CUDA_CHECK(cudaSetDevice(opt.device));
-  check_batch(batch, hidden_in == nullptr);
-  if (!hidden_in && !has_embedding) throw InputError("this pipeline stage needs hidden states from the previous stage");
+  const bool from_boundary = std::exchange(boundary_in, false) && !hidden_in && !has_embedding;
+  check_batch(batch, hidden_in == nullptr && !from_boundary);
+  if (!hidden_in && !has_embedding && !from_boundary)
+    throw InputError("this pipeline stage needs hidden states from the previous stage");
   const int32_t S = batch.num_seqs();
   bool decode_only = S > 0 && batch.num_tokens() == S;
   const int32_t bucket = graphs && decode_only ? graphs->bucket_for(S) : 0;
@@ -364,6 +376,8 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
       if (hidden_in)
         CUDA_CHECK(cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice,
                                    stream));
+      else if (from_boundary)
+        cuda::hidden_from_16bit(static_cast<const cuda::bf16*>(act.boundary), int64_t(batch.num_tokens()) * H, act.x, stream);
       else if (weights->embedding.format == cuda::WeightFormat::Q8_0)
         cuda::embedding_gather_q8_0(db.token_ids, T, weights->embedding, spec.vocab_size, H, act.x, stream);
       else if (weights->embedding.format != cuda::WeightFormat::HALF)
@@ -461,6 +475,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   m.act.ints = reinterpret_cast<int32_t*>(take(m.sizes.ints));
   m.act.moe = take(m.sizes.moe);
   if (m.sizes.moe) m.moe.emplace(moe_config(spec), m.act.moe);
+  m.act.boundary = take(m.sizes.boundary);
   CUDA_CHECK(cudaMemcpy(m.act.inv_freq, rope.inv_freq().data(), rope.inv_freq().size() * 4, cudaMemcpyHostToDevice));
   m.rope.inv_freq = m.act.inv_freq;
   m.rope.position_scale = rope.position_scale();
@@ -557,6 +572,28 @@ void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardRes
 int64_t CudaBackend::rows_at_decode_cost() const { return cuda::kGemvMaxRows; }
 
 bool CudaBackend::samples_on_device() const { return impl_->has_head; }
+
+DeviceHidden CudaBackend::forward_to_boundary(const Batch& batch) {
+  Impl& m = *impl_;
+  SPARK_CHECK(!m.has_head && m.act.boundary, "forward_to_boundary on a stage that holds the LM head");
+  const size_t n = size_t(batch.num_tokens()) * size_t(m.spec.hidden_size);
+  if (n > 0) {
+    m.run(batch, nullptr);
+    cuda::hidden_to_16bit(m.act.x, int64_t(n), static_cast<cuda::bf16*>(m.act.boundary), m.stream);
+    CUDA_CHECK(cudaStreamSynchronize(m.stream));  // a link may read it from another stream
+  }
+  return DeviceHidden{m.act.boundary, n, true};
+}
+
+DeviceHidden CudaBackend::boundary_input(size_t tokens) {
+  Impl& m = *impl_;
+  SPARK_CHECK(!m.has_embedding && m.act.boundary, "boundary_input on a stage that holds the embedding");
+  if (int64_t(tokens) > m.sizes.max_tokens)
+    throw InputError(std::to_string(tokens) + " rows of hidden states exceed the " + std::to_string(m.sizes.max_tokens) +
+                     " the CUDA backend was sized for");
+  m.boundary_in = true;
+  return DeviceHidden{m.act.boundary, tokens * size_t(m.spec.hidden_size), true};
+}
 
 void CudaBackend::forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,
                                  std::vector<SampleOutput>& out) {

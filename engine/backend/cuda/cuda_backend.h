@@ -46,6 +46,9 @@ class CudaBackend : public Backend {
   int64_t rows_at_decode_cost() const override;
   void forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,
                       std::vector<SampleOutput>& out) override;
+  bool boundary_on_device() const override { return true; }
+  DeviceHidden forward_to_boundary(const Batch& batch) override;
+  DeviceHidden boundary_input(size_t tokens) override;
 
   // Device memory a backend holding `range` allocates besides weights and KV cache
   // (activations for the largest step, logits, cuBLASLt, attention and sampler

@@ -10,8 +10,8 @@ CXX     := g++
 PY      ?= python3
 EMU_DIR := tests/gpu/emu
 
-# No NCCL here: the link is built as in a CPU-only build, and the loader not at all.
-ENGINE_CPP := $(filter-out engine/peer/nccl_link.cpp engine/peer/nccl_api.cpp,$(shell find engine -name '*.cpp' | sort))
+# The NCCL link compiles against include/nccl.h; it loads libnccl.so.2 only when used.
+ENGINE_CPP := $(shell find engine -name '*.cpp' | sort)
 CU_SRCS    := $(shell find engine -name '*.cu' | sort)
 CHECK_SRCS := $(sort $(wildcard tests/gpu/check_*.cu))
 EMU_SRCS   := $(wildcard $(EMU_DIR)/src/*.cpp)
@@ -26,7 +26,7 @@ FAST_FLAGS := -O2 $(COMMON)
 ASAN_FLAGS := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined $(COMMON)
 LDLIBS := -Wl,-Bstatic -lpcre2-8 -lutf8proc -Wl,-Bdynamic -ldl -lrt -pthread
 
-ENGINE_OBJS := $(ENGINE_CPP:%.cpp=$(EMU)/engine-obj/%.o) $(EMU)/engine-obj/engine/peer/nccl_link.o
+ENGINE_OBJS := $(ENGINE_CPP:%.cpp=$(EMU)/engine-obj/%.o)
 CHECK_NAMES := $(CHECK_SRCS:tests/gpu/%.cu=%)
 FAST_BINS := $(CHECK_NAMES:%=$(EMU)/fast/%)
 ASAN_BINS := $(CHECK_NAMES:%=$(EMU)/asan/%)
@@ -62,9 +62,6 @@ $(EMU)/gen/build_info.h:
 	printf '#define SPARKD_VERSION "emu"\n#define SPARKD_GIT_REV "emu"\n' > $@
 $(EMU)/engine-obj/engine/util/version.o: $(EMU)/gen/build_info.h
 $(EMU)/engine-obj/engine/util/version.o: FAST_FLAGS += -I$(EMU)/gen
-$(EMU)/engine-obj/engine/peer/nccl_link.o: engine/peer/nccl_link.cpp
-	@mkdir -p $(@D)
-	$(CXX) $(FAST_FLAGS) -USPARKD_CUDA -DSPARKD_CUDA=0 -c -o $@ $<
 $(EMU)/libengine.a: $(ENGINE_OBJS)
 	rm -f $@ && ar rcs $@ $^
 

@@ -3,6 +3,9 @@
 // events record wall time, and stream capture records closures that graphs replay.
 // Capture enforces the rules a real capture would (no synchronous calls, no legacy-stream
 // work, no new allocations), since breaking them is a bug the GPU would report.
+// A server calls the runtime from several threads (the engine's, the peer link's): one
+// device lock serializes every call, as if the device ran one thing at a time; the last
+// error is per host thread, as in CUDA.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -37,7 +40,9 @@ struct CUgraphExec_st {
 
 namespace {
 
-cudaError_t g_pending = cudaSuccess;  // reported by the next error-returning call
+thread_local cudaError_t g_pending = cudaSuccess;  // reported by the next error-returning call
+std::recursive_mutex g_device;
+using DeviceLock = std::lock_guard<std::recursive_mutex>;
 std::set<cudaStream_t> g_streams;
 std::map<const void*, int> g_max_dynamic_smem;
 std::map<void*, size_t> g_allocs;
@@ -126,6 +131,7 @@ namespace emu {
 
 void launch_impl(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                  KernelBody body, bool programmatic) {
+  const DeviceLock lock(g_device);
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
       grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
@@ -164,7 +170,7 @@ void launch_impl(const char* name, const void* kernel, dim3 grid, dim3 block, si
 }
 
 namespace {
-const char* g_launch_name = nullptr;
+thread_local const char* g_launch_name = nullptr;
 }  // namespace
 
 void name_next_launch(const char* name) { g_launch_name = name; }
@@ -241,12 +247,14 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  const DeviceLock lock(g_device);
   if (cudaError_t e = unsafe_during_capture("cudaDeviceSynchronize")) return e;
   return cudaGetLastError();
 }
 cudaError_t cudaDeviceReset() { return cudaSuccess; }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  const DeviceLock lock(g_device);
   *total_bytes = kTotalMemory;
   *free_bytes = kTotalMemory - g_allocated;
   return cudaSuccess;
@@ -289,6 +297,7 @@ const char* cudaGetErrorString(cudaError_t err) {
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  const DeviceLock lock(g_device);
   *p = nullptr;
   if (cudaError_t e = unsafe_during_capture("cudaMalloc")) return e;
   // Exactly `bytes` (not rounded up like the GPU's allocator): under ASan the first byte
@@ -303,6 +312,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
+  const DeviceLock lock(g_device);
   if (!p) return cudaSuccess;
   if (cudaError_t e = unsafe_during_capture("cudaFree")) return e;
   auto it = g_allocs.find(p);
@@ -326,16 +336,19 @@ cudaError_t cudaFreeHost(void* p) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  const DeviceLock lock(g_device);
   if (cudaError_t e = unsafe_during_capture("cudaMemcpy")) return e;
   if (cudaError_t e = check_kind(dst, src, kind, "cudaMemcpy")) return e;
   return submit(nullptr, "cudaMemcpy", [=]() { std::memcpy(dst, src, bytes); });
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  const DeviceLock lock(g_device);
   if (cudaError_t e = check_kind(dst, src, kind, "cudaMemcpyAsync")) return e;
   return submit(s, "cudaMemcpyAsync", [=]() { std::memcpy(dst, src, bytes); });
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t s) {
+  const DeviceLock lock(g_device);
   if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
   if (cudaError_t e = check_kind(dst, src, kind, "cudaMemcpy2DAsync")) return e;
   return submit(s, "cudaMemcpy2DAsync", [=]() {
@@ -344,26 +357,31 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
   });
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  const DeviceLock lock(g_device);
   if (cudaError_t e = unsafe_during_capture("cudaMemset")) return e;
   return submit(nullptr, "cudaMemset", [=]() { std::memset(p, value, bytes); });
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  const DeviceLock lock(g_device);
   return submit(s, "cudaMemsetAsync", [=]() { std::memset(p, value, bytes); });
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  const DeviceLock lock(g_device);
   *s = new CUstream_st;
   (*s)->flags = flags;
   g_streams.insert(*s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  const DeviceLock lock(g_device);
   if (!g_streams.erase(s)) return fail(cudaErrorInvalidResourceHandle);
   delete s;
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  const DeviceLock lock(g_device);
   if (!known_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   if (s && s != cudaStreamLegacy && s != cudaStreamPerThread && s->capturing) {
     std::fprintf(stderr, "EMU ERROR: cudaStreamSynchronize of a capturing stream\n");
@@ -373,10 +391,14 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (cudaError_t e = unsafe_during_capture("cudaStreamSynchronize")) return e;
   return cudaGetLastError();
 }
-cudaError_t cudaStreamQuery(cudaStream_t s) { return known_stream(s) ? cudaSuccess : cudaErrorInvalidResourceHandle; }
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  const DeviceLock lock(g_device);
+  return known_stream(s) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+  const DeviceLock lock(g_device);
   if (s == nullptr || s == cudaStreamLegacy || !g_streams.count(s)) {
     std::fprintf(stderr, "EMU ERROR: cudaStreamBeginCapture on the legacy stream or an unknown stream\n");
     return fail(cudaErrorStreamCaptureUnsupported);
@@ -389,6 +411,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  const DeviceLock lock(g_device);
   *graph = nullptr;
   if (!g_streams.count(s) || !s->capturing) return fail(cudaErrorIllegalState);
   s->capturing = false;
@@ -401,6 +424,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  const DeviceLock lock(g_device);
   if (!known_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   *status = cudaStreamCaptureStatusNone;
   if (s && s != cudaStreamLegacy && s != cudaStreamPerThread && s->capturing)
@@ -418,12 +442,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  const DeviceLock lock(g_device);
   return submit(s, "cudaEventRecord", [e]() {
     e->t = std::chrono::steady_clock::now();
     e->recorded = true;
   });
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  const DeviceLock lock(g_device);
   if (cudaError_t e = unsafe_during_capture("cudaEventSynchronize")) return e;
   return cudaSuccess;
 }
@@ -440,6 +466,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
   return cudaSuccess;
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  const DeviceLock lock(g_device);
   if (!exec) return fail(cudaErrorInvalidValue);
   return submit(s, "cudaGraphLaunch", [exec]() {
     for (auto& op : exec->ops) op();
@@ -455,6 +482,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 }
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  const DeviceLock lock(g_device);
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
     if (value < 0 || size_t(value) > kOptinSmem) return fail(cudaErrorInvalidValue);
     g_max_dynamic_smem[func] = value;
@@ -464,6 +492,7 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
 
 namespace emu {
 cudaError_t submit_host_work(cudaStream_t stream, const char* what, std::function<void()> op) {
+  const DeviceLock lock(g_device);
   return submit(stream, what, std::move(op));
 }
 }  // namespace emu

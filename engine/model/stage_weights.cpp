@@ -30,6 +30,18 @@ const Tensor& LayerWeights::get(Part p) const {
   return *t;
 }
 
+std::vector<const Tensor*>& LayerWeights::experts(Part p) {
+  switch (p) {
+    case Part::EXPERT_GATE: return expert_gate;
+    case Part::EXPERT_UP: return expert_up;
+    case Part::EXPERT_DOWN: return expert_down;
+    case Part::EXPERT_GATE_BIAS: return expert_gate_bias;
+    case Part::EXPERT_UP_BIAS: return expert_up_bias;
+    case Part::EXPERT_DOWN_BIAS: return expert_down_bias;
+    default: SPARK_CHECK(false, "not a per-expert part");
+  }
+}
+
 StageWeights bind_stage(const ModelSpec& spec, const Weights& weights) {
   StageWeights stage;
   stage.range = weights.range();
@@ -50,8 +62,7 @@ StageWeights bind_stage(const ModelSpec& spec, const Weights& weights) {
         layer.parts[static_cast<size_t>(p.part)] = need(weights, p.part, p.shape, l, -1);
         continue;
       }
-      auto& list = p.part == Part::EXPERT_GATE ? layer.expert_gate : p.part == Part::EXPERT_UP ? layer.expert_up
-                                                                                                : layer.expert_down;
+      auto& list = layer.experts(p.part);
       for (int64_t e = 0; e < p.copies; ++e) list.push_back(need(weights, p.part, p.shape, l, e));
     }
     stage.layers.push_back(std::move(layer));
@@ -67,7 +78,8 @@ std::vector<const Tensor*> all_tensors(const StageWeights& stage) {
   add(stage.embedding);
   for (const LayerWeights& l : stage.layers) {
     for (const Tensor* t : l.parts) add(t);
-    for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down})
+    for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down, &l.expert_gate_bias, &l.expert_up_bias,
+                             &l.expert_down_bias})
       for (const Tensor* t : *list) add(t);
   }
   add(stage.final_norm);

@@ -43,9 +43,9 @@ def config():
     return GptOssConfig(
         vocab_size=256, hidden_size=64, intermediate_size=64, head_dim=16, num_attention_heads=4,
         num_key_value_heads=2, num_hidden_layers=4, num_local_experts=8, num_experts_per_tok=4,
-        sliding_window=WINDOW, max_position_embeddings=128, rms_norm_eps=1e-5, swiglu_limit=7.0,
+        sliding_window=WINDOW, max_position_embeddings=256, rms_norm_eps=1e-5, swiglu_limit=7.0,
         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
-                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 32},
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 64},
         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=2)
 
 
@@ -112,7 +112,7 @@ def write_checkpoint(out, cfg, state):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(d, f, indent=2, sort_keys=True)
     with open(os.path.join(out, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": 1, "eos_token_id": [2, 3]}, f)
+        json.dump({"bos_token_id": 1, "eos_token_id": 2}, f)
     return dequant
 
 

@@ -64,7 +64,7 @@ def golden_rows(name):
     return out
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen3", "qwen3_moe"])
+@pytest.mark.parametrize("name", ["llama", "qwen3", "qwen3_moe", "gpt_oss"])
 def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
     rows = golden_rows(name)
     assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"

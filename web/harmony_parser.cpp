@@ -42,9 +42,9 @@ std::vector<OutputEvent> HarmonyParser::push(std::string_view delta) {
   return out;
 }
 
-std::vector<OutputEvent> HarmonyParser::finish() {
+std::vector<OutputEvent> HarmonyParser::finish(bool stopped) {
   std::vector<OutputEvent> out;
-  run(out, true);
+  run(out, true, stopped);
   return out;
 }
 
@@ -85,7 +85,7 @@ void HarmonyParser::end_body(std::vector<OutputEvent>& out, bool complete) {
   call_args_.clear();
 }
 
-void HarmonyParser::run(std::vector<OutputEvent>& out, bool final) {
+void HarmonyParser::run(std::vector<OutputEvent>& out, bool final, bool stopped) {
   for (;;) {
     switch (mode_) {
       case Mode::RAW:
@@ -126,7 +126,7 @@ void HarmonyParser::run(std::vector<OutputEvent>& out, bool final) {
           const size_t keep = final ? 0 : partial_tag(buf_, {kEnds[0], kEnds[1], kEnds[2]});
           emit_body(out, std::string_view(buf_).substr(0, buf_.size() - keep));
           buf_.erase(0, buf_.size() - keep);
-          if (final) end_body(out, false);
+          if (final) end_body(out, stopped);
           return;
         }
         emit_body(out, std::string_view(buf_).substr(0, end));

@@ -17,11 +17,14 @@ namespace spark {
 class HarmonyParser {
  public:
   std::vector<OutputEvent> push(std::string_view delta);
-  std::vector<OutputEvent> finish();
+  // stopped: the answer ended on a stop token (<|return|>, <|call|>) that generation does
+  // not hand on as text, so the open message is whole (a call is a call); otherwise it
+  // was cut off.
+  std::vector<OutputEvent> finish(bool stopped = false);
 
  private:
   enum class Mode { HEADER, BODY, EXPECT_START, RAW };
-  void run(std::vector<OutputEvent>& out, bool final);
+  void run(std::vector<OutputEvent>& out, bool final, bool stopped = false);
   void open_body(std::string_view header);
   void emit_body(std::vector<OutputEvent>& out, std::string_view text);
   void end_body(std::vector<OutputEvent>& out, bool complete);

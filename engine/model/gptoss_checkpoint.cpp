@@ -7,17 +7,12 @@
 
 #include "engine/model/arch.h"
 #include "engine/model/quant.h"
+#include "engine/model/shape_text.h"
 #include "engine/util/check.h"
 
 namespace spark {
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
@@ -52,6 +47,9 @@ class LayerExperts {
     }
     if (const Tensor* t = take(GptOssTensor::GATE_UP_BIAS)) bias(*t, 2 * I_, {Part::EXPERT_GATE_BIAS, Part::EXPERT_UP_BIAS});
     if (const Tensor* t = take(GptOssTensor::DOWN_BIAS)) bias(*t, H_, {Part::EXPERT_DOWN_BIAS});
+  }
+  void place() {
+    for (const auto& [name, offset] : pending_) out_[name].data = buf_->data() + offset;
   }
 
  private:
@@ -96,12 +94,6 @@ class LayerExperts {
     if (buf_ && !view) pending_.push_back({t.name, offset});
   }
 
- public:
-  void place() {
-    for (const auto& [name, offset] : pending_) out_[name].data = buf_->data() + offset;
-  }
-
- private:
   // Stacked [E, rows, cols / 32, 16] codes and [E, rows, cols / 32] scales; rows split
   // round-robin among `parts` (gate, up interleaved), each row repacked into 17-byte blocks.
   void mxfp4(const Tensor& blocks, const Tensor* scales, GptOssTensor scales_which, int64_t rows, int64_t cols,

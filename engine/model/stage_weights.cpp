@@ -1,17 +1,12 @@
 // stage_weights.cpp — binding a stage's tensors to the parts of its description.
 #include "engine/model/stage_weights.h"
 
+#include "engine/model/shape_text.h"
 #include "engine/util/check.h"
 
 namespace spark {
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
 
 const Tensor* need(const Weights& w, Part part, const std::vector<int64_t>& shape, int64_t layer, int64_t expert) {
   const std::string name = tensor_name(part, layer, expert);

@@ -12,7 +12,7 @@ it refuses (text where a message start must come) and text that never opens a me
 content, so nothing is lost.
 
 openai-harmony loads o200k_base.tiktoken from TIKTOKEN_ENCODINGS_BASE; this script writes
-that file from the gpt-oss tokenizer.json in the fixtures (byte-level BPE: each token's
+that file from the gpt-oss tokenizer.json in tests/fixtures (byte-level BPE: each token's
 string mapped back to bytes, its id its rank) into a temporary folder.
 
   python tests/gen/gen_harmony_golden.py [--out tests/golden/harmony/parser.json]
@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = REPO.parent / "shared" / "fixtures" / "tokenizers" / "gptoss" / "tokenizer.json"
+FIXTURE = Path(os.environ.get("SPARKD_FIXTURES", REPO / "tests" / "fixtures")) / "tokenizers" / "gptoss" / "tokenizer.json"
 
 
 def write_o200k(folder, tokenizer_json=FIXTURE):

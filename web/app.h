@@ -34,6 +34,7 @@ struct App {
   const PeerHead* peer = nullptr;               // peer mode, head: the pair's state
   ToolFormat tool_format = ToolFormat::HERMES;  // how this model writes tool calls
   bool thinking_model = false;                  // its template knows <think>
+  bool harmony_model = false;                   // its template writes harmony (gpt-oss)
   int64_t created = 0;                          // unix time the model was loaded
 
   // Engine sequences submitted by the API and not yet finished: the admission count

@@ -54,6 +54,7 @@ void detect_model_traits(App& app) {
   else if (contains(with_tools, "<|python_tag|>") || contains(with_tools, "ipython")) app.tool_format = ToolFormat::LLAMA3;
   else app.tool_format = ToolFormat::HERMES;
   app.thinking_model = contains(app.chat_template->source(false), "<think>") || contains(with_tools, "<think>");
+  app.harmony_model = contains(with_tools, "<|channel|>") && contains(with_tools, "<|message|>");
 }
 
 ChatPrompt build_chat_prompt(const App& app, const ApiRequest& r) {
@@ -75,12 +76,13 @@ ChatPrompt build_chat_prompt(const App& app, const ApiRequest& r) {
   p.text = app.chat_template->render(messages, tools, r.add_generation_prompt, r.template_kwargs);
 
   p.parser.tools = use_tools ? app.tool_format : ToolFormat::NONE;
+  p.parser.harmony = app.harmony_model;
   p.parser.reasoning = thinking;
   std::string tail = p.text.substr(p.text.size() - std::min<size_t>(p.text.size(), 16));
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
   p.parser.starts_in_reasoning = thinking && tail.size() >= 7 && tail.substr(tail.size() - 7) == "<think>";
 
-  if (use_tools && !thinking && (r.tool_choice == ToolChoice::REQUIRED || r.tool_choice == ToolChoice::NAMED)) {
+  if (use_tools && !thinking && !app.harmony_model && (r.tool_choice == ToolChoice::REQUIRED || r.tool_choice == ToolChoice::NAMED)) {
     if (app.tool_format == ToolFormat::HERMES)
       p.prefill = r.tool_choice == ToolChoice::NAMED ? "<tool_call>\n{\"name\": \"" + r.tool_name + "\", \"arguments\": "
                                                      : "<tool_call>\n{\"name\": \"";

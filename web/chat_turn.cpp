@@ -41,6 +41,8 @@ ChatTurn::ChatTurn(App& app, ApiRequest request, std::string id, std::unique_ptr
                    const httplib::Request& http)
     : app_(app), req_(std::move(request)), id_(std::move(id)), framer_(std::move(framer)) {
   prompt_ = build_chat_prompt(app_, req_);
+  // Harmony is read from its special tokens, so they stay in the text.
+  if (prompt_.parser.harmony) req_.params.skip_special_tokens = false;
   std::vector<std::vector<int32_t>> prompts{prompt_.ids};
   check_context(app_, prompts, req_.params, "messages");
   attach_constraint(app_, req_, prompt_.prefill);
@@ -67,7 +69,7 @@ bool ChatTurn::step(std::string* sse, std::optional<HttpError>& failure) {
     output_tokens_ = o.num_output_tokens;
     auto events = parser_->push(o.text);
     if (o.finished) {
-      auto tail = parser_->finish();
+      auto tail = parser_->finish(o.finish_reason == FinishReason::STOP);
       events.insert(events.end(), tail.begin(), tail.end());
     }
     for (const auto& e : events) {

@@ -411,6 +411,13 @@ ApiRequest parse_api_body(const J& body, ApiKind kind, int64_t vocab_size, const
       if (!v->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
       r.template_kwargs = *v;
     }
+    // OpenAI's reasoning effort reaches templates that read it (gpt-oss's harmony system message).
+    if (const J* v = field(body, "reasoning_effort")) {
+      const std::string e = as_string(*v, "reasoning_effort");
+      if (e != "low" && e != "medium" && e != "high")
+        bad("reasoning_effort", "'reasoning_effort' must be one of low, medium, high");
+      if (!r.template_kwargs.contains("reasoning_effort")) r.template_kwargs["reasoning_effort"] = e;
+    }
     r.add_generation_prompt = field_bool(body, "add_generation_prompt", true);
   } else {
     parse_prompt(body, r, vocab_size);

@@ -2,6 +2,8 @@
 // tool-call JSON readers.
 #include "web/tool_calls.h"
 
+#include "web/harmony_parser.h"
+
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -136,18 +138,31 @@ bool parse_llama_tool_calls(std::string_view text, std::vector<ToolCall>& calls)
 
 OutputParser::OutputParser(OutputParserOptions options) : opt_(options) {
   if (opt_.reasoning && opt_.starts_in_reasoning) mode_ = Mode::REASONING;
+  if (opt_.harmony) harmony_ = std::make_unique<HarmonyParser>();
 }
+
+OutputParser::~OutputParser() = default;
 
 std::vector<OutputEvent> OutputParser::push(std::string_view delta) {
   std::vector<OutputEvent> out;
-  buf_.append(delta);
-  run(out, false);
+  if (harmony_) {
+    out = harmony_->push(delta);
+  } else {
+    buf_.append(delta);
+    run(out, false);
+  }
+  for (const auto& e : out) num_calls_ += harmony_ && e.kind == OutputEvent::TOOL_CALL;
   return out;
 }
 
-std::vector<OutputEvent> OutputParser::finish() {
+std::vector<OutputEvent> OutputParser::finish(bool stopped) {
   std::vector<OutputEvent> out;
-  run(out, true);
+  if (!harmony_) {
+    run(out, true);
+    return out;
+  }
+  out = harmony_->finish(stopped);
+  for (const auto& e : out) num_calls_ += e.kind == OutputEvent::TOOL_CALL;
   return out;
 }
 

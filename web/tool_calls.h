@@ -3,6 +3,7 @@
 // and Llama 3.1 JSON calls. A linear-time state machine; no regular expressions.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,7 +32,10 @@ struct OutputParserOptions {
   ToolFormat tools = ToolFormat::NONE;
   bool reasoning = false;          // the model thinks: <think>...</think> is reasoning
   bool starts_in_reasoning = false;  // the prompt already opened <think>
+  bool harmony = false;  // gpt-oss's harmony messages (harmony_parser.h) instead of all the above
 };
+
+class HarmonyParser;
 
 // Push text deltas in order, then finish() once. Text that may still turn out to be the
 // start of a tag is held back until it is decided; each byte is examined a bounded number
@@ -39,8 +43,11 @@ struct OutputParserOptions {
 class OutputParser {
  public:
   explicit OutputParser(OutputParserOptions options);
+  ~OutputParser();
   std::vector<OutputEvent> push(std::string_view delta);
-  std::vector<OutputEvent> finish();
+  // stopped: the model ended its answer with a stop token (harmony's <|return|> or
+  // <|call|>, which generation does not hand on as text), so an open message is whole.
+  std::vector<OutputEvent> finish(bool stopped = false);
   size_t num_tool_calls() const { return num_calls_; }
 
  private:
@@ -56,6 +63,7 @@ class OutputParser {
   bool strip_leading_ws_ = false;  // drop whitespace right after </think> or a tool call
   bool any_content_ = false;  // content was emitted (Llama JSON calls must come first)
   size_t num_calls_ = 0;
+  std::unique_ptr<HarmonyParser> harmony_;
 };
 
 // Parses one tool-call JSON object ({"name", "arguments"|"parameters"}); false when the

@@ -106,6 +106,11 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
 
 std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spec, const StageWeights& stage) {
   const std::string backend = resolve_backend(config);
+  if (backend == "cuda" && spec.arch == Arch::GPT_OSS)
+    throw InputError("the CUDA backend does not run gpt-oss yet (attention sinks, sliding-window layers, MXFP4 "
+                     "experts); set engine.backend = \"cpu\"");
+  if (backend == "cuda" && spec.rope_scaling.type == "yarn")
+    throw InputError("the CUDA backend does not apply YaRN rope scaling yet; set engine.backend = \"cpu\"");
 #if SPARKD_CUDA
   if (backend == "cuda") return std::make_unique<CudaBackend>(spec, stage, cuda_options(config, spec));
 #endif

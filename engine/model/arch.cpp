@@ -1,6 +1,8 @@
-// arch.cpp — the tensors of Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE: parts, shapes,
+// arch.cpp — the tensors of Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE and gpt-oss: parts, shapes,
 // and their Hugging Face and GGUF names.
 #include "engine/model/arch.h"
+
+#include <utility>
 
 #include "engine/util/check.h"
 
@@ -11,7 +13,7 @@ namespace {
 struct PartNames {
   const char* hf;    // after "model.layers.N." for a layer part; "{E}" is the expert index
   const char* gguf;  // llama.cpp's, after "blk.N." for a layer part; stacked over experts
-  const char* kind;  // "weight" or "bias"
+  const char* kind;  // "weight" or "bias"; "" for a Hugging Face name without one (the GGUF's is "weight")
 };
 
 // Indexed by Part.
@@ -37,7 +39,15 @@ constexpr PartNames kNames[kNumParts] = {
     {"mlp.experts.{E}.gate_proj", "ffn_gate_exps", "weight"},
     {"mlp.experts.{E}.up_proj", "ffn_up_exps", "weight"},
     {"mlp.experts.{E}.down_proj", "ffn_down_exps", "weight"},
+    {"self_attn.o_proj", "attn_output", "bias"},
+    {"self_attn.sinks", "attn_sinks", ""},
+    {"mlp.gate", "ffn_gate_inp", "bias"},
+    {"mlp.experts.{E}.gate_proj", "ffn_gate_exps", "bias"},
+    {"mlp.experts.{E}.up_proj", "ffn_up_exps", "bias"},
+    {"mlp.experts.{E}.down_proj", "ffn_down_exps", "bias"},
 };
+// Other names llama.cpp gives a part in some architectures (gpt-oss's post-attention norm).
+constexpr std::pair<const char*, Part> kGgufAliases[] = {{"post_attention_norm", Part::FFN_NORM}};
 constexpr size_t kFirstLayerPart = static_cast<size_t>(Part::ATTN_NORM);
 
 const PartNames& names_of(Part p) { return kNames[static_cast<size_t>(p)]; }
@@ -80,7 +90,10 @@ bool part_is_norm(Part p) {
          p == Part::K_NORM;
 }
 
-bool part_is_per_expert(Part p) { return p == Part::EXPERT_GATE || p == Part::EXPERT_UP || p == Part::EXPERT_DOWN; }
+bool part_is_per_expert(Part p) {
+  return p == Part::EXPERT_GATE || p == Part::EXPERT_UP || p == Part::EXPERT_DOWN || p == Part::EXPERT_GATE_BIAS ||
+         p == Part::EXPERT_UP_BIAS || p == Part::EXPERT_DOWN_BIAS;
+}
 
 std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
   const int64_t h = s.hidden_size, hd = s.head_dim;
@@ -94,6 +107,8 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
     out.push_back({Part::K_BIAS, {kv_dim}});
     out.push_back({Part::V_BIAS, {kv_dim}});
   }
+  if (s.o_bias) out.push_back({Part::O_BIAS, {h}});
+  if (s.attention_sinks) out.push_back({Part::SINKS, {s.num_heads}});
   if (s.qk_norm) {
     out.push_back({Part::Q_NORM, {hd}});
     out.push_back({Part::K_NORM, {hd}});
@@ -105,6 +120,12 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
     out.push_back({Part::EXPERT_GATE, {mi, h}, experts});
     out.push_back({Part::EXPERT_UP, {mi, h}, experts});
     out.push_back({Part::EXPERT_DOWN, {h, mi}, experts});
+    if (s.gptoss_moe) {
+      out.push_back({Part::ROUTER_BIAS, {experts}});
+      out.push_back({Part::EXPERT_GATE_BIAS, {mi}, experts});
+      out.push_back({Part::EXPERT_UP_BIAS, {mi}, experts});
+      out.push_back({Part::EXPERT_DOWN_BIAS, {h}, experts});
+    }
   } else {
     const int64_t ff = s.intermediate_size;
     out.push_back({Part::GATE, {ff, h}});
@@ -128,14 +149,14 @@ std::vector<PartSpec> outer_parts(const ModelSpec& s, LayerRange range) {
 
 std::string tensor_name(Part part, int64_t layer, int64_t expert) {
   const PartNames& n = names_of(part);
-  std::string base = fill_expert(n.hf, std::to_string(expert));
-  if (static_cast<size_t>(part) < kFirstLayerPart) return base + "." + n.kind;
-  return "model.layers." + std::to_string(layer) + "." + base + "." + n.kind;
+  std::string base = fill_expert(n.hf, std::to_string(expert)) + (*n.kind ? "." : "") + n.kind;
+  if (static_cast<size_t>(part) < kFirstLayerPart) return base;
+  return "model.layers." + std::to_string(layer) + "." + base;
 }
 
 std::string gguf_tensor_name(Part part, int64_t layer) {
   const PartNames& n = names_of(part);
-  const std::string base = std::string(n.gguf) + "." + n.kind;
+  const std::string base = std::string(n.gguf) + "." + (*n.kind ? n.kind : "weight");
   if (static_cast<size_t>(part) < kFirstLayerPart) return base;
   return "blk." + std::to_string(layer) + "." + base;
 }
@@ -194,13 +215,25 @@ std::optional<std::string> gguf_to_hf_name(const std::string& name) {
   if (last == std::string::npos) return std::nullopt;
   std::string base = rest.substr(0, last), kind = rest.substr(last + 1);
   if (kind != "weight" && kind != "bias") return std::nullopt;
+  for (const auto& [alias, part] : kGgufAliases)
+    if (base == alias) base = names_of(part).gguf;
   for (size_t i = kFirstLayerPart; i < kNumParts; ++i)
-    if (base == kNames[i].gguf) return "model.layers." + layer + "." + kNames[i].hf + "." + kind;
+    if (base == kNames[i].gguf && (kind == kNames[i].kind || (!*kNames[i].kind && kind == "weight")))
+      return "model.layers." + layer + "." + kNames[i].hf + (*kNames[i].kind ? "." + kind : "");
   return std::nullopt;
 }
 
 bool gguf_is_stacked_experts(const std::string& name) {
   return name.find("_exps.") != std::string::npos && name.rfind("blk.", 0) == 0;
+}
+
+std::string gptoss_tensor_name(GptOssTensor t, int64_t layer) {
+  static const char* const names[] = {"mlp.router.weight", "mlp.router.bias",
+                                      "mlp.experts.gate_up_proj_blocks", "mlp.experts.gate_up_proj_scales",
+                                      "mlp.experts.gate_up_proj_bias", "mlp.experts.down_proj_blocks",
+                                      "mlp.experts.down_proj_scales", "mlp.experts.down_proj_bias",
+                                      "mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  return "model.layers." + std::to_string(layer) + "." + names[static_cast<size_t>(t)];
 }
 
 std::string gguf_expert_name(const std::string& pattern, int64_t expert) {

@@ -19,11 +19,13 @@ enum class Part : uint8_t {
   ATTN_NORM, Q, K, V, O, Q_BIAS, K_BIAS, V_BIAS, Q_NORM, K_NORM,
   FFN_NORM, GATE, UP, DOWN,                    // dense MLP
   ROUTER, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN,  // mixture of experts; EXPERT_* once per expert
+  O_BIAS, SINKS,                                // gpt-oss attention: output bias, per-head sink logits
+  ROUTER_BIAS, EXPERT_GATE_BIAS, EXPERT_UP_BIAS, EXPERT_DOWN_BIAS,  // gpt-oss experts
   COUNT
 };
 inline constexpr size_t kNumParts = static_cast<size_t>(Part::COUNT);
 bool part_is_norm(Part p);        // RMSNorm weights (initialised to 1 by dummy weights)
-bool part_is_per_expert(Part p);  // EXPERT_GATE, EXPERT_UP, EXPERT_DOWN
+bool part_is_per_expert(Part p);  // EXPERT_GATE, EXPERT_UP, EXPERT_DOWN and their biases
 
 struct TensorSpec {
   std::string name;            // the Hugging Face name
@@ -75,5 +77,13 @@ int64_t expected_tensor_count(const ModelSpec& spec, LayerRange range);
 std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name);
 bool gguf_is_stacked_experts(const std::string& gguf_name);
 std::string gguf_expert_name(const std::string& hf_pattern, int64_t expert);
+
+// gpt-oss checkpoints (GptOssForCausalLM) call the router mlp.router and store each
+// layer's experts stacked: gate and up rows interleaved in one gate_up_proj, MXFP4 codes
+// (_blocks) and E8M0 scales (_scales) apart, biases stacked too. These are their names;
+// engine/model/gptoss_checkpoint turns them into the per-expert parts above.
+enum class GptOssTensor : uint8_t { ROUTER, ROUTER_BIAS, GATE_UP_BLOCKS, GATE_UP_SCALES, GATE_UP_BIAS,
+                                    DOWN_BLOCKS, DOWN_SCALES, DOWN_BIAS, GATE_UP, DOWN };
+std::string gptoss_tensor_name(GptOssTensor t, int64_t layer);
 
 }  // namespace spark

@@ -207,11 +207,12 @@ DType ggml_type_to_dtype(uint32_t t, const std::string& context) {
     case 27: return DType::I64;
     case 28: return DType::F64;
     case 30: return DType::BF16;
+    case 39: return DType::MXFP4;
   }
   std::string what = t <= 39 ? "tensor type " + ggml_type_name(t) + " is not supported"
                              : "unknown tensor type " + std::to_string(t);
   throw InputError(context + ": " + what +
-                   "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, I8-I64, F64");
+                   "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, MXFP4, I8-I64, F64");
 }
 
 GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& source) {

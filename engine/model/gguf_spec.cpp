@@ -77,13 +77,38 @@ void recover_llama3_rope(const GgufFile& f, const GgufTensorInfo& t, ModelSpec& 
   s.rope_scaling = r;
 }
 
+// llama.cpp's YaRN keys; gpt-oss's Hugging Face config does not round the blended band
+// to whole dimensions (truncate: false), the other YaRN configs do.
+void yarn_from_gguf(const Meta& m, ModelSpec& s) {
+  RopeScaling& y = s.rope_scaling;
+  y.original_max_position_embeddings = m.integer("rope.scaling.original_context_length", 1, 1ll << 26, s.max_position_embeddings);
+  y.beta_fast = m.number("rope.scaling.yarn_beta_fast", 32.0);
+  y.beta_slow = m.number("rope.scaling.yarn_beta_slow", 1.0);
+  if (!(y.beta_fast > 0) || !(y.beta_slow > 0)) m.fail(m.arch + ".rope.scaling.yarn_beta_fast", "and yarn_beta_slow must be positive");
+  y.truncate = s.arch != Arch::GPT_OSS;
+  y.attention_factor = y.factor <= 1 ? 1.0 : 0.1 * std::log(y.factor) + 1.0;
+}
+
+// gpt-oss as llama.cpp stores it: every layer sparse, sliding-window layers first and
+// then every other one (its swa pattern 2, as transformers' default layer_types).
+void gptoss_from_gguf(const Meta& m, ModelSpec& s) {
+  s.num_experts = m.integer("expert_count", 1, 1 << 10);
+  s.num_experts_per_tok = m.integer("expert_used_count", 1, s.num_experts);
+  s.moe_intermediate_size = m.integer("expert_feed_forward_length", 32, MAX_DIM);
+  s.attention_bias = s.o_bias = s.attention_sinks = s.gptoss_moe = true;
+  s.sliding_window = m.integer("attention.sliding_window", 1, 1ll << 26);
+  s.layer_sliding.assign(static_cast<size_t>(s.num_layers), 0);
+  for (int64_t l = 0; l < s.num_layers; l += 2) s.layer_sliding[static_cast<size_t>(l)] = 1;
+}
+
 }  // namespace
 
 ModelSpec spec_from_gguf(const GgufFile& f) {
   auto arch = f.get_string("general.architecture");
   if (!arch) throw InputError("GGUF file '" + f.source + "' has no general.architecture");
   static const std::pair<const char*, Arch> known[] = {{"llama", Arch::LLAMA}, {"qwen2", Arch::QWEN2},
-                                                       {"qwen3", Arch::QWEN3}, {"qwen3moe", Arch::QWEN3_MOE}};
+                                                       {"qwen3", Arch::QWEN3}, {"qwen3moe", Arch::QWEN3_MOE},
+                                                       {"gpt-oss", Arch::GPT_OSS}};
   ModelSpec s;
   bool found = false;
   for (auto [name, a] : known)
@@ -93,11 +118,12 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
     }
   if (!found)
     throw InputError("GGUF file '" + f.source + "': architecture '" + *arch +
-                     "' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
+                     "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss)");
   s.architecture = s.arch == Arch::LLAMA ? "LlamaForCausalLM"
                    : s.arch == Arch::QWEN2 ? "Qwen2ForCausalLM"
                    : s.arch == Arch::QWEN3 ? "Qwen3ForCausalLM"
-                                           : "Qwen3MoeForCausalLM";
+                   : s.arch == Arch::QWEN3_MOE ? "Qwen3MoeForCausalLM"
+                                               : "GptOssForCausalLM";
   Meta m{f, *arch};
   s.hidden_size = m.integer("embedding_length", 1, 1 << 17);
   s.num_layers = m.integer("block_count", 1, 1 << 10);
@@ -142,16 +168,19 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
         s.mlp_only_layers.push_back(l);
     if (!s.mlp_only_layers.empty() && s.intermediate_size == 0)
       m.fail(*arch + ".feed_forward_length", "is needed for the dense layers");
+  } else if (s.arch == Arch::GPT_OSS) {
+    gptoss_from_gguf(m, s);
   } else {
     s.intermediate_size = m.integer("feed_forward_length", 1, MAX_DIM);
   }
 
   if (auto type = f.get_string(*arch + ".rope.scaling.type"); type && *type != "none") {
-    if (*type != "linear")
-      throw InputError("GGUF file '" + f.source + "': rope scaling '" + *type + "' is not supported (supported: linear)");
-    s.rope_scaling.type = "linear";
+    if (*type != "linear" && *type != "yarn")
+      throw InputError("GGUF file '" + f.source + "': rope scaling '" + *type + "' is not supported (supported: linear, yarn)");
+    s.rope_scaling.type = *type;
     s.rope_scaling.factor = m.number("rope.scaling.factor", 1.0);
     if (!(s.rope_scaling.factor >= 1.0)) m.fail(*arch + ".rope.scaling.factor", "must be at least 1");
+    if (*type == "yarn") yarn_from_gguf(m, s);
   }
   if (const GgufTensorInfo* rf = f.find_tensor("rope_freqs.weight")) recover_llama3_rope(f, *rf, s);
 

@@ -6,6 +6,7 @@
 
 #include "engine/model/arch.h"
 #include "engine/model/dummy.h"
+#include "engine/model/gptoss_checkpoint.h"
 #include "engine/model/load_weights.h"
 #include "engine/util/check.h"
 
@@ -69,7 +70,10 @@ ModelInfo inspect_model(const Config& c) {
     info.spec = load_hf_spec(path);
     if (!dummy) {
       auto st_model = std::make_shared<SafetensorsModel>(open_safetensors_model(path));
-      info.tensors = st_model->tensors;
+      info.tensors = info.spec.arch == Arch::GPT_OSS
+                         ? gptoss_tensors(st_model->tensors, info.spec, full_range(info.spec), nullptr,
+                                          "model folder '" + path + "'")
+                         : st_model->tensors;
       check_tensor_set(info.tensors, info.spec, full_range(info.spec), "model folder '" + path + "'");
       info.safetensors = std::move(st_model);
     }

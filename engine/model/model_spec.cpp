@@ -93,6 +93,26 @@ DType parse_dtype(const std::string& s, const std::string& source) {
   throw InputError(source + ": \"torch_dtype\" = \"" + s + "\" is not one of bfloat16, float16, float32");
 }
 
+// transformers' _compute_yarn_parameters: the factor defaults to the ratio of the context
+// lengths, the attention factor to 0.1 ln(factor) + 1 (or the mscale ratio DeepSeek gives).
+void parse_yarn(const Reader& p, ModelSpec& s) {
+  RopeScaling& y = s.rope_scaling;
+  y.original_max_position_embeddings =
+      p.integer_or("original_max_position_embeddings", 1, MAX_POSITIONS, s.max_position_embeddings);
+  y.factor = p.number_or("factor", double(s.max_position_embeddings) / double(y.original_max_position_embeddings));
+  if (!(y.factor >= 1.0)) p.fail("factor", "must be at least 1");
+  y.beta_fast = p.number_or("beta_fast", 32.0);
+  y.beta_slow = p.number_or("beta_slow", 1.0);
+  if (!(y.beta_fast > 0) || !(y.beta_slow > 0)) p.fail("beta_fast", "and beta_slow must be positive");
+  y.truncate = p.boolean_or("truncate", true);
+  auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  const double ms = p.number_or("mscale", 0), ms_all = p.number_or("mscale_all_dim", 0);
+  y.attention_factor = p.has("attention_factor") ? p.number_or("attention_factor", 1.0)
+                       : ms != 0 && ms_all != 0  ? mscale(y.factor, ms) / mscale(y.factor, ms_all)
+                                                 : mscale(y.factor, 1.0);
+  if (!(y.attention_factor > 0)) p.fail("attention_factor", "must be positive");
+}
+
 void parse_rope(const Reader& r, ModelSpec& s) {
   // Transformers 5 nests RoPE settings in "rope_parameters"; older configs use
   // "rope_theta" and "rope_scaling" at the top level.
@@ -118,9 +138,10 @@ void parse_rope(const Reader& r, ModelSpec& s) {
       break;
     }
   if (type.empty() || type == "default") return;
-  if (type != "llama3" && type != "linear")
-    throw InputError(r.source + ": rope scaling type \"" + type + "\" is not supported (supported: llama3, linear)");
+  if (type != "llama3" && type != "linear" && type != "yarn")
+    throw InputError(r.source + ": rope scaling type \"" + type + "\" is not supported (supported: llama3, linear, yarn)");
   s.rope_scaling.type = type;
+  if (type == "yarn") return parse_yarn(p, s);
   s.rope_scaling.factor = p.number_or("factor", 1.0);
   if (!(s.rope_scaling.factor >= 1.0)) p.fail("factor", "must be at least 1");
   if (type == "llama3") {
@@ -133,15 +154,17 @@ void parse_rope(const Reader& r, ModelSpec& s) {
   }
 }
 
-// quantization_config: only quant_method "fp8" (e4m3 weights, 16-bit activations).
+// quantization_config: quant_method "fp8" (e4m3 weights, 16-bit activations), or "mxfp4"
+// (gpt-oss: the experts' *_blocks / *_scales tensors say it themselves, gptoss_checkpoint.cpp).
 void parse_quantization(const Reader& r, ModelSpec& s) {
   const json& q = r.j["quantization_config"];
   if (!q.is_object()) r.fail("quantization_config", "must be an object");
   const std::string method = q.contains("quant_method") && q["quant_method"].is_string()
                                  ? q["quant_method"].get<std::string>() : "";
+  if (method == "mxfp4") return;
   if (method != "fp8")
     throw InputError(r.source + ": quantization_config.quant_method \"" + method +
-                     "\" is not supported (supported: fp8, and GGUF files)");
+                     "\" is not supported (supported: fp8, mxfp4, and GGUF files)");
   if (q.contains("fmt") && !(q["fmt"].is_string() && q["fmt"].get<std::string>() == "e4m3"))
     r.fail("quantization_config.fmt", "must be \"e4m3\"");
   if (q.contains("activation_scheme") &&
@@ -159,6 +182,42 @@ void parse_quantization(const Reader& r, ModelSpec& s) {
   }
 }
 
+// gpt-oss: biases on all four attention projections, sinks, alternating sliding-window
+// and full layers as "layer_types" lists them, and the clamped-SwiGLU experts.
+void parse_gptoss(const Reader& r, ModelSpec& s) {
+  s.attention_bias = r.boolean_or("attention_bias", true);
+  if (!s.attention_bias) r.fail("attention_bias", "= false is not supported for GptOssForCausalLM");
+  s.o_bias = true;
+  s.attention_sinks = true;
+  s.gptoss_moe = true;
+  s.swiglu_limit = r.number_or("swiglu_limit", 7.0);
+  s.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
+  if (!(s.swiglu_limit > 0)) r.fail("swiglu_limit", "must be positive");
+  s.layer_sliding.assign(static_cast<size_t>(s.num_layers), 0);
+  if (r.has("layer_types")) {
+    const json& types = r.j["layer_types"];
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != s.num_layers)
+      r.fail("layer_types", "must list one type per layer (" + std::to_string(s.num_layers) + ")");
+    for (size_t l = 0; l < types.size(); ++l) {
+      const std::string t = types[l].is_string() ? types[l].get<std::string>() : types[l].dump();
+      if (t != "sliding_attention" && t != "full_attention")
+        r.fail("layer_types", "[" + std::to_string(l) + "] = \"" + t +
+                                  "\" is not one of sliding_attention, full_attention");
+      s.layer_sliding[l] = t == "sliding_attention";
+    }
+  } else {
+    for (int64_t l = 0; l < s.num_layers; l += 2) s.layer_sliding[static_cast<size_t>(l)] = 1;  // transformers' default
+  }
+  bool any_sliding = false;
+  for (uint8_t x : s.layer_sliding) any_sliding = any_sliding || x;
+  if (any_sliding) {
+    if (!r.has("sliding_window")) r.fail("sliding_window", "is missing but layer_types has sliding_attention layers");
+    if (!r.j["sliding_window"].is_number_integer() || r.j["sliding_window"].get<int64_t>() < 1)
+      r.fail("sliding_window", "= " + r.j["sliding_window"].dump() + " must be a positive number of tokens");
+    s.sliding_window = r.integer("sliding_window", 1, MAX_POSITIONS);
+  }
+}
+
 }  // namespace
 
 bool ModelSpec::layer_is_moe(int64_t layer) const {
@@ -169,9 +228,14 @@ bool ModelSpec::layer_is_moe(int64_t layer) const {
   return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
 
+bool ModelSpec::layer_is_sliding(int64_t layer) const {
+  return sliding_window > 0 && layer >= 0 && layer < static_cast<int64_t>(layer_sliding.size()) &&
+         layer_sliding[static_cast<size_t>(layer)] != 0;
+}
+
 const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> archs = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                                 "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"};
+                                                 "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"};
   return archs;
 }
 
@@ -207,8 +271,8 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
   if (s.num_heads * s.head_dim > MAX_DIM) r.fail("num_attention_heads", "x head_dim is implausibly large");
   s.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
   if (!(s.rms_norm_eps > 0)) r.fail("rms_norm_eps", "must be positive");
-  parse_rope(r, s);
   s.max_position_embeddings = r.integer_or("max_position_embeddings", 1, MAX_POSITIONS, 2048);
+  parse_rope(r, s);
   s.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
   std::string dtype = "bfloat16";
   for (const char* k : {"torch_dtype", "dtype"})
@@ -222,6 +286,7 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
 
   switch (s.arch) {
     case Arch::QWEN2: s.attention_bias = true; break;  // Qwen2 always has q/k/v biases
+    case Arch::GPT_OSS: parse_gptoss(r, s); break;
     case Arch::QWEN3:
     case Arch::QWEN3_MOE: s.qk_norm = true; [[fallthrough]];
     default:
@@ -231,7 +296,7 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
       if (r.boolean_or("mlp_bias", false)) r.fail("mlp_bias", "= true is not supported");
   }
   // A sliding window shorter than the context is exact only up to the window: cap there.
-  if (r.has("sliding_window") && r.boolean_or("use_sliding_window", s.arch == Arch::MISTRAL)) {
+  if (s.arch != Arch::GPT_OSS && r.has("sliding_window") && r.boolean_or("use_sliding_window", s.arch == Arch::MISTRAL)) {
     int64_t w = r.integer("sliding_window", 1, MAX_POSITIONS);
     s.max_position_embeddings = std::min(s.max_position_embeddings, w);
   }
@@ -256,6 +321,13 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
     for (int64_t l = 0; l < s.num_layers; ++l) any_dense = any_dense || !s.layer_is_moe(l);
     s.intermediate_size = any_dense ? r.integer("intermediate_size", 1, MAX_DIM)
                                     : r.integer_or("intermediate_size", 1, MAX_DIM, 0);
+  } else if (s.arch == Arch::GPT_OSS) {
+    // Every gpt-oss layer is sparse; its experts are intermediate_size wide.
+    s.num_experts = r.integer("num_local_experts", 1, MAX_EXPERTS);
+    s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, s.num_experts);
+    s.moe_intermediate_size = r.integer("intermediate_size", 1, MAX_DIM);
+    if (s.moe_intermediate_size % 32 != 0 || s.hidden_size % 32 != 0)
+      r.fail("intermediate_size", "and hidden_size must be multiples of 32 (the MXFP4 block)");
   } else {
     s.intermediate_size = r.integer("intermediate_size", 1, MAX_DIM);
   }

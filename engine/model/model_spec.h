@@ -9,14 +9,20 @@
 
 namespace spark {
 
-enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, QWEN3_MOE };
+enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, QWEN3_MOE, GPT_OSS };
 
 struct RopeScaling {
-  std::string type;  // "" (none), "llama3", "linear"
+  std::string type;  // "" (none), "llama3", "linear", "yarn"
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  // YaRN: the band of frequencies blended between kept and interpolated, whether its
+  // bounds are rounded to whole dimensions, and the factor cos/sin are multiplied by.
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+  double attention_factor = 1.0;
 };
 
 struct ModelSpec {
@@ -36,6 +42,12 @@ struct ModelSpec {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2)
   bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
+  bool o_bias = false;          // the output projection carries a bias too (gpt-oss)
+  bool attention_sinks = false; // a learned per-head logit joins each softmax (gpt-oss)
+  // Layers that attend to the last `sliding_window` tokens only (gpt-oss's layer_types);
+  // empty when every layer attends to the whole context.
+  int64_t sliding_window = 0;
+  std::vector<uint8_t> layer_sliding;  // [num_layers] when sliding_window > 0
 
   // Mixture of experts (Qwen3-MoE); num_experts == 0 for dense models.
   int64_t num_experts = 0;
@@ -44,6 +56,11 @@ struct ModelSpec {
   bool norm_topk_prob = false;
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
+  // gpt-oss: the router has a bias and takes the softmax over the top-k logits only; the
+  // experts have biases and a clamped SwiGLU, gate * sigmoid(alpha * gate) * (up + 1).
+  bool gptoss_moe = false;
+  double swiglu_limit = 7.0;
+  double swiglu_alpha = 1.702;
 
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
@@ -57,6 +74,7 @@ struct ModelSpec {
   int64_t fp8_block_rows = 0, fp8_block_cols = 0;
 
   bool layer_is_moe(int64_t layer) const;
+  bool layer_is_sliding(int64_t layer) const;
 };
 
 }  // namespace spark

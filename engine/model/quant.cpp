@@ -1,4 +1,4 @@
-// quant.cpp — dequantization of F16/BF16 and GGML Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K.
+// quant.cpp — dequantization of F16/BF16 and GGML Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, MXFP4.
 #include "engine/model/quant.h"
 
 #include "engine/model/fp8_weights.h"
@@ -56,11 +56,19 @@ uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>((static_cast<uint64_t>(n) + 0x7FFF + ((n >> 16) & 1)) >> 16);
 }
 
+float e8m0_to_f32(uint8_t e) {
+  if (e == 0) return 0x1p-127f;
+  uint32_t bits = e == 255 ? 0x7F800000u : static_cast<uint32_t>(e) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 bool dequant_supported(DType t) {
   switch (t) {
     case DType::F8_E4M3:
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
-    case DType::Q4_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    case DType::Q4_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::MXFP4: return true;
     default: return false;
   }
 }
@@ -176,6 +184,16 @@ void deq_q6_k(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+void deq_mxfp4(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 17, y += 32) {
+    const float d = e8m0_to_f32(b[0]);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = kMxfp4Values[b[1 + j] & 0x0F] * d;
+      y[j + 16] = kMxfp4Values[b[1 + j] >> 4] * d;
+    }
+  }
+}
+
 }  // namespace
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
@@ -201,6 +219,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q4_K: deq_q4_k(b, dst, nb); break;
     case DType::Q5_K: deq_q5_k(b, dst, nb); break;
     case DType::Q6_K: deq_q6_k(b, dst, nb); break;
+    case DType::MXFP4: deq_mxfp4(b, dst, nb); break;
     default: break;
   }
 }

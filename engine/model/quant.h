@@ -42,6 +42,19 @@ struct BlockQ6_K {
   int8_t scales[16];
   uint16_t d;
 };
+// MXFP4 as GGUF stores it (ggml's block_mxfp4): value i of the block is
+// kMxfp4Values[code] * 2^(e - 127), code i in the low nibble of qs[i] for i < 16 and in
+// the high nibble of qs[i - 16] after. Hugging Face checkpoints keep e apart and pair
+// neighbours in a byte; engine/model/gptoss_checkpoint repacks them into this layout.
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[16];
+};
+inline constexpr float kMxfp4Values[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                                           -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+// 2^(e - 127) exactly (subnormal for e = 0, infinity for e = 255, as torch.ldexp gives).
+float e8m0_to_f32(uint8_t e);
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
@@ -50,7 +63,7 @@ float bf16_to_f32(uint16_t b);  // exact
 uint16_t f32_to_bf16(float f);  // round to nearest even, NaN kept quiet
 
 // True for the types dequantize_row() accepts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
-// Q5_K, Q6_K, and F8_E4M3 (without its scales: dequantize_tensor_row applies them).
+// Q5_K, Q6_K, MXFP4, and F8_E4M3 (without its scales: dequantize_tensor_row applies them).
 bool dequant_supported(DType t);
 
 // Converts `n` consecutive elements starting at the block boundary `src` to f32, exactly

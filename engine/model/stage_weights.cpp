@@ -1,17 +1,12 @@
 // stage_weights.cpp — binding a stage's tensors to the parts of its description.
 #include "engine/model/stage_weights.h"
 
+#include "engine/model/shape_text.h"
 #include "engine/util/check.h"
 
 namespace spark {
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
 
 const Tensor* need(const Weights& w, Part part, const std::vector<int64_t>& shape, int64_t layer, int64_t expert) {
   const std::string name = tensor_name(part, layer, expert);
@@ -28,6 +23,18 @@ const Tensor& LayerWeights::get(Part p) const {
   const Tensor* t = find(p);
   SPARK_CHECK(t != nullptr, "a bound layer lacks a part its model has");
   return *t;
+}
+
+std::vector<const Tensor*>& LayerWeights::experts(Part p) {
+  switch (p) {
+    case Part::EXPERT_GATE: return expert_gate;
+    case Part::EXPERT_UP: return expert_up;
+    case Part::EXPERT_DOWN: return expert_down;
+    case Part::EXPERT_GATE_BIAS: return expert_gate_bias;
+    case Part::EXPERT_UP_BIAS: return expert_up_bias;
+    case Part::EXPERT_DOWN_BIAS: return expert_down_bias;
+    default: SPARK_CHECK(false, "not a per-expert part");
+  }
 }
 
 StageWeights bind_stage(const ModelSpec& spec, const Weights& weights) {
@@ -50,8 +57,7 @@ StageWeights bind_stage(const ModelSpec& spec, const Weights& weights) {
         layer.parts[static_cast<size_t>(p.part)] = need(weights, p.part, p.shape, l, -1);
         continue;
       }
-      auto& list = p.part == Part::EXPERT_GATE ? layer.expert_gate : p.part == Part::EXPERT_UP ? layer.expert_up
-                                                                                                : layer.expert_down;
+      auto& list = layer.experts(p.part);
       for (int64_t e = 0; e < p.copies; ++e) list.push_back(need(weights, p.part, p.shape, l, e));
     }
     stage.layers.push_back(std::move(layer));
@@ -67,7 +73,8 @@ std::vector<const Tensor*> all_tensors(const StageWeights& stage) {
   add(stage.embedding);
   for (const LayerWeights& l : stage.layers) {
     for (const Tensor* t : l.parts) add(t);
-    for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down})
+    for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down, &l.expert_gate_bias, &l.expert_up_bias,
+                             &l.expert_down_bias})
       for (const Tensor* t : *list) add(t);
   }
   add(stage.final_norm);

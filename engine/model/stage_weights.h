@@ -14,11 +14,14 @@ namespace spark {
 
 struct LayerWeights {
   std::array<const Tensor*, kNumParts> parts{};  // null where the layer has no such part
-  // Per-expert parts, [num_experts] each, in an MoE layer; empty otherwise.
+  // Per-expert parts, [num_experts] each, in an MoE layer; empty otherwise (the biases
+  // also in an MoE layer without expert biases).
   std::vector<const Tensor*> expert_gate, expert_up, expert_down;
+  std::vector<const Tensor*> expert_gate_bias, expert_up_bias, expert_down_bias;
 
   const Tensor* find(Part p) const { return parts[static_cast<size_t>(p)]; }
   const Tensor& get(Part p) const;  // SPARK_CHECKs presence: for parts the layer must have
+  std::vector<const Tensor*>& experts(Part p);  // the list of a per-expert part
   bool is_moe() const { return find(Part::ROUTER) != nullptr; }
 };
 

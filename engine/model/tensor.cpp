@@ -27,6 +27,7 @@ std::string_view dtype_name(DType t) {
     case DType::Q4_K: return "Q4_K";
     case DType::Q5_K: return "Q5_K";
     case DType::Q6_K: return "Q6_K";
+    case DType::MXFP4: return "MXFP4";
   }
   return "?";
 }
@@ -37,7 +38,8 @@ int64_t dtype_block_elems(DType t) {
   switch (t) {
     case DType::Q4_0:
     case DType::Q4_1:
-    case DType::Q8_0: return 32;
+    case DType::Q8_0:
+    case DType::MXFP4: return 32;
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return 256;
@@ -65,6 +67,7 @@ int64_t dtype_block_bytes(DType t) {
     case DType::Q4_K: return 2 + 2 + 12 + 128;     // d, dmin, 8 x 6-bit scale/min, 256 x 4 bits
     case DType::Q5_K: return 2 + 2 + 12 + 32 + 128;  // as Q4_K plus the fifth bits
     case DType::Q6_K: return 128 + 64 + 16 + 2;    // low 4 bits, high 2 bits, int8 scales, d
+    case DType::MXFP4: return 1 + 16;              // E8M0 scale, 32 x 4-bit E2M1
   }
   return 1;
 }

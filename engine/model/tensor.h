@@ -13,6 +13,7 @@ namespace spark {
 enum class DType : uint8_t {
   F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2,
   Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K,
+  MXFP4,  // OCP microscaling FP4: 32 E2M1 values sharing a power-of-two (E8M0) scale
 };
 
 std::string_view dtype_name(DType t);

@@ -5,6 +5,7 @@
 
 #include "engine/model/fp8_weights.h"
 #include "engine/model/load_weights.h"
+#include "engine/model/shape_text.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -35,12 +36,6 @@ void Weights::add(Tensor t) {
 }
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 // Names checkpoints carry that the model does not use and Transformers ignores too.
 bool ignorable(const std::string& name, const ModelSpec& spec) {

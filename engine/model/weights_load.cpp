@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "engine/model/fp8_weights.h"
+#include "engine/model/gptoss_checkpoint.h"
 #include "engine/model/load_weights.h"
 #include "engine/util/check.h"
 
@@ -10,17 +11,21 @@ namespace spark {
 
 Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec& spec, LayerRange range,
                                  const std::string& source) {
-  std::vector<TensorSpec> need = check_tensor_set(model.tensors, spec, range, source);
   Weights w;
   w.set_range(range);
   for (const auto& f : model.files) w.keep_alive(f);
+  // gpt-oss stacks its experts: split (and repacked when MXFP4) into buffers w keeps.
+  const std::map<std::string, Tensor> converted =
+      spec.arch == Arch::GPT_OSS ? gptoss_tensors(model.tensors, spec, range, &w, source) : std::map<std::string, Tensor>{};
+  const std::map<std::string, Tensor>& tensors = spec.arch == Arch::GPT_OSS ? converted : model.tensors;
+  std::vector<TensorSpec> need = check_tensor_set(tensors, spec, range, source);
   for (const TensorSpec& ts : need) {
-    Tensor t = model.tensors.at(ts.name);
+    Tensor t = tensors.at(ts.name);
     if (t.dtype == DType::F8_E4M3)
-      attach_fp8_scales(model.tensors, spec, t, w, source);
-    else if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+      attach_fp8_scales(tensors, spec, t, w, source);
+    else if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::MXFP4)
       throw InputError(source + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
-                       "; weights must be F32, F16 or BF16 (or F8_E4M3 in an FP8 checkpoint)");
+                       "; weights must be F32, F16 or BF16 (or F8_E4M3 in an FP8 checkpoint, MXFP4 experts)");
     w.add(t);
   }
   return w;
@@ -42,15 +47,18 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f) {
       if (!out.emplace(t.name, t).second) throw InputError("GGUF file '" + f.source + "': tensor '" + t.name + "' appears twice");
       continue;
     }
-    // [n_expert, rows, cols] stacked: expert e is the e-th contiguous slab.
-    if (info.shape.size() != 3 || info.shape[0] < 1)
-      throw InputError("GGUF file '" + f.source + "': expert tensor '" + info.name + "' must be 3-D");
+    // [n_expert, rows, cols] stacked (biases [n_expert, rows]): expert e is the e-th
+    // contiguous slab.
+    const bool bias = info.name.size() > 5 && info.name.compare(info.name.size() - 5, 5, ".bias") == 0;
+    if (info.shape.size() != (bias ? 2u : 3u) || info.shape[0] < 1)
+      throw InputError("GGUF file '" + f.source + "': expert tensor '" + info.name + "' must be " +
+                       (bias ? "2-D" : "3-D"));
     int64_t n_expert = info.shape[0];
     size_t slab = info.nbytes / static_cast<size_t>(n_expert);
     for (int64_t e = 0; e < n_expert; ++e) {
       Tensor x = t;
       x.name = gguf_expert_name(*hf, e);
-      x.shape = {info.shape[1], info.shape[2]};
+      x.shape.assign(info.shape.begin() + 1, info.shape.end());
       x.nbytes = slab;
       x.data = static_cast<const uint8_t*>(t.data) + slab * static_cast<size_t>(e);
       if (!out.emplace(x.name, x).second) throw InputError("GGUF file '" + f.source + "': tensor '" + x.name + "' appears twice");

@@ -26,7 +26,7 @@ using namespace spark;
 namespace {
 
 const char* kGoldenDir = "tests/golden/models/";
-const char* kModels[] = {"llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_bf16"};
+const char* kModels[] = {"llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_bf16", "gpt_oss", "qwen3_yarn"};
 
 struct Golden {
   std::vector<std::vector<int32_t>> sequences;
@@ -217,7 +217,7 @@ TEST_CASE("cpu forward: logits only for the requested rows") {
 }
 
 TEST_CASE("cpu forward: a two-stage layer split gives the full model's logits") {
-  for (const char* name : {"llama", "qwen3_moe"}) {
+  for (const char* name : {"llama", "qwen3_moe", "gpt_oss"}) {
     CAPTURE(name);
     const Golden g = read_golden(std::string(kGoldenDir) + name);
     LoadedModel full = load(name);
@@ -300,4 +300,24 @@ TEST_CASE("cpu forward: the backend factory builds the CPU backend and refuses c
   }
   c.engine.backend = "cuda";
   CHECK_THROWS_AS(make_backend(c, m.info.spec, bind_stage(m.info.spec, m.weights)), InputError);
+}
+
+TEST_CASE("cpu forward: gpt-oss as a GGUF file (MXFP4 experts) gives transformers' logits") {
+  const Golden g = read_golden(std::string(kGoldenDir) + "gpt_oss");
+  LoadedModel m = load("gpt_oss.gguf");
+  CHECK(m.info.spec.arch == Arch::GPT_OSS);
+  CHECK(m.info.spec.sliding_window == 8);
+  CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
+  backend.init_kv_cache(kNumBlocks, kBlockSize);
+  double worst = 0;
+  for (size_t s = 0; s < g.sequences.size(); ++s) {
+    const auto& seq = g.sequences[s];
+    const int32_t len = static_cast<int32_t>(seq.size());
+    ForwardResult out;
+    backend.forward(make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true), nullptr, out);
+    REQUIRE(out.logits.size() == g.logits[s].size());
+    worst = std::max(worst, rel_error(out.logits.data(), g.logits[s].data(), out.logits.size()));
+  }
+  MESSAGE("gpt_oss.gguf: max relative logit error " << worst);
+  CHECK(worst < 1e-4);
 }

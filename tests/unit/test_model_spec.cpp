@@ -2,6 +2,8 @@
 // architecture, and the errors for configs sparkd cannot run.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "engine/model/arch.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model_spec.h"
@@ -118,14 +120,16 @@ TEST_CASE("model spec: architecture-specific fields") {
 TEST_CASE("model spec: configs sparkd cannot run are refused with a clear message") {
   CHECK_INPUT_ERROR(parse_hf_config(minimal("GPT2LMHeadModel"), "", "c"),
                     "architecture GPT2LMHeadModel is not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
-                    "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
+                    "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM)");
   CHECK_INPUT_ERROR(parse_hf_config(R"({"vocab_size":5})", "", "c"), "\"architectures\" must list");
   CHECK_INPUT_ERROR(parse_hf_config("[1]", "", "c"), "not a JSON object");
   CHECK_INPUT_ERROR(parse_hf_config("{", "", "c"), "invalid JSON");
   CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"num_key_value_heads":3)"), "", "c"), "must divide");
   CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"head_dim":15)"), "", "c"), "must be even");
-  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"rope_scaling":{"rope_type":"yarn","factor":4})"), "", "c"),
-                    "rope scaling type \"yarn\" is not supported");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"rope_scaling":{"rope_type":"longrope","factor":4})"), "", "c"),
+                    "rope scaling type \"longrope\" is not supported");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"rope_scaling":{"rope_type":"yarn","factor":0.5})"), "", "c"),
+                    "\"factor\" must be at least 1");
   CHECK_INPUT_ERROR(parse_hf_config(R"({"architectures":["LlamaForCausalLM"],"vocab_size":-1})", "", "c"), "\"vocab_size\" = -1");
   CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"eos_token_id":100)"), "", "c"), "not a token id below vocab_size");
   CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM", R"(,"torch_dtype":"int8")"), "", "c"), "torch_dtype");
@@ -139,4 +143,34 @@ TEST_CASE("model spec: configs sparkd cannot run are refused with a clear messag
                     "mlp_only_layers");
   CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM"), "{", "c"), "generation_config.json");
   CHECK_INPUT_ERROR(load_hf_spec("/nonexistent-folder"), "has no config.json");
+}
+
+TEST_CASE("model spec: YaRN and gpt-oss settings as transformers reads them") {
+  // YaRN: factor defaults to the ratio of the contexts; attention factor 0.1 ln(factor) + 1.
+  ModelSpec y = parse_hf_config(minimal("Qwen3ForCausalLM", R"(,"max_position_embeddings":131072,
+      "rope_scaling":{"rope_type":"yarn","original_max_position_embeddings":32768})"), "", "c");
+  CHECK(y.rope_scaling.type == "yarn");
+  CHECK(y.rope_scaling.factor == 4.0);
+  CHECK(y.rope_scaling.truncate);
+  CHECK(y.rope_scaling.beta_fast == 32.0);
+  CHECK(y.rope_scaling.attention_factor == doctest::Approx(0.1 * std::log(4.0) + 1.0));
+  const std::string oss = R"({"architectures":["GptOssForCausalLM"],"vocab_size":64,"hidden_size":64,
+      "intermediate_size":32,"num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,
+      "num_local_experts":4,"num_experts_per_tok":2,"sliding_window":128,"swiglu_limit":5.0)";
+  ModelSpec g = parse_hf_config(oss + R"(,"layer_types":["full_attention","sliding_attention","full_attention"]})", "", "c");
+  CHECK(g.arch == Arch::GPT_OSS);
+  CHECK((g.attention_bias && g.o_bias && g.attention_sinks && g.gptoss_moe));
+  CHECK(g.swiglu_limit == 5.0);
+  CHECK(g.moe_intermediate_size == 32);
+  CHECK((!g.layer_is_sliding(0) && g.layer_is_sliding(1) && !g.layer_is_sliding(2)));
+  CHECK(g.sliding_window == 128);
+  CHECK(g.max_position_embeddings == 2048);  // the window does not cap the context as Mistral's does
+  ModelSpec d = parse_hf_config(oss + "}", "", "c");  // transformers' default: sliding first, then every other
+  CHECK((d.layer_is_sliding(0) && !d.layer_is_sliding(1) && d.layer_is_sliding(2)));
+  CHECK_INPUT_ERROR(parse_hf_config(oss + R"(,"layer_types":["full_attention","moe","full_attention"]})", "", "c"),
+                    "\"layer_types\" [1] = \"moe\" is not one of sliding_attention, full_attention");
+  CHECK_INPUT_ERROR(parse_hf_config(oss + R"(,"sliding_window":0})", "", "c"), "\"sliding_window\" = 0 must be a positive");
+  CHECK_INPUT_ERROR(parse_hf_config(R"({"architectures":["GptOssForCausalLM"],"vocab_size":64,"hidden_size":64,
+      "intermediate_size":48,"num_hidden_layers":1,"num_attention_heads":4,"head_dim":16,"num_local_experts":4,
+      "num_experts_per_tok":2,"sliding_window":8})", "", "c"), "multiples of 32");
 }

@@ -1,4 +1,5 @@
-// attention.cpp — KV cache writes through slot_mapping and paged causal attention (GQA).
+// attention.cpp — KV cache writes through slot_mapping and paged causal attention (GQA),
+// with gpt-oss's sliding window and sink logits.
 #include "engine/backend/cpu/attention.h"
 
 #include <algorithm>
@@ -80,7 +81,7 @@ void write_kv(const Batch& batch, const KvGeometry& g, const float* k, const flo
 }
 
 void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_t heads, const float* q,
-               const LayerKv& cache, float* out) {
+               const LayerKv& cache, float* out, const AttentionExtras& extras) {
   const int64_t num_tokens = batch.num_tokens();
   const int64_t hd = g.head_dim;
   const int64_t group = heads / g.kv_heads;
@@ -100,14 +101,16 @@ void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_
       const int64_t q_rows = batch.query_start[s + 1] - batch.query_start[s];
       const int64_t ctx = batch.context_lens[static_cast<size_t>(s)];
       const int64_t visible = ctx - q_rows + (t - batch.query_start[s]) + 1;  // causal limit
+      const int64_t first = extras.window > 0 ? std::max<int64_t>(0, visible - extras.window) : 0;
       const int32_t* table = batch.block_tables.data() + s * batch.max_blocks_per_seq;
       if (scores.size() < static_cast<size_t>(visible)) {
         scores.resize(static_cast<size_t>(visible));
         rows.resize(static_cast<size_t>(visible));
       }
       const float* qv = q + (t * heads + h) * hd;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < visible; ++j) {
+      const float sink = extras.sinks ? extras.sinks[h] : -INFINITY;
+      float mx = sink;
+      for (int64_t j = first; j < visible; ++j) {
         const int64_t slot = static_cast<int64_t>(table[j / g.block_size]) * g.block_size + j % g.block_size;
         const int64_t off = slot * slot_floats + kvh * hd;
         rows[static_cast<size_t>(j)] = cache.v.data() + off;
@@ -115,8 +118,8 @@ void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_
         scores[static_cast<size_t>(j)] = sc;
         mx = std::max(mx, sc);
       }
-      float sum = 0;
-      for (int64_t j = 0; j < visible; ++j) {
+      float sum = extras.sinks ? std::exp(sink - mx) : 0.0f;
+      for (int64_t j = first; j < visible; ++j) {
         const float e = std::exp(scores[static_cast<size_t>(j)] - mx);
         scores[static_cast<size_t>(j)] = e;
         sum += e;
@@ -124,7 +127,7 @@ void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_
       float* o = out + (t * heads + h) * hd;
       std::fill(o, o + hd, 0.0f);
       const float inv = 1.0f / sum;
-      for (int64_t j = 0; j < visible; ++j) axpy(scores[static_cast<size_t>(j)] * inv, rows[static_cast<size_t>(j)], o, hd);
+      for (int64_t j = first; j < visible; ++j) axpy(scores[static_cast<size_t>(j)] * inv, rows[static_cast<size_t>(j)], o, hd);
     }
   });
 }

@@ -43,11 +43,17 @@ struct LayerKv {
 // Stores the K and V rows of this step ([T, kv_heads * head_dim] each) at their slots.
 void write_kv(const Batch& batch, const KvGeometry& g, const float* k, const float* v, LayerKv& cache);
 
+// What a layer's attention adds to plain causal softmax attention (gpt-oss).
+struct AttentionExtras {
+  int64_t window = 0;             // > 0: each row sees only the last `window` tokens, itself included
+  const float* sinks = nullptr;   // [heads]: a logit that joins each head's softmax and adds no value
+};
+
 // For each row t of sequence s: attends over the first (context_lens[s] - rows_of_s + i + 1)
 // tokens of s's context (i = t's index within s), read through s's block table. q is
 // [T, heads, head_dim]; out is the same shape. Heads share kv heads in groups (GQA).
 void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_t heads, const float* q,
-               const LayerKv& cache, float* out);
+               const LayerKv& cache, float* out, const AttentionExtras& extras = {});
 
 // Checks that the batch's sequence layout, slots and block tables fit the cache;
 // aborts (SPARK_CHECK) on the first problem: batches come from the scheduler or a validated peer frame.

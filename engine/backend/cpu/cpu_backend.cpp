@@ -1,4 +1,4 @@
-// cpu_backend.cpp — the decoder forward pass (Llama, Qwen2, Qwen3, Qwen3-MoE) on the CPU.
+// cpu_backend.cpp — the decoder forward pass (Llama, Qwen2, Qwen3, Qwen3-MoE, gpt-oss) on the CPU.
 #include "engine/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
@@ -50,6 +50,9 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     L.q_bias = vec_f32(w.find(Part::Q_BIAS));
     L.k_bias = vec_f32(w.find(Part::K_BIAS));
     L.v_bias = vec_f32(w.find(Part::V_BIAS));
+    L.o_bias = vec_f32(w.find(Part::O_BIAS));
+    L.sinks = vec_f32(w.find(Part::SINKS));
+    L.window = spec.layer_is_sliding(range_.first_layer + static_cast<int64_t>(layers_.size())) ? spec.sliding_window : 0;
     L.q_norm = vec_f32(w.find(Part::Q_NORM));
     L.k_norm = vec_f32(w.find(Part::K_NORM));
     L.attn_norm = vec_f32(w.find(Part::ATTN_NORM));
@@ -63,6 +66,13 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
       L.moe.gate = w.expert_gate;
       L.moe.up = w.expert_up;
       L.moe.down = w.expert_down;
+      L.moe.router_bias = w.find(Part::ROUTER_BIAS);
+      L.moe.gate_bias = w.expert_gate_bias;
+      L.moe.up_bias = w.expert_up_bias;
+      L.moe.down_bias = w.expert_down_bias;
+      L.moe.softmax_after_topk = spec.gptoss_moe;
+      L.moe.swiglu_limit = spec.gptoss_moe ? static_cast<float>(spec.swiglu_limit) : 0.0f;
+      L.moe.swiglu_alpha = static_cast<float>(spec.swiglu_alpha);
     } else {
       L.gate = &w.get(Part::GATE);
       L.up = &w.get(Part::UP);
@@ -145,8 +155,12 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
   });
   cpu::LayerKv& cache = cache_[static_cast<size_t>(index)];
   cpu::write_kv(batch, kv_, k_.data(), v_.data(), cache);
-  cpu::attention(pool, batch, kv_, nh, q_.data(), cache, att_.data());
+  cpu::attention(pool, batch, kv_, nh, q_.data(), cache, att_.data(),
+                 {L.window, L.sinks.empty() ? nullptr : L.sinks.data()});
   cpu::matmul(pool, att_.data(), T, *L.o, h);
+  if (!L.o_bias.empty())
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H; ++i) h[t * H + i] += L.o_bias[static_cast<size_t>(i)];
   for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
 
   pool.parallel_for(T, 8, [&](int64_t b, int64_t e) {

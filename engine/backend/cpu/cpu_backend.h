@@ -41,6 +41,8 @@ class CpuBackend : public Backend {
     const Tensor* v = nullptr;
     const Tensor* o = nullptr;
     std::vector<float> q_bias, k_bias, v_bias;  // empty without attention_bias
+    std::vector<float> o_bias, sinks;           // gpt-oss; empty otherwise
+    int64_t window = 0;                         // sliding-window layer: tokens it sees
     std::vector<float> q_norm, k_norm;          // empty without qk_norm
     std::vector<float> attn_norm, ffn_norm;
     const Tensor* gate = nullptr;  // dense MLP; null in an MoE layer

@@ -54,6 +54,7 @@ const float* row_f32(const Tensor& w, int64_t row, float* out) {
     case DType::Q5_K: decode_blocks<BlockQ5_K, 256>(src, cols, out); break;
     case DType::Q6_K: decode_blocks<BlockQ6_K, 256>(src, cols, out); break;
     case DType::F8_E4M3: dequantize_tensor_row(w, row, out); break;
+    case DType::MXFP4: decode_blocks<BlockMXFP4, 32>(src, cols, out); break;
     default: SPARK_CHECK(false, "matmul: unsupported weight dtype " + std::string(dtype_name(w.dtype)));
   }
   return out;
@@ -234,7 +235,8 @@ void quant_rows(const float* x, int64_t rows, const Tensor& w, int64_t out_begin
 bool matmul_supports(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
-    case DType::Q4_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::F8_E4M3: return true;
+    case DType::Q4_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::F8_E4M3:
+    case DType::MXFP4: return true;
     default: return false;
   }
 }

@@ -1,4 +1,5 @@
-// moe.cpp — router softmax, top-k selection and per-expert grouped SwiGLU.
+// moe.cpp — router softmax, top-k selection and per-expert grouped SwiGLU (Qwen3-MoE), and
+// gpt-oss's variant: router bias, softmax over the top k, expert biases, clamped SwiGLU.
 #include "engine/backend/cpu/moe.h"
 
 #include <algorithm>
@@ -37,15 +38,23 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t toke
   const int64_t k = std::min(w.top_k, experts);
   std::vector<float> probs(static_cast<size_t>(tokens * experts));
   matmul(pool, x, tokens, *w.router, probs.data());
+  std::vector<float> bias;
+  if (w.router_bias) {
+    bias.resize(static_cast<size_t>(experts));
+    decode_row(*w.router_bias, 0, bias.data());
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t e = 0; e < experts; ++e) probs[static_cast<size_t>(t * experts + e)] += bias[static_cast<size_t>(e)];
+  }
 
   // Per expert: which tokens it serves and with what weight.
   std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(experts));
   std::vector<std::vector<float>> weight_of(static_cast<size_t>(experts));
   std::vector<int32_t> ids(static_cast<size_t>(k));
   std::vector<float> weights(static_cast<size_t>(k));
+  // The router bias is already in the logits (gpt-oss's router is a linear layer with bias).
+  const RouterRule rule = w.softmax_after_topk ? RouterRule::TOPK_SOFTMAX : RouterRule::SOFTMAX_TOPK;
   for (int64_t t = 0; t < tokens; ++t) {
-    route_token(RouterRule::SOFTMAX_TOPK, probs.data() + t * experts, nullptr, experts, k, w.norm_topk_prob,
-                ids.data(), weights.data());
+    route_token(rule, probs.data() + t * experts, nullptr, experts, k, w.norm_topk_prob, ids.data(), weights.data());
     for (int64_t i = 0; i < k; ++i) {
       rows_of[static_cast<size_t>(ids[size_t(i)])].push_back(t);
       weight_of[static_cast<size_t>(ids[size_t(i)])].push_back(weights[size_t(i)]);
@@ -53,7 +62,18 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t toke
   }
 
   std::fill(out, out + tokens * hidden, 0.0f);
-  std::vector<float> xs, gate, up, down;
+  std::vector<float> xs, gate, up, down, b_gate, b_up, b_down;
+  // Adds row vector `b` (an expert's bias, decoded) to each of n rows of width m.
+  auto add_bias = [](const Tensor* bt, std::vector<float>& b, float* y, int64_t n, int64_t m) {
+    if (!bt) return;
+    b.resize(static_cast<size_t>(m));
+    decode_row(*bt, 0, b.data());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[static_cast<size_t>(j)];
+  };
+  auto bias_of = [](const std::vector<const Tensor*>& v, int64_t e) {
+    return v.empty() ? nullptr : v[static_cast<size_t>(e)];
+  };
   for (int64_t e = 0; e < experts; ++e) {
     const auto& rows = rows_of[static_cast<size_t>(e)];
     if (rows.empty()) continue;
@@ -65,8 +85,12 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t toke
     up.resize(static_cast<size_t>(n * inter));
     down.resize(static_cast<size_t>(n * hidden));
     matmul_many(pool, xs.data(), n, {{w.gate[static_cast<size_t>(e)], gate.data()}, {w.up[static_cast<size_t>(e)], up.data()}});
-    silu_mul(gate.data(), up.data(), n * inter, gate.data());
+    add_bias(bias_of(w.gate_bias, e), b_gate, gate.data(), n, inter);
+    add_bias(bias_of(w.up_bias, e), b_up, up.data(), n, inter);
+    if (w.swiglu_limit > 0) clamped_swiglu(gate.data(), up.data(), n * inter, w.swiglu_limit, w.swiglu_alpha, gate.data());
+    else silu_mul(gate.data(), up.data(), n * inter, gate.data());
     matmul(pool, gate.data(), n, *w.down[static_cast<size_t>(e)], down.data());
+    add_bias(bias_of(w.down_bias, e), b_down, down.data(), n, hidden);
     for (int64_t i = 0; i < n; ++i) {
       const float p = weight_of[static_cast<size_t>(e)][static_cast<size_t>(i)];
       float* o = out + rows[i] * hidden;

@@ -1,4 +1,4 @@
-// moe.h — the sparse mixture-of-experts feed-forward block (Qwen3-MoE) on the CPU.
+// moe.h — the sparse mixture-of-experts feed-forward block (Qwen3-MoE, gpt-oss) on the CPU.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -26,10 +26,19 @@ struct MoeWeights {
   std::vector<const Tensor*> down;   // per expert [hidden, moe_intermediate]
   int64_t top_k = 0;
   bool norm_topk_prob = false;
+  // gpt-oss: a router bias, the softmax over the top_k logits only, per-expert biases on
+  // every projection and the clamped SwiGLU (ops.h); null / empty / 0 otherwise.
+  const Tensor* router_bias = nullptr;  // [experts]
+  std::vector<const Tensor*> gate_bias, up_bias, down_bias;
+  bool softmax_after_topk = false;
+  float swiglu_limit = 0;  // 0: plain SwiGLU
+  float swiglu_alpha = 1;
 };
 
-// out[t] = sum over the top_k experts e of x[t]'s router softmax: p_e * down_e(silu(gate_e x) * up_e x).
-// Tokens are grouped by expert so each expert's weights are read once per call.
+// out[t] = sum over the top_k experts e of x[t]'s router weights p_e * down_e(act(gate_e x, up_e x)).
+// The weights are the router softmax over all experts (renormalised over the k when
+// norm_topk_prob), or gpt-oss's softmax over the k chosen logits. Tokens are grouped by
+// expert so each expert's weights are read once per call.
 void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t tokens, int64_t hidden, float* out);
 
 }  // namespace spark::cpu

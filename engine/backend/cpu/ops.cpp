@@ -1,6 +1,7 @@
 // ops.cpp — RMSNorm, rotary embedding, SwiGLU and softmax for the CPU backend.
 #include "engine/backend/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/util/check.h"
@@ -48,10 +49,43 @@ Rope::Rope(const ModelSpec& spec) : head_dim_(spec.head_dim) {
     }
   } else if (rs.type == "linear") {
     position_scale_ = 1.0f / static_cast<float>(rs.factor);
+  } else if (rs.type == "yarn") {
+    apply_yarn(rs, base);
   } else if (!rs.type.empty() && rs.type != "default") {
     throw InputError("rope_scaling type \"" + rs.type + "\" is not supported by the CPU backend "
-                     "(supported: none, llama3, linear)");
+                     "(supported: none, llama3, linear, yarn)");
   }
+}
+
+void Rope::apply_yarn(const RopeScaling& rs, float base) {
+  // transformers' _compute_yarn_parameters: frequencies that turn fewer than beta_slow
+  // times over the original context are interpolated (divided by the factor), those that
+  // turn more than beta_fast times kept, a linear ramp over the dimensions between.
+  const double dim = static_cast<double>(head_dim_);
+  const double orig = static_cast<double>(rs.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(orig / (rotations * 2 * M_PI)) / (2 * std::log(static_cast<double>(base)));
+  };
+  double low = correction_dim(rs.beta_fast), high = correction_dim(rs.beta_slow);
+  if (rs.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;
+  const float factor = static_cast<float>(rs.factor);
+  for (size_t i = 0; i < inv_freq_.size(); ++i) {
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim_);
+    const float pos_freq = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(expo)));
+    const float extrapolation = 1.0f / pos_freq;
+    const float interpolation = 1.0f / (factor * pos_freq);
+    float ramp = (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low);
+    ramp = std::min(1.0f, std::max(0.0f, ramp));
+    const float keep = 1.0f - ramp;
+    inv_freq_[i] = interpolation * (1 - keep) + extrapolation * keep;
+  }
+  attention_scale_ = static_cast<float>(rs.attention_factor);
 }
 
 void Rope::apply(float* x, int64_t heads, int64_t pos) const {
@@ -62,8 +96,8 @@ void Rope::apply(float* x, int64_t heads, int64_t pos) const {
   const float p = static_cast<float>(pos) * position_scale_;
   for (int64_t i = 0; i < half; ++i) {
     const float angle = p * inv_freq_[static_cast<size_t>(i)];
-    cos_v[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-    sin_v[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    cos_v[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_scale_;
+    sin_v[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_scale_;
   }
   for (int64_t h = 0; h < heads; ++h) {
     float* v = x + h * head_dim_;
@@ -72,6 +106,14 @@ void Rope::apply(float* x, int64_t heads, int64_t pos) const {
       v[i] = a * cos_v[i] - b * sin_v[i];
       v[i + half] = b * cos_v[i] + a * sin_v[i];
     }
+  }
+}
+
+void clamped_swiglu(const float* gate, const float* up, int64_t n, float limit, float alpha, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::min(std::max(up[i], -limit), limit);
+    out[i] = g / (1.0f + std::exp(-g * alpha)) * (u + 1.0f);
   }
 }
 

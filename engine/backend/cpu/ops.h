@@ -1,5 +1,6 @@
 // ops.h — the element-wise and per-row operations of a decoder layer on the CPU:
-// RMSNorm, rotary embedding (HF rotate_half convention), SwiGLU, softmax.
+// RMSNorm, rotary embedding (HF rotate_half convention; llama3, linear and YaRN scaling),
+// SwiGLU and gpt-oss's clamped variant, softmax.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -23,15 +24,23 @@ class Rope {
   void apply(float* x, int64_t heads, int64_t pos) const;
   const std::vector<float>& inv_freq() const { return inv_freq_; }
   float position_scale() const { return position_scale_; }
+  float attention_scale() const { return attention_scale_; }
 
  private:
+  void apply_yarn(const RopeScaling& rs, float base);
+
   int64_t head_dim_ = 0;
-  float position_scale_ = 1.0f;  // linear scaling divides positions by its factor
+  float position_scale_ = 1.0f;   // linear scaling divides positions by its factor
+  float attention_scale_ = 1.0f;  // YaRN multiplies cos and sin by its attention factor
   std::vector<float> inv_freq_;  // [head_dim / 2]
 };
 
 // out[i] = silu(gate[i]) * up[i] for n values; out may alias gate.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+
+// gpt-oss's expert activation: gate clamped above at `limit`, up to [-limit, limit],
+// out = gate * sigmoid(alpha * gate) * (up + 1); out may alias gate.
+void clamped_swiglu(const float* gate, const float* up, int64_t n, float limit, float alpha, float* out);
 
 // In-place softmax of n values.
 void softmax(float* x, int64_t n);

@@ -37,6 +37,14 @@ inline void decode_block(const BlockQ8_0& b, float* y) {
   }
 }
 
+inline void decode_block(const BlockMXFP4& b, float* y) {
+  const float d = e8m0_to_f32(b.e);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = kMxfp4Values[b.qs[j] & 0x0f] * d;
+    y[j + 16] = kMxfp4Values[b.qs[j] >> 4] * d;
+  }
+}
+
 inline void decode_block(const BlockQ4_0& b, float* y) {
   const v8f d = splat8(f16_to_f32(b.d));
   const v8f eight = splat8(8.0f);

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Writes a tiny random gpt-oss model with MXFP4 experts, its golden logits, and the same
+model as a GGUF file.
+
+The checkpoint is laid out as OpenAI publishes gpt-oss: bf16-free f32 attention, router,
+embedding and head; each layer's experts stacked and MXFP4-quantized into
+mlp.experts.{gate_up,down}_proj_blocks (uint8 [E, rows, cols/32, 16], two FP4 codes a
+byte, low nibble first) and _scales (E8M0 [E, rows, cols/32]), gate and up rows
+interleaved. The quantizer below is written from the OCP MX spec; transformers' own MXFP4
+dequantization (Mxfp4Config(dequantize=True)) reads the file back, and the script checks
+that what it read is exactly the dequantized codes before it computes the logits in f32
+with eager attention. The sliding window (8) is shorter than the longer sequences, and
+the layer types alternate as gpt-oss's do, so sliding and full layers, the sinks and YaRN
+RoPE all shape the logits.
+
+The GGUF copy is written with the gguf package as llama.cpp's converter lays gpt-oss out
+(gpt-oss arch keys, attn_sinks, post_attention_norm, stacked expert tensors and biases,
+gate and up split apart); gguf's MXFP4 quantizer re-encodes the experts, and the script
+checks that gguf's dequantizer gives back exactly the same weights.
+
+Run once where torch is installed (CI has no torch, so the outputs are committed):
+  python tests/gen/gen_gptoss.py [--out tests/golden/models]
+"""
+import argparse
+import json
+import os
+
+import gguf
+import numpy as np
+import torch
+import transformers
+from gguf import GGMLQuantizationType as Q
+from safetensors.numpy import save_file
+from transformers import GptOssConfig, GptOssForCausalLM, Mxfp4Config
+
+# OCP MX E2M1 code points, code = sign << 3 | magnitude index.
+FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+               dtype=np.float32)
+WINDOW = 8
+
+
+def config():
+    return GptOssConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=64, head_dim=16, num_attention_heads=4,
+        num_key_value_heads=2, num_hidden_layers=4, num_local_experts=8, num_experts_per_tok=4,
+        sliding_window=WINDOW, max_position_embeddings=256, rms_norm_eps=1e-5, swiglu_limit=7.0,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 64},
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+
+
+def mxfp4_quantize(w):
+    """w [..., cols] f32 -> (blocks uint8 [..., cols/32, 16], scales uint8 [..., cols/32]).
+    Per block of 32: the shared exponent puts the largest magnitude in [4, 8) (E2M1's top
+    binade), each value rounds to the nearest code point, ties to the lower index."""
+    *prefix, cols = w.shape
+    x = w.reshape(*prefix, cols // 32, 32).astype(np.float32)
+    amax = np.abs(x).max(axis=-1, keepdims=True)
+    exp = np.where(amax > 0, np.floor(np.log2(np.maximum(amax, 1e-30))) - 2, -127).astype(np.int32)
+    scaled = x / np.ldexp(np.float32(1), exp)
+    codes = np.abs(scaled[..., None] - FP4).argmin(axis=-1).astype(np.uint8)
+    blocks = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    return blocks, (exp[..., 0] + 127).astype(np.uint8)
+
+
+def mxfp4_dequantize(blocks, scales):
+    codes = np.stack([blocks & 0x0F, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    vals = FP4[codes] * np.ldexp(np.float32(1), scales.astype(np.int32) - 127)[..., None]
+    return vals.reshape(*blocks.shape[:-2], blocks.shape[-2] * 32).astype(np.float32)
+
+
+def random_state(cfg, gen):
+    model = GptOssForCausalLM(cfg).float()
+    state = {}
+    for name, p in model.state_dict().items():
+        shape = tuple(p.shape)
+        if name.endswith("norm.weight"):
+            v = 1.0 + 0.2 * torch.randn(shape, generator=gen)
+        elif name.endswith("sinks"):
+            v = torch.randn(shape, generator=gen)
+        elif "bias" in name:
+            v = 0.2 * torch.randn(shape, generator=gen)
+        elif "embed_tokens" in name:
+            v = torch.randn(shape, generator=gen)
+        elif name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
+            v = torch.randn(shape, generator=gen) / (shape[-2] ** 0.5)  # [E, in, out]
+        else:
+            v = torch.randn(shape, generator=gen) / (shape[-1] ** 0.5)
+        state[name] = v.numpy().astype(np.float32)
+    return state
+
+
+def write_checkpoint(out, cfg, state):
+    """The published layout: experts as MXFP4 blocks/scales over [E, out_rows, in]."""
+    tensors, dequant = {}, {}
+    for name, v in state.items():
+        if name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
+            rows_major = np.ascontiguousarray(np.swapaxes(v, 1, 2))  # [E, out, in]
+            blocks, scales = mxfp4_quantize(rows_major)
+            tensors[name + "_blocks"] = blocks
+            tensors[name + "_scales"] = scales
+            dequant[name] = np.swapaxes(mxfp4_dequantize(blocks, scales), 1, 2)  # back to [E, in, out]
+        else:
+            tensors[name] = v
+            dequant[name] = v
+    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    d = cfg.to_dict()
+    d["architectures"] = ["GptOssForCausalLM"]
+    d["dtype"] = "float32"
+    d["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(d, f, indent=2, sort_keys=True)
+    with open(os.path.join(out, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": 2}, f)
+    return dequant
+
+
+def write_gguf(path, cfg, w):
+    """As llama.cpp's converter stores gpt-oss: gate/up split, experts MXFP4."""
+    wr = gguf.GGUFWriter(path, "gpt-oss")
+    rp = cfg.rope_parameters
+    wr.add_block_count(cfg.num_hidden_layers)
+    wr.add_context_length(cfg.max_position_embeddings)
+    wr.add_embedding_length(cfg.hidden_size)
+    wr.add_feed_forward_length(cfg.intermediate_size)
+    wr.add_head_count(cfg.num_attention_heads)
+    wr.add_head_count_kv(cfg.num_key_value_heads)
+    wr.add_key_length(cfg.head_dim)
+    wr.add_value_length(cfg.head_dim)
+    wr.add_rope_freq_base(rp["rope_theta"])
+    wr.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    wr.add_expert_count(cfg.num_local_experts)
+    wr.add_expert_used_count(cfg.num_experts_per_tok)
+    wr.add_expert_feed_forward_length(cfg.intermediate_size)
+    wr.add_sliding_window(cfg.sliding_window)
+    wr.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    wr.add_rope_scaling_factor(rp["factor"])
+    wr.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+    wr.add_file_type(38)  # MOSTLY_MXFP4_MOE
+    tokens = ["<unk>", "<s>", "</s>", "<|return|>"] + [f"t{i}" for i in range(cfg.vocab_size - 4)]
+    wr.add_tokenizer_model("gpt2")
+    wr.add_tokenizer_pre("gpt-4o")
+    wr.add_token_list(tokens)
+    wr.add_token_types([3, 3, 3, 3] + [1] * (len(tokens) - 4))
+    wr.add_token_merges(["t 1"])
+    wr.add_bos_token_id(1)
+    wr.add_eos_token_id(2)
+
+    def mxfp4(name, a):  # a [E, rows, cols]
+        q = gguf.quants.quantize(np.ascontiguousarray(a, dtype=np.float32), Q.MXFP4)
+        back = gguf.quants.dequantize(q, Q.MXFP4)
+        assert np.array_equal(back, a), f"gguf's MXFP4 does not reproduce {name}"
+        wr.add_tensor(name, q, raw_shape=q.shape, raw_dtype=Q.MXFP4)
+
+    wr.add_tensor("token_embd.weight", w["model.embed_tokens.weight"])
+    for i in range(cfg.num_hidden_layers):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        wr.add_tensor(b + "attn_norm.weight", w[p + "input_layernorm.weight"])
+        wr.add_tensor(b + "post_attention_norm.weight", w[p + "post_attention_layernorm.weight"])
+        for hf, gg in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
+            wr.add_tensor(b + gg + ".weight", w[p + f"self_attn.{hf}.weight"])
+            wr.add_tensor(b + gg + ".bias", w[p + f"self_attn.{hf}.bias"])
+        wr.add_tensor(b + "attn_sinks.weight", w[p + "self_attn.sinks"])
+        wr.add_tensor(b + "ffn_gate_inp.weight", w[p + "mlp.router.weight"])
+        wr.add_tensor(b + "ffn_gate_inp.bias", w[p + "mlp.router.bias"])
+        gate_up = np.swapaxes(w[p + "mlp.experts.gate_up_proj"], 1, 2)  # [E, 2I, H]
+        gate_up_bias = w[p + "mlp.experts.gate_up_proj_bias"]
+        mxfp4(b + "ffn_gate_exps.weight", gate_up[:, 0::2])
+        mxfp4(b + "ffn_up_exps.weight", gate_up[:, 1::2])
+        mxfp4(b + "ffn_down_exps.weight", np.swapaxes(w[p + "mlp.experts.down_proj"], 1, 2))
+        wr.add_tensor(b + "ffn_gate_exps.bias", np.ascontiguousarray(gate_up_bias[:, 0::2]))
+        wr.add_tensor(b + "ffn_up_exps.bias", np.ascontiguousarray(gate_up_bias[:, 1::2]))
+        wr.add_tensor(b + "ffn_down_exps.bias", w[p + "mlp.experts.down_proj_bias"])
+    wr.add_tensor("output_norm.weight", w["model.norm.weight"])
+    wr.add_tensor("output.weight", w["lm_head.weight"])
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "golden", "models"))
+    args = ap.parse_args()
+    out = os.path.join(args.out, "gpt_oss")
+    os.makedirs(out, exist_ok=True)
+    cfg = config()
+    gen = torch.Generator().manual_seed(2200)
+    dequant = write_checkpoint(out, cfg, random_state(cfg, gen))
+
+    model = GptOssForCausalLM.from_pretrained(out, quantization_config=Mxfp4Config(dequantize=True),
+                                              dtype=torch.float32, attn_implementation="eager").float().eval()
+    got = model.state_dict()
+    for name, v in dequant.items():
+        assert np.array_equal(got[name].numpy(), v), f"transformers read {name} back differently"
+
+    rng = np.random.default_rng(2201)
+    seqs = [rng.integers(4, cfg.vocab_size, size=n).tolist() for n in (1, 7, 23, 40)]
+    files = []
+    with torch.no_grad():
+        for j, ids in enumerate(seqs):
+            logits = model(torch.tensor([ids])).logits[0].float().numpy()
+            files.append(f"logits_{j}.f32")
+            logits.astype("<f4").tofile(os.path.join(out, files[-1]))
+    meta = {"reference": f"transformers {transformers.__version__}, torch {torch.__version__}, f32, eager "
+                         "attention, MXFP4 experts dequantized by transformers",
+            "architecture": "GptOssForCausalLM", "vocab_size": cfg.vocab_size, "sequences": seqs, "logits": files}
+    with open(os.path.join(out, "golden.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    write_gguf(os.path.join(args.out, "gpt_oss.gguf"), cfg, {k: v for k, v in dequant.items()})
+    print("gpt_oss", [len(s) for s in seqs])
+
+
+if __name__ == "__main__":
+    main()

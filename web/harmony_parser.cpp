@@ -1,0 +1,158 @@
+// harmony_parser.cpp — the harmony output state machine: header, body, next message.
+#include "web/harmony_parser.h"
+
+#include <algorithm>
+
+namespace spark {
+namespace {
+
+constexpr std::string_view kStart = "<|start|>";
+constexpr std::string_view kChannel = "<|channel|>";
+constexpr std::string_view kMessage = "<|message|>";
+constexpr std::string_view kEnds[] = {"<|end|>", "<|return|>", "<|call|>"};
+constexpr std::string_view kFunctions = "functions.";
+
+// The word after `key` in a header ("<|channel|>analysis", " to=functions.f"): up to a
+// space or the next special token.
+std::string header_word(std::string_view header, std::string_view key) {
+  size_t at = header.find(key);
+  if (at == std::string_view::npos) return "";
+  std::string_view rest = header.substr(at + key.size());
+  return std::string(rest.substr(0, std::min(rest.find(' '), rest.find("<|"))));
+}
+
+// Length of the longest suffix of `buf` that is a proper prefix of one of `tags`.
+size_t partial_tag(std::string_view buf, std::initializer_list<std::string_view> tags) {
+  size_t best = 0;
+  for (std::string_view tag : tags)
+    for (size_t len = std::min(tag.size() - 1, buf.size()); len > best; --len)
+      if (buf.substr(buf.size() - len) == tag.substr(0, len)) {
+        best = len;
+        break;
+      }
+  return best;
+}
+
+}  // namespace
+
+std::vector<OutputEvent> HarmonyParser::push(std::string_view delta) {
+  std::vector<OutputEvent> out;
+  buf_.append(delta);
+  run(out, false);
+  return out;
+}
+
+std::vector<OutputEvent> HarmonyParser::finish(bool stopped) {
+  std::vector<OutputEvent> out;
+  run(out, true, stopped);
+  return out;
+}
+
+void HarmonyParser::open_body(std::string_view header) {
+  const std::string channel = header_word(header, kChannel);
+  std::string recipient = header_word(header, " to=");
+  if (recipient.empty() && header.rfind("to=", 0) == 0) recipient = header_word(" " + std::string(header), " to=");
+  body_is_call_ = !recipient.empty();
+  call_name_ = recipient.rfind(kFunctions, 0) == 0 ? recipient.substr(kFunctions.size()) : recipient;
+  call_args_.clear();
+  body_kind_ = channel == "analysis" ? OutputEvent::REASONING : OutputEvent::CONTENT;
+  mode_ = Mode::BODY;
+}
+
+void HarmonyParser::emit_body(std::vector<OutputEvent>& out, std::string_view text) {
+  if (text.empty()) return;
+  if (body_is_call_) {
+    call_args_.append(text);
+  } else if (!out.empty() && out.back().kind == body_kind_) {
+    out.back().text.append(text);
+  } else {
+    out.push_back({body_kind_, std::string(text), {}});
+  }
+}
+
+void HarmonyParser::end_body(std::vector<OutputEvent>& out, bool complete) {
+  if (body_is_call_) {
+    if (complete) {
+      OutputEvent e{OutputEvent::TOOL_CALL, "", {new_tool_call_id(), call_name_, call_args_}};
+      out.push_back(std::move(e));
+    } else {  // a call cut off is not a call a client could run: hand back its text
+      body_is_call_ = false;
+      body_kind_ = OutputEvent::CONTENT;
+      emit_body(out, call_args_);
+    }
+  }
+  body_is_call_ = false;
+  call_args_.clear();
+}
+
+void HarmonyParser::run(std::vector<OutputEvent>& out, bool final, bool stopped) {
+  for (;;) {
+    switch (mode_) {
+      case Mode::RAW:
+        if (!buf_.empty()) out.push_back({OutputEvent::CONTENT, std::move(buf_), {}});
+        buf_.clear();
+        return;
+      case Mode::HEADER: {
+        // A first header must start like one; anything else is not harmony at all.
+        if (first_header_ && !buf_.empty() && buf_[0] != '<' && buf_[0] != ' ' && buf_.rfind("to=", 0) != 0) {
+          mode_ = Mode::RAW;
+          continue;
+        }
+        const size_t at = buf_.find(kMessage);
+        if (at == std::string::npos) {
+          if (final) {
+            // Plain text never opened a message: it is the answer. A cut-off header is dropped.
+            if (buf_.find("<|") == std::string::npos) mode_ = Mode::RAW;
+            else buf_.clear();
+            if (mode_ == Mode::RAW) continue;
+          }
+          return;
+        }
+        first_header_ = false;
+        open_body(std::string_view(buf_).substr(0, at));
+        buf_.erase(0, at + kMessage.size());
+        continue;
+      }
+      case Mode::BODY: {
+        size_t end = std::string::npos, len = 0;
+        for (std::string_view tag : kEnds) {
+          size_t p = buf_.find(tag);
+          if (p < end) {
+            end = p;
+            len = tag.size();
+          }
+        }
+        if (end == std::string::npos) {
+          const size_t keep = final ? 0 : partial_tag(buf_, {kEnds[0], kEnds[1], kEnds[2]});
+          emit_body(out, std::string_view(buf_).substr(0, buf_.size() - keep));
+          buf_.erase(0, buf_.size() - keep);
+          if (final) end_body(out, stopped);
+          return;
+        }
+        emit_body(out, std::string_view(buf_).substr(0, end));
+        buf_.erase(0, end + len);
+        end_body(out, true);
+        mode_ = Mode::EXPECT_START;
+        continue;
+      }
+      case Mode::EXPECT_START: {
+        if (buf_.rfind(kStart, 0) == 0) {
+          buf_.erase(0, kStart.size());
+          mode_ = Mode::HEADER;
+          continue;
+        }
+        // Still possibly the start token, or nothing more: wait. Anything else after a
+        // message ends is not harmony: the rest is content.
+        if (buf_.empty() || (kStart.substr(0, buf_.size()) == buf_ && !final)) return;
+        if (final && kStart.substr(0, buf_.size()) == buf_) {
+          buf_.clear();
+          return;
+        }
+        mode_ = Mode::RAW;
+        continue;
+      }
+    }
+  }
+}
+
+}  // namespace spark

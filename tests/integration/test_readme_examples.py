@@ -49,7 +49,7 @@ def readme_server():
     if not MODEL.exists():
         pytest.fail(f"{MODEL} is missing: run `make model`")
     # The snippets set no max_tokens: a short context bounds how long a sampled answer can run.
-    settings = {"model.max_model_len": 512}
+    settings = {"model.max_model_len": 256}
     if port_is_free(8000):
         settings["server.port"] = 8000
     s = Server(settings=settings).wait_ready()

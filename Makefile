@@ -232,7 +232,6 @@ $(BUILD)/obj/engine/commands/version.o: CXXFLAGS += -DSPARKD_TARGET_ARCH='"$(ARC
 
 # aarch64 (packaging/cross.mk): `make ARCH=arm64` builds build/arm64/sparkd here; test-arm64
 # runs the unit tests and a smoke test of the aarch64 build under qemu (native on arm64).
-ARM64_BUILD := $(if $(filter arm64,$(HOST_ARCH)),$(BUILD),build/arm64)
 deps-arm64: deps
 	@sh packaging/arm64_deps.sh $(if $(and $(filter 1,$(CUDA)),$(filter amd64,$(HOST_ARCH))),$(CUDA_ARM64_DIR))
 ifneq ($(ARCH),$(HOST_ARCH))
@@ -246,7 +245,7 @@ test-arm64: deps-arm64 model
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd
 	@echo "== unit tests, aarch64$(if $(QEMU_ARM64), under qemu)"; $(QEMU_ARM64) $(ARM64_BUILD)/unit_tests
 	@echo "== smoke test and portability, aarch64"; SPARKD_BIN=$(BUILD)/sparkd SPARKD_ARM64_BIN=$(ARM64_BUILD)/sparkd \
-	  SPARKD_QEMU="$(QEMU_ARM64)" $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_arm64_smoke.py tests/integration/test_portable_binary.py
+	  SPARKD_QEMU="$(QEMU_ARM64)" $(PY) -m pytest -q -p no:cacheprovider tests/arm64/test_arm64_smoke.py tests/integration/test_portable_binary.py
 
 # Debian package of this build: build/deb/sparkd_$(VERSION)_$(ARCH).deb, checked with lintian
 # and, for this machine's architecture, installed in a scratch root (packaging/deb_install_check.sh).

@@ -1,7 +1,7 @@
 # cross.mk — the target architecture (included by the Makefile before anything uses CXX or BUILD).
 #
 #   make ARCH=arm64          on x86_64: an aarch64 sparkd in build/arm64 (CUDA when nvcc exists;
-#                            CUDA=0 for CPU only), with Debian's aarch64-linux-gnu cross compiler
+#                            CUDA=0 for CPU only, in build/arm64-cpu), with Debian's cross compiler
 #                            and arm64 multiarch libraries (make deps-arm64 installs them)
 #   make                     native build on either architecture (a Spark builds itself like this)
 #
@@ -10,6 +10,8 @@
 # wheel for that platform when the toolkit here has no sbsa-linux target.
 CUDA_ARM64_DIR := build/cuda-arm64
 HOST_ARCH := $(shell dpkg --print-architecture 2>/dev/null || uname -m | sed 's/x86_64/amd64/;s/aarch64/arm64/')
+# Where an aarch64 build goes: build/arm64 (build/arm64-cpu for CUDA=0) when cross-built.
+ARM64_BUILD := $(if $(filter arm64,$(HOST_ARCH)),$(BUILD),build/arm64$(if $(filter 0,$(CUDA)),-cpu))
 ARCH      ?= $(HOST_ARCH)
 ifneq ($(filter-out amd64 arm64,$(ARCH)),)
   $(error ARCH=$(ARCH): sparkd builds for amd64 and arm64)
@@ -22,7 +24,7 @@ ifneq ($(ARCH),$(HOST_ARCH))
   CROSS_TRIPLE := aarch64-linux-gnu
   CXX := $(CROSS_TRIPLE)-g++
   ifeq ($(origin BUILD),file)
-    BUILD := build/arm64
+    BUILD := $(ARM64_BUILD)
   endif
   # The arm64 multiarch libraries (libpcre2-dev:arm64, ...), before the host's.
   LDFLAGS += -L/usr/lib/$(CROSS_TRIPLE)

@@ -94,12 +94,14 @@ int run_version(const Args& args) {
   for (const auto& d : devices)
     std::printf("    [%d] %s, sm_%d%d, %.1f GiB%s\n", d.index, d.name.c_str(), d.cc_major, d.cc_minor,
                 double(d.total_bytes) / (1 << 30), d.integrated ? ", unified memory" : "");
+#if !defined(SPARK_CUDA_EMU)
   CublasLtStatus lt = probe_cublaslt();
   if (lt.error.empty())
     std::printf("  cuBLASLt %zu.%zu.%zu: %s\n", lt.version / 10000, lt.version / 100 % 100, lt.version % 100,
                 lt.path.c_str());
   else
     std::printf("  cuBLASLt: %s\n", lt.error.c_str());
+#endif
 #endif
   std::printf("shared objects now: %s\n", shared_objects().c_str());
   std::printf("compiler: g++ %s, C++%ld\n", __VERSION__, long(__cplusplus / 100 % 100));

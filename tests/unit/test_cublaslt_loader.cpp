@@ -2,7 +2,7 @@
 // message naming the version needed, and the real one provides every function sparkd calls.
 #include <doctest/doctest.h>
 
-#if SPARKD_CUDA
+#if SPARKD_CUDA && !defined(SPARK_CUDA_EMU)
 #include "engine/backend/cuda/cublaslt_loader.h"
 
 using spark::probe_cublaslt;

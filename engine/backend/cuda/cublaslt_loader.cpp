@@ -2,7 +2,8 @@
 // (cublaslt_loader.h).
 #include "engine/backend/cuda/cublaslt_loader.h"
 
-#if SPARKD_CUDA
+// The CUDA emulator of the GPU checks brings its own cuBLASLt (tests/gpu/emu).
+#if SPARKD_CUDA && !defined(SPARK_CUDA_EMU)
 #include <cublasLt.h>
 #include <dlfcn.h>
 #include <link.h>

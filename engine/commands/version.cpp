@@ -41,16 +41,7 @@ std::string cpu_features() {
   f += " i8mm";
 #endif
 #elif defined(__x86_64__)
-  f = "x86_64";
-#if defined(__AVX2__)
-  f += " avx2";
-#endif
-#if defined(__F16C__)
-  f += " f16c";
-#endif
-#if defined(__FMA__)
-  f += " fma";
-#endif
+  f = "x86_64; AVX2/FMA kernels picked at run time";
 #endif
   return f;
 }

@@ -51,25 +51,23 @@ const std::string kHead = "[model]\npath = \"m.gguf\"\n";
 }  // namespace
 
 TEST_CASE("config errors: every class the README lists quotes its line") {
-  SUBCASE("unknown key") {
-    std::string e = error_of(kHead + "[server]\nprot = 9000\n");
-    CHECK(contains(e, "unknown key 'prot' in [server]"));
-    check_points_at(e, "t.toml", 4, 1, "prot = 9000");
-  }
-  SUBCASE("unknown section") {
-    std::string e = error_of(kHead + "[servr]\nport = 1\n");
-    CHECK(contains(e, "unknown section [servr]"));
-    check_points_at(e, "t.toml", 3, 2, "[servr]");
-  }
-  SUBCASE("wrong type") {
-    std::string e = error_of(kHead + "[engine]\n  max_num_seqs = \"lots\"\n");
-    CHECK(contains(e, "[engine] max_num_seqs = 'lots': wrong type"));
-    check_points_at(e, "t.toml", 4, 3, "  max_num_seqs = \"lots\"");
-  }
-  SUBCASE("out of range") {
-    std::string e = error_of(kHead + "[server]\nport = 70000\n");
-    CHECK(contains(e, "[server] port = 70000: out of range; accepted: an integer from 0 to 65535"));
-    check_points_at(e, "t.toml", 4, 1, "port = 70000");
+  struct Case {
+    std::string body, message;
+    int line, column;
+    std::string quoted;
+  };
+  const Case cases[] = {
+      {"[server]\nprot = 9000\n", "unknown key 'prot' in [server]", 4, 1, "prot = 9000"},
+      {"[servr]\nport = 1\n", "unknown section [servr]", 3, 2, "[servr]"},
+      {"[engine]\n  max_num_seqs = \"lots\"\n", "[engine] max_num_seqs = 'lots': wrong type", 4, 3,
+       "  max_num_seqs = \"lots\""},
+      {"[server]\nport = 70000\n", "[server] port = 70000: out of range; accepted: an integer from 0 to 65535", 4, 1,
+       "port = 70000"},
+  };
+  for (const Case& c : cases) {
+    std::string e = error_of(kHead + c.body);
+    CHECK(contains(e, c.message));
+    check_points_at(e, "t.toml", c.line, c.column, c.quoted);
   }
   SUBCASE("contradictory settings point at one of their keys") {
     std::string e = error_of(kHead + "[engine]\nmax_num_seqs = 100\nmax_num_batched_tokens = 50\n");

@@ -80,3 +80,16 @@ def test_readme_api_snippet_runs_verbatim(readme_server, index):
         assert answer["choices"][0]["message"]["content"].strip(), answer
     elif kind == "python":
         assert r.stdout.strip(), f"the snippet printed nothing:\n{code}\nstderr:\n{r.stderr}"
+
+
+def test_a_gguf_is_served_without_its_extension_and_found_with_it(readme_server):
+    import requests
+    models = requests.get(readme_server.url + "/v1/models", timeout=30).json()
+    assert [m["id"] for m in models["data"]] == ["SmolLM2-135M-Instruct.Q4_1"]
+    for name, status in (("SmolLM2-135M-Instruct.Q4_1", 200), ("SmolLM2-135M-Instruct.Q4_1.gguf", 200),
+                         ("SmolLM2-135M-Instruct", 404), ("SmolLM2-135M-Instruct.Q4_1.gguf.gguf", 404)):
+        r = requests.post(readme_server.url + "/v1/chat/completions", timeout=120,
+                          json={"model": name, "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]})
+        assert r.status_code == status, (name, r.text)
+        if status == 404:
+            assert r.json()["error"]["code"] == "model_not_found"

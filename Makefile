@@ -5,24 +5,31 @@ PY         := $(VENV)/bin/python
 VERSION    := 0.1.0
 CXX        := g++
 CUDA_HOME  ?= /usr/local/cuda
+CUDA_LIBDIR ?= $(CUDA_HOME)/lib64
 NVCC       ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
 CUDA       ?= $(if $(NVCC),1,0)
 CUDA_ARCHS ?= 90 121
 JOBS       ?= $(shell nproc)
+# The target: ARCH=arm64 cross-builds for aarch64 (packaging/cross.mk sets CXX, BUILD, CUDA).
+include packaging/cross.mk
 
-HTTPLIB_FLAGS := -DCPPHTTPLIB_OPENSSL_SUPPORT -DCPPHTTPLIB_ZLIB_SUPPORT -DCPPHTTPLIB_BROTLI_SUPPORT
+# cpp-httplib is compiled in from the distribution's source package (packaging/fetch_httplib.sh).
+# HTTPS is kept for the bench client (OpenSSL, linked statically); the server compresses nothing.
+HTTPLIB_DIR   := build/third_party/cpp-httplib
+HTTPLIB_FLAGS := -I$(HTTPLIB_DIR) -DCPPHTTPLIB_OPENSSL_SUPPORT
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -std=c++20 -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP -I. -pthread \
             -DSPARKD_CUDA=$(CUDA) $(HTTPLIB_FLAGS)
 LDFLAGS  += -static-libstdc++ -static-libgcc -pthread
-# PCRE2 and utf8proc ship static archives; cpp-httplib ships only a shared library.
-LDLIBS   += -Wl,-Bstatic -lpcre2-8 -lutf8proc -Wl,-Bdynamic -lcpp-httplib -ldl -lrt
+# Everything but glibc is linked statically, so the binary starts on any glibc >= the
+# build's (tests/integration/test_portable_binary.py checks the list).
+LDLIBS   += -Wl,-Bstatic -lpcre2-8 -lutf8proc -lssl -lcrypto -Wl,-Bdynamic -ldl -lrt
 
 ENGINE_SRCS := $(shell find engine web -name '*.cpp' 2>/dev/null | sort)
 CU_SRCS     := $(if $(filter 1,$(CUDA)),$(shell find engine -name '*.cu' | sort))
 ASSET_FILES := $(shell find assets -type f ! -name '*.sh' | sort)
 ENGINE_OBJS := $(ENGINE_SRCS:%.cpp=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.cu.o) \
-               $(BUILD)/obj/assets.o
+               $(BUILD)/obj/assets.o $(BUILD)/obj/third_party/httplib.o
 UNIT_SRCS   := $(wildcard tests/unit/*.cpp)
 UNIT_OBJS   := $(UNIT_SRCS:%.cpp=$(BUILD)/obj/%.o)
 FUZZ_SRCS   := $(wildcard tests/fuzz/fuzz_*.cpp)
@@ -33,12 +40,14 @@ ifeq ($(CUDA),1)
                $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
   CXXFLAGS  += -isystem $(CUDA_HOME)/include
-  # NCCL is loaded at run time, only for peer.transport = "nccl" (engine/peer/nccl_api.h).
-  LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt
+  # Loaded at run time: the driver's libcuda (by cudart_static), cuBLASLt
+  # (engine/backend/cuda/cublaslt_loader.h) and NCCL, only for peer.transport = "nccl"
+  # (engine/peer/nccl_api.h).
+  LDLIBS    += -L$(CUDA_LIBDIR) -lcudart_static
 endif
 
-.PHONY: all deps test unit integration fleet-bench spec-bench run model fuzz format clean help gpu-check gpu-build gpu-emu mutants \
-        emu-sparkd emu-server-test \
+.PHONY: all deps test unit deps-arm64 test-arm64 deb integration fleet-bench spec-bench run model fuzz format clean help \
+        gpu-check gpu-build gpu-emu mutants emu-sparkd emu-server-test \
         constrain-oracle constrain-bench
 all: $(BUILD)/sparkd
 
@@ -90,7 +99,7 @@ $(BUILD)/obj/assets.o: $(ASSET_FILES) assets/embed.sh
 # ---- dependencies -----------------------------------------------------------------
 DEB_PACKAGES := g++ make git clang libclang-rt-14-dev clang-format python3 python3-venv \
   libcpp-httplib-dev nlohmann-json3-dev libtomlplusplus-dev doctest-dev libpcre2-dev \
-  libutf8proc-dev chromium chromium-driver systemd curl unzip haproxy
+  libutf8proc-dev chromium chromium-driver systemd curl unzip haproxy libssl-dev dpkg-dev lintian
 deps: $(BUILD)/.deps-stamp
 $(BUILD)/.deps-stamp: tests/requirements.txt Makefile
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
@@ -235,6 +244,46 @@ emu-server-test: emu-sparkd model
 	@t0=$$(date +%s); SPARKD_EMULATED_GPU=1 SPARKD_BIN=$(BUILD)/emu/sparkd LD_LIBRARY_PATH=$(BUILD)/emu/nccl \
 	  $(PY) -m pytest -q -p no:cacheprovider tests/integration $(if $(EMU_JUNIT),--junitxml=$(EMU_JUNIT) --junit-prefix=emulated-cuda); rc=$$?; \
 	  echo "emulated server tests: $$(($$(date +%s) - t0)) s"; exit $$rc
+
+# ---- the appliance: portable binary, aarch64, Debian package (packaging/) -----------
+# cpp-httplib's implementation, compiled once per build (its warnings are not ours).
+$(HTTPLIB_DIR)/httplib.cc: | $(BUILD)/.deps-stamp
+	@sh packaging/fetch_httplib.sh $(HTTPLIB_DIR)
+$(BUILD)/obj/third_party/httplib.o: | $(HTTPLIB_DIR)/httplib.cc
+	@mkdir -p $(@D)
+	$(CXX) $(filter-out -W%,$(CXXFLAGS)) -w -c -o $@ $(HTTPLIB_DIR)/httplib.cc
+# Sources that include <httplib.h> must see the fetched header, not a system one.
+$(filter $(BUILD)/obj/web/%,$(ENGINE_OBJS)) $(HOOK_OBJS) $(UNIT_OBJS): | $(HTTPLIB_DIR)/httplib.cc
+
+# `sparkd version` says what it was built for and how it was linked.
+comma := ,
+$(BUILD)/obj/engine/commands/version.o: CXXFLAGS += -DSPARKD_TARGET_ARCH='"$(ARCH)"' \
+  -DSPARKD_CUDA_ARCHS='"$(if $(filter 1,$(CUDA)),$(CUDA_ARCHS))"' \
+  -DSPARKD_STATIC_LIBS='"libstdc++, libgcc, PCRE2, utf8proc, cpp-httplib $(shell cat $(HTTPLIB_DIR)/VERSION 2>/dev/null), OpenSSL$(if $(filter 1,$(CUDA)),$(comma) CUDA runtime)"'
+
+# aarch64 (packaging/cross.mk): `make ARCH=arm64` builds build/arm64/sparkd here; test-arm64
+# runs the unit tests and a smoke test of the aarch64 build under qemu (native on arm64).
+deps-arm64: deps
+	@sh packaging/arm64_deps.sh $(if $(and $(filter 1,$(CUDA)),$(filter amd64,$(HOST_ARCH))),$(CUDA_ARM64_DIR))
+ifneq ($(ARCH),$(HOST_ARCH))
+$(BUILD)/.deps-stamp: $(BUILD)/.deps-arm64-stamp
+$(BUILD)/.deps-arm64-stamp:
+	@$(MAKE) --no-print-directory ARCH=$(HOST_ARCH) BUILD=build deps-arm64
+	@mkdir -p $(@D) && touch $@
+endif
+test-arm64: deps-arm64 model
+	@$(MAKE) --no-print-directory ARCH=arm64 -j$(JOBS) $(ARM64_BUILD)/sparkd $(ARM64_BUILD)/unit_tests
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd
+	@echo "== unit tests, aarch64$(if $(QEMU_ARM64), under qemu)"; $(QEMU_ARM64) $(ARM64_BUILD)/unit_tests
+	@echo "== smoke test and portability, aarch64"; SPARKD_BIN=$(BUILD)/sparkd SPARKD_ARM64_BIN=$(ARM64_BUILD)/sparkd \
+	  SPARKD_QEMU="$(QEMU_ARM64)" $(PY) -m pytest -q -p no:cacheprovider tests/arm64/test_arm64_smoke.py tests/integration/test_portable_binary.py
+
+# Debian package of this build: build/deb/sparkd_$(VERSION)_$(ARCH).deb, checked with lintian
+# and, for this machine's architecture, installed in a scratch root (packaging/deb_install_check.sh).
+deb: all
+	@sh packaging/build_deb.sh $(BUILD)/sparkd $(ARCH) $(VERSION) build/deb
+	lintian --fail-on error build/deb/sparkd_$(VERSION)_$(ARCH).deb
+	$(if $(filter $(ARCH),$(HOST_ARCH)),sh packaging/deb_install_check.sh build/deb/sparkd_$(VERSION)_$(ARCH).deb $(wildcard models))
 
 # ---- housekeeping -----------------------------------------------------------------
 format:

@@ -11,46 +11,61 @@
 
 namespace {
 
-const char* kUsage = R"(sparkd — an LLM inference appliance for DGX Spark
+struct Command {
+  const char* name;
+  int (*run)(const spark::Args&);
+  const char* usage;  // its lines of the usage text
+};
 
-usage:
-  sparkd [serve] --config spark.toml [--set section.key=value ...]
-  sparkd check   --config spark.toml [--set ...] | --model PATH  [--device NAME]
+const Command kCommands[] = {
+    {"serve", spark::run_serve, R"(  sparkd [serve] --config spark.toml [--set section.key=value ...]
+)"},
+    {"check", spark::run_check, R"(  sparkd check   --config spark.toml [--set ...] | --model PATH  [--device NAME]
                                      validate, print the model and the memory plan
                                      (--device gb10|h100|GiB,GB/s: plan for that GPU,
                                      with a projected batch-1 decode rate)
-  sparkd generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T]
+)"},
+    {"generate", spark::run_generate, R"(  sparkd generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T]
                   [--seed S] [--ids]  offline generation, no server
-  sparkd tokenize   --model PATH     stdin JSONL {"text":...}  -> stdout JSONL {"ids":[...]}
-  sparkd detokenize --model PATH     stdin JSONL {"ids":[...]} -> stdout JSONL {"text":...}
-  sparkd template   --model PATH     stdin JSON {"messages":[...], ...} -> the rendered prompt
-  sparkd bench   --url URL [--model NAME] [--concurrency C | --request-rate R]
+)"},
+    {"tokenize", spark::run_tokenize, R"(  sparkd tokenize   --model PATH     stdin JSONL {"text":...}  -> stdout JSONL {"ids":[...]}
+)"},
+    {"detokenize", spark::run_detokenize, R"(  sparkd detokenize --model PATH     stdin JSONL {"ids":[...]} -> stdout JSONL {"text":...}
+)"},
+    {"template", spark::run_template, R"(  sparkd template   --model PATH     stdin JSON {"messages":[...], ...} -> the rendered prompt
+)"},
+    {"bench", spark::run_bench, R"(  sparkd bench   --url URL [--model NAME] [--concurrency C | --request-rate R]
                  [--num-prompts N] [--input-len I] [--output-len O] [--json FILE]
-  sparkd version
-  sparkd --help
+)"},
+    {"version", spark::run_version, R"(  sparkd version                   version, target, CUDA architectures, linking
+)"},
+};
 
+const char* kFooter = R"(
 PATH is a Hugging Face model folder or a .gguf file. Exit codes: 0 success,
 2 usage, config or input error, 1 runtime failure.
 )";
 
-struct Command {
-  const char* name;
-  int (*run)(const spark::Args&);
-};
+void print_usage(FILE* to, const Command* only) {
+  std::fputs(only ? "usage:\n" : "sparkd — an LLM inference appliance for DGX Spark\n\nusage:\n", to);
+  for (const Command& c : kCommands)
+    if (!only || only == &c) std::fputs(c.usage, to);
+  if (!only) std::fputs("  sparkd SUBCOMMAND --help           that subcommand's usage\n", to);
+  std::fputs(kFooter, to);
+}
 
-const Command kCommands[] = {
-    {"serve", spark::run_serve},         {"check", spark::run_check},
-    {"generate", spark::run_generate},   {"tokenize", spark::run_tokenize},
-    {"detokenize", spark::run_detokenize}, {"template", spark::run_template},
-    {"bench", spark::run_bench},         {"version", spark::run_version},
-};
+bool asks_for_help(const std::vector<std::string>& args) {
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
-    std::fputs(kUsage, stdout);
+    print_usage(stdout, nullptr);
     return 0;
   }
   if (!args.empty() && args[0] == "--version") args[0] = "version";
@@ -62,6 +77,10 @@ int main(int argc, char** argv) {
   }
   for (const Command& c : kCommands) {
     if (name != c.name) continue;
+    if (asks_for_help(args)) {
+      print_usage(stdout, &c);
+      return 0;
+    }
     try {
       return c.run(args);
     } catch (const spark::InputError& e) {
@@ -72,6 +91,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::fprintf(stderr, "sparkd: unknown command '%s'\n\n%s", name.c_str(), kUsage);
+  std::fprintf(stderr, "sparkd: unknown command '%s'\n\n", name.c_str());
+  print_usage(stderr, nullptr);
   return 2;
 }

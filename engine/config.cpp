@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <toml++/toml.h>
 #include <variant>
 
+#include "engine/config_location.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -143,9 +145,12 @@ const KeySpec* find_spec(const std::string& section, const std::string& key) {
   return nullptr;
 }
 
-[[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw InputError(where + ": " + what);
+[[noreturn]] void fail(const ConfigOrigin& at, const std::string& what) {
+  throw InputError(at.prefix + ": " + what + at.quote);
 }
+
+// Where each "section.key" (and each "section") was set: the file's line or the --set flag.
+using Origins = std::map<std::string, ConfigOrigin>;
 
 std::string describe_accepted(const KeySpec& s) {
   if (!s.choices.empty()) {
@@ -161,7 +166,7 @@ std::string describe_accepted(const KeySpec& s) {
 }
 
 // Range and choice checks shared by the file and --set paths.
-void check_value(const KeySpec& s, const Value& v, const std::string& where, const std::string& shown) {
+void check_value(const KeySpec& s, const Value& v, const ConfigOrigin& where, const std::string& shown) {
   std::string key = std::string("[") + s.section + "] " + s.key;
   auto bad = [&](const std::string& why) {
     fail(where, key + " = " + shown + ": " + why + "; accepted: " + describe_accepted(s));
@@ -189,11 +194,11 @@ std::string show(const toml::node& node) {
   return o.str();
 }
 
-std::string where_of(const std::string& source, const toml::source_region& r) {
-  return source + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
+ConfigOrigin where_of(const std::string& source, std::string_view text, const toml::source_region& r) {
+  return origin_in_text(source, text, int(r.begin.line), int(r.begin.column));
 }
 
-Value value_from_toml(const KeySpec& s, const toml::node& node, const std::string& where) {
+Value value_from_toml(const KeySpec& s, const toml::node& node, const ConfigOrigin& where) {
   std::string key = std::string("[") + s.section + "] " + s.key;
   auto wrong = [&]() -> Value {
     fail(where, key + " = " + show(node) + ": wrong type; accepted: " + describe_accepted(s));
@@ -232,8 +237,8 @@ Value value_from_toml(const KeySpec& s, const toml::node& node, const std::strin
 }
 
 // "--set section.key=value": the value text is read as the key's type.
-void apply_override(Config& config, const std::string& text) {
-  std::string where = "--set " + text;
+void apply_override(Config& config, const std::string& text, Origins& origins) {
+  ConfigOrigin where{"--set " + text, ""};
   size_t eq = text.find('='), dot = text.find('.');
   if (eq == std::string::npos || dot == std::string::npos || dot > eq)
     fail(where, "expected section.key=value");
@@ -259,6 +264,7 @@ void apply_override(Config& config, const std::string& text) {
   }
   check_value(*s, v, where, raw);
   s->set(config, v);
+  origins[section + "." + key] = where;
 }
 
 // The name travels in an HTTP header and in Prometheus labels: keep it to characters that
@@ -269,41 +275,46 @@ bool valid_replica_name(const std::string& name) {
          });
 }
 
-void validate_whole(const Config& c) {
-  const std::string& src = c.source;
-  auto bad = [&](const std::string& what) { fail(src, what); };
+// Each contradiction points at the first of its keys that was set (or its section, or the file).
+void validate_whole(const Config& c, const Origins& origins) {
+  auto bad = [&](const std::string& what, std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (auto it = origins.find(k); it != origins.end()) fail(it->second, what);
+    fail({c.source, ""}, what);
+  };
   if (c.engine.block_size & (c.engine.block_size - 1))
-    bad("[engine] block_size = " + std::to_string(c.engine.block_size) + ": must be a power of two (1..256)");
+    bad("[engine] block_size = " + std::to_string(c.engine.block_size) + ": must be a power of two (1..256)", {"engine.block_size"});
   if (c.engine.max_num_batched_tokens < c.engine.max_num_seqs)
     bad("[engine] max_num_batched_tokens (" + std::to_string(c.engine.max_num_batched_tokens) +
         ") is below max_num_seqs (" + std::to_string(c.engine.max_num_seqs) +
-        "): every running sequence needs at least one token per step");
+        "): every running sequence needs at least one token per step", {"engine.max_num_batched_tokens", "engine.max_num_seqs"});
   if (!c.engine.enable_chunked_prefill && c.model.max_model_len > c.engine.max_num_batched_tokens)
     bad("[engine] enable_chunked_prefill = false needs max_num_batched_tokens (" +
         std::to_string(c.engine.max_num_batched_tokens) + ") >= [model] max_model_len (" +
-        std::to_string(c.model.max_model_len) + ") so a whole prompt fits in one step");
+        std::to_string(c.model.max_model_len) + ") so a whole prompt fits in one step", {"engine.enable_chunked_prefill"});
   if (c.engine.prompt_lookup_min > c.engine.prompt_lookup_max)
     bad("[engine] prompt_lookup_min (" + std::to_string(c.engine.prompt_lookup_min) + ") exceeds prompt_lookup_max (" +
-        std::to_string(c.engine.prompt_lookup_max) + ")");
+        std::to_string(c.engine.prompt_lookup_max) + ")", {"engine.prompt_lookup_min", "engine.prompt_lookup_max"});
   if (c.server.dashboard_auth == "api_key" && c.server.api_keys.empty() && c.server.api_key_file.empty())
-    bad("[server] dashboard_auth = \"api_key\" but no api_keys or api_key_file is set");
+    bad("[server] dashboard_auth = \"api_key\" but no api_keys or api_key_file is set", {"server.dashboard_auth"});
   if (!valid_replica_name(c.server.replica_name))
     bad("[server] replica_name = \"" + c.server.replica_name +
-        "\": use up to 64 letters, digits and . _ : - (it goes into a response header and metric labels)");
+        "\": use up to 64 letters, digits and . _ : - (it goes into a response header and metric labels)", {"server.replica_name"});
   for (const auto& k : c.server.api_keys)
-    if (k.size() < 8) bad("[server] api_keys: a key shorter than 8 characters is refused");
+    if (k.size() < 8) bad("[server] api_keys: a key shorter than 8 characters is refused", {"server.api_keys"});
   if (c.peer.enabled && c.peer.head_addr.empty())
-    bad("[peer] enabled = true needs head_addr (host:port of the head's control channel)");
+    bad("[peer] enabled = true needs head_addr (host:port of the head's control channel)", {"peer.enabled"});
   if (c.peer.enabled && c.peer.transport == "nccl" && c.engine.backend == "cpu")
-    bad("[peer] transport = \"nccl\" needs the CUDA backend, but [engine] backend = \"cpu\"; use transport = \"tcp\"");
+    bad("[peer] transport = \"nccl\" needs the CUDA backend, but [engine] backend = \"cpu\"; use transport = \"tcp\"", {"peer.transport", "engine.backend"});
   if (c.model.load_format != "dummy" && c.model.path.empty())
-    bad("[model] path is empty: set it to a Hugging Face model folder or a .gguf file");
+    bad("[model] path is empty: set it to a Hugging Face model folder or a .gguf file", {"model.path", "model"});
 }
 
-void apply_table(Config& config, const toml::table& root, const std::string& source) {
+void apply_table(Config& config, const toml::table& root, const std::string& source, std::string_view text,
+                 Origins& origins) {
   for (auto&& [section_key, section_node] : root) {
     std::string section(section_key.str());
-    std::string where = where_of(source, section_key.source());
+    ConfigOrigin where = where_of(source, text, section_key.source());
     const toml::table* table = section_node.as_table();
     bool known = std::any_of(key_specs().begin(), key_specs().end(),
                              [&](const KeySpec& k) { return k.section == section; });
@@ -312,13 +323,15 @@ void apply_table(Config& config, const toml::table& root, const std::string& sou
                       "; known sections: [model], [engine], [server], [peer], [log]");
     for (auto&& [key_node, value_node] : *table) {
       std::string key(key_node.str());
-      std::string kwhere = where_of(source, key_node.source());
+      ConfigOrigin kwhere = where_of(source, text, key_node.source());
       const KeySpec* s = find_spec(section, key);
       if (!s) fail(kwhere, "unknown key '" + key + "' in [" + section + "]; " + known_keys_hint(section, key));
       Value v = value_from_toml(*s, value_node, kwhere);
       check_value(*s, v, kwhere, show(value_node));
       s->set(config, v);
+      origins[section + "." + key] = kwhere;
     }
+    origins[section] = where;
   }
 }
 
@@ -332,11 +345,14 @@ Config parse_config(const std::string& toml_text, const std::string& source,
   try {
     root = toml::parse(toml_text, source);
   } catch (const toml::parse_error& e) {
-    fail(where_of(source, e.source()), std::string("invalid TOML: ") + std::string(e.description()));
+    std::string key = key_on_line(toml_text, int(e.source().begin.line));
+    fail(where_of(source, toml_text, e.source()),
+         (key.empty() ? "" : key + ": ") + "invalid TOML: " + std::string(e.description()));
   }
-  apply_table(config, root, source);
-  for (const auto& o : overrides) apply_override(config, o);
-  validate_whole(config);
+  Origins origins;
+  apply_table(config, root, source, toml_text, origins);
+  for (const auto& o : overrides) apply_override(config, o, origins);
+  validate_whole(config, origins);
   return config;
 }
 

@@ -380,7 +380,8 @@ void check_model(const J& body, const std::string& model_id) {
   const J* v = field(body, "model");
   if (!v) return;
   std::string model = as_string(*v, "model");
-  if (model != model_id)
+  // A GGUF's file name (the served id plus ".gguf") names the same model.
+  if (model != model_id && model != model_id + ".gguf")
     throw HttpError(404, "The model '" + model + "' does not exist; this server serves '" + model_id + "'",
                     "invalid_request_error", "model", "model_not_found");
 }

@@ -112,7 +112,13 @@ std::string served_model_name(const Config& config) {
   std::string path = config.model.path;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  // A GGUF is served under its file name without the extension, as clients name models;
+  // requests may still give the full file name (check_model).
+  const std::string ext = ".gguf";
+  if (name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0)
+    name.resize(name.size() - ext.size());
+  return name;
 }
 
 // Everything a loaded model consists of; lives until the server has stopped.

@@ -176,8 +176,10 @@ API_SETTINGS = {"model.max_model_len": 384, "engine.max_num_seqs": 64, "server.m
 
 
 def model_id(model=MODEL):
-    """The id a server started on `model` with no model.name serves."""
-    return Path(model).name
+    """The id a server started on `model` with no model.name serves: a GGUF's file name
+    without the extension, a folder's name."""
+    name = Path(model).name
+    return name[:-len(".gguf")] if name.endswith(".gguf") else name
 
 
 @pytest.fixture(scope="session")

@@ -65,3 +65,27 @@ def test_missing_config_file(tmp_path):
     r = run_sparkd("serve", "--config", tmp_path / "nope.toml")
     assert r.returncode == 2
     assert "cannot read the config file" in r.stderr
+
+
+def test_each_subcommand_prints_its_usage_with_help():
+    for cmd in ("serve", "check", "generate", "tokenize", "detokenize", "template", "bench", "version"):
+        for flag in ("--help", "-h"):
+            r = run_sparkd(cmd, flag)
+            assert r.returncode == 0, (cmd, r.stderr)
+            assert r.stdout.startswith("usage:\n"), (cmd, r.stdout)
+            assert f"sparkd {cmd}" in r.stdout or f"sparkd [{cmd}]" in r.stdout, (cmd, r.stdout)
+            others = {"check", "generate", "tokenize", "detokenize", "template", "bench"} - {cmd}
+            assert not any(f"sparkd {o} " in r.stdout for o in others), (cmd, r.stdout)
+    # --help after other flags still answers with the usage, not "needs a value".
+    r = run_sparkd("check", "--config", REPO / "spark.toml", "--help")
+    assert r.returncode == 0 and "sparkd check" in r.stdout
+
+
+def test_syntax_error_quotes_the_line_with_a_caret(tmp_path):
+    p = broken(tmp_path, "[engine]\nblock_size = = 16\n")
+    r = run_sparkd("check", "--config", p)
+    assert r.returncode == 2
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith(f"sparkd check: error: {p}:4:14: [engine] block_size: invalid TOML"), r.stderr
+    assert lines[1] == "    4 | block_size = = 16"
+    assert lines[2] == "      |              ^"

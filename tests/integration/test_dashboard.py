@@ -74,7 +74,7 @@ def test_page_loads_clean_and_charts_fill(dash_server, driver):
     driver.get(dash_server.url + "/")
     wait_for(lambda: driver.execute_script("return window.sparkdDash && window.sparkdDash.events >= 2"),
              what="two stats events")
-    assert driver.find_element("id", "hdr-model").text == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert driver.find_element("id", "hdr-model").text == "SmolLM2-135M-Instruct.Q4_1"
     assert driver.find_element("id", "hdr-health").text == "ready"
 
     # A few requests run while the page watches; one system prompt repeats (prefix hits).
@@ -195,7 +195,7 @@ def test_playground_streams_and_stop_aborts(dash_server, driver):
 def test_snapshot_content(dash_server):
     snap = requests.get(dash_server.url + "/api/snapshot", timeout=10).json()
     s = snap["server"]
-    assert s["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert s["model"] == "SmolLM2-135M-Instruct.Q4_1"
     assert s["backend"].startswith("cpu") and s["kv_blocks"] > 0 and s["max_model_len"] > 0
     assert snap["live"]["health"]["status"] == "ready"
     assert snap["peer"]["link_state"] == "disabled"
@@ -234,7 +234,7 @@ def test_api_keys_asked_and_redacted(driver):
         driver.find_element("id", "key-input").send_keys(key)
         driver.find_element("id", "key-ok").click()
         wait_for(lambda: driver.execute_script("return window.sparkdDash.events >= 2"), what="stats with the key")
-        assert driver.find_element("id", "hdr-model").text == "SmolLM2-135M-Instruct.Q4_1.gguf"
+        assert driver.find_element("id", "hdr-model").text == "SmolLM2-135M-Instruct.Q4_1"
         assert key not in driver.page_source
         # 401s for the refused attempts are expected in the log; nothing else may fail
         errors = [e for e in console_errors(driver) if "401" not in e["message"]]

@@ -40,8 +40,8 @@ def module_of(path: str) -> str | None:
         return "web"
     if parts[0] != "engine" or len(parts) < 2:
         return None
-    if len(parts) == 2:  # engine/config.h
-        return "engine/" + parts[1].split(".")[0]
+    if len(parts) == 2:  # engine/config.h, engine/config_location.h
+        return "engine/" + parts[1].split(".")[0].split("_")[0]
     return "engine/" + parts[1]
 
 

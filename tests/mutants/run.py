@@ -69,6 +69,7 @@ def copy_tree(tree, base):
         elif (base / name).exists():
             shutil.copy2(base / name, tree / "build" / name)
     (tree / "build" / "venv").symlink_to(REPO / "build" / "venv")
+    (tree / "build" / "third_party").symlink_to(REPO / "build" / "third_party")
     (tree / "models").symlink_to(REPO / "models")
 
 

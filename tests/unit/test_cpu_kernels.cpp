@@ -16,8 +16,15 @@ using namespace spark::cpu;
 
 namespace {
 
+// The compiler's half type: ARM's __fp16 on aarch64, where g++ before 13 has no _Float16 in C++.
+#if defined(__aarch64__)
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
+
 uint16_t to_f16(float x) {
-  _Float16 h = static_cast<_Float16>(x);
+  Half h = static_cast<Half>(x);
   uint16_t bits;
   std::memcpy(&bits, &h, 2);
   return bits;
@@ -128,7 +135,7 @@ std::vector<float> reference_row(const Tensor& w, int64_t row) {
     switch (w.dtype) {
       case DType::F32: std::memcpy(&out[i], r + 4 * i, 4); break;
       case DType::F16: {
-        _Float16 v;
+        Half v;
         std::memcpy(&v, r + 2 * i, 2);
         out[i] = static_cast<float>(v);
         break;

@@ -62,7 +62,12 @@ inline float bf16_to_f32(uint16_t h) {
 }
 
 inline float f16_to_f32(uint16_t h) {
-#if defined(__FLT16_MAX__)
+#if defined(__aarch64__)
+  // ARM's own half type (one fcvt); g++ before 13 has no _Float16 in C++ on aarch64.
+  __fp16 v;
+  std::memcpy(&v, &h, sizeof(v));
+  return static_cast<float>(v);
+#elif defined(__FLT16_MAX__)
   _Float16 v;
   std::memcpy(&v, &h, sizeof(v));
   return static_cast<float>(v);

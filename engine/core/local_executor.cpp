@@ -50,7 +50,7 @@ void LocalExecutor::launch(const ScheduledStep& step) {
       const size_t r = size_t(e.logits_row + j);
       const SampleRow& q = requests[r];
       samples[r] = sampler_->sample(result_.logits.data() + r * vocab, *q.params, q.context, q.num_prompt_tokens, q.seed,
-                                    q.counter, e.seq->matcher.get());
+                                    q.counter, e.seq->matcher.get(), e.seq->max_tokens);
     }
   done_.push_back(std::move(samples));
 }

@@ -94,7 +94,7 @@ def test_page_loads_clean_and_charts_fill(dash_server, driver):
         "return Math.max(0, ...store.generation_tps.filter(v => v != null))"), what="generated tokens/s > 0")
     assert peak > 0
     points = driver.execute_script("return window.sparkdDash.charts.map(c => c.points())")
-    assert len(points) == 7 and min(points) > 0
+    assert len(points) == 8 and min(points) > 0  # 8 charts: speculation acceptance is the last
     wait_for(lambda: driver.execute_script("return store.ttft_p50.some(v => v != null)"), what="a TTFT percentile")
     wait_for(lambda: driver.execute_script("return store.prefix_hit_rate.some(v => v > 0)"), what="a prefix-cache hit")
     # The table is rebuilt every second: read it in one script call, not element by element.

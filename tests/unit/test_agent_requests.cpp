@@ -67,7 +67,9 @@ TEST_CASE("responses: refusals name their field") {
         std::pair<int, std::string>{404, "previous_response_id"});
   CHECK(refusal([] { responses(R"({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]})"); }) ==
         std::pair<int, std::string>{400, "input"});
-  CHECK(refusal([] { responses(R"({"input": "x", "text": {"format": {"type": "json_object"}}})"); }) ==
+  CHECK(refusal([] { responses(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "x"}}})"); }) ==
+        std::pair<int, std::string>{400, "text.format"});
+  CHECK(refusal([] { responses(R"({"input": "x", "text": {"format": {"type": "yaml"}}})"); }) ==
         std::pair<int, std::string>{400, "text.format"});
   CHECK(refusal([] { responses(R"({"input": "x", "tools": [{"type": "file_search"}]})"); }) ==
         std::pair<int, std::string>{400, "tools"});

@@ -62,7 +62,7 @@ def emulated_model_settings():
         _emulated_model_dir = d
     d = _emulated_model_dir
     return {"model.path": str(d), "model.load_format": "dummy", "model.tokenizer": str(MODEL),
-            "model.chat_template": str(d / "chat_template.jinja"), "model.name": MODEL.name}
+            "model.chat_template": str(d / "chat_template.jinja"), "model.name": model_id()}
 
 
 def free_port():

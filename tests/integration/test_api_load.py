@@ -54,7 +54,9 @@ def test_disconnect_while_streaming_aborts(m):
     s = open_request(m.url, "/v1/completions", {**LONG, "stream": True})
     got = b""
     while got.count(b"data: ") < 3:
-        got += s.recv(4096)
+        chunk = s.recv(4096)
+        assert chunk, f"the server closed the stream after: {got[:500]!r}"
+        got += chunk
     s.close()
     after = wait_engine_idle(m.url)
     generated = after["vllm:generation_tokens_total"] - before

@@ -105,6 +105,20 @@ LoadedModel load(const std::string& name, LayerRange range = {}) {
   return load_model(config_for_model(std::string(kGoldenDir) + name), range);
 }
 
+// Each golden sequence prefilled alone in one step: the worst relative logit error.
+double worst_prefill_error(CpuBackend& backend, const Golden& g) {
+  double worst = 0;
+  for (size_t s = 0; s < g.sequences.size(); ++s) {
+    const auto& seq = g.sequences[s];
+    const int32_t len = static_cast<int32_t>(seq.size());
+    ForwardResult out;
+    backend.forward(make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true), nullptr, out);
+    REQUIRE(out.logits.size() == g.logits[s].size());
+    worst = std::max(worst, rel_error(out.logits.data(), g.logits[s].data(), out.logits.size()));
+  }
+  return worst;
+}
+
 }  // namespace
 
 TEST_CASE("cpu forward: tiny models match transformers' logits within 1e-4") {
@@ -114,16 +128,7 @@ TEST_CASE("cpu forward: tiny models match transformers' logits within 1e-4") {
     LoadedModel m = load(name);
     CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
     backend.init_kv_cache(kNumBlocks, kBlockSize);
-    double worst = 0;
-    for (size_t s = 0; s < g.sequences.size(); ++s) {
-      const auto& seq = g.sequences[s];
-      const int32_t len = static_cast<int32_t>(seq.size());
-      Batch b = make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true);
-      ForwardResult out;
-      backend.forward(b, nullptr, out);
-      REQUIRE(out.logits.size() == g.logits[s].size());
-      worst = std::max(worst, rel_error(out.logits.data(), g.logits[s].data(), out.logits.size()));
-    }
+    const double worst = worst_prefill_error(backend, g);
     MESSAGE(std::string(name) << ": max relative logit error " << worst);
     CHECK(worst < 1e-4);
   }
@@ -141,15 +146,7 @@ TEST_CASE("cpu forward: tiny Q4_K_M and FP8 models match the reference logits wi
     LoadedModel m = load_model(config_for_model(path));
     CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
     backend.init_kv_cache(kNumBlocks, kBlockSize);
-    double worst = 0;
-    for (size_t s = 0; s < g.sequences.size(); ++s) {
-      const auto& seq = g.sequences[s];
-      const int32_t len = static_cast<int32_t>(seq.size());
-      ForwardResult out;
-      backend.forward(make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true), nullptr, out);
-      REQUIRE(out.logits.size() == g.logits[s].size());
-      worst = std::max(worst, rel_error(out.logits.data(), g.logits[s].data(), out.logits.size()));
-    }
+    const double worst = worst_prefill_error(backend, g);
     MESSAGE(std::string(name) << ": max relative logit error " << worst);
     CHECK(worst < 1e-4);
   }
@@ -309,15 +306,7 @@ TEST_CASE("cpu forward: gpt-oss as a GGUF file (MXFP4 experts) gives transformer
   CHECK(m.info.spec.sliding_window == 8);
   CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
   backend.init_kv_cache(kNumBlocks, kBlockSize);
-  double worst = 0;
-  for (size_t s = 0; s < g.sequences.size(); ++s) {
-    const auto& seq = g.sequences[s];
-    const int32_t len = static_cast<int32_t>(seq.size());
-    ForwardResult out;
-    backend.forward(make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true), nullptr, out);
-    REQUIRE(out.logits.size() == g.logits[s].size());
-    worst = std::max(worst, rel_error(out.logits.data(), g.logits[s].data(), out.logits.size()));
-  }
+  const double worst = worst_prefill_error(backend, g);
   MESSAGE("gpt_oss.gguf: max relative logit error " << worst);
   CHECK(worst < 1e-4);
 }

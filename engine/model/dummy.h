@@ -7,9 +7,10 @@
 
 namespace spark {
 
-// Allocates every tensor `range` needs in `dtype` (F32, F16 or BF16) and fills it with
-// deterministic pseudo-random values: the same spec, range, dtype and seed give the same
-// bits on any machine and thread count. Scales keep activations finite and O(1) through
+// Allocates every tensor `range` needs in `dtype` (F32, F16, BF16, or Q8_0 / Q4_K for the
+// matrices whose rows are whole blocks, norms and biases then f32, as in a GGUF file) and
+// fills it with deterministic pseudo-random values: the same spec, range, dtype and seed
+// give the same bits on any machine and thread count. Scales keep activations finite and O(1) through
 // any depth: norm weights are 1, projections are uniform with standard deviation
 // 1/sqrt(fan_in) (so a projection roughly preserves the variance of its input), and
 // biases and embeddings (hence a tied LM head) are uniform with standard deviation 0.02.

@@ -42,6 +42,7 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   p.parameter_count = parameter_count(s);
   p.weight_bytes = f.weight_bytes;
   p.weight_bytes_per_token = f.weight_bytes_per_token;
+  p.mixture_of_experts = s.num_experts > 0;
   p.kv_dtype = f.kv_dtype;
   p.kv_bytes_per_token = f.kv_bytes_per_token;
   p.block_size = c.engine.block_size;
@@ -97,7 +98,8 @@ std::string describe_plan(const MemoryPlan& p) {
   o << "  weights          " << format_bytes(p.weight_bytes) << "\n";
   if (p.weight_bytes_per_token)
     o << "  read per token   " << format_bytes(p.weight_bytes_per_token)
-      << " of them by a batch-1 decode step (an MoE layer: router and active experts only)\n";
+      << " of them by a batch-1 decode step"
+      << (p.mixture_of_experts ? " (of the MoE layers: the router and the active experts)" : "") << "\n";
   o << "  kv cache dtype   " << p.kv_dtype << ", " << p.kv_bytes_per_token << " bytes/token, "
     << format_bytes(p.kv_block_bytes) << " per block of " << p.block_size << " tokens\n";
   o << "  workspace        " << format_bytes(p.workspace_bytes) << " activations + "

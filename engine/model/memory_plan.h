@@ -36,6 +36,7 @@ struct MemoryPlan {
   int64_t parameter_count = 0;   // whole model
   uint64_t weight_bytes = 0;     // what this stage holds
   uint64_t weight_bytes_per_token = 0;  // what a batch-1 decode step reads of them; 0: unknown
+  bool mixture_of_experts = false;      // a decode step reads only the routed experts
   std::string kv_dtype;          // "bf16", "fp16", "f32", "fp8"
   uint64_t kv_bytes_per_token = 0;  // K and V, all held layers
   int64_t block_size = 0;

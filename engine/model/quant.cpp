@@ -56,6 +56,30 @@ uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>((static_cast<uint64_t>(n) + 0x7FFF + ((n >> 16) & 1)) >> 16);
 }
 
+uint16_t f32_to_f16(float f) {
+  // Round to nearest even; overflow gives infinity, NaN stays a quiet NaN.
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>(((x >> 16) & 0x8000) | 0x7E00);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int32_t exp = static_cast<int32_t>((x >> 23) & 0xFF) - 127 + 15;
+  uint32_t man = x & 0x7FFFFF;
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    man |= 0x800000;
+    uint32_t shift = static_cast<uint32_t>(14 - exp);
+    uint32_t h = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (h & 1))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7C00);
+  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (man >> 13);
+  uint32_t rem = man & 0x1FFF;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
 float e8m0_to_f32(uint8_t e) {
   if (e == 0) return 0x1p-127f;
   uint32_t bits = e == 255 ? 0x7F800000u : static_cast<uint32_t>(e) << 23;

@@ -61,6 +61,7 @@ static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(Blo
 float f16_to_f32(uint16_t h);   // exact, including subnormals, infinities and NaN
 float bf16_to_f32(uint16_t b);  // exact
 uint16_t f32_to_bf16(float f);  // round to nearest even, NaN kept quiet
+uint16_t f32_to_f16(float f);   // round to nearest even (subnormals too), NaN kept quiet
 
 // True for the types dequantize_row() accepts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
 // Q5_K, Q6_K, MXFP4, and F8_E4M3 (without its scales: dequantize_tensor_row applies them).

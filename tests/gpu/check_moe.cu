@@ -532,6 +532,7 @@ void run() {
   batch_invariance(stream);
   plan_rows(DType::BF16);
   plan_rows(DType::Q8_0);
+  plan_rows(DType::Q4_K);
 #if SPARK_CUDA_EMU && defined(__SANITIZE_ADDRESS__)  // kSanitized
   // Minutes under ASan; the kernels' bounds are checked by the block cases above.
   skip_row(kCheck, "bytes 30B-A3B B=1, 4, 16", "ASan build: the plain emulated build prints them");

@@ -213,6 +213,17 @@ TEST_CASE("weights: dummy weights are deterministic, scaled, and need no weight 
   CHECK(to_f32(f.get(q.name))[5] == dummy_uniform(7, q.name, 5, limit));
   CHECK(f.find("model.embed_tokens.weight") == nullptr);
   CHECK_INPUT_ERROR(make_dummy_weights(s, {0, 2}, DType::Q4_0), "dummy weights need dtype");
+  // Block formats: matrices whose rows are whole blocks are quantized from the same draws;
+  // norms stay f32 and other matrices (rows of 64 are no Q4_K block) f16, as GGUF keeps them.
+  Weights q8 = make_dummy_weights(s, {0, 2}, DType::Q8_0, 7);
+  const Tensor& q8q = q8.get(q.name);
+  CHECK(q8q.dtype == DType::Q8_0);
+  CHECK(q8q.nbytes == size_t(q8q.numel() / 32 * 34));
+  std::vector<float> deq = to_f32(q8q);
+  for (size_t i = 0; i < deq.size(); ++i)
+    REQUIRE(std::fabs(deq[i] - dummy_uniform(7, q.name, i, limit)) <= limit / 127 * 0.51f);
+  CHECK(q8.get("model.layers.0.input_layernorm.weight").dtype == DType::F32);
+  CHECK(make_dummy_weights(s, {0, 2}, DType::Q4_K, 7).get(q.name).dtype == DType::F16);
   // load_stage_weights with the dummy format builds weights in the checkpoint's dtype.
   Weights d = load_stage_weights(info, {0, 1});
   CHECK(d.get("model.layers.0.self_attn.q_proj.weight").dtype == DType::F16);

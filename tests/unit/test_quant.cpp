@@ -1,14 +1,17 @@
 // test_quant.cpp — dequantization of every supported GGUF type against
-// gguf.quants.dequantize, and the f16/bf16 conversions.
+// gguf.quants.dequantize, the f16/bf16 conversions, and the Q8_0/Q4_K quantizers of
+// dummy weights.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <set>
+#include <vector>
 
 #include "engine/model/gguf.h"
 #include "engine/model/quant.h"
+#include "engine/model/quantize.h"
 #include "tests/unit/test_model_golden.h"
 
 using namespace spark;
@@ -91,4 +94,68 @@ TEST_CASE("quant: bf16 conversions") {
   CHECK(f32_to_bf16(1.00390625f) == 0x3F80);  // a tie rounds to even
   CHECK(f32_to_bf16(1.01171875f) == 0x3F82);  // a tie rounds to even (up)
   CHECK(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST_CASE("quant: f32 to f16 rounds to nearest even, subnormals included") {
+  // Every finite half comes back exactly, and the midpoint between two neighbours goes
+  // to the one with an even mantissa.
+  for (uint32_t h = 0; h < 0x7C00; ++h) {
+    const float v = f16_to_f32(static_cast<uint16_t>(h));
+    REQUIRE_MESSAGE(f32_to_f16(v) == h, "half ", h);
+    REQUIRE(f32_to_f16(-v) == (h | 0x8000));
+    if (h + 1 < 0x7C00) {
+      const float mid = static_cast<float>((double(v) + f16_to_f32(static_cast<uint16_t>(h + 1))) / 2);
+      REQUIRE_MESSAGE(f32_to_f16(mid) == ((h & 1) ? h + 1 : h), "midpoint above half ", h);
+    }
+  }
+  CHECK(f32_to_f16(65520.0f) == 0x7C00);  // past the largest half's rounding range
+  CHECK(f32_to_f16(std::ldexp(1.0f, -26)) == 0x0000);
+  CHECK(std::isnan(f16_to_f32(f32_to_f16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST_CASE("quant: Q8_0 and Q4_K quantization round-trips within each block's step") {
+  std::vector<float> x(1024);
+  uint64_t state = 12345;
+  for (size_t i = 0; i < x.size(); ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const float u = float(state >> 40) / 16777216.0f;
+    x[i] = (i / 256 == 2) ? 0.5f + u : 2.0f * u - 1.0f;  // block 2 has no negative value
+  }
+  x[300] = 0.0f;
+  std::fill(x.begin() + 768, x.begin() + 800, 0.0f);  // an all-zero sub-block
+
+  std::vector<uint8_t> q8(x.size() / 32 * sizeof(BlockQ8_0));
+  quantize_q8_0(x.data(), q8.data(), int64_t(x.size()));
+  std::vector<float> y(x.size());
+  dequantize_row(DType::Q8_0, q8.data(), y.data(), int64_t(x.size()));
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0;
+    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
+    for (size_t i = 0; i < 32; ++i) REQUIRE(std::fabs(y[32 * b + i] - x[32 * b + i]) <= amax / 127 * 0.51f + 1e-7f);
+  }
+
+  std::vector<uint8_t> q4(x.size() / 256 * sizeof(BlockQ4_K));
+  quantize_q4_k(x.data(), q4.data(), int64_t(x.size()));
+  dequantize_row(DType::Q4_K, q4.data(), y.data(), int64_t(x.size()));
+  for (size_t b = 0; b < x.size() / 256; ++b) {
+    // The 6-bit scales and mins cost up to half a step of d and dmin each, times q <= 15.
+    float max_range = 0, max_neg = 0;
+    for (size_t j = 0; j < 8; ++j) {
+      float lo = 0, hi = 0;
+      for (size_t i = 0; i < 32; ++i) lo = std::min(lo, x[256 * b + 32 * j + i]), hi = std::max(hi, x[256 * b + 32 * j + i]);
+      max_range = std::max(max_range, hi - lo);
+      max_neg = std::max(max_neg, -lo);
+    }
+    const float d = max_range / 15 / 63, dmin = max_neg / 63;
+    for (size_t j = 0; j < 8; ++j) {
+      float lo = 0, hi = 0;
+      for (size_t i = 0; i < 32; ++i) lo = std::min(lo, x[256 * b + 32 * j + i]), hi = std::max(hi, x[256 * b + 32 * j + i]);
+      const float bound = (hi - lo) / 15 / 2 + 8 * d + dmin;
+      for (size_t i = 0; i < 32; ++i) {
+        const size_t k = 256 * b + 32 * j + i;
+        REQUIRE_MESSAGE(std::fabs(y[k] - x[k]) <= bound, "element ", k, ": ", x[k], " -> ", y[k]);
+      }
+    }
+  }
+  for (size_t k = 768; k < 800; ++k) CHECK(y[k] == 0.0f);
 }

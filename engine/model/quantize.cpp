@@ -1,0 +1,78 @@
+// quantize.cpp — f32 rows into Q8_0 and Q4_K blocks (round to nearest on each block's range).
+#include "engine/model/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/model/quant.h"
+#include "engine/util/check.h"
+
+namespace spark {
+namespace {
+
+uint8_t nearest(float v, int hi) { return static_cast<uint8_t>(std::clamp(static_cast<int>(std::lround(v)), 0, hi)); }
+
+}  // namespace
+
+void quantize_q8_0(const float* x, void* dst, int64_t n) {
+  SPARK_CHECK(n % 32 == 0, "quantize_q8_0: length not a multiple of 32");
+  auto* out = static_cast<BlockQ8_0*>(dst);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const uint16_t d = f32_to_f16(amax / 127.0f);
+    const float step = f16_to_f32(d);  // the scale the decoder will apply
+    BlockQ8_0 blk;
+    blk.d = d;
+    for (int i = 0; i < 32; ++i)
+      blk.qs[i] = static_cast<int8_t>(step > 0 ? std::clamp<long>(std::lround(x[i] / step), -127, 127) : 0);
+    std::memcpy(out + b, &blk, sizeof blk);
+  }
+}
+
+void quantize_q4_k(const float* x, void* dst, int64_t n) {
+  SPARK_CHECK(n % 256 == 0, "quantize_q4_k: length not a multiple of 256");
+  auto* out = static_cast<BlockQ4_K*>(dst);
+  for (int64_t b = 0; b < n / 256; ++b, x += 256) {
+    // Sub-block j's values are scale[j] * q - min[j], q in 0..15, with min[j] >= 0.
+    float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      const float* v = x + 32 * j;
+      float lo = 0.0f, hi = 0.0f;
+      for (int i = 0; i < 32; ++i) lo = std::min(lo, v[i]), hi = std::max(hi, v[i]);
+      scale[j] = (hi - lo) / 15.0f;
+      min[j] = -lo;
+      max_scale = std::max(max_scale, scale[j]);
+      max_min = std::max(max_min, min[j]);
+    }
+    BlockQ4_K blk{};
+    blk.d = f32_to_f16(max_scale / 63.0f);
+    blk.dmin = f32_to_f16(max_min / 63.0f);
+    const float d = f16_to_f32(blk.d), dmin = f16_to_f32(blk.dmin);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) {
+      sc[j] = d > 0 ? nearest(scale[j] / d, 63) : 0;
+      m[j] = dmin > 0 ? nearest(min[j] / dmin, 63) : 0;
+    }
+    // The packing scale_min_k4 (quant.cpp) reads: 6 bits each for sub-blocks 0..3, and
+    // sub-blocks 4..7 split into a low nibble (bytes 8..11) and two high bits (bits 6..7
+    // of bytes 0..3 for scales, 4..7 for mins).
+    for (int j = 0; j < 4; ++j) {
+      blk.scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+      blk.scales[j + 4] = static_cast<uint8_t>(m[j] | ((m[j + 4] >> 4) << 6));
+      blk.scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+    }
+    // Sub-blocks 2p and 2p+1 share 32 bytes: the first in the low nibbles, the second high.
+    for (int j = 0; j < 8; ++j) {
+      const float step = d * sc[j], offset = dmin * m[j];
+      for (int i = 0; i < 32; ++i) {
+        const uint8_t q = step > 0 ? nearest((x[32 * j + i] + offset) / step, 15) : 0;
+        blk.qs[32 * (j / 2) + i] |= static_cast<uint8_t>(j % 2 ? q << 4 : q);
+      }
+    }
+    std::memcpy(out + b, &blk, sizeof blk);
+  }
+}
+
+}  // namespace spark

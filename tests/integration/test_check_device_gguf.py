@@ -1,0 +1,45 @@
+"""`sparkd check --model FILE --device gb10` on the quantized files Spark owners run:
+Llama-3.1-8B, Qwen2.5-32B and Llama-3.3-70B in Q4_K_M, Qwen3-30B-A3B in Q8_0 and Q4_K_M.
+The files are the real models' GGUF headers with their data section left a hole
+(tests/gen/shape_gguf.py, written by the gguf package), so the plan reads what it would
+read from the real file; the expected bytes are the tensor table's, summed here."""
+import re
+import sys
+
+import pytest
+
+from conftest import REPO, run_sparkd
+
+sys.path.insert(0, str(REPO / "tests" / "gen"))
+import shape_gguf  # noqa: E402
+
+GIB = 1 << 30
+GB10_COPY = 218e9
+
+CASES = [("llama-3.1-8b", "Q4_K_M", 4.8, 5.0), ("qwen2.5-32b", "Q4_K_M", 19.0, 20.5),
+         ("llama-3.3-70b", "Q4_K_M", 41.0, 43.5), ("qwen3-30b-a3b", "Q8_0", 31.5, 33.0),
+         ("qwen3-30b-a3b", "Q4_K_M", 17.5, 19.0)]
+
+
+@pytest.mark.parametrize("model,qtype,lo_gb,hi_gb", CASES)
+def test_check_device_plans_a_quantized_file(tmp_path, model, qtype, lo_gb, hi_gb):
+    path = tmp_path / f"{model}-{qtype}.gguf"
+    file_bytes = shape_gguf.write(path, model, qtype)
+    # The published files are about this size: the tensor table matches the real model's.
+    assert lo_gb < file_bytes / 1e9 < hi_gb
+    r = run_sparkd("check", "--model", path, "--device", "gb10")
+    assert r.returncode == 0, r.stdout + r.stderr
+    print(f"\n{model} {qtype}:\n" + r.stdout[r.stdout.index("device plan"):])
+    m = re.search(r"weights +([\d.]+) GiB on the device \(the file's tensors: ([\d.]+) GiB", r.stdout)
+    device, listed = float(m.group(1)), float(m.group(2))
+    assert abs(listed - file_bytes / GIB) < 0.01
+    assert 1.0 <= device / listed <= 1.02  # packed as in the file (routers and norms kept f32)
+    kv = re.search(r"kv blocks +\d+ \((\d+) tokens", r.stdout)
+    assert kv and int(kv.group(1)) > 32768
+    rate = re.search(r"decode \(proj\.\) +~(\d+) tokens/s at batch 1: ([\d.]+) GiB read a token", r.stdout)
+    read = float(rate.group(2))
+    assert abs(int(rate.group(1)) - GB10_COPY / (read * GIB)) <= 1
+    if "a3b" in model:
+        assert read < device / 4  # a decode step reads the routed experts, not all 128
+    else:
+        assert read < device  # the embedding table is gathered, not read whole

@@ -14,37 +14,34 @@ namespace spark {
 namespace {
 
 // Bytes of the stage's tensors in the file, and of those a decode step reads whole (all
-// but an untied embedding table, of which it gathers a row a token).
+// but an untied embedding table, of which it gathers a row a token; of an MoE layer's
+// experts, top_k of them). A dummy is counted as its checkpoint would store it: every
+// tensor in the dummy dtype, except MXFP4 expert matrices when its quantization_config
+// says mxfp4 (gpt-oss).
 struct FileBytes {
   double total = 0, read_per_token = 0;
 };
 FileBytes file_bytes(const StagePlan& stage) {
-  FileBytes b;
   const ModelInfo& info = stage.info;
-  b.total = double(stage_weight_bytes(info, stage.range));
-  b.read_per_token = b.total;
-  if (stage.range.first_layer == 0 && !info.spec.tie_word_embeddings) {
-    const auto it = info.tensors.find(tensor_name(Part::EMBEDDING));
-    const double table = it != info.tensors.end()
-                             ? double(it->second.nbytes)
-                             : b.total * double(info.spec.vocab_size * info.spec.hidden_size) /
-                                   double(std::max<int64_t>(1, stage.memory.parameter_count));
-    b.read_per_token -= table;
-  }
-  // An MoE layer's step reads top_k of its experts.
   const ModelSpec& s = info.spec;
-  if (s.num_experts > 0) {
-    double experts = 0;
-    for (const TensorSpec& t : expected_tensors(s, stage.range)) {
-      if (!part_is_per_expert(t.part)) continue;
-      const auto it = info.tensors.find(t.name);
-      int64_t elems = 1;
-      for (int64_t d : t.shape) elems *= d;
-      experts += it != info.tensors.end() ? double(it->second.nbytes)
-                                          : double(dtype_nbytes(info.weight_dtype, elems, t.shape.back()));
-    }
-    b.read_per_token -= experts * (1.0 - double(s.num_experts_per_tok) / double(s.num_experts));
+  auto bytes_of = [&info, &s](const TensorSpec& t) {
+    if (info.format != ModelFormat::DUMMY) return double(info.tensors.at(t.name).nbytes);  // inspect_model checked
+    int64_t elems = 1;
+    for (int64_t d : t.shape) elems *= d;
+    const bool mxfp4 = s.mxfp4_experts && (t.part == Part::EXPERT_GATE || t.part == Part::EXPERT_UP ||
+                                           t.part == Part::EXPERT_DOWN);
+    return double(dtype_nbytes(mxfp4 ? DType::MXFP4 : info.weight_dtype, elems, t.shape.back()));
+  };
+  FileBytes b;
+  double experts = 0, table = 0;
+  for (const TensorSpec& t : expected_tensors(s, stage.range)) {
+    const double n = bytes_of(t);
+    b.total += n;
+    if (part_is_per_expert(t.part)) experts += n;
+    if (t.part == Part::EMBEDDING && !s.tie_word_embeddings) table = n;
   }
+  b.read_per_token = b.total - table;
+  if (s.num_experts > 0) b.read_per_token -= experts * (1.0 - double(s.num_experts_per_tok) / double(s.num_experts));
   return b;
 }
 
@@ -77,10 +74,19 @@ DevicePreset parse_device(const std::string& arg) {
 
 std::string device_plan_report(const Config& config, const StagePlan& stage, const DevicePreset& device, bool& fits) {
   const MemoryBudget budget{uint64_t(device.available_gib * double(1ull << 30)), device.name + " (" + device.about + ")"};
-  const MemoryPlan plan = plan_memory(stage.info.spec, stage.range,
-                                      stage_footprint(config, stage.info, stage.range, "cuda"), config, budget);
-  fits = plan.fits;
   const FileBytes file = file_bytes(stage);
+  StageFootprint footprint = stage_footprint(config, stage.info, stage.range, "cuda");
+  // The CUDA backend refuses gpt-oss (make_backend says why), and has no MXFP4 device
+  // format, so its own count would expand the experts to 16 bits. The plan takes the
+  // weights as the checkpoint stores them instead, as a device path that decodes MXFP4
+  // in registers would keep them; KV and workspace as the CUDA backend sizes them.
+  const bool checkpoint_bytes = stage.info.spec.arch == Arch::GPT_OSS;
+  if (checkpoint_bytes) {
+    footprint.weight_bytes = uint64_t(file.total);
+    footprint.weight_bytes_per_token = uint64_t(file.read_per_token);
+  }
+  const MemoryPlan plan = plan_memory(stage.info.spec, stage.range, footprint, config, budget);
+  fits = plan.fits;
   const double device_weights = double(plan.weight_bytes);
   // What a batch-1 decode step reads: as the CUDA backend counts it, else (a build without
   // CUDA) the file's tensors it reads scaled by the file's ratio of device to file bytes.
@@ -89,6 +95,9 @@ std::string device_plan_report(const Config& config, const StagePlan& stage, con
   std::ostringstream o;
   o << "device plan (" << device.name << ", a projection: no GPU is used)\n";
   o << "  device           " << device.about << "\n";
+  if (checkpoint_bytes)
+    o << "  note             the CUDA backend does not run gpt-oss yet (attention sinks, sliding-window layers, MXFP4 "
+         "experts): weights are counted as the checkpoint stores them (MXFP4 experts: 17 bytes per 32 values)\n";
   o << "  weights          " << format_bytes(uint64_t(device_weights)) << " on the device";
   if (file.total > 0) {
     char r[96];

@@ -45,6 +45,13 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   p.mixture_of_experts = s.num_experts > 0;
   p.kv_dtype = f.kv_dtype;
   p.kv_bytes_per_token = f.kv_bytes_per_token;
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l) p.sliding_layers += s.layer_is_sliding(l) ? 1 : 0;
+  if (p.sliding_layers > 0) {
+    p.sliding_window = s.sliding_window;
+    // Every held layer keeps the same K and V bytes per token (one head shape, one dtype).
+    p.kv_bytes_per_token_sliding =
+        p.kv_bytes_per_token / uint64_t(range.last_layer - range.first_layer) * uint64_t(p.sliding_layers);
+  }
   p.block_size = c.engine.block_size;
   SPARK_CHECK(p.block_size > 0, "block_size validated by the config");
   p.kv_block_bytes = p.kv_bytes_per_token * static_cast<uint64_t>(p.block_size);
@@ -102,6 +109,16 @@ std::string describe_plan(const MemoryPlan& p) {
       << (p.mixture_of_experts ? " (of the MoE layers: the router and the active experts)" : "") << "\n";
   o << "  kv cache dtype   " << p.kv_dtype << ", " << p.kv_bytes_per_token << " bytes/token, "
     << format_bytes(p.kv_block_bytes) << " per block of " << p.block_size << " tokens\n";
+  if (p.sliding_layers > 0) {
+    // What the window alone needs of one full sequence: the blocks its last
+    // sliding_window - 1 tokens and the newest token can span.
+    const int64_t window_blocks =
+        std::min(p.blocks_per_sequence, (p.sliding_window - 1 + p.block_size - 1) / p.block_size + 1);
+    o << "  sliding layers   " << p.sliding_layers << " of " << (p.range.last_layer - p.range.first_layer)
+      << " see the last " << p.sliding_window << " tokens; the cache keeps every token for them too ("
+      << p.kv_bytes_per_token_sliding << " of the " << p.kv_bytes_per_token << " bytes/token; the window alone needs "
+      << window_blocks * p.block_size << " of a sequence's tokens)\n";
+  }
   o << "  workspace        " << format_bytes(p.workspace_bytes) << " activations + "
     << format_bytes(p.reserve_bytes) << " reserve\n";
   o << "  budget           " << format_bytes(p.budget_bytes) << " = " << format_bytes(p.available_bytes) << " "

@@ -39,6 +39,15 @@ struct MemoryPlan {
   bool mixture_of_experts = false;      // a decode step reads only the routed experts
   std::string kv_dtype;          // "bf16", "fp16", "f32", "fp8"
   uint64_t kv_bytes_per_token = 0;  // K and V, all held layers
+  // Sliding-window layers among the held ones (gpt-oss: every other layer, 128 tokens).
+  // Their attention reads only the last sliding_window tokens, but the paged cache keeps
+  // every layer's K and V for every token of a sequence, so kv_bytes_per_token counts
+  // them in full: the plan never counts less than init_kv_cache allocates. Of those
+  // bytes, kv_bytes_per_token_sliding are the sliding layers' (what a cache that returned
+  // blocks behind the window would save on long sequences).
+  int64_t sliding_layers = 0;
+  int64_t sliding_window = 0;
+  uint64_t kv_bytes_per_token_sliding = 0;
   int64_t block_size = 0;
   uint64_t kv_block_bytes = 0;
   uint64_t workspace_bytes = 0;  // activations of one max_num_batched_tokens step + logits

@@ -161,7 +161,10 @@ void parse_quantization(const Reader& r, ModelSpec& s) {
   if (!q.is_object()) r.fail("quantization_config", "must be an object");
   const std::string method = q.contains("quant_method") && q["quant_method"].is_string()
                                  ? q["quant_method"].get<std::string>() : "";
-  if (method == "mxfp4") return;
+  if (method == "mxfp4") {
+    s.mxfp4_experts = true;
+    return;
+  }
   if (method != "fp8")
     throw InputError(r.source + ": quantization_config.quant_method \"" + method +
                      "\" is not supported (supported: fp8, mxfp4, and GGUF files)");

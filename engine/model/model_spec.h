@@ -72,6 +72,9 @@ struct ModelSpec {
   // channel (`weight_scale` tensors, their shape says which).
   bool fp8 = false;
   int64_t fp8_block_rows = 0, fp8_block_cols = 0;
+  // quantization_config with quant_method "mxfp4" (gpt-oss): the experts' matrices ship as
+  // MXFP4 blocks (what a dummy of the model is planned with; real files say it per tensor).
+  bool mxfp4_experts = false;
 
   bool layer_is_moe(int64_t layer) const;
   bool layer_is_sliding(int64_t layer) const;

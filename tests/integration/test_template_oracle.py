@@ -118,7 +118,10 @@ def test_bad_input_exits_2_with_a_message(tmp_path):
     gemma = gen.fixtures_dir() / "tokenizers" / "gemma3"
     proc = run_template(gemma, {"messages": [{"role": "assistant", "content": "x"}]})
     assert proc.returncode == 2 and b"Conversation roles must alternate" in proc.stderr
-    proc = run_template(gen.fixtures_dir() / "tokenizers" / "gptoss", {"messages": [{"role": "user", "content": "x"}]})
+    bare = tmp_path / "no_template"
+    bare.mkdir()
+    (bare / "tokenizer_config.json").write_text('{"eos_token": "<|return|>"}')
+    proc = run_template(bare, {"messages": [{"role": "user", "content": "x"}]})
     assert proc.returncode == 2 and b"chat template" in proc.stderr
 
 

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "engine/backend/backend_factory.h"
+#include "engine/backend/stage_loader.h"
 #include "engine/model/arch.h"
 #include "engine/model/memory_plan.h"
 #include "engine/model/model_loader.h"
@@ -105,6 +106,27 @@ TEST_CASE("memory plan: a pipeline stage plans only its own layers") {
   CHECK(head.weight_bytes + tail.weight_bytes == 8030261248ull * 2);
   CHECK(tail.workspace_bytes - head.workspace_bytes == 64ull * 128256 * 4);
 #endif
+}
+
+TEST_CASE("memory plan: sliding-window layers are counted as the backend allocates them, in full") {
+  // The tiny gpt-oss model: 4 layers, sliding and full alternating, window 8, 2 KV heads of 16.
+  Config c = config_for_model("tests/golden/models/gpt_oss");
+  c.engine.backend = "cpu";
+  c.model.max_model_len = 64;
+  auto loaded = load_stage(c);
+  const MemoryPlan& p = loaded->plan.memory;
+  CHECK(p.sliding_layers == 2);
+  CHECK(p.sliding_window == 8);
+  CHECK(p.kv_bytes_per_token == 4 * 2 * 2 * 16 * 4);  // every layer's f32 K and V, sliding ones too
+  CHECK(p.kv_bytes_per_token_sliding == p.kv_bytes_per_token / 2);
+  CHECK(p.kv_block_bytes == loaded->backend->kv_block_bytes(c.engine.block_size));  // never less than allocated
+  CHECK(describe_plan(p).find("sliding layers   2 of 4 see the last 8 tokens") != std::string::npos);
+  // A pipeline stage counts the sliding layers it holds: layers 1..3 hold one (layer 2).
+  const ModelInfo& info = loaded->plan.info;
+  const MemoryPlan tail =
+      plan_memory(info.spec, LayerRange{1, 4}, stage_footprint(c, info, LayerRange{1, 4}, "cpu"), c, MemoryBudget{GiB, "t"});
+  CHECK(tail.sliding_layers == 1);
+  CHECK(tail.kv_bytes_per_token_sliding * 3 == tail.kv_bytes_per_token);
 }
 
 TEST_CASE("meminfo: parsed robustly") {

@@ -1,0 +1,105 @@
+"""`sparkd check` on gpt-oss-20b- and gpt-oss-120b-shaped dummies (config.json only, as the
+checkpoints publish their shapes; MXFP4 experts): every number of the plan is counted
+again here from the config alone.
+
+The CUDA backend does not run gpt-oss yet, so `--device gb10` counts the weights as the
+checkpoint stores them (MXFP4 expert matrices: 17 bytes per 32 values; the rest BF16)
+and says so. The sliding-window layers' KV is held for every token (the paged cache has
+one block table for all layers), and the plan counts it so: it must never count less
+than the backend allocates.
+"""
+import json
+import re
+
+import pytest
+
+from conftest import run_sparkd
+
+GIB = 1 << 30
+BUDGET_GB10 = int(int(120e9 / GIB * GIB) * 0.85)  # parse_device's 120 GB x memory_fraction 0.85
+
+
+def gptoss_config(layers, experts):
+    """The published gpt-oss shapes; 20b and 120b differ in layers and experts only."""
+    return {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880,
+            "intermediate_size": 2880, "num_hidden_layers": layers, "num_attention_heads": 64,
+            "num_key_value_heads": 8, "head_dim": 64, "num_local_experts": experts, "num_experts_per_tok": 4,
+            "experts_per_token": 4, "vocab_size": 201088, "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-05, "rope_theta": 150000, "attention_bias": True, "sliding_window": 128,
+            "layer_types": ["sliding_attention", "full_attention"] * (layers // 2), "swiglu_limit": 7.0,
+            "tie_word_embeddings": False, "eos_token_id": 200002, "pad_token_id": 199999,
+            "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                             "original_max_position_embeddings": 4096, "truncate": False},
+            "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+                "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+
+
+def checkpoint_bytes(c):
+    """(all bytes, bytes a batch-1 decode step reads, expert bytes) as the checkpoint stores them."""
+    h, hd, nh, nkv, L, E, I = (c["hidden_size"], c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"],
+                               c["num_hidden_layers"], c["num_local_experts"], c["intermediate_size"])
+    bf16 = 2
+    attention = (h * hd * (2 * nh + 2 * nkv) + hd * (nh + 2 * nkv) + h + nh) * bf16  # q k v o, biases, sinks
+    router = (E * h + E) * bf16
+    norms = 2 * h * bf16
+    expert_matrices = E * (2 * I * h + h * I) // 32 * 17  # MXFP4 gate, up, down
+    expert_biases = E * (2 * I + h) * bf16
+    experts = expert_matrices + expert_biases
+    table = c["vocab_size"] * h * bf16
+    total = L * (attention + router + norms + experts) + 2 * table + h * bf16  # embedding, LM head, final norm
+    read = total - table - L * experts * (1 - c["num_experts_per_tok"] / E)
+    return total, read, L * experts
+
+
+def field(pattern, text):
+    m = re.search(pattern, text)
+    assert m, f"{pattern!r} not in:\n{text}"
+    return m
+
+
+@pytest.mark.parametrize("name,layers,experts", [("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128)])
+def test_check_device_gb10_plans_gptoss_from_checkpoint_bytes(tmp_path, name, layers, experts):
+    c = gptoss_config(layers, experts)
+    (tmp_path / "config.json").write_text(json.dumps(c))
+    r = run_sparkd("check", "--model", tmp_path, "--set", 'model.load_format="dummy"', "--device", "gb10")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "the CUDA backend does not run gpt-oss yet" in out
+
+    total, read, _ = checkpoint_bytes(c)
+    weights = float(field(r"weights +([\d.]+) GiB on the device", out).group(1))
+    assert abs(weights - total / GIB) < 0.006, (weights, total / GIB)
+    m = field(r"decode \(proj\.\) +~(\d+) tokens/s at batch 1: ([\d.]+) GiB read a token / 218 GB/s", out)
+    rate, read_gib = int(m.group(1)), float(m.group(2))
+    assert abs(read_gib - read / GIB) < 0.006, (read_gib, read / GIB)
+    assert abs(rate - 218e9 / read) <= 1, (rate, 218e9 / read)
+
+    kv_per_token = layers * 2 * c["num_key_value_heads"] * c["head_dim"] * 2  # K and V, BF16, every layer
+    sliding = layers // 2
+    block = 16
+    window_tokens = ((128 - 1 + block - 1) // block + 1) * block  # the blocks a 128-token window can span
+    assert f"bf16, {kv_per_token} bytes/token" in out
+    assert (f"sliding layers   {sliding} of {layers} see the last 128 tokens; the cache keeps every token for them "
+            f"too ({sliding * kv_per_token // layers} of the {kv_per_token} bytes/token; the window alone needs "
+            f"{window_tokens} of a sequence's tokens)") in out
+
+    # KV blocks: what the gb10 budget leaves after weights, workspace and the 1 GiB reserve.
+    ws = field(r"workspace +([\d.]+) MiB activations \+ 1\.00 GiB reserve", out)
+    workspace = float(ws.group(1)) * (1 << 20)
+    blocks = int(field(r"kv blocks +(\d+) \((\d+) tokens", out).group(1))
+    want = (BUDGET_GB10 - total - workspace - GIB) / (kv_per_token * block)
+    assert abs(blocks - want) <= 1, (blocks, want)  # the workspace is printed to 0.1 MiB
+    print(f"{name}: {weights} GiB, {blocks * block} KV tokens, ~{rate} tok/s projected")
+
+
+def test_check_cpu_counts_sliding_layers_kv_in_full(tmp_path):
+    """The CPU plan (f32 KV) holds every layer's K and V for every token, sliding layers included."""
+    c = gptoss_config(24, 32)
+    (tmp_path / "config.json").write_text(json.dumps(c))
+    r = run_sparkd("check", "--model", tmp_path, "--set", 'model.load_format="dummy"', "--set",
+                   'engine.backend="cpu"', "--set", "model.max_model_len=4096")
+    out = r.stdout  # 42 GB of BF16 dummy weights need not fit this machine: the plan is printed either way
+    kv_per_token = 24 * 2 * 8 * 64 * 4
+    assert f"f32, {kv_per_token} bytes/token" in out, out + r.stderr
+    assert f"sliding layers   12 of 24 see the last 128 tokens" in out
+    assert f"({kv_per_token // 2} of the {kv_per_token} bytes/token" in out

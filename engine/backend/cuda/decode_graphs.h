@@ -27,7 +27,6 @@ class DecodeGraphs {
 
   // The padded size of a step of `rows` one-row sequences; 0 when it exceeds every bucket.
   int32_t bucket_for(int32_t rows) const;
-  size_t num_buckets() const { return buckets_.size(); }
   int32_t largest_bucket() const { return buckets_.back(); }
 
   // Queues `work` (the layers of a decode step padded to `bucket`) on `stream`. The first

@@ -73,10 +73,11 @@ void Speculator::propose(const Scheduler& scheduler, int64_t row_budget) {
   for (const Sequence* seq : scheduler.waiting()) rows += seq->num_tokens() - seq->num_computed_tokens;
   const SchedulerConfig& c = scheduler.config();
   rows = std::min(rows, c.max_num_batched_tokens);
+  // Each draft is a logits row too. Every sequence in the step has at least one row in
+  // `rows`, so a step with drafts has at most row_budget logits rows: backends size their
+  // logits for max(max_num_seqs, rows_at_decode_cost()) rows, not max_num_seqs alone
+  // (which would leave no drafts at all at max_num_seqs = 1, the batch-1 case).
   int64_t budget = std::min(row_budget, c.max_num_batched_tokens) - rows;
-  // Each draft is a logits row too; a step's logits rows stay within max_num_seqs, which
-  // backends size their output buffers by.
-  budget = std::min(budget, c.max_num_seqs - int64_t(running.size() + scheduler.waiting().size()));
   for (Sequence* seq : running) {
     if (budget <= 0) break;
     if (seq->num_uncomputed_tokens() != 1 || !seq->params.speculative || seq->matcher) continue;

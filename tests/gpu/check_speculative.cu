@@ -1,12 +1,14 @@
 // check_speculative.cu — speculative decoding on the CUDA backend: the engine's greedy
 // tokens with n-gram drafts verified in its steps equal its tokens with speculation off, on
-// the tiny models, with the device sampler. A verifying step has several rows for one
-// sequence, so it runs outside the decode graphs (which hold one row per sequence); the
-// steps without drafts still replay them. Alone (one sequence: drafts fill the step up to
-// the backend's row budget) and four at once. The CUDA kernels are not batch invariant (a
-// row's bf16 rounding depends on the kernel a step's shape picks), so, as in check_model,
-// a prompt may differ from where the CPU's greedy choice is a near-tie: its top-2 logit
-// margin below twice the bf16 logits limit (2e-2 of the largest logit).
+// the tiny models, with the device sampler. A verifying step (several rows for one
+// sequence, at most rows_at_decode_cost() in all) replays a decode graph with each row as
+// a one-row sequence: the rows count the steps that did, and compare the tokens with
+// the eager path's (graphs off: the prefill tiles verify) and the CPU backend's. Alone
+// under max_num_seqs = 1 (drafts are logits rows beyond it: the step's row budget, not
+// max_num_seqs, bounds them) and four at once. The CUDA kernels are not batch invariant
+// (a row's bf16 rounding depends on the kernel a step's shape picks), so, as in
+// check_model, a prompt may differ from where the CPU's greedy choice is a near-tie: its
+// top-2 logit margin below twice the bf16 logits limit (2e-2 of the largest logit).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -43,15 +45,19 @@ std::vector<std::vector<int32_t>> prompts() {
 struct Run {
   std::vector<std::vector<int32_t>> tokens;
   MetricsSnapshot metrics;
+  CudaStepCounts steps;
 };
 
-// The engine over a CUDA backend with the device sampler, greedy; `together`: every prompt
-// submitted before the engine starts (they batch), else one at a time.
-Run run(const std::string& path, bool speculative, bool together) {
+enum class Path { GRAPHS, EAGER, CPU };
+
+// The engine over a CUDA backend with the device sampler (decode graphs on or off) or over
+// the CPU backend, greedy; `together`: every prompt submitted before the engine starts
+// (they batch, max_num_seqs 8), else one at a time (max_num_seqs 1).
+Run run(const std::string& path, bool speculative, bool together, Path on = Path::GRAPHS) {
   Config config = config_for_model(path);
   config.model.max_model_len = 128;
   config.engine.block_size = 16;
-  config.engine.max_num_seqs = 8;
+  config.engine.max_num_seqs = together ? 8 : 1;
   config.engine.max_num_batched_tokens = 512;
   config.engine.speculative = speculative ? "ngram" : "none";
   config.engine.prompt_lookup_min = 1;
@@ -62,7 +68,16 @@ Run run(const std::string& path, bool speculative, bool together) {
   o.max_num_batched_tokens = config.engine.max_num_batched_tokens;
   o.max_model_len = config.model.max_model_len;
   o.block_size = config.engine.block_size;
-  auto backend = std::make_unique<CudaBackend>(spec, bind_stage(spec, m.weights), o);
+  o.cuda_graphs = on == Path::GRAPHS;
+  std::unique_ptr<Backend> backend;
+  CudaBackend* cuda = nullptr;  // owned by the engine, which outlives its use here
+  if (on == Path::CPU) {
+    backend = std::make_unique<CpuBackend>(spec, bind_stage(spec, m.weights), 0);
+  } else {
+    auto b = std::make_unique<CudaBackend>(spec, bind_stage(spec, m.weights), o);
+    cuda = b.get();
+    backend = std::move(b);
+  }
   Engine engine(config, std::make_unique<LocalExecutor>(std::move(backend), spec.vocab_size), spec,
                 [](bool) { return std::make_unique<IdDecoder>(); }, 64);
   auto request = [](const std::vector<int32_t>& prompt, size_t i) {
@@ -97,6 +112,7 @@ Run run(const std::string& path, bool speculative, bool together) {
   }
   engine.stop();
   r.metrics = engine.metrics();
+  if (cuda) r.steps = cuda->step_counts();
   return r;
 }
 
@@ -126,28 +142,140 @@ bool cpu_near_tie(const std::string& path, const std::vector<int32_t>& tokens) {
   return double(top[0]) - double(top[1]) < 2 * 2e-2 * scale;
 }
 
+// A row: each prompt's tokens in `a` equal those in `b`, or first differ where the CPU's
+// greedy choice is a near-tie.
+void same_row(const std::string& path, const std::string& what, const Run& a, const Run& b) {
+  const auto ps = prompts();
+  int same = 0, ties = 0;
+  for (size_t i = 0; i < a.tokens.size(); ++i) {
+    if (a.tokens[i] == b.tokens[i]) {
+      ++same;
+      continue;
+    }
+    const auto k =
+        std::mismatch(a.tokens[i].begin(), a.tokens[i].end(), b.tokens[i].begin()).first - a.tokens[i].begin();
+    std::vector<int32_t> context = ps[i];
+    context.insert(context.end(), a.tokens[i].begin(), a.tokens[i].begin() + k);
+    ties += cpu_near_tie(path, context);
+  }
+  const int n = int(a.tokens.size());
+  row("speculative", what,
+      std::to_string(same) + "/" + std::to_string(n) + (ties ? " + " + std::to_string(ties) + " near-ties" : ""),
+      "all but cpu top-2 margin < 2 x limit", same + ties == n);
+}
+
+// One step of `rows[s]` tokens for each sequence s after its first `done[s]` tokens of
+// `seqs[s]`, a logits row at every row (`every_row`) or at each sequence's last; sequence
+// s owns blocks 2s and 2s + 1 (16 tokens each).
+Batch step_of(const std::vector<std::vector<int32_t>>& seqs, const std::vector<int32_t>& done,
+              const std::vector<int32_t>& rows, bool every_row) {
+  Batch b;
+  b.max_blocks_per_seq = 2;
+  b.query_start.push_back(0);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (int32_t p = done[s]; p < done[s] + rows[s]; ++p) {
+      b.token_ids.push_back(seqs[s][size_t(p)]);
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(int32_t(s) * 32 + p);
+      if (every_row || p + 1 == done[s] + rows[s]) b.logits_rows.push_back(b.num_tokens() - 1);
+    }
+    b.query_start.push_back(b.num_tokens());
+    b.context_lens.push_back(done[s] + rows[s]);
+    b.block_tables.insert(b.block_tables.end(), {int32_t(2 * s), int32_t(2 * s + 1)});
+  }
+  return b;
+}
+
+// A graph holds no memory pool: the layers allocate nothing during capture, so the
+// memory the runtime associates with graphs (graph allocation nodes) stays 0 however
+// many buckets are captured. The emulator does not model graph memory.
+void graph_memory_row(const std::string& name) {
+#if SPARK_CUDA_EMU
+  skip_row("speculative", name + " graph memory pool after capturing a verification step",
+           "emulated: graph memory is not modelled");
+#else
+  uint64_t high = 0;  // the attribute is a cuuint64_t
+  CUDA_CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &high));
+  row("speculative", name + " graph memory pool after capturing a verification step",
+      std::to_string(high) + " bytes", "0", high == 0);
+#endif
+}
+
+// The logits of a verification step (1 + 4 rows for one sequence, its rows crossing a
+// block boundary, and 1 + 2 for another: 8 rows) after a prefill, from the CUDA backend
+// with graphs (the step run three times: eager first use, capture, replay; it rewrites the
+// same KV slots with the same values), against the CPU backend's and the eager CUDA
+// path's, at check_model's whole-model limits.
+void verification_logits(const std::string& name) {
+  const std::string path = "tests/golden/models/" + name;
+  const LoadedModel m = load_model(config_for_model(path));
+  const ModelSpec& spec = m.info.spec;
+  const std::vector<std::vector<int32_t>> seqs = {{11, 12, 13, 14, 11, 12, 13, 14, 11, 12, 13, 14, 11, 12, 13, 14, 11},
+                                                  {40, 41, 42, 40, 41, 42, 40, 41, 42, 40, 41, 42, 40}};
+  const Batch prefill = step_of(seqs, {0, 0}, {12, 10}, false), verify = step_of(seqs, {12, 10}, {5, 3}, true);
+  CpuBackend cpu(spec, bind_stage(spec, m.weights), 0);
+  cpu.init_kv_cache(4, 16);
+  ForwardResult want, got;
+  cpu.forward(prefill, nullptr, want);
+  cpu.forward(verify, nullptr, want);
+  for (bool f16 : {false, true}) {
+    const std::string half = f16 ? " fp16" : " bf16";
+    const double limit = f16 ? 3e-3 : 2e-2;  // check_model's kLogitsLimitF16 and kLogitsLimitBF16
+    std::vector<std::vector<float>> logits;
+    CudaStepCounts counts;
+    for (bool graphs : {true, false}) {
+      CudaOptions o;
+      o.f16 = f16;
+      o.cuda_graphs = graphs;
+      o.max_num_seqs = 2;
+      o.max_num_batched_tokens = 64;
+      o.max_model_len = 32;
+      o.block_size = 16;
+      CudaBackend gpu(spec, bind_stage(spec, m.weights), o);
+      gpu.init_kv_cache(4, 16);
+      gpu.forward(prefill, nullptr, got);
+      for (int run = 0; run < (graphs ? 3 : 1); ++run) {
+        gpu.forward(verify, nullptr, got);
+        logits.push_back(got.logits);
+      }
+      if (graphs) counts = gpu.step_counts();
+      if (graphs && !f16) graph_memory_row(name);
+    }
+    double worst = 0;
+    for (size_t i = 0; i < 3; ++i) worst = std::max(worst, rel_error(want.logits, logits[i]));
+    error_row("speculative", name + half + " verification step (8 rows, 2 seqs) logits: graph vs cpu", worst, limit);
+    error_row("speculative", name + half + " verification step logits: graph vs eager", rel_error(logits[3], logits[2]),
+              limit);
+    row("speculative", name + half + " verification step: eager, captured, replayed",
+        std::to_string(counts.multi_row_eager) + ", " + std::to_string(counts.multi_row_captured) + ", " +
+            std::to_string(counts.multi_row_replayed),
+        "1, 1, 1", counts.multi_row_eager == 1 && counts.multi_row_captured == 1 && counts.multi_row_replayed == 1);
+  }
+}
+
 void check(const std::string& name) {
   const std::string path = "tests/golden/models/" + name;
-  const auto ps = prompts();
   for (bool together : {false, true}) {
     const Run off = run(path, false, together), on = run(path, true, together);
-    int same = 0, ties = 0;
-    for (size_t i = 0; i < off.tokens.size(); ++i) {
-      if (off.tokens[i] == on.tokens[i]) {
-        ++same;
-        continue;
-      }
-      const auto k = std::mismatch(off.tokens[i].begin(), off.tokens[i].end(), on.tokens[i].begin()).first -
-                     off.tokens[i].begin();
-      std::vector<int32_t> context = ps[i];
-      context.insert(context.end(), off.tokens[i].begin(), off.tokens[i].begin() + k);
-      ties += cpu_near_tie(path, context);
-    }
-    const int n = int(off.tokens.size());
-    const std::string how = together ? " (4 batched)" : " (one at a time)";
-    row("speculative", name + " greedy 24 tok: speculation on == off" + how,
-        std::to_string(same) + "/" + std::to_string(n) + (ties ? " + " + std::to_string(ties) + " near-ties" : ""),
-        "all but cpu top-2 margin < 2 x limit", same + ties == n);
+    const std::string how = together ? " (4 batched)" : " (one at a time, max_num_seqs 1)";
+    same_row(path, name + " greedy 24 tok: speculation on == off" + how, off, on);
+    // Steps of several rows a sequence (drafts, or a prompt of at most 8 tokens) replay or
+    // capture a graph but for each bucket's first use; more of them than the prompts alone
+    // make (speculation off), so draft steps did.
+    const CudaStepCounts& c = on.steps;
+    const int64_t prompt_steps = off.steps.multi_row_replayed + off.steps.multi_row_captured + off.steps.multi_row_eager;
+    row("speculative", name + " multi-row steps: graph replays, captures / eager" + how,
+        std::to_string(c.multi_row_replayed) + ", " + std::to_string(c.multi_row_captured) + " / " +
+            std::to_string(c.multi_row_eager),
+        "sum > " + std::to_string(prompt_steps) + " (spec off) / <= 4 (buckets' first uses)",
+        c.multi_row_replayed > 0 && c.multi_row_replayed + c.multi_row_captured > prompt_steps &&
+            c.multi_row_eager <= 4);
+    const Run eager = run(path, true, together, Path::EAGER), cpu = run(path, true, together, Path::CPU);
+    row("speculative", name + " graphs off: multi-row steps eager" + how, std::to_string(eager.steps.multi_row_eager),
+        "> 0, none replayed",
+        eager.steps.multi_row_eager > 0 && eager.steps.multi_row_replayed + eager.steps.multi_row_captured == 0);
+    same_row(path, name + " speculation on: graphs == eager" + how, eager, on);
+    same_row(path, name + " speculation on: cuda graphs == cpu" + how, cpu, on);
     row("speculative", name + " drafts verified, accepted" + how,
         std::to_string(on.metrics.spec_num_draft_tokens) + ", " + std::to_string(on.metrics.spec_num_accepted_tokens),
         "> 0, > 0", on.metrics.spec_num_draft_tokens > 0 && on.metrics.spec_num_accepted_tokens > 0);
@@ -160,6 +288,9 @@ void check(const std::string& name) {
 
 int main() {
   return run_main("speculative", [] {
-    for (const char* name : {"llama", "qwen3"}) check(name);
+    for (const char* name : {"llama", "qwen3"}) {
+      verification_logits(name);
+      check(name);
+    }
   });
 }

@@ -49,7 +49,7 @@ Config engine_config(const std::string& path, bool speculative, int64_t budget) 
   Config config;
   config.model.path = path;
   config.engine.block_size = 4;
-  config.engine.max_num_seqs = 128;  // logits rows stay within it: room for 64 drafts
+  config.engine.max_num_seqs = 128;  // every wave of up to 64 requests runs at once
   config.engine.max_num_batched_tokens = budget;
   config.engine.speculative = speculative ? "ngram" : "none";
   config.engine.num_speculative_tokens = 4;

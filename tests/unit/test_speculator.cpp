@@ -106,15 +106,16 @@ TEST_CASE("speculation: verification rows see the drafts before them and draw as
 namespace {
 
 struct SpecFixture {
+  explicit SpecFixture(int64_t max_num_seqs = 8) : sched(config(max_num_seqs), blocks) {}
   BlockManager blocks{64, 4, true};
-  SchedulerConfig config() {
+  static SchedulerConfig config(int64_t max_num_seqs) {
     SchedulerConfig c;
-    c.max_num_seqs = 8;
+    c.max_num_seqs = max_num_seqs;
     c.max_num_batched_tokens = 256;
     c.max_model_len = 200;
     return c;
   }
-  Scheduler sched{config(), blocks};
+  Scheduler sched;
   std::vector<std::unique_ptr<Sequence>> seqs;
 
   // A running sequence whose prompt repeats, so lookup always finds drafts.
@@ -158,6 +159,28 @@ TEST_CASE("speculation: proposals respect opt-out, max_tokens and the step's row
   CHECK(a->draft_tokens.empty());
   Speculator none({0, 2, 3});
   CHECK_FALSE(none.enabled());
+}
+
+// A step's logits rows are one per sequence plus its drafts: they may exceed max_num_seqs
+// (backends size logits for the row budget too), so a lone sequence under max_num_seqs =
+// 1, and a full batch, still get drafts within the row budget.
+TEST_CASE("speculation: drafts are not capped by max_num_seqs, only by the row budget") {
+  SpecFixture one(1);
+  Sequence* a = one.add(1);
+  one.prefill();
+  Speculator spec({4, 2, 3});
+  spec.propose(one.sched, 8);
+  CHECK(a->draft_tokens == std::vector<int32_t>{2, 3, 4, 5});
+  spec.propose(one.sched, 3);  // 1 decode row + 2 drafts
+  CHECK(a->draft_tokens.size() == 2);
+
+  SpecFixture full(2);
+  Sequence* b = full.add(1);
+  Sequence* c = full.add(2);
+  full.prefill();
+  spec.propose(full.sched, 8);  // 2 decode rows + 6 drafts: 4 and 2
+  CHECK(b->draft_tokens.size() == 4);
+  CHECK(c->draft_tokens.size() == 2);
 }
 
 TEST_CASE("speculation: k shrinks to 0 when drafts keep failing, pauses, and grows back") {

@@ -85,7 +85,8 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
 // The matmul decodes each weight row once per call and runs up to four activation rows
 // past it in registers (matmul.cpp's few-rows path), so a step of up to four rows reads
 // and decodes the same bytes as a step of one; past four the FMAs grow with the rows.
-int64_t CpuBackend::rows_at_decode_cost() const { return 4; }
+constexpr int64_t kRowsAtDecodeCost = 4;
+int64_t CpuBackend::rows_at_decode_cost() const { return kRowsAtDecodeCost; }
 
 std::string CpuBackend::describe() const { return "cpu (" + std::to_string(pool_->size()) + " threads)"; }
 
@@ -104,7 +105,9 @@ uint64_t CpuBackend::workspace_bytes(const ModelSpec& s, LayerRange range, int64
   const int64_t per_token = 4 * s.hidden_size + (s.num_heads + 2 * s.num_kv_heads) * s.head_dim + 2 * ffn +
                             (any_moe ? s.num_experts : 0);
   uint64_t bytes = uint64_t(std::max<int64_t>(max_step_tokens, 1)) * uint64_t(per_token) * 4;
-  if (range.last_layer == s.num_layers) bytes += uint64_t(std::max<int64_t>(max_seqs, 1)) * uint64_t(s.vocab_size) * 4;
+  // Logits: a row per sequence, or per draft too in a step verifying drafts (speculator.cpp).
+  if (range.last_layer == s.num_layers)
+    bytes += uint64_t(std::max<int64_t>(max_seqs, kRowsAtDecodeCost)) * uint64_t(s.vocab_size) * 4;
   return bytes;
 }
 

@@ -162,9 +162,11 @@ void check_moe_config(const ModelSpec& s) {
          std::to_string(s.hidden_size) + " must be positive multiples of 32 for the CUDA MoE kernels");
 }
 
-int32_t largest_bucket(const CudaOptions& o) {
-  return cuda::DecodeGraphs(int32_t(std::max<int64_t>(o.max_num_seqs, 1))).largest_bucket();
-}
+// The rows decode graphs cover: every decode step, and every step of at most
+// rows_at_decode_cost() rows (where drafts are verified), whatever max_num_seqs is.
+int32_t graph_rows(const CudaOptions& o) { return int32_t(std::max<int64_t>(o.max_num_seqs, cuda::kGemvMaxRows)); }
+
+int32_t largest_bucket(const CudaOptions& o) { return cuda::DecodeGraphs(graph_rows(o)).largest_bucket(); }
 
 }  // namespace
 
@@ -197,6 +199,7 @@ struct CudaBackend::Impl {
   int64_t num_blocks = 0;
   // boundary_input() was called: the next run starts from act.boundary.
   bool boundary_in = false;
+  CudaStepCounts counts;
 
   Impl(const ModelSpec& s, const CudaOptions& o, LayerRange r)
       : spec(s),
@@ -235,6 +238,8 @@ struct CudaBackend::Impl {
 
   void check_batch(const Batch& b, bool needs_ids) const;
   Batch padded(const Batch& b, int32_t bucket) const;
+  static Batch rows_as_sequences(const Batch& b);
+  void count(bool multi_row, std::optional<cuda::DecodeGraphs::Use> use);
   void upload(const Batch& b);
   HalfType half() const { return half_type(opt); }
   template <typename T>
@@ -277,6 +282,45 @@ Batch CudaBackend::Impl::padded(const Batch& b, int32_t bucket) const {
   for (int32_t i = n; i <= bucket; ++i) p.query_start[size_t(i)] = i;
   p.block_tables.resize(size_t(bucket) * size_t(std::max(b.max_blocks_per_seq, 0)), 0);
   return p;
+}
+
+// The same step with every query row as a sequence of its own: row i of a sequence of n
+// rows and context c becomes a one-row sequence of context c - n + i + 1 over the same
+// block table, which is exactly the causal prefix that row attends to. Its KV is written
+// (by slot) before attention reads it, as in the original step. So a step verifying
+// drafts runs the decode kernels, and a decode graph, instead of the prefill tiles that
+// prepare() uploads per step. The price: each row reads its sequence's KV itself, so a
+// sequence verifying k drafts at context c reads about (k + 1) c tokens of KV where the
+// tile kernel reads c (per layer, 2 x num_kv_heads x head_dim x 2 bytes a token in BF16),
+// while the weights, which dominate a decode step until c is in the thousands, are read
+// once either way. Only steps of at most rows_at_decode_cost() rows take this path.
+Batch CudaBackend::Impl::rows_as_sequences(const Batch& b) {
+  Batch r;
+  r.token_ids = b.token_ids;
+  r.positions = b.positions;
+  r.slot_mapping = b.slot_mapping;
+  r.logits_rows = b.logits_rows;
+  r.max_blocks_per_seq = b.max_blocks_per_seq;
+  r.query_start.push_back(0);
+  const auto stride = size_t(std::max(b.max_blocks_per_seq, 0));
+  for (int32_t s = 0; s < b.num_seqs(); ++s) {
+    const int32_t n = b.query_start[size_t(s) + 1] - b.query_start[size_t(s)];
+    for (int32_t i = 0; i < n; ++i) {
+      r.query_start.push_back(r.query_start.back() + 1);
+      r.context_lens.push_back(b.context_lens[size_t(s)] - n + i + 1);
+      r.block_tables.insert(r.block_tables.end(), b.block_tables.begin() + std::ptrdiff_t(size_t(s) * stride),
+                            b.block_tables.begin() + std::ptrdiff_t(size_t(s + 1) * stride));
+    }
+  }
+  return r;
+}
+
+void CudaBackend::Impl::count(bool multi_row, std::optional<cuda::DecodeGraphs::Use> use) {
+  using Use = cuda::DecodeGraphs::Use;
+  const Use u = use.value_or(Use::EAGER);
+  if (u == Use::REPLAYED) ++(multi_row ? counts.multi_row_replayed : counts.decode_replayed);
+  if (u == Use::CAPTURED) ++(multi_row ? counts.multi_row_captured : counts.decode_captured);
+  if (u == Use::EAGER) ++(multi_row ? counts.multi_row_eager : counts.decode_eager);
 }
 
 void CudaBackend::Impl::upload(const Batch& b) {
@@ -357,10 +401,14 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   if (!hidden_in && !has_embedding && !from_boundary)
     throw InputError("this pipeline stage needs hidden states from the previous stage");
   const int32_t S = batch.num_seqs();
-  bool decode_only = S > 0 && batch.num_tokens() == S;
-  const int32_t bucket = graphs && decode_only ? graphs->bucket_for(S) : 0;
+  const bool decode_only = S > 0 && batch.num_tokens() == S;
+  // A small step with a sequence of several rows (drafts to verify) replays a graph too.
+  const bool multi_row = S > 0 && !decode_only && batch.num_tokens() <= cuda::kGemvMaxRows;
+  std::optional<Batch> flat;
+  if (graphs && multi_row) flat = rows_as_sequences(batch);
+  const int32_t bucket = graphs && (decode_only || flat) ? graphs->bucket_for(batch.num_tokens()) : 0;
   std::optional<Batch> grown;
-  if (bucket > 0) grown = padded(batch, bucket);
+  if (bucket > 0) grown = padded(flat ? *flat : batch, bucket);
   const Batch& b = grown ? *grown : batch;
   upload(b);
   const bool graph_safe = attention->prepare(b, stream);
@@ -370,6 +418,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   const int32_t R = int32_t(batch.logits_rows.size());
   // From the input to the logits; x, the residual stream, is updated in place, so a
   // retry starts over from the input.
+  std::optional<cuda::DecodeGraphs::Use> use;
   auto step = [&] {
     cuda::with_half_type(half(), [&](auto tag) {
       using Half = decltype(tag);
@@ -387,7 +436,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
         cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding.data),
                                      spec.vocab_size, H, act.x, stream);
       if (bucket > 0 && graph_safe)
-        graphs->run(bucket, stream, [&] { run_layers<Half>(db); });
+        use = graphs->run(bucket, stream, [&] { run_layers<Half>(db); });
       else
         run_layers<Half>(db);
       if (has_head && R > 0)
@@ -410,6 +459,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
     programmatic = false;
     step();
   }
+  if (decode_only || multi_row) count(multi_row, use);
   return has_head ? R : 0;
 }
 
@@ -454,7 +504,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
     m.sampler = std::make_unique<cuda::DeviceSampler>(spec.vocab_size, spec.eos_token_ids, int32_t(m.sizes.max_rows),
                                                       options.max_model_len);
   if (options.cuda_graphs)
-    m.graphs = std::make_unique<cuda::DecodeGraphs>(int32_t(std::max<int64_t>(options.max_num_seqs, 1)));
+    m.graphs = std::make_unique<cuda::DecodeGraphs>(graph_rows(options));
 
   CUDA_CHECK(cudaMalloc(&m.act_arena, m.sizes.total()));
   char* p = static_cast<char*>(m.act_arena);
@@ -570,6 +620,8 @@ void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardRes
 // Past it the linear layers go to cuBLASLt: still memory-bound on paper, but one more
 // kernel family per layer, so drafts stop there.
 int64_t CudaBackend::rows_at_decode_cost() const { return cuda::kGemvMaxRows; }
+
+CudaStepCounts CudaBackend::step_counts() const { return impl_->counts; }
 
 bool CudaBackend::samples_on_device() const { return impl_->has_head; }
 

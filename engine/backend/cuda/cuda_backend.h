@@ -28,6 +28,15 @@ struct CudaOptions {
   int64_t block_size = 16;
 };
 
+// How the steps ran (for checks): decode steps (one row per sequence) and small steps
+// with a sequence of several rows (draft verification, a short prefill), each through a
+// replayed graph, one captured then, or eagerly (graphs off, a bucket's first use, a step
+// larger than every bucket).
+struct CudaStepCounts {
+  int64_t decode_replayed = 0, decode_captured = 0, decode_eager = 0;
+  int64_t multi_row_replayed = 0, multi_row_captured = 0, multi_row_eager = 0;
+};
+
 class CudaBackend : public Backend {
  public:
   // Uploads the tensors of the layers `weights` holds (converted to the compute type) and allocates
@@ -49,6 +58,7 @@ class CudaBackend : public Backend {
   bool boundary_on_device() const override { return true; }
   DeviceHidden forward_to_boundary(const Batch& batch) override;
   DeviceHidden boundary_input(size_t tokens) override;
+  CudaStepCounts step_counts() const;
 
   // Device memory a backend holding `range` allocates besides weights and KV cache
   // (activations for the largest step, logits, cuBLASLt, attention and sampler

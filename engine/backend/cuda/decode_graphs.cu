@@ -7,32 +7,32 @@
 
 namespace spark::cuda {
 
-DecodeGraphs::DecodeGraphs(int32_t max_seqs) {
-  SPARK_CHECK(max_seqs > 0, "decode graphs need at least one sequence");
+DecodeGraphs::DecodeGraphs(int32_t max_rows) {
+  SPARK_CHECK(max_rows > 0, "decode graphs need at least one row");
   for (int32_t b : {1, 2, 4}) buckets_.push_back(b);
   for (int32_t b = 8; b <= 64; b += 8) buckets_.push_back(b);
-  for (int32_t b = 80; buckets_.back() < max_seqs; b += 16) buckets_.push_back(b);
-  while (buckets_.size() > 1 && buckets_[buckets_.size() - 2] >= max_seqs) buckets_.pop_back();
+  for (int32_t b = 80; buckets_.back() < max_rows; b += 16) buckets_.push_back(b);
+  while (buckets_.size() > 1 && buckets_[buckets_.size() - 2] >= max_rows) buckets_.pop_back();
 }
 
 DecodeGraphs::~DecodeGraphs() {
   for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
 }
 
-int32_t DecodeGraphs::bucket_for(int32_t num_seqs) const {
-  auto it = std::lower_bound(buckets_.begin(), buckets_.end(), num_seqs);
+int32_t DecodeGraphs::bucket_for(int32_t rows) const {
+  auto it = std::lower_bound(buckets_.begin(), buckets_.end(), rows);
   return it == buckets_.end() ? 0 : *it;
 }
 
-void DecodeGraphs::run(int32_t bucket, cudaStream_t stream, const std::function<void()>& work) {
+DecodeGraphs::Use DecodeGraphs::run(int32_t bucket, cudaStream_t stream, const std::function<void()>& work) {
   auto found = graphs_.find(bucket);
   if (found != graphs_.end()) {
     CUDA_CHECK(cudaGraphLaunch(found->second, stream));
-    return;
+    return Use::REPLAYED;
   }
   if (warmed_.insert(bucket).second) {
     work();
-    return;
+    return Use::EAGER;
   }
   cudaGraph_t graph = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -51,6 +51,7 @@ void DecodeGraphs::run(int32_t bucket, cudaStream_t stream, const std::function<
   CUDA_CHECK(err);
   graphs_.emplace(bucket, exec);
   CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  return Use::CAPTURED;
 }
 
 }  // namespace spark::cuda

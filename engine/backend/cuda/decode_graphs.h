@@ -1,6 +1,8 @@
-// decode_graphs.h — CUDA graphs for decode steps at bucketed batch sizes: a decode step
-// of n sequences is padded to the next bucket and replays that bucket's graph, so the
-// ~10 launches per layer cost one launch.
+// decode_graphs.h — CUDA graphs for decode steps at bucketed sizes: a step of n one-row
+// sequences is padded to the next bucket and replays that bucket's graph, so the ~10
+// launches per layer cost one launch. Nothing is allocated during capture (every buffer
+// the layers use is the backend's, at fixed addresses), so a graph holds no memory pool:
+// its cost is the driver's node storage, about 10 kernel nodes per layer per bucket.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -14,21 +16,24 @@ namespace spark::cuda {
 
 class DecodeGraphs {
  public:
-  // Buckets 1, 2, 4, 8, then every 8 up to 64, then every 16, up to max_seqs rounded up.
-  explicit DecodeGraphs(int32_t max_seqs);
+  // How run() queued a step's layers.
+  enum class Use { EAGER, CAPTURED, REPLAYED };
+
+  // Buckets 1, 2, 4, 8, then every 8 up to 64, then every 16, up to max_rows rounded up.
+  explicit DecodeGraphs(int32_t max_rows);
   ~DecodeGraphs();
   DecodeGraphs(const DecodeGraphs&) = delete;
   DecodeGraphs& operator=(const DecodeGraphs&) = delete;
 
-  // The padded size of a decode step of num_seqs sequences; 0 when it exceeds every bucket.
-  int32_t bucket_for(int32_t num_seqs) const;
+  // The padded size of a step of `rows` one-row sequences; 0 when it exceeds every bucket.
+  int32_t bucket_for(int32_t rows) const;
   int32_t largest_bucket() const { return buckets_.back(); }
 
   // Queues `work` (the layers of a decode step padded to `bucket`) on `stream`. The first
   // use of a bucket runs it eagerly, so one-time set-up (cuBLASLt's algorithm search)
   // stays out of the graph; the second captures it; later uses replay the graph. `work`
   // must read its inputs only from device buffers whose addresses never change.
-  void run(int32_t bucket, cudaStream_t stream, const std::function<void()>& work);
+  Use run(int32_t bucket, cudaStream_t stream, const std::function<void()>& work);
 
  private:
   std::vector<int32_t> buckets_;

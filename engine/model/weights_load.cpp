@@ -6,6 +6,7 @@
 #include "engine/model/gptoss_checkpoint.h"
 #include "engine/model/load_weights.h"
 #include "engine/util/check.h"
+#include "engine/util/mmap.h"
 
 namespace spark {
 
@@ -96,6 +97,7 @@ Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange r
       auto buf = std::make_shared<std::vector<uint8_t>>(t.nbytes);
       gguf_unpermute_rows(static_cast<const uint8_t*>(t.data), buf->data(), rows, t.nbytes / static_cast<size_t>(rows),
                           spec.head_dim);
+      release_mapped_pages(t.data, t.nbytes);  // nothing reads the file's order again
       t.data = buf->data();
       w.keep_alive(std::move(buf));
     }

@@ -6,12 +6,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "engine/util/check.h"
 
 namespace spark {
+
+namespace {
+
+// Live mappings by start address, so that release_mapped_pages finds a pointer's file.
+std::mutex g_mappings_mutex;
+std::map<uintptr_t, const MappedFile*> g_mappings;
+
+}  // namespace
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path, Access access) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -41,13 +52,23 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path, Acce
     }
     m->data_ = static_cast<const uint8_t*>(p);
     ::madvise(p, m->size_, access == Access::SEQUENTIAL ? MADV_SEQUENTIAL : MADV_RANDOM);
+    m->fd_ = fd;
+    const std::lock_guard<std::mutex> lock(g_mappings_mutex);
+    g_mappings[reinterpret_cast<uintptr_t>(p)] = m.get();
+  } else {
+    ::close(fd);
   }
-  ::close(fd);  // the mapping keeps its own reference to the file
   return m;
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (!data_) return;
+  {
+    const std::lock_guard<std::mutex> lock(g_mappings_mutex);
+    g_mappings.erase(reinterpret_cast<uintptr_t>(data_));
+  }
+  ::munmap(const_cast<uint8_t*>(data_), size_);
+  ::close(fd_);
 }
 
 void MappedFile::prefetch(size_t offset, size_t len) const {
@@ -57,6 +78,25 @@ void MappedFile::prefetch(size_t offset, size_t len) const {
   size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   size_t start = offset / page * page;
   ::madvise(const_cast<uint8_t*>(data_) + start, len + (offset - start), MADV_WILLNEED);
+}
+
+void release_mapped_pages(const void* p, size_t len) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  const std::lock_guard<std::mutex> lock(g_mappings_mutex);
+  auto it = g_mappings.upper_bound(at);
+  if (it == g_mappings.begin()) return;
+  const MappedFile& m = *(--it)->second;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(m.data());
+  if (at >= start + m.size()) return;
+  len = std::min(len, start + m.size() - at);
+  // Only whole pages: a page shared with bytes not yet used stays.
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (at + page - 1) / page * page;
+  // The mapping's last page may be partial (the file's tail): it goes too.
+  const uintptr_t end = at + len == start + m.size() ? at + len : (at + len) / page * page;
+  if (end <= first) return;
+  ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+  ::posix_fadvise(m.fd_, off_t(first - start), off_t(end - first), POSIX_FADV_DONTNEED);
 }
 
 }  // namespace spark

@@ -14,6 +14,7 @@
 #include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/q8_0.h"
 #include "engine/model/quant.h"
+#include "engine/util/mmap.h"
 #include "engine/util/thread_pool.h"
 
 namespace spark::cuda {
@@ -217,11 +218,13 @@ size_t scratch_bytes_for(const std::vector<Piece>& pieces) {
   return std::min(most, DeviceWeights::kDequantScratchBytes);
 }
 
-// Converts rows [0, t.rows()) of t to T (f32 or a 16-bit type) in chunks and copies them to dst.
+// Converts rows [0, t.rows()) of t to T (f32 or a 16-bit type) in chunks and copies them
+// to dst, dropping each chunk's file pages behind it (upload_bytes, block_formats.h).
 template <typename T>
 void upload_as(const Tensor& t, char* dst, ThreadPool& pool) {
   const int64_t rows = t.rows(), cols = t.cols();
-  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(64) << 20) / (cols * 4));
+  const size_t row_bytes = t.nbytes / size_t(rows);
+  const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kUploadChunk) / (cols * 4));
   std::vector<float> f(size_t(std::min(rows, chunk_rows) * cols));
   std::vector<T> out(f.size());
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
@@ -235,13 +238,14 @@ void upload_as(const Tensor& t, char* dst, ThreadPool& pool) {
     });
     CUDA_CHECK(cudaMemcpy(dst + size_t(r0 * cols) * sizeof(T), out.data(), size_t(n * cols) * sizeof(T),
                           cudaMemcpyHostToDevice));
+    release_mapped_pages(static_cast<const char*>(t.data) + size_t(r0) * row_bytes, size_t(n) * row_bytes);
   }
 }
 
 void upload(const Tensor& t, bool f32, HalfType type, char* dst, ThreadPool& pool) {
   const DType native = type == HalfType::F16 ? DType::F16 : DType::BF16;
   if (!f32 && t.dtype == native) {  // already the device format: straight from the mapping
-    CUDA_CHECK(cudaMemcpy(dst, t.data, size_t(t.numel()) * 2, cudaMemcpyHostToDevice));
+    upload_bytes(dst, t.data, size_t(t.numel()) * 2);
     return;
   }
   if (f32) return upload_as<float>(t, dst, pool);
@@ -329,6 +333,16 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
   std::vector<Piece> pieces = layout(spec, range, stored_in(stage), &stage, this);
   const size_t total = pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes();
   dequant_scratch_bytes = scratch_bytes_for(pieces);
+  // Loading and checking the file (block scales, headers, readahead) left pages of it in
+  // the page cache. On unified memory they would sit beside the allocation below: drop
+  // them first; the upload reads each chunk once more and drops it again, and at the end
+  // what the kernel's readahead brought back. Pages are clean copies of a read-only file,
+  // so anything still reading the mapping (a CPU backend on the same Weights) reads them
+  // back from the file.
+  auto drop_file_pages = [&stage] {
+    for (const Tensor* t : all_tensors(stage)) release_mapped_pages(t->data, t->nbytes);
+  };
+  drop_file_pages();
   CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(total + dequant_scratch_bytes, kAlign)));
   ThreadPool pool(0);
   char* base = static_cast<char*>(arena_);
@@ -349,6 +363,7 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
       row0 += size_t(t->numel() / p.cols);
     }
   }
+  drop_file_pages();
   // Tied, and this stage holds both.
   if (range.last_layer == spec.num_layers && !lm_head.data) lm_head = embedding;
 }

@@ -80,21 +80,38 @@ void MappedFile::prefetch(size_t offset, size_t len) const {
   ::madvise(const_cast<uint8_t*>(data_) + start, len + (offset - start), MADV_WILLNEED);
 }
 
+namespace {
+
+// The live mapping holding address `at`, or null; the caller holds g_mappings_mutex.
+const MappedFile* find_mapping(uintptr_t at) {
+  auto it = g_mappings.upper_bound(at);
+  if (it == g_mappings.begin()) return nullptr;
+  const MappedFile* m = (--it)->second;
+  return at < reinterpret_cast<uintptr_t>(m->data()) + m->size() ? m : nullptr;
+}
+
+}  // namespace
+
+std::span<const uint8_t> mapped_file_of(const void* p) {
+  const std::lock_guard<std::mutex> lock(g_mappings_mutex);
+  const MappedFile* m = find_mapping(reinterpret_cast<uintptr_t>(p));
+  return m ? std::span<const uint8_t>(m->data(), m->size()) : std::span<const uint8_t>();
+}
+
 void release_mapped_pages(const void* p, size_t len) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);
   const std::lock_guard<std::mutex> lock(g_mappings_mutex);
-  auto it = g_mappings.upper_bound(at);
-  if (it == g_mappings.begin()) return;
-  const MappedFile& m = *(--it)->second;
+  const MappedFile* found = find_mapping(at);
+  if (!found) return;
+  const MappedFile& m = *found;
   const uintptr_t start = reinterpret_cast<uintptr_t>(m.data());
-  if (at >= start + m.size()) return;
   len = std::min(len, start + m.size() - at);
-  // Only whole pages: a page shared with bytes not yet used stays.
+  // Every page the range touches, those it shares with neighbours included: a page left
+  // mapped would pin its whole folio (large folios span many pages) in the page cache, and
+  // a neighbour still to be read just reads its page back.
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t first = (at + page - 1) / page * page;
-  // The mapping's last page may be partial (the file's tail): it goes too.
-  const uintptr_t end = at + len == start + m.size() ? at + len : (at + len) / page * page;
-  if (end <= first) return;
+  const uintptr_t first = at / page * page, end = at + len;
+  if (len == 0) return;
   ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
   ::posix_fadvise(m.fd_, off_t(first - start), off_t(end - first), POSIX_FADV_DONTNEED);
 }

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace spark {
@@ -40,13 +41,17 @@ class MappedFile {
   friend void release_mapped_pages(const void* p, size_t len);
 };
 
-// Done with [p, p + len) for good: when those bytes lie in a live MappedFile, the whole
-// pages among them leave this process's mapping (madvise DONTNEED) and then the page cache
+// Done with [p, p + len) for now: when those bytes lie in a live MappedFile, the pages they
+// touch leave this process's mapping (madvise DONTNEED) and then the page cache
 // (posix_fadvise DONTNEED; a page another process maps stays). The mapping stays valid:
 // the file is read-only and the pages are clean, so a later access reads them back from
 // the file. Bytes outside any mapping (buffers a loader made) are left alone. For loads
 // that copy weights out (to a GPU): on unified memory (DGX Spark) the page cache and the
 // device allocation share one pool, and keeping both would hold the file twice.
 void release_mapped_pages(const void* p, size_t len);
+// The whole live MappedFile that holds p (empty when none). The page cache evicts whole
+// folios (which may span many pages, and tensors): releasing a file's whole mapping
+// evicts what releasing it piece by piece leaves at the pieces' edges.
+std::span<const uint8_t> mapped_file_of(const void* p);
 
 }  // namespace spark

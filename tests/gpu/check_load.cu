@@ -7,16 +7,22 @@
 // a Spark would hold), the file's resident pages with mincore over a mapping of its own.
 // A load that keeps the file's pages once copied peaks at about device + file; one that
 // drops them behind its bounded chunks (release_mapped_pages) at about device + a chunk.
+// And a hostile file: a GGUF whose Q8_0 tensor holds a NaN block scale is refused by the
+// whole load sequence (plan, weights, CUDA backend) naming the tensor, with no device
+// memory allocated.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/stage_loader.h"
 #include "engine/model/model_loader.h"
 #include "tests/gpu/gpu_check.h"
 
@@ -118,8 +124,43 @@ void load_peak() {
       double(peak) <= double(device) + kSlackMiB * kMiB);
 }
 
+void nan_block_scale() {
+  const std::string source = "tests/golden/models/llama_q8_0.gguf";
+  std::ifstream in(source, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+  size_t at = 0;
+  {
+    const GgufFile f = GgufFile::open(source);
+    const GgufTensorInfo* t = f.find_tensor("blk.0.ffn_up.weight");
+    SPARK_CHECK(t && t->dtype == DType::Q8_0, source + " lacks its Q8_0 blk.0.ffn_up.weight");
+    at = size_t(static_cast<const uint8_t*>(f.tensor_data(*t)) - f.mapping()->data()) + 5 * 34;  // block 5's d
+  }
+  const uint16_t nan = 0x7E00;
+  std::memcpy(bytes.data() + at, &nan, 2);
+  const std::string path = std::filesystem::temp_directory_path() / ("sparkd_check_nan_scale_" + std::to_string(getpid()) + ".gguf");
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  Config c = config_for_model(path);
+  c.engine.backend = "cuda";
+  const size_t before = device_allocated();
+  std::string error = "(loaded)";
+  try {
+    load_stage(c);
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  std::filesystem::remove(path);
+  const size_t used = device_allocated() - before;
+  const bool named = error.find("'model.layers.0.mlp.up_proj.weight' (Q8_0) has a block scale d = nan") != std::string::npos;
+  row("load", "Q8_0 GGUF with a NaN block scale, cuda backend", named ? "refused naming the tensor" : error.substr(0, 80),
+      "InputError naming it", named);
+  row("load", "  device bytes allocated before the refusal", fmt("%.0f", double(used)), "0", used == 0);
+}
+
 }  // namespace
 
 int main() {
-  return run_main("load", [] { load_peak(); });
+  return run_main("load", [] {
+    load_peak();
+    nan_block_scale();
+  });
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -339,8 +340,11 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
   // what the kernel's readahead brought back. Pages are clean copies of a read-only file,
   // so anything still reading the mapping (a CPU backend on the same Weights) reads them
   // back from the file.
-  auto drop_file_pages = [&stage] {
-    for (const Tensor* t : all_tensors(stage)) release_mapped_pages(t->data, t->nbytes);
+  std::map<const uint8_t*, size_t> files;  // whole files: see mapped_file_of
+  for (const Tensor* t : all_tensors(stage))
+    if (const std::span<const uint8_t> f = mapped_file_of(t->data); !f.empty()) files[f.data()] = f.size();
+  auto drop_file_pages = [&files] {
+    for (const auto& [start, size] : files) release_mapped_pages(start, size);
   };
   drop_file_pages();
   CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(total + dequant_scratch_bytes, kAlign)));

@@ -337,7 +337,7 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
   // Loading and checking the file (block scales, headers, readahead) left pages of it in
   // the page cache. On unified memory they would sit beside the allocation below: drop
   // them first; the upload reads each chunk once more and drops it again, and at the end
-  // what the kernel's readahead brought back. Pages are clean copies of a read-only file,
+  // what the kernel's readahead and shared folios kept. Pages are clean copies of a read-only file,
   // so anything still reading the mapping (a CPU backend on the same Weights) reads them
   // back from the file.
   std::map<const uint8_t*, size_t> files;  // whole files: see mapped_file_of
@@ -351,7 +351,14 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
   ThreadPool pool(0);
   char* base = static_cast<char*>(arena_);
   if (dequant_scratch_bytes > 0) dequant_scratch = base + total;
+  size_t next_drop = kUploadChunk;  // device offset after which the file's pages are dropped again
   for (const Piece& p : pieces) {
+    // Each upload drops its chunks' pages, but a folio that straddles two tensors stays
+    // until both are done: every kUploadChunk uploaded, the whole files are dropped.
+    if (p.offset >= next_drop) {
+      drop_file_pages();
+      next_drop = p.offset + kUploadChunk;
+    }
     char* dst = base + p.offset;
     if (p.dst) *p.dst = dst;
     if (p.layout == Layout::PACKED_MATRIX) {

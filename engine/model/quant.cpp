@@ -3,7 +3,9 @@
 
 #include "engine/model/fp8_weights.h"
 
+#include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "engine/util/check.h"
 
@@ -261,6 +263,30 @@ void apply_fp8_scales(const Tensor& t, int64_t row, float* values) {
   const float* s = t.scale + (row / t.scale_block_rows) * t.scale_grid_cols();
   const int64_t cols = t.cols();
   for (int64_t c = 0; c < cols; ++c) values[c] *= s[c / t.scale_block_cols];
+}
+
+std::optional<BadBlockScale> find_nonfinite_block_scale(DType t, const void* data, size_t nbytes) {
+  struct Field {
+    size_t offset;
+    const char* name;
+  };
+  std::vector<Field> fields;
+  switch (t) {
+    case DType::Q8_0: case DType::Q4_0: fields = {{offsetof(BlockQ8_0, d), "d"}}; break;
+    case DType::Q4_1: fields = {{offsetof(BlockQ4_1, d), "d"}, {offsetof(BlockQ4_1, m), "m"}}; break;
+    case DType::Q4_K: fields = {{offsetof(BlockQ4_K, d), "d"}, {offsetof(BlockQ4_K, dmin), "dmin"}}; break;
+    case DType::Q5_K: fields = {{offsetof(BlockQ5_K, d), "d"}, {offsetof(BlockQ5_K, dmin), "dmin"}}; break;
+    case DType::Q6_K: fields = {{offsetof(BlockQ6_K, d), "d"}}; break;
+    default: return std::nullopt;
+  }
+  const size_t stride = size_t(dtype_block_bytes(t));
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t b = 0; b < nbytes / stride; ++b)
+    for (const Field& f : fields) {
+      const uint16_t h = load_u16(p + b * stride + f.offset);
+      if ((h & 0x7C00) == 0x7C00) return BadBlockScale{int64_t(b), f.name, f16_to_f32(h)};  // all-ones exponent
+    }
+  return std::nullopt;
 }
 
 }  // namespace spark

@@ -2,7 +2,9 @@
 // block-quantized) to f32. The one definition of each block format: the CPU backend's
 // decoders and the CUDA backend's repacking and kernels read these structs.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "engine/model/tensor.h"
 
@@ -72,6 +74,19 @@ bool dequant_supported(DType t);
 // ggml-quants.c / gguf-py, so results are bit-identical). `n` must be a multiple of the
 // type's block size; SPARK_CHECK guards both preconditions (callers validate files).
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+
+// A block scale that is NaN or infinite, as a damaged or crafted file may hold: every
+// value of its block dequantizes to NaN or infinity, which then spreads to every logit.
+struct BadBlockScale {
+  int64_t block = 0;           // index among the tensor's blocks
+  const char* field = nullptr;  // "d", "m" or "dmin": the struct member above
+  float value = 0;
+};
+// The first block among the `nbytes` bytes of type-t blocks at `data` with a scale field
+// (d of every format; m of Q4_1; dmin of Q4_K and Q5_K) that is not finite; nullopt when
+// all are, or when t has no half-float block scales. Reads 2 or 4 bytes a block, but
+// touches every page of the tensor.
+std::optional<BadBlockScale> find_nonfinite_block_scale(DType t, const void* data, size_t nbytes);
 
 // Row `row` of a 2-D view (or of a tensor flattened to rows() x cols()) as f32; an FP8
 // tensor's values times their scales (Tensor::scale).

@@ -1,11 +1,14 @@
 // weights_load.cpp — Weights from safetensors folders and GGUF files.
+#include <cmath>
 #include <cstring>
 #include <memory>
 
 #include "engine/model/fp8_weights.h"
 #include "engine/model/gptoss_checkpoint.h"
 #include "engine/model/load_weights.h"
+#include "engine/model/quant.h"
 #include "engine/util/check.h"
+#include "engine/util/mmap.h"
 
 namespace spark {
 
@@ -80,6 +83,21 @@ void gguf_unpermute_rows(const uint8_t* src, uint8_t* dst, int64_t rows, size_t 
   }
 }
 
+namespace {
+
+// Before any backend sees the tensor (and before any device memory is allocated).
+void check_block_scales(const Tensor& t, const std::string& source) {
+  const std::optional<BadBlockScale> bad = find_nonfinite_block_scale(t.dtype, t.data, t.nbytes);
+  if (!bad) return;
+  const int64_t blocks_per_row = t.cols() / dtype_block_elems(t.dtype);
+  const char* value = std::isnan(bad->value) ? "nan" : bad->value > 0 ? "inf" : "-inf";
+  throw InputError("GGUF file '" + source + "': tensor '" + t.name + "' (" + std::string(dtype_name(t.dtype)) +
+                   ") has a block scale " + bad->field + " = " + value + " in block " + std::to_string(bad->block) +
+                   " (row " + std::to_string(bad->block / blocks_per_row) + "); the file is damaged");
+}
+
+}  // namespace
+
 Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange range) {
   std::map<std::string, Tensor> all = gguf_hf_tensors(f);
   std::vector<TensorSpec> need = check_tensor_set(all, spec, range, "GGUF file '" + f.source + "'");
@@ -88,6 +106,7 @@ Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange r
   if (f.mapping()) w.keep_alive(f.mapping());
   for (const TensorSpec& ts : need) {
     Tensor t = all.at(ts.name);
+    check_block_scales(t, f.source);
     const bool q_or_k = ts.part == Part::Q || ts.part == Part::K || ts.part == Part::Q_BIAS || ts.part == Part::K_BIAS;
     if (spec.arch == Arch::LLAMA && q_or_k) {
       int64_t rows = t.shape[0];
@@ -96,6 +115,7 @@ Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange r
       auto buf = std::make_shared<std::vector<uint8_t>>(t.nbytes);
       gguf_unpermute_rows(static_cast<const uint8_t*>(t.data), buf->data(), rows, t.nbytes / static_cast<size_t>(rows),
                           spec.head_dim);
+      release_mapped_pages(t.data, t.nbytes);  // nothing reads the file's order again
       t.data = buf->data();
       w.keep_alive(std::move(buf));
     }

@@ -8,6 +8,7 @@
 
 #include "engine/backend/cuda/block_readers.cuh"
 #include "engine/backend/cuda/common.cuh"
+#include "engine/util/mmap.h"
 
 namespace spark::cuda {
 
@@ -97,10 +98,16 @@ void upload_blocks(const Tensor& t, void* dst) {
   SPARK_CHECK(f && is_raw_block_format(*f) && t.cols() % block_values(*f) == 0 &&
                   t.nbytes == size_t(t.rows() * block_row_bytes(*f, t.cols())),
               "upload_blocks: " + t.name + " is not rows of whole blocks of a raw-block format");
-  constexpr size_t kChunk = size_t(32) << 20;
-  for (size_t off = 0; off < t.nbytes; off += kChunk)
-    CUDA_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, static_cast<const char*>(t.data) + off,
-                          std::min(kChunk, t.nbytes - off), cudaMemcpyHostToDevice));
+  upload_bytes(dst, t.data, t.nbytes);
+}
+
+void upload_bytes(void* dst, const void* src, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += kUploadChunk) {
+    const size_t n = std::min(kUploadChunk, bytes - off);
+    const char* from = static_cast<const char*>(src) + off;
+    CUDA_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, from, n, cudaMemcpyHostToDevice));
+    release_mapped_pages(from, n);
+  }
 }
 
 }  // namespace spark::cuda

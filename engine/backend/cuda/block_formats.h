@@ -43,8 +43,15 @@ void dequantize_blocks(WeightFormat f, HalfType type, const void* w, int32_t k, 
 // outside [0, vocab).
 void embedding_gather_blocks(WeightFormat f, const int32_t* token_ids, int32_t num_tokens, const void* table,
                              int64_t vocab, int32_t hidden, float* out, cudaStream_t stream);
-// Copies the raw-block tensor t to dst (device, t.nbytes bytes) a bounded chunk at a time.
+// Copies the raw-block tensor t to dst (device, t.nbytes bytes) with upload_bytes.
 void upload_blocks(const Tensor& t, void* dst);
+// The bytes a load copies from the host at once: what it holds beyond the device
+// allocation while the file's pages are dropped behind it.
+inline constexpr size_t kUploadChunk = size_t(32) << 20;
+// Copies `bytes` host bytes (usually a file mapping) to the device a chunk of kUploadChunk
+// at a time, dropping each chunk's file pages once copied (release_mapped_pages): on
+// unified memory the file then never sits in the page cache beside its device copy.
+void upload_bytes(void* dst, const void* src, size_t bytes);
 
 template <WeightFormat F>
 void gemv_blocks(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/q8_0.h"
 #include "engine/model/quant.h"
+#include "engine/util/mmap.h"
 #include "engine/util/thread_pool.h"
 
 namespace spark::cuda {
@@ -217,11 +219,13 @@ size_t scratch_bytes_for(const std::vector<Piece>& pieces) {
   return std::min(most, DeviceWeights::kDequantScratchBytes);
 }
 
-// Converts rows [0, t.rows()) of t to T (f32 or a 16-bit type) in chunks and copies them to dst.
+// Converts rows [0, t.rows()) of t to T (f32 or a 16-bit type) in chunks and copies them
+// to dst, dropping each chunk's file pages behind it (upload_bytes, block_formats.h).
 template <typename T>
 void upload_as(const Tensor& t, char* dst, ThreadPool& pool) {
   const int64_t rows = t.rows(), cols = t.cols();
-  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(64) << 20) / (cols * 4));
+  const size_t row_bytes = t.nbytes / size_t(rows);
+  const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kUploadChunk) / (cols * 4));
   std::vector<float> f(size_t(std::min(rows, chunk_rows) * cols));
   std::vector<T> out(f.size());
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
@@ -235,13 +239,14 @@ void upload_as(const Tensor& t, char* dst, ThreadPool& pool) {
     });
     CUDA_CHECK(cudaMemcpy(dst + size_t(r0 * cols) * sizeof(T), out.data(), size_t(n * cols) * sizeof(T),
                           cudaMemcpyHostToDevice));
+    release_mapped_pages(static_cast<const char*>(t.data) + size_t(r0) * row_bytes, size_t(n) * row_bytes);
   }
 }
 
 void upload(const Tensor& t, bool f32, HalfType type, char* dst, ThreadPool& pool) {
   const DType native = type == HalfType::F16 ? DType::F16 : DType::BF16;
   if (!f32 && t.dtype == native) {  // already the device format: straight from the mapping
-    CUDA_CHECK(cudaMemcpy(dst, t.data, size_t(t.numel()) * 2, cudaMemcpyHostToDevice));
+    upload_bytes(dst, t.data, size_t(t.numel()) * 2);
     return;
   }
   if (f32) return upload_as<float>(t, dst, pool);
@@ -329,11 +334,31 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
   std::vector<Piece> pieces = layout(spec, range, stored_in(stage), &stage, this);
   const size_t total = pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes();
   dequant_scratch_bytes = scratch_bytes_for(pieces);
+  // Loading and checking the file (block scales, headers, readahead) left pages of it in
+  // the page cache. On unified memory they would sit beside the allocation below: drop
+  // them first; the upload reads each chunk once more and drops it again, and at the end
+  // what the kernel's readahead and shared folios kept. Pages are clean copies of a read-only file,
+  // so anything still reading the mapping (a CPU backend on the same Weights) reads them
+  // back from the file.
+  std::map<const uint8_t*, size_t> files;  // whole files: see mapped_file_of
+  for (const Tensor* t : all_tensors(stage))
+    if (const std::span<const uint8_t> f = mapped_file_of(t->data); !f.empty()) files[f.data()] = f.size();
+  auto drop_file_pages = [&files] {
+    for (const auto& [start, size] : files) release_mapped_pages(start, size);
+  };
+  drop_file_pages();
   CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(total + dequant_scratch_bytes, kAlign)));
   ThreadPool pool(0);
   char* base = static_cast<char*>(arena_);
   if (dequant_scratch_bytes > 0) dequant_scratch = base + total;
+  size_t next_drop = kUploadChunk;  // device offset after which the file's pages are dropped again
   for (const Piece& p : pieces) {
+    // Each upload drops its chunks' pages, but a folio that straddles two tensors stays
+    // until both are done: every kUploadChunk uploaded, the whole files are dropped.
+    if (p.offset >= next_drop) {
+      drop_file_pages();
+      next_drop = p.offset + kUploadChunk;
+    }
     char* dst = base + p.offset;
     if (p.dst) *p.dst = dst;
     if (p.layout == Layout::PACKED_MATRIX) {
@@ -349,6 +374,7 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
       row0 += size_t(t->numel() / p.cols);
     }
   }
+  drop_file_pages();
   // Tied, and this stage holds both.
   if (range.last_layer == spec.num_layers && !lm_head.data) lm_head = embedding;
 }

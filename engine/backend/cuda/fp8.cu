@@ -22,6 +22,7 @@
 // a multiple of 16), and the matching 16 activations of each row. As in q8_0.cu, the next
 // step's weights are requested before the current step is multiplied: 512 bytes in flight
 // a warp; H100 wants ~18 KB a SM (36 warps), GB10 ~3 KB (6 warps).
+#include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/ptx.cuh"
@@ -170,10 +171,7 @@ size_t fp8_scale_bytes(const Tensor& t) { return size_t(t.scale_grid_rows() * t.
 void upload_fp8(const Tensor& t, void* data, void* scales) {
   SPARK_CHECK(t.dtype == DType::F8_E4M3 && t.scale && t.shape.size() == 2,
               "upload_fp8: " + t.name + " is not an FP8 matrix with scales");
-  constexpr size_t kChunk = size_t(32) << 20;
-  for (size_t off = 0; off < t.nbytes; off += kChunk)
-    CUDA_CHECK(cudaMemcpy(static_cast<char*>(data) + off, static_cast<const char*>(t.data) + off,
-                          std::min(kChunk, t.nbytes - off), cudaMemcpyHostToDevice));
+  upload_bytes(data, t.data, t.nbytes);
   CUDA_CHECK(cudaMemcpy(scales, t.scale, fp8_scale_bytes(t), cudaMemcpyHostToDevice));
 }
 

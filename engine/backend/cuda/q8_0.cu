@@ -25,6 +25,7 @@
 // the current step is multiplied, so each warp keeps 512 bytes of weights in flight;
 // Little's law asks ~18 KB in flight per SM on H100 (3.0 TB/s x ~0.8 us / 132 SMs) and
 // ~3 KB on GB10 (218 GB/s x ~0.6 us / 48 SMs): 36 resident warps cover H100, 6 cover GB10.
+#include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/q8_0.h"
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "engine/model/quant.h"
+#include "engine/util/mmap.h"
 
 namespace spark::cuda {
 namespace {
@@ -149,7 +151,7 @@ void gemv_q8_0(HalfType type, const void* x, int32_t rows, int32_t k, const Devi
 void upload_q8_0(const Tensor& t, void* qs, void* scales) {
   SPARK_CHECK(t.dtype == DType::Q8_0 && t.cols() % kBlockValues == 0, "upload_q8_0: " + t.name + " is not Q8_0 rows");
   const int64_t rows = t.rows(), cols = t.cols(), blocks = cols / kBlockValues;
-  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(32) << 20) / cols);
+  const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kUploadChunk) / cols);
   std::vector<int8_t> q(size_t(std::min(rows, chunk_rows) * cols));
   std::vector<uint16_t> d(size_t(std::min(rows, chunk_rows) * blocks));
   const auto* src = static_cast<const BlockQ8_0*>(t.data);
@@ -163,6 +165,7 @@ void upload_q8_0(const Tensor& t, void* qs, void* scales) {
     CUDA_CHECK(cudaMemcpy(static_cast<char*>(qs) + r0 * cols, q.data(), size_t(n * cols), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(static_cast<char*>(scales) + r0 * blocks * 2, d.data(), size_t(n * blocks) * 2,
                           cudaMemcpyHostToDevice));
+    release_mapped_pages(src + r0 * blocks, size_t(n * blocks) * sizeof(BlockQ8_0));  // block_formats.h, upload_bytes
   }
 }
 

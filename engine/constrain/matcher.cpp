@@ -92,6 +92,29 @@ uint32_t Matcher::frame_after(uint32_t pos, uint32_t parent) {
   return intern(pos + 1, 0, parent);
 }
 
+// Bounded bodies count each character as it starts, and start none past their maximum.
+uint32_t Matcher::body_step(const Elem& body, uint32_t sub, uint8_t b) const {
+  const uint8_t state = body_state(sub);
+  uint32_t chars = body_chars(sub);
+  if (state == kStringBoundary && body.index != 0) {
+    if (chars >= grammar_->string_bounds[body.index].max) return kDeadBody;
+    ++chars;
+  }
+  const uint8_t next = string_body_step(state, b);
+  return next == kStringDead ? kDeadBody : next | chars << kBodyStateBits;
+}
+
+const ByteSet& Matcher::body_first(const Elem& body, uint32_t sub) const {
+  static const ByteSet none;
+  const uint8_t state = body_state(sub);
+  if (state == kStringBoundary && body.index != 0 && body_chars(sub) >= grammar_->string_bounds[body.index].max) return none;
+  return string_first()[state];
+}
+
+bool Matcher::body_may_close(const Elem& body, uint32_t sub) const {
+  return body_state(sub) == kStringBoundary && body_chars(sub) >= grammar_->string_bounds[body.index].min;
+}
+
 void Matcher::expand(uint32_t node, std::vector<uint32_t>& out, int depth) {
   SPARK_CHECK(depth < kMaxExpandDepth, "grammar expansion too deep");
   const Node n = nodes_[node];  // a copy: interning may move the arena
@@ -106,7 +129,7 @@ void Matcher::expand(uint32_t node, std::vector<uint32_t>& out, int depth) {
       return;
     case ElemKind::STRING_BODY:
       out.push_back(node);
-      if (n.sub == 0) expand(frame_after(n.pos, n.parent), out, depth + 1);
+      if (body_may_close(e, n.sub)) expand(frame_after(n.pos, n.parent), out, depth + 1);
       return;
     case ElemKind::RULE: {
       const uint32_t ret = frame_after(n.pos, n.parent);
@@ -126,8 +149,8 @@ void Matcher::step(const std::vector<uint32_t>& from, size_t begin, size_t end, 
     if (e.kind == ElemKind::BYTES) {
       if (grammar_->byte_sets[e.index].has(b)) expand(frame_after(n.pos, n.parent), out, 0);
     } else {
-      const uint8_t next = string_body_step(uint8_t(n.sub), b);
-      if (next != kStringDead) expand(intern(n.pos, next, n.parent), out, 0);
+      const uint32_t next = body_step(e, n.sub, b);
+      if (next != kDeadBody) expand(intern(n.pos, next, n.parent), out, 0);
     }
   }
   if (out.size() - out_begin > 1) {
@@ -143,7 +166,7 @@ ByteSet Matcher::first_bytes(const std::vector<uint32_t>& leaves, size_t begin, 
     if (leaf == kAccept) continue;
     const Node& n = nodes_[leaf];
     const Elem& e = grammar_->elems[n.pos];
-    const ByteSet& s = e.kind == ElemKind::BYTES ? grammar_->byte_sets[e.index] : string_first()[n.sub];
+    const ByteSet& s = e.kind == ElemKind::BYTES ? grammar_->byte_sets[e.index] : body_first(e, n.sub);
     for (int w = 0; w < 4; ++w) set.bits[w] |= s.bits[w];
   }
   return set;
@@ -153,8 +176,13 @@ uint32_t Matcher::rest_of(uint32_t node) {
   if (node == kAccept || node == 0) return 0;
   if (node < memo_.size() && memo_[node] != kNoLimit) return memo_[node];
   const Node n = nodes_[node];
+  const Elem& e = grammar_->elems[n.pos];
   uint32_t own = grammar_->min_rest[n.pos];
-  if (grammar_->elems[n.pos].kind == ElemKind::STRING_BODY) own = add_lengths(own, string_body_min_close(uint8_t(n.sub)));
+  if (e.kind == ElemKind::STRING_BODY) {  // finish the character, then the characters minLength still asks for
+    const uint32_t min = grammar_->string_bounds[e.index].min, chars = body_chars(n.sub);
+    own = add_lengths(add_lengths(grammar_->min_rest[n.pos + 1], string_body_min_close(body_state(n.sub))),
+                      min > chars ? min - chars : 0);
+  }
   const uint32_t rest = add_lengths(own, rest_of(n.parent));
   if (memo_.size() < nodes_.size()) memo_.resize(nodes_.size(), kNoLimit);
   memo_[node] = rest;
@@ -298,22 +326,21 @@ void Matcher::fill_mask(std::vector<uint64_t>& mask, uint32_t finish_within) {
     finish_within = kNoLimit;
   scratch_.assign(leaves_.begin(), leaves_.end());
   bool fast = string_fast_path();
-  uint32_t sub = 0;
+  uint32_t body = 0;  // the string body's leaf
   for (uint32_t leaf : leaves_)
-    if (leaf != kAccept && grammar_->elems[nodes_[leaf].pos].kind == ElemKind::STRING_BODY) sub = nodes_[leaf].sub;
+    if (leaf != kAccept && grammar_->elems[nodes_[leaf].pos].kind == ElemKind::STRING_BODY) body = leaf;
   if (fast && finish_within != kNoLimit) {
     // A bulk token stays inside the string and at worst ends mid-character: the bulk mask
     // holds only while that still leaves room to close the string and the rest.
     constexpr uint32_t kWorstClose = 4;  // the most string_body_min_close answers (after \u)
-    uint32_t body_rest = kUnreachableBytes;
-    for (uint32_t leaf : leaves_)
-      if (leaf != kAccept && grammar_->elems[nodes_[leaf].pos].kind == ElemKind::STRING_BODY)
-        body_rest = add_lengths(grammar_->min_rest[nodes_[leaf].pos], rest_of(nodes_[leaf].parent));
-    fast = add_lengths(body_rest, kWorstClose) <= finish_within;
+    fast = add_lengths(rest_of(body), kWorstClose) <= finish_within;
   }
   if (fast) {
-    const auto& bulk = tokens_->body_mask(uint8_t(sub));
-    std::copy(bulk.begin(), bulk.end(), mask.begin());
+    // The tokens without '"' or '\' that the body takes whole, and that start no more
+    // characters than a maxLength leaves room for.
+    const Node& n = nodes_[body];
+    const uint32_t room = grammar_->string_bounds[grammar_->elems[n.pos].index].max - body_chars(n.sub);
+    tokens_->body_mask_within(body_state(n.sub), room, mask);
     walk(tokens_->quote_trie(), 0, 0, scratch_.size(), mask, finish_within);
   } else {
     walk(tokens_->trie(), 0, 0, scratch_.size(), mask, finish_within);

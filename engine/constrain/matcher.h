@@ -53,10 +53,21 @@ class Matcher {
  private:
   struct Node {
     uint32_t pos;     // next element to match (for a parent frame: where to return)
-    uint32_t sub;     // string-body state when elems[pos] is STRING_BODY
+    uint32_t sub;     // when elems[pos] is STRING_BODY: the automaton's state in the low
+                      // kBodyStateBits, and above them (bounded bodies only) the characters
+                      // started so far
     uint32_t parent;  // 0 = bottom of the stack
   };
   static constexpr uint32_t kAccept = 0xFFFFFFFFu;
+  static constexpr uint32_t kBodyStateBits = 4;
+  static constexpr uint32_t kDeadBody = 0xFFFFFFFFu;
+  static uint8_t body_state(uint32_t sub) { return uint8_t(sub & ((1u << kBodyStateBits) - 1)); }
+  static uint32_t body_chars(uint32_t sub) { return sub >> kBodyStateBits; }
+  // A string body's `sub` after byte b (kDeadBody when refused), the bytes it accepts next,
+  // and whether it may close here.
+  uint32_t body_step(const Elem& body, uint32_t sub, uint8_t b) const;
+  const ByteSet& body_first(const Elem& body, uint32_t sub) const;
+  bool body_may_close(const Elem& body, uint32_t sub) const;
 
   uint32_t intern(uint32_t pos, uint32_t sub, uint32_t parent);
   uint32_t frame_after(uint32_t pos, uint32_t parent);

@@ -311,6 +311,34 @@ void Matcher::fill_mask(std::vector<uint64_t>& mask, uint32_t finish_within) {
   const size_t words = (tokens_->vocab_size() + 63) / 64;
   if (mask.size() < words) mask.resize(words);
   std::fill(mask.begin(), mask.end(), 0);
+  memo_.clear();
+  // Far from the budget, no token can matter: one would have to add thousands of required
+  // bytes (a minItems or minLength in the thousands) to reach it. Skip the per-token check.
+  constexpr uint32_t kHorizon = 4096;
+  if (finish_within != kNoLimit && finish_within >= add_lengths(min_rest(leaves_, 0, leaves_.size()), kHorizon))
+    finish_within = kNoLimit;
+  if (finish_within != kNoLimit) {
+    compute_mask(mask, finish_within);
+    return;
+  }
+  // The live nodes and the leaves are the whole state: equal keys, equal masks.
+  key_.clear();
+  for (size_t id = 1; id < nodes_.size(); ++id) key_.insert(key_.end(), {nodes_[id].pos, nodes_[id].sub, nodes_[id].parent});
+  key_.insert(key_.end(), leaves_.begin(), leaves_.end());
+  for (const CachedMask& c : cache_)
+    if (c.key == key_) {
+      std::copy(c.mask.begin(), c.mask.end(), mask.begin());
+      return;
+    }
+  compute_mask(mask, kNoLimit);
+  constexpr size_t kCachedMasks = 4;
+  if (cache_.size() < kCachedMasks) cache_.emplace_back();
+  CachedMask& slot = cache_[cache_next_++ % kCachedMasks];
+  slot.key = key_;
+  slot.mask.assign(mask.begin(), mask.begin() + long(words));
+}
+
+void Matcher::compute_mask(std::vector<uint64_t>& mask, uint32_t finish_within) {
   const size_t keep = nodes_.size();
   // Forced text lies on every way to complete the value: its token is always progress.
   if (const int32_t forced = forced_token(); forced >= 0) {
@@ -318,12 +346,6 @@ void Matcher::fill_mask(std::vector<uint64_t>& mask, uint32_t finish_within) {
     reset_intern(keep);
     return;
   }
-  memo_.clear();
-  // Far from the budget, no token can matter: one would have to add thousands of required
-  // bytes (a minItems or minLength in the thousands) to reach it. Skip the per-token check.
-  constexpr uint32_t kHorizon = 4096;
-  if (finish_within != kNoLimit && finish_within >= add_lengths(min_rest(leaves_, 0, leaves_.size()), kHorizon))
-    finish_within = kNoLimit;
   scratch_.assign(leaves_.begin(), leaves_.end());
   bool fast = string_fast_path();
   uint32_t body = 0;  // the string body's leaf

@@ -84,6 +84,8 @@ class Matcher {
   uint32_t rest_of(uint32_t node);
   uint32_t min_rest(const std::vector<uint32_t>& leaves, size_t begin, size_t end);
   bool string_fast_path() const;
+  // fill_mask's work, without the cache: the forced token, or the trie walk.
+  void compute_mask(std::vector<uint64_t>& mask, uint32_t finish_within);
   void reset_intern(size_t keep_nodes);
   void compact();
 
@@ -97,6 +99,15 @@ class Matcher {
   std::vector<uint32_t> memo_;
   uint32_t gen_ = 1;
   size_t table_used_ = 0;
+  // The last few masks computed without a budget, by state: a state that comes back (the
+  // stacks after each digit of a number, or each token of a plain string) costs a lookup.
+  struct CachedMask {
+    std::vector<uint32_t> key;  // the live nodes (pos, sub, parent) and the leaves
+    std::vector<uint64_t> mask;
+  };
+  std::vector<CachedMask> cache_;
+  size_t cache_next_ = 0;
+  std::vector<uint32_t> key_;
 };
 
 }  // namespace spark::constrain

@@ -202,26 +202,64 @@ uint32_t Matcher::min_bytes_to_finish() {
   return best;
 }
 
-void Matcher::walk(const TokenTrie& trie, uint32_t node, size_t begin, size_t end, std::vector<uint64_t>& mask,
-                   uint32_t limit) {
-  const ByteSet first = first_bytes(scratch_, begin, end);
+// The walk's stack sets are numbered as they are met, each byte's step from a set is taken
+// once and kept (a lazy DFA over stack sets, for one mask): most trie nodes then cost a
+// table lookup, as where a long run of letters keeps a pattern or an email in one state.
+void Matcher::reset_sets() {
+  set_leaves_.clear();
+  set_range_.clear();
+  set_first_.clear();
+  set_next_.clear();
+  set_rest_.clear();
+  set_by_hash_.clear();
+}
+
+uint32_t Matcher::find_set(const std::vector<uint32_t>& leaves) {
+  uint64_t h = leaves.size();
+  for (uint32_t leaf : leaves) h = (h ^ leaf) * 0x100000001B3ull;
+  auto [it, end] = set_by_hash_.equal_range(h);
+  for (; it != end; ++it) {
+    const auto [b, e] = set_range_[it->second];
+    if (e - b == leaves.size() && std::equal(leaves.begin(), leaves.end(), set_leaves_.begin() + long(b))) return it->second;
+  }
+  const uint32_t id = uint32_t(set_range_.size());
+  set_range_.emplace_back(uint32_t(set_leaves_.size()), uint32_t(set_leaves_.size() + leaves.size()));
+  set_leaves_.insert(set_leaves_.end(), leaves.begin(), leaves.end());
+  set_first_.push_back(first_bytes(leaves, 0, leaves.size()));
+  set_next_.resize(set_next_.size() + 256, kUnknownSet);
+  set_rest_.push_back(kUnknownSet);
+  set_by_hash_.emplace(h, id);
+  return id;
+}
+
+uint32_t Matcher::next_set(uint32_t set, uint8_t b) {
+  if (const uint32_t known = set_next_[size_t(set) * 256 + b]; known != kUnknownSet) return known;
+  scratch_.clear();
+  step(set_leaves_, set_range_[set].first, set_range_[set].second, b, scratch_);
+  const uint32_t next = scratch_.empty() ? kDeadSet : find_set(scratch_);
+  set_next_[size_t(set) * 256 + b] = next;
+  return next;
+}
+
+void Matcher::walk(const TokenTrie& trie, uint32_t node, uint32_t set, std::vector<uint64_t>& mask, uint32_t limit) {
   const auto& nodes = trie.nodes;
   for (uint32_t c = node + 1; c < nodes[node].subtree_end; c = nodes[c].subtree_end) {
     const uint8_t b = nodes[c].byte;
-    if (!first.has(b)) continue;
-    const size_t next_begin = scratch_.size();
-    step(scratch_, begin, end, b, scratch_);
-    if (scratch_.size() == next_begin) continue;
-    if (const int32_t t = nodes[c].token;
-        t >= 0 && (limit == kNoLimit || min_rest(scratch_, next_begin, scratch_.size()) <= limit)) {
-      mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
-      if (!trie.same_bytes.empty()) {
-        auto it = std::lower_bound(trie.same_bytes.begin(), trie.same_bytes.end(), std::make_pair(c, INT32_MIN));
-        for (; it != trie.same_bytes.end() && it->first == c; ++it) mask[size_t(it->second) / 64] |= uint64_t(1) << (it->second % 64);
+    if (!set_first_[set].has(b)) continue;
+    const uint32_t next = next_set(set, b);
+    if (next == kDeadSet) continue;
+    if (const int32_t t = nodes[c].token; t >= 0) {
+      if (limit != kNoLimit && set_rest_[next] == kUnknownSet)
+        set_rest_[next] = min_rest(set_leaves_, set_range_[next].first, set_range_[next].second);
+      if (limit == kNoLimit || set_rest_[next] <= limit) {
+        mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+        if (!trie.same_bytes.empty()) {
+          auto it = std::lower_bound(trie.same_bytes.begin(), trie.same_bytes.end(), std::make_pair(c, INT32_MIN));
+          for (; it != trie.same_bytes.end() && it->first == c; ++it) mask[size_t(it->second) / 64] |= uint64_t(1) << (it->second % 64);
+        }
       }
     }
-    if (nodes[c].subtree_end > c + 1) walk(trie, c, next_begin, scratch_.size(), mask, limit);
-    scratch_.resize(next_begin);
+    if (nodes[c].subtree_end > c + 1) walk(trie, c, next, mask, limit);
   }
 }
 
@@ -346,7 +384,7 @@ void Matcher::compute_mask(std::vector<uint64_t>& mask, uint32_t finish_within) 
     reset_intern(keep);
     return;
   }
-  scratch_.assign(leaves_.begin(), leaves_.end());
+  reset_sets();
   bool fast = string_fast_path();
   uint32_t body = 0;  // the string body's leaf
   for (uint32_t leaf : leaves_)
@@ -363,9 +401,9 @@ void Matcher::compute_mask(std::vector<uint64_t>& mask, uint32_t finish_within) 
     const Node& n = nodes_[body];
     const uint32_t room = grammar_->string_bounds[grammar_->elems[n.pos].index].max - body_chars(n.sub);
     tokens_->body_mask_within(body_state(n.sub), room, mask);
-    walk(tokens_->quote_trie(), 0, 0, scratch_.size(), mask, finish_within);
+    walk(tokens_->quote_trie(), 0, find_set(leaves_), mask, finish_within);
   } else {
-    walk(tokens_->trie(), 0, 0, scratch_.size(), mask, finish_within);
+    walk(tokens_->trie(), 0, find_set(leaves_), mask, finish_within);
   }
   memo_.clear();
   reset_intern(keep);  // drop the nodes the walk made

@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <random>
 #include <regex>
 #include <string>
@@ -274,4 +276,20 @@ TEST_CASE("a bounded string body matches the same strings as its characters repe
       }
     }
   }
+}
+
+TEST_CASE("format date accepts exactly the calendar's dates") {
+  // The oracle: std::chrono's calendar (leap years, month lengths); year 0000 is refused as
+  // Python's date.fromisoformat refuses it.
+  auto table = byte_table();
+  auto g = schema_grammar(R"({"type":"string","format":"date"})");
+  char text[32];
+  for (int y : {0, 1, 4, 100, 400, 1900, 1996, 2000, 2023, 2024, 2100, 2400, 9996, 9999})
+    for (int m = 0; m <= 13; ++m)
+      for (int d = 0; d <= 32; ++d) {
+        std::snprintf(text, sizeof text, "\"%04d-%02d-%02d\"", y, m, d);
+        CAPTURE(text);
+        const std::chrono::year_month_day ymd{std::chrono::year{y}, std::chrono::month{unsigned(m)}, std::chrono::day{unsigned(d)}};
+        CHECK(accepts(g, table, text) == (y > 0 && ymd.ok()));
+      }
 }

@@ -210,6 +210,7 @@ void Matcher::reset_sets() {
   set_range_.clear();
   set_first_.clear();
   set_next_.clear();
+  set_next_sparse_.clear();
   set_rest_.clear();
   set_by_hash_.clear();
 }
@@ -226,18 +227,27 @@ uint32_t Matcher::find_set(const std::vector<uint32_t>& leaves) {
   set_range_.emplace_back(uint32_t(set_leaves_.size()), uint32_t(set_leaves_.size() + leaves.size()));
   set_leaves_.insert(set_leaves_.end(), leaves.begin(), leaves.end());
   set_first_.push_back(first_bytes(leaves, 0, leaves.size()));
-  set_next_.resize(set_next_.size() + 256, kUnknownSet);
+  if (id < kDenseSets) set_next_.resize(set_next_.size() + 256, kUnknownSet);
   set_rest_.push_back(kUnknownSet);
   set_by_hash_.emplace(h, id);
   return id;
 }
 
+// The first kDenseSets sets keep their steps in a table row each; a grammar that makes more
+// (an enum of many strings: a set per prefix) keeps the rest in a map, so memory follows the
+// trie nodes walked rather than 256 slots per set.
 uint32_t Matcher::next_set(uint32_t set, uint8_t b) {
-  if (const uint32_t known = set_next_[size_t(set) * 256 + b]; known != kUnknownSet) return known;
+  const uint64_t key = uint64_t(set) << 8 | b;
+  if (set < kDenseSets) {
+    if (const uint32_t known = set_next_[key]; known != kUnknownSet) return known;
+  } else if (auto it = set_next_sparse_.find(key); it != set_next_sparse_.end()) {
+    return it->second;
+  }
   scratch_.clear();
   step(set_leaves_, set_range_[set].first, set_range_[set].second, b, scratch_);
   const uint32_t next = scratch_.empty() ? kDeadSet : find_set(scratch_);
-  set_next_[size_t(set) * 256 + b] = next;
+  if (set < kDenseSets) set_next_[key] = next;
+  else set_next_sparse_.emplace(key, next);
   return next;
 }
 

@@ -82,6 +82,7 @@ class Matcher {
   // The walk's stack sets (matcher.cpp): numbered by content, with their steps by byte.
   static constexpr uint32_t kUnknownSet = 0xFFFFFFFFu;
   static constexpr uint32_t kDeadSet = 0xFFFFFFFEu;
+  static constexpr uint32_t kDenseSets = 1024;
   void reset_sets();
   uint32_t find_set(const std::vector<uint32_t>& leaves);
   uint32_t next_set(uint32_t set, uint8_t b);
@@ -104,6 +105,7 @@ class Matcher {
   std::vector<std::pair<uint32_t, uint32_t>> set_range_; // set -> its [begin, end) there
   std::vector<ByteSet> set_first_;                       // set -> the bytes it accepts
   std::vector<uint32_t> set_next_;                       // set * 256 + byte -> next set
+  std::unordered_map<uint64_t, uint32_t> set_next_sparse_; // the same past kDenseSets sets
   std::vector<uint32_t> set_rest_;                       // set -> fewest bytes to finish
   std::unordered_multimap<uint64_t, uint32_t> set_by_hash_;
   std::vector<uint32_t> table_;   // intern hash table of node ids (0 = empty)

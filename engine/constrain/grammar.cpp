@@ -42,6 +42,13 @@ Elem GrammarBuilder::bytes(const ByteSet& set) {
   return {ElemKind::BYTES, uint32_t(g_.byte_sets.size() - 1)};
 }
 
+Elem GrammarBuilder::string_body(uint32_t min, uint32_t max) {
+  if (max < min) throw InputError("a string's maxLength is below its minLength");
+  if (min == 0 && max == UINT32_MAX) return string_body();
+  g_.string_bounds.push_back({min, max});
+  return {ElemKind::STRING_BODY, uint32_t(g_.string_bounds.size() - 1)};
+}
+
 Elem GrammarBuilder::byte(uint8_t b) {
   ByteSet s;
   s.add(b);
@@ -103,7 +110,8 @@ void Grammar::validate() const {
       if (e.kind == ElemKind::END) return true;
       if (e.kind == ElemKind::RULE) {
         if (!known[e.index]) return false;
-      } else if (need_empty && e.kind == ElemKind::BYTES) {
+      } else if (need_empty && (e.kind == ElemKind::BYTES ||
+                                (e.kind == ElemKind::STRING_BODY && string_bounds[e.index].min > 0))) {
         return false;
       }
     }

@@ -32,12 +32,20 @@ enum class ElemKind : uint8_t {
   BYTES,        // one byte from byte_sets[index]
   RULE,         // a call of rule `index`
   STRING_BODY,  // the inside of a JSON string: unescaped chars (valid UTF-8) and escapes;
-                // matched by a small built-in automaton so masks can be taken in bulk
+                // matched by a small built-in automaton so masks can be taken in bulk;
+                // index: its length bounds in string_bounds (0 = unbounded)
 };
 
 struct Elem {
   ElemKind kind = ElemKind::END;
   uint32_t index = 0;
+};
+
+// A string body's length in characters (code points, an escape counting one), as JSON
+// Schema's minLength / maxLength count them.
+struct StringBounds {
+  uint32_t min = 0;
+  uint32_t max = UINT32_MAX;
 };
 
 // Limits on what one grammar may grow to; compile errors name the one that was hit.
@@ -48,6 +56,7 @@ inline constexpr int64_t kMaxRepeat = 4096;
 
 struct Grammar {
   std::vector<ByteSet> byte_sets;
+  std::vector<StringBounds> string_bounds{StringBounds{}};  // [0]: unbounded
   std::vector<Elem> elems;                    // every alternative's elements, END-terminated
   std::vector<std::vector<uint32_t>> rules;   // rule -> start positions of its alternatives
   uint32_t root = 0;
@@ -72,6 +81,8 @@ class GrammarBuilder {
   Elem byte(uint8_t b);
   static Elem call(uint32_t rule) { return {ElemKind::RULE, rule}; }
   static Elem string_body() { return {ElemKind::STRING_BODY, 0}; }
+  // A string body of min..max characters: one element, so its masks stay bulk ones.
+  Elem string_body(uint32_t min, uint32_t max);
   std::vector<Elem> literal(std::string_view text);
   uint32_t literal_rule(std::string_view text) { return rule_of({literal(text)}); }
   uint32_t empty_rule() { return rule_of({{}}); }

@@ -131,7 +131,7 @@ class Compiler {
     if (min == 0 && max < 0) return b_.rule_of({{quote, GrammarBuilder::string_body(), quote}});
     if (max > kMaxRepeat || min > kMaxRepeat)
       refuse("'maxLength' / 'minLength' above " + std::to_string(kMaxRepeat) + " is not supported");
-    return b_.rule_of({{quote, GrammarBuilder::call(b_.repeat(add_json_string_char(b_), min, max)), quote}});
+    return b_.rule_of({{quote, b_.string_body(uint32_t(min), max < 0 ? UINT32_MAX : uint32_t(max)), quote}});
   }
 
   uint32_t compile_object(const J& s, int depth) {

@@ -92,6 +92,29 @@ uint32_t Matcher::frame_after(uint32_t pos, uint32_t parent) {
   return intern(pos + 1, 0, parent);
 }
 
+// Bounded bodies count each character as it starts, and start none past their maximum.
+uint32_t Matcher::body_step(const Elem& body, uint32_t sub, uint8_t b) const {
+  const uint8_t state = body_state(sub);
+  uint32_t chars = body_chars(sub);
+  if (state == kStringBoundary && body.index != 0) {
+    if (chars >= grammar_->string_bounds[body.index].max) return kDeadBody;
+    ++chars;
+  }
+  const uint8_t next = string_body_step(state, b);
+  return next == kStringDead ? kDeadBody : next | chars << kBodyStateBits;
+}
+
+const ByteSet& Matcher::body_first(const Elem& body, uint32_t sub) const {
+  static const ByteSet none;
+  const uint8_t state = body_state(sub);
+  if (state == kStringBoundary && body.index != 0 && body_chars(sub) >= grammar_->string_bounds[body.index].max) return none;
+  return string_first()[state];
+}
+
+bool Matcher::body_may_close(const Elem& body, uint32_t sub) const {
+  return body_state(sub) == kStringBoundary && body_chars(sub) >= grammar_->string_bounds[body.index].min;
+}
+
 void Matcher::expand(uint32_t node, std::vector<uint32_t>& out, int depth) {
   SPARK_CHECK(depth < kMaxExpandDepth, "grammar expansion too deep");
   const Node n = nodes_[node];  // a copy: interning may move the arena
@@ -106,7 +129,7 @@ void Matcher::expand(uint32_t node, std::vector<uint32_t>& out, int depth) {
       return;
     case ElemKind::STRING_BODY:
       out.push_back(node);
-      if (n.sub == 0) expand(frame_after(n.pos, n.parent), out, depth + 1);
+      if (body_may_close(e, n.sub)) expand(frame_after(n.pos, n.parent), out, depth + 1);
       return;
     case ElemKind::RULE: {
       const uint32_t ret = frame_after(n.pos, n.parent);
@@ -126,8 +149,8 @@ void Matcher::step(const std::vector<uint32_t>& from, size_t begin, size_t end, 
     if (e.kind == ElemKind::BYTES) {
       if (grammar_->byte_sets[e.index].has(b)) expand(frame_after(n.pos, n.parent), out, 0);
     } else {
-      const uint8_t next = string_body_step(uint8_t(n.sub), b);
-      if (next != kStringDead) expand(intern(n.pos, next, n.parent), out, 0);
+      const uint32_t next = body_step(e, n.sub, b);
+      if (next != kDeadBody) expand(intern(n.pos, next, n.parent), out, 0);
     }
   }
   if (out.size() - out_begin > 1) {
@@ -143,7 +166,7 @@ ByteSet Matcher::first_bytes(const std::vector<uint32_t>& leaves, size_t begin, 
     if (leaf == kAccept) continue;
     const Node& n = nodes_[leaf];
     const Elem& e = grammar_->elems[n.pos];
-    const ByteSet& s = e.kind == ElemKind::BYTES ? grammar_->byte_sets[e.index] : string_first()[n.sub];
+    const ByteSet& s = e.kind == ElemKind::BYTES ? grammar_->byte_sets[e.index] : body_first(e, n.sub);
     for (int w = 0; w < 4; ++w) set.bits[w] |= s.bits[w];
   }
   return set;
@@ -153,8 +176,13 @@ uint32_t Matcher::rest_of(uint32_t node) {
   if (node == kAccept || node == 0) return 0;
   if (node < memo_.size() && memo_[node] != kNoLimit) return memo_[node];
   const Node n = nodes_[node];
+  const Elem& e = grammar_->elems[n.pos];
   uint32_t own = grammar_->min_rest[n.pos];
-  if (grammar_->elems[n.pos].kind == ElemKind::STRING_BODY) own = add_lengths(own, string_body_min_close(uint8_t(n.sub)));
+  if (e.kind == ElemKind::STRING_BODY) {  // finish the character, then the characters minLength still asks for
+    const uint32_t min = grammar_->string_bounds[e.index].min, chars = body_chars(n.sub);
+    own = add_lengths(add_lengths(grammar_->min_rest[n.pos + 1], string_body_min_close(body_state(n.sub))),
+                      min > chars ? min - chars : 0);
+  }
   const uint32_t rest = add_lengths(own, rest_of(n.parent));
   if (memo_.size() < nodes_.size()) memo_.resize(nodes_.size(), kNoLimit);
   memo_[node] = rest;
@@ -174,26 +202,74 @@ uint32_t Matcher::min_bytes_to_finish() {
   return best;
 }
 
-void Matcher::walk(const TokenTrie& trie, uint32_t node, size_t begin, size_t end, std::vector<uint64_t>& mask,
-                   uint32_t limit) {
-  const ByteSet first = first_bytes(scratch_, begin, end);
+// The walk's stack sets are numbered as they are met, each byte's step from a set is taken
+// once and kept (a lazy DFA over stack sets, for one mask): most trie nodes then cost a
+// table lookup, as where a long run of letters keeps a pattern or an email in one state.
+void Matcher::reset_sets() {
+  set_leaves_.clear();
+  set_range_.clear();
+  set_first_.clear();
+  set_next_.clear();
+  set_next_sparse_.clear();
+  set_rest_.clear();
+  set_by_hash_.clear();
+}
+
+uint32_t Matcher::find_set(const std::vector<uint32_t>& leaves) {
+  uint64_t h = leaves.size();
+  for (uint32_t leaf : leaves) h = (h ^ leaf) * 0x100000001B3ull;
+  auto [it, end] = set_by_hash_.equal_range(h);
+  for (; it != end; ++it) {
+    const auto [b, e] = set_range_[it->second];
+    if (e - b == leaves.size() && std::equal(leaves.begin(), leaves.end(), set_leaves_.begin() + long(b))) return it->second;
+  }
+  const uint32_t id = uint32_t(set_range_.size());
+  set_range_.emplace_back(uint32_t(set_leaves_.size()), uint32_t(set_leaves_.size() + leaves.size()));
+  set_leaves_.insert(set_leaves_.end(), leaves.begin(), leaves.end());
+  set_first_.push_back(first_bytes(leaves, 0, leaves.size()));
+  if (id < kDenseSets) set_next_.resize(set_next_.size() + 256, kUnknownSet);
+  set_rest_.push_back(kUnknownSet);
+  set_by_hash_.emplace(h, id);
+  return id;
+}
+
+// The first kDenseSets sets keep their steps in a table row each; a grammar that makes more
+// (an enum of many strings: a set per prefix) keeps the rest in a map, so memory follows the
+// trie nodes walked rather than 256 slots per set.
+uint32_t Matcher::next_set(uint32_t set, uint8_t b) {
+  const uint64_t key = uint64_t(set) << 8 | b;
+  if (set < kDenseSets) {
+    if (const uint32_t known = set_next_[key]; known != kUnknownSet) return known;
+  } else if (auto it = set_next_sparse_.find(key); it != set_next_sparse_.end()) {
+    return it->second;
+  }
+  scratch_.clear();
+  step(set_leaves_, set_range_[set].first, set_range_[set].second, b, scratch_);
+  const uint32_t next = scratch_.empty() ? kDeadSet : find_set(scratch_);
+  if (set < kDenseSets) set_next_[key] = next;
+  else set_next_sparse_.emplace(key, next);
+  return next;
+}
+
+void Matcher::walk(const TokenTrie& trie, uint32_t node, uint32_t set, std::vector<uint64_t>& mask, uint32_t limit) {
   const auto& nodes = trie.nodes;
   for (uint32_t c = node + 1; c < nodes[node].subtree_end; c = nodes[c].subtree_end) {
     const uint8_t b = nodes[c].byte;
-    if (!first.has(b)) continue;
-    const size_t next_begin = scratch_.size();
-    step(scratch_, begin, end, b, scratch_);
-    if (scratch_.size() == next_begin) continue;
-    if (const int32_t t = nodes[c].token;
-        t >= 0 && (limit == kNoLimit || min_rest(scratch_, next_begin, scratch_.size()) <= limit)) {
-      mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
-      if (!trie.same_bytes.empty()) {
-        auto it = std::lower_bound(trie.same_bytes.begin(), trie.same_bytes.end(), std::make_pair(c, INT32_MIN));
-        for (; it != trie.same_bytes.end() && it->first == c; ++it) mask[size_t(it->second) / 64] |= uint64_t(1) << (it->second % 64);
+    if (!set_first_[set].has(b)) continue;
+    const uint32_t next = next_set(set, b);
+    if (next == kDeadSet) continue;
+    if (const int32_t t = nodes[c].token; t >= 0) {
+      if (limit != kNoLimit && set_rest_[next] == kUnknownSet)
+        set_rest_[next] = min_rest(set_leaves_, set_range_[next].first, set_range_[next].second);
+      if (limit == kNoLimit || set_rest_[next] <= limit) {
+        mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+        if (!trie.same_bytes.empty()) {
+          auto it = std::lower_bound(trie.same_bytes.begin(), trie.same_bytes.end(), std::make_pair(c, INT32_MIN));
+          for (; it != trie.same_bytes.end() && it->first == c; ++it) mask[size_t(it->second) / 64] |= uint64_t(1) << (it->second % 64);
+        }
       }
     }
-    if (nodes[c].subtree_end > c + 1) walk(trie, c, next_begin, scratch_.size(), mask, limit);
-    scratch_.resize(next_begin);
+    if (nodes[c].subtree_end > c + 1) walk(trie, c, next, mask, limit);
   }
 }
 
@@ -283,6 +359,34 @@ void Matcher::fill_mask(std::vector<uint64_t>& mask, uint32_t finish_within) {
   const size_t words = (tokens_->vocab_size() + 63) / 64;
   if (mask.size() < words) mask.resize(words);
   std::fill(mask.begin(), mask.end(), 0);
+  memo_.clear();
+  // Far from the budget, no token can matter: one would have to add thousands of required
+  // bytes (a minItems or minLength in the thousands) to reach it. Skip the per-token check.
+  constexpr uint32_t kHorizon = 4096;
+  if (finish_within != kNoLimit && finish_within >= add_lengths(min_rest(leaves_, 0, leaves_.size()), kHorizon))
+    finish_within = kNoLimit;
+  if (finish_within != kNoLimit) {
+    compute_mask(mask, finish_within);
+    return;
+  }
+  // The live nodes and the leaves are the whole state: equal keys, equal masks.
+  key_.clear();
+  for (size_t id = 1; id < nodes_.size(); ++id) key_.insert(key_.end(), {nodes_[id].pos, nodes_[id].sub, nodes_[id].parent});
+  key_.insert(key_.end(), leaves_.begin(), leaves_.end());
+  for (const CachedMask& c : cache_)
+    if (c.key == key_) {
+      std::copy(c.mask.begin(), c.mask.end(), mask.begin());
+      return;
+    }
+  compute_mask(mask, kNoLimit);
+  constexpr size_t kCachedMasks = 4;
+  if (cache_.size() < kCachedMasks) cache_.emplace_back();
+  CachedMask& slot = cache_[cache_next_++ % kCachedMasks];
+  slot.key = key_;
+  slot.mask.assign(mask.begin(), mask.begin() + long(words));
+}
+
+void Matcher::compute_mask(std::vector<uint64_t>& mask, uint32_t finish_within) {
   const size_t keep = nodes_.size();
   // Forced text lies on every way to complete the value: its token is always progress.
   if (const int32_t forced = forced_token(); forced >= 0) {
@@ -290,33 +394,26 @@ void Matcher::fill_mask(std::vector<uint64_t>& mask, uint32_t finish_within) {
     reset_intern(keep);
     return;
   }
-  memo_.clear();
-  // Far from the budget, no token can matter: one would have to add thousands of required
-  // bytes (a minItems or minLength in the thousands) to reach it. Skip the per-token check.
-  constexpr uint32_t kHorizon = 4096;
-  if (finish_within != kNoLimit && finish_within >= add_lengths(min_rest(leaves_, 0, leaves_.size()), kHorizon))
-    finish_within = kNoLimit;
-  scratch_.assign(leaves_.begin(), leaves_.end());
+  reset_sets();
   bool fast = string_fast_path();
-  uint32_t sub = 0;
+  uint32_t body = 0;  // the string body's leaf
   for (uint32_t leaf : leaves_)
-    if (leaf != kAccept && grammar_->elems[nodes_[leaf].pos].kind == ElemKind::STRING_BODY) sub = nodes_[leaf].sub;
+    if (leaf != kAccept && grammar_->elems[nodes_[leaf].pos].kind == ElemKind::STRING_BODY) body = leaf;
   if (fast && finish_within != kNoLimit) {
     // A bulk token stays inside the string and at worst ends mid-character: the bulk mask
     // holds only while that still leaves room to close the string and the rest.
     constexpr uint32_t kWorstClose = 4;  // the most string_body_min_close answers (after \u)
-    uint32_t body_rest = kUnreachableBytes;
-    for (uint32_t leaf : leaves_)
-      if (leaf != kAccept && grammar_->elems[nodes_[leaf].pos].kind == ElemKind::STRING_BODY)
-        body_rest = add_lengths(grammar_->min_rest[nodes_[leaf].pos], rest_of(nodes_[leaf].parent));
-    fast = add_lengths(body_rest, kWorstClose) <= finish_within;
+    fast = add_lengths(rest_of(body), kWorstClose) <= finish_within;
   }
   if (fast) {
-    const auto& bulk = tokens_->body_mask(uint8_t(sub));
-    std::copy(bulk.begin(), bulk.end(), mask.begin());
-    walk(tokens_->quote_trie(), 0, 0, scratch_.size(), mask, finish_within);
+    // The tokens without '"' or '\' that the body takes whole, and that start no more
+    // characters than a maxLength leaves room for.
+    const Node& n = nodes_[body];
+    const uint32_t room = grammar_->string_bounds[grammar_->elems[n.pos].index].max - body_chars(n.sub);
+    tokens_->body_mask_within(body_state(n.sub), room, mask);
+    walk(tokens_->quote_trie(), 0, find_set(leaves_), mask, finish_within);
   } else {
-    walk(tokens_->trie(), 0, 0, scratch_.size(), mask, finish_within);
+    walk(tokens_->trie(), 0, find_set(leaves_), mask, finish_within);
   }
   memo_.clear();
   reset_intern(keep);  // drop the nodes the walk made

@@ -48,6 +48,7 @@ std::vector<uint32_t> min_rest_lengths(const Grammar& g) {
       for (uint32_t pos = start; g.elems[pos].kind != ElemKind::END; ++pos) {
         const Elem& e = g.elems[pos];
         if (e.kind == ElemKind::BYTES) a.sum = add_lengths(a.sum, 1);
+        if (e.kind == ElemKind::STRING_BODY) a.sum = add_lengths(a.sum, g.string_bounds[e.index].min);
         if (e.kind == ElemKind::RULE) ++a.pending, calls_of[e.index].push_back(uint32_t(alts.size()));
       }
       alts.push_back(a);
@@ -77,7 +78,9 @@ std::vector<uint32_t> min_rest_lengths(const Grammar& g) {
     rest[end] = 0;
     for (uint32_t pos = end; pos-- > a.start;) {
       const Elem& e = g.elems[pos];
-      const uint32_t own = e.kind == ElemKind::BYTES ? 1 : e.kind == ElemKind::RULE ? rule_min[e.index] : 0;
+      const uint32_t own = e.kind == ElemKind::BYTES ? 1
+                           : e.kind == ElemKind::RULE ? rule_min[e.index]
+                                                      : g.string_bounds[e.index].min;  // a byte per character
       rest[pos] = add_lengths(own, rest[pos + 1]);
     }
   }

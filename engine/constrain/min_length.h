@@ -19,8 +19,9 @@ inline uint32_t add_lengths(uint32_t a, uint32_t b) {
 }
 
 // For every position in g.elems: the fewest bytes that match the elements from there to
-// the alternative's END (a string body counts 0: it may close at once). Knuth's shortest
-// derivation algorithm (Dijkstra over rules), so deep grammars cost O(E log R).
+// the alternative's END (a string body counts its minLength, a byte per character).
+// Knuth's shortest derivation algorithm (Dijkstra over rules), so deep grammars cost
+// O(E log R).
 std::vector<uint32_t> min_rest_lengths(const Grammar& g);
 
 // The fewest bytes that take the JSON string-body automaton from `state` back to a

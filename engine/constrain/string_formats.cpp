@@ -19,7 +19,13 @@ ByteSet range(uint8_t lo, uint8_t hi) {
 // RFC 4122 UUIDs, dotted-quad IPv4, a conservative subset of RFC 5322 addresses and of
 // RFC 3986 absolute URIs).
 const std::map<std::string, std::string>& format_patterns() {
-  static const std::string date = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
+  // Calendar dates only (Python's date.fromisoformat, which jsonschema checks with, takes no
+  // year 0000, no April 31 and no February 29 outside leap years).
+  static const std::string year = R"((\d{3}[1-9]|\d{2}[1-9]0|\d[1-9]00|[1-9]000))";
+  static const std::string leap_year = R"((\d\d(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00))";
+  static const std::string date = "(" + year + R"(-(0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|)" + year +
+                                  R"(-(0[469]|11)-(0[1-9]|[12]\d|30)|)" + year + R"(-02-(0[1-9]|1\d|2[0-8])|)" +
+                                  leap_year + "-02-29)";
   static const std::string time = R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
   static const std::string octet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
   static const std::string label = R"([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)";

@@ -58,18 +58,64 @@ TokenTable::TokenTable(std::vector<std::string> token_bytes, Encoder encode)
   all_ = TokenTrie::build(bytes_, ids);
   quoted_ = TokenTrie::build(bytes_, quoted);
   const size_t words = (bytes_.size() + 63) / 64;
+  // Below this many tokens, setting or clearing bits one by one beats copying a whole mask.
+  constexpr size_t kFewTokens = 1024;
   for (uint8_t state = 0; state < kStringStates; ++state) {
     auto& mask = body_masks_[state];
     mask.assign(words, 0);
+    std::vector<std::pair<uint32_t, int32_t>> counted;  // (characters started, token)
     for (int32_t id : ids) {
       uint8_t st = state;
+      uint32_t chars = 0;
       for (char c : bytes_[id]) {
-        if (c == '"' || c == '\\') st = kStringDead;
-        else st = string_body_step(st, uint8_t(c));
+        if (c == '"' || c == '\\') {
+          st = kStringDead;
+          break;
+        }
+        chars += st == kStringBoundary;
+        st = string_body_step(st, uint8_t(c));
         if (st == kStringDead) break;
       }
-      if (st != kStringDead) mask[size_t(id) / 64] |= uint64_t(1) << (id % 64);
+      if (st == kStringDead) continue;
+      mask[size_t(id) / 64] |= uint64_t(1) << (id % 64);
+      counted.emplace_back(chars, id);
     }
+    std::sort(counted.begin(), counted.end());
+    BodyByLength& by = by_length_[state];
+    const uint32_t most = counted.empty() ? 0 : counted.back().first;
+    by.upto.assign(most + 1, 0);
+    for (const auto& [chars, id] : counted) {
+      by.tokens.push_back(id);
+      ++by.upto[chars];
+    }
+    for (uint32_t k = 1; k <= most; ++k) by.upto[k] += by.upto[k - 1];
+    by.masks.resize(most + 1);
+    for (uint32_t k = 0; k < most; ++k) {
+      if (std::min<size_t>(by.upto[k], by.tokens.size() - by.upto[k]) <= kFewTokens) continue;
+      by.masks[k].assign(words, 0);
+      for (uint32_t i = 0; i < by.upto[k]; ++i) by.masks[k][size_t(by.tokens[i]) / 64] |= uint64_t(1) << (by.tokens[i] % 64);
+    }
+  }
+}
+
+void TokenTable::body_mask_within(uint8_t state, uint32_t room, std::vector<uint64_t>& mask) const {
+  const BodyByLength& by = by_length_[state];
+  const std::vector<uint64_t>& all = body_masks_[state];
+  if (room >= by.upto.size() - 1) {
+    std::copy(all.begin(), all.end(), mask.begin());
+    return;
+  }
+  if (!by.masks[room].empty()) {
+    std::copy(by.masks[room].begin(), by.masks[room].end(), mask.begin());
+    return;
+  }
+  const size_t fit = by.upto[room];
+  if (fit <= by.tokens.size() - fit) {
+    std::fill(mask.begin(), mask.begin() + long(all.size()), 0);
+    for (size_t i = 0; i < fit; ++i) mask[size_t(by.tokens[i]) / 64] |= uint64_t(1) << (by.tokens[i] % 64);
+  } else {
+    std::copy(all.begin(), all.end(), mask.begin());
+    for (size_t i = fit; i < by.tokens.size(); ++i) mask[size_t(by.tokens[i]) / 64] &= ~(uint64_t(1) << (by.tokens[i] % 64));
   }
 }
 

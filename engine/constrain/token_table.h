@@ -18,6 +18,7 @@ namespace spark::constrain {
 
 // The JSON string-body automaton (see string_body.cpp): UTF-8 validity and escapes.
 inline constexpr uint8_t kStringStates = 14;
+inline constexpr uint8_t kStringBoundary = 0;  // between characters: a byte here starts one
 inline constexpr uint8_t kStringDead = 0xFF;
 uint8_t string_body_step(uint8_t state, uint8_t byte);
 
@@ -53,6 +54,9 @@ class TokenTable {
   const TokenTrie& quote_trie() const { return quoted_; }
   // Per string-body state: tokens with no '"' or '\' that the body accepts whole from it.
   const std::vector<uint64_t>& body_mask(uint8_t state) const { return body_masks_[state]; }
+  // body_mask(state) less the tokens that start more than `room` characters (a string with
+  // maxLength), written over the first words of `mask`.
+  void body_mask_within(uint8_t state, uint32_t room, std::vector<uint64_t>& mask) const;
   const Encoder& encoder() const { return encode_; }
   size_t max_token_bytes() const { return max_token_bytes_; }
 
@@ -62,6 +66,15 @@ class TokenTable {
   size_t max_token_bytes_ = 0;
   TokenTrie all_, quoted_;
   std::array<std::vector<uint64_t>, kStringStates> body_masks_;
+  // Per string-body state, body_mask's tokens by how many characters each starts, so a
+  // bounded string's mask is a prefix of a sorted list rather than a walk. Where the prefix
+  // and the rest are both long, its mask is kept whole.
+  struct BodyByLength {
+    std::vector<int32_t> tokens;               // fewest characters first
+    std::vector<uint32_t> upto;                // upto[k]: how many start at most k characters
+    std::vector<std::vector<uint64_t>> masks;  // masks[k], or empty where a side is short
+  };
+  std::array<BodyByLength, kStringStates> by_length_;
 };
 
 }  // namespace spark::constrain

@@ -32,7 +32,7 @@ void LocalExecutor::launch(const ScheduledStep& step) {
                       &requests[size_t(e.logits_row)]);
   }
   // A structured-output row is masked by its grammar on the host: a step with one returns
-  // logits and samples here. (Such a sequence never has drafts: see Speculator::propose.)
+  // logits and samples here.
   const bool constrained =
       std::any_of(step.entries.begin(), step.entries.end(), [](const StepEntry& e) { return e.seq->matcher != nullptr; });
   if (backend_->samples_on_device() && !constrained) {
@@ -51,6 +51,10 @@ void LocalExecutor::launch(const ScheduledStep& step) {
       const SampleRow& q = requests[r];
       samples[r] = sampler_->sample(result_.logits.data() + r * vocab, *q.params, q.context, q.num_prompt_tokens, q.seed,
                                     q.counter, e.seq->matcher.get(), e.seq->max_tokens);
+      // A sequence's matcher steps on each row's sample, which is its draft while drafts
+      // hold: the rows after the first sample that differs verify text that is thrown away
+      // (speculator.h), so a constrained sequence stops there, its matcher on the kept text.
+      if (e.seq->matcher && j < e.num_draft_tokens && samples[r].token != e.seq->draft_tokens[size_t(j)]) break;
     }
   done_.push_back(std::move(samples));
 }

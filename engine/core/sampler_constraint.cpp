@@ -23,12 +23,17 @@ void Sampler::apply_constraint(const SamplingParams& params, constrain::Matcher&
                                      ? uint32_t(tokens_left - 1)
                                      : constrain::Matcher::kNoLimit;
   matcher.fill_mask(allowed_, finish_within);
-  const auto words = static_cast<int64_t>(allowed_.size());
-  bool any = false;
-  for (int64_t id = 0; id < vocab_size_; ++id) {
-    const int64_t w = id / 64;
-    if (w >= words || !((allowed_[size_t(w)] >> (id % 64)) & 1)) logits_[size_t(id)] = kNegInf;
-    else any = true;
+  auto any_allowed = [&] { return std::any_of(allowed_.begin(), allowed_.end(), [](uint64_t w) { return w != 0; }); };
+  // A budget below what the value needs at a byte per token leaves no token: the value
+  // goes on unbudgeted (its tokens may still finish it in time) rather than end cut short
+  // by an end-of-sequence that would claim it complete.
+  if (finish_within != constrain::Matcher::kNoLimit && !any_allowed()) matcher.fill_mask(allowed_);
+  const bool any = any_allowed();
+  for (int64_t w = 0; w * 64 < vocab_size_; ++w) {
+    const uint64_t bits = size_t(w) < allowed_.size() ? allowed_[size_t(w)] : 0;
+    if (bits == ~uint64_t(0)) continue;
+    for (int64_t id = w * 64; id < std::min(vocab_size_, w * 64 + 64); ++id)
+      if (!((bits >> (id % 64)) & 1)) logits_[size_t(id)] = kNegInf;
   }
   // Where the grammar allows nothing the vocabulary can spell, ending is the way out.
   const bool may_end = matcher.accepting() || !any;

@@ -52,7 +52,7 @@ class Speculator {
   bool enabled() const { return config_.num_tokens > 0; }
 
   // Sets seq->draft_tokens for the scheduler's next step: a decoding sequence that may
-  // speculate (not opted out, no structured-output constraint, room under max_tokens)
+  // speculate (not opted out, room under max_tokens)
   // gets up to its current k drafts, while the step's rows stay within `row_budget`
   // (the rows the executor runs at about the cost of one: past that the step is
   // compute-bound and drafts would slow everyone). Every other sequence gets none.

@@ -11,6 +11,10 @@ mean and p99, compile time median and p99, and sparkd's ratio to each peer.
 
   make constrain-bench          (installs xgrammar, builds build/constrain_tool)
   python tests/bench/constrain_bench.py [--schemas 40] [--walks 2] [--tool build/constrain_tool]
+                                        [--baseline OTHER/constrain_tool]
+
+--baseline adds another build of sparkd's engine (say, the main branch's) as one more
+engine in the same run, and prints the change from it.
 
 Compare numbers only when `uptime` shows a load average under ~1.5: this prints it.
 """
@@ -69,9 +73,13 @@ def bench_vocab(name, tokenizer_dir, tool, args, llguidance, xgr, transformers):
     hf = transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(tokenizer_dir, "tokenizer.json"))
     xinfo = xgr.TokenizerInfo.from_huggingface(hf, vocab_size=lt.vocab_size)
     xcompiler = xgr.GrammarCompiler(xinfo, max_threads=1, cache_enabled=False)
-    proc = subprocess.Popen([tool, "bench", tokenizer_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    tools = {"sparkd": tool}  # engine name -> constrain_tool
+    if args.baseline:
+        tools["sparkd-base"] = args.baseline
+    procs = {engine: subprocess.Popen([path, "bench", tokenizer_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for engine, path in tools.items()}
     rng = random.Random(5)
-    res = {k: {"mask": [], "compile": []} for k in ("sparkd", "llguidance", "xgrammar")}
+    res = {k: {"mask": [], "compile": []} for k in (*tools, "llguidance", "xgrammar")}
     lbit = llguidance.numpy.allocate_token_bitmask(1, lt.vocab_size)
     xbit = xgr.allocate_token_bitmask(1, lt.vocab_size)
     closing = np.array([b'"' in lt.decode_bytes([t]) for t in range(lt.vocab_size)])
@@ -81,12 +89,14 @@ def bench_vocab(name, tokenizer_dir, tool, args, llguidance, xgr, transformers):
         if not seqs:
             continue
         text = json.dumps(schema)
-        # sparkd
-        proc.stdin.write(json.dumps({"spec": {"kind": "json_schema", "schema": text}, "sequences": seqs}) + "\n")
-        proc.stdin.flush()
-        r = json.loads(proc.stdout.readline())
-        if "error" in r:
-            print(f"  sparkd refused a schema: {r['error']}", file=sys.stderr)
+        # sparkd (and the baseline build)
+        ours = {}
+        for engine, proc in procs.items():
+            proc.stdin.write(json.dumps({"spec": {"kind": "json_schema", "schema": text}, "sequences": seqs}) + "\n")
+            proc.stdin.flush()
+            ours[engine] = json.loads(proc.stdout.readline())
+        if any("error" in r for r in ours.values()):
+            print(f"  sparkd refused a schema: {[r.get('error') for r in ours.values()]}", file=sys.stderr)
             continue
         # llguidance
         t = time.perf_counter()
@@ -118,15 +128,17 @@ def bench_vocab(name, tokenizer_dir, tool, args, llguidance, xgr, transformers):
                 xmask.append((time.perf_counter() - t) * 1e6)
                 if not m.accept_token(tok):
                     break
-        res["sparkd"]["mask"] += r["mask_us"]
-        res["sparkd"]["compile"].append(r["compile_us"])
+        for engine, r in ours.items():
+            res[engine]["mask"] += r["mask_us"]
+            res[engine]["compile"].append(r["compile_us"])
         res["llguidance"]["mask"] += lmask
         res["llguidance"]["compile"].append(lcompile)
         res["xgrammar"]["mask"] += xmask
         res["xgrammar"]["compile"].append(xcompile)
         used += 1
-    proc.stdin.close()
-    proc.wait()
+    for proc in procs.values():
+        proc.stdin.close()
+        proc.wait()
     print(f"\n{name}: {lt.vocab_size} tokens, {used} schemas, {len(res['sparkd']['mask'])} masks per engine")
     print(f"  {'engine':<11} {'mask mean us':>13} {'mask median us':>15} {'mask p99 us':>12} {'compile median ms':>18} "
           f"{'compile p99 ms':>15}")
@@ -136,7 +148,7 @@ def bench_vocab(name, tokenizer_dir, tool, args, llguidance, xgr, transformers):
         _, cp99, cmed = stats(r["compile"])
         rows[engine] = (mean, p99, cmed / 1000, cp99 / 1000)
         print(f"  {engine:<11} {mean:>13.1f} {med:>15.1f} {p99:>12.1f} {cmed / 1000:>18.2f} {cp99 / 1000:>15.2f}")
-    for peer in ("llguidance", "xgrammar"):
+    for peer in ("llguidance", "xgrammar", "sparkd-base")[:3 if args.baseline else 2]:
         s, p = rows["sparkd"], rows[peer]
         print(f"  sparkd / {peer}: mask mean x{s[0] / p[0]:.2f}, mask p99 x{s[1] / p[1]:.2f}, "
               f"compile median x{s[2] / p[2]:.2f}, compile p99 x{s[3] / p[3]:.2f} (below 1 = sparkd faster)")
@@ -147,6 +159,7 @@ def main():
     ap.add_argument("--schemas", type=int, default=40)
     ap.add_argument("--walks", type=int, default=2)
     ap.add_argument("--tool", default=os.path.join(ROOT, "build", "constrain_tool"))
+    ap.add_argument("--baseline", help="another build's constrain_tool, timed in the same run")
     args = ap.parse_args()
     import llguidance
     import llguidance.numpy  # noqa: F401

@@ -44,6 +44,15 @@ def check(schema, text):
     return value
 
 
+def why_invalid(schema, text):
+    """None when text parses and validates; else the reason, so a suite counts every failure."""
+    try:
+        check(schema, text)
+    except (ValueError, jsonschema.ValidationError) as e:
+        return f"{type(e).__name__}: {str(e)[:200]} in {text[:200]!r}"
+    return None
+
+
 def test_json_schema_suite_validates(server):
     """Every schema, greedy and at temperature 1.0: each output parses and validates."""
     c = client(server)
@@ -58,10 +67,16 @@ def test_json_schema_suite_validates(server):
     jobs = [(s, t) for s in schemas(NUM_SCHEMAS, seed=3) for t in (0.0, 1.0)]
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(one, jobs))
-    for schema, choice in results:
-        check(schema, choice.message.content)
+    failures = {0.0: [], 1.0: []}
+    for (schema, choice), (_, temperature) in zip(results, jobs):
+        why = why_invalid(schema, choice.message.content)
+        if why:
+            failures[temperature].append((json.dumps(schema)[:200], why))
     closed = sum(c.finish_reason == "length" for _, c in results)
-    print(f"{len(results)} of {len(results)} outputs validate; {closed} were closed by max_tokens={MAX_TOKENS}")
+    for temperature, failed in failures.items():
+        print(f"temperature {temperature}: {NUM_SCHEMAS - len(failed)} of {NUM_SCHEMAS} schemas' outputs validate")
+    print(f"{closed} of {len(results)} outputs were closed by max_tokens={MAX_TOKENS}")
+    assert not failures[0.0] and not failures[1.0], failures
 
 
 class Weather(BaseModel):
@@ -137,12 +152,18 @@ def test_tool_choice_required_always_parses(server):
     with ThreadPoolExecutor(4) as pool:
         choices = [ch for batch in pool.map(one, range(TOOL_RUNS // 10)) for ch in batch]
     assert len(choices) == TOOL_RUNS // 10 * 10
+    failures = []
     for ch in choices:
-        assert ch.message.tool_calls, ch
+        if not ch.message.tool_calls:
+            failures.append(("no tool call", ch.message.content))
+            continue
         call = ch.message.tool_calls[0]
-        check(SCHEMA_OF[call.function.name], call.function.arguments)
+        why = why_invalid(SCHEMA_OF.get(call.function.name, {"not": {}}), call.function.arguments)
+        if why:
+            failures.append((call.function.name, why))
     closed = sum(ch.finish_reason == "length" for ch in choices)
-    print(f"{len(choices)} of {len(choices)} tool calls validate; {closed} were closed by max_tokens={MAX_TOKENS}")
+    print(f"{len(choices) - len(failures)} of {len(choices)} tool calls validate; {closed} were closed by max_tokens={MAX_TOKENS}")
+    assert not failures, failures[:5]
 
 
 def test_named_tool_choice(server):

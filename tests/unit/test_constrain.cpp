@@ -1,9 +1,12 @@
 // test_constrain.cpp — the constraint engine against independent oracles: integer ranges
 // against arithmetic, regexes against std::regex, trie-walk masks against checking every
-// token one by one, and the limits that refuse hostile schemas.
+// token one by one, bounded string bodies against their expanded grammar, and the limits
+// that refuse hostile schemas.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <random>
 #include <regex>
 #include <string>
@@ -13,6 +16,7 @@
 #include "engine/constrain/constraint.h"
 #include "engine/constrain/json_schema.h"
 #include "engine/constrain/regex.h"
+#include "engine/constrain/string_formats.h"
 #include "engine/util/check.h"
 
 using namespace spark;
@@ -229,4 +233,63 @@ TEST_CASE("a token budget closes the value: random walks end complete, masks equ
     CHECK(m.accepting());
     CHECK(nlohmann::json::parse(text).is_object());
   }
+}
+
+TEST_CASE("a bounded string body matches the same strings as its characters repeated, token by token") {
+  // The expanded form (one grammar rule per character, as minLength / maxLength compiled
+  // before bounded bodies) is the reference; tokens cross characters, escapes and quotes.
+  std::vector<std::string> extra = {"ab", "abc", "abcdefgh", "\\n", "\\u00", "\\u001f", "é", "éé", "\xC3", "\xA9",
+                                    "\xA9z", "\xE4\xB8", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "\"", "a\"", "ab\"", "\\\"x",
+                                    "x\\", "\",\"", "\"]", "\"}"};
+  auto table = byte_table(extra);
+  std::mt19937 rng(11);
+  std::vector<uint64_t> mask, ref_mask;
+  for (auto [min, max] : std::vector<std::pair<uint32_t, uint32_t>>{{0, 0}, {0, 1}, {2, 3}, {1, 5}, {4, UINT32_MAX}, {0, 12}}) {
+    CAPTURE(min);
+    CAPTURE(max);
+    GrammarBuilder nb, eb;
+    const uint32_t bounded = nb.rule_of({{nb.byte('"'), nb.string_body(min, max), nb.byte('"')}});
+    const int64_t emax = max == UINT32_MAX ? -1 : int64_t(max);
+    const uint32_t expanded =
+        eb.rule_of({{eb.byte('"'), GrammarBuilder::call(eb.repeat(add_json_string_char(eb), min, emax)), eb.byte('"')}});
+    auto g = std::make_shared<const Grammar>(nb.finish(bounded));
+    auto ref = std::make_shared<const Grammar>(eb.finish(expanded));
+    for (int walk = 0; walk < 40; ++walk) {
+      Matcher m(g, table), r(ref, table);
+      std::string text;
+      for (int step = 0; step < 24; ++step) {
+        CAPTURE(text);
+        const uint32_t budget = walk % 2 ? uint32_t(30 - step) : Matcher::kNoLimit;
+        m.fill_mask(mask, budget);
+        r.fill_mask(ref_mask, budget);
+        REQUIRE(mask == ref_mask);
+        CHECK(m.accepting() == r.accepting());
+        CHECK(m.min_bytes_to_finish() == r.min_bytes_to_finish());
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < int32_t(table->vocab_size()); ++t)
+          if ((mask[size_t(t) / 64] >> (t % 64)) & 1) allowed.push_back(t);
+        if (allowed.empty()) break;
+        const int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+        text += table->bytes(pick);
+        REQUIRE(m.advance(pick));
+        REQUIRE(r.advance(pick));
+      }
+    }
+  }
+}
+
+TEST_CASE("format date accepts exactly the calendar's dates") {
+  // The oracle: std::chrono's calendar (leap years, month lengths); year 0000 is refused as
+  // Python's date.fromisoformat refuses it.
+  auto table = byte_table();
+  auto g = schema_grammar(R"({"type":"string","format":"date"})");
+  char text[32];
+  for (int y : {0, 1, 4, 100, 400, 1900, 1996, 2000, 2023, 2024, 2100, 2400, 9996, 9999})
+    for (int m = 0; m <= 13; ++m)
+      for (int d = 0; d <= 32; ++d) {
+        std::snprintf(text, sizeof text, "\"%04d-%02d-%02d\"", y, m, d);
+        CAPTURE(text);
+        const std::chrono::year_month_day ymd{std::chrono::year{y}, std::chrono::month{unsigned(m)}, std::chrono::day{unsigned(d)}};
+        CHECK(accepts(g, table, text) == (y > 0 && ymd.ok()));
+      }
 }

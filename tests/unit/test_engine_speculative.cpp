@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/constrain/constraint.h"
 #include "engine/core/engine.h"
 #include "engine/core/local_executor.h"
 #include "engine/model/model_loader.h"
+#include "engine/tokenizer/tokenizer.h"
 
 using namespace spark;
 
@@ -313,5 +315,43 @@ TEST_CASE("speculative verification: at temperature 1 a verified token follows t
     CHECK(chi2 < chi_square_critical_001(bins - 1));
     MESSAGE("bias " << bias << ": p(draft) " << p[71] << ", accepted " << double(accepted) / kDraws << ", chi-square "
                     << chi2 << " < " << chi_square_critical_001(bins - 1) << " (" << bins - 1 << " dof)");
+  }
+}
+
+TEST_CASE("speculative engine: structured outputs give the same outputs with speculation on and off") {
+  // The prompt spells the value twice, so prompt lookup drafts it: constrained rows verify
+  // drafts, and each step must leave the matcher on the text kept, not on a rejected draft.
+  auto tokenizer = Tokenizer::load(kSmolLM2);
+  constrain::ConstraintSpec spec;
+  spec.kind = constrain::ConstraintSpec::Kind::JSON_SCHEMA;
+  spec.schema = R"({"type":"object","properties":{"name":{"type":"string","maxLength":20},
+      "tags":{"type":"array","items":{"type":"string"},"maxItems":3},"count":{"type":"integer"}},
+      "required":["name","tags","count"],"additionalProperties":false})";
+  auto constraint = constrain::compile_constraint(spec, constrain::TokenTable::from_tokenizer(*tokenizer));
+  const std::string example = R"({"name":"alpha beta","tags":["red","green"],"count":42})";
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r;
+    r.request_id = "c" + std::to_string(i);
+    r.prompt_ids = tokenizer->encode("Copy this JSON: " + example + "\nAgain: " + example + "\nOnce more: ", false);
+    r.params.constraint = constraint;
+    r.params.temperature = i % 2 ? 0.8 : 0.0;
+    r.params.seed = 900 + uint64_t(i);
+    r.params.max_tokens = 24 + 6 * i;
+    r.params.logprobs = true;
+    reqs.push_back(r);
+  }
+  const Outcome off = run(kSmolLM2, reqs, false);
+  const Outcome on = run(kSmolLM2, reqs, true);
+  check_same(on.outs, off.outs);
+  CHECK(on.metrics.spec_num_accepted_tokens > 0);
+  // An output the model ended is a whole value; the first request's max_tokens is below the
+  // value's length at a byte per token, which must not end it early with a cut value.
+  for (const RequestOutput& out : on.outs) {
+    const std::string text = tokenizer->decode(out.token_ids, /*skip_special_tokens=*/true);
+    CAPTURE(text);
+    REQUIRE(out.finish_reason.has_value());
+    if (*out.finish_reason == FinishReason::STOP) CHECK(nlohmann::json::parse(text).is_object());
+    else CHECK(out.num_output_tokens == *reqs[&out - on.outs.data()].params.max_tokens);
   }
 }

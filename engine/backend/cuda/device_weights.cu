@@ -283,7 +283,7 @@ void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<Dev
         }
         SPARK_CHECK(t->rows() == seg.rows / int64_t(seg.count) && t->scale_block_rows == m->scale_block_rows &&
                         t->scale_block_cols == m->scale_block_cols,
-                    "FP8 expert " + t->name + ": its shape or scale blocks differ from the other experts'");
+                    "FP8 expert " + t->name + ": checked by check_fp8_stack");
         SPARK_CHECK(scale_at + fp8_scale_bytes(*t) <= p.segment_bytes(seg),
                     "FP8 " + t->name + ": its scale grid is larger than the spec's blocks allow");
         upload_fp8(*t, base + row0 * p.cols, base + scale_at);
@@ -298,6 +298,17 @@ void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<Dev
       m = &tails.back();
     }
   }
+}
+
+// The experts of an FP8 stack share one scale layout (the kernels read one block shape
+// for the stack); a file mixing per-tensor and per-channel scales across them is refused.
+void check_fp8_stack(const Piece& p) {
+  if (!p.expert_stack || p.layout != Layout::PACKED_MATRIX || p.formats.front() != WeightFormat::FP8) return;
+  const Tensor* first = p.sources.front();
+  for (const Tensor* t : p.sources)
+    if (t->scale_block_rows != first->scale_block_rows || t->scale_block_cols != first->scale_block_cols)
+      throw InputError("FP8 expert " + t->name + ": its scales are laid out unlike those of " + first->name +
+                       "; the experts of a layer must share one scale layout");
 }
 
 StoredDType stored_in(const StageWeights& stage) {
@@ -345,6 +356,7 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
       throw InputError("tensor " + t->name + " has dtype " + std::string(dtype_name(t->dtype)) +
                        ", which the CUDA backend cannot read");
   std::vector<Piece> pieces = layout(spec, range, stored_in(stage), &stage, this);
+  for (const Piece& p : pieces) check_fp8_stack(p);
   const size_t total = pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes();
   dequant_scratch_bytes = scratch_bytes_for(pieces);
   CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(total + dequant_scratch_bytes, kAlign)));

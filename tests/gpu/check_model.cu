@@ -544,7 +544,8 @@ void tiny_moe_parity(const std::string& file, bool staggered) {
 // holds them. The CPU backend reads the same bytes and scales, so this compares the
 // device's packed FP8 expert stacks (DeviceWeights' layout, the MoE kernels' FP8 reader)
 // with the CPU's reading of the checkpoint, not the quantization with the f32 model.
-LoadedModel with_fp8_experts(LoadedModel m, int64_t block) {
+// per_tensor_first: the first expert matrix gets one scale (a hostile file's mix).
+LoadedModel with_fp8_experts(LoadedModel m, int64_t block, bool per_tensor_first = false) {
   std::set<std::string> experts;
   for (const LayerWeights& l : bind_stage(m.info.spec, m.weights).layers)
     for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down})
@@ -559,6 +560,7 @@ LoadedModel with_fp8_experts(LoadedModel m, int64_t block) {
     return uint8_t(c | (x < 0 ? 0x80 : 0));
   };
   Weights out;
+  size_t out_experts = 0;  // expert matrices converted so far
   for (const auto& [name, t] : m.weights.all()) {
     if (!experts.count(name)) {
       out.add(t);
@@ -569,8 +571,9 @@ LoadedModel with_fp8_experts(LoadedModel m, int64_t block) {
     for (int64_t r = 0; r < rows; ++r) dequantize_tensor_row(t, r, v.data() + r * cols);
     Tensor q = t;
     q.dtype = DType::F8_E4M3;
-    q.scale_block_rows = block > 0 ? block : 1;
-    q.scale_block_cols = block > 0 ? block : cols;
+    const bool one_scale = per_tensor_first && out_experts++ == 0;
+    q.scale_block_rows = one_scale ? rows : block > 0 ? block : 1;
+    q.scale_block_cols = one_scale || block == 0 ? cols : block;
     const int64_t br = q.scale_block_rows, bc = q.scale_block_cols, grid_cols = q.scale_grid_cols();
     auto bytes = std::make_shared<std::vector<uint8_t>>(v.size());
     auto scales = std::make_shared<std::vector<float>>(size_t(q.scale_grid_rows() * grid_cols), 0.0f);
@@ -603,6 +606,20 @@ void tiny_fp8_moe_parity(int64_t block) {
       "qwen3_moe FP8 experts (" + (block > 0 ? std::to_string(block) + "x" + std::to_string(block) : "per-channel") +
       " scales)";
   for (bool staggered : {false, true}) logits_parity(name, m, tiny_model_prompts("qwen3_moe"), true, staggered);
+}
+
+// A layer whose first expert has one scale and the others one a row: refused at load.
+void tiny_fp8_moe_mixed_scales() {
+  const LoadedModel m = with_fp8_experts(load_model(config_for_model(tiny_model_path("qwen3_moe"))), 0, true);
+  const Sequences seqs(tiny_model_prompts("qwen3_moe"), 1);
+  std::string error = "accepted";
+  try {
+    CudaBackend gpu(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(seqs, true, false, false));
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  row("model", "qwen3_moe FP8 experts, per-tensor beside per-channel scales: refused", error.substr(0, 90),
+      "an error naming the layout", error.find("scales are laid out unlike") != std::string::npos);
 }
 
 // The same prompts three times over: 12 sequences decode in the 16-row graph bucket (4
@@ -830,6 +847,7 @@ int main() {
     for (const char* file : {"qwen3_moe", "qwen3_moe_q8_0.gguf"})
       for (bool staggered : {false, true}) part(file, [file, staggered] { tiny_moe_parity(file, staggered); });
     for (int64_t block : {16, 0}) part("qwen3_moe FP8 experts", [block] { tiny_fp8_moe_parity(block); });
+    part("qwen3_moe FP8 experts, mixed scales", tiny_fp8_moe_mixed_scales);
     part("llama massive activations", tiny_model_massive_activation);
     part("llama x12", [] { tiny_model_wide_batch("llama"); });
     part("llama Q8_0", tiny_q8_0_parity);

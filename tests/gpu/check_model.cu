@@ -23,8 +23,11 @@
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/model/arch.h"
+#include "engine/model/fp8_weights.h"
 #include "engine/model/memory_plan.h"
 #include "engine/model/model_loader.h"
+#include "engine/model/quant.h"
+#include "engine/model/stage_weights.h"
 #include "engine/util/splitmix.h"
 #include "tests/gpu/gpu_check.h"
 
@@ -536,6 +539,89 @@ void tiny_moe_parity(const std::string& file, bool staggered) {
   logits_parity(name, m, tiny_model_prompts("qwen3_moe"), true, staggered);
 }
 
+// The tiny Qwen3-MoE with its experts quantized to e4m3 here (scale = amax / 448 a block,
+// nearest e4m3 code), `block` x `block` scales or one a row (block 0), as an FP8 checkpoint
+// holds them. The CPU backend reads the same bytes and scales, so this compares the
+// device's packed FP8 expert stacks (DeviceWeights' layout, the MoE kernels' FP8 reader)
+// with the CPU's reading of the checkpoint, not the quantization with the f32 model.
+// per_tensor_first: the first expert matrix gets one scale (a hostile file's mix).
+LoadedModel with_fp8_experts(LoadedModel m, int64_t block, bool per_tensor_first = false) {
+  std::set<std::string> experts;
+  for (const LayerWeights& l : bind_stage(m.info.spec, m.weights).layers)
+    for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down})
+      for (const Tensor* t : *list) experts.insert(t->name);
+  std::vector<float> positive(0x7F);  // e4m3 codes 0 .. 0x7E in increasing order of value
+  for (size_t c = 0; c < positive.size(); ++c) positive[c] = fp8_e4m3_to_f32(uint8_t(c));
+  auto encode = [&](float x) {
+    const size_t hi = size_t(std::lower_bound(positive.begin(), positive.end(), std::fabs(x)) - positive.begin());
+    const size_t c = hi == positive.size() || (hi > 0 && std::fabs(x) - positive[hi - 1] < positive[hi] - std::fabs(x))
+                         ? hi - 1
+                         : hi;
+    return uint8_t(c | (x < 0 ? 0x80 : 0));
+  };
+  Weights out;
+  size_t out_experts = 0;  // expert matrices converted so far
+  for (const auto& [name, t] : m.weights.all()) {
+    if (!experts.count(name)) {
+      out.add(t);
+      continue;
+    }
+    const int64_t rows = t.rows(), cols = t.cols();
+    std::vector<float> v(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) dequantize_tensor_row(t, r, v.data() + r * cols);
+    Tensor q = t;
+    q.dtype = DType::F8_E4M3;
+    const bool one_scale = per_tensor_first && out_experts++ == 0;
+    q.scale_block_rows = one_scale ? rows : block > 0 ? block : 1;
+    q.scale_block_cols = one_scale || block == 0 ? cols : block;
+    const int64_t br = q.scale_block_rows, bc = q.scale_block_cols, grid_cols = q.scale_grid_cols();
+    auto bytes = std::make_shared<std::vector<uint8_t>>(v.size());
+    auto scales = std::make_shared<std::vector<float>>(size_t(q.scale_grid_rows() * grid_cols), 0.0f);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      float& s = (*scales)[size_t(i / cols / br * grid_cols + i % cols / bc)];
+      s = std::max(s, std::fabs(v[size_t(i)]) / 448.0f);
+    }
+    for (float& s : *scales) s = s > 0 ? s : 1.0f;
+    for (int64_t i = 0; i < rows * cols; ++i)
+      (*bytes)[size_t(i)] = encode(v[size_t(i)] / (*scales)[size_t(i / cols / br * grid_cols + i % cols / bc)]);
+    q.data = bytes->data();
+    q.nbytes = bytes->size();
+    q.scale = scales->data();
+    out.add(q);
+    out.keep_alive(bytes);
+    out.keep_alive(scales);
+  }
+  out.set_range(m.weights.range());
+  out.keep_alive(std::make_shared<Weights>(std::move(m.weights)));
+  m.weights = std::move(out);
+  m.info.spec.fp8 = true;
+  m.info.spec.fp8_block_rows = m.info.spec.fp8_block_cols = block;
+  return m;
+}
+
+// FP16 (see tiny_moe_parity), every step and staggered arrivals.
+void tiny_fp8_moe_parity(int64_t block) {
+  const LoadedModel m = with_fp8_experts(load_model(config_for_model(tiny_model_path("qwen3_moe"))), block);
+  const std::string name =
+      "qwen3_moe FP8 experts (" + (block > 0 ? std::to_string(block) + "x" + std::to_string(block) : "per-channel") +
+      " scales)";
+  for (bool staggered : {false, true}) logits_parity(name, m, tiny_model_prompts("qwen3_moe"), true, staggered);
+}
+
+// A layer whose first expert has one scale and the others one a row: refused at load.
+void tiny_fp8_moe_mixed_scales() {
+  const LoadedModel m = with_fp8_experts(load_model(config_for_model(tiny_model_path("qwen3_moe"))), 0, true);
+  const Sequences seqs(tiny_model_prompts("qwen3_moe"), 1);
+  std::string error = "accepted";
+  try {
+    CudaBackend gpu(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(seqs, true, false, false));
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  row("model", "qwen3_moe FP8 experts, per-tensor beside per-channel scales: refused", error.substr(0, 90),
+      "an error naming the layout", error.find("scales are laid out unlike") != std::string::npos);
+}
+
 // The same prompts three times over: 12 sequences decode in the 16-row graph bucket (4
 // rows of padding), where the linear layers run on cuBLASLt inside the captured graph
 // instead of the GEMV kernel, as at the batch sizes of a loaded server.
@@ -760,6 +846,8 @@ int main() {
     for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16"}) part(name, [name] { tiny_model_parity(name); });
     for (const char* file : {"qwen3_moe", "qwen3_moe_q8_0.gguf"})
       for (bool staggered : {false, true}) part(file, [file, staggered] { tiny_moe_parity(file, staggered); });
+    for (int64_t block : {16, 0}) part("qwen3_moe FP8 experts", [block] { tiny_fp8_moe_parity(block); });
+    part("qwen3_moe FP8 experts, mixed scales", tiny_fp8_moe_mixed_scales);
     part("llama massive activations", tiny_model_massive_activation);
     part("llama x12", [] { tiny_model_wide_batch("llama"); });
     part("llama Q8_0", tiny_q8_0_parity);

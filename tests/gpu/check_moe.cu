@@ -1,8 +1,9 @@
 // check_moe.cu — the mixture-of-experts block on the device (moe.h) against the CPU
 // backend (cpu/moe.h): the router's selection and weights for random logits with exact
 // ties (Qwen3-MoE's and gpt-oss's rules), the whole block at 1, 2, 7, 16, 64 and 300
-// tokens through both expert paths (decode GEMVs, grouped GEMM) for BF16, FP16 and Q8_0
-// experts, a token alone and among 31 others; the memory plan of Qwen3-30B-A3B (device
+// tokens through both expert paths (decode GEMVs, grouped GEMM) for BF16, FP16, Q8_0,
+// Q4_K, Q6_K and FP8 (128x128 block and per-channel scales) experts, a token alone and
+// among 31 others; the memory plan of Qwen3-30B-A3B (device
 // bytes against the file's, bytes a batch-1 decode step reads against attention + router
 // + k experts + LM head counted from the tensor list); under the emulator, the bytes a
 // decode step of B = 1, 4, 16 tokens reads on a Qwen3-30B-A3B-shaped layer against
@@ -174,6 +175,19 @@ HostMatrix random_matrix(DType dtype, int64_t rows, int64_t cols, float scale, u
   return m;
 }
 
+// A host matrix of random e4m3 bytes (random signs, exponents 4..10: magnitudes 1/8 ..
+// 15, and mantissas; no NaN); its scales are set per matrix by Layer.
+HostMatrix random_fp8(int64_t rows, int64_t cols, uint64_t seed) {
+  HostMatrix m;
+  m.bytes.resize(size_t(rows * cols));
+  for (size_t i = 0; i < m.bytes.size(); ++i) {
+    const uint64_t r = splitmix64(seed * 0x9E3779B97F4A7C15ull + i);
+    m.bytes[i] = uint8_t((r & 0x80) | (((r >> 8) % 7 + 4) << 3) | ((r >> 16) & 7));
+  }
+  m.describe(DType::F8_E4M3, rows, cols);
+  return m;
+}
+
 // A host matrix of random GGUF K-quant blocks (Q4_K or Q6_K): random quants and scales,
 // super-block scales d (and dmin) random halves of ~1/(64 sqrt(cols)), so values stay O(1/sqrt(cols)).
 HostMatrix random_k_blocks(DType dtype, int64_t rows, int64_t cols, uint64_t seed) {
@@ -198,12 +212,20 @@ HostMatrix random_k_blocks(DType dtype, int64_t rows, int64_t cols, uint64_t see
 }
 
 // A matrix on the device as DeviceWeights lays it out: 16-bit copied, Q8_0 repacked,
-// the other block formats as the file's blocks.
+// the other block formats as the file's blocks, an FP8 stack as its e4m3 bytes and the
+// scale grids of its matrices one after another (`fp8_scales`).
 struct DeviceMatrixOwner {
   DeviceArray<uint8_t> data, scales;
   cuda::DeviceMatrix matrix;
-  explicit DeviceMatrixOwner(const Tensor& t) {
-    if (t.dtype == DType::Q8_0) {
+  DeviceMatrixOwner(const Tensor& t, const std::vector<float>& fp8_scales) {
+    if (t.dtype == DType::F8_E4M3) {
+      data = DeviceArray<uint8_t>(t.nbytes);
+      scales = DeviceArray<uint8_t>(fp8_scales.size() * 4);
+      CUDA_CHECK(cudaMemcpy(data.get(), t.data, t.nbytes, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(scales.get(), fp8_scales.data(), scales.size(), cudaMemcpyHostToDevice));
+      matrix = {cuda::WeightFormat::FP8, data.get(), scales.get(), 0, nullptr, int32_t(t.scale_block_rows),
+                int32_t(t.scale_block_cols)};
+    } else if (t.dtype == DType::Q8_0) {
       data = DeviceArray<uint8_t>(size_t(t.numel()));
       scales = DeviceArray<uint8_t>(size_t(t.numel() / 32) * 2);
       cuda::upload_q8_0(t, data.get(), scales.get());
@@ -225,21 +247,26 @@ struct Layer {
   cuda::MoeConfig cfg;
   std::vector<float> norm;
   HostMatrix router, gate_up, down;
+  std::vector<float> gate_up_scales, down_scales;  // FP8: each matrix's grid, in stack order
   cpu::MoeWeights cpu;
   std::vector<Tensor> views;  // backing for cpu's pointers
 
+  // fp8_block: FP8 experts' scale blocks, fp8_block x fp8_block, or 0 for one scale a row.
   Layer(DType expert_dtype, DType router_dtype, int32_t experts, int32_t top_k, int32_t hidden, int32_t inter,
-        uint64_t seed) {
+        uint64_t seed, int64_t fp8_block = 128) {
     cfg.shape = {experts, hidden, inter};
     cfg.top_k = top_k;
     cfg.normalize = true;
     norm = random_floats(size_t(hidden), seed + 3, 0.5f, 1.5f);
     router = random_matrix(router_dtype, experts, hidden, 1.0f / std::sqrt(float(hidden)) * 4, seed);
     const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K;
+    const bool fp8 = expert_dtype == DType::F8_E4M3;
     gate_up = k_quant ? random_k_blocks(expert_dtype, int64_t(experts) * 2 * inter, hidden, seed + 1)
+              : fp8   ? random_fp8(int64_t(experts) * 2 * inter, hidden, seed + 1)
                       : random_matrix(expert_dtype, int64_t(experts) * 2 * inter, hidden,
                                       1.0f / std::sqrt(float(hidden)) * 2, seed + 1);
     down = k_quant ? random_k_blocks(expert_dtype, int64_t(experts) * hidden, inter, seed + 2)
+           : fp8   ? random_fp8(int64_t(experts) * hidden, inter, seed + 2)
                    : random_matrix(expert_dtype, int64_t(experts) * hidden, inter, 1.0f / std::sqrt(float(inter)) * 2,
                                    seed + 2);
     views.reserve(size_t(experts) * 3);
@@ -248,6 +275,7 @@ struct Layer {
       views.push_back(gate_up.rows(int64_t(e) * 2 * inter + inter, inter));
       views.push_back(down.rows(int64_t(e) * hidden, hidden));
     }
+    if (fp8) attach_fp8_scales(experts, fp8_block, seed + 6);
     cpu.router = &router.tensor;
     for (int32_t e = 0; e < experts; ++e) {
       cpu.gate.push_back(&views[size_t(e) * 3]);
@@ -256,6 +284,35 @@ struct Layer {
     }
     cpu.top_k = top_k;
     cpu.norm_topk_prob = true;
+  }
+
+  // Random scales in [0.5, 1) / (8 sqrt(cols)) (values O(1/sqrt(cols))), one grid per
+  // matrix: gate_e and up_e's after each other in gate_up_scales, down_e's in down_scales.
+  void attach_fp8_scales(int32_t experts, int64_t block, uint64_t seed) {
+    auto make = [&](HostMatrix& stack, std::vector<float>& scales, int64_t matrices, int64_t rows, uint64_t s) {
+      const int64_t cols = stack.tensor.cols();
+      stack.tensor.scale_block_rows = block > 0 ? block : 1;
+      stack.tensor.scale_block_cols = block > 0 ? block : cols;
+      const int64_t grid =
+          cuda::ceil_div(rows, stack.tensor.scale_block_rows) * cuda::ceil_div(cols, stack.tensor.scale_block_cols);
+      scales = random_floats(size_t(matrices * grid), s, 0.5f, 1.0f);
+      for (float& v : scales) v /= 8.0f * std::sqrt(float(cols));
+      return grid;
+    };
+    const int64_t inter = cfg.shape.inter, hidden = cfg.shape.hidden;
+    const int64_t gu = make(gate_up, gate_up_scales, 2 * int64_t(experts), inter, seed);
+    const int64_t dn = make(down, down_scales, experts, hidden, seed + 1);
+    for (int32_t e = 0; e < experts; ++e) {
+      const std::pair<const HostMatrix*, const float*> of[3] = {{&gate_up, gate_up_scales.data() + 2 * e * gu},
+                                                                {&gate_up, gate_up_scales.data() + (2 * e + 1) * gu},
+                                                                {&down, down_scales.data() + e * dn}};
+      for (int j = 0; j < 3; ++j) {
+        Tensor& t = views[size_t(e) * 3 + size_t(j)];
+        t.scale = of[j].second;
+        t.scale_block_rows = of[j].first->tensor.scale_block_rows;
+        t.scale_block_cols = of[j].first->tensor.scale_block_cols;
+      }
+    }
   }
 };
 
@@ -275,8 +332,8 @@ struct DeviceLayer {
   explicit DeviceLayer(const Layer& l)
       : norm(l.norm),
         router(f32_rows(l.router.tensor)),
-        gate_up(l.gate_up.tensor),
-        down(l.down.tensor),
+        gate_up(l.gate_up.tensor, l.gate_up_scales),
+        down(l.down.tensor, l.down_scales),
         scratch_memory(cuda::MoeScratch::bytes(l.cfg)),
         scratch(l.cfg, scratch_memory.get()) {
     w.norm = norm.get();
@@ -314,20 +371,26 @@ std::vector<float> run_device(const Layer& l, DeviceLayer& d, const Inputs& in, 
   return out.download();
 }
 
+// fp8_block: FP8 experts' scale blocks (Layer). K-quant rows are whole 256-value
+// super-blocks; FP8's inter of 192 is 1.5 blocks of 128, so the last block of each
+// expert's gate and up rows (and of its down columns) is partial.
 template <typename T>
-void block_case(DType expert_dtype, const std::vector<int32_t>& token_counts, cudaStream_t stream, uint64_t seed) {
-  // K-quant rows are whole 256-value super-blocks.
+void block_case(DType expert_dtype, const std::vector<int32_t>& token_counts, cudaStream_t stream, uint64_t seed,
+                int64_t fp8_block = 128) {
   const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K;
-  const int32_t experts = 16, top_k = 4, hidden = 256, inter = k_quant ? 256 : 96;
+  const bool fp8 = expert_dtype == DType::F8_E4M3;
+  const int32_t experts = 16, top_k = 4, hidden = 256, inter = k_quant ? 256 : fp8 ? 192 : 96;
   const DType router_dtype = std::is_same_v<T, f16> ? DType::F16 : DType::BF16;
-  const Layer l(expert_dtype, router_dtype, experts, top_k, hidden, inter, seed);
+  const Layer l(expert_dtype, router_dtype, experts, top_k, hidden, inter, seed, fp8_block);
   DeviceLayer d(l);
   ThreadPool pool(2);
   // The device's experts read the normed rows rounded to the compute type and round the
   // SwiGLU output to it (bf16: 2^-9 relative each); the CPU keeps f32. The GEMM path also
   // rounds each dequantized Q8_0 weight to 16 bits.
   const double limit = std::is_same_v<T, f16> ? 3e-3 : 1e-2;
-  const std::string name = std::string(dtype_name(expert_dtype)) + " experts, " + half_name<T>() + " E=" +
+  const std::string block = std::to_string(fp8_block);
+  const std::string scales = !fp8 ? "" : fp8_block > 0 ? " (" + block + "x" + block + " blocks)" : " (per channel)";
+  const std::string name = std::string(dtype_name(expert_dtype)) + scales + " experts, " + half_name<T>() + " E=" +
                            std::to_string(experts) + " k=" + std::to_string(top_k) + " h=" + std::to_string(hidden) +
                            " i=" + std::to_string(inter);
   for (int32_t tokens : token_counts) {
@@ -368,24 +431,37 @@ constexpr double kGb10CopyGBs = 218.0;  // GB10's measured copy bandwidth (PRACT
 // Qwen3-30B-A3B with every matrix in `dtype`: the device's bytes against the tensors'
 // bytes in such a file, and the bytes a batch-1 decode step reads (weight_bytes_per_token)
 // against the sum, from the tensor list, of every matrix but the embedding with each
-// expert's counted top_k / num_experts times; the projected GB10 rate from it.
+// expert's counted top_k / num_experts times; the projected GB10 rate from it. FP8 as
+// Qwen3-30B-A3B-FP8 stores it: 128x128 block scales (counted as f32, as the device keeps
+// them), embedding, LM head and router in BF16.
 void plan_rows(DType dtype) {
   Config c = config_for_model(kQwen3_30B);
   c.model.load_format = "dummy";
-  const ModelSpec spec = inspect_model(c).spec;
+  ModelSpec spec = inspect_model(c).spec;
+  const bool fp8 = dtype == DType::F8_E4M3;
+  if (fp8) {
+    spec.fp8 = true;
+    spec.fp8_block_rows = spec.fp8_block_cols = 128;
+  }
+  const auto stored_as = [dtype, fp8](Part p) {
+    if (part_is_norm(p)) return DType::F32;
+    return fp8 && (p == Part::EMBEDDING || p == Part::LM_HEAD || p == Part::ROUTER) ? DType::BF16 : dtype;
+  };
   double file_bytes = 0, active = 0;
   for (const TensorSpec& t : expected_tensors(spec, full_range(spec))) {
     int64_t elems = 1;
     for (int64_t d : t.shape) elems *= d;
-    const double bytes = double(dtype_nbytes(part_is_norm(t.part) ? DType::F32 : dtype, elems, t.shape.back()));
+    const DType as = stored_as(t.part);
+    double bytes = double(dtype_nbytes(as, elems, t.shape.back()));
+    if (as == DType::F8_E4M3) bytes += double(cuda::ceil_div(t.shape[0], 128) * cuda::ceil_div(t.shape[1], 128)) * 4;
     file_bytes += bytes;
     if (t.part == Part::EMBEDDING) continue;
     active += part_is_per_expert(t.part) ? bytes * double(spec.num_experts_per_tok) / double(spec.num_experts) : bytes;
   }
-  const StoredDType stored = [dtype](Part p, int64_t) { return part_is_norm(p) ? DType::F32 : dtype; };
+  const StoredDType stored = [&stored_as](Part p, int64_t) { return stored_as(p); };
   const double device = double(CudaBackend::weight_bytes(spec, full_range(spec), stored));
   const double per_token = double(CudaBackend::weight_bytes_per_token(spec, full_range(spec), stored));
-  const std::string name = std::string("plan 30B-A3B ") + std::string(dtype_name(dtype));
+  const std::string name = std::string("plan 30B-A3B ") + (fp8 ? "FP8 128x128" : std::string(dtype_name(dtype)));
   const double ratio = device / file_bytes;
   row(kCheck, name + ": device / file weight bytes", fmt("%.4f", ratio) + fmt(" (%.2f GB file)", file_bytes / 1e9),
       "1 .. 1.02", ratio >= 1.0 && ratio <= 1.02);
@@ -409,20 +485,30 @@ void bytes_table(DType expert_dtype, cudaStream_t stream) {
   cfg.shape = {E, H, I};
   cfg.top_k = k;
   cfg.normalize = true;
-  const bool q8 = expert_dtype == DType::Q8_0;
+  const bool q8 = expert_dtype == DType::Q8_0, fp8 = expert_dtype == DType::F8_E4M3;
   const size_t gate_up_rows = size_t(E) * 2 * I, down_rows = size_t(E) * H;
-  const size_t expert_bytes = q8 ? size_t(3) * I * H * 34 / 32 : size_t(3) * I * H * 2;
-  DeviceArray<uint8_t> gu(q8 ? gate_up_rows * H : gate_up_rows * H * 2), dn(q8 ? down_rows * I : down_rows * I * 2);
-  DeviceArray<uint8_t> gu_s(q8 ? gate_up_rows * H / 32 * 2 : 1), dn_s(q8 ? down_rows * I / 32 * 2 : 1);
+  // Bytes of a weight, and of the scales of one expert matrix ([768, 2048] or [2048, 768]):
+  // Q8_0 one f16 per 32 weights; FP8 one f32 per 128x128 block (6 x 16 = 96 a matrix).
+  const size_t weight_bytes = q8 || fp8 ? 1 : 2;
+  const size_t matrix_scale_bytes = q8 ? size_t(I) * H / 32 * 2 : fp8 ? size_t(I / 128) * (H / 128) * 4 : 0;
+  const size_t expert_bytes = size_t(3) * I * H * weight_bytes + 3 * matrix_scale_bytes;
+  DeviceArray<uint8_t> gu(gate_up_rows * H * weight_bytes), dn(down_rows * I * weight_bytes);
+  DeviceArray<uint8_t> gu_s(std::max<size_t>(1, size_t(2) * E * matrix_scale_bytes)),
+      dn_s(std::max<size_t>(1, size_t(E) * matrix_scale_bytes));
   for (auto* a : {&gu, &dn, &gu_s, &dn_s}) CUDA_CHECK(cudaMemset(a->get(), 0x11, a->size()));
-  const auto format = q8 ? cuda::WeightFormat::Q8_0 : cuda::WeightFormat::HALF;
-  cuda::ExpertWeights ew{{format, gu.get(), gu_s.get()}, {format, dn.get(), dn_s.get()}};
+  const auto format = q8 ? cuda::WeightFormat::Q8_0 : fp8 ? cuda::WeightFormat::FP8 : cuda::WeightFormat::HALF;
+  const int32_t block = fp8 ? 128 : 0;
+  cuda::ExpertWeights ew{{format, gu.get(), gu_s.get(), 0, nullptr, block, block},
+                         {format, dn.get(), dn_s.get(), 0, nullptr, block, block}};
   DeviceArray<float> router(random_floats(size_t(E) * H, 99, -0.1f, 0.1f)), norm(random_floats(size_t(H), 98, 0.5f, 1.5f));
   DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(cfg));
   const cuda::MoeScratch s(cfg, scratch_memory.get());
-  // BF16 at B = 1 only: the same kernels, and 16 steps of BF16 experts (760 MB a step)
-  // would double the check's time.
-  for (int32_t B : q8 ? std::vector<int32_t>{1, 4, 16} : std::vector<int32_t>{1}) {
+  // BF16 at B = 1 only, FP8 at B = 1 and 4: the same kernels and grouping as Q8_0's
+  // rows, and 16 steps of BF16 experts (760 MB a step) would double the check's time.
+  const std::vector<int32_t> steps = q8    ? std::vector<int32_t>{1, 4, 16}
+                                     : fp8 ? std::vector<int32_t>{1, 4}
+                                           : std::vector<int32_t>{1};
+  for (int32_t B : steps) {
     const std::vector<float> x = random_floats(size_t(B) * H, uint64_t(B) * 31);
     DeviceArray<bf16> dx(to_half<bf16>(x));
     DeviceArray<float> residual(x);
@@ -443,8 +529,8 @@ void bytes_table(DType expert_dtype, cudaStream_t stream) {
     const double weights_read = double(reads.total()) - activations;
     const double ratio = weights_read / (double(distinct) * double(expert_bytes));
     row(kCheck,
-        std::string("bytes 30B-A3B ") + (q8 ? "Q8_0" : "BF16") + " B=" + std::to_string(B) + ": " +
-            std::to_string(distinct) + " experts",
+        std::string("bytes 30B-A3B ") + (q8 ? "Q8_0" : fp8 ? "FP8 128x128" : "BF16") + " B=" + std::to_string(B) +
+            ": " + std::to_string(distinct) + " experts",
         fmt("%.4f", ratio) + fmt(" (%.1f MB expert weights)", weights_read / 1e6),
         fmt("1 +- 0.03 of %.1f MB", double(distinct) * double(expert_bytes) / 1e6), ratio >= 0.97 && ratio <= 1.03);
   }
@@ -529,15 +615,19 @@ void run() {
   block_case<f16>(DType::Q8_0, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 14);
   block_case<bf16>(DType::Q4_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 16, 64, 300}, stream, 15);
   block_case<bf16>(DType::Q6_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 16, 300}, stream, 16);
+  block_case<bf16>(DType::F8_E4M3, tokens, stream, 17, 128);
+  block_case<bf16>(DType::F8_E4M3, kSanitized ? std::vector<int32_t>{7} : tokens, stream, 18, 0);
   batch_invariance(stream);
   plan_rows(DType::BF16);
   plan_rows(DType::Q8_0);
   plan_rows(DType::Q4_K);
+  plan_rows(DType::F8_E4M3);
 #if SPARK_CUDA_EMU && defined(__SANITIZE_ADDRESS__)  // kSanitized
   // Minutes under ASan; the kernels' bounds are checked by the block cases above.
   skip_row(kCheck, "bytes 30B-A3B B=1, 4, 16", "ASan build: the plain emulated build prints them");
 #elif SPARK_CUDA_EMU
   bytes_table(DType::Q8_0, stream);
+  bytes_table(DType::F8_E4M3, stream);
   bytes_table(DType::BF16, stream);
 #else
   const double copy_gbs = copy_bandwidth_gbs();

@@ -39,14 +39,17 @@ struct Segment {
 };
 
 // Device bytes of `rows` rows of `cols` values in packed `format`, and, for Q8_0 and FP8,
-// where the scales start (after the one-byte quants). An FP8 matrix's scale grid is the
-// spec's blocks, or at most one scale a row (per channel; per tensor takes one).
+// where the scales start (after the one-byte quants). FP8 rows are `matrices` matrices of
+// equal rows (an expert stack; else 1), each with its scale grid: the spec's blocks, or at
+// most one scale a row (per channel; per tensor takes one).
 size_t scales_offset(int64_t rows, int64_t cols) { return align_up(size_t(rows * cols)); }
-size_t packed_bytes(WeightFormat f, int64_t rows, int64_t cols, int64_t fp8_block_rows, int64_t fp8_block_cols) {
+size_t packed_bytes(WeightFormat f, int64_t rows, int64_t cols, int64_t fp8_block_rows, int64_t fp8_block_cols,
+                    int64_t matrices) {
   if (f == WeightFormat::Q8_0) return scales_offset(rows, cols) + align_up(size_t(rows * (cols / kQ8Block)) * 2);
   if (f == WeightFormat::FP8) {
-    const int64_t grid = fp8_block_rows > 0 ? ceil_div(rows, fp8_block_rows) * ceil_div(cols, fp8_block_cols) : rows;
-    return scales_offset(rows, cols) + align_up(size_t(grid) * 4);
+    const int64_t each = rows / matrices;
+    const int64_t grid = fp8_block_rows > 0 ? ceil_div(each, fp8_block_rows) * ceil_div(cols, fp8_block_cols) : each;
+    return scales_offset(rows, cols) + align_up(size_t(grid * matrices) * 4);
   }
   return align_up(size_t(rows * block_row_bytes(f, cols)));
 }
@@ -62,6 +65,8 @@ struct Piece {
   DeviceMatrix* matrix = nullptr;  // matrices
   size_t offset = 0;
   int64_t fp8_block_rows = 0, fp8_block_cols = 0;  // the spec's FP8 scale blocks
+  // An MoE layer's experts: sources of equal shape, FP8 ones stacked in one segment.
+  bool expert_stack = false;
   // The share of the piece a batch-1 decode step reads: top_k / num_experts of an MoE
   // layer's experts, none of an embedding that is not also the LM head, else all.
   double read_per_token = 1.0;
@@ -73,14 +78,16 @@ struct Piece {
   }
   size_t elements() const { return size_t(total_rows()) * size_t(cols); }
   size_t segment_bytes(const Segment& s) const {
-    return packed_bytes(s.format, s.rows, cols, fp8_block_rows, fp8_block_cols);
+    return packed_bytes(s.format, s.rows, cols, fp8_block_rows, fp8_block_cols, int64_t(s.count));
   }
   std::vector<Segment> segments() const {
     std::vector<Segment> out;
     size_t offset = 0;
     for (size_t i = 0; i < formats.size(); ++i) {
-      // FP8 sources keep their own scale grids: one segment each.
-      if (out.empty() || out.back().format != formats[i] || formats[i] == WeightFormat::FP8) {
+      // FP8 sources keep their own scale grids: one segment each, but for an expert stack,
+      // which the MoE kernels read as one segment (weight_readers.cuh).
+      const bool own = formats[i] == WeightFormat::FP8 && !expert_stack;
+      if (out.empty() || out.back().format != formats[i] || own) {
         if (!out.empty()) offset += segment_bytes(out.back());
         out.push_back(Segment{formats[i], i, 0, 0, offset});
       }
@@ -178,13 +185,15 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       down.push_back(lw.expert_down[size_t(e)]);
     }
     // One part a source (every expert of a layer has the same dtype). The MoE kernels
-    // read a stack in one format: FP8 (a scale grid per expert) is converted to 16 bits.
+    // read a stack in one format (FP8: each expert's scale grids after the previous
+    // one's); experts of mixed dtypes are converted to 16 bits.
     auto experts = [&](std::vector<const Tensor*> from, std::vector<Part> parts, int64_t rows, int64_t cols,
                        DeviceMatrix* d) {
       std::vector<Part> each;
       for (int64_t e = 0; e < E; ++e) each.insert(each.end(), parts.begin(), parts.end());
       matrix(std::move(from), each, l, std::vector<int64_t>(each.size(), rows), cols, d);
       Piece& p = out.back();
+      p.expert_stack = true;
       if (p.layout == Layout::PACKED_MATRIX && p.segments().size() > 1) {
         p.layout = Layout::HALF_MATRIX;
         p.formats.clear();
@@ -266,15 +275,24 @@ void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<Dev
     if (seg.format == WeightFormat::Q8_0 || seg.format == WeightFormat::FP8)
       m->scales = base + scales_offset(seg.rows, p.cols);
     int64_t row0 = 0;
+    size_t scale_at = scales_offset(seg.rows, p.cols);  // FP8: where the next source's scale grid goes
     for (size_t s = seg.first; s < seg.first + seg.count; ++s) {
       const Tensor* t = p.sources[s];
       SPARK_CHECK(t != nullptr, "a device piece lacks a bound tensor");
       if (seg.format == WeightFormat::Q8_0) {
         upload_q8_0(*t, base + row0 * p.cols, base + scales_offset(seg.rows, p.cols) + row0 * (p.cols / kQ8Block) * 2);
-      } else if (seg.format == WeightFormat::FP8) {  // one source a segment
-        upload_fp8(*t, base, base + scales_offset(seg.rows, p.cols));
-        m->scale_block_rows = int32_t(t->scale_block_rows);
-        m->scale_block_cols = int32_t(t->scale_block_cols);
+      } else if (seg.format == WeightFormat::FP8) {  // one source, or a stack of equal matrices
+        if (s == seg.first) {
+          m->scale_block_rows = int32_t(t->scale_block_rows);
+          m->scale_block_cols = int32_t(t->scale_block_cols);
+        }
+        SPARK_CHECK(t->rows() == seg.rows / int64_t(seg.count) && t->scale_block_rows == m->scale_block_rows &&
+                        t->scale_block_cols == m->scale_block_cols,
+                    "FP8 expert " + t->name + ": checked by check_fp8_stack");
+        SPARK_CHECK(scale_at + fp8_scale_bytes(*t) <= p.segment_bytes(seg),
+                    "FP8 " + t->name + ": its scale grid is larger than the spec's blocks allow");
+        upload_fp8(*t, base + row0 * p.cols, base + scale_at);
+        scale_at += fp8_scale_bytes(*t);
       } else
         upload_blocks(*t, base + row0 * block_row_bytes(seg.format, p.cols));
       row0 += t->rows();
@@ -285,6 +303,17 @@ void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<Dev
       m = &tails.back();
     }
   }
+}
+
+// The experts of an FP8 stack share one scale layout (the kernels read one block shape
+// for the stack); a file mixing per-tensor and per-channel scales across them is refused.
+void check_fp8_stack(const Piece& p) {
+  if (!p.expert_stack || p.layout != Layout::PACKED_MATRIX || p.formats.front() != WeightFormat::FP8) return;
+  const Tensor* first = p.sources.front();
+  for (const Tensor* t : p.sources)
+    if (t->scale_block_rows != first->scale_block_rows || t->scale_block_cols != first->scale_block_cols)
+      throw InputError("FP8 expert " + t->name + ": its scales are laid out unlike those of " + first->name +
+                       "; the experts of a layer must share one scale layout");
 }
 
 StoredDType stored_in(const StageWeights& stage) {
@@ -332,6 +361,7 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
       throw InputError("tensor " + t->name + " has dtype " + std::string(dtype_name(t->dtype)) +
                        ", which the CUDA backend cannot read");
   std::vector<Piece> pieces = layout(spec, range, stored_in(stage), &stage, this);
+  for (const Piece& p : pieces) check_fp8_stack(p);
   const size_t total = pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes();
   dequant_scratch_bytes = scratch_bytes_for(pieces);
   // Loading and checking the file (block scales, headers, readahead) left pages of it in

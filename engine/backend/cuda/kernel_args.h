@@ -26,7 +26,8 @@ enum class HalfType : uint8_t { BF16, F16 };
 //         [ceil(n / scale_block_rows), ceil(k / scale_block_cols)] (per tensor: one
 //         block of n x k; per channel: blocks of 1 x k; Qwen3-FP8: 128 x 128); value
 //         (r, c) = e4m3(data[r * k + c]) * scales[(r / block_rows) * grid_cols + c /
-//         block_cols]. Read by fp8.h's kernels.
+//         block_cols]. Read by fp8.h's kernels. An MoE expert stack (moe_experts.h) holds
+//         each expert matrix's grid after the previous one's (weight_readers.cuh's Fp8Rows).
 // A fused matrix whose parts are stored in different formats (Q4_K_M keeps q and k in
 // Q4_K and v in Q6_K in half the layers) is a chain: rows [0, rows) in this format, the
 // rest in `tail` (rows 0: this part holds every remaining row).

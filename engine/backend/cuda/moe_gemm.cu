@@ -6,6 +6,10 @@
 // layer (T = 4096: 0.62 TFLOP, ~7 ms at GB10's ~92 TFLOPS dense BF16) and reads every
 // expert about once per 64-row tile (128 experts x 9.4 MB BF16 = 1.2 GB when T x 8 / 128 <=
 // 64 rows an expert, ~5.5 ms at 218 GB/s): near balance, so the tiles stay 64 x 64.
+// FP8 experts (4.72 MB each incl. their 128x128 block scales, moe_gemv.cu) halve the
+// bytes: 604 MB a layer, ~2.8 ms on GB10 and ~0.2 ms on H100 (132 SMs, ~3.0 TB/s), so
+// prefill is compute-bound there; the e4m3 values are decoded to the compute type as they
+// are staged (16 a thread a k step), not multiplied on FP8 tensor cores.
 // Tiles: blockIdx.y walks the tiles of all experts (MoeGroups::tile_offsets; the grid is
 // sized for the worst case, pairs / 64 + experts, and blocks past the step's tiles exit),
 // blockIdx.x the output columns. A block of 4 warps stages a 64-row slice of the grouped
@@ -156,7 +160,8 @@ void launch(HalfType type, const ExpertShape& s, const DeviceMatrix& w, const Mo
   const dim3 grid(unsigned(ceil_div(n_out, kGateUp ? kBN / 2 : kBN)), unsigned(max_tiles));
   with_half_type(type, [&](auto tag) {
     using T = decltype(tag);
-    with_weight_reader<T>(w, kGateUp ? s.hidden : s.inter, [&](auto reader) {
+    const int32_t matrix_rows = kGateUp ? s.inter : s.hidden, k = kGateUp ? s.hidden : s.inter;
+    with_weight_reader<T>(w, matrix_rows, k, [&](auto reader) {
       launch_kernel(kGateUp ? "expert_gemm_kernel<gate_up>" : "expert_gemm_kernel<down>", programmatic,
                     expert_gemm_kernel<T, decltype(reader), kGateUp>, grid, dim3(kThreads), 0, stream, reader, s, g,
                     static_cast<const T*>(a), out);

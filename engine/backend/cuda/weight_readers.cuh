@@ -13,7 +13,8 @@
 // Splitting load from decode lets a kernel request the next chunk before it multiplies
 // the current one. The GGUF block formats kept as the file's blocks (Q4_0, Q4_1, Q4_K,
 // Q5_K, Q6_K) come through BlockRows over their decoders (block_readers.cuh): a chunk is
-// one 32-value part of a block.
+// one 32-value part of a block. FP8 (Fp8Rows) applies the scale of the block a value falls
+// in, each matrix of a stack with its own scale grid.
 #pragma once
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/block_readers.cuh"
@@ -71,10 +72,33 @@ struct BlockRows {
   }
 };
 
-// Calls f(reader) with the reader of w ([rows, k]) for compute type T. w must be one
-// segment (no tail): an MoE stack is.
+// FP8 as DeviceWeights keeps it (kernel_args.h): e4m3 bytes [rows, k], and the f32 scale
+// grid of each matrix of the stack after the previous one's (grid_size scales each).
+// Value (r, c) of matrix m = r / matrix_rows is e4m3 * the scale of the block (r %
+// matrix_rows, c) falls in, in f32 as the CPU backend computes it. 16 values a chunk
+// never straddle a scale block (block_cols is a multiple of 16 or covers all k).
+struct Fp8Rows {
+  static constexpr int kValues = 16;
+  using Chunk = uint4;
+  const uint8_t* q;
+  const float* scales;
+  int64_t k;
+  int32_t matrix_rows, block_rows, block_cols, grid_cols, grid_size;
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(q + r * k + c); }
+  __device__ __forceinline__ void decode(const Chunk& raw, int64_t r, int c, float (&out)[kValues]) const {
+    const int64_t m = r / matrix_rows;
+    const int i = int(r - m * matrix_rows);
+    const float s = __ldg(scales + m * grid_size + (i / block_rows) * grid_cols + c / block_cols);
+    const uint8_t* v = reinterpret_cast<const uint8_t*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kValues; ++j) out[j] = fp8_decode(v[j], s);
+  }
+};
+
+// Calls f(reader) with the reader of w for compute type T: a stack of matrices of
+// matrix_rows rows of k values each. w must be one segment (no tail): an MoE stack is.
 template <typename T, typename F>
-void with_weight_reader(const DeviceMatrix& w, int64_t k, F&& f) {
+void with_weight_reader(const DeviceMatrix& w, int64_t matrix_rows, int64_t k, F&& f) {
   SPARK_CHECK(w.tail == nullptr, "an expert stack is one segment of one format");
   const auto* blocks = static_cast<const uint8_t*>(w.data);
   switch (w.format) {
@@ -85,6 +109,14 @@ void with_weight_reader(const DeviceMatrix& w, int64_t k, F&& f) {
     case WeightFormat::Q4_K: return f(BlockRows<WeightFormat::Q4_K>{blocks, block_row_bytes(w.format, k)});
     case WeightFormat::Q5_K: return f(BlockRows<WeightFormat::Q5_K>{blocks, block_row_bytes(w.format, k)});
     case WeightFormat::Q6_K: return f(BlockRows<WeightFormat::Q6_K>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::FP8: {
+      const int32_t br = w.scale_block_rows, bc = w.scale_block_cols;
+      SPARK_CHECK(w.scales && br > 0 && bc > 0 && k % 16 == 0 && (bc % 16 == 0 || bc >= k),
+                  "an FP8 expert stack needs scales, k a multiple of 16 and scale blocks of whole 16-value units");
+      const int32_t grid_cols = int32_t(ceil_div(k, bc)), grid_rows = int32_t(ceil_div(matrix_rows, br));
+      return f(Fp8Rows{blocks, static_cast<const float*>(w.scales), k, int32_t(matrix_rows), br, bc, grid_cols,
+                       grid_rows * grid_cols});
+    }
     default: SPARK_CHECK(false, std::string("the MoE kernels do not read ") + weight_format_name(w.format));
   }
 }

@@ -616,7 +616,7 @@ void run() {
   block_case<bf16>(DType::Q4_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 16, 64, 300}, stream, 15);
   block_case<bf16>(DType::Q6_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 16, 300}, stream, 16);
   block_case<bf16>(DType::F8_E4M3, tokens, stream, 17, 128);
-  block_case<bf16>(DType::F8_E4M3, kSanitized ? std::vector<int32_t>{7} : tokens, stream, 18, 0);
+  block_case<bf16>(DType::F8_E4M3, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 18, 0);
   batch_invariance(stream);
   plan_rows(DType::BF16);
   plan_rows(DType::Q8_0);
@@ -632,13 +632,7 @@ void run() {
 #else
   const double copy_gbs = copy_bandwidth_gbs();
   info(kCheck, "device copy bandwidth (read+write)", fmt("%.0f GB/s", copy_gbs), "2 GiB cudaMemcpy D2D");
-  for (DType dtype : {DType::BF16, DType::Q8_0, DType::Q4_K}) {
-    try {
-      decode_benchmark(dtype, copy_gbs);
-    } catch (const InputError& e) {  // dummy weights in that format not made yet
-      skip_row(kCheck, std::string("30B-A3B ") + std::string(dtype_name(dtype)) + " decode", e.what());
-    }
-  }
+  for (DType dtype : {DType::BF16, DType::Q8_0, DType::Q4_K}) decode_benchmark(dtype, copy_gbs);
 #endif
   CUDA_CHECK(cudaStreamDestroy(stream));
 }

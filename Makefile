@@ -274,9 +274,10 @@ endif
 test-arm64: deps-arm64 model
 	@$(MAKE) --no-print-directory ARCH=arm64 -j$(JOBS) $(ARM64_BUILD)/sparkd $(ARM64_BUILD)/unit_tests
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd
-	@echo "== unit tests, aarch64$(if $(QEMU_ARM64), under qemu)"; $(QEMU_ARM64) $(ARM64_BUILD)/unit_tests
-	@echo "== smoke test and portability, aarch64"; SPARKD_BIN=$(BUILD)/sparkd SPARKD_ARM64_BIN=$(ARM64_BUILD)/sparkd \
-	  SPARKD_QEMU="$(QEMU_ARM64)" $(PY) -m pytest -q -p no:cacheprovider tests/arm64/test_arm64_smoke.py tests/integration/test_portable_binary.py
+	@rc=0; echo "== unit tests, aarch64$(if $(QEMU_ARM64), under qemu)"; $(QEMU_ARM64) $(ARM64_BUILD)/unit_tests || rc=1; \
+	  echo "== smoke test, portability and the arm64 package, aarch64"; SPARKD_BIN=$(BUILD)/sparkd SPARKD_ARM64_BIN=$(ARM64_BUILD)/sparkd \
+	  SPARKD_QEMU="$(QEMU_ARM64)" $(PY) -m pytest -q -p no:cacheprovider tests/arm64/test_arm64_smoke.py tests/integration/test_portable_binary.py \
+	  $(if $(QEMU_ARM64),tests/integration/test_deb.py -k "not test_deb or arm64") || rc=1; exit $$rc
 
 # Debian package of this build: build/deb/sparkd_$(VERSION)_$(ARCH).deb, checked with lintian
 # and, for this machine's architecture, installed in a scratch root (packaging/deb_install_check.sh).

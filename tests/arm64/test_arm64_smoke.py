@@ -55,19 +55,16 @@ def reference_ids_of_tokens():
     return ids
 
 
-def greedy_completion(server):
+def greedy_completion(server, model_name):
     """One greedy /v1/completions of 8 tokens, after /health: (token ids, the response choice)."""
     health = requests.get(server.url + "/health", timeout=30)
     assert health.status_code == 200, health.text
-    body = {"model": SETTINGS_MODEL["model.name"], "prompt": "The capital of France is", "max_tokens": 8,
+    body = {"model": model_name, "prompt": "The capital of France is", "max_tokens": 8,
             "temperature": 0, "logprobs": 1, "ignore_eos": True}
     r = requests.post(server.url + "/v1/completions", json=body, timeout=TIMEOUT)
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     return choice["logprobs"]["tokens"], choice
-
-
-SETTINGS_MODEL = emulated_model_settings()
 
 
 def test_serves_a_completion_with_the_token_ids_of_x86_64(tmp_path):
@@ -76,13 +73,13 @@ def test_serves_a_completion_with_the_token_ids_of_x86_64(tmp_path):
         binary = tmp_path / "sparkd-arm64"
         binary.write_text(f'#!/bin/sh\nexec {" ".join(QEMU)} {ARM64} "$@"\n')
         binary.chmod(0o755)
-    settings = {**SETTINGS_MODEL, **SETTINGS}
+    settings = {**emulated_model_settings(), **SETTINGS}
     with Server(settings=settings, binary=binary) as arm_server:
         arm_server.wait_ready(timeout=TIMEOUT)
-        arm_tokens, arm = greedy_completion(arm_server)
+        arm_tokens, arm = greedy_completion(arm_server, settings["model.name"])
     with Server(settings=settings) as native_server:
         native_server.wait_ready()
-        native_tokens, native = greedy_completion(native_server)
+        native_tokens, native = greedy_completion(native_server, settings["model.name"])
 
     assert len(arm_tokens) == 8
     by_text = reference_ids_of_tokens()

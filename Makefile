@@ -272,9 +272,11 @@ $(BUILD)/.deps-arm64-stamp:
 	@mkdir -p $(@D) && touch $@
 endif
 # Unit cases left out under qemu, each because it decodes SmolLM2 (135M parameters, 4-bit)
-# for many tokens, which qemu's emulated NEON makes take tens of minutes: greedy 8 x 32 tokens
-# against the reference (101 s native, unfinished after 10 minutes under qemu), 32 requests alone
-# and batched at three budgets, and the speculative engine's 64 requests and prefix-cache runs.
+# for many tokens, which qemu's emulated NEON makes take tens of minutes. They are the four
+# slowest natively (x86_64, 2 busy cores): greedy 8 x 32 tokens against the reference (101 s;
+# unfinished after 10 minutes under qemu), 32 requests alone and batched at three budgets
+# (108 s), the speculative engine's prefix-cache runs (84 s) and 64 requests (67 s); no other
+# case takes over 11 s.
 # The tiny random-weight models' cases, the kernels, the tiny-model forwards and the smoke
 # test's server still exercise the NEON paths there. A native arm64 machine runs them all.
 ifneq ($(QEMU_ARM64),)

@@ -2,12 +2,12 @@
 # arm64_deps.sh [CUDA_RUNTIME_DIR] — what `make ARCH=arm64` and `make test-arm64` need on an
 # x86_64 Debian machine (not part of `make deps`: a few hundred MB that only these targets use):
 #   Debian's aarch64 cross compiler, the arm64 multiarch libraries sparkd links statically,
-#   and qemu-user to run the aarch64 binaries here;
+#   and qemu-user with the arm64 glibc (libc6:arm64) to run the aarch64 binaries here;
 #   with CUDA_RUNTIME_DIR, the aarch64 CUDA runtime (libcudart_static.a) for the toolkit's
 #   CUDA version, from PyPI's nvidia-cuda-runtime wheel, unpacked there.
 set -eu
 packages="g++-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user libc6-dev-arm64-cross
-  libpcre2-dev:arm64 libutf8proc-dev:arm64 libssl-dev:arm64"
+  libc6:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libssl-dev:arm64"
 if [ "$(dpkg --print-architecture)" = amd64 ]; then
   dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
   missing=$(for p in $packages; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || echo "$p"; done)

@@ -36,7 +36,10 @@ ifneq ($(ARCH),$(HOST_ARCH))
   # nvcc looks for the runtime headers under targets/sbsa-linux; the x86_64 toolkit's are the same.
   override NVCC += -ccbin $(CROSS_TRIPLE)-g++ -isystem $(CUDA_HOME)/include
 endif
-# Runs aarch64 test binaries on an x86_64 machine (make test-arm64).
+# Runs aarch64 test binaries on an x86_64 machine (make test-arm64) with the arm64 multiarch
+# glibc (libc6:arm64, whose loader is /lib/ld-linux-aarch64.so.1). Not `-L /usr/aarch64-linux-gnu`:
+# that sysroot's loader would map the multiarch libc.so.6 (the host's ld.so.cache lists it), a
+# different build of glibc 2.36, and the pair hangs in the first pthread_create.
 ifeq ($(HOST_ARCH),amd64)
-  QEMU_ARM64 := qemu-aarch64 -L /usr/aarch64-linux-gnu
+  QEMU_ARM64 := qemu-aarch64
 endif

@@ -11,6 +11,13 @@
 #include "engine/util/check.h"
 
 #pragma GCC optimize("O3")
+#if defined(__aarch64__)
+// Batch invariance: the few-rows path and the decoded-tile path must give the same bits.
+// aarch64 has FMA in its baseline, and GCC fuses `acc += w * x` in one path and not in the
+// other (measured under qemu: Q8_0, Q4_0 and Q4_1 rows differed alone and in a batch), so
+// every product is rounded on its own there, as in x86-64's portable clone.
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 namespace spark::cpu {
 

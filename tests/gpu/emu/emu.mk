@@ -26,7 +26,13 @@ FAST_FLAGS := -O2 $(COMMON)
 ASAN_FLAGS := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined $(COMMON)
 LDLIBS := -Wl,-Bstatic -lpcre2-8 -lutf8proc -Wl,-Bdynamic -ldl -lrt -pthread
 
-ENGINE_OBJS := $(ENGINE_CPP:%.cpp=$(EMU)/engine-obj/%.o)
+# The engine's host code is the same real or emulated, except the files that see CUDA or
+# NCCL headers or test the CUDA macros (cuda_host_sources.py): those are compiled here,
+# the rest are the top-level build's objects (built through the top-level Makefile, so
+# its flags and dependency files decide when they are stale).
+EMU_HOST_CPP := $(shell $(PY) $(EMU_DIR)/cuda_host_sources.py .)
+MAIN_OBJS    := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(filter-out $(EMU_HOST_CPP),$(ENGINE_CPP)))
+ENGINE_OBJS  := $(EMU_HOST_CPP:%.cpp=$(EMU)/engine-obj/%.o) $(MAIN_OBJS)
 CHECK_NAMES := $(CHECK_SRCS:tests/gpu/%.cu=%)
 FAST_BINS := $(CHECK_NAMES:%=$(EMU)/fast/%)
 ASAN_BINS := $(CHECK_NAMES:%=$(EMU)/asan/%)
@@ -52,7 +58,10 @@ run-asan: build-asan
 # Keep the translated sources and objects (intermediates of the pattern chain) for reruns and debugging.
 .SECONDARY:
 
-# The engine's host code (CPU references included), once, without sanitizers.
+$(MAIN_OBJS): $(BUILD)/obj/%.o: %.cpp
+	@$(MAKE) --no-print-directory -f Makefile BUILD=$(BUILD) $@
+-include $(MAIN_OBJS:.o=.d)
+# The engine's host code that sees CUDA, once, without sanitizers.
 $(EMU)/engine-obj/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(FAST_FLAGS) -c -o $@ $<

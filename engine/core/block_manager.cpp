@@ -236,7 +236,7 @@ std::vector<int32_t> BlockManager::take_copies() {
 
 // ---- allocation ----------------------------------------------------------------------
 
-bool BlockManager::fits(const Sequence& seq, int64_t need, const PrefixHit* hit) const {
+bool BlockManager::fits(int64_t need, const PrefixHit* hit) const {
   // Hit blocks that sit in a free queue stop being available once referenced.
   int64_t from_free[2] = {0, 0};
   if (hit)
@@ -258,13 +258,13 @@ bool BlockManager::allocate(Sequence& seq, int64_t num_new_tokens, const PrefixH
   };
   // A hit can hold more window blocks than are free (blocks finished sequences left before
   // they moved): the prompt then starts from scratch, which always fits an idle cache.
-  if (hit && !fits(seq, need_for(hit), hit) && num_window_blocks_ < num_blocks()) hit = nullptr;
+  if (hit && !fits(need_for(hit), hit) && num_window_blocks_ < num_blocks()) hit = nullptr;
   const int64_t hit_tokens = hit ? hit->num_tokens : 0;
   const int64_t computed = admitting ? hit_tokens : seq.num_computed_tokens;
   SPARK_CHECK(computed + num_new_tokens <= seq.num_tokens() + static_cast<int64_t>(seq.draft_tokens.size()),
               "allocating past the sequence's tokens and drafts");
   const int64_t need = need_for(hit);
-  if (!fits(seq, need, hit)) return false;
+  if (!fits(need, hit)) return false;
 
   if (admitting) {
     if (hit) {

@@ -122,7 +122,7 @@ class BlockManager {
   int32_t cached_block(int k, const Sequence& seq, int64_t index) const;  // -1: none
   // The first block index whose tokens the window of a query at position `pos` reaches.
   int64_t first_window_block(int64_t pos) const;
-  bool fits(const Sequence& seq, int64_t need, const PrefixHit* hit) const;
+  bool fits(int64_t need, const PrefixHit* hit) const;  // need: new window blocks
   void move_behind_window(Sequence& seq);
   void claim(int32_t id);
   int32_t allocate_block(int k);

@@ -168,11 +168,12 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   // (beyond prefix-cache retention), so the cache is not made larger than that.
   const int64_t useful = std::max<int64_t>(config.engine.max_num_seqs * plan.blocks_per_sequence, plan.blocks_per_sequence);
   const int64_t blocks = std::min(plan.kv_blocks, useful);
+  const int64_t window_blocks = std::min(plan.kv_window_blocks, blocks);
   log_info("memory plan:\n", describe_plan(plan), "  kv blocks used   ", blocks, " (",
-           format_bytes(uint64_t(blocks) * plan.kv_block_bytes), ")");
+           format_bytes(kv_cache_bytes(plan, blocks)), ")");
   parts->backend_description = parts->stage->backend->describe();
   parts->weight_bytes = plan.weight_bytes;
-  parts->kv_cache_bytes = uint64_t(blocks) * plan.kv_block_bytes;
+  parts->kv_cache_bytes = kv_cache_bytes(plan, blocks);
   std::unique_ptr<StepExecutor> executor;
   if (config.peer.enabled) {
     parts->peer = start_peer_head(config, stage, blocks);
@@ -180,7 +181,7 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   } else {
     executor = std::make_unique<LocalExecutor>(std::move(parts->stage->backend), info.spec.vocab_size);
   }
-  parts->engine = std::make_unique<Engine>(config, std::move(executor), info.spec, *parts->tokenizer, blocks);
+  parts->engine = std::make_unique<Engine>(config, std::move(executor), info.spec, *parts->tokenizer, blocks, window_blocks);
   parts->engine->start();
   return parts;
 }

@@ -19,6 +19,14 @@ class Backend {
   virtual size_t kv_block_bytes(int64_t block_size) const = 0;
   // Allocates the paged KV cache once, before the first forward.
   virtual void init_kv_cache(int64_t num_blocks, int64_t block_size) = 0;
+  // The same with storage in sliding-window layers for blocks [0, num_window_blocks)
+  // only (engine/core/block_manager.h); such a backend runs Batch::block_copies in its
+  // full-attention layers. One that cannot takes num_window_blocks == num_blocks only
+  // (the memory plan asks it for no less: StageFootprint::sliding_kv_window_only).
+  virtual void init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_blocks, int64_t block_size) {
+    SPARK_CHECK(num_window_blocks == num_blocks, "this backend keeps every layer's K and V for every block");
+    init_kv_cache(num_blocks, block_size);
+  }
   // Runs the held layers. hidden_in is [num_tokens x hidden_size] from the previous stage,
   // or nullptr when this backend holds the embedding and starts from token ids.
   virtual void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) = 0;

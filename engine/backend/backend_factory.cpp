@@ -78,6 +78,7 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
     f.kv_bytes_per_token = uint64_t(layers) * CpuBackend::kv_bytes_per_token_layer(s);
     f.workspace_bytes = CpuBackend::workspace_bytes(s, range, c.engine.max_num_batched_tokens, c.engine.max_num_seqs);
     f.reserve_bytes = kCpuReserveBytes;
+    f.sliding_kv_window_only = true;  // CpuBackend::init_windowed_kv_cache
     return f;
   }
   const bool fp8 = c.engine.kv_cache_dtype == "fp8";

@@ -60,16 +60,25 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// The sliding window the block manager keeps blocks for: the model's, when it has
+// sliding-window layers.
+int64_t sliding_window_of(const ModelSpec& spec) {
+  for (int64_t l = 0; l < spec.num_layers; ++l)
+    if (spec.layer_is_sliding(l)) return spec.sliding_window;
+  return 0;
+}
+
 }  // namespace
 
 Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, const ModelSpec& spec,
-               DecoderFactory decoders, int64_t num_kv_blocks)
+               DecoderFactory decoders, int64_t num_kv_blocks, int64_t num_window_blocks)
     : spec_(spec),
       executor_(std::move(executor)),
       decoders_(std::move(decoders)),
       eos_ids_(spec.eos_token_ids),
       admission_(spec.vocab_size, resolve_max_model_len(config, spec, num_kv_blocks)),
-      blocks_(num_kv_blocks, config.engine.block_size, config.engine.enable_prefix_caching),
+      blocks_(num_kv_blocks, config.engine.block_size, config.engine.enable_prefix_caching,
+              {sliding_window_of(spec), num_window_blocks}),
       speculator_(SpeculationConfig::from(config.engine)) {
   SPARK_CHECK(executor_ != nullptr && decoders_ != nullptr, "an engine needs an executor and a decoder factory");
   // Each micro-batch slot gets its share of the sequences, so that decode-only traffic
@@ -78,21 +87,21 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
   SchedulerConfig sc = scheduler_config(config.engine, admission_.max_model_len());
   sc.max_num_seqs = std::max<int64_t>(1, (sc.max_num_seqs + int64_t(slots) - 1) / int64_t(slots));
   for (size_t i = 0; i < slots; ++i) schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_));
-  executor_->prepare(num_kv_blocks, config.engine.block_size, eos_ids_);
+  executor_->prepare(num_kv_blocks, blocks_.num_window_blocks(), config.engine.block_size, eos_ids_);
   metrics_.set_gauges(0, 0, 0, num_kv_blocks);
   state_.last_heartbeat = Clock::now();
 }
 
 Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, const ModelSpec& spec,
-               const Tokenizer& tokenizer, int64_t num_kv_blocks)
+               const Tokenizer& tokenizer, int64_t num_kv_blocks, int64_t num_window_blocks)
     : Engine(config, std::move(executor), with_tokenizer_eos(spec, tokenizer),
              [&tokenizer](bool skip_special) { return std::make_unique<DetokenizerDecoder>(tokenizer, skip_special); },
-             num_kv_blocks) {}
+             num_kv_blocks, num_window_blocks) {}
 
 Engine::Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, const Tokenizer& tokenizer,
-               int64_t num_kv_blocks)
+               int64_t num_kv_blocks, int64_t num_window_blocks)
     : Engine(config, std::make_unique<LocalExecutor>(std::move(backend), spec.vocab_size), spec, tokenizer,
-             num_kv_blocks) {}
+             num_kv_blocks, num_window_blocks) {}
 
 Engine::~Engine() { stop(); }
 

@@ -63,13 +63,14 @@ class Engine {
   // a LocalExecutor over a backend on one box, a pipeline over the peer link on two (each
   // sequence then stays in one micro-batch slot for its whole life).
   Engine(const Config& config, std::unique_ptr<StepExecutor> executor, const ModelSpec& spec,
-         const Tokenizer& tokenizer, int64_t num_kv_blocks);
+         const Tokenizer& tokenizer, int64_t num_kv_blocks, int64_t num_window_blocks = 0);
   // The same with any decoder (tests).
   Engine(const Config& config, std::unique_ptr<StepExecutor> executor, const ModelSpec& spec, DecoderFactory decoders,
-         int64_t num_kv_blocks);
-  // One box: a LocalExecutor over `backend`.
+         int64_t num_kv_blocks, int64_t num_window_blocks = 0);
+  // One box: a LocalExecutor over `backend`. num_window_blocks: the blocks that hold the
+  // sliding-window layers too (MemoryPlan::kv_window_blocks); 0: every block does.
   Engine(const Config& config, std::unique_ptr<Backend> backend, const ModelSpec& spec, const Tokenizer& tokenizer,
-         int64_t num_kv_blocks);
+         int64_t num_kv_blocks, int64_t num_window_blocks = 0);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

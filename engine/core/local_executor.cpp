@@ -13,8 +13,9 @@ LocalExecutor::LocalExecutor(std::unique_ptr<Backend> backend, int64_t vocab_siz
   SPARK_CHECK(backend_ != nullptr, "a local executor needs a backend");
 }
 
-void LocalExecutor::prepare(int64_t num_kv_blocks, int64_t block_size, const std::vector<int32_t>& eos_token_ids) {
-  backend_->init_kv_cache(num_kv_blocks, block_size);
+void LocalExecutor::prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
+                            const std::vector<int32_t>& eos_token_ids) {
+  backend_->init_windowed_kv_cache(num_kv_blocks, num_window_blocks, block_size);
   sampler_.emplace(vocab_size_, eos_token_ids);
 }
 

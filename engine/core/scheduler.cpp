@@ -27,6 +27,13 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : conf
        "the KV cache holds " + std::to_string(blocks_.num_blocks() * blocks_.block_size()) +
            " tokens, less than max_model_len (" + std::to_string(config_.max_model_len) +
            "); lower model.max_model_len or give the KV cache more memory");
+  // With full-only blocks, one sequence's window and a whole step must fit the window blocks.
+  const int64_t bs = blocks_.block_size();
+  const int64_t one_window = (std::max<int64_t>(blocks_.window() - 1, 0) + bs - 1) / bs + 2 +
+                             (config_.max_num_batched_tokens + bs - 1) / bs;
+  need(blocks_.num_window_blocks() == blocks_.num_blocks() || blocks_.num_window_blocks() >= one_window,
+       "the sliding-window layers hold " + std::to_string(blocks_.num_window_blocks()) + " KV blocks, fewer than the " +
+           std::to_string(one_window) + " one sequence's window and a max_num_batched_tokens step need");
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -76,7 +83,7 @@ ScheduledStep Scheduler::schedule() {
       // Drafts take spare blocks only: one stays free per running sequence, so they
       // never cost anyone a preemption.
       const auto drafts = std::min<int64_t>(static_cast<int64_t>(seq->draft_tokens.size()), budget - 1);
-      const bool spare = blocks_.num_free_blocks() > static_cast<int64_t>(running_.size());
+      const bool spare = blocks_.num_free_window_blocks() > static_cast<int64_t>(running_.size());
       if (remaining == 1 && drafts > 0 && spare && blocks_.allocate(*seq, 1 + drafts)) {
         seq->draft_tokens.resize(static_cast<size_t>(drafts));
         plan(seq, 1 + drafts, drafts);
@@ -112,6 +119,9 @@ ScheduledStep Scheduler::schedule() {
   }
 
   build_batch(step);
+  // Copies recorded while planning run before this step writes; with no step they wait
+  // for the next one (a cached destination must get its K/V before anyone reads it).
+  if (!step.empty()) step.batch.block_copies = blocks_.take_copies();
   return step;
 }
 

@@ -55,6 +55,10 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   p.block_size = c.engine.block_size;
   SPARK_CHECK(p.block_size > 0, "block_size validated by the config");
   p.kv_block_bytes = p.kv_bytes_per_token * static_cast<uint64_t>(p.block_size);
+  p.kv_sliding_block_bytes = p.kv_bytes_per_token_sliding * static_cast<uint64_t>(p.block_size);
+  // A pipeline's worker sizes its cache from the session (every layer, every block).
+  p.window_only = f.sliding_kv_window_only && p.sliding_layers > 0 && !c.peer.enabled &&
+                  p.kv_sliding_block_bytes < p.kv_block_bytes;
   p.workspace_bytes = f.workspace_bytes;
   p.reserve_bytes = f.reserve_bytes;
 
@@ -68,6 +72,14 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   uint64_t fixed = p.weight_bytes + p.workspace_bytes + p.reserve_bytes;
   uint64_t left = p.budget_bytes > fixed ? p.budget_bytes - fixed : 0;
   p.kv_blocks = p.kv_block_bytes ? static_cast<int64_t>(left / p.kv_block_bytes) : 0;
+  p.kv_window_blocks = p.kv_blocks;
+  const int64_t window_blocks =
+      window_blocks_needed(p.sliding_window, p.block_size, c.engine.max_num_seqs, c.engine.max_num_batched_tokens);
+  if (p.window_only && uint64_t(window_blocks) * p.kv_block_bytes < left) {
+    p.kv_window_blocks = window_blocks;
+    p.kv_blocks = window_blocks + static_cast<int64_t>((left - uint64_t(window_blocks) * p.kv_block_bytes) /
+                                                       (p.kv_block_bytes - p.kv_sliding_block_bytes));
+  }
   p.kv_tokens = p.kv_blocks * p.block_size;
   p.fits = p.kv_blocks >= p.blocks_per_sequence;
   if (!p.fits) {
@@ -92,6 +104,19 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   return p;
 }
 
+int64_t window_blocks_needed(int64_t window, int64_t block_size, int64_t max_num_seqs, int64_t max_num_batched_tokens) {
+  // A sequence keeps the blocks from the one its window starts in to its newest token:
+  // at most ceil((window - 1) / block_size) + 1, plus one its new tokens start in; the
+  // step's tokens fill ceil(max_num_batched_tokens / block_size) more.
+  auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  return max_num_seqs * (cdiv(std::max<int64_t>(window - 1, 0), block_size) + 2) + cdiv(max_num_batched_tokens, block_size);
+}
+
+uint64_t kv_cache_bytes(const MemoryPlan& p, int64_t blocks) {
+  const auto window = uint64_t(std::min(blocks, p.kv_window_blocks));
+  return uint64_t(blocks) * p.kv_block_bytes - (uint64_t(blocks) - window) * p.kv_sliding_block_bytes;
+}
+
 void require_fits(const MemoryPlan& p) {
   if (!p.fits) throw InputError(p.problem);
 }
@@ -109,7 +134,12 @@ std::string describe_plan(const MemoryPlan& p) {
       << (p.mixture_of_experts ? " (of the MoE layers: the router and the active experts)" : "") << "\n";
   o << "  kv cache dtype   " << p.kv_dtype << ", " << p.kv_bytes_per_token << " bytes/token, "
     << format_bytes(p.kv_block_bytes) << " per block of " << p.block_size << " tokens\n";
-  if (p.sliding_layers > 0) {
+  if (p.sliding_layers > 0 && p.window_only) {
+    o << "  sliding layers   " << p.sliding_layers << " of " << (p.range.last_layer - p.range.first_layer)
+      << " see the last " << p.sliding_window << " tokens and hold " << p.kv_window_blocks << " of the "
+      << p.kv_blocks << " blocks (the windows of engine.max_num_seqs sequences and one step's tokens; "
+      << p.kv_bytes_per_token_sliding << " of the " << p.kv_bytes_per_token << " bytes/token)\n";
+  } else if (p.sliding_layers > 0) {
     // What the window alone needs of one full sequence: the blocks its last
     // sliding_window - 1 tokens and the newest token can span.
     const int64_t window_blocks =
@@ -124,7 +154,7 @@ std::string describe_plan(const MemoryPlan& p) {
   o << "  budget           " << format_bytes(p.budget_bytes) << " = " << format_bytes(p.available_bytes) << " "
     << p.budget_source << " x memory_fraction " << p.memory_fraction << "\n";
   o << "  kv blocks        " << p.kv_blocks << " (" << p.kv_tokens << " tokens, "
-    << format_bytes(static_cast<uint64_t>(p.kv_blocks) * p.kv_block_bytes) << ")\n";
+    << format_bytes(kv_cache_bytes(p, p.kv_blocks)) << ")\n";
   o << "  max_model_len    " << p.max_model_len << " (" << p.blocks_per_sequence << " blocks per full sequence";
   if (p.blocks_per_sequence > 0 && p.fits) o << ", " << p.kv_blocks / p.blocks_per_sequence << " fit at once";
   o << ")\n";

@@ -28,6 +28,9 @@ struct StageFootprint {
   uint64_t kv_bytes_per_token = 0;  // K and V, all held layers
   uint64_t workspace_bytes = 0;     // activations of the largest step, logits, scratch
   uint64_t reserve_bytes = 0;       // runtime, allocator slack, CUDA graph pools
+  // The backend keeps sliding-window layers' K and V for the window blocks only
+  // (Backend::init_windowed_kv_cache, Batch::block_copies).
+  bool sliding_kv_window_only = false;
 };
 
 struct MemoryPlan {
@@ -40,16 +43,20 @@ struct MemoryPlan {
   std::string kv_dtype;          // "bf16", "fp16", "f32", "fp8"
   uint64_t kv_bytes_per_token = 0;  // K and V, all held layers
   // Sliding-window layers among the held ones (gpt-oss: every other layer, 128 tokens).
-  // Their attention reads only the last sliding_window tokens, but the paged cache keeps
-  // every layer's K and V for every token of a sequence, so kv_bytes_per_token counts
-  // them in full: the plan never counts less than init_kv_cache allocates. Of those
-  // bytes, kv_bytes_per_token_sliding are the sliding layers' (what a cache that returned
-  // blocks behind the window would save on long sequences).
+  // Their attention reads only the last sliding_window tokens. kv_bytes_per_token counts
+  // every held layer; kv_bytes_per_token_sliding are the sliding layers' part of it.
   int64_t sliding_layers = 0;
   int64_t sliding_window = 0;
   uint64_t kv_bytes_per_token_sliding = 0;
   int64_t block_size = 0;
-  uint64_t kv_block_bytes = 0;
+  uint64_t kv_block_bytes = 0;   // one block in every held layer
+  // With window_only (a backend that can, one box, some held layers full-attention), the
+  // sliding layers hold only the first kv_window_blocks blocks: enough for the windows
+  // of max_num_seqs sequences and one step's tokens (BlockManager); the others cost
+  // kv_block_bytes - kv_sliding_block_bytes. Otherwise kv_window_blocks == kv_blocks.
+  bool window_only = false;
+  uint64_t kv_sliding_block_bytes = 0;
+  int64_t kv_window_blocks = 0;
   uint64_t workspace_bytes = 0;  // activations of one max_num_batched_tokens step + logits
   uint64_t reserve_bytes = 0;    // runtime, allocator slack, CUDA graph pools
   uint64_t available_bytes = 0;
@@ -72,6 +79,12 @@ MemoryPlan plan_memory(const ModelSpec& spec, LayerRange range, const StageFootp
                        const MemoryBudget& budget);
 // Throws InputError with plan.problem when the plan does not fit.
 void require_fits(const MemoryPlan& plan);
+// The bytes of a cache of `blocks` blocks, the first min(blocks, kv_window_blocks) of them
+// in every layer.
+uint64_t kv_cache_bytes(const MemoryPlan& plan, int64_t blocks);
+// The window blocks a cache needs so that max_num_seqs sequences can each keep the blocks
+// their window spans plus their share of a max_num_batched_tokens step.
+int64_t window_blocks_needed(int64_t window, int64_t block_size, int64_t max_num_seqs, int64_t max_num_batched_tokens);
 // A few aligned lines for `sparkd check` and the startup log.
 std::string describe_plan(const MemoryPlan& plan);
 std::string format_bytes(uint64_t bytes);  // "1.50 GiB"

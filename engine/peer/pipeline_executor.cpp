@@ -13,7 +13,11 @@ PipelineExecutor::PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage
   if (remote_.takes_device_hidden()) require_nccl_backend(*backend_);
 }
 
-void PipelineExecutor::prepare(int64_t num_kv_blocks, int64_t block_size, const std::vector<int32_t>&) {
+void PipelineExecutor::prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
+                               const std::vector<int32_t>&) {
+  // The worker sizes its cache from the session (every layer, every block), so no step
+  // here moves a block out of the window (Batch::block_copies stays empty).
+  SPARK_CHECK(num_window_blocks == num_kv_blocks, "a pipeline keeps every layer's K and V for every block");
   backend_->init_kv_cache(num_kv_blocks, block_size);  // the worker samples with its own EOS set
 }
 

@@ -20,7 +20,8 @@ class PipelineExecutor : public StepExecutor {
   PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage& remote, int64_t hidden_size);
 
   size_t num_slots() const override { return 2; }
-  void prepare(int64_t num_kv_blocks, int64_t block_size, const std::vector<int32_t>& eos_token_ids) override;
+  void prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
+               const std::vector<int32_t>& eos_token_ids) override;
   Readiness readiness() override;
   std::string problem() const override { return remote_.problem(); }
   bool samples_here() const override { return false; }

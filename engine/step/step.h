@@ -24,6 +24,10 @@ struct Batch {
   std::vector<int32_t> block_tables;  // [S * max_blocks_per_seq], unused entries 0
   int32_t max_blocks_per_seq = 0;
   std::vector<int32_t> logits_rows;  // rows whose logits are wanted, ascending
+  // [2 * C] (source, destination) block pairs: before anything else, each full-attention
+  // layer copies the source block's K and V to the destination block (a block that left
+  // the sliding window moving to a full-only block, engine/core/block_manager.h).
+  std::vector<int32_t> block_copies;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return query_start.empty() ? 0 : static_cast<int32_t>(query_start.size()) - 1; }

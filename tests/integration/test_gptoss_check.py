@@ -4,16 +4,16 @@ again here from the config alone.
 
 The CUDA backend does not run gpt-oss yet, so `--device gb10` counts the weights as the
 checkpoint stores them (MXFP4 expert matrices: 17 bytes per 32 values; the rest BF16)
-and says so. The sliding-window layers' KV is held for every token (the paged cache has
-one block table for all layers), and the plan counts it so: it must never count less
-than the backend allocates.
+and says so. The CUDA backend holds the sliding-window layers' KV for every block, and
+the plan counts it so (it must never count less than the backend allocates); the CPU
+backend holds them for the window blocks only, and its plan counts that.
 """
 import json
 import re
 
 import pytest
 
-from conftest import run_sparkd
+from conftest import REPO, run_sparkd
 
 GIB = 1 << 30
 BUDGET_GB10 = int(int(120e9 / GIB * GIB) * 0.85)  # parse_device's 120 GB x memory_fraction 0.85
@@ -92,14 +92,26 @@ def test_check_device_gb10_plans_gptoss_from_checkpoint_bytes(tmp_path, name, la
     print(f"{name}: {weights} GiB, {blocks * block} KV tokens, ~{rate} tok/s projected")
 
 
-def test_check_cpu_counts_sliding_layers_kv_in_full(tmp_path):
-    """The CPU plan (f32 KV) holds every layer's K and V for every token, sliding layers included."""
-    c = gptoss_config(24, 32)
-    (tmp_path / "config.json").write_text(json.dumps(c))
-    r = run_sparkd("check", "--model", tmp_path, "--set", 'model.load_format="dummy"', "--set",
-                   'engine.backend="cpu"', "--set", "model.max_model_len=4096")
-    out = r.stdout  # 42 GB of BF16 dummy weights need not fit this machine: the plan is printed either way
-    kv_per_token = 24 * 2 * 8 * 64 * 4
-    assert f"f32, {kv_per_token} bytes/token" in out, out + r.stderr
-    assert f"sliding layers   12 of 24 see the last 128 tokens" in out
-    assert f"({kv_per_token // 2} of the {kv_per_token} bytes/token" in out
+def test_check_cpu_counts_sliding_layers_at_the_window():
+    """The CPU plan holds the sliding layers' K and V (f32) for the window blocks only: the
+    bytes left for KV hold about twice the tokens a cache of every layer for every block
+    would (half of gpt-oss's layers slide)."""
+    model = REPO / "tests" / "golden" / "models" / "gpt_oss"
+    r = run_sparkd("check", "--model", model, "--set", 'engine.backend="cpu"')
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    kv_per_token = 4 * 2 * 2 * 16 * 4  # layers x K,V x kv heads x head_dim x f32
+    assert f"f32, {kv_per_token} bytes/token" in out, out
+    # Window blocks: 64 sequences x (ceil(7 / 16) + 2) + 8192 / 16 (memory_plan.cpp).
+    m = field(r"sliding layers +2 of 4 see the last 8 tokens and hold (\d+) of the (\d+) blocks \(.*; "
+              rf"{kv_per_token // 2} of the {kv_per_token} bytes/token\)", out)
+    window_blocks, blocks = int(m.group(1)), int(m.group(2))
+    assert window_blocks == 64 * 3 + 8192 // 16
+    kv = field(r"kv blocks +(\d+) \((\d+) tokens, ([\d.]+) (GiB|MiB)\)", out)
+    assert int(kv.group(1)) == blocks and int(kv.group(2)) == blocks * 16
+    unit = GIB if kv.group(4) == "GiB" else 1 << 20
+    kv_bytes = float(kv.group(3)) * unit
+    # The printed bytes are the window blocks in every layer and the rest in half of them.
+    want = window_blocks * 16 * kv_per_token + (blocks - window_blocks) * 16 * kv_per_token // 2
+    assert abs(kv_bytes - want) <= 0.005 * unit, (kv_bytes, want)
+    assert blocks * 16 > 1.9 * kv_bytes / kv_per_token  # tokens those bytes would hold in every layer

@@ -1,6 +1,6 @@
 // test_block_manager_property.cpp — randomized operations (add, step, finish, abort,
-// preemption, prefix hits, speculative drafts rolled back) checked for leaked or
-// double-freed KV blocks after each one.
+// preemption, prefix hits, speculative drafts rolled back, blocks leaving a sliding
+// window) checked for leaked or double-freed KV blocks after each one.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -32,28 +32,49 @@ void check_accounting(const BlockManager& bm, const std::vector<std::unique_ptr<
 
 // The KV cache as token ids per slot, written by each step's rows: every computed token
 // of a live sequence must read back as itself through its block table (a rejected
-// draft's KV counted as computed, or a prefix hit over it, reads back wrong).
+// draft's KV counted as computed, or a prefix hit over it, reads back wrong). `slots`
+// are the full-attention layers' (every block; a step's block copies run first),
+// `window_slots` the sliding layers' (window blocks only): the tokens the next query's
+// window reaches must read back there too.
 struct SlotTokens {
-  std::vector<int32_t> slots;
+  std::vector<int32_t> slots, window_slots;
+  int64_t block_size = 0, window = 0;
   void write(const Batch& b) {
-    for (int32_t t = 0; t < b.num_tokens(); ++t) slots.at(static_cast<size_t>(b.slot_mapping[t])) = b.token_ids[t];
+    for (size_t i = 0; i < b.block_copies.size(); i += 2)
+      for (int64_t j = 0; j < block_size; ++j)
+        slots.at(static_cast<size_t>(b.block_copies[i + 1] * block_size + j)) =
+            slots.at(static_cast<size_t>(b.block_copies[i] * block_size + j));
+    for (int32_t t = 0; t < b.num_tokens(); ++t) {
+      slots.at(static_cast<size_t>(b.slot_mapping[t])) = b.token_ids[t];
+      window_slots.at(static_cast<size_t>(b.slot_mapping[t])) = b.token_ids[t];  // new tokens take window blocks
+    }
   }
-  void check(const Sequence& s, int64_t block_size) const {
+  void check(const Sequence& s) const {
     REQUIRE(static_cast<int64_t>(s.block_table.size()) * block_size >= s.num_computed_tokens);
     for (int64_t p = 0; p < s.num_computed_tokens; ++p) {
       const int64_t slot = s.block_table[static_cast<size_t>(p / block_size)] * block_size + p % block_size;
       REQUIRE(slots[static_cast<size_t>(slot)] == s.token_ids[static_cast<size_t>(p)]);
+      if (window > 0 && p > s.num_computed_tokens - window) {
+        REQUIRE(slot < static_cast<int64_t>(window_slots.size()));
+        REQUIRE(window_slots[static_cast<size_t>(slot)] == s.token_ids[static_cast<size_t>(p)]);
+      }
     }
   }
 };
 
+// Sizes for a run: 12 blocks in every layer, or more of which some hold the sliding layers.
+struct Cache {
+  int64_t num_blocks = 12;
+  SlidingKv sliding;
+};
+
 // speculative: before each step a decoding sequence may get drafts, which the "model"
 // accepts in part (its samples follow the drafts for a random length, then differ).
-void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative = false) {
+void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative = false, Cache cache = {}) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
 
-  BlockManager bm(12, 4, true);
+  BlockManager bm(cache.num_blocks, 4, true, cache.sliding);
   SchedulerConfig cfg;
   cfg.max_num_seqs = 6;
   cfg.max_num_batched_tokens = chunked ? 12 : 40;
@@ -71,7 +92,10 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
 
   std::vector<std::unique_ptr<Sequence>> live;
   int64_t next_id = 1, steps = 0, finished = 0, aborted = 0, drafted = 0, rejected = 0;
-  SlotTokens kv{std::vector<int32_t>(static_cast<size_t>(bm.num_blocks() * bm.block_size()), -1)};
+  SlotTokens kv{std::vector<int32_t>(static_cast<size_t>(bm.num_blocks() * bm.block_size()), -1),
+                std::vector<int32_t>(static_cast<size_t>(bm.num_window_blocks() * bm.block_size()), -1), bm.block_size(),
+                bm.window()};
+  int64_t copied = 0;
   auto propose = [&] {
     if (!speculative) return;
     for (Sequence* s : sched.running()) {
@@ -102,7 +126,7 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
     check_accounting(bm, live);
     for (const auto& s : live) {
       if (s->status != SeqStatus::RUNNING) continue;
-      kv.check(*s, bm.block_size());
+      kv.check(*s);
       // No block held past the computed tokens: rejected drafts' blocks went back.
       REQUIRE(static_cast<int64_t>(s->block_table.size()) == (s->num_computed_tokens + bm.block_size() - 1) / bm.block_size());
       REQUIRE(s->draft_tokens.empty());
@@ -129,6 +153,7 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
       ScheduledStep step = sched.schedule();
       REQUIRE(step.batch.num_tokens() <= cfg.max_num_batched_tokens);
       REQUIRE(step.batch.num_seqs() <= cfg.max_num_seqs);
+      copied += static_cast<int64_t>(step.batch.block_copies.size()) / 2;
       kv.write(step.batch);
       sched.update(step, sample(step));
       ++steps;
@@ -177,7 +202,11 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
   CHECK(aborted > 100);
   CHECK(sched.num_preemptions() > 10);
   CHECK(bm.prefix_cache_hits() > 100);
+  if (bm.num_window_blocks() < bm.num_blocks()) CHECK(copied > 500);
 }
+
+// 22 blocks of 4 tokens, the first 14 in the sliding layers too; a window of 6 tokens.
+constexpr Cache kSliding{22, {6, 14}};
 
 }  // namespace
 
@@ -191,4 +220,16 @@ TEST_CASE("block manager property: 12,000 random operations without chunked pref
 
 TEST_CASE("block manager property: 12,000 random operations with speculative drafts rolled back") {
   run_property(4242, true, 12000, true);
+}
+
+TEST_CASE("block manager property: sliding-window blocks move out of the window, chunked prefill") {
+  run_property(2024, true, 12000, false, kSliding);
+}
+
+TEST_CASE("block manager property: sliding-window blocks move out of the window, whole prompts") {
+  run_property(99, false, 12000, false, kSliding);
+}
+
+TEST_CASE("block manager property: sliding-window blocks move out of the window, drafts rolled back") {
+  run_property(31337, true, 12000, true, kSliding);
 }

@@ -108,7 +108,7 @@ TEST_CASE("memory plan: a pipeline stage plans only its own layers") {
 #endif
 }
 
-TEST_CASE("memory plan: sliding-window layers are counted as the backend allocates them, in full") {
+TEST_CASE("memory plan: sliding-window layers are counted at the window blocks on the CPU backend") {
   // The tiny gpt-oss model: 4 layers, sliding and full alternating, window 8, 2 KV heads of 16.
   Config c = config_for_model("tests/golden/models/gpt_oss");
   c.engine.backend = "cpu";
@@ -119,10 +119,36 @@ TEST_CASE("memory plan: sliding-window layers are counted as the backend allocat
   CHECK(p.sliding_window == 8);
   CHECK(p.kv_bytes_per_token == 4 * 2 * 2 * 16 * 4);  // every layer's f32 K and V, sliding ones too
   CHECK(p.kv_bytes_per_token_sliding == p.kv_bytes_per_token / 2);
-  CHECK(p.kv_block_bytes == loaded->backend->kv_block_bytes(c.engine.block_size));  // never less than allocated
-  CHECK(describe_plan(p).find("sliding layers   2 of 4 see the last 8 tokens") != std::string::npos);
-  // A pipeline stage counts the sliding layers it holds: layers 1..3 hold one (layer 2).
+  CHECK(p.kv_block_bytes == loaded->backend->kv_block_bytes(c.engine.block_size));  // a block in every layer
+  CHECK(describe_plan(p).find("sliding layers   2 of 4 see the last 8 tokens and hold 704 of the") != std::string::npos);
+
+  // Under a 1 GiB budget: 64 windows of at most 3 blocks of 16 and a step of 8192 tokens in
+  // every layer, every further block in the two full layers only.
   const ModelInfo& info = loaded->plan.info;
+  const StageFootprint f = stage_footprint(c, info, full_range(info.spec), "cpu");
+  const MemoryPlan one = plan_memory(info.spec, full_range(info.spec), f, c, MemoryBudget{GiB, "t"});
+  CHECK(one.window_only);
+  CHECK(one.kv_window_blocks == 64 * 3 + 8192 / 16);
+  const uint64_t left = one.budget_bytes - one.weight_bytes - one.workspace_bytes - one.reserve_bytes;
+  CHECK(kv_cache_bytes(one, one.kv_blocks) <= left);
+  CHECK(kv_cache_bytes(one, one.kv_blocks + 1) > left);
+  CHECK(kv_cache_bytes(one, one.kv_blocks + 1) - kv_cache_bytes(one, one.kv_blocks) == one.kv_block_bytes / 2);
+  CHECK(one.kv_blocks > 19 * (left / one.kv_block_bytes) / 10);  // almost twice a full-everywhere cache's
+
+  // Peer mode (the worker sizes its cache from the session) and a budget smaller than the
+  // window blocks keep every layer for every block.
+  Config peer = c;
+  peer.peer.enabled = true;
+  const MemoryPlan paired = plan_memory(info.spec, full_range(info.spec), f, peer, MemoryBudget{GiB, "t"});
+  CHECK_FALSE(paired.window_only);
+  CHECK(paired.kv_window_blocks == paired.kv_blocks);
+  CHECK(paired.kv_blocks == static_cast<int64_t>(left / paired.kv_block_bytes));
+  const uint64_t tight = (one.weight_bytes + one.workspace_bytes + one.reserve_bytes + 100 * one.kv_block_bytes) * 100 / 85;
+  const MemoryPlan small = plan_memory(info.spec, full_range(info.spec), f, c, MemoryBudget{tight, "t"});
+  CHECK(small.kv_blocks >= 99);
+  CHECK(small.kv_window_blocks == small.kv_blocks);
+
+  // A pipeline stage counts the sliding layers it holds: layers 1..3 hold one (layer 2).
   const MemoryPlan tail =
       plan_memory(info.spec, LayerRange{1, 4}, stage_footprint(c, info, LayerRange{1, 4}, "cpu"), c, MemoryBudget{GiB, "t"});
   CHECK(tail.sliding_layers == 1);

@@ -61,6 +61,9 @@ void validate_batch(const Batch& b, const KvGeometry& g) {
   }
   for (int32_t slot : b.slot_mapping)
     if (slot < 0 || slot >= g.slots()) fail("slot " + std::to_string(slot) + " out of range");
+  if (b.block_copies.size() % 2 != 0) fail("block_copies must hold (source, destination) pairs");
+  for (int32_t blk : b.block_copies)
+    if (blk < 0 || blk >= g.num_blocks) fail("copied block id " + std::to_string(blk) + " out of range");
   for (size_t i = 0; i < b.logits_rows.size(); ++i)
     if (b.logits_rows[i] < 0 || b.logits_rows[i] >= t || (i > 0 && b.logits_rows[i] <= b.logits_rows[i - 1]))
       fail("logits_rows must be ascending row indices");
@@ -71,10 +74,20 @@ void KvBuffer::allocate(size_t floats) {
   if (!data_) throw RuntimeError("cannot allocate a KV cache of " + std::to_string(floats * sizeof(float)) + " bytes");
 }
 
+void copy_blocks(const std::vector<int32_t>& pairs, const KvGeometry& g, LayerKv& cache) {
+  const int64_t n = g.block_size * g.slot_floats();
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+    const int64_t src = pairs[i], dst = pairs[i + 1];
+    std::copy(cache.k.data() + src * n, cache.k.data() + (src + 1) * n, cache.k.data() + dst * n);
+    std::copy(cache.v.data() + src * n, cache.v.data() + (src + 1) * n, cache.v.data() + dst * n);
+  }
+}
+
 void write_kv(const Batch& batch, const KvGeometry& g, const float* k, const float* v, LayerKv& cache) {
   const int64_t n = g.slot_floats();
   for (int64_t t = 0; t < batch.num_tokens(); ++t) {
     const int64_t slot = batch.slot_mapping[static_cast<size_t>(t)];
+    SPARK_CHECK(slot < g.slots(), "a new token's slot outside this layer's blocks (new tokens take window blocks)");
     std::copy(k + t * n, k + (t + 1) * n, cache.k.data() + slot * n);
     std::copy(v + t * n, v + (t + 1) * n, cache.v.data() + slot * n);
   }
@@ -112,6 +125,7 @@ void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_
       float mx = sink;
       for (int64_t j = first; j < visible; ++j) {
         const int64_t slot = static_cast<int64_t>(table[j / g.block_size]) * g.block_size + j % g.block_size;
+        SPARK_CHECK(slot < g.slots(), "a window token in a block this layer does not hold");
         const int64_t off = slot * slot_floats + kvh * hd;
         rows[static_cast<size_t>(j)] = cache.v.data() + off;
         const float sc = dot(qv, cache.k.data() + off, hd) * scale;

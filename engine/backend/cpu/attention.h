@@ -40,6 +40,9 @@ struct LayerKv {
   KvBuffer v;
 };
 
+// Copies block src's K and V to block dst for each (src, dst) pair of `pairs` (flattened).
+void copy_blocks(const std::vector<int32_t>& pairs, const KvGeometry& g, LayerKv& cache);
+
 // Stores the K and V rows of this step ([T, kv_heads * head_dim] each) at their slots.
 void write_kv(const Batch& batch, const KvGeometry& g, const float* k, const float* v, LayerKv& cache);
 
@@ -50,7 +53,8 @@ struct AttentionExtras {
 };
 
 // For each row t of sequence s: attends over the first (context_lens[s] - rows_of_s + i + 1)
-// tokens of s's context (i = t's index within s), read through s's block table. q is
+// tokens of s's context (i = t's index within s), read through s's block table (blocks
+// wholly before a sliding window are never read: they may have no storage). q is
 // [T, heads, head_dim]; out is the same shape. Heads share kv heads in groups (GQA).
 void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_t heads, const float* q,
                const LayerKv& cache, float* out, const AttentionExtras& extras = {});

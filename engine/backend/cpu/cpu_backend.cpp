@@ -116,14 +116,26 @@ size_t CpuBackend::kv_block_bytes(int64_t block_size) const {
 }
 
 void CpuBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
+  init_windowed_kv_cache(num_blocks, num_blocks, block_size);
+}
+
+void CpuBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_blocks, int64_t block_size) {
   SPARK_CHECK(num_blocks > 0 && block_size > 0, "init_kv_cache: empty cache");
+  SPARK_CHECK(num_window_blocks > 0 && num_window_blocks <= num_blocks, "init_kv_cache: window blocks out of range");
   kv_ = {num_blocks, block_size, spec_.num_kv_heads, spec_.head_dim};
+  window_blocks_ = num_window_blocks;
   cache_ = std::vector<cpu::LayerKv>(layers_.size());
-  const size_t n = static_cast<size_t>(kv_.slots() * kv_.slot_floats());
-  for (auto& c : cache_) {
-    c.k.allocate(n);
-    c.v.allocate(n);
+  for (size_t i = 0; i < cache_.size(); ++i) {
+    const size_t n = static_cast<size_t>(layer_kv(static_cast<int64_t>(i)).slots() * kv_.slot_floats());
+    cache_[i].k.allocate(n);
+    cache_[i].v.allocate(n);
   }
+}
+
+cpu::KvGeometry CpuBackend::layer_kv(int64_t index) const {
+  cpu::KvGeometry g = kv_;
+  if (layers_[static_cast<size_t>(index)].window > 0) g.num_blocks = window_blocks_;
+  return g;
 }
 
 void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
@@ -157,8 +169,9 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
     }
   });
   cpu::LayerKv& cache = cache_[static_cast<size_t>(index)];
-  cpu::write_kv(batch, kv_, k_.data(), v_.data(), cache);
-  cpu::attention(pool, batch, kv_, nh, q_.data(), cache, att_.data(),
+  const cpu::KvGeometry g = layer_kv(index);
+  cpu::write_kv(batch, g, k_.data(), v_.data(), cache);
+  cpu::attention(pool, batch, g, nh, q_.data(), cache, att_.data(),
                  {L.window, L.sinks.empty() ? nullptr : L.sinks.data()});
   cpu::matmul(pool, att_.data(), T, *L.o, h);
   if (!L.o_bias.empty())
@@ -186,6 +199,8 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
 void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResult& out) {
   SPARK_CHECK(!cache_.empty(), "forward before init_kv_cache");
   cpu::validate_batch(batch, kv_);
+  for (size_t l = 0; l < layers_.size(); ++l)  // sliding layers hold no full-only blocks
+    if (layers_[l].window == 0) cpu::copy_blocks(batch.block_copies, kv_, cache_[l]);
   const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
   out.logits.clear();
   out.hidden.clear();

@@ -25,6 +25,7 @@ class CpuBackend : public Backend {
   LayerRange layers() const override { return range_; }
   size_t kv_block_bytes(int64_t block_size) const override;
   void init_kv_cache(int64_t num_blocks, int64_t block_size) override;
+  void init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_blocks, int64_t block_size) override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
   int64_t rows_at_decode_cost() const override;
 
@@ -52,6 +53,8 @@ class CpuBackend : public Backend {
   };
 
   void run_layer(int64_t index, const Batch& batch, float* x);
+  // The cache geometry of held layer `index`: a sliding-window layer's holds the window blocks only.
+  cpu::KvGeometry layer_kv(int64_t index) const;
 
   ModelSpec spec_;
   LayerRange range_;
@@ -64,6 +67,7 @@ class CpuBackend : public Backend {
   cpu::Rope rope_;
   std::unique_ptr<ThreadPool> pool_;
   cpu::KvGeometry kv_;
+  int64_t window_blocks_ = 0;  // blocks the sliding-window layers hold
   std::vector<cpu::LayerKv> cache_;
   // Activation workspaces, grown to the largest batch seen and reused.
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;

@@ -1,0 +1,126 @@
+"""gpt-oss's sliding-window layers keep K and V only for the blocks their window reaches:
+blocks behind a sequence's window move to blocks the full-attention layers alone hold
+(engine/core/block_manager.h). Served by `sparkd serve` on the tiny gpt-oss model (window 8
+tokens, blocks of 4) with prompts far longer than the window:
+
+- a greedy request gives the same tokens (and logprobs) alone and among 31 others;
+- prefix-cache hits, early blocks read from full-only copies and the window from window
+  blocks, reproduce the logprobs of a server without prefix caching;
+- a server whose sliding layers hold 12 blocks (48 tokens) serves 250-token sequences, two
+  at a time, with the tokens of the large server: blocks behind the window went back.
+"""
+import json
+import random
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from conftest import Server
+from test_gptoss_harmony_serve import MODEL, TEMPLATE, tokenizer
+
+BLOCK = 4
+LARGE = {"model.max_model_len": 256, "engine.max_num_seqs": 32, "engine.block_size": BLOCK,
+         "engine.max_num_batched_tokens": 64}
+# Window blocks: 2 sequences x (ceil(7 / 4) + 2) + 16 / 4 = 12 (memory_plan.cpp).
+SMALL = {"model.max_model_len": 256, "engine.max_num_seqs": 2, "engine.block_size": BLOCK,
+         "engine.max_num_batched_tokens": 16, "engine.enable_prefix_caching": False}
+
+
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gptoss") / "gpt_oss"
+    shutil.copytree(MODEL, d)
+    (d / "tokenizer.json").write_text(json.dumps(tokenizer()))
+    (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>", "chat_template": TEMPLATE}))
+    return d
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    d = model_dir(tmp_path_factory)
+    with Server(model=d, settings=LARGE) as large, Server(model=d, settings=SMALL) as small:
+        yield large.wait_ready(), small.wait_ready()
+
+
+def prompt(rng, n):
+    return [rng.randrange(3, 256) for _ in range(n)]  # no EOS (2), no unused ids 0 and 1
+
+
+def complete(server, ids, max_tokens):
+    model = requests.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    r = requests.post(server.url + "/v1/completions", timeout=300, json={
+        "model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "logprobs": 5,
+        "ignore_eos": True})
+    assert r.status_code == 200, r.text[:300]
+    body = r.json()
+    lp = body["choices"][0]["logprobs"]
+    cached = (body["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    return lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], cached
+
+
+def close(a, b, tol):
+    """Same tokens, same top-5 alternatives, logprobs within tol."""
+    assert a[0] == b[0]
+    assert max(abs(x - y) for x, y in zip(a[1], b[1])) < tol
+    for ta, tb in zip(a[2], b[2]):
+        assert ta.keys() == tb.keys()
+        assert max(abs(ta[k] - tb[k]) for k in ta) < tol
+
+
+def plan_line(server):
+    m = re.search(r"sliding layers +2 of 4 see the last 8 tokens and hold (\d+) of the (\d+) blocks", server.output())
+    assert m, server.output()
+    used = re.search(r"kv blocks used +(\d+)", server.output())
+    return int(m.group(1)), int(used.group(1))
+
+
+def test_greedy_alone_and_among_31_others(servers):
+    large, _ = servers
+    rng = random.Random(22)
+    probe = prompt(rng, 150)
+    alone = complete(large, probe, 48)
+    others = [prompt(rng, rng.randint(20, 200)) for _ in range(31)]
+    with ThreadPoolExecutor(32) as pool:
+        crowd = [pool.submit(complete, large, p, rng.randint(8, 40)) for p in others]
+        together = pool.submit(complete, large, probe, 48)
+        for f in crowd:
+            f.result()
+        close(together.result(), alone, 1e-3)
+    window_blocks, blocks = plan_line(large)
+    assert window_blocks == 32 * 4 + 64 // BLOCK < blocks  # the crowd alone holds ~4,000 tokens
+
+
+def test_prefix_hits_reproduce_the_cold_logits(servers):
+    large, cold = servers
+    rng = random.Random(7)
+    p = prompt(rng, 160)
+    q = p + prompt(rng, 20)
+    first = complete(large, q, 4)
+    assert first[3] == 0
+    close(first, complete(cold, q, 4), 1e-4)
+    # The same prompt: every full block but the last token's, the early ones from the
+    # full-only blocks its prefill moved them to.
+    again = complete(large, q, 4)
+    assert again[3] == (len(q) - 1) // BLOCK * BLOCK
+    close(again, first, 1e-4)
+    # Another suffix: the hit ends inside blocks q's decode moved out of its window; their
+    # window copies are still cached, so all of p is served.
+    r = p + prompt(rng, 30)
+    hit = complete(large, r, 4)
+    assert hit[3] == len(p)
+    close(hit, complete(cold, r, 4), 1e-4)
+
+
+def test_sliding_layers_holding_48_tokens_serve_250_token_sequences(servers):
+    large, small = servers
+    window_blocks, blocks = plan_line(small)
+    assert window_blocks == 12 and window_blocks * BLOCK < 250 <= blocks * BLOCK
+    rng = random.Random(3)
+    prompts = [prompt(rng, 200), prompt(rng, 210)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda ids: complete(small, ids, 250 - len(ids)), prompts))
+    for ids, got in zip(prompts, results):
+        assert len(got[0]) == 250 - len(ids)
+        close(got, complete(large, ids, 250 - len(ids)), 1e-3)

@@ -9,6 +9,10 @@
 #include "engine/backend/cpu/simd.h"
 #include "engine/util/check.h"
 
+#if SPARK_X86_AVX2
+#include <immintrin.h>
+#endif
+
 #pragma GCC optimize("O3")
 
 namespace spark::cpu {
@@ -32,17 +36,46 @@ namespace {
   return s;
 }
 
-// The same dot product for head_dim = 8 * NV (NV even) with the query already in registers:
-// the same accumulators and order as dot(), so the same bits.
+// The same dot product for head_dim = 8 * NV (NV even) with the query already in registers,
+// before its horizontal sum: the same accumulators and order as dot(), so the same bits.
 template <int NV>
-[[gnu::always_inline]] inline float dot_held(const v8f* q, const float* k) {
+[[gnu::always_inline]] inline v8f dot_lanes(const v8f* q, const float* k) {
   v8f acc0{}, acc1{};
   for (int c = 0; c < NV; c += 2) {
     acc0 += q[c] * load8(k + 8 * c);
     acc1 += q[c + 1] * load8(k + 8 * c + 8);
   }
-  return hsum8(acc0 + acc1);
+  return acc0 + acc1;
 }
+
+// Broadcasting a weight, storing accumulators and summing lanes, where GCC's lowering of
+// the portable forms is poor on x86 (a broadcast built lane by lane, accumulators kept in
+// memory, a scalar add chain per sum).
+struct PortableLanes {
+  [[gnu::always_inline]] static v8f splat(const float* p) { return splat8(*p); }
+  [[gnu::always_inline]] static void store(float* p, v8f v) { store8(p, v); }
+  [[gnu::always_inline]] static void hsum4(const v8f s[4], float out[4]) {
+    for (int k = 0; k < 4; ++k) out[k] = hsum8(s[k]);
+  }
+};
+
+#if SPARK_X86_AVX2
+struct Avx2Lanes {
+  SPARK_AVX2 static inline v8f splat(const float* p) { return (v8f)_mm256_broadcast_ss(p); }
+  // store8's memcpy from an array of accumulators keeps the whole array in memory.
+  SPARK_AVX2 static inline void store(float* p, v8f v) { _mm256_storeu_ps(p, (__m256)v); }
+  // Four hsum8s at once with the same additions: lanes i + (i + 4), then adjacent pairs,
+  // then the two halves.
+  SPARK_AVX2 static inline __m256 halves(__m256 a, __m256 b) {  // [a0+a4 .. a3+a7, b0+b4 .. b3+b7]
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+  }
+  SPARK_AVX2 static inline void hsum4(const v8f s[4], float out[4]) {
+    const __m256 u = _mm256_hadd_ps(halves((__m256)s[0], (__m256)s[1]), halves((__m256)s[2], (__m256)s[3]));
+    const __m256 t = _mm256_hadd_ps(u, u);  // [s0, s2, s0, s2, s1, s3, s1, s3]
+    _mm_storeu_ps(out, _mm_unpacklo_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+  }
+};
+#endif
 
 // Query vectors of one sequence that read the same kv head: its rows (the drafts of a
 // verification step, a prefill chunk) times the heads of its GQA group. A tile of them
@@ -61,34 +94,43 @@ struct Query {
 };
 
 // scores[j] = q · k_j * scale for keys j in [j0, j1), key j's row at k_cache + key_off[j].
-template <int NV>
+template <typename Lanes, int NV>
 [[gnu::always_inline]] inline void scores_held(const float* q, const int64_t* key_off, int64_t j0, int64_t j1,
                                                const float* k_cache, float scale, float* scores) {
   v8f qv[NV];
   for (int c = 0; c < NV; ++c) qv[c] = load8(q + 8 * c);
-  for (int64_t j = j0; j < j1; ++j) scores[j] = dot_held<NV>(qv, k_cache + key_off[j]) * scale;
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    v8f lanes[4];
+    float sums[4];
+    for (int k = 0; k < 4; ++k) lanes[k] = dot_lanes<NV>(qv, k_cache + key_off[j + k]);
+    Lanes::hsum4(lanes, sums);
+    for (int k = 0; k < 4; ++k) scores[j + k] = sums[k] * scale;
+  }
+  for (; j < j1; ++j) scores[j] = hsum8(dot_lanes<NV>(qv, k_cache + key_off[j])) * scale;
 }
 
 // out[0, 8 * NV) += weights[j] * v_j over keys [j0, j1), element by element in key order
 // (as a plain axpy per key would), with the NV output vectors held in registers.
-template <int NV>
-[[gnu::always_inline]] inline void accumulate_held(const float* weights, const int64_t* key_off, int64_t j0,
-                                                   int64_t j1, const float* v_cache, float* out) {
+template <typename Lanes, int NV>
+[[gnu::always_inline]] inline void accumulate_held(const float* weights, const int64_t* key_off, int64_t j0, int64_t j1,
+                                                   const float* v_cache, float* out) {
   v8f acc[NV];
   for (int c = 0; c < NV; ++c) acc[c] = load8(out + 8 * c);
   for (int64_t j = j0; j < j1; ++j) {
-    const v8f a = splat8(weights[j]);
+    const v8f a = Lanes::splat(weights + j);
     const float* v = v_cache + key_off[j];
     for (int c = 0; c < NV; ++c) acc[c] += a * load8(v + 8 * c);
   }
-  for (int c = 0; c < NV; ++c) store8(out + 8 * c, acc[c]);
+  for (int c = 0; c < NV; ++c) Lanes::store(out + 8 * c, acc[c]);
 }
 
 // key_off[j] (j in [lo, hi)) is the offset of key j's K and V rows in the caches. scores
 // holds nq rows of `span` floats, row i indexed by key from lo.
-SPARK_KERNEL void attend_tile(const Query* qs, int nq, const int64_t* key_off, int64_t lo, int64_t hi,
-                              const float* k_cache, const float* v_cache, int64_t hd, float scale, bool has_sinks,
-                              float* scores) {
+template <typename Lanes>
+[[gnu::always_inline]] inline void attend_tile_body(const Query* qs, int nq, const int64_t* key_off, int64_t lo,
+                                                    int64_t hi, const float* k_cache, const float* v_cache, int64_t hd,
+                                                    float scale, bool has_sinks, float* scores) {
   const int64_t span = hi - lo, chunk = std::max<int64_t>(8, kChunkFloats / hd);
   key_off -= lo;
   auto row_of = [&](int i) { return scores + i * span - lo; };
@@ -98,9 +140,9 @@ SPARK_KERNEL void attend_tile(const Query* qs, int nq, const int64_t* key_off, i
       const int64_t j0 = std::max(c0, qs[i].first), j1 = std::min(c1, qs[i].visible);
       float* row = row_of(i);
       if (hd == 64) {
-        scores_held<8>(qs[i].q, key_off, j0, j1, k_cache, scale, row);
+        scores_held<Lanes, 8>(qs[i].q, key_off, j0, j1, k_cache, scale, row);
       } else if (hd == 128) {
-        scores_held<16>(qs[i].q, key_off, j0, j1, k_cache, scale, row);
+        scores_held<Lanes, 16>(qs[i].q, key_off, j0, j1, k_cache, scale, row);
       } else {
         for (int64_t j = j0; j < j1; ++j) row[j] = dot(qs[i].q, k_cache + key_off[j], hd) * scale;
       }
@@ -128,12 +170,33 @@ SPARK_KERNEL void attend_tile(const Query* qs, int nq, const int64_t* key_off, i
       const float* w = row_of(i);
       float* out = qs[i].out;
       int64_t d = 0;
-      for (; d + 64 <= hd; d += 64) accumulate_held<8>(w, key_off, j0, j1, v_cache + d, out + d);
-      for (; d + 8 <= hd; d += 8) accumulate_held<1>(w, key_off, j0, j1, v_cache + d, out + d);
+      for (; d + 64 <= hd; d += 64) accumulate_held<Lanes, 8>(w, key_off, j0, j1, v_cache + d, out + d);
+      for (; d + 8 <= hd; d += 8) accumulate_held<Lanes, 1>(w, key_off, j0, j1, v_cache + d, out + d);
       for (int64_t j = j0; j < j1; ++j)
         for (int64_t e = d; e < hd; ++e) out[e] += w[j] * v_cache[key_off[j] + e];
     }
   }
+}
+
+void attend_tile_portable(const Query* qs, int nq, const int64_t* key_off, int64_t lo, int64_t hi, const float* k_cache,
+                          const float* v_cache, int64_t hd, float scale, bool has_sinks, float* scores) {
+  attend_tile_body<PortableLanes>(qs, nq, key_off, lo, hi, k_cache, v_cache, hd, scale, has_sinks, scores);
+}
+
+#if SPARK_X86_AVX2
+SPARK_AVX2 void attend_tile_avx2(const Query* qs, int nq, const int64_t* key_off, int64_t lo, int64_t hi,
+                                 const float* k_cache, const float* v_cache, int64_t hd, float scale, bool has_sinks,
+                                 float* scores) {
+  attend_tile_body<Avx2Lanes>(qs, nq, key_off, lo, hi, k_cache, v_cache, hd, scale, has_sinks, scores);
+}
+#endif
+
+void attend_tile(const Query* qs, int nq, const int64_t* key_off, int64_t lo, int64_t hi, const float* k_cache,
+                 const float* v_cache, int64_t hd, float scale, bool has_sinks, float* scores) {
+#if SPARK_X86_AVX2
+  if (cpu_has_avx2()) return attend_tile_avx2(qs, nq, key_off, lo, hi, k_cache, v_cache, hd, scale, has_sinks, scores);
+#endif
+  attend_tile_portable(qs, nq, key_off, lo, hi, k_cache, v_cache, hd, scale, has_sinks, scores);
 }
 
 // A tile: queries [begin, begin + count) of sequence `seq` and kv head `kv_head`, numbered

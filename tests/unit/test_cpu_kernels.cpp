@@ -214,7 +214,7 @@ void check_matmul_against_reference(uint32_t seed) {
     // Odd sizes exercise the tile edges; f32/f16/bf16 also get a length that is not a multiple of 8.
     const int64_t cols = k_quant ? 512 : (dtype_is_quantized(t) ? 96 : 77);
     for (int64_t out_rows : {1, 2, 37}) {
-      for (int64_t rows : {1, 3, 4, 5, 16}) {
+      for (int64_t rows : {1, 3, 4, 5, 8, 16}) {
         CAPTURE(dtype_name(t));
         CAPTURE(out_rows);
         CAPTURE(rows);
@@ -302,7 +302,7 @@ TEST_CASE("cpu kernels: an activation row gets the same bits alone and in any ba
     std::vector<float> all(static_cast<size_t>(rows * out_rows));
     matmul(pool, x.data(), rows, w, all.data());
     for (int64_t first : {0, 6, 18})
-      for (int64_t count : {1, 2, 3, 5}) {
+      for (int64_t count : {1, 2, 3, 5, 8}) {
         if (first + count > rows) continue;
         CAPTURE(first);
         CAPTURE(count);

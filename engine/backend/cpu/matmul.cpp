@@ -137,8 +137,9 @@ SPARK_KERNEL void decoded_rows(const float* x, int64_t rows, const Tensor& w, in
 }
 
 // Block-quantized rows, decoded 32 weights at a time in registers by `Blocks`. Few
-// activation rows: each sub-block is decoded next to the FMAs that use it and the weights
-// are never stored as f32. More rows: kTileRows weight rows at a time are decoded into L1 and
+// activation rows (up to 8: a decode step of a few sequences, or one sequence verifying
+// drafts): each sub-block is decoded next to the FMAs that use it and the weights are
+// never stored as f32. More rows: kTileRows weight rows at a time are decoded into L1 and
 // the f32 tile above streams the activation rows past it. Both compute the same weights
 // and the same dot products in the same order, so the choice never changes a result.
 
@@ -173,7 +174,8 @@ template <typename Block, typename Blocks, int NX>
                                                   int64_t y_stride) {
   // Q8_0's light decode leaves registers for four rows at batch 1; with the nibble
   // formats' temporaries four rows spill (measured: Q4_1 ~20% slower with four than two).
-  constexpr int NO = NX == 1 && std::is_same_v<Block, BlockQ8_0> ? 4 : 2;
+  // Past four activation rows their accumulators alone fill the registers: one weight row.
+  constexpr int NO = NX > 4 ? 1 : NX == 1 && std::is_same_v<Block, BlockQ8_0> ? 4 : 2;
   int64_t o = out_begin;
   for (; o + NO <= out_end; o += NO)
     quant_tile<Block, Blocks, NO, NX>(decoder, blocks + o * nb, nb, x, n, y + o, y_stride);
@@ -192,6 +194,10 @@ template <typename Block, typename Blocks>
     case 2: return quant_few_rows<Block, Blocks, 2>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
     case 3: return quant_few_rows<Block, Blocks, 3>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
     case 4: return quant_few_rows<Block, Blocks, 4>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
+    case 5: return quant_few_rows<Block, Blocks, 5>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
+    case 6: return quant_few_rows<Block, Blocks, 6>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
+    case 7: return quant_few_rows<Block, Blocks, 7>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
+    case 8: return quant_few_rows<Block, Blocks, 8>(decoder, blocks, nb, x, n, out_begin, out_end, y, y_stride);
     default: break;
   }
   thread_local std::vector<float> decoded;

@@ -183,7 +183,7 @@ def test_tool_choice_auto_constrains_the_calls_the_model_opens(server):
 
     def one(seed):
         return c.chat.completions.create(model=MODEL_ID, messages=AUTO_MESSAGES, tools=TOOLS, temperature=1.0,
-                                         max_tokens=120, n=10, seed=seed).choices
+                                         max_tokens=80, n=10, seed=seed).choices
 
     with ThreadPoolExecutor(2) as pool:
         choices = [ch for batch in pool.map(one, range(AUTO_RUNS // 10)) for ch in batch]

@@ -87,8 +87,8 @@ TEST_CASE("a Hermes call is constrained from <tool_call> to </tool_call>, then t
   CHECK_FALSE(Matcher(*r.active).advance_bytes("{\"name\": \"get_time"));  // no such function
   CHECK_FALSE(Matcher(*r.active).advance_bytes("{\"name\": \"now\", \"arguments\": {\"city\""));  // not its parameter
   CHECK_FALSE(Matcher(*r.active).advance_bytes("{\"name\": \"get_weather\", \"arguments\": {\"town\""));
-  CHECK_FALSE(Matcher(*r.active).advance_bytes("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome of the Caesars\""));
-  CHECK(r.text("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call"));
+  CHECK_FALSE(Matcher(*r.active).advance_bytes("{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Rome of the Caesars\""));
+  CHECK(r.text("{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Rome\"}}\n</tool_call"));
   CHECK(r.active != nullptr);
   CHECK(r.text(">"));
   CHECK(r.active == nullptr);  // closed: free again
@@ -113,7 +113,7 @@ TEST_CASE("a Llama 3.1 call opens only as the answer's first bytes") {
   CHECK(r.text(" \n{"));
   REQUIRE(r.active != nullptr);
   CHECK_FALSE(Matcher(*r.active).advance_bytes("\"name\": \"nope"));
-  CHECK(r.text("\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}"));
+  CHECK(r.text("\"name\": \"get_weather\", \"parameters\": {\"city\":\"Oslo\"}}"));
   CHECK(r.active == nullptr);
 
   Run prose{ToolCallWatch(trigger(ToolTrigger::Format::LEADING, "{")), nullptr};

@@ -189,7 +189,8 @@ def test_tool_choice_auto_constrains_the_calls_the_model_opens(server):
         choices = [ch for batch in pool.map(one, range(AUTO_RUNS // 10)) for ch in batch]
     calls, invalid, failures = 0, 0, []
     for ch in choices:
-        if "<tool_call>" in (ch.message.content or ""):
+        # Whole unless max_tokens cut it (a call opened with fewer tokens left than it needs).
+        if "<tool_call>" in (ch.message.content or "") and ch.finish_reason != "length":
             failures.append(("an opened call was not parsed", ch.message.content))
         for call in ch.message.tool_calls or []:
             calls += 1

@@ -177,7 +177,8 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   std::unique_ptr<StepExecutor> executor;
   if (config.peer.enabled) {
     parts->peer = start_peer_head(config, stage, blocks);
-    executor = std::make_unique<PipelineExecutor>(std::move(parts->stage->backend), *parts->peer, info.spec.hidden_size);
+    executor = std::make_unique<PipelineExecutor>(std::move(parts->stage->backend), *parts->peer, info.spec.hidden_size,
+                                                  info.spec.vocab_size);
   } else {
     executor = std::make_unique<LocalExecutor>(std::move(parts->stage->backend), info.spec.vocab_size);
   }

@@ -30,9 +30,14 @@ struct ConstraintSpec {
   std::string cache_key() const;
 };
 
+struct ToolTrigger;
+
 struct Constraint {
-  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const Grammar> grammar;  // null when `trigger` is set
   std::shared_ptr<const TokenTable> tokens;
+  // tool_choice "auto": the output has no grammar of its own; each tool call the model
+  // opens is constrained from its opening to its end (tool_trigger.h).
+  std::shared_ptr<const ToolTrigger> trigger;
 
   std::unique_ptr<Matcher> new_matcher() const { return std::make_unique<Matcher>(grammar, tokens); }
 };

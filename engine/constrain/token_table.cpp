@@ -45,8 +45,9 @@ TokenTrie TokenTrie::build(const std::vector<std::string>& token_bytes, const st
   return t;
 }
 
-TokenTable::TokenTable(std::vector<std::string> token_bytes, Encoder encode)
-    : bytes_(std::move(token_bytes)), encode_(std::move(encode)) {
+TokenTable::TokenTable(std::vector<std::string> token_bytes, Encoder encode,
+                       std::unordered_map<int32_t, std::string> markup)
+    : bytes_(std::move(token_bytes)), encode_(std::move(encode)), markup_(std::move(markup)) {
   std::vector<int32_t> ids, quoted;
   for (int32_t id = 0; id < int32_t(bytes_.size()); ++id) {
     const std::string& s = bytes_[id];
@@ -130,10 +131,14 @@ std::shared_ptr<const TokenTable> TokenTable::from_tokenizer(const Tokenizer& to
   auto ref = tok.token_id("a");
   const std::string ref_text = ref ? tok.decode({*ref}) : "";
   std::vector<std::string> bytes(static_cast<size_t>(n));
+  std::unordered_map<int32_t, std::string> markup;
   for (int32_t id = 0; id < n; ++id) {
     // Added tokens (special or not: <tool_call>, <think>, ...) are markup, never inside a
     // constrained value; llguidance excludes them the same way.
-    if (tok.is_added(id)) continue;
+    if (tok.is_added(id)) {
+      markup[id] = tok.token_text(id);
+      continue;
+    }
     const std::string& text = tok.token_text(id);
     if (text.empty()) continue;
     if (tok.is_fallback_byte(id)) {
@@ -152,7 +157,14 @@ std::shared_ptr<const TokenTable> TokenTable::from_tokenizer(const Tokenizer& to
     }
   }
   auto encode = [&tok](const std::string& text) { return tok.encode(text, /*add_special_tokens=*/false, /*parse_special=*/false); };
-  return std::make_shared<const TokenTable>(std::move(bytes), encode);
+  return std::make_shared<const TokenTable>(std::move(bytes), encode, std::move(markup));
+}
+
+const std::string& TokenTable::text(int32_t id) const {
+  static const std::string kNone;
+  if (id < 0 || size_t(id) >= bytes_.size()) return kNone;  // a model's padding past the tokenizer
+  auto it = markup_.find(id);
+  return it != markup_.end() ? it->second : bytes_[size_t(id)];
 }
 
 }  // namespace spark::constrain

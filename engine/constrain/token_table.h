@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace spark {
@@ -44,11 +45,16 @@ class TokenTable {
   using Encoder = std::function<std::vector<int32_t>(const std::string& text)>;
   // `encode` (optional) is the tokenizer's own encoding of text, for forced text (see
   // Matcher::fill_mask); the tokenizer behind it must outlive the table.
-  explicit TokenTable(std::vector<std::string> token_bytes, Encoder encode = {});
+  // `markup` (optional): the text of added tokens (<tool_call>, <|message|>), which are
+  // never allowed inside a constrained value but open one (tool_trigger.h).
+  explicit TokenTable(std::vector<std::string> token_bytes, Encoder encode = {},
+                      std::unordered_map<int32_t, std::string> markup = {});
   static std::shared_ptr<const TokenTable> from_tokenizer(const Tokenizer& tokenizer);
 
   size_t vocab_size() const { return bytes_.size(); }
   const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
+  // What a token writes in the output: its bytes, or an added token's text.
+  const std::string& text(int32_t id) const;
   const TokenTrie& trie() const { return all_; }
   // Tokens holding a '"' or '\': the ones a string body cannot decide in bulk.
   const TokenTrie& quote_trie() const { return quoted_; }
@@ -63,6 +69,7 @@ class TokenTable {
  private:
   std::vector<std::string> bytes_;
   Encoder encode_;
+  std::unordered_map<int32_t, std::string> markup_;
   size_t max_token_bytes_ = 0;
   TokenTrie all_, quoted_;
   std::array<std::vector<uint64_t>, kStringStates> body_masks_;

@@ -143,8 +143,6 @@ std::shared_ptr<RequestStream> Engine::submit(Request request) {
     if (dead_) throw RuntimeError("the engine has failed and accepts no requests: " + dead_reason_);
     if (stopping_) throw RuntimeError("the engine is shutting down and accepts no requests");
     if (std::string problem = executor_->problem(); !problem.empty()) throw RuntimeError(problem);
-    if (request.params.constraint && !executor_->samples_here())
-      throw InputError("structured outputs are not available in peer mode yet (the worker samples)");
     if (request.request_id.empty()) request.request_id = "req-" + std::to_string(next_request_number_++);
     if (live_ids_.count(request.request_id))
       throw InputError("request id '" + request.request_id + "' is already in use by a live request");

@@ -37,12 +37,30 @@ SampleOutput Sampler::sample(const float* logits, const SamplingParams& params, 
                              int64_t num_prompt_tokens, uint64_t seed, uint64_t counter, constrain::Matcher* matcher,
                              int64_t max_output_tokens) {
   std::copy(logits, logits + vocab_size_, logits_.begin());
-  if (matcher)
-    apply_constraint(params, *matcher, max_output_tokens > 0 ? std::max<int64_t>(1, max_output_tokens - int64_t(counter)) : 0);
+  if (!matcher) return sample_row(params, context, num_prompt_tokens, seed, counter, nullptr);
+  constraint_mask(*matcher, eos_ids_, params,
+                  max_output_tokens > 0 ? std::max<int64_t>(1, max_output_tokens - int64_t(counter)) : 0, allowed_);
+  SampleOutput out = sample_row(params, context, num_prompt_tokens, seed, counter, &allowed_);
+  advance_constraint(*matcher, eos_ids_, params, out.token);
+  return out;
+}
+
+SampleOutput Sampler::sample(const float* logits, const SamplingParams& params, std::span<const int32_t> context,
+                             int64_t num_prompt_tokens, uint64_t seed, uint64_t counter,
+                             const std::vector<uint64_t>& allowed) {
+  std::copy(logits, logits + vocab_size_, logits_.begin());
+  return sample_row(params, context, num_prompt_tokens, seed, counter, &allowed);
+}
+
+// logits_ holds the row; `allowed` (a constraint's mask) goes first, as a grammar's
+// refusal outranks every bias.
+SampleOutput Sampler::sample_row(const SamplingParams& params, std::span<const int32_t> context,
+                                 int64_t num_prompt_tokens, uint64_t seed, uint64_t counter,
+                                 const std::vector<uint64_t>* allowed) {
+  if (allowed) apply_mask(*allowed);
   adjust_logits(params, context, num_prompt_tokens);
   SampleOutput out;
   out.token = draw(params, params.greedy() ? 0.0 : uniform01(seed, counter));
-  if (matcher) advance_constraint(params, *matcher, out.token);
   if (params.logprobs) fill_logprobs(params, out);
   return out;
 }

@@ -43,15 +43,19 @@ class Sampler {
   SampleOutput sample(const float* logits, const SamplingParams& params, std::span<const int32_t> context,
                       int64_t num_prompt_tokens, uint64_t seed, uint64_t counter,
                       constrain::Matcher* matcher = nullptr, int64_t max_output_tokens = 0);
+  // The same under a mask computed elsewhere (constraint_mask below; in a pipeline the
+  // head holds the matcher and the worker samples): ids whose bit is clear are never drawn.
+  SampleOutput sample(const float* logits, const SamplingParams& params, std::span<const int32_t> context,
+                      int64_t num_prompt_tokens, uint64_t seed, uint64_t counter, const std::vector<uint64_t>& allowed);
 
   int64_t vocab_size() const { return vocab_size_; }
 
  private:
   void adjust_logits(const SamplingParams& params, std::span<const int32_t> context, int64_t num_prompt_tokens);
   void fill_logprobs(const SamplingParams& params, SampleOutput& out);
-  // sampler_constraint.cpp; tokens_left counts this one (0: no limit).
-  void apply_constraint(const SamplingParams& params, constrain::Matcher& matcher, int64_t tokens_left);
-  void advance_constraint(const SamplingParams& params, constrain::Matcher& matcher, int32_t token);
+  SampleOutput sample_row(const SamplingParams& params, std::span<const int32_t> context, int64_t num_prompt_tokens,
+                          uint64_t seed, uint64_t counter, const std::vector<uint64_t>* allowed);
+  void apply_mask(const std::vector<uint64_t>& allowed);  // sampler_constraint.cpp
   int32_t draw(const SamplingParams& params, double u);
 
   int64_t vocab_size_;
@@ -63,5 +67,14 @@ class Sampler {
   std::vector<uint8_t> seen_;   // context tokens for the repetition penalty (sparse reset)
   std::vector<uint64_t> allowed_;  // the constraint's token mask, one bit per id
 };
+
+// Structured output (sampler_constraint.cpp). The mask of the grammar's next tokens for a
+// row with `tokens_left` output tokens left, this one counted (0: no limit), with the EOS
+// ids and the request's stop_token_ids set exactly where the value may end.
+void constraint_mask(constrain::Matcher& matcher, std::span<const int32_t> eos_ids, const SamplingParams& params,
+                     int64_t tokens_left, std::vector<uint64_t>& mask);
+// Steps the matcher by a drawn token (EOS and stop tokens end the output instead).
+void advance_constraint(constrain::Matcher& matcher, std::span<const int32_t> eos_ids, const SamplingParams& params,
+                        int32_t token);
 
 }  // namespace spark

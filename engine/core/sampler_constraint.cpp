@@ -1,5 +1,6 @@
-// sampler_constraint.cpp — structured output in the sampler: the grammar's token mask on
-// a logits row, and the matcher's step by the drawn token.
+// sampler_constraint.cpp — structured output in the sampler: the grammar's token mask
+// (computed where the matcher lives) applied to a logits row (where the row is sampled),
+// and the matcher's step by the drawn token.
 #include <algorithm>
 #include <limits>
 
@@ -8,40 +9,50 @@
 
 namespace spark {
 
-void Sampler::apply_constraint(const SamplingParams& params, constrain::Matcher& matcher, int64_t tokens_left) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+void constraint_mask(constrain::Matcher& matcher, std::span<const int32_t> eos_ids, const SamplingParams& params,
+                     int64_t tokens_left, std::vector<uint64_t>& mask) {
   // End-of-sequence (and the request's stop tokens) are allowed exactly where the value is
-  // complete; they are never in the grammar's mask (special tokens), so keep their logits.
-  std::vector<std::pair<int32_t, float>> enders;
-  for (int32_t id : eos_ids_)
-    if (id >= 0 && id < vocab_size_) enders.emplace_back(id, logits_[size_t(id)]);
-  for (int32_t id : params.stop_token_ids) enders.emplace_back(id, logits_[size_t(id)]);
+  // complete; they are never in the grammar's mask (special tokens), so they are added.
+  std::vector<int32_t> enders;
+  for (int32_t id : eos_ids)
+    if (id >= 0) enders.push_back(id);
+  for (int32_t id : params.stop_token_ids) enders.push_back(id);
+  size_t words = 0;
+  for (int32_t id : enders) words = std::max(words, size_t(id) / 64 + 1);
 
   // With n tokens left, this one and n - 1 more must complete the value: an output the
   // limit would cut closes its value instead (its finish reason stays "length").
   const uint32_t finish_within = tokens_left > 0 && tokens_left - 1 < int64_t(constrain::Matcher::kNoLimit)
                                      ? uint32_t(tokens_left - 1)
                                      : constrain::Matcher::kNoLimit;
-  matcher.fill_mask(allowed_, finish_within);
-  auto any_allowed = [&] { return std::any_of(allowed_.begin(), allowed_.end(), [](uint64_t w) { return w != 0; }); };
+  matcher.fill_mask(mask, finish_within);
+  auto any_allowed = [&] { return std::any_of(mask.begin(), mask.end(), [](uint64_t w) { return w != 0; }); };
   // A budget below what the value needs at a byte per token leaves no token: the value
   // goes on unbudgeted (its tokens may still finish it in time) rather than end cut short
   // by an end-of-sequence that would claim it complete.
-  if (finish_within != constrain::Matcher::kNoLimit && !any_allowed()) matcher.fill_mask(allowed_);
-  const bool any = any_allowed();
+  if (finish_within != constrain::Matcher::kNoLimit && !any_allowed()) matcher.fill_mask(mask);
+  // Where the grammar allows nothing the vocabulary can spell, ending is the way out.
+  const bool may_end = matcher.accepting() || !any_allowed();
+  if (mask.size() < words) mask.resize(words, 0);
+  for (int32_t id : enders) {
+    const uint64_t bit = uint64_t(1) << (id % 64);
+    mask[size_t(id) / 64] = may_end ? mask[size_t(id) / 64] | bit : mask[size_t(id) / 64] & ~bit;
+  }
+}
+
+void Sampler::apply_mask(const std::vector<uint64_t>& allowed) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t w = 0; w * 64 < vocab_size_; ++w) {
-    const uint64_t bits = size_t(w) < allowed_.size() ? allowed_[size_t(w)] : 0;
+    const uint64_t bits = size_t(w) < allowed.size() ? allowed[size_t(w)] : 0;
     if (bits == ~uint64_t(0)) continue;
     for (int64_t id = w * 64; id < std::min(vocab_size_, w * 64 + 64); ++id)
       if (!((bits >> (id % 64)) & 1)) logits_[size_t(id)] = kNegInf;
   }
-  // Where the grammar allows nothing the vocabulary can spell, ending is the way out.
-  const bool may_end = matcher.accepting() || !any;
-  for (const auto& [id, logit] : enders) logits_[size_t(id)] = may_end ? logit : kNegInf;
 }
 
-void Sampler::advance_constraint(const SamplingParams& params, constrain::Matcher& matcher, int32_t token) {
-  if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) return;
+void advance_constraint(constrain::Matcher& matcher, std::span<const int32_t> eos_ids, const SamplingParams& params,
+                        int32_t token) {
+  if (std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end()) return;
   if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) != params.stop_token_ids.end()) return;
   // Only a request that contradicts its own constraint (min_tokens past the end of the
   // value masks the end-of-sequence token the grammar left as the only choice) draws a

@@ -2,6 +2,7 @@
 #include "engine/core/sequence.h"
 
 #include "engine/constrain/constraint.h"
+#include "engine/constrain/tool_trigger.h"
 
 #include "engine/util/check.h"
 
@@ -35,7 +36,15 @@ Sequence::Sequence(int64_t id, std::vector<int32_t> prompt, SamplingParams p)
   SPARK_CHECK(num_prompt_tokens > 0, "a sequence needs at least one prompt token");
   seed = params.seed.value_or(0);
   max_tokens = params.max_tokens.value_or(0);
-  if (params.constraint) matcher = params.constraint->new_matcher();
+  if (params.constraint && params.constraint->trigger)
+    tool_watch = std::make_shared<constrain::ToolCallWatch>(params.constraint->trigger);
+  else if (params.constraint)
+    matcher = params.constraint->new_matcher();
+}
+
+void Sequence::append_token(int32_t id) {
+  token_ids.push_back(id);
+  if (tool_watch) tool_watch->observe(id, matcher);
 }
 
 std::vector<int32_t> Sequence::prompt_ids() const {

@@ -13,6 +13,7 @@ namespace spark {
 
 namespace constrain {
 class Matcher;
+class ToolCallWatch;
 }
 
 enum class SeqStatus : uint8_t { WAITING, RUNNING, PREEMPTED, FINISHED };
@@ -35,6 +36,8 @@ struct Sequence {
   // This sequence's position in params.constraint's grammar (null when unconstrained);
   // the sampler masks with it and advances it by each token it draws.
   std::shared_ptr<constrain::Matcher> matcher;
+  // Tool calls under tool_choice "auto": sets `matcher` while the model writes a call.
+  std::shared_ptr<constrain::ToolCallWatch> tool_watch;
 
   SeqStatus status = SeqStatus::WAITING;
   std::optional<FinishReason> finish_reason;
@@ -62,7 +65,7 @@ struct Sequence {
   int64_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
   bool prefill_done() const { return num_computed_tokens >= num_prompt_tokens; }
   int32_t last_token() const { return token_ids.back(); }
-  void append_token(int32_t id) { token_ids.push_back(id); }
+  void append_token(int32_t id);  // an output token, as sampled
   std::vector<int32_t> prompt_ids() const;
   std::vector<int32_t> output_ids() const;
 };

@@ -80,7 +80,8 @@ void Speculator::propose(const Scheduler& scheduler, int64_t row_budget) {
   int64_t budget = std::min(row_budget, c.max_num_batched_tokens) - rows;
   for (Sequence* seq : running) {
     if (budget <= 0) break;
-    if (seq->num_uncomputed_tokens() != 1 || !seq->params.speculative) continue;
+    // A tool call opened inside accepted drafts would leave the drafts after it unmasked.
+    if (seq->num_uncomputed_tokens() != 1 || !seq->params.speculative || seq->tool_watch) continue;
     // Every accepted draft is an output token: 1 + d of them must fit under max_tokens.
     const int64_t room = seq->max_tokens - seq->num_output_tokens() - 1;
     if (room <= 0) continue;

@@ -34,9 +34,6 @@ class StepExecutor {
   virtual Readiness readiness() { return {}; }
   // "" while new requests can be served, else why not (submit refuses with it).
   virtual std::string problem() const { return {}; }
-  // Whether tokens are sampled in this process, where a sequence's host-side state (a
-  // structured-output matcher) can take part; false when a remote stage samples.
-  virtual bool samples_here() const { return true; }
 
   // Rows a step can hold at about the cost of one (the backend's cost model: below it a
   // step's time is its weight reads). Speculative drafts fill steps up to it, no further.

@@ -197,6 +197,8 @@ std::vector<uint8_t> encode_plan(const MicroBatchPlan& p) {
   w.array(b.block_tables);
   w.array(b.logits_rows);
   w.array(p.sample_seq_ids);
+  for (size_t i = 0; i < b.logits_rows.size(); ++i)
+    w.array(i < p.row_masks.size() ? p.row_masks[i] : std::vector<uint64_t>{});
   return w.take();
 }
 
@@ -273,6 +275,11 @@ MicroBatchPlan decode_plan(const std::vector<uint8_t>& payload, const Welcome& s
   b.block_tables = r.array<int32_t>("block_tables", max_seqs * size_t(b.max_blocks_per_seq));
   b.logits_rows = r.array<int32_t>("logits_rows", max_seqs);
   p.sample_seq_ids = r.array<int64_t>("sample_seq_ids", max_seqs);
+  p.row_masks.resize(b.logits_rows.size());
+  for (auto& mask : p.row_masks) {
+    mask = r.array<uint64_t>("row_masks", size_t(mask_words(s.vocab_size)));
+    if (!mask.empty() && int64_t(mask.size()) != mask_words(s.vocab_size)) bad("a row mask does not cover the vocabulary");
+  }
   r.expect_end("micro-batch plan");
   check_batch(b, s);
   if (p.sample_seq_ids.size() != b.logits_rows.size()) bad("sample_seq_ids does not match logits_rows");

@@ -65,7 +65,12 @@ struct MicroBatchPlan {
   std::vector<SeqOpen> opens;
   Batch batch;
   std::vector<int64_t> sample_seq_ids;  // [batch.logits_rows.size()]
+  // [batch.logits_rows.size()]: a structured-output row's token mask (one bit per id,
+  // computed by the head, which holds the grammar's state); empty for a free row.
+  std::vector<std::vector<uint64_t>> row_masks;
 };
+// Words of a row mask over a vocabulary of `vocab` ids.
+inline int64_t mask_words(int64_t vocab) { return (vocab + 63) / 64; }
 std::vector<uint8_t> encode_plan(const MicroBatchPlan& p);
 // Decodes and validates against the session's limits (block ids, slots, positions,
 // row boundaries): a plan that passes can be run without any further check.

@@ -2,23 +2,30 @@
 // closes, and the pairing's lifetime as the engine sees it.
 #include "engine/peer/pipeline_executor.h"
 
+#include <algorithm>
+
+#include "engine/constrain/matcher.h"
+#include "engine/core/sampler.h"
 #include "engine/peer/link.h"
+#include "engine/peer/messages.h"
 #include "engine/util/check.h"
 
 namespace spark {
 
-PipelineExecutor::PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage& remote, int64_t hidden_size)
-    : backend_(std::move(backend)), remote_(remote), hidden_size_(hidden_size) {
+PipelineExecutor::PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage& remote, int64_t hidden_size,
+                                   int64_t vocab_size)
+    : backend_(std::move(backend)), remote_(remote), hidden_size_(hidden_size), vocab_size_(vocab_size) {
   SPARK_CHECK(backend_ != nullptr, "a pipeline needs the first stage's backend");
   if (remote_.takes_device_hidden()) require_nccl_backend(*backend_);
 }
 
 void PipelineExecutor::prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
-                               const std::vector<int32_t>&) {
+                               const std::vector<int32_t>& eos_token_ids) {
   // The worker sizes its cache from the session (every layer, every block), so no step
   // here moves a block out of the window (Batch::block_copies stays empty).
   SPARK_CHECK(num_window_blocks == num_kv_blocks, "a pipeline keeps every layer's K and V for every block");
-  backend_->init_kv_cache(num_kv_blocks, block_size);  // the worker samples with its own EOS set
+  backend_->init_kv_cache(num_kv_blocks, block_size);
+  eos_ids_ = eos_token_ids;  // the masks' end-of-sequence ids (the worker samples with the same set)
 }
 
 StepExecutor::Readiness PipelineExecutor::readiness() {
@@ -58,6 +65,7 @@ void PipelineExecutor::launch(const ScheduledStep& step) {
   mb.id = next_plan_id_++;
   mb.closes.swap(pending_closes_);
   mb.sample_seq_ids.assign(step.batch.logits_rows.size(), 0);
+  Sent sent{mb.id, step.batch.logits_rows.size(), {}};
   for (const StepEntry& e : step.entries) {
     const Sequence& seq = *e.seq;
     if (opened_.insert(seq.seq_id).second)
@@ -66,17 +74,50 @@ void PipelineExecutor::launch(const ScheduledStep& step) {
     // drafts from the batch and decides which it accepts by the same rule as the engine.
     for (int64_t j = 0; e.logits_row >= 0 && j <= e.num_draft_tokens; ++j)
       mb.sample_seq_ids[size_t(e.logits_row + j)] = seq.seq_id;
+    if (seq.matcher && e.logits_row >= 0) add_masks(seq, size_t(e.logits_row), e.num_draft_tokens, mb, sent);
   }
   mb.batch = step.batch;
-  in_flight_.push_back({mb.id, step.batch.logits_rows.size()});
+  in_flight_.push_back(std::move(sent));
   remote_.send(session_, mb, hidden, start_us, end_us);
+}
+
+// The masks of a constrained sequence's rows: its matcher's now, and for each draft it
+// verifies, the mask after the drafts before it (on a copy: the drafts may not hold).
+void PipelineExecutor::add_masks(const Sequence& seq, size_t first_row, int64_t num_drafts, MicroBatchPlan& mb,
+                                 Sent& sent) {
+  mb.row_masks.resize(mb.sample_seq_ids.size());
+  std::unique_ptr<constrain::Matcher> ahead;
+  constrain::Matcher* m = seq.matcher.get();
+  for (int64_t j = 0; j <= num_drafts; ++j) {
+    const int64_t counter = seq.num_output_tokens() + j;
+    const int64_t tokens_left = seq.max_tokens > 0 ? std::max<int64_t>(1, seq.max_tokens - counter) : 0;
+    std::vector<uint64_t>& mask = mb.row_masks[first_row + size_t(j)];
+    constraint_mask(*m, eos_ids_, seq.params, tokens_left, mask);
+    mask.resize(size_t(mask_words(vocab_size_)), 0);
+    if (j == num_drafts) break;
+    if (!ahead) {
+      ahead = std::make_unique<constrain::Matcher>(*seq.matcher);
+      m = ahead.get();
+    }
+    advance_constraint(*m, eos_ids_, seq.params, seq.draft_tokens[size_t(j)]);
+  }
+  sent.constrained.push_back({seq.matcher, seq.params, first_row, seq.draft_tokens});
 }
 
 std::vector<SampleOutput> PipelineExecutor::finish_oldest() {
   SPARK_CHECK(!in_flight_.empty(), "finish_oldest without a micro-batch in flight");
-  const Sent sent = in_flight_.front();
+  const Sent sent = std::move(in_flight_.front());
   in_flight_.pop_front();
-  return remote_.receive(sent.id, sent.rows).samples;
+  std::vector<SampleOutput> samples = remote_.receive(sent.id, sent.rows).samples;
+  // Each matcher steps by the samples its sequence keeps: up to and including the first
+  // that differs from its draft (speculator.h's rule, which the worker applies too).
+  for (const ConstrainedRows& c : sent.constrained)
+    for (size_t j = 0; j <= c.drafts.size() && c.first_row + j < samples.size(); ++j) {
+      const int32_t token = samples[c.first_row + j].token;
+      advance_constraint(*c.matcher, eos_ids_, c.params, token);
+      if (j == c.drafts.size() || token != c.drafts[j]) break;
+    }
+  return samples;
 }
 
 void PipelineExecutor::retire(int64_t seq_id) {

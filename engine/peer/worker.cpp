@@ -217,8 +217,10 @@ class Worker {
 
   // Micro-batches in order until the link fails (which throws).
   void serve(const Socket& data, Link& link, const Welcome& w, const WaitCheck& check) {
+    // Per sequence: its tokens when opened, and its rows' masks when constrained.
     const size_t max_plan = (1u << 20) + size_t(w.max_step_tokens) * 64 +
-                            size_t(w.max_step_seqs) * (size_t(w.max_model_len) * 8 + (64u << 10));
+                            size_t(w.max_step_seqs) * (size_t(w.max_model_len) * 8 + (64u << 10) +
+                                                       size_t(mask_words(w.vocab_size)) * 8);
     std::vector<float> hidden;
     ForwardResult out;
     for (;;) {
@@ -259,7 +261,8 @@ class Worker {
       StepResult result;
       result.id = plan.id;
       result.worker_start_us = wall_us();
-      sample(plan.batch, on_device ? nullptr : hidden.data(), targets, size_t(w.vocab_size), out, result.samples);
+      sample(plan.batch, on_device ? nullptr : hidden.data(), targets, plan.row_masks, size_t(w.vocab_size), out,
+             result.samples);
       // This box's samples decide which drafts hold; the head applies the same rule to
       // the same samples, so both keep the same tokens (and roll back the same KV).
       std::vector<int32_t> sampled;
@@ -278,13 +281,16 @@ class Worker {
   // first_row .. first_row + drafts): on the device when the backend samples there (only
   // ids and logprobs cross the bus), else from its logits with the engine's Sampler. Both
   // draw uniform01(seed, n) for a sequence's n-th output token, as the head would.
-  void sample(const Batch& batch, const float* hidden, std::vector<Target>& targets, size_t vocab, ForwardResult& out,
+  // A row with a mask (structured output) is masked first, so a step with one samples here.
+  void sample(const Batch& batch, const float* hidden, std::vector<Target>& targets,
+              const std::vector<std::vector<uint64_t>>& masks, size_t vocab, ForwardResult& out,
               std::vector<SampleOutput>& samples) {
     std::vector<SampleRow> rows(batch.logits_rows.size());
     for (Target& t : targets)
       verification_rows(t.shadow->params, t.shadow->tokens, t.shadow->num_prompt_tokens, t.shadow->seed, t.drafts,
                         t.context, &rows[t.first_row]);
-    if (device_sampling_) {
+    const bool masked = std::any_of(masks.begin(), masks.end(), [](const auto& m) { return !m.empty(); });
+    if (device_sampling_ && !masked) {
       backend_->forward_sample(batch, hidden, rows, samples);
       return;
     }
@@ -293,8 +299,10 @@ class Worker {
     samples.clear();
     for (size_t i = 0; i < rows.size(); ++i) {
       const SampleRow& q = rows[i];
-      samples.push_back(sampler_->sample(out.logits.data() + i * vocab, *q.params, q.context, q.num_prompt_tokens, q.seed,
-                                         q.counter));
+      const float* logits = out.logits.data() + i * vocab;
+      samples.push_back(i < masks.size() && !masks[i].empty()
+                            ? sampler_->sample(logits, *q.params, q.context, q.num_prompt_tokens, q.seed, q.counter, masks[i])
+                            : sampler_->sample(logits, *q.params, q.context, q.num_prompt_tokens, q.seed, q.counter));
     }
   }
 

@@ -28,6 +28,7 @@ from constrain_schemas import schemas  # noqa: E402
 
 NUM_SCHEMAS = int(os.environ.get("SPARKD_STRUCTURED_SCHEMAS", "12"))
 TOOL_RUNS = int(os.environ.get("SPARKD_STRUCTURED_TOOL_RUNS", "50"))
+AUTO_RUNS = max(10, TOOL_RUNS // 5)
 MAX_TOKENS = 200
 MODEL_ID = model_id()
 MESSAGES = [{"role": "system", "content": "Reply with JSON only."},
@@ -163,6 +164,43 @@ def test_tool_choice_required_always_parses(server):
             failures.append((call.function.name, why))
     closed = sum(ch.finish_reason == "length" for ch in choices)
     print(f"{len(choices) - len(failures)} of {len(choices)} tool calls validate; {closed} were closed by max_tokens={MAX_TOKENS}")
+    assert not failures, failures[:5]
+
+
+# An earlier turn answered with a call, so that this small model opens one again often.
+AUTO_MESSAGES = [
+    {"role": "user", "content": "Weather in Paris for 2 days, in celsius?"},
+    {"role": "assistant", "content": '<tool_call>\n{"name": "get_weather", "arguments": '
+                                     '{"city": "Paris", "unit": "celsius", "days": 2}}\n</tool_call>'},
+    {"role": "user", "content": "And the weather in Rome this week?"}]
+
+
+def test_tool_choice_auto_constrains_the_calls_the_model_opens(server):
+    """tool_choice "auto" at temperature 1.0: the model may answer in text, but every call
+    it opens with <tool_call> names a declared function and its arguments validate (no
+    opened call is left unparsed in the content)."""
+    c = client(server)
+
+    def one(seed):
+        return c.chat.completions.create(model=MODEL_ID, messages=AUTO_MESSAGES, tools=TOOLS, temperature=1.0,
+                                         max_tokens=80, n=10, seed=seed).choices
+
+    with ThreadPoolExecutor(2) as pool:
+        choices = [ch for batch in pool.map(one, range(AUTO_RUNS // 10)) for ch in batch]
+    calls, invalid, failures = 0, 0, []
+    for ch in choices:
+        # Whole unless max_tokens cut it (a call opened with fewer tokens left than it needs).
+        if "<tool_call>" in (ch.message.content or "") and ch.finish_reason != "length":
+            failures.append(("an opened call was not parsed", ch.message.content))
+        for call in ch.message.tool_calls or []:
+            calls += 1
+            why = why_invalid(SCHEMA_OF.get(call.function.name, {"not": {}}), call.function.arguments)
+            if why:
+                invalid += 1
+                failures.append((call.function.name, why))
+    print(f"tool_choice auto: {sum(bool(ch.message.tool_calls) for ch in choices)} of {len(choices)} answers "
+          f"call a tool; {calls - invalid} of {calls} calls validate")
+    assert calls >= len(choices) // 4, "the prompt should make the model call a tool often"
     assert not failures, failures[:5]
 
 

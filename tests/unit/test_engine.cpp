@@ -553,7 +553,7 @@ class FakeRemote : public RemoteStage {
 std::unique_ptr<Engine> pipeline_engine(const Config& config, int64_t num_blocks, FakeRemote& remote) {
   ModelSpec spec = test_spec();
   spec.hidden_size = kVocab;  // the first stage's "hidden states" are logits rows
-  return std::make_unique<Engine>(config, std::make_unique<PipelineExecutor>(std::make_unique<FirstStage>(), remote, kVocab),
+  return std::make_unique<Engine>(config, std::make_unique<PipelineExecutor>(std::make_unique<FirstStage>(), remote, kVocab, kVocab),
                                   spec, [](bool) { return std::make_unique<CommaDecoder>(); }, num_blocks);
 }
 

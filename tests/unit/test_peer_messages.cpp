@@ -72,6 +72,11 @@ TEST_CASE("a micro-batch plan survives encoding and decoding") {
   CHECK(out.batch.slot_mapping == in.batch.slot_mapping);
   CHECK(out.batch.block_tables == in.batch.block_tables);
   CHECK(out.sample_seq_ids == in.sample_seq_ids);
+  CHECK(out.row_masks == std::vector<std::vector<uint64_t>>{{}, {}});
+
+  // A structured-output row carries its token mask.
+  in.row_masks = {{}, std::vector<uint64_t>(size_t(mask_words(session().vocab_size)), 0x5)};
+  CHECK(decode_plan(encode_plan(in), session()).row_masks == in.row_masks);
 }
 
 TEST_CASE("every truncation of a plan is refused") {
@@ -97,6 +102,7 @@ TEST_CASE("plans that would touch memory outside the worker's cache are refused"
   refused([](MicroBatchPlan& p) { p.batch.context_lens[1] = 40; }, "impossible");
   refused([](MicroBatchPlan& p) { p.batch.query_start = {0, 0, 4}; }, "no rows");
   refused([](MicroBatchPlan& p) { p.batch.logits_rows = {3, 2}; }, "ascending");
+  refused([](MicroBatchPlan& p) { p.row_masks = {{}, {1}}; }, "does not cover the vocabulary");
   refused([](MicroBatchPlan& p) { p.batch.max_blocks_per_seq = 1, p.batch.block_tables = {5, 1}; }, "longer than its block table");
   refused([](MicroBatchPlan& p) { p.sample_seq_ids = {1}; }, "sample_seq_ids");
   refused([](MicroBatchPlan& p) { p.opens[0].params.top_p = 2.0; }, "top_p");

@@ -2,7 +2,7 @@
 // (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; block_formats.h, through Gemm::linear): both paths
 // (packed GEMV up to 8 rows, row-block dequantization + cuBLASLt beyond), both compute
 // types and both outputs against the CPU backend's matmul on the same blocks; a chained
-// matrix mixing formats (Q4_K_M's q/k/v); the embedding gather against the loader's
+// matrix mixing formats (Q4_K_M's q/k/v); the fused gate+up+SwiGLU decode (gate_up_check.h); the embedding gather against the loader's
 // dequantization; under the emulator, the bytes each Llama-3.1-8B decode GEMV reads
 // against its packed weights plus activations (limit 1.03); the memory plan's bytes for
 // an 8B Q4_K_M model against the file's.
@@ -27,6 +27,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/quant.h"
 #include "engine/util/splitmix.h"
+#include "tests/gpu/gate_up_check.h"
 #include "tests/gpu/gpu_check.h"
 
 namespace spark::gpu_check {
@@ -191,6 +192,20 @@ void check_chain(Gemm& gemm, cudaStream_t stream) {
                        {&qk.tensor, &v.tensor, &q8t}, k, rows, stream, 23);
 }
 
+// The dense MLP's fused gate+up+SwiGLU decode on a [2 * inter, k] matrix of format f, at
+// each of `rows` in BF16 and the last in FP16; with `bytes`, BF16 only with the byte row.
+void check_gate_up_format(WeightFormat f, int32_t k, int32_t inter, const std::vector<int32_t>& rows,
+                          cudaStream_t stream, uint64_t seed, bool bytes = false) {
+  const HostBlocks host = random_blocks(f, 2 * inter, k, seed);
+  const DeviceBlocks w(f, host.tensor);
+  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) { return cpu_reference(x, r, host.tensor); };
+  const std::string name = cuda::weight_format_name(f);
+  for (int32_t r : rows)
+    check_gate_up<bf16>(kCheck, name, w.matrix, k, inter, r, product, stream, seed + uint64_t(r),
+                        bytes ? double(host.tensor.nbytes) : 0);
+  if (!bytes) check_gate_up<f16>(kCheck, name, w.matrix, k, inter, rows.back(), product, stream, seed);
+}
+
 // Token rows gathered from a packed table (one id out of range: zeros) against the
 // loader's dequantization.
 void check_embedding(WeightFormat f, int32_t hidden, cudaStream_t stream) {
@@ -278,23 +293,25 @@ void run() {
       check_shape<bf16>(gemm, f, "odd", 1280, 1001, rows, stream, seed++);
       check_shape<f16>(gemm, f, "odd", 1280, 1001, {1, 8, 16}, stream, seed++);
       check_shape<f16>(gemm, f, "tiny", 256, 48, {2, 512}, stream, seed++);
+      check_gate_up_format(f, 1280, 501, {1, 3, 8}, stream, seed++);
       check_embedding(f, 512, stream);
     }
     for (WeightFormat f : small) {
       check_shape<bf16>(gemm, f, "odd", 1056, 1001, rows, stream, seed++);
       check_shape<f16>(gemm, f, "odd", 1056, 1001, {1, 8, 16}, stream, seed++);
       check_shape<f16>(gemm, f, "tiny", 96, 48, {2, 512}, stream, seed++);
+      check_gate_up_format(f, 1056, 501, {1, 3, 8}, stream, seed++);
       check_embedding(f, 96, stream);
     }
     check_chain(gemm, stream);
     plan_bytes();
 #if SPARK_CUDA_EMU
-    // Llama-3.1-8B's decode GEMVs (q/k/v fused, o, gate/up fused, down) in Q4_K_M's two
-    // formats; the o projection in the others.
+    // Llama-3.1-8B's decode GEMVs (q/k/v fused, o, down) and its fused gate+up+SwiGLU in
+    // Q4_K_M's two formats; the o projection in the others.
     for (WeightFormat f : {WeightFormat::Q4_K, WeightFormat::Q6_K}) {
       byte_ratio(f, "qkv", 4096, 6144, 1, stream, 11);
       byte_ratio(f, "o", 4096, 4096, 8, stream, 12);
-      byte_ratio(f, "gate_up", 4096, 28672, 1, stream, 13);
+      check_gate_up_format(f, 4096, 14336, {1}, stream, 13, true);
       byte_ratio(f, "down", 14336, 4096, 1, stream, 14);
     }
     for (WeightFormat f : {WeightFormat::Q5_K, WeightFormat::Q4_0, WeightFormat::Q4_1})

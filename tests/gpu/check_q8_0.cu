@@ -24,6 +24,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/quant.h"
 #include "engine/util/splitmix.h"
+#include "tests/gpu/gate_up_check.h"
 #include "tests/gpu/gpu_check.h"
 
 namespace spark::gpu_check {
@@ -138,8 +139,22 @@ void plan_bytes() {
       "<= 1.02", ratio >= 1.0 && ratio <= 1.02);
 }
 
-#if SPARK_CUDA_EMU
 size_t packed_bytes(int64_t n, int64_t k) { return size_t(n * k + n * (k / 32) * 2); }
+
+// The dense MLP's fused gate+up+SwiGLU decode on a [2 * inter, k] Q8_0 matrix, at each of
+// `rows` in BF16 and the last in FP16; with `bytes`, BF16 only with the byte row.
+void check_gate_up_q8_0(int32_t k, int32_t inter, const std::vector<int32_t>& rows, cudaStream_t stream,
+                        uint64_t seed, bool bytes = false) {
+  const HostQ8 host = random_q8_0(2 * inter, k, seed);
+  const DeviceQ8 w(host.tensor);
+  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) { return cpu_reference(x, r, host.tensor); };
+  for (int32_t r : rows)
+    check_gate_up<bf16>(kCheck, "Q8_0", w.matrix, k, inter, r, product, stream, seed + uint64_t(r),
+                        bytes ? double(packed_bytes(2 * inter, k)) : 0);
+  if (!bytes) check_gate_up<f16>(kCheck, "Q8_0", w.matrix, k, inter, rows.back(), product, stream, seed);
+}
+
+#if SPARK_CUDA_EMU
 
 // Bytes a decode GEMV reads (emulator accounting, emu/device.h) over what it must read:
 // the packed weights and the activation rows.
@@ -182,13 +197,14 @@ void run() {
     check_shape<f16>(gemm, "odd", 1056, 1001, rows, stream, 2);
     check_shape<bf16>(gemm, "8B o", 4096, 4096, rows, stream, 3);
     check_shape<f16>(gemm, "tiny", 128, 64, rows, stream, 4);
+    check_gate_up_q8_0(1056, 501, {1, 3, 8}, stream, 5);
     plan_bytes();
 #if SPARK_CUDA_EMU
-    // Llama-3.1-8B's decode GEMVs (q/k/v fused, o, gate/up fused, down).
+    // Llama-3.1-8B's decode GEMVs (q/k/v fused, o, down) and its fused gate+up+SwiGLU.
     byte_ratio("qkv", 4096, 6144, 1, stream, 11);
     byte_ratio("o", 4096, 4096, 1, stream, 12);
     byte_ratio("o", 4096, 4096, 8, stream, 13);
-    byte_ratio("gate_up", 4096, 28672, 1, stream, 14);
+    check_gate_up_q8_0(4096, 14336, {1}, stream, 14, true);
     byte_ratio("down", 14336, 4096, 1, stream, 15);
 #endif
   }

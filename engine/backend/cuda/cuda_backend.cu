@@ -18,6 +18,7 @@
 #include "engine/backend/cuda/device_info.h"
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/embedding.h"
+#include "engine/backend/cuda/gate_up_gemv.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/moe.h"
@@ -382,8 +383,12 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
                         programmatic);
       continue;
     }
-    linear(act.normed, H, L.gate_up, 2 * I, act.wide, cuda::GemmOut::HALF);
-    cuda::swiglu<T>(as_t(act.wide), rows, I, as_t(act.mid), stream, programmatic);
+    if (rows <= cuda::kGemvMaxRows && cuda::gate_up_fusable(L.gate_up, I, H)) {  // packed: one pass
+      cuda::gate_up_swiglu_gemv(half(), act.normed, rows, H, L.gate_up, I, act.mid, stream, programmatic);
+    } else {
+      linear(act.normed, H, L.gate_up, 2 * I, act.wide, cuda::GemmOut::HALF);
+      cuda::swiglu<T>(as_t(act.wide), rows, I, as_t(act.mid), stream, programmatic);
+    }
     linear(act.mid, I, L.down, H, act.proj, cuda::GemmOut::F32);
   }
   // The last layer's MLP output joins the residual stream here (the next stage, or the

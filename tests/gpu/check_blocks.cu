@@ -1,6 +1,6 @@
 // check_blocks.cu — the linear layer on GGUF blocks kept packed as the file stores them
 // (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; block_formats.h, through Gemm::linear): both paths
-// (packed GEMV up to 8 rows, row-block dequantization + cuBLASLt beyond), both compute
+// (packed GEMV up to 8 rows, packed tensor-core tiles beyond, packed_gemm.h), both compute
 // types and both outputs against the CPU backend's matmul on the same blocks; a chained
 // matrix mixing formats (Q4_K_M's q/k/v); the fused gate+up+SwiGLU decode (gate_up_check.h); the embedding gather against the loader's
 // dequantization; under the emulator, the bytes each Llama-3.1-8B decode GEMV reads
@@ -142,13 +142,13 @@ void check_linear(Gemm& gemm, const std::string& name, const cuda::DeviceMatrix&
       gemm.linear(half_type_of<T>(), x.get(), rows, k, matrix, n, y, out, stream, path);
       CUDA_CHECK(cudaStreamSynchronize(stream));
       const std::vector<float> got = out == GemmOut::F32 ? y32.download() : from_half(y16.download());
-      // The GEMV multiplies the exact weights in f32; the cuBLASLt path rounds each
-      // dequantized weight to 16 bits first (2^-9 relative for bf16), and a 16-bit y
+      // The GEMV multiplies the exact weights in f32; the tile path rounds each
+      // decoded weight to 16 bits first (2^-9 relative for bf16), and a 16-bit y
       // rounds once more.
       const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
       const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : 1e-2;
       error_row(kCheck,
-                name + (path == GemmPath::GEMV ? " gemv " : " dequant+lt ") + half_name<T>() +
+                name + (path == GemmPath::GEMV ? " gemv " : " tiles ") + half_name<T>() +
                     (out == GemmOut::F32 ? "->f32" : "->half"),
                 rel_error(expect, got), limit);
     }
@@ -278,12 +278,7 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    // A scratch of 64 rows of the widest k below, so the larger shapes run in several
-    // row blocks (and the last one short).
-    const size_t scratch_bytes = size_t(64) * 1280 * 2;
-    DeviceArray<char> scratch(scratch_bytes);
-    gemm.use_dequant_scratch(scratch.get(), scratch_bytes);
-    const std::vector<int32_t> rows = {1, 3, 8, 16, 64};
+    const std::vector<int32_t> rows = {1, 3, 8, 64};  // 16 in FP16 below
     const WeightFormat kquants[] = {WeightFormat::Q4_K, WeightFormat::Q6_K, WeightFormat::Q5_K};
     const WeightFormat small[] = {WeightFormat::Q4_0, WeightFormat::Q4_1};
     uint64_t seed = 1;

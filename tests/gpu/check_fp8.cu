@@ -1,6 +1,6 @@
 // check_fp8.cu — the linear layer on an FP8 checkpoint's e4m3 weights kept packed (fp8.h
-// through Gemm::linear): both paths (packed GEMV up to 8 rows, row-block dequantization +
-// cuBLASLt beyond), both compute types and both outputs, with 128x128 block scales (the
+// through Gemm::linear): both paths (packed GEMV up to 8 rows, packed tensor-core tiles
+// beyond, packed_gemm.h), both compute types and both outputs, with 128x128 block scales (the
 // last block partial), per-channel and per-tensor scales, against the CPU backend's
 // matmul on the same tensor; the fused gate+up+SwiGLU decode (gate_up_check.h) on gate
 // and up parts with their own scale grids, as DeviceWeights holds them; under the emulator, the bytes each Llama-3.1-8B decode GEMV
@@ -100,13 +100,13 @@ void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, int64_t blo
         gemm.linear(half_type_of<T>(), x.get(), rows, k, w.matrix, n, y, out, stream, path);
         CUDA_CHECK(cudaStreamSynchronize(stream));
         const std::vector<float> got = out == GemmOut::F32 ? y32.download() : from_half(y16.download());
-        // As check_q8_0: the GEMV multiplies exact weights in f32; the cuBLASLt path rounds
-        // each dequantized weight to 16 bits, and a 16-bit y rounds once more.
+        // As check_q8_0: the GEMV multiplies exact weights in f32; the tile path rounds
+        // each decoded weight to 16 bits, and a 16-bit y rounds once more.
         const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
         const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : 1e-2;
         error_row(kCheck,
                   std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
-                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " dequant+lt ") + half_name<T>() +
+                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " tiles ") + half_name<T>() +
                       (out == GemmOut::F32 ? "->f32" : "->half"),
                   rel_error(ref, got), limit);
       }
@@ -166,15 +166,12 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    const size_t scratch_bytes = size_t(64) * 1040 * 2;
-    DeviceArray<char> scratch(scratch_bytes);
-    gemm.use_dequant_scratch(scratch.get(), scratch_bytes);
     const std::vector<int32_t> rows = {1, 3, 8, 16, 64};
     // odd: k = 1040 (8 whole 128-column blocks and a partial one of 16; a warp step of 512
     // values, then one with one lane in 32 busy), n = 1001 (7 whole 128-row blocks).
     check_shape<bf16>(gemm, "block128 odd", 1040, 1001, 128, 128, rows, stream, 1);
     check_shape<f16>(gemm, "block128 odd", 1040, 1001, 128, 128, {1, 8, 16}, stream, 2);
-    check_shape<bf16>(gemm, "channel odd", 1040, 1001, 1, 1040, rows, stream, 3);
+    check_shape<bf16>(gemm, "channel odd", 1040, 1001, 1, 1040, {1, 8, 64}, stream, 3);
     check_shape<f16>(gemm, "tensor", 512, 200, 200, 512, {1, 3, 16}, stream, 4);
     check_shape<f16>(gemm, "block128 tiny", 256, 48, 128, 128, {2, 512}, stream, 5);
     check_gate_up_fp8("FP8 block128 odd", 1040, 501, 128, 128, {1, 3, 8}, stream, 6);

@@ -317,7 +317,10 @@ LoadedModel with_q8_0_matrices(LoadedModel m) {
 // Q8_0: the first `prompt_count` golden prompts cut to `prompt_tokens` tokens, `new_tokens`
 // tokens each (bounded so that the emulator runs it in the suite's time). A prompt may differ only
 // from a step where the CPU's choice is a near-tie (cpu_near_tie).
-bool cpu_near_tie(const LoadedModel& m, const std::vector<int32_t>& tokens, double limit);
+void greedy_agreement_row(const std::string& what, const LoadedModel& m,
+                          const std::vector<std::vector<int32_t>>& prompts,
+                          const std::vector<std::vector<int32_t>>& want, const std::vector<std::vector<int32_t>>& got,
+                          double limit);
 void smollm2_device_greedy(size_t prompt_count, size_t prompt_tokens, int new_tokens) {
   if (!std::filesystem::exists(kSmolLM2)) {
     row("model", "smollm2 device greedy", std::string(kSmolLM2) + " missing", "run make model", false);
@@ -342,23 +345,10 @@ void smollm2_device_greedy(size_t prompt_count, size_t prompt_tokens, int new_to
     CudaBackend gpu(m.info.spec, bind_stage(m.info.spec, m.weights),
                     options_for(Sequences(prompts, new_tokens), f16, false, true));
     const auto got = greedy(gpu, true, m.info.spec, prompts, new_tokens);
-    int same = 0, ties = 0;
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      if (want[p] == got[p]) {
-        ++same;
-        continue;
-      }
-      const size_t k = size_t(std::mismatch(want[p].begin(), want[p].end(), got[p].begin()).first - want[p].begin());
-      std::vector<int32_t> context = prompts[p];
-      context.insert(context.end(), want[p].begin(), want[p].begin() + long(k));
-      ties += cpu_near_tie(m, context, f16 ? kLogitsLimitF16 : kLogitsLimitBF16);
-    }
-    const int n = int(prompts.size());
-    row("model",
-        std::string("smollm2 ") + format + (f16 ? " fp16" : " bf16") + " greedy " + std::to_string(new_tokens) +
-            " tok x " + std::to_string(n) + " prompts: device sampler == cpu argmax",
-        std::to_string(same) + "/" + std::to_string(n) + (ties ? " + " + std::to_string(ties) + " near-ties" : ""),
-        "all but cpu top-2 margin < 2 x limit", same + ties == n);
+    greedy_agreement_row(std::string("smollm2 ") + format + (f16 ? " fp16" : " bf16") + " greedy " +
+                             std::to_string(new_tokens) + " tok x " + std::to_string(prompts.size()) +
+                             " prompts: device sampler == cpu argmax",
+                         m, prompts, want, got, f16 ? kLogitsLimitF16 : kLogitsLimitBF16);
   }
 }
 
@@ -479,8 +469,7 @@ void llama8b_quantized_decode(const std::string& name, const std::function<DType
   const StoredDType as_stored = [&](Part p, int64_t) { return part_is_norm(p) ? DType::F32 : stored(p); };
   const double table = double(dtype_nbytes(stored(Part::EMBEDDING), spec.vocab_size * spec.hidden_size,
                                            spec.hidden_size));
-  const double read = double(CudaBackend::weight_bytes(spec, full_range(spec), as_stored)) - table -
-                      double(cuda::DeviceWeights::kDequantScratchBytes) +
+  const double read = double(CudaBackend::weight_bytes(spec, full_range(spec), as_stored)) - table +
                       double(spec.num_layers) * double(CudaBackend::kv_bytes_per_token_layer(spec, false)) * ctx;
   const double t1 = step_ms(*gpu, decode_batch(1, ctx, blocks_per_seq));
   info("bench", "8B " + name + " decode b=1 ctx 512: " + fmt("%.0f tok/s", 1e3 / t1),
@@ -717,7 +706,7 @@ void tiny_model_wide_batch(const std::string& name) {
 
 // The tiny llama quantized to Q8_0 by gguf's quantizer (tests/gen/gen_q8_0_models.py):
 // its matrices stay packed on the device, read by the Q8_0 GEMV at decode and
-// dequantized a row block at a time for cuBLASLt at prefill and in the 16-row bucket.
+// decoded tile by tile into shared memory for tensor cores (packed_gemm.h) at prefill and in the 16-row bucket.
 void tiny_q8_0_parity() {
   const LoadedModel m = load_model(config_for_model(tiny_model_path("llama_q8_0.gguf")));
   const auto golden = tiny_model_prompts("llama");
@@ -726,7 +715,7 @@ void tiny_q8_0_parity() {
   for (bool f16 : {false, true}) {
     logits_parity("llama Q8_0", m, golden, f16);
     logits_parity("llama Q8_0", m, golden, f16, true);
-    logits_parity("llama Q8_0 x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+    logits_parity("llama Q8_0 x12 sequences (graph bucket 16, packed tiles)", m, wide, f16);
   }
 }
 
@@ -743,7 +732,7 @@ void tiny_k_quant_parity(const std::string& dir, const std::string& name) {
   for (bool f16 : {false, true}) {
     logits_parity(name, m, golden, f16);
     logits_parity(name, m, golden, f16, true);
-    logits_parity(name + " x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+    logits_parity(name + " x12 sequences (graph bucket 16, packed tiles)", m, wide, f16);
   }
 }
 
@@ -757,7 +746,7 @@ void tiny_fp8_parity(const std::string& name) {
   for (int copy = 0; copy < 3; ++copy) wide.insert(wide.end(), golden.begin(), golden.end());
   for (bool f16 : {false, true}) {
     logits_parity(name, m, golden, f16, true);
-    logits_parity(name + " x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+    logits_parity(name + " x12 sequences (graph bucket 16, packed tiles)", m, wide, f16);
   }
 }
 
@@ -805,6 +794,29 @@ bool cpu_near_tie(const LoadedModel& m, const std::vector<int32_t>& tokens, doub
   return double(row[0]) - double(row[1]) < 2 * limit * scale;
 }
 
+// The row of greedy continuations `got` (device) against `want` (CPU): every prompt the
+// same, but those that differ from a step where the CPU's choice was a near-tie.
+void greedy_agreement_row(const std::string& what, const LoadedModel& m,
+                          const std::vector<std::vector<int32_t>>& prompts,
+                          const std::vector<std::vector<int32_t>>& want, const std::vector<std::vector<int32_t>>& got,
+                          double limit) {
+  int same = 0, ties = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    if (want[p] == got[p]) {
+      ++same;
+      continue;
+    }
+    const size_t k = size_t(std::mismatch(want[p].begin(), want[p].end(), got[p].begin()).first - want[p].begin());
+    std::vector<int32_t> context = prompts[p];
+    context.insert(context.end(), want[p].begin(), want[p].begin() + long(k));
+    ties += cpu_near_tie(m, context, limit);
+  }
+  const int n = int(prompts.size());
+  row("model", what,
+      std::to_string(same) + "/" + std::to_string(n) + (ties ? " + " + std::to_string(ties) + " near-ties" : ""),
+      "all but cpu top-2 margin < 2 x limit", same + ties == n);
+}
+
 // Under the emulator SmolLM2 is too slow for its device-sampling rows, so the tiny models
 // stand in: greedy tokens from the CUDA backend's device sampler (decode graphs on)
 // against the CPU backend's argmax, on every prompt; a prompt may differ only from a step
@@ -818,23 +830,9 @@ void tiny_model_device_greedy(const std::string& name, const std::string& note =
   for (bool f16 : {false, true}) {
     CudaBackend gpu(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(Sequences(prompts, new_tokens), f16, false, true));
     const auto got = greedy(gpu, true, m.info.spec, prompts, new_tokens);
-    const double limit = f16 ? kLogitsLimitF16 : kLogitsLimitBF16;
-    int same = 0, ties = 0;
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      if (want[p] == got[p]) {
-        ++same;
-        continue;
-      }
-      const size_t k = size_t(std::mismatch(want[p].begin(), want[p].end(), got[p].begin()).first - want[p].begin());
-      std::vector<int32_t> context = prompts[p];
-      context.insert(context.end(), want[p].begin(), want[p].begin() + long(k));
-      ties += cpu_near_tie(m, context, limit);
-    }
-    const int n = int(prompts.size());
-    row("model", name + (f16 ? " fp16" : " bf16") + " greedy " + std::to_string(new_tokens) +
-        " tok: device sampler == cpu argmax" + note,
-        std::to_string(same) + "/" + std::to_string(n) + (ties ? " + " + std::to_string(ties) + " near-ties" : ""),
-        "all but cpu top-2 margin < 2 x limit", same + ties == n);
+    greedy_agreement_row(name + (f16 ? " fp16" : " bf16") + " greedy " + std::to_string(new_tokens) +
+                             " tok: device sampler == cpu argmax" + note,
+                         m, prompts, want, got, f16 ? kLogitsLimitF16 : kLogitsLimitBF16);
   }
 }
 

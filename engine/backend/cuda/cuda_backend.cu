@@ -503,7 +503,6 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   cpu::Rope rope(spec);  // throws for a rope_scaling type no backend supports
   m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half());
   m.gemm = std::make_unique<cuda::Gemm>();
-  m.gemm->use_dequant_scratch(m.weights->dequant_scratch, m.weights->dequant_scratch_bytes);
   m.attention = std::make_unique<cuda::Attention>(attention_shape(spec, options, m.sizes));
   if (m.has_head)
     m.sampler = std::make_unique<cuda::DeviceSampler>(spec.vocab_size, spec.eos_token_ids, int32_t(m.sizes.max_rows),

@@ -186,10 +186,11 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    const std::vector<int32_t> rows = {1, 3, 8, 16, 64};
+    // Up to 128 rows are one row tile (packed_gemm.h): 16 (FP16) and 64 (BF16) cover it.
+    const std::vector<int32_t> rows = {1, 3, 8, 64};
     // odd: k % 512 = 32 (a warp step with one lane in 16 busy), n % 16 = 9.
     check_shape<bf16>(gemm, "odd", 1056, 1001, rows, stream, 1);
-    check_shape<f16>(gemm, "odd", 1056, 1001, rows, stream, 2);
+    check_shape<f16>(gemm, "odd", 1056, 1001, {1, 8, 16}, stream, 2);
     // The 8B shape on the GEMV's row counts only: tiles of it take minutes emulated.
     check_shape<bf16>(gemm, "8B o", 4096, 4096, {1, 3, 8}, stream, 3);
     check_shape<f16>(gemm, "tiny", 128, 64, rows, stream, 4);

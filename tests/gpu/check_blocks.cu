@@ -1,8 +1,8 @@
 // check_blocks.cu — the linear layer on GGUF blocks kept packed as the file stores them
 // (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; block_formats.h, through Gemm::linear): both paths
-// (packed GEMV up to 8 rows, row-block dequantization + cuBLASLt beyond), both compute
+// (packed GEMV up to 8 rows, packed tensor-core tiles beyond, packed_gemm.h), both compute
 // types and both outputs against the CPU backend's matmul on the same blocks; a chained
-// matrix mixing formats (Q4_K_M's q/k/v); the embedding gather against the loader's
+// matrix mixing formats (Q4_K_M's q/k/v); the fused gate+up+SwiGLU decode (gate_up_check.h); the embedding gather against the loader's
 // dequantization; under the emulator, the bytes each Llama-3.1-8B decode GEMV reads
 // against its packed weights plus activations (limit 1.03); the memory plan's bytes for
 // an 8B Q4_K_M model against the file's.
@@ -27,6 +27,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/quant.h"
 #include "engine/util/splitmix.h"
+#include "tests/gpu/gate_up_check.h"
 #include "tests/gpu/gpu_check.h"
 
 namespace spark::gpu_check {
@@ -141,13 +142,13 @@ void check_linear(Gemm& gemm, const std::string& name, const cuda::DeviceMatrix&
       gemm.linear(half_type_of<T>(), x.get(), rows, k, matrix, n, y, out, stream, path);
       CUDA_CHECK(cudaStreamSynchronize(stream));
       const std::vector<float> got = out == GemmOut::F32 ? y32.download() : from_half(y16.download());
-      // The GEMV multiplies the exact weights in f32; the cuBLASLt path rounds each
-      // dequantized weight to 16 bits first (2^-9 relative for bf16), and a 16-bit y
+      // The GEMV multiplies the exact weights in f32; the tile path rounds each
+      // decoded weight to 16 bits first (2^-9 relative for bf16), and a 16-bit y
       // rounds once more.
       const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
       const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : 1e-2;
       error_row(kCheck,
-                name + (path == GemmPath::GEMV ? " gemv " : " dequant+lt ") + half_name<T>() +
+                name + (path == GemmPath::GEMV ? " gemv " : " tiles ") + half_name<T>() +
                     (out == GemmOut::F32 ? "->f32" : "->half"),
                 rel_error(expect, got), limit);
     }
@@ -189,6 +190,20 @@ void check_chain(Gemm& gemm, cudaStream_t stream) {
   for (int32_t rows : {1, 5, 24})
     check_linear<bf16>(gemm, "chain Q4_K+Q6_K+Q8_0 r=" + std::to_string(rows) + " k=512 n=176", head,
                        {&qk.tensor, &v.tensor, &q8t}, k, rows, stream, 23);
+}
+
+// The dense MLP's fused gate+up+SwiGLU decode on a [2 * inter, k] matrix of format f, at
+// each of `rows` in BF16 and the last in FP16; with `bytes`, BF16 only with the byte row.
+void check_gate_up_format(WeightFormat f, int32_t k, int32_t inter, const std::vector<int32_t>& rows,
+                          cudaStream_t stream, uint64_t seed, bool bytes = false) {
+  const HostBlocks host = random_blocks(f, 2 * inter, k, seed);
+  const DeviceBlocks w(f, host.tensor);
+  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) { return cpu_reference(x, r, host.tensor); };
+  const std::string name = cuda::weight_format_name(f);
+  for (int32_t r : rows)
+    check_gate_up<bf16>(kCheck, name, w.matrix, k, inter, r, product, stream, seed + uint64_t(r),
+                        bytes ? double(host.tensor.nbytes) : 0);
+  if (!bytes) check_gate_up<f16>(kCheck, name, w.matrix, k, inter, rows.back(), product, stream, seed);
 }
 
 // Token rows gathered from a packed table (one id out of range: zeros) against the
@@ -263,12 +278,7 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    // A scratch of 64 rows of the widest k below, so the larger shapes run in several
-    // row blocks (and the last one short).
-    const size_t scratch_bytes = size_t(64) * 1280 * 2;
-    DeviceArray<char> scratch(scratch_bytes);
-    gemm.use_dequant_scratch(scratch.get(), scratch_bytes);
-    const std::vector<int32_t> rows = {1, 3, 8, 16, 64};
+    const std::vector<int32_t> rows = {1, 3, 8, 64};  // 16 in FP16 below
     const WeightFormat kquants[] = {WeightFormat::Q4_K, WeightFormat::Q6_K, WeightFormat::Q5_K};
     const WeightFormat small[] = {WeightFormat::Q4_0, WeightFormat::Q4_1};
     uint64_t seed = 1;
@@ -278,23 +288,25 @@ void run() {
       check_shape<bf16>(gemm, f, "odd", 1280, 1001, rows, stream, seed++);
       check_shape<f16>(gemm, f, "odd", 1280, 1001, {1, 8, 16}, stream, seed++);
       check_shape<f16>(gemm, f, "tiny", 256, 48, {2, 512}, stream, seed++);
+      check_gate_up_format(f, 1280, 501, {1, 3, 8}, stream, seed++);
       check_embedding(f, 512, stream);
     }
     for (WeightFormat f : small) {
       check_shape<bf16>(gemm, f, "odd", 1056, 1001, rows, stream, seed++);
       check_shape<f16>(gemm, f, "odd", 1056, 1001, {1, 8, 16}, stream, seed++);
       check_shape<f16>(gemm, f, "tiny", 96, 48, {2, 512}, stream, seed++);
+      check_gate_up_format(f, 1056, 501, {1, 3, 8}, stream, seed++);
       check_embedding(f, 96, stream);
     }
     check_chain(gemm, stream);
     plan_bytes();
 #if SPARK_CUDA_EMU
-    // Llama-3.1-8B's decode GEMVs (q/k/v fused, o, gate/up fused, down) in Q4_K_M's two
-    // formats; the o projection in the others.
+    // Llama-3.1-8B's decode GEMVs (q/k/v fused, o, down) and its fused gate+up+SwiGLU in
+    // Q4_K_M's two formats; the o projection in the others.
     for (WeightFormat f : {WeightFormat::Q4_K, WeightFormat::Q6_K}) {
       byte_ratio(f, "qkv", 4096, 6144, 1, stream, 11);
       byte_ratio(f, "o", 4096, 4096, 8, stream, 12);
-      byte_ratio(f, "gate_up", 4096, 28672, 1, stream, 13);
+      check_gate_up_format(f, 4096, 14336, {1}, stream, 13, true);
       byte_ratio(f, "down", 14336, 4096, 1, stream, 14);
     }
     for (WeightFormat f : {WeightFormat::Q5_K, WeightFormat::Q4_0, WeightFormat::Q4_1})

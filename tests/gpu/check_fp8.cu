@@ -1,8 +1,9 @@
 // check_fp8.cu — the linear layer on an FP8 checkpoint's e4m3 weights kept packed (fp8.h
-// through Gemm::linear): both paths (packed GEMV up to 8 rows, row-block dequantization +
-// cuBLASLt beyond), both compute types and both outputs, with 128x128 block scales (the
+// through Gemm::linear): both paths (packed GEMV up to 8 rows, packed tensor-core tiles
+// beyond, packed_gemm.h), both compute types and both outputs, with 128x128 block scales (the
 // last block partial), per-channel and per-tensor scales, against the CPU backend's
-// matmul on the same tensor; under the emulator, the bytes each Llama-3.1-8B decode GEMV
+// matmul on the same tensor; the fused gate+up+SwiGLU decode (gate_up_check.h) on gate
+// and up parts with their own scale grids, as DeviceWeights holds them; under the emulator, the bytes each Llama-3.1-8B decode GEMV
 // reads against its packed weights and scales plus activations (limit 1.03).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,6 +19,7 @@
 #include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/util/splitmix.h"
+#include "tests/gpu/gate_up_check.h"
 #include "tests/gpu/gpu_check.h"
 
 namespace spark::gpu_check {
@@ -98,18 +100,42 @@ void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, int64_t blo
         gemm.linear(half_type_of<T>(), x.get(), rows, k, w.matrix, n, y, out, stream, path);
         CUDA_CHECK(cudaStreamSynchronize(stream));
         const std::vector<float> got = out == GemmOut::F32 ? y32.download() : from_half(y16.download());
-        // As check_q8_0: the GEMV multiplies exact weights in f32; the cuBLASLt path rounds
-        // each dequantized weight to 16 bits, and a 16-bit y rounds once more.
+        // As check_q8_0: the GEMV multiplies exact weights in f32; the tile path rounds
+        // each decoded weight to 16 bits, and a 16-bit y rounds once more.
         const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
         const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : 1e-2;
         error_row(kCheck,
                   std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
-                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " dequant+lt ") + half_name<T>() +
+                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " tiles ") + half_name<T>() +
                       (out == GemmOut::F32 ? "->f32" : "->half"),
                   rel_error(ref, got), limit);
       }
     }
   }
+}
+
+// The dense MLP's fused gate+up+SwiGLU decode on FP8 gate and up matrices [inter, k] each,
+// chained as DeviceWeights holds them (each part its own scale grid), at each of `rows` in
+// BF16 and the last in FP16; with `bytes`, BF16 only with the byte row.
+void check_gate_up_fp8(const char* name, int32_t k, int32_t inter, int64_t block_rows, int64_t block_cols,
+                       const std::vector<int32_t>& rows, cudaStream_t stream, uint64_t seed, bool bytes = false) {
+  const HostFp8 gate = random_fp8(inter, k, block_rows, block_cols, seed), up = random_fp8(inter, k, block_rows, block_cols, seed + 1);
+  const DeviceFp8 dg(gate.tensor), du(up.tensor);
+  cuda::DeviceMatrix w = dg.matrix;
+  w.rows = inter;
+  w.tail = &du.matrix;
+  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) {
+    const std::vector<float> g = cpu_reference(x, r, gate.tensor), u = cpu_reference(x, r, up.tensor);
+    std::vector<float> y;
+    for (int32_t t = 0; t < r; ++t) {
+      y.insert(y.end(), g.begin() + long(t) * inter, g.begin() + long(t + 1) * inter);
+      y.insert(y.end(), u.begin() + long(t) * inter, u.begin() + long(t + 1) * inter);
+    }
+    return y;
+  };
+  const double packed = bytes ? double(2 * gate.tensor.nbytes + 2 * cuda::fp8_scale_bytes(gate.tensor)) : 0;
+  for (int32_t r : rows) check_gate_up<bf16>(kCheck, name, w, k, inter, r, product, stream, seed + uint64_t(r), packed);
+  if (!bytes) check_gate_up<f16>(kCheck, name, w, k, inter, rows.back(), product, stream, seed);
 }
 
 #if SPARK_CUDA_EMU
@@ -140,21 +166,20 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    const size_t scratch_bytes = size_t(64) * 1040 * 2;
-    DeviceArray<char> scratch(scratch_bytes);
-    gemm.use_dequant_scratch(scratch.get(), scratch_bytes);
     const std::vector<int32_t> rows = {1, 3, 8, 16, 64};
     // odd: k = 1040 (8 whole 128-column blocks and a partial one of 16; a warp step of 512
     // values, then one with one lane in 32 busy), n = 1001 (7 whole 128-row blocks).
     check_shape<bf16>(gemm, "block128 odd", 1040, 1001, 128, 128, rows, stream, 1);
     check_shape<f16>(gemm, "block128 odd", 1040, 1001, 128, 128, {1, 8, 16}, stream, 2);
-    check_shape<bf16>(gemm, "channel odd", 1040, 1001, 1, 1040, rows, stream, 3);
+    check_shape<bf16>(gemm, "channel odd", 1040, 1001, 1, 1040, {1, 8, 64}, stream, 3);
     check_shape<f16>(gemm, "tensor", 512, 200, 200, 512, {1, 3, 16}, stream, 4);
     check_shape<f16>(gemm, "block128 tiny", 256, 48, 128, 128, {2, 512}, stream, 5);
+    check_gate_up_fp8("FP8 block128 odd", 1040, 501, 128, 128, {1, 3, 8}, stream, 6);
+    check_gate_up_fp8("FP8 channel odd", 1040, 501, 1, 1040, {1, 8}, stream, 7);
 #if SPARK_CUDA_EMU
     byte_ratio("qkv", 4096, 6144, 1, stream, 11);
     byte_ratio("o", 4096, 4096, 8, stream, 12);
-    byte_ratio("gate_up", 4096, 28672, 1, stream, 13);
+    check_gate_up_fp8("FP8 block128", 4096, 14336, 128, 128, {1}, stream, 13, true);
     byte_ratio("down", 14336, 4096, 1, stream, 14);
 #endif
   }

@@ -1,6 +1,6 @@
 // check_model.cu — whole-model checks of the CUDA backend against the CPU backend (logits
 // of the tiny fixture models, in whole-prompt, padded-bucket and mixed chunked-prefill and
-// decode steps, the tiny llama also quantized to Q8_0, a tiny llama in Q4_K_M, tiny FP8 checkpoints, and of SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
+// decode steps, the tiny llama also quantized to Q8_0, a tiny llama in Q4_K_M and a tiny Qwen3 in Q8_0, Q4_K and Q6_K, tiny FP8 checkpoints, and of SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
 // size of FP8's effect on SmolLM2's logits against an independent reference), of a
 // two-stage pipeline split against one CUDA backend, and the Llama-3.1-8B-shaped
 // benchmarks (decode bandwidth, batching, prefill rate) against the copy bandwidth and
@@ -27,6 +27,7 @@
 #include "engine/model/memory_plan.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/quant.h"
+#include "engine/model/quantize.h"
 #include "engine/model/stage_weights.h"
 #include "engine/util/splitmix.h"
 #include "tests/gpu/gpu_check.h"
@@ -280,6 +281,77 @@ void smollm2_checks() {
        "cpu: " + count(same_count(reference, cpu_text)));
 }
 
+// SmolLM2 with every Q4_1 matrix requantized to Q8_0 (engine/model/quantize, round to
+// nearest on each block's range): a Q8_0 file of the same model, as the device-greedy row
+// below needs one and none is published in a package this project can fetch. The CPU
+// backend reads the same Q8_0 bytes, so the comparison does not depend on the quantizer.
+LoadedModel with_q8_0_matrices(LoadedModel m) {
+  Weights out;
+  for (const auto& [name, t] : m.weights.all()) {
+    if (t.dtype != DType::Q4_1) {
+      out.add(t);
+      continue;
+    }
+    const int64_t rows = t.rows(), cols = t.cols();
+    std::vector<float> values(static_cast<size_t>(cols));
+    auto blocks = std::make_shared<std::vector<BlockQ8_0>>(size_t(rows * cols / 32));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_tensor_row(t, r, values.data());
+      quantize_q8_0(values.data(), blocks->data() + r * cols / 32, cols);
+    }
+    Tensor q = t;
+    q.dtype = DType::Q8_0;
+    q.data = blocks->data();
+    q.nbytes = blocks->size() * sizeof(BlockQ8_0);
+    out.add(q);
+    out.keep_alive(blocks);
+  }
+  out.set_range(m.weights.range());
+  out.keep_alive(std::make_shared<Weights>(std::move(m.weights)));
+  m.weights = std::move(out);
+  return m;
+}
+
+// Greedy tokens from the device sampler (decode graphs on, the compute type sparkd picks
+// for the file) against the CPU backend's argmax on the same file, SmolLM2 in Q4_1 and in
+// Q8_0: the first `prompt_count` golden prompts cut to `prompt_tokens` tokens, `new_tokens`
+// tokens each (bounded so that the emulator runs it in the suite's time). A prompt may differ only
+// from a step where the CPU's choice is a near-tie (cpu_near_tie).
+void greedy_agreement_row(const std::string& what, const LoadedModel& m,
+                          const std::vector<std::vector<int32_t>>& prompts,
+                          const std::vector<std::vector<int32_t>>& want, const std::vector<std::vector<int32_t>>& got,
+                          double limit);
+void smollm2_device_greedy(size_t prompt_count, size_t prompt_tokens, int new_tokens) {
+  if (!std::filesystem::exists(kSmolLM2)) {
+    row("model", "smollm2 device greedy", std::string(kSmolLM2) + " missing", "run make model", false);
+    return;
+  }
+  std::ifstream f("tests/golden/smollm2_greedy.json");
+  const auto golden = nlohmann::json::parse(f);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : golden["cases"]) {
+    if (prompts.size() == prompt_count) break;
+    auto ids = c["prompt_ids"].get<std::vector<int32_t>>();
+    ids.resize(std::min(ids.size(), prompt_tokens));
+    prompts.push_back(ids);
+  }
+  const bool f16 = compute_dtype_name(config_for_model(kSmolLM2), load_model(config_for_model(kSmolLM2)).info.spec,
+                                      "cuda") == "fp16";
+  for (const char* format : {"Q4_1", "Q8_0"}) {
+    LoadedModel m = load_model(config_for_model(kSmolLM2));
+    if (std::string(format) == "Q8_0") m = with_q8_0_matrices(std::move(m));
+    CpuBackend cpu(m.info.spec, bind_stage(m.info.spec, m.weights), 0);
+    const auto want = greedy(cpu, false, m.info.spec, prompts, new_tokens);
+    CudaBackend gpu(m.info.spec, bind_stage(m.info.spec, m.weights),
+                    options_for(Sequences(prompts, new_tokens), f16, false, true));
+    const auto got = greedy(gpu, true, m.info.spec, prompts, new_tokens);
+    greedy_agreement_row(std::string("smollm2 ") + format + (f16 ? " fp16" : " bf16") + " greedy " +
+                             std::to_string(new_tokens) + " tok x " + std::to_string(prompts.size()) +
+                             " prompts: device sampler == cpu argmax",
+                         m, prompts, want, got, f16 ? kLogitsLimitF16 : kLogitsLimitBF16);
+  }
+}
+
 // A decode step of `seqs` sequences at context `ctx` (one row each, its own blocks).
 Batch decode_batch(int seqs, int ctx, int blocks_per_seq) {
   Batch b;
@@ -397,8 +469,7 @@ void llama8b_quantized_decode(const std::string& name, const std::function<DType
   const StoredDType as_stored = [&](Part p, int64_t) { return part_is_norm(p) ? DType::F32 : stored(p); };
   const double table = double(dtype_nbytes(stored(Part::EMBEDDING), spec.vocab_size * spec.hidden_size,
                                            spec.hidden_size));
-  const double read = double(CudaBackend::weight_bytes(spec, full_range(spec), as_stored)) - table -
-                      double(cuda::DeviceWeights::kDequantScratchBytes) +
+  const double read = double(CudaBackend::weight_bytes(spec, full_range(spec), as_stored)) - table +
                       double(spec.num_layers) * double(CudaBackend::kv_bytes_per_token_layer(spec, false)) * ctx;
   const double t1 = step_ms(*gpu, decode_batch(1, ctx, blocks_per_seq));
   info("bench", "8B " + name + " decode b=1 ctx 512: " + fmt("%.0f tok/s", 1e3 / t1),
@@ -635,7 +706,7 @@ void tiny_model_wide_batch(const std::string& name) {
 
 // The tiny llama quantized to Q8_0 by gguf's quantizer (tests/gen/gen_q8_0_models.py):
 // its matrices stay packed on the device, read by the Q8_0 GEMV at decode and
-// dequantized a row block at a time for cuBLASLt at prefill and in the 16-row bucket.
+// decoded tile by tile into shared memory for tensor cores (packed_gemm.h) at prefill and in the 16-row bucket.
 void tiny_q8_0_parity() {
   const LoadedModel m = load_model(config_for_model(tiny_model_path("llama_q8_0.gguf")));
   const auto golden = tiny_model_prompts("llama");
@@ -644,22 +715,24 @@ void tiny_q8_0_parity() {
   for (bool f16 : {false, true}) {
     logits_parity("llama Q8_0", m, golden, f16);
     logits_parity("llama Q8_0", m, golden, f16, true);
-    logits_parity("llama Q8_0 x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+    logits_parity("llama Q8_0 x12 sequences (graph bucket 16, packed tiles)", m, wide, f16);
   }
 }
 
-// A tiny llama in Q4_K_M (tests/gen/gen_q4_k_m_models.py; the CPU backend matches its
-// reference logits in test_cpu_forward): Q4_K and Q6_K matrices stay packed, layer 0's
-// q/k/v fused as a chain of a Q4_K and a Q6_K part, the Q4_K embedding gathered packed.
-void tiny_q4_k_m_parity() {
-  const LoadedModel m = load_model(config_for_model(tiny_model_path("llama_q4_k_m/model.gguf")));
-  const auto golden = tiny_model_prompts("llama_q4_k_m");
+// Tiny models in K-quants (tests/gen/gen_q4_k_m_models.py; the CPU backend matches their
+// reference logits in test_cpu_forward): a llama in Q4_K_M, whose layer 0 fuses q/k/v as
+// a chain of a Q4_K and a Q6_K part and whose Q4_K embedding is gathered packed, and a
+// Qwen3 mixing Q8_0, Q4_K and Q6_K in every role (its tied Q6_K embedding is also the LM
+// head). The matrices stay packed.
+void tiny_k_quant_parity(const std::string& dir, const std::string& name) {
+  const LoadedModel m = load_model(config_for_model(tiny_model_path(dir + "/model.gguf")));
+  const auto golden = tiny_model_prompts(dir);
   std::vector<std::vector<int32_t>> wide;
   for (int copy = 0; copy < 3; ++copy) wide.insert(wide.end(), golden.begin(), golden.end());
   for (bool f16 : {false, true}) {
-    logits_parity("llama Q4_K_M", m, golden, f16);
-    logits_parity("llama Q4_K_M", m, golden, f16, true);
-    logits_parity("llama Q4_K_M x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+    logits_parity(name, m, golden, f16);
+    logits_parity(name, m, golden, f16, true);
+    logits_parity(name + " x12 sequences (graph bucket 16, packed tiles)", m, wide, f16);
   }
 }
 
@@ -673,7 +746,7 @@ void tiny_fp8_parity(const std::string& name) {
   for (int copy = 0; copy < 3; ++copy) wide.insert(wide.end(), golden.begin(), golden.end());
   for (bool f16 : {false, true}) {
     logits_parity(name, m, golden, f16, true);
-    logits_parity(name + " x12 sequences (graph bucket 16, dequant+cuBLASLt)", m, wide, f16);
+    logits_parity(name + " x12 sequences (graph bucket 16, packed tiles)", m, wide, f16);
   }
 }
 
@@ -721,6 +794,29 @@ bool cpu_near_tie(const LoadedModel& m, const std::vector<int32_t>& tokens, doub
   return double(row[0]) - double(row[1]) < 2 * limit * scale;
 }
 
+// The row of greedy continuations `got` (device) against `want` (CPU): every prompt the
+// same, but those that differ from a step where the CPU's choice was a near-tie.
+void greedy_agreement_row(const std::string& what, const LoadedModel& m,
+                          const std::vector<std::vector<int32_t>>& prompts,
+                          const std::vector<std::vector<int32_t>>& want, const std::vector<std::vector<int32_t>>& got,
+                          double limit) {
+  int same = 0, ties = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    if (want[p] == got[p]) {
+      ++same;
+      continue;
+    }
+    const size_t k = size_t(std::mismatch(want[p].begin(), want[p].end(), got[p].begin()).first - want[p].begin());
+    std::vector<int32_t> context = prompts[p];
+    context.insert(context.end(), want[p].begin(), want[p].begin() + long(k));
+    ties += cpu_near_tie(m, context, limit);
+  }
+  const int n = int(prompts.size());
+  row("model", what,
+      std::to_string(same) + "/" + std::to_string(n) + (ties ? " + " + std::to_string(ties) + " near-ties" : ""),
+      "all but cpu top-2 margin < 2 x limit", same + ties == n);
+}
+
 // Under the emulator SmolLM2 is too slow for its device-sampling rows, so the tiny models
 // stand in: greedy tokens from the CUDA backend's device sampler (decode graphs on)
 // against the CPU backend's argmax, on every prompt; a prompt may differ only from a step
@@ -734,23 +830,9 @@ void tiny_model_device_greedy(const std::string& name, const std::string& note =
   for (bool f16 : {false, true}) {
     CudaBackend gpu(m.info.spec, bind_stage(m.info.spec, m.weights), options_for(Sequences(prompts, new_tokens), f16, false, true));
     const auto got = greedy(gpu, true, m.info.spec, prompts, new_tokens);
-    const double limit = f16 ? kLogitsLimitF16 : kLogitsLimitBF16;
-    int same = 0, ties = 0;
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      if (want[p] == got[p]) {
-        ++same;
-        continue;
-      }
-      const size_t k = size_t(std::mismatch(want[p].begin(), want[p].end(), got[p].begin()).first - want[p].begin());
-      std::vector<int32_t> context = prompts[p];
-      context.insert(context.end(), want[p].begin(), want[p].begin() + long(k));
-      ties += cpu_near_tie(m, context, limit);
-    }
-    const int n = int(prompts.size());
-    row("model", name + (f16 ? " fp16" : " bf16") + " greedy " + std::to_string(new_tokens) +
-        " tok: device sampler == cpu argmax" + note,
-        std::to_string(same) + "/" + std::to_string(n) + (ties ? " + " + std::to_string(ties) + " near-ties" : ""),
-        "all but cpu top-2 margin < 2 x limit", same + ties == n);
+    greedy_agreement_row(name + (f16 ? " fp16" : " bf16") + " greedy " + std::to_string(new_tokens) +
+                             " tok: device sampler == cpu argmax" + note,
+                         m, prompts, want, got, f16 ? kLogitsLimitF16 : kLogitsLimitBF16);
   }
 }
 
@@ -830,8 +912,11 @@ void tiny_model_split(const std::string& name, bool staggered = false) {
       std::to_string(same_tokens) + "/" + std::to_string(compared), "all", same_tokens == compared);
 }
 
-// One part's exception is its failed row; the other parts still run.
+// One part's exception is its failed row; the other parts still run. CHECK_PART=TEXT runs
+// only the parts whose name contains TEXT (to rerun one while working on it).
 void part(const std::string& what, const std::function<void()>& fn) {
+  const char* only = std::getenv("CHECK_PART");
+  if (only && what.find(only) == std::string::npos) return;
   try {
     fn();
   } catch (const std::exception& e) {
@@ -851,7 +936,8 @@ int main() {
     part("llama massive activations", tiny_model_massive_activation);
     part("llama x12", [] { tiny_model_wide_batch("llama"); });
     part("llama Q8_0", tiny_q8_0_parity);
-    part("llama Q4_K_M", tiny_q4_k_m_parity);
+    part("llama Q4_K_M", [] { tiny_k_quant_parity("llama_q4_k_m", "llama Q4_K_M"); });
+    part("qwen3 Q8_0+Q4_K+Q6_K", [] { tiny_k_quant_parity("qwen3_k_quants", "qwen3 Q8_0+Q4_K+Q6_K"); });
     for (const char* name : {"llama_fp8_block", "qwen3_fp8_channel"}) part(name, [name] { tiny_fp8_parity(name); });
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_parity(name, true); });
     for (const char* name : {"llama", "qwen3", "qwen3_moe"}) part(name, [name] { tiny_model_split(name); });
@@ -865,6 +951,7 @@ int main() {
       setenv("EMU_REFUSE_PROGRAMMATIC_CAPTURE", "1", 1);
       part("llama", [] { tiny_model_device_greedy("llama", ", capture refusing programmatic launches"); });
       unsetenv("EMU_REFUSE_PROGRAMMATIC_CAPTURE");
+      part("smollm2 device greedy", [] { smollm2_device_greedy(1, 4, 3); });
       if (!std::getenv("EMU_SMOLLM2")) {  // minutes on the CPU: opt in
         for (const char* what : {"smollm2 greedy 32 tok: cuda == cpu", "smollm2 greedy: fp8 KV == 16-bit KV",
                                  "smollm2 fp8 vs 16-bit KV logits"})
@@ -873,6 +960,7 @@ int main() {
       }
     }
     part("smollm2", smollm2_checks);
+    if (!emulated()) part("smollm2 device greedy", [] { smollm2_device_greedy(8, SIZE_MAX, 32); });
     if (!emulated()) part("llama 8b", llama8b_benchmarks);
   });
 }

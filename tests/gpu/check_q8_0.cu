@@ -1,5 +1,5 @@
 // check_q8_0.cu — the Q8_0 linear layer on packed weights (q8_0.h through Gemm::linear):
-// both paths (packed GEMV up to 8 rows, row-block dequantization + cuBLASLt beyond),
+// both paths (packed GEMV up to 8 rows, packed tensor-core tiles beyond, packed_gemm.h),
 // both compute types and both outputs against the CPU backend's matmul on the same
 // blocks, and, under the emulator, the bytes each Llama-3.1-8B decode GEMV reads against
 // its packed weights plus activations (limit 1.03); the memory plan's bytes for an 8B
@@ -24,6 +24,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/quant.h"
 #include "engine/util/splitmix.h"
+#include "tests/gpu/gate_up_check.h"
 #include "tests/gpu/gpu_check.h"
 
 namespace spark::gpu_check {
@@ -105,14 +106,14 @@ void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, const std::
         gemm.linear(half_type_of<T>(), x.get(), rows, k, w.matrix, n, y, out, stream, path);
         CUDA_CHECK(cudaStreamSynchronize(stream));
         const std::vector<float> got = out == GemmOut::F32 ? y32.download() : from_half(y16.download());
-        // The GEMV multiplies the exact weights in f32; the cuBLASLt path rounds each
-        // dequantized weight to 16 bits first (2^-9 relative for bf16), and a 16-bit y
+        // The GEMV multiplies the exact weights in f32; the tile path rounds each
+        // decoded weight to 16 bits first (2^-9 relative for bf16), and a 16-bit y
         // rounds once more.
         const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
         const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : half_limit<T>();
         error_row(kCheck,
                   std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
-                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " dequant+lt ") + half_name<T>() +
+                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " tiles ") + half_name<T>() +
                       (out == GemmOut::F32 ? "->f32" : "->half"),
                   rel_error(ref, got), limit);
       }
@@ -138,8 +139,22 @@ void plan_bytes() {
       "<= 1.02", ratio >= 1.0 && ratio <= 1.02);
 }
 
-#if SPARK_CUDA_EMU
 size_t packed_bytes(int64_t n, int64_t k) { return size_t(n * k + n * (k / 32) * 2); }
+
+// The dense MLP's fused gate+up+SwiGLU decode on a [2 * inter, k] Q8_0 matrix, at each of
+// `rows` in BF16 and the last in FP16; with `bytes`, BF16 only with the byte row.
+void check_gate_up_q8_0(int32_t k, int32_t inter, const std::vector<int32_t>& rows, cudaStream_t stream,
+                        uint64_t seed, bool bytes = false) {
+  const HostQ8 host = random_q8_0(2 * inter, k, seed);
+  const DeviceQ8 w(host.tensor);
+  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) { return cpu_reference(x, r, host.tensor); };
+  for (int32_t r : rows)
+    check_gate_up<bf16>(kCheck, "Q8_0", w.matrix, k, inter, r, product, stream, seed + uint64_t(r),
+                        bytes ? double(packed_bytes(2 * inter, k)) : 0);
+  if (!bytes) check_gate_up<f16>(kCheck, "Q8_0", w.matrix, k, inter, rows.back(), product, stream, seed);
+}
+
+#if SPARK_CUDA_EMU
 
 // Bytes a decode GEMV reads (emulator accounting, emu/device.h) over what it must read:
 // the packed weights and the activation rows.
@@ -171,24 +186,22 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    // A scratch of 64 rows of the widest k below, so the larger shapes run in several
-    // row blocks (and the last one short).
-    const size_t scratch_bytes = size_t(64) * 4096 * 2;
-    DeviceArray<char> scratch(scratch_bytes);
-    gemm.use_dequant_scratch(scratch.get(), scratch_bytes);
-    const std::vector<int32_t> rows = {1, 3, 8, 16, 64};
+    // Up to 128 rows are one row tile (packed_gemm.h): 16 (FP16) and 64 (BF16) cover it.
+    const std::vector<int32_t> rows = {1, 3, 8, 64};
     // odd: k % 512 = 32 (a warp step with one lane in 16 busy), n % 16 = 9.
     check_shape<bf16>(gemm, "odd", 1056, 1001, rows, stream, 1);
-    check_shape<f16>(gemm, "odd", 1056, 1001, rows, stream, 2);
-    check_shape<bf16>(gemm, "8B o", 4096, 4096, rows, stream, 3);
+    check_shape<f16>(gemm, "odd", 1056, 1001, {1, 8, 16}, stream, 2);
+    // The 8B shape on the GEMV's row counts only: tiles of it take minutes emulated.
+    check_shape<bf16>(gemm, "8B o", 4096, 4096, {1, 3, 8}, stream, 3);
     check_shape<f16>(gemm, "tiny", 128, 64, rows, stream, 4);
+    check_gate_up_q8_0(1056, 501, {1, 3, 8}, stream, 5);
     plan_bytes();
 #if SPARK_CUDA_EMU
-    // Llama-3.1-8B's decode GEMVs (q/k/v fused, o, gate/up fused, down).
+    // Llama-3.1-8B's decode GEMVs (q/k/v fused, o, down) and its fused gate+up+SwiGLU.
     byte_ratio("qkv", 4096, 6144, 1, stream, 11);
     byte_ratio("o", 4096, 4096, 1, stream, 12);
     byte_ratio("o", 4096, 4096, 8, stream, 13);
-    byte_ratio("gate_up", 4096, 28672, 1, stream, 14);
+    check_gate_up_q8_0(4096, 14336, {1}, stream, 14, true);
     byte_ratio("down", 14336, 4096, 1, stream, 15);
 #endif
   }

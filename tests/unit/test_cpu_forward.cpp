@@ -135,11 +135,11 @@ TEST_CASE("cpu forward: tiny models match transformers' logits within 1e-4") {
 }
 
 // Quantized files against a reference forward pass over an independent reader's
-// dequantization of the same file (gguf's; e4m3 * scale): a GGUF Q4_K_M (Q4_K and Q6_K
-// blocks, tests/gen/gen_q4_k_m_models.py) and FP8 checkpoints with 128x128 block scales
+// dequantization of the same file (gguf's; e4m3 * scale): a GGUF Llama Q4_K_M (Q4_K and
+// Q6_K blocks) and a Qwen3 mixing Q8_0, Q4_K and Q6_K (tests/gen/gen_q4_k_m_models.py), and FP8 checkpoints with 128x128 block scales
 // and per-channel scales (tests/gen/gen_fp8_models.py).
-TEST_CASE("cpu forward: tiny Q4_K_M and FP8 models match the reference logits within 1e-4") {
-  for (const char* name : {"llama_q4_k_m/model.gguf", "llama_fp8_block", "qwen3_fp8_channel"}) {
+TEST_CASE("cpu forward: tiny K-quant and FP8 models match the reference logits within 1e-4") {
+  for (const char* name : {"llama_q4_k_m/model.gguf", "qwen3_k_quants/model.gguf", "llama_fp8_block", "qwen3_fp8_channel"}) {
     CAPTURE(name);
     const std::string path = std::string(kGoldenDir) + name;
     const Golden g = read_golden(path.substr(0, path.find("/model.gguf")));

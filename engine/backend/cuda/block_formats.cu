@@ -81,11 +81,6 @@ void gemv_blocks(WeightFormat f, HalfType type, const void* x, int32_t rows, int
   with_block_format(f, [&](auto F) { gemv_blocks<decltype(F)::value>(type, x, rows, k, w, n, y, ldy, out, stream, programmatic); });
 }
 
-void dequantize_blocks(WeightFormat f, HalfType type, const void* w, int32_t k, int64_t row0, int64_t count, void* dst,
-                       cudaStream_t stream) {
-  with_block_format(f, [&](auto F) { dequantize_blocks<decltype(F)::value>(type, w, k, row0, count, dst, stream); });
-}
-
 void embedding_gather_blocks(WeightFormat f, const int32_t* token_ids, int32_t num_tokens, const void* table,
                              int64_t vocab, int32_t hidden, float* out, cudaStream_t stream) {
   with_block_format(f, [&](auto F) {

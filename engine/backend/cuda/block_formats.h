@@ -1,7 +1,7 @@
 // block_formats.h — linear layers and embeddings over GGUF block formats kept packed on
 // the device exactly as the file stores them (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; DeviceMatrix
-// in kernel_args.h): the decode GEMV that reads the packed bytes once, the row-block
-// dequantization that feeds cuBLASLt for many rows, the embedding gather, the upload, and
+// in kernel_args.h): the decode GEMV that reads the packed bytes once (many rows go
+// through packed_gemm.h), the embedding gather, the upload, and
 // the mapping between the file's DType and the device's WeightFormat (Q8_0 included, whose
 // kernels are in q8_0.h). The kernels are block_gemv.cuh over block_readers.cuh,
 // compiled per format in q4_0.cu, q4_1.cu, q4_k.cu, q5_k.cu, q6_k.cu.
@@ -36,9 +36,6 @@ int64_t block_row_bytes(WeightFormat f, int64_t k);
 // `programmatic` as for gemv (gemv.h).
 void gemv_blocks(WeightFormat f, HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n,
                  void* y, int32_t ldy, GemmOut out, cudaStream_t stream, bool programmatic = false);
-// dst[count, k] (row-major, `type`, 16-byte aligned) = rows [row0, row0 + count) of w.
-void dequantize_blocks(WeightFormat f, HalfType type, const void* w, int32_t k, int64_t row0, int64_t count, void* dst,
-                       cudaStream_t stream);
 // out[t, hidden] (f32) = row token_ids[t] of the [vocab, hidden] table; zeros for ids
 // outside [0, vocab).
 void embedding_gather_blocks(WeightFormat f, const int32_t* token_ids, int32_t num_tokens, const void* table,
@@ -56,9 +53,6 @@ void upload_bytes(void* dst, const void* src, size_t bytes);
 template <WeightFormat F>
 void gemv_blocks(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y,
                  int32_t ldy, GemmOut out, cudaStream_t stream, bool programmatic);
-template <WeightFormat F>
-void dequantize_blocks(HalfType type, const void* w, int32_t k, int64_t row0, int64_t count, void* dst,
-                       cudaStream_t stream);
 template <WeightFormat F>
 void embedding_gather_blocks(const int32_t* token_ids, int32_t num_tokens, const void* table, int64_t vocab,
                              int32_t hidden, float* out, cudaStream_t stream);

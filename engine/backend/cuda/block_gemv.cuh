@@ -4,8 +4,6 @@
 // byte and instruction arithmetic:
 //   - gemv_blocks_kernel: y = x · wᵀ for 1..8 activation rows, one warp per weight row,
 //     each lane decoding 32-value parts in registers; every weight byte is read once.
-//   - dequantize_blocks_kernel: rows of w to the 16-bit compute type (Gemm::linear's row
-//     blocks for cuBLASLt beyond 8 rows).
 //   - embedding_gather_blocks_kernel: token rows of a packed table widened to f32.
 // Only the host launchers in block_formats.h are called from outside.
 #pragma once
@@ -78,24 +76,6 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(const T* __restri
   }
 }
 
-// One thread per 32-value part: four 16-byte stores of the 16-bit values.
-template <WeightFormat F, typename T>
-__global__ void dequantize_blocks_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int k, int64_t parts,
-                                         T* __restrict__ dst) {
-  const int64_t parts_per_row = k / kPartValues;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < parts; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / parts_per_row;
-    float v[32];
-    decode_part<F>(w + r * row_bytes, int(i - r * parts_per_row), v);
-    alignas(16) T out[32];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) out[j] = from_f32<T>(v[j]);
-    uint4* o = reinterpret_cast<uint4*>(dst + i * kPartValues);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) o[j] = reinterpret_cast<const uint4*>(out)[j];
-  }
-}
-
 // One thread per 32-value part of a token's row; ids outside the vocabulary give zeros.
 template <WeightFormat F>
 __global__ void embedding_gather_blocks_kernel(const int32_t* __restrict__ token_ids, const uint8_t* __restrict__ table,
@@ -154,22 +134,6 @@ void gemv_blocks(HalfType type, const void* x, int32_t rows, int32_t k, const vo
 }
 
 template <WeightFormat F>
-void dequantize_blocks(HalfType type, const void* w, int32_t k, int64_t row0, int64_t count, void* dst,
-                       cudaStream_t stream) {
-  using namespace block_kernels;
-  check_shape<F>(k, w, "dequantize_blocks");
-  SPARK_CHECK(row0 >= 0 && count > 0 && aligned16(dst), "dequantize_blocks: bad rows or destination");
-  const int64_t row_bytes = block_row_bytes(F, k), parts = count * (k / kPartValues);
-  const auto* wb = static_cast<const uint8_t*>(w) + row0 * row_bytes;
-  const dim3 grid{unsigned(std::min<int64_t>(ceil_div(parts, 256), 4096))}, block{256};
-  with_half_type(type, [&](auto tag) {
-    using T = decltype(tag);
-    launch_kernel("dequantize_blocks_kernel", false, dequantize_blocks_kernel<F, T>, grid, block, 0, stream, wb,
-                  row_bytes, k, parts, static_cast<T*>(dst));
-  });
-}
-
-template <WeightFormat F>
 void embedding_gather_blocks(const int32_t* token_ids, int32_t num_tokens, const void* table, int64_t vocab,
                              int32_t hidden, float* out, cudaStream_t stream) {
   using namespace block_kernels;
@@ -182,11 +146,10 @@ void embedding_gather_blocks(const int32_t* token_ids, int32_t num_tokens, const
                 static_cast<const uint8_t*>(table), block_row_bytes(F, hidden), vocab, hidden, parts, out);
 }
 
-// The three launchers of one format, compiled in that format's file.
+// The two launchers of one format, compiled in that format's file.
 #define SPARK_INSTANTIATE_BLOCK_FORMAT(F)                                                                           \
   template void gemv_blocks<F>(HalfType, const void*, int32_t, int32_t, const void*, int32_t, void*, int32_t,      \
                                GemmOut, cudaStream_t, bool);                                                       \
-  template void dequantize_blocks<F>(HalfType, const void*, int32_t, int64_t, int64_t, void*, cudaStream_t);       \
   template void embedding_gather_blocks<F>(const int32_t*, int32_t, const void*, int64_t, int32_t, float*,         \
                                            cudaStream_t)
 

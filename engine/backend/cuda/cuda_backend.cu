@@ -18,6 +18,7 @@
 #include "engine/backend/cuda/device_info.h"
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/embedding.h"
+#include "engine/backend/cuda/gate_up_gemv.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/moe.h"
@@ -382,8 +383,12 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
                         programmatic);
       continue;
     }
-    linear(act.normed, H, L.gate_up, 2 * I, act.wide, cuda::GemmOut::HALF);
-    cuda::swiglu<T>(as_t(act.wide), rows, I, as_t(act.mid), stream, programmatic);
+    if (rows <= cuda::kGemvMaxRows && cuda::gate_up_fusable(L.gate_up, I, H)) {  // packed: one pass
+      cuda::gate_up_swiglu_gemv(half(), act.normed, rows, H, L.gate_up, I, act.mid, stream, programmatic);
+    } else {
+      linear(act.normed, H, L.gate_up, 2 * I, act.wide, cuda::GemmOut::HALF);
+      cuda::swiglu<T>(as_t(act.wide), rows, I, as_t(act.mid), stream, programmatic);
+    }
     linear(act.mid, I, L.down, H, act.proj, cuda::GemmOut::F32);
   }
   // The last layer's MLP output joins the residual stream here (the next stage, or the
@@ -498,7 +503,6 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   cpu::Rope rope(spec);  // throws for a rope_scaling type no backend supports
   m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half());
   m.gemm = std::make_unique<cuda::Gemm>();
-  m.gemm->use_dequant_scratch(m.weights->dequant_scratch, m.weights->dequant_scratch_bytes);
   m.attention = std::make_unique<cuda::Attention>(attention_shape(spec, options, m.sizes));
   if (m.has_head)
     m.sampler = std::make_unique<cuda::DeviceSampler>(spec.vocab_size, spec.eos_token_ids, int32_t(m.sizes.max_rows),

@@ -218,15 +218,6 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
   return out;
 }
 
-// Scratch for the largest packed matrix's 16-bit rows (rounded up to Gemm::linear's row
-// blocks of 16), capped: Gemm::linear works in row blocks.
-size_t scratch_bytes_for(const std::vector<Piece>& pieces) {
-  size_t most = 0;
-  for (const Piece& p : pieces)
-    if (p.layout == Layout::PACKED_MATRIX)
-      most = std::max(most, align_up(size_t((p.total_rows() + 15) / 16 * 16) * size_t(p.cols) * 2));
-  return std::min(most, DeviceWeights::kDequantScratchBytes);
-}
 
 // Converts rows [0, t.rows()) of t to T (f32 or a 16-bit type) in chunks and copies them
 // to dst, dropping each chunk's file pages behind it (upload_bytes, block_formats.h).
@@ -342,7 +333,7 @@ StoredDType stored_in(const StageWeights& stage) {
 
 uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored) {
   const std::vector<Piece> pieces = layout(spec, range, stored, nullptr, nullptr);
-  uint64_t total = scratch_bytes_for(pieces);
+  uint64_t total = 0;
   for (const Piece& p : pieces) total += p.bytes();
   return total;
 }
@@ -363,7 +354,6 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
   std::vector<Piece> pieces = layout(spec, range, stored_in(stage), &stage, this);
   for (const Piece& p : pieces) check_fp8_stack(p);
   const size_t total = pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes();
-  dequant_scratch_bytes = scratch_bytes_for(pieces);
   // Loading and checking the file (block scales, headers, readahead) left pages of it in
   // the page cache. On unified memory they would sit beside the allocation below: drop
   // them first; the upload reads each chunk once more and drops it again, and at the end
@@ -377,10 +367,9 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
     for (const auto& [start, size] : files) release_mapped_pages(start, size);
   };
   drop_file_pages();
-  CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(total + dequant_scratch_bytes, kAlign)));
+  CUDA_CHECK(cudaMalloc(&arena_, std::max<size_t>(total, kAlign)));
   ThreadPool pool(0);
   char* base = static_cast<char*>(arena_);
-  if (dequant_scratch_bytes > 0) dequant_scratch = base + total;
   size_t next_drop = kUploadChunk;  // device offset after which the file's pages are dropped again
   for (const Piece& p : pieces) {
     // Each upload drops its chunks' pages, but a folio that straddles two tensors stays

@@ -34,10 +34,6 @@ struct DeviceLayer {
 
 class DeviceWeights {
  public:
-  // Packed matrices multiply in row blocks dequantized into a scratch of at most this
-  // size (Gemm::linear); it belongs to the weights' allocation and their byte count.
-  static constexpr size_t kDequantScratchBytes = size_t(32) << 20;
-
   // Checks every tensor's dtype (InputError naming it), then allocates
   // bytes(spec, stage.range, ...) once and uploads: a matrix whose parts are all in packed
   // formats (whole blocks) stays packed (see DeviceMatrix); any other matrix is converted
@@ -60,8 +56,6 @@ class DeviceWeights {
   DeviceMatrix lm_head;               // [vocab, hidden]; the embedding when tied
   const float* final_norm = nullptr;  // [hidden]; null unless the stage holds the last layer
   std::vector<DeviceLayer> layers;
-  void* dequant_scratch = nullptr;    // null when no matrix is packed
-  size_t dequant_scratch_bytes = 0;
 
  private:
   void* arena_ = nullptr;

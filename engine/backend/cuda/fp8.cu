@@ -1,6 +1,6 @@
 // fp8.cu — the FP8 (e4m3 weights, f32 block / channel / tensor scales) linear-layer
-// kernels (fp8.h): a GEMV that streams the e4m3 bytes once and decodes in registers, and
-// a row-block dequantization for cuBLASLt.
+// kernels (fp8.h): a GEMV that streams the e4m3 bytes once and decodes in registers (many
+// rows go through packed_gemm.h's tiles).
 //
 // Bytes. One byte a weight plus a 4-byte scale per 128x128 block (0.02%) or per row
 // (4 / k): half of BF16. Qwen3-8B-FP8 reads ~7.6 GB a token at batch 1 (its BF16
@@ -100,26 +100,6 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_kernel(const T* __restrict_
   }
 }
 
-// One thread per 16 values of rows [row0, row0 + count): two 16-byte stores, each value
-// e4m3 * scale rounded once, as the CPU backend computes it.
-template <typename T>
-__global__ void dequantize_fp8_kernel(const uint8_t* __restrict__ q, ScaleGrid grid, int k, int64_t row0,
-                                      int64_t chunks, T* __restrict__ dst) {
-  const int64_t per_row = k / kLaneValues;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < chunks; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / per_row, c = (i - r * per_row) * kLaneValues;
-    float w[kLaneValues];
-    decode16(ld_global_nc_na_v4(q + (row0 + r) * k + c), w);
-    const float s = grid.at(row0 + r, c);
-    alignas(16) T out[kLaneValues];
-#pragma unroll
-    for (int j = 0; j < kLaneValues; ++j) out[j] = from_f32<T>(w[j] * s);
-    uint4* o = reinterpret_cast<uint4*>(dst + i * kLaneValues);
-    o[0] = reinterpret_cast<const uint4*>(out)[0];
-    o[1] = reinterpret_cast<const uint4*>(out)[1];
-  }
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 ScaleGrid grid_of(const DeviceMatrix& w, int32_t k, const char* who) {
@@ -150,19 +130,6 @@ void gemv_fp8(HalfType type, const void* x, int32_t rows, int32_t k, const Devic
     else
       launch_kernel("gemv_fp8_kernel", programmatic, gemv_fp8_kernel<T, T>, blocks, block, 0, stream, xt, rows, k,
                     q, grid, n, static_cast<T*>(y), ldy);
-  });
-}
-
-void dequantize_fp8(HalfType type, const DeviceMatrix& w, int32_t k, int64_t row0, int64_t count, void* dst,
-                    cudaStream_t stream) {
-  const ScaleGrid grid = grid_of(w, k, "dequantize_fp8");
-  SPARK_CHECK(row0 >= 0 && count > 0 && aligned16(dst), "dequantize_fp8: bad rows or destination");
-  const int64_t chunks = count * k / kLaneValues;
-  const dim3 blocks{unsigned(std::min<int64_t>(ceil_div(chunks, 256), 4096))}, block{256};
-  with_half_type(type, [&](auto tag) {
-    using T = decltype(tag);
-    launch_kernel("dequantize_fp8_kernel", false, dequantize_fp8_kernel<T>, blocks, block, 0, stream,
-                  static_cast<const uint8_t*>(w.data), grid, k, row0, chunks, static_cast<T*>(dst));
   });
 }
 

@@ -1,6 +1,6 @@
 // fp8.h — linear layers over an FP8 checkpoint's e4m3 weights kept packed on the device
-// (WeightFormat::FP8, kernel_args.h): the decode GEMV that reads the e4m3 bytes once, the
-// row-block dequantization that feeds cuBLASLt for many rows, and the upload.
+// (WeightFormat::FP8, kernel_args.h): the decode GEMV that reads the e4m3 bytes once, and
+// the upload (many rows go through packed_gemm.h).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -19,10 +19,6 @@ namespace spark::cuda {
 // Capturable; `programmatic` as for gemv (gemv.h).
 void gemv_fp8(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
               int32_t ldy, GemmOut out, cudaStream_t stream, bool programmatic = false);
-
-// dst[count, k] (row-major, `type`, 16-byte aligned) = rows [row0, row0 + count) of w.
-void dequantize_fp8(HalfType type, const DeviceMatrix& w, int32_t k, int64_t row0, int64_t count, void* dst,
-                    cudaStream_t stream);
 
 // Device bytes of the scale grid of t (an F8_E4M3 tensor with scales), and the upload of
 // its e4m3 bytes to `data` (t.nbytes) and its scales to `scales`.

@@ -13,6 +13,7 @@
 #include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/fp8.h"
+#include "engine/backend/cuda/packed_gemm.h"
 #include "engine/backend/cuda/q8_0.h"
 
 namespace spark::cuda {
@@ -201,30 +202,11 @@ void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const D
       else
         gemv_blocks(part->format, type, x, rows, k, part->data, pn, py, n, out, stream, programmatic);
     } else {
-      linear_dequantized(type, x, rows, k, *part, pn, py, n, out, stream);
+      DeviceMatrix segment = *part;
+      segment.tail = nullptr;
+      packed_gemm(type, x, rows, k, segment, pn, py, n, out, stream, programmatic);
     }
     n0 += pn;
-  }
-}
-
-void Gemm::linear_dequantized(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n,
-                              void* y, int32_t ldy, GemmOut out, cudaStream_t stream) {
-  // Row blocks of w that fit the scratch, a multiple of 16 rows (y's column blocks stay
-  // 16-byte aligned for cuBLASLt whatever the output type).
-  const int64_t fit = int64_t(dequant_scratch_bytes_ / (size_t(k) * 2)) / 16 * 16;
-  SPARK_CHECK(dequant_scratch_ && fit > 0, "Gemm::linear: a packed matrix needs a dequantization scratch of at least " +
-                                               std::to_string(size_t(k) * 32) + " bytes");
-  const size_t out_size = out == GemmOut::F32 ? 4 : 2;
-  for (int64_t n0 = 0; n0 < n; n0 += fit) {
-    const int32_t block = int32_t(std::min<int64_t>(fit, n - n0));
-    if (w.format == WeightFormat::Q8_0)
-      dequantize_q8_0(type, w, k, n0, block, dequant_scratch_, stream);
-    else if (w.format == WeightFormat::FP8)
-      dequantize_fp8(type, w, k, n0, block, dequant_scratch_, stream);
-    else
-      dequantize_blocks(w.format, type, w.data, k, n0, block, dequant_scratch_, stream);
-    cublaslt(type, x, rows, k, dequant_scratch_, block, static_cast<char*>(y) + size_t(n0) * out_size, ldy, out,
-             stream);
   }
 }
 

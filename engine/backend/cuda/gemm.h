@@ -39,19 +39,12 @@ class Gemm {
   // The same for a weight matrix in any device format (kernel_args.h). HALF: as above.
   // Packed (Q8_0, q8_0.h; Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, block_formats.h; FP8, fp8.h; k a
   // multiple of the format's block): up to kGemvMaxRows rows through the format's GEMV, which reads
-  // the packed bytes once; more rows (or path CUBLASLT) dequantize w a row block at a
-  // time into the scratch given to use_dequant_scratch and multiply each block on
-  // cuBLASLt, so no 16-bit copy of the whole matrix ever exists. A chained matrix (parts
-  // in different formats) runs part by part, each into its own columns of y.
+  // the packed bytes once; more rows (or path CUBLASLT) through packed_gemm.h, whose
+  // tensor-core tiles decode w into shared memory, so no 16-bit copy of the matrix is
+  // written. A chained matrix (parts in different formats) runs part by part, each into
+  // its own columns of y.
   void linear(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
               GemmOut out, cudaStream_t stream, GemmPath path = GemmPath::AUTO, bool programmatic = false);
-
-  // Device memory for the row blocks of packed matrices (owned by the caller, e.g. the
-  // weights' allocation); needed before a packed matrix multiplies more than 8 rows.
-  void use_dequant_scratch(void* scratch, size_t bytes) {
-    dequant_scratch_ = scratch;
-    dequant_scratch_bytes_ = bytes;
-  }
 
   // The path AUTO takes for this shape.
   GemmPath choose(int32_t rows, int32_t k, int32_t n) const;
@@ -62,17 +55,11 @@ class Gemm {
   // between y's rows (n, or more for a block of y's columns).
   const Plan& plan_for(HalfType type, int32_t rows, int32_t k, int32_t n, int32_t ldy, GemmOut out,
                        cudaStream_t stream);
-  // w's rows dequantized a row block at a time, each block multiplied on cuBLASLt into
-  // columns of y (row stride ldy).
-  void linear_dequantized(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n,
-                          void* y, int32_t ldy, GemmOut out, cudaStream_t stream);
   void cublaslt(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y, int32_t ldy,
                 GemmOut out, cudaStream_t stream);
 
   void* handle_ = nullptr;     // cublasLtHandle_t
   void* workspace_ = nullptr;  // device memory, kWorkspaceBytes
-  void* dequant_scratch_ = nullptr;
-  size_t dequant_scratch_bytes_ = 0;
   // Keyed by (type, rows, k, n, ldy, out): the algorithm and layouts differ per data type.
   std::map<std::tuple<int, int32_t, int32_t, int32_t, int32_t, int>, std::unique_ptr<Plan>> plans_;
 };

@@ -1,5 +1,5 @@
 // q8_0.cu — the Q8_0 linear-layer kernels (q8_0.h): a GEMV that streams the packed
-// weights once and dequantizes in registers, and a row-block dequantization.
+// weights once and dequantizes in registers (many rows go through packed_gemm.h).
 //
 // Bytes first. A Q8_0 row of k weights is k quant bytes plus k/32 two-byte scales:
 // 1.0625 bytes a weight, against 2 for BF16, so a decode step that reads each weight
@@ -99,24 +99,6 @@ __global__ void __launch_bounds__(kThreads) gemv_q8_0_kernel(const T* __restrict
   }
 }
 
-// One thread per 16 quants: two 16-byte stores of the 16-bit values.
-template <typename T>
-__global__ void dequantize_q8_0_kernel(const int8_t* __restrict__ qs, const f16* __restrict__ scales,
-                                       int64_t chunks, T* __restrict__ dst) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < chunks; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = i * kLaneValues;
-    const uint4 q = ld_global_nc_na_v4(qs + e);
-    const float d = to_f32(__ldg(scales + e / kBlockValues));
-    const int8_t* qb = reinterpret_cast<const int8_t*>(&q);
-    alignas(16) T out[kLaneValues];
-#pragma unroll
-    for (int j = 0; j < kLaneValues; ++j) out[j] = from_f32<T>(float(qb[j]) * d);
-    uint4* o = reinterpret_cast<uint4*>(dst + e);
-    o[0] = reinterpret_cast<const uint4*>(out)[0];
-    o[1] = reinterpret_cast<const uint4*>(out)[1];
-  }
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 void check_matrix(const DeviceMatrix& w, int32_t k, const char* who) {
@@ -167,21 +149,6 @@ void upload_q8_0(const Tensor& t, void* qs, void* scales) {
                           cudaMemcpyHostToDevice));
     release_mapped_pages(src + r0 * blocks, size_t(n * blocks) * sizeof(BlockQ8_0));  // block_formats.h, upload_bytes
   }
-}
-
-void dequantize_q8_0(HalfType type, const DeviceMatrix& w, int32_t k, int64_t row0, int64_t count, void* dst,
-                     cudaStream_t stream) {
-  check_matrix(w, k, "dequantize_q8_0");
-  SPARK_CHECK(row0 >= 0 && count > 0 && aligned16(dst), "dequantize_q8_0: bad rows or destination");
-  const int64_t chunks = count * k / kLaneValues;
-  const auto* qs = static_cast<const int8_t*>(w.data) + row0 * k;
-  const auto* scales = static_cast<const f16*>(w.scales) + row0 * (k / kBlockValues);
-  const dim3 grid{unsigned(std::min<int64_t>(ceil_div(chunks, 256), 4096))}, block{256};
-  with_half_type(type, [&](auto tag) {
-    using T = decltype(tag);
-    launch_kernel("dequantize_q8_0_kernel", false, dequantize_q8_0_kernel<T>, grid, block, 0, stream, qs, scales,
-                  chunks, static_cast<T*>(dst));
-  });
 }
 
 }  // namespace spark::cuda

@@ -1,6 +1,6 @@
 // q8_0.h — linear layers over Q8_0 weights kept packed on the device (DeviceMatrix in
-// kernel_args.h): the decode GEMV that reads the packed bytes once, and the row-block
-// dequantization that feeds cuBLASLt for many rows (Gemm::linear routes between them).
+// kernel_args.h): the decode GEMV that reads the packed bytes once (Gemm::linear routes
+// many rows to packed_gemm.h's tiles), and the upload.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -23,9 +23,5 @@ void gemv_q8_0(HalfType type, const void* x, int32_t rows, int32_t k, const Devi
 // (kernel_args.h): its quants to `qs`, its scales to `scales` (device memory), a bounded
 // chunk of rows at a time.
 void upload_q8_0(const Tensor& t, void* qs, void* scales);
-
-// dst[count, k] (row-major, `type`) = rows [row0, row0 + count) of w dequantized.
-void dequantize_q8_0(HalfType type, const DeviceMatrix& w, int32_t k, int64_t row0, int64_t count, void* dst,
-                     cudaStream_t stream);
 
 }  // namespace spark::cuda

@@ -827,7 +827,8 @@ int main() {
     part("qwen3_moe", [] { tiny_model_batch_invariance("qwen3_moe"); });
     part("llama", [] { tiny_model_split("llama", true); });
     if (emulated()) {
-      for (const char* name : {"llama", "qwen3", "qwen3_moe"}) part(name, [name] { tiny_model_device_greedy(name); });
+      for (const char* name : {"llama", "qwen3", "qwen3_moe", "qwen3_moe_separated"})
+        part(name, [name] { tiny_model_device_greedy(name); });
       // Some drivers are reported to refuse programmatic launches in graph capture; the
       // emulator can too (tests/gpu/emu/README.md), and the backend must fall back to
       // normal launches, not fail the step.

@@ -23,13 +23,13 @@
 // flight: its 64 x 32 activations by cp.async into the other shared buffer (4 KB, two
 // 16-byte copies a thread, zeros past the expert's rows) and its 64 x 32 weights as raw
 // chunks in registers (BF16 4 KB, two 16-byte loads a thread; Q8_0 and FP8 2 KB plus
-// scales, one; a K-quant chunk is its block's address, read as it is decoded), decoded into
-// shared memory at the start of step i + 1; one barrier a step.
-// Per block: 2 x (64 + 64) x 40 x 2 B = 20 KB of dynamic shared memory and ~100 registers a
-// thread, so 4 blocks an SM (GB10: ~100 KB shared, 64k registers), 32 KB in flight an SM
+// scales, one; a K-quant chunk is its block's address, read as it is decoded), decoded
+// into shared memory at the start of step i + 1; one barrier a step. Per block: 2 x (64 +
+// 64) x 40 x 2 B = 20 KB of dynamic shared memory and 80-96 registers a thread (ptxas,
+// sm_90), so 4 blocks an SM (GB10: ~100 KB shared, 64k registers), 32 KB in flight an SM
 // against the ~5 KB (GB10: 218 GB/s x ~1 us / 48 SMs) to ~23 KB (H100: ~3 TB/s / 132)
-// Little's law asks for. A 64 x 64 x 32 step is 262k FLOPs (16 mma a warp) for 8 KB
-// moved. Waves, T = 4096 on 30B-A3B (32,768 pairs, <= 640 tiles): gate/up 24 column blocks
+// Little's law asks for. A 64 x 64 x 32 step is 262k FLOPs (16 mma a warp) for 8 KB moved.
+// Waves, T = 4096 on 30B-A3B (32,768 pairs, <= 640 tiles): gate/up 24 column blocks
 // (15,360 blocks) is 80 waves of 4 blocks an SM on GB10's 48 SMs, 29 on H100's 132; down
 // 32 column blocks (20,480 blocks) 107 and 39.
 #include <algorithm>

@@ -23,6 +23,7 @@
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/model/arch.h"
+#include "engine/model/dummy.h"
 #include "engine/model/fp8_weights.h"
 #include "engine/model/memory_plan.h"
 #include "engine/model/model_loader.h"
@@ -577,6 +578,18 @@ void tiny_fp8_moe_parity(int64_t block) {
   for (bool staggered : {false, true}) logits_parity(name, m, tiny_model_prompts("qwen3_moe"), true, staggered);
 }
 
+// FP8 dummy weights (make_dummy_weights: every linear layer e4m3 with block scales, the
+// embedding, LM head and router BF16), as make gpu-check's 30B-A3B FP8 decode rows load
+// them, in the tiny Qwen3-MoE's shape with 16x16 blocks, against the CPU backend. FP16
+// (see tiny_moe_parity).
+void tiny_fp8_dummy_parity() {
+  LoadedModel m = load_model(config_for_model(tiny_model_path("qwen3_moe")));
+  m.info.spec.fp8 = true;
+  m.info.spec.fp8_block_rows = m.info.spec.fp8_block_cols = 16;
+  m.weights = make_dummy_weights(m.info.spec, full_range(m.info.spec), DType::F8_E4M3, 1);
+  logits_parity("qwen3_moe-shaped FP8 dummy (16x16 scales)", m, tiny_model_prompts("qwen3_moe"), true);
+}
+
 // A layer whose first expert has one scale and the others one a row: refused at load.
 void tiny_fp8_moe_mixed_scales() {
   const LoadedModel m = with_fp8_experts(load_model(config_for_model(tiny_model_path("qwen3_moe"))), 0, true);
@@ -817,6 +830,7 @@ int main() {
       for (bool staggered : {false, true}) part("qwen3_moe", [q8_0, staggered] { tiny_moe_parity(q8_0, staggered); });
     for (int64_t block : {16, 0}) part("qwen3_moe FP8 experts", [block] { tiny_fp8_moe_parity(block); });
     part("qwen3_moe FP8 experts, mixed scales", tiny_fp8_moe_mixed_scales);
+    part("qwen3_moe-shaped FP8 dummy", tiny_fp8_dummy_parity);
     part("llama massive activations", tiny_model_massive_activation);
     part("llama x12", [] { tiny_model_wide_batch("llama"); });
     part("llama Q8_0", tiny_q8_0_parity);

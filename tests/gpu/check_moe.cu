@@ -429,12 +429,8 @@ void batch_invariance(cudaStream_t stream) {
 constexpr const char* kQwen3_30B = "tests/golden/configs/qwen3_30b_a3b";
 constexpr double kGb10CopyGBs = 218.0;  // GB10's measured copy bandwidth (PRACTICES.md)
 
-// Qwen3-30B-A3B with every matrix in `dtype`: the device's bytes against the tensors'
-// bytes in such a file, and the bytes a batch-1 decode step reads (weight_bytes_per_token)
-// against the sum, from the tensor list, of every matrix but the embedding with each
-// expert's counted top_k / num_experts times; the projected GB10 rate from it. FP8 as
-// Qwen3-30B-A3B-FP8 stores it: 128x128 block scales (counted as f32, as the device keeps
-// them), embedding, LM head and router in BF16.
+// Qwen3-30B-A3B's spec from its config.json; FP8 as Qwen3-30B-A3B-FP8 stores it: 128x128
+// block scales (counted as f32, as the device keeps them).
 ModelSpec qwen3_30b_spec(DType dtype) {
   Config c = config_for_model(kQwen3_30B);
   c.model.load_format = "dummy";
@@ -446,13 +442,19 @@ ModelSpec qwen3_30b_spec(DType dtype) {
   return spec;
 }
 
-// The dtype a part of it is stored in (as make_dummy_weights stores it).
+// The dtype a part of it is stored in, as make_dummy_weights stores it (FP8: embedding, LM
+// head and router in BF16).
 DType stored_dtype(DType dtype, Part p) {
   if (part_is_norm(p)) return DType::F32;
   return dtype == DType::F8_E4M3 && (p == Part::EMBEDDING || p == Part::LM_HEAD || p == Part::ROUTER) ? DType::BF16
                                                                                                        : dtype;
 }
 
+// Qwen3-30B-A3B with every matrix in `dtype`: the device's bytes against the tensors'
+// bytes in such a file, and the bytes a batch-1 decode step reads (weight_bytes_per_token)
+// against the sum, from the tensor list, of every matrix but the embedding with each
+// expert's counted top_k / num_experts times; the projected GB10 rate from it. FP8 as
+// qwen3_30b_spec and stored_dtype say.
 void plan_rows(DType dtype) {
   const ModelSpec spec = qwen3_30b_spec(dtype);
   const bool fp8 = dtype == DType::F8_E4M3;

@@ -37,8 +37,13 @@ float limit_for(const TensorSpec& t) {
 
 // The dtype a tensor is stored in when the model's weights are `dtype`: block formats
 // only for matrices whose rows are whole blocks, as a GGUF file keeps them; norms and
-// biases stay f32, other matrices f16.
+// biases stay f32, other matrices f16. FP8 as FP8 checkpoints (Qwen3-*-FP8) keep it: the
+// linear layers' matrices e4m3, the embedding, LM head and router BF16, norms f32.
 DType stored_dtype(const TensorSpec& t, DType dtype) {
+  if (dtype == DType::F8_E4M3) {
+    if (part_is_norm(t.part) || t.shape.size() < 2) return DType::F32;
+    return t.part == Part::EMBEDDING || t.part == Part::LM_HEAD || t.part == Part::ROUTER ? DType::BF16 : dtype;
+  }
   if (dtype_block_elems(dtype) == 1) return dtype;
   if (part_is_norm(t.part) || t.shape.size() < 2) return DType::F32;
   return t.shape.back() % dtype_block_elems(dtype) == 0 ? dtype : DType::F16;
@@ -52,12 +57,19 @@ float dummy_uniform(uint64_t seed, const std::string& name, uint64_t index, floa
 
 Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype, uint64_t seed) {
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16 && dtype != DType::Q8_0 &&
-      dtype != DType::Q4_K)
-    throw InputError("dummy weights need dtype F32, F16, BF16, Q8_0 or Q4_K, not " + std::string(dtype_name(dtype)));
+      dtype != DType::Q4_K && dtype != DType::F8_E4M3)
+    throw InputError("dummy weights need dtype F32, F16, BF16, Q8_0, Q4_K or F8_E4M3, not " +
+                     std::string(dtype_name(dtype)));
+  if (dtype == DType::F8_E4M3 && !spec.fp8)
+    throw InputError("FP8 dummy weights need an FP8 model (quantization_config quant_method fp8)");
   std::vector<TensorSpec> need = expected_tensors(spec, range);
   std::vector<DType> dtypes;
-  std::vector<size_t> offsets, sizes;
+  std::vector<size_t> offsets, sizes, scale_offsets;  // FP8: the f32 scale grid after the bytes
   size_t total = 0;
+  auto scale_block = [&spec](const TensorSpec& t, bool cols) {  // one scale a row without block sizes
+    const int64_t b = cols ? spec.fp8_block_cols : spec.fp8_block_rows;
+    return b > 0 ? b : cols ? t.shape.back() : 1;
+  };
   for (const TensorSpec& t : need) {
     dtypes.push_back(stored_dtype(t, dtype));
     int64_t n = 1;
@@ -65,6 +77,13 @@ Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype,
     sizes.push_back(static_cast<size_t>(n / dtype_block_elems(dtypes.back()) * dtype_block_bytes(dtypes.back())));
     offsets.push_back(total);
     total += (sizes.back() + 63) / 64 * 64;  // 64-byte aligned tensors
+    scale_offsets.push_back(total);
+    if (dtypes.back() == DType::F8_E4M3) {
+      const int64_t rows = n / t.shape.back(), cols = t.shape.back();
+      const int64_t grid = (rows + scale_block(t, false) - 1) / scale_block(t, false) *
+                           ((cols + scale_block(t, true) - 1) / scale_block(t, true));
+      total += (size_t(grid) * 4 + 63) / 64 * 64;
+    }
   }
   // One allocation, owned by the registry; new[] of uint8_t leaves pages untouched
   // until the fill writes them, so the fill is the only pass over the memory.
@@ -77,7 +96,7 @@ Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype,
   Weights w;
   w.set_range(range);
   // Elements [begin, end) of one tensor; whole rows for block formats.
-  struct Job { const TensorSpec* spec; DType dtype; uint8_t* dst; uint64_t begin, end; };
+  struct Job { const TensorSpec* spec; DType dtype; uint8_t* dst; uint64_t begin, end; float* scales; int64_t band, block_cols; };
   std::vector<Job> jobs;
   for (size_t i = 0; i < need.size(); ++i) {
     Tensor t;
@@ -87,15 +106,34 @@ Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype,
     t.data = buf.get() + offsets[i];
     t.nbytes = sizes[i];
     const uint64_t row = static_cast<uint64_t>(t.cols());
-    const uint64_t chunk = std::max<uint64_t>(1 << 22, row) / row * row;
+    uint64_t chunk = std::max<uint64_t>(1 << 22, row) / row * row;
+    if (t.dtype == DType::F8_E4M3) {  // whole bands of scale blocks
+      t.scale = reinterpret_cast<const float*>(buf.get() + scale_offsets[i]);
+      t.scale_block_rows = scale_block(need[i], false);
+      t.scale_block_cols = scale_block(need[i], true);
+      const uint64_t band = uint64_t(t.scale_block_rows) * row;
+      chunk = std::max(chunk / band, uint64_t(1)) * band;
+    }
     for (uint64_t b = 0; b < static_cast<uint64_t>(t.numel()); b += chunk)
-      jobs.push_back({&need[i], dtypes[i], buf.get() + offsets[i], b, std::min<uint64_t>(b + chunk, t.numel())});
+      jobs.push_back({&need[i], dtypes[i], buf.get() + offsets[i], b, std::min<uint64_t>(b + chunk, t.numel()),
+                      reinterpret_cast<float*>(buf.get() + scale_offsets[i]), t.scale_block_rows, t.scale_block_cols});
     w.add(std::move(t));
   }
   auto fill = [&](const Job& j) {
     float limit = limit_for(*j.spec);
     uint64_t key = name_hash(seed, j.spec->name);
     auto value = [&](uint64_t k) { return limit == 0.0f ? 1.0f : uniform_from(key, k, limit); };
+    if (j.dtype == DType::F8_E4M3) {  // a band of block rows at a time: its blocks' scales need all of it
+      const int64_t cols = j.spec->shape.back(), grid_cols = (cols + j.block_cols - 1) / j.block_cols;
+      std::vector<float> band(size_t(j.band * cols));
+      for (uint64_t k = j.begin; k < j.end; k += uint64_t(j.band * cols)) {
+        const int64_t rows = std::min<int64_t>(j.band, int64_t(j.end - k) / cols);
+        for (int64_t e = 0; e < rows * cols; ++e) band[size_t(e)] = value(k + uint64_t(e));
+        const int64_t first_row = int64_t(k) / cols;
+        quantize_fp8_e4m3(band.data(), rows, cols, j.block_cols, j.dst + k, j.scales + first_row / j.band * grid_cols);
+      }
+      return;
+    }
     if (j.dtype == DType::Q8_0 || j.dtype == DType::Q4_K) {
       const int64_t cols = j.spec->shape.back();
       const uint64_t row_bytes = uint64_t(cols / dtype_block_elems(j.dtype) * dtype_block_bytes(j.dtype));

@@ -8,7 +8,9 @@
 namespace spark {
 
 // Allocates every tensor `range` needs in `dtype` (F32, F16, BF16, or Q8_0 / Q4_K for the
-// matrices whose rows are whole blocks, norms and biases then f32, as in a GGUF file) and
+// matrices whose rows are whole blocks, norms and biases then f32, as in a GGUF file; or
+// F8_E4M3 for an FP8 spec: e4m3 linear layers with f32 scales in the spec's blocks, or one
+// a row without block sizes, the embedding, LM head and router BF16, as an FP8 checkpoint) and
 // fills it with deterministic pseudo-random values: the same spec, range, dtype and seed
 // give the same bits on any machine and thread count. Scales keep activations finite and O(1) through
 // any depth: norm weights are 1, projections are uniform with standard deviation

@@ -1,4 +1,5 @@
-// quantize.cpp — f32 rows into Q8_0 and Q4_K blocks (round to nearest on each block's range).
+// quantize.cpp — f32 rows into Q8_0 and Q4_K blocks and FP8 e4m3 with block scales (round to
+// nearest on each block's range).
 #include "engine/model/quantize.h"
 
 #include <algorithm>
@@ -72,6 +73,33 @@ void quantize_q4_k(const float* x, void* dst, int64_t n) {
       }
     }
     std::memcpy(out + b, &blk, sizeof blk);
+  }
+}
+
+uint8_t f32_to_e4m3(float x) {
+  const float a = std::min(std::fabs(x), 448.0f);
+  int e = 0;
+  std::frexp(a, &e);                        // a in [2^(e-1), 2^e)
+  const int binade = std::max(e - 1, -6);   // below 2^-6 the subnormals, spaced as the first binade
+  const float quantum = std::ldexp(1.0f, binade - 3);  // 3 mantissa bits
+  const float q = std::nearbyint(a / quantum);         // ties to even: the even code
+  // q counts quanta of `binade`: subnormal codes are q, normal ones exponent field
+  // binade + 7 and mantissa q - 8 (q = 16 is the next binade's first value, the same bits).
+  const int code = a < std::ldexp(1.0f, -6) && q < 8 ? int(q) : ((binade + 7) << 3) + int(q) - 8;
+  return static_cast<uint8_t>(code | (std::signbit(x) ? 0x80 : 0));
+}
+
+void quantize_fp8_e4m3(const float* x, int64_t rows, int64_t cols, int64_t block_cols, uint8_t* q, float* scales) {
+  SPARK_CHECK(rows > 0 && cols > 0 && block_cols > 0, "quantize_fp8_e4m3: empty band or block");
+  for (int64_t b = 0; b * block_cols < cols; ++b) {
+    const int64_t c0 = b * block_cols, c1 = std::min(cols, c0 + block_cols);
+    float amax = 0.0f;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+    const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+    scales[b] = scale;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c) q[r * cols + c] = f32_to_e4m3(x[r * cols + c] / scale);
   }
 }
 

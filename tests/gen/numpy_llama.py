@@ -1,5 +1,7 @@
-"""numpy_llama.py — a float64 numpy forward pass of transformers' Llama and Qwen3 (no
-biases; Qwen3's per-head q/k RMSNorm when the weights have it), for golden logits of
+"""numpy_llama.py — a float64 numpy forward pass of transformers' Llama, Qwen3 and
+Qwen3-MoE (no biases; Qwen3's per-head q/k RMSNorm when the weights have it; a layer with
+a router `mlp.gate` runs its experts: softmax over all, top-k, renormalised when
+norm_topk_prob, lowest index first among equal scores), for golden logits of
 models whose weights only numpy can read here (GGUF K-quants through the `gguf`
 package, FP8 checkpoints). check_against_transformers() first checks it against
 transformers' own logits of the tiny f32 fixtures (tests/gen/gen_tiny_models.py), so
@@ -44,6 +46,26 @@ def rope(x, pos, inv):
     return x * np.cos(ang) + rot * np.sin(ang)
 
 
+def mlp(w, p, h):
+    g = h @ w[p + "gate_proj.weight"].T
+    return (g / (1 + np.exp(-g)) * (h @ w[p + "up_proj.weight"].T)) @ w[p + "down_proj.weight"].T
+
+
+def moe(w, c, p, h):
+    logits = h @ w[p + "mlp.gate.weight"].T
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    top = np.argsort(-probs, axis=-1, kind="stable")[:, :c.num_experts_per_tok]
+    weights = np.take_along_axis(probs, top, axis=-1)
+    if c.norm_topk_prob:
+        weights /= weights.sum(axis=-1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        for e, wt in zip(top[t], weights[t]):
+            out[t] += wt * mlp(w, f"{p}mlp.experts.{e}.", h[t:t + 1])[0]
+    return out
+
+
 def forward(w, c, tokens):
     """Logits [T, vocab] of one sequence."""
     tokens = np.asarray(tokens)
@@ -72,14 +94,14 @@ def forward(w, c, tokens):
             out[:, head] = (s / s.sum(axis=-1, keepdims=True)) @ v[:, kv]
         x = x + out.reshape(T, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
-        g = h @ w[p + "mlp.gate_proj.weight"].T
-        x = x + (g / (1 + np.exp(-g)) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        x = x + (moe(w, c, p, h) if p + "mlp.gate.weight" in w else mlp(w, p + "mlp.", h))
     x = rms_norm(x, w["model.norm.weight"], c.rms_norm_eps)
     head = w["model.embed_tokens.weight"] if c.tie_word_embeddings else w["lm_head.weight"]
     return x @ head.T
 
 
-def check_against_transformers(models=("tests/golden/models/llama", "tests/golden/models/qwen3")):
+def check_against_transformers(models=("tests/golden/models/llama", "tests/golden/models/qwen3",
+                                       "tests/golden/models/qwen3_moe")):
     for folder in models:
         with open(os.path.join(folder, "config.json")) as f:
             c = types.SimpleNamespace(**json.load(f))

@@ -8,7 +8,8 @@
 // + k experts + LM head counted from the tensor list); under the emulator, the bytes a
 // decode step of B = 1, 4, 16 tokens reads on a Qwen3-30B-A3B-shaped layer against
 // (distinct experts selected) x (one expert's bytes); on a GPU, decode tok/s of a
-// Qwen3-30B-A3B-shaped dummy model beside the device's copy bandwidth.
+// Qwen3-30B-A3B-shaped dummy model (BF16, Q8_0, Q4_K, FP8) at batch 1, 16 and 64 beside
+// the device's copy bandwidth.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -428,25 +429,36 @@ void batch_invariance(cudaStream_t stream) {
 constexpr const char* kQwen3_30B = "tests/golden/configs/qwen3_30b_a3b";
 constexpr double kGb10CopyGBs = 218.0;  // GB10's measured copy bandwidth (PRACTICES.md)
 
+// Qwen3-30B-A3B's spec from its config.json; FP8 as Qwen3-30B-A3B-FP8 stores it: 128x128
+// block scales (counted as f32, as the device keeps them).
+ModelSpec qwen3_30b_spec(DType dtype) {
+  Config c = config_for_model(kQwen3_30B);
+  c.model.load_format = "dummy";
+  ModelSpec spec = inspect_model(c).spec;
+  if (dtype == DType::F8_E4M3) {
+    spec.fp8 = true;
+    spec.fp8_block_rows = spec.fp8_block_cols = 128;
+  }
+  return spec;
+}
+
+// The dtype a part of it is stored in, as make_dummy_weights stores it (FP8: embedding, LM
+// head and router in BF16).
+DType stored_dtype(DType dtype, Part p) {
+  if (part_is_norm(p)) return DType::F32;
+  return dtype == DType::F8_E4M3 && (p == Part::EMBEDDING || p == Part::LM_HEAD || p == Part::ROUTER) ? DType::BF16
+                                                                                                       : dtype;
+}
+
 // Qwen3-30B-A3B with every matrix in `dtype`: the device's bytes against the tensors'
 // bytes in such a file, and the bytes a batch-1 decode step reads (weight_bytes_per_token)
 // against the sum, from the tensor list, of every matrix but the embedding with each
 // expert's counted top_k / num_experts times; the projected GB10 rate from it. FP8 as
-// Qwen3-30B-A3B-FP8 stores it: 128x128 block scales (counted as f32, as the device keeps
-// them), embedding, LM head and router in BF16.
+// qwen3_30b_spec and stored_dtype say.
 void plan_rows(DType dtype) {
-  Config c = config_for_model(kQwen3_30B);
-  c.model.load_format = "dummy";
-  ModelSpec spec = inspect_model(c).spec;
+  const ModelSpec spec = qwen3_30b_spec(dtype);
   const bool fp8 = dtype == DType::F8_E4M3;
-  if (fp8) {
-    spec.fp8 = true;
-    spec.fp8_block_rows = spec.fp8_block_cols = 128;
-  }
-  const auto stored_as = [dtype, fp8](Part p) {
-    if (part_is_norm(p)) return DType::F32;
-    return fp8 && (p == Part::EMBEDDING || p == Part::LM_HEAD || p == Part::ROUTER) ? DType::BF16 : dtype;
-  };
+  const auto stored_as = [dtype](Part p) { return stored_dtype(dtype, p); };
   double file_bytes = 0, active = 0;
   for (const TensorSpec& t : expected_tensors(spec, full_range(spec))) {
     int64_t elems = 1;
@@ -538,15 +550,14 @@ void bytes_table(DType expert_dtype, cudaStream_t stream) {
 #else
 // ---- benchmarks (a GPU only) --------------------------------------------------------
 
-// Decode tok/s of a Qwen3-30B-A3B-shaped model (dummy weights in `dtype`, 12 of its 48
+// Decode tok/s of a Qwen3-30B-A3B-shaped model (dummy weights in `dtype`, FP8 as
+// Qwen3-30B-A3B-FP8 keeps it (qwen3_30b_spec, stored_dtype); 12 of its 48
 // layers so that the host's dummy generation stays short; the step time is scaled by
 // 48 / 12, which counts the LM head and sampling four times: a conservative rate) at
 // batch 1, 16 and 64, context 512, beside the copy bandwidth and the batch-1 bound it
 // gives for the bytes a token reads.
 void decode_benchmark(DType dtype, double copy_gbs) {
-  Config c = config_for_model(kQwen3_30B);
-  c.model.load_format = "dummy";
-  const ModelSpec full = inspect_model(c).spec;
+  const ModelSpec full = qwen3_30b_spec(dtype);
   ModelSpec spec = full;
   spec.num_layers = 12;
   const int ctx = 512, max_seqs = 64, blocks_per_seq = 1024 / 16;
@@ -561,7 +572,7 @@ void decode_benchmark(DType dtype, double copy_gbs) {
     gpu = std::make_unique<CudaBackend>(spec, bind_stage(spec, w), o);
   }
   gpu->init_kv_cache(int64_t(max_seqs) * blocks_per_seq, 16);
-  const StoredDType stored = [dtype](Part p, int64_t) { return part_is_norm(p) ? DType::F32 : dtype; };
+  const StoredDType stored = [dtype](Part p, int64_t) { return stored_dtype(dtype, p); };
   const double per_token = double(CudaBackend::weight_bytes_per_token(full, full_range(full), stored));
   SamplingParams greedy;
   greedy.temperature = 0.0;
@@ -590,7 +601,8 @@ void decode_benchmark(DType dtype, double copy_gbs) {
     }
     std::sort(ms.begin(), ms.end());
     const double step = ms[ms.size() / 2] * double(full.num_layers) / double(spec.num_layers);
-    info(kCheck, std::string("30B-A3B ") + std::string(dtype_name(dtype)) + " decode b=" + std::to_string(B),
+    const std::string format = dtype == DType::F8_E4M3 ? "FP8 128x128" : std::string(dtype_name(dtype));
+    info(kCheck, "30B-A3B " + format + " decode b=" + std::to_string(B),
          fmt("%.0f tok/s", B / (step * 1e-3)) + fmt(" (%.2f ms/step, 48 layers)", step),
          fmt("copy %.0f GB/s; b=1 bound ", copy_gbs) + fmt("%.0f tok/s", copy_gbs * 1e9 / per_token));
   }
@@ -632,7 +644,7 @@ void run() {
 #else
   const double copy_gbs = copy_bandwidth_gbs();
   info(kCheck, "device copy bandwidth (read+write)", fmt("%.0f GB/s", copy_gbs), "2 GiB cudaMemcpy D2D");
-  for (DType dtype : {DType::BF16, DType::Q8_0, DType::Q4_K}) decode_benchmark(dtype, copy_gbs);
+  for (DType dtype : {DType::BF16, DType::Q8_0, DType::Q4_K, DType::F8_E4M3}) decode_benchmark(dtype, copy_gbs);
 #endif
   CUDA_CHECK(cudaStreamDestroy(stream));
 }

@@ -71,6 +71,7 @@ def test_gguf_moe_well_formed_is_accepted(tmp_path):
     (16, {}, ["expert_count) = 16", "experts.8."]),  # the stacked tensors hold 8
     (4, {}, ["expert_count) = 4", "experts.4."]),
     (None, {"num_experts_per_tok": 9}, ["expert_used_count"]),  # top-k above the expert count
+    (None, {"moe_intermediate_size": 16}, ["expert_feed_forward_length) = 16"]),  # the tensors' rows are 32
 ])
 def test_gguf_moe_metadata_disagreeing_with_the_tensors(tmp_path, expert_count, config, fields):
     refused(gguf_moe(tmp_path, expert_count, **config), *fields)

@@ -230,6 +230,33 @@ TEST_CASE("weights: dummy weights are deterministic, scaled, and need no weight 
   CHECK(stage_weight_bytes(info, {0, 1}) == d.total_bytes());
 }
 
+TEST_CASE("weights: FP8 dummy weights are e4m3 with block scales, as an FP8 checkpoint keeps them") {
+  ModelSpec s = inspect(golden_dir() + "/" + golden()["models"][3]["hf_folder"].get<std::string>(), "dummy").spec;
+  CHECK_INPUT_ERROR(make_dummy_weights(s, {0, 2}, DType::F8_E4M3), "need an FP8 model");
+  s.fp8 = true;
+  s.fp8_block_rows = 32;
+  s.fp8_block_cols = 48;  // rows of 64: a whole block and a partial one
+  const Weights w = make_dummy_weights(s, {0, 2}, DType::F8_E4M3, 7);
+  const std::string name = "model.layers.1.self_attn.q_proj.weight";
+  const Tensor& q = w.get(name);
+  REQUIRE(q.dtype == DType::F8_E4M3);
+  CHECK((q.scale_block_rows == 32 && q.scale_block_cols == 48));
+  const float limit = std::sqrt(3.0f) / std::sqrt(float(q.cols()));
+  std::vector<float> row(size_t(q.cols()));
+  for (int64_t r = 0; r < q.rows(); ++r) {
+    dequantize_tensor_row(q, r, row.data());
+    for (int64_t c = 0; c < q.cols(); ++c) {
+      const float want = dummy_uniform(7, name, uint64_t(r * q.cols() + c), limit);
+      REQUIRE(std::fabs(row[size_t(c)] - want) <= std::fabs(want) / 16 + limit / 448 * std::ldexp(1.0f, -10));
+    }
+  }
+  CHECK(w.get("model.embed_tokens.weight").dtype == DType::BF16);
+  CHECK(w.get("model.layers.0.input_layernorm.weight").dtype == DType::F32);
+  s.fp8_block_rows = s.fp8_block_cols = 0;  // one scale a row
+  const Weights rows = make_dummy_weights(s, {0, 2}, DType::F8_E4M3, 7);
+  CHECK((rows.get(name).scale_block_rows == 1 && rows.get(name).scale_block_cols == q.cols()));
+}
+
 TEST_CASE("model loader: paths and formats are checked") {
   CHECK_INPUT_ERROR(inspect(""), "model.path is not set");
   CHECK_INPUT_ERROR(inspect("/nonexistent/model.gguf"), "does not exist");

@@ -3,12 +3,14 @@
 // dummy weights.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <vector>
 
+#include "engine/model/fp8_weights.h"
 #include "engine/model/gguf.h"
 #include "engine/model/quant.h"
 #include "engine/model/quantize.h"
@@ -159,3 +161,43 @@ TEST_CASE("quant: Q8_0 and Q4_K quantization round-trips within each block's ste
   }
   for (size_t k = 768; k < 800; ++k) CHECK(y[k] == 0.0f);
 }
+
+TEST_CASE("quant: f32 to e4m3 takes the nearest code, ties to the even one, saturating at 448") {
+  for (int c = 0; c < 0x7F; ++c) {  // every finite code, both signs
+    const float v = fp8_e4m3_to_f32(uint8_t(c));
+    REQUIRE(f32_to_e4m3(v) == c);
+    REQUIRE(f32_to_e4m3(-v) == (c | 0x80));
+    if (c + 1 < 0x7F) {
+      const float next = fp8_e4m3_to_f32(uint8_t(c + 1)), mid = (v + next) / 2;
+      REQUIRE(f32_to_e4m3(mid) == (c % 2 ? c + 1 : c));
+      REQUIRE(f32_to_e4m3(std::nextafter(mid, 0.0f)) == c);
+      REQUIRE(f32_to_e4m3(std::nextafter(mid, 1e9f)) == c + 1);
+    }
+  }
+  CHECK(f32_to_e4m3(500.0f) == 0x7E);
+  CHECK(f32_to_e4m3(-1e30f) == 0xFE);
+  CHECK(f32_to_e4m3(std::ldexp(1.0f, -10)) == 0x00);  // half the least subnormal: to the even code, zero
+
+  // A band of 3 rows in blocks of 16 columns (the last block 8 wide): each block's scale
+  // maps its max |x| to 448, and every value comes back within half a step of its code.
+  const int64_t rows = 3, cols = 40, block = 16;
+  std::vector<float> x(size_t(rows * cols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.7f) * float(1 + i % 5);
+  for (int64_t r = 0; r < rows; ++r) std::fill(x.begin() + r * cols + 16, x.begin() + r * cols + 32, 0.0f);
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> scales(3);
+  quantize_fp8_e4m3(x.data(), rows, cols, block, q.data(), scales.data());
+  CHECK(scales[1] == 1.0f);  // an all-zero block
+  for (int64_t b = 0; b < 3; ++b) {
+    float amax = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = b * block; c < std::min(cols, (b + 1) * block); ++c) amax = std::max(amax, std::fabs(x[size_t(r * cols + c)]));
+    if (amax > 0) CHECK(scales[size_t(b)] == amax / 448.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = b * block; c < std::min(cols, (b + 1) * block); ++c) {
+        const float v = x[size_t(r * cols + c)], got = fp8_e4m3_to_f32(q[size_t(r * cols + c)]) * scales[size_t(b)];
+        REQUIRE(std::fabs(got - v) <= std::fabs(v) / 16 + scales[size_t(b)] * std::ldexp(1.0f, -10));
+      }
+  }
+}
+

@@ -19,9 +19,19 @@
 // 64 weight rows are 32 gate rows and the same 32 up rows, so each thread holds gate and
 // up of the same outputs and writes silu(gate) x up directly. Each weight byte is read
 // once per tile of its expert; activation tiles are re-read from L2 by every column block.
-// A 64 x 64 x 32 step moves 8 KB into shared memory for 262k FLOPs: at 4 warps a block,
-// several blocks an SM, the loads of one block overlap the mma of another (no cp.async
-// pipeline yet: a double buffer is the next step when a GPU measures the gap).
+// Pipeline: two stages. While the warps multiply step i's tiles, step i + 1's are in
+// flight: its 64 x 32 activations by cp.async into the other shared buffer (4 KB, two
+// 16-byte copies a thread, zeros past the expert's rows) and its 64 x 32 weights as raw
+// chunks in registers (BF16 4 KB, two 16-byte loads a thread; Q8_0 and FP8 2 KB plus
+// scales, one; a K-quant chunk is its block's address, read as it is decoded), decoded
+// into shared memory at the start of step i + 1; one barrier a step. Per block: 2 x (64 +
+// 64) x 40 x 2 B = 20 KB of dynamic shared memory and 80-96 registers a thread (ptxas,
+// sm_90), so 4 blocks an SM (GB10: ~100 KB shared, 64k registers), 32 KB in flight an SM
+// against the ~5 KB (GB10: 218 GB/s x ~1 us / 48 SMs) to ~23 KB (H100: ~3 TB/s / 132)
+// Little's law asks for. A 64 x 64 x 32 step is 262k FLOPs (16 mma a warp) for 8 KB moved.
+// Waves, T = 4096 on 30B-A3B (32,768 pairs, <= 640 tiles): gate/up 24 column blocks
+// (15,360 blocks) is 80 waves of 4 blocks an SM on GB10's 48 SMs, 29 on H100's 132; down
+// 32 column blocks (20,480 blocks) 107 and 39.
 #include <algorithm>
 
 #include "engine/backend/cuda/common.cuh"
@@ -37,6 +47,13 @@ constexpr int kBM = kMoeTileRows;  // grouped rows a tile
 constexpr int kBN = 64;            // weight rows a tile
 constexpr int kBK = 32;
 constexpr int kStride = kBK + 8;   // shared row stride in elements: 80 bytes, so the 8 rows a warp reads spread over banks
+
+// The two stages of shared tiles: activations and weights in the compute type.
+template <typename T>
+struct GemmTiles {
+  T a[2][kBM][kStride];
+  T b[2][kBN][kStride];
+};
 
 // The tile's expert: the last e with tile_offsets[e] <= tile (an expert without rows has
 // the same offset as the next one, so the last such e has rows).
@@ -56,8 +73,10 @@ template <typename T, typename R, bool kGateUp>
 __global__ void __launch_bounds__(kThreads)
     expert_gemm_kernel(R w, ExpertShape s, MoeGroups g, const T* __restrict__ a, void* __restrict__ out) {
   constexpr int V = R::kValues;
-  alignas(16) __shared__ T as[kBM][kStride];
-  alignas(16) __shared__ T bs[kBN][kStride];
+  constexpr int kChunks = (kBN * kBK / V + kThreads - 1) / kThreads;  // weight chunks a thread loads a k step
+  extern __shared__ __align__(16) uint8_t smem[];  // GemmTiles<T>: dynamic, as cp.async writes it
+  auto& as = reinterpret_cast<GemmTiles<T>*>(smem)->a;
+  auto& bs = reinterpret_cast<GemmTiles<T>*>(smem)->b;
   __shared__ int a_row[kBM];  // the row of `a` each tile row reads; -1 past the expert's rows
   wait_then_allow_next_kernel();
   const int tile = blockIdx.y;
@@ -79,22 +98,33 @@ __global__ void __launch_bounds__(kThreads)
     a_row[m] = m < m_rows ? (kGateUp ? g.row_token[first + m] : first + m) : -1;
   __syncthreads();
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int gq = lane >> 2, t = lane & 3;
-  float acc[kBN / 8][4] = {};
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int k0 = 0; k0 < k; k0 += kBK) {
+  // The k step's activation tile goes to shared memory by cp.async (zeros past the
+  // expert's rows); its weight chunks into registers (`raw`), decoded into shared memory at
+  // the start of the step that uses them. Both are issued a step ahead, so they are in
+  // flight while the previous step's tiles are multiplied.
+  typename R::Chunk raw[kChunks] = {};
+  auto issue = [&](int k0, int buf) {
     for (int idx = threadIdx.x; idx < kBM * kBK / 8; idx += kThreads) {
       const int m = idx / (kBK / 8), c = idx % (kBK / 8) * 8;
       const int src = a_row[m];
-      *reinterpret_cast<uint4*>(&as[m][c]) =
-          src >= 0 ? __ldg(reinterpret_cast<const uint4*>(a + int64_t(src) * k + k0 + c)) : zero;
+      cp_async16(smem_u32(&as[buf][m][c]), src >= 0 ? a + int64_t(src) * k + k0 + c : a, src >= 0);
     }
-    for (int idx = threadIdx.x; idx < kBN * kBK / V; idx += kThreads) {
-      const int n = idx / (kBK / V), c = idx % (kBK / V) * V;
+    cp_async_commit();
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int idx = threadIdx.x + i * kThreads, n = idx / (kBK / V), c = idx % (kBK / V) * V;
+      int64_t r = 0;
+      if (idx < kBN * kBK / V && weight_row(n, r)) raw[i] = w.load(r, k0 + c);
+    }
+  };
+  auto stage_weights = [&](int k0, int buf) {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int idx = threadIdx.x + i * kThreads, n = idx / (kBK / V), c = idx % (kBK / V) * V;
+      if (idx >= kBN * kBK / V) continue;
       int64_t r = 0;
       float wv[V];
-      if (weight_row(n, r)) w.decode(w.load(r, k0 + c), r, k0 + c, wv);
+      if (weight_row(n, r)) w.decode(raw[i], r, k0 + c, wv);
       else
 #pragma unroll
         for (int v = 0; v < V; ++v) wv[v] = 0.0f;
@@ -103,21 +133,32 @@ __global__ void __launch_bounds__(kThreads)
         float part[8];
 #pragma unroll
         for (int v = 0; v < 8; ++v) part[v] = wv[h * 8 + v];
-        store8(&bs[n][c + h * 8], part);
+        store8(&bs[buf][n][c + h * 8], part);
       }
     }
-    __syncthreads();
+  };
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gq = lane >> 2, t = lane & 3;
+  float acc[kBN / 8][4] = {};
+  issue(0, 0);
+  for (int k0 = 0, buf = 0; k0 < k; k0 += kBK, buf ^= 1) {
+    // bs[buf] and as[buf] were last read two steps ago, before the barrier of the last step.
+    stage_weights(k0, buf);
+    cp_async_wait<0>();
+    __syncthreads();  // this step's tiles are in shared memory; every warp is done with the last step's
+    if (k0 + kBK < k) issue(k0 + kBK, buf ^ 1);
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       const int m0 = warp * 16 + gq;
       auto pair = [](const T* p) { return *reinterpret_cast<const uint32_t*>(p); };
-      const uint32_t a0 = pair(&as[m0][kk + 2 * t]), a1 = pair(&as[m0 + 8][kk + 2 * t]);
-      const uint32_t a2 = pair(&as[m0][kk + 2 * t + 8]), a3 = pair(&as[m0 + 8][kk + 2 * t + 8]);
+      const uint32_t a0 = pair(&as[buf][m0][kk + 2 * t]), a1 = pair(&as[buf][m0 + 8][kk + 2 * t]);
+      const uint32_t a2 = pair(&as[buf][m0][kk + 2 * t + 8]), a3 = pair(&as[buf][m0 + 8][kk + 2 * t + 8]);
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
-        mma_16816<T>(acc[j], a0, a1, a2, a3, pair(&bs[j * 8 + gq][kk + 2 * t]), pair(&bs[j * 8 + gq][kk + 2 * t + 8]));
+        mma_16816<T>(acc[j], a0, a1, a2, a3, pair(&bs[buf][j * 8 + gq][kk + 2 * t]),
+                     pair(&bs[buf][j * 8 + gq][kk + 2 * t + 8]));
     }
-    __syncthreads();
   }
 
   // Thread (gq, t) holds rows warp*16 + gq (acc[.][0..1]) and + 8 (acc[.][2..3]), columns j*8 + 2t, +1.
@@ -163,7 +204,7 @@ void launch(HalfType type, const ExpertShape& s, const DeviceMatrix& w, const Mo
     const int32_t matrix_rows = kGateUp ? s.inter : s.hidden, k = kGateUp ? s.hidden : s.inter;
     with_weight_reader<T>(w, matrix_rows, k, [&](auto reader) {
       launch_kernel(kGateUp ? "expert_gemm_kernel<gate_up>" : "expert_gemm_kernel<down>", programmatic,
-                    expert_gemm_kernel<T, decltype(reader), kGateUp>, grid, dim3(kThreads), 0, stream, reader, s, g,
+                    expert_gemm_kernel<T, decltype(reader), kGateUp>, grid, dim3(kThreads), sizeof(GemmTiles<T>), stream, reader, s, g,
                     static_cast<const T*>(a), out);
     });
   });

@@ -25,7 +25,7 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/common.cuh"
-#include "engine/backend/cuda/moe_experts.h"
+#include "engine/backend/cuda/moe_activation.cuh"
 #include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/weight_readers.cuh"
 
@@ -54,7 +54,8 @@ __device__ __forceinline__ int tile_expert(const MoeGroups& g, int experts, int 
 // Else:    a = act [pairs, inter],                      out = y [pairs, hidden] (f32).
 template <typename T, typename R, bool kGateUp>
 __global__ void __launch_bounds__(kThreads)
-    expert_gemm_kernel(R w, ExpertShape s, MoeGroups g, const T* __restrict__ a, void* __restrict__ out) {
+    expert_gemm_kernel(R w, ExpertShape s, ExpertExtras ex, MoeGroups g, const T* __restrict__ a,
+                       void* __restrict__ out) {
   constexpr int V = R::kValues;
   alignas(16) __shared__ T as[kBM][kStride];
   alignas(16) __shared__ T bs[kBN][kStride];
@@ -134,7 +135,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int c = 0; c < 2; ++c) {
           const int col = col0 + j * 8 + 2 * t + c;
           const float gate = acc[j][half * 2 + c], up = acc[j + kBN / 16][half * 2 + c];
-          if (col < n_out) act[row * n_out + col] = from_f32<T>(gate / (1.0f + expf(-gate)) * up);
+          const int64_t gate_r = int64_t(e) * 2 * s.inter + col;
+          if (col < n_out) act[row * n_out + col] = from_f32<T>(expert_swiglu(ex, gate_r, gate_r + s.inter, gate, up));
         }
     } else {
       float* y = static_cast<float*>(out);
@@ -143,14 +145,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int col = col0 + j * 8 + 2 * t + c;
-          if (col < n_out) y[row * n_out + col] = acc[j][half * 2 + c];
+          if (col < n_out) y[row * n_out + col] = expert_down_out(ex, int64_t(e) * s.hidden + col, acc[j][half * 2 + c]);
         }
     }
   }
 }
 
 template <bool kGateUp>
-void launch(HalfType type, const ExpertShape& s, const DeviceMatrix& w, const MoeGroups& g, const void* a,
+void launch(HalfType type, const ExpertShape& s, const ExpertWeights& ew, const MoeGroups& g, const void* a,
             int32_t max_pairs, void* out, cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(s.experts >= 1 && s.experts <= kMoeMaxExperts && s.hidden > 0 && s.inter > 0 && s.hidden % 32 == 0 &&
                   s.inter % 32 == 0 && max_pairs >= 1,
@@ -161,9 +163,9 @@ void launch(HalfType type, const ExpertShape& s, const DeviceMatrix& w, const Mo
   with_half_type(type, [&](auto tag) {
     using T = decltype(tag);
     const int32_t matrix_rows = kGateUp ? s.inter : s.hidden, k = kGateUp ? s.hidden : s.inter;
-    with_weight_reader<T>(w, matrix_rows, k, [&](auto reader) {
+    with_weight_reader<T>(kGateUp ? ew.gate_up : ew.down, matrix_rows, k, [&](auto reader) {
       launch_kernel(kGateUp ? "expert_gemm_kernel<gate_up>" : "expert_gemm_kernel<down>", programmatic,
-                    expert_gemm_kernel<T, decltype(reader), kGateUp>, grid, dim3(kThreads), 0, stream, reader, s, g,
+                    expert_gemm_kernel<T, decltype(reader), kGateUp>, grid, dim3(kThreads), 0, stream, reader, s, ew.extras, g,
                     static_cast<const T*>(a), out);
     });
   });
@@ -173,12 +175,12 @@ void launch(HalfType type, const ExpertShape& s, const DeviceMatrix& w, const Mo
 
 void moe_gate_up_gemm(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
                       const void* x, int32_t max_pairs, void* act, cudaStream_t stream, bool programmatic) {
-  launch<true>(type, s, w.gate_up, g, x, max_pairs, act, stream, programmatic);
+  launch<true>(type, s, w, g, x, max_pairs, act, stream, programmatic);
 }
 
 void moe_down_gemm(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
                    const void* act, int32_t max_pairs, float* y, cudaStream_t stream, bool programmatic) {
-  launch<false>(type, s, w.down, g, act, max_pairs, y, stream, programmatic);
+  launch<false>(type, s, w, g, act, max_pairs, y, stream, programmatic);
 }
 
 }  // namespace spark::cuda

@@ -30,7 +30,7 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/common.cuh"
-#include "engine/backend/cuda/moe_experts.h"
+#include "engine/backend/cuda/moe_activation.cuh"
 #include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/weight_readers.cuh"
 
@@ -60,7 +60,8 @@ __device__ __forceinline__ int active_expert(const MoeGroups& g, int experts, in
 
 template <typename T, typename R>
 __global__ void __launch_bounds__(kThreads)
-    gate_up_gemv_kernel(R w, ExpertShape s, MoeGroups g, const T* __restrict__ x, T* __restrict__ act) {
+    gate_up_gemv_kernel(R w, ExpertShape s, ExpertExtras ex, MoeGroups g, const T* __restrict__ x,
+                        T* __restrict__ act) {
   constexpr int V = R::kValues;
   wait_then_allow_next_kernel();
   const int lane = threadIdx.x & 31;
@@ -98,7 +99,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kTokens; ++j) {
       if (j < nb) {
         const float gate = warp_sum(ag[j]), up = warp_sum(au[j]);
-        if (lane == 0) act[int64_t(row0 + b0 + j) * s.inter + i] = from_f32<T>(gate / (1.0f + expf(-gate)) * up);
+        if (lane == 0) act[int64_t(row0 + b0 + j) * s.inter + i] = from_f32<T>(expert_swiglu(ex, gate_r, up_r, gate, up));
       }
     }
   }
@@ -106,7 +107,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, typename R>
 __global__ void __launch_bounds__(kThreads)
-    down_gemv_kernel(R w, ExpertShape s, MoeGroups g, const T* __restrict__ act, float* __restrict__ y) {
+    down_gemv_kernel(R w, ExpertShape s, ExpertExtras ex, MoeGroups g, const T* __restrict__ act,
+                     float* __restrict__ y) {
   constexpr int V = R::kValues;
   wait_then_allow_next_kernel();
   const int lane = threadIdx.x & 31;
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kTokens; ++j) {
       if (j < nb) {
         const float sum = warp_sum(acc[j]);
-        if (lane == 0) y[int64_t(row0 + b0 + j) * s.hidden + n] = sum;
+        if (lane == 0) y[int64_t(row0 + b0 + j) * s.hidden + n] = expert_down_out(ex, r, sum);
       }
     }
   }
@@ -182,7 +184,7 @@ void moe_gate_up_gemv(HalfType type, const ExpertShape& s, const ExpertWeights& 
     using T = decltype(tag);
     with_weight_reader<T>(w.gate_up, s.inter, s.hidden, [&](auto reader) {
       launch_kernel("gate_up_gemv_kernel", programmatic, gate_up_gemv_kernel<T, decltype(reader)>,
-                    expert_grid(s.inter, s, max_pairs), dim3(kThreads), 0, stream, reader, s, g,
+                    expert_grid(s.inter, s, max_pairs), dim3(kThreads), 0, stream, reader, s, w.extras, g,
                     static_cast<const T*>(x), static_cast<T*>(act));
     });
   });
@@ -195,7 +197,7 @@ void moe_down_gemv(HalfType type, const ExpertShape& s, const ExpertWeights& w, 
     using T = decltype(tag);
     with_weight_reader<T>(w.down, s.hidden, s.inter, [&](auto reader) {
       launch_kernel("down_gemv_kernel", programmatic, down_gemv_kernel<T, decltype(reader)>,
-                    expert_grid(s.hidden, s, max_pairs), dim3(kThreads), 0, stream, reader, s, g,
+                    expert_grid(s.hidden, s, max_pairs), dim3(kThreads), 0, stream, reader, s, w.extras, g,
                     static_cast<const T*>(act), y);
     });
   });

@@ -65,7 +65,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
   const int head0 = kvh * group + (blockIdx.y % p.head_chunks) * NG;
   const int nh = min(NG, (kvh + 1) * group - head0);  // heads of this CTA that exist
   const int64_t row_off = int64_t(p.query_start[seq]) * p.num_heads * D;
-  const DecodeSplit split = decode_split(ctx, p.parts_cap);
+  // The partitions split the tokens the row sees: [first, ctx) (a sliding window's only).
+  const int first = window_start(ctx, p.window);
+  const DecodeSplit split = decode_split(ctx - first, p.parts_cap);
   const int part = blockIdx.z;
   if (split.parts == 0) {  // empty context (graph padding): the output is zeros
     if (part == 0)
@@ -74,7 +76,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
     return;
   }
   if (part >= split.parts) return;
-  const int t_begin = part * split.len;
+  const int t_begin = first + part * split.len;
   const int t_end = min(ctx, t_begin + split.len);
 
   // q pre-scaled by scale * log2(e): logits come out in the exp2 domain.
@@ -242,7 +244,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
 #pragma unroll
     for (int w = 0; w < NW; ++w) s += s_red[w][h][d];
     if (single)
-      static_cast<T*>(p.out)[row_off + int64_t(head0 + h) * D + d] = from_f32<T>(s / s_l[h]);
+      static_cast<T*>(p.out)[row_off + int64_t(head0 + h) * D + d] =
+          from_f32<T>(s * softmax_normaliser(s_m[h], s_l[h], p.sinks, head0 + h));
     else
       p.part_acc[(part_base + int64_t(h) * p.parts_cap) * D + d] = s;
   }
@@ -262,7 +265,8 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams 
   wait_then_allow_next_kernel();
   const int slot_i = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
   const int seq = p.seq_list ? p.seq_list[slot_i] : slot_i;
-  const DecodeSplit split = decode_split(p.context_lens[seq], p.parts_cap);
+  const int ctx = p.context_lens[seq];
+  const DecodeSplit split = decode_split(ctx - window_start(ctx, p.window), p.parts_cap);
   if (split.parts <= 1) return;
   const int64_t base = (int64_t(slot_i) * p.num_heads + head) * p.parts_cap;
   if (tid < 32) {
@@ -276,7 +280,7 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams 
       l += w * p.part_l[base + i];
     }
     l = warp_sum(l);
-    if (tid == 0) s_inv = 1.0f / l;
+    if (tid == 0) s_inv = softmax_normaliser(m, l, p.sinks, head);
   }
   __syncthreads();
   const int D = p.head_dim;

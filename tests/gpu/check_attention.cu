@@ -642,6 +642,7 @@ void run_all() {
       {"sliding mixed", 4, 2, 16, KvDtype::BF16, 8, {{40, 100}, {1, 30}, {3, 3}}, HalfType::BF16, 1, true},
       {"sliding mixed", 4, 2, 32, KvDtype::F16, 16, mixed_b, HalfType::F16, 128, true},
       {"sinks prefill T=200", 4, 2, 32, KvDtype::BF16, 16, {{200, 200}}, HalfType::BF16, 0, true},
+      {"sliding prefill T=300", 8, 8, 256, KvDtype::BF16, 16, {{300, 300}}, HalfType::BF16, 128, true},  // Q in shared
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {

@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
     __syncthreads();
     const uint32_t sk = sK0 + b * Cfg::tile_bytes, sv = sV0 + b * Cfg::tile_bytes;
     if constexpr (Cfg::kQInRegs) {
-      if (jt == 0) {
+      if (jt == jt0) {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) ldsm_x4(sQ + swz<CH>(q_r, 2 * ks + q_c), qf[ks]);
       }

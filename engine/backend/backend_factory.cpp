@@ -84,10 +84,11 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
   const bool fp8 = c.engine.kv_cache_dtype == "fp8";
   f.kv_dtype = fp8 ? "fp8" : compute_dtype_name(c, s, backend);
 #if SPARKD_CUDA
-  // Weights as the device keeps them: GGUF block and FP8 matrices packed, the rest in the
-  // 16-bit type.
-  const StoredDType stored = [&info](Part part, int64_t layer) {
-    if (info.format == ModelFormat::DUMMY) return info.weight_dtype;
+  // Weights as the device keeps them: GGUF block, FP8 and MXFP4 expert matrices packed,
+  // the rest in the 16-bit type. A dummy is planned as its checkpoint would store it.
+  const StoredDType stored = [&info, &s](Part part, int64_t layer) {
+    const bool expert_matrix = part == Part::EXPERT_GATE || part == Part::EXPERT_UP || part == Part::EXPERT_DOWN;
+    if (info.format == ModelFormat::DUMMY) return s.mxfp4_experts && expert_matrix ? DType::MXFP4 : info.weight_dtype;
     return info.tensors.at(tensor_name(part, layer, part_is_per_expert(part) ? 0 : -1)).dtype;  // expert 0 for all
   };
   f.weight_bytes = CudaBackend::weight_bytes(s, range, stored);
@@ -107,11 +108,6 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
 
 std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spec, const StageWeights& stage) {
   const std::string backend = resolve_backend(config);
-  if (backend == "cuda" && spec.arch == Arch::GPT_OSS)
-    throw InputError("the CUDA backend does not run gpt-oss yet (attention sinks, sliding-window layers, MXFP4 "
-                     "experts); set engine.backend = \"cpu\"");
-  if (backend == "cuda" && spec.rope_scaling.type == "yarn")
-    throw InputError("the CUDA backend does not apply YaRN rope scaling yet; set engine.backend = \"cpu\"");
 #if SPARKD_CUDA
   if (backend == "cuda") return std::make_unique<CudaBackend>(spec, stage, cuda_options(config, spec));
 #endif

@@ -75,16 +75,7 @@ DevicePreset parse_device(const std::string& arg) {
 std::string device_plan_report(const Config& config, const StagePlan& stage, const DevicePreset& device, bool& fits) {
   const MemoryBudget budget{uint64_t(device.available_gib * double(1ull << 30)), device.name + " (" + device.about + ")"};
   const FileBytes file = file_bytes(stage);
-  StageFootprint footprint = stage_footprint(config, stage.info, stage.range, "cuda");
-  // The CUDA backend refuses gpt-oss (make_backend says why), and has no MXFP4 device
-  // format, so its own count would expand the experts to 16 bits. The plan takes the
-  // weights as the checkpoint stores them instead, as a device path that decodes MXFP4
-  // in registers would keep them; KV and workspace as the CUDA backend sizes them.
-  const bool checkpoint_bytes = stage.info.spec.arch == Arch::GPT_OSS;
-  if (checkpoint_bytes) {
-    footprint.weight_bytes = uint64_t(file.total);
-    footprint.weight_bytes_per_token = uint64_t(file.read_per_token);
-  }
+  const StageFootprint footprint = stage_footprint(config, stage.info, stage.range, "cuda");
   const MemoryPlan plan = plan_memory(stage.info.spec, stage.range, footprint, config, budget);
   fits = plan.fits;
   const double device_weights = double(plan.weight_bytes);
@@ -95,9 +86,6 @@ std::string device_plan_report(const Config& config, const StagePlan& stage, con
   std::ostringstream o;
   o << "device plan (" << device.name << ", a projection: no GPU is used)\n";
   o << "  device           " << device.about << "\n";
-  if (checkpoint_bytes)
-    o << "  note             the CUDA backend does not run gpt-oss yet (attention sinks, sliding-window layers, MXFP4 "
-         "experts): weights are counted as the checkpoint stores them (MXFP4 experts: 17 bytes per 32 values)\n";
   o << "  weights          " << format_bytes(uint64_t(device_weights)) << " on the device";
   if (file.total > 0) {
     char r[96];

@@ -1,7 +1,9 @@
 // check_attention.cu — checks the CUDA attention kernels (prefill tiles, split-K decode,
 // mixed steps, a replayed decode graph; BF16 and F16 compute with caches in the compute
-// type or FP8; head_dim 16 to 256) against cpu::attention on shuffled block tables, and
-// times decode and prefill at the Llama-3.1-8B shape.
+// type or FP8; head_dim 16 to 256; gpt-oss's sliding windows and sink logits, with the
+// blocks wholly before a window poisoned so that reading one shows) against
+// cpu::attention on shuffled block tables, and times decode and prefill at the
+// Llama-3.1-8B shape.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -44,6 +46,8 @@ struct Case {
   int block_size;
   std::vector<Seq> seqs;
   HalfType compute = HalfType::BF16;  // q, out; the cache too unless FP8
+  int window = 0;                     // gpt-oss: a sliding window (AttentionExtras)
+  bool sinks = false;                 // gpt-oss: a sink logit a head
 };
 
 std::string dtype_name(KvDtype d, HalfType compute = HalfType::BF16) {
@@ -237,18 +241,51 @@ cuda::AttentionShape shape_for(const Case& c, const Batch& b) {
 }
 
 std::vector<float> cpu_attention(const Case& c, const HostBatch& hb, const cpu::KvGeometry& g,
-                                 const std::vector<float>& q, const cpu::LayerKv& kv) {
+                                 const std::vector<float>& q, const cpu::LayerKv& kv,
+                                 const cpu::AttentionExtras& extras = {}) {
   std::vector<float> out(q.size());
-  cpu::attention(pool(), hb.batch, g, c.heads, q.data(), kv, out.data());
+  cpu::attention(pool(), hb.batch, g, c.heads, q.data(), kv, out.data(), extras);
   return out;
 }
 
+// Points every block-table entry wholly before the window of its sequence's first row at
+// one extra block (returned), whose K and V poison_block fills with NaN: a kernel that
+// reads any of them turns its output NaN. *hidden: how many entries.
+int32_t hide_blocks_before_window(HostBatch& hb, int window, int bs, int* hidden) {
+  Batch& b = hb.batch;
+  const int32_t poison = int32_t(hb.num_blocks++);
+  *hidden = 0;
+  for (int s = 0; s < b.num_seqs(); ++s) {
+    const int rows = b.query_start[size_t(s) + 1] - b.query_start[size_t(s)];
+    const int first_visible = b.context_lens[size_t(s)] - rows + 1;
+    const int start = first_visible > window ? first_visible - window : 0;
+    for (int k = 0; k < start / bs; ++k, ++*hidden) b.block_tables[size_t(s) * b.max_blocks_per_seq + size_t(k)] = poison;
+  }
+  return poison;
+}
+
+void poison_block(Caches& c, int32_t block) {
+  const int64_t floats = int64_t(c.g.block_size) * c.g.kv_heads * c.g.head_dim;
+  const size_t elem = c.fp8 ? 1 : 2;
+  for (cpu::LayerKv* kv : {&c.ref, &c.exact})
+    for (cpu::KvBuffer* buf : {&kv->k, &kv->v})
+      if (buf->data()) std::fill_n(buf->data() + block * floats, floats, NAN);
+  for (DeviceArray<uint8_t>* a : {&c.k, &c.v})
+    CUDA_CHECK(cudaMemset(a->get() + size_t(block * floats) * elem, 0xFF, size_t(floats) * elem));
+}
+
 void check_case(const Case& c, uint64_t seed) {
-  const HostBatch hb = make_batch(c.seqs, c.block_size, seed);
+  HostBatch hb = make_batch(c.seqs, c.block_size, seed);
+  int hidden = 0;
+  const int32_t poison = c.window > 0 ? hide_blocks_before_window(hb, c.window, c.block_size, &hidden) : -1;
   const Batch& b = hb.batch;
   Caches caches;
   caches.g = {hb.num_blocks, c.block_size, c.kv_heads, c.head_dim};
   fill_cache(caches, c.dtype, seed + 1);
+  if (poison >= 0) poison_block(caches, poison);
+  const std::vector<float> sinks = random_floats(size_t(c.heads), seed + 3, -3.0f, 3.0f);
+  DeviceArray<float> d_sinks(sinks);
+  const cpu::AttentionExtras extras{c.window, c.sinks ? sinks.data() : nullptr};
   const size_t qn = size_t(b.num_tokens()) * size_t(c.heads) * size_t(c.head_dim);
   const std::vector<float> q = round_to(c.compute, random_floats(qn, seed + 2, -3.0f, 3.0f));
   DeviceArray<uint16_t> d_q(to_half_bits(c.compute, q)), d_out(qn);
@@ -259,17 +296,22 @@ void check_case(const Case& c, uint64_t seed) {
   for (const Seq& s : c.seqs) expect_decode = expect_decode && s.rows == 1;
   d_out.poison();
   const bool decode_only = attn.prepare(b, nullptr);
-  attn.run(dev.db, caches.layer(), d_q.get(), d_out.get(), nullptr);
+  attn.run(dev.db, caches.layer(), d_q.get(), d_out.get(), nullptr, false,
+           {c.window, c.sinks ? d_sinks.get() : nullptr});
   CUDA_CHECK(cudaDeviceSynchronize());
   const std::string what = c.name + " " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " d" +
-                           std::to_string(c.head_dim) + " " + dtype_name(c.dtype, c.compute);
+                           std::to_string(c.head_dim) + " " + dtype_name(c.dtype, c.compute) +
+                           (c.window > 0 ? " window " + std::to_string(c.window) + " (" + std::to_string(hidden) +
+                                               " blocks before it poisoned)"
+                                         : "") +
+                           (c.sinks ? " sinks" : "");
   if (decode_only != expect_decode) row(kCheck, what, "prepare() misjudged decode-only", "-", false);
   const std::vector<float> got = from_half_bits(c.compute, d_out.download());
-  error_row(kCheck, what, rel_error(cpu_attention(c, hb, caches.g, q, caches.ref), got),
+  error_row(kCheck, what, rel_error(cpu_attention(c, hb, caches.g, q, caches.ref, extras), got),
             half_limit(c.compute));
   if (c.dtype == KvDtype::FP8)
     info(kCheck, what + " vs unquantized",
-         fmt("rel err %.2e", rel_error(cpu_attention(c, hb, caches.g, q, caches.exact), got)), "fp8 rounding");
+         fmt("rel err %.2e", rel_error(cpu_attention(c, hb, caches.g, q, caches.exact, extras), got)), "fp8 rounding");
 }
 
 // A BF16 cache with F16 compute (or F16 with BF16) is a planning bug: the constructor says so.
@@ -586,6 +628,21 @@ void run_all() {
       {"mixed", 4, 2, 16, KvDtype::F16, 16, mixed_a, HalfType::F16},
       {"mixed", 4, 2, 16, KvDtype::FP8, 8, {{300, 1000}, {1, 77}, {17, 2000}, {1, 4096}, {3, 3}}, HalfType::F16},
       {"mixed", 4, 2, 32, KvDtype::F16, 32, mixed_b, HalfType::F16},
+      // gpt-oss: 128-token sliding windows and sink logits (its heads are 64/8 of 64).
+      {"sliding decode b8 +pad", 16, 2, 64, KvDtype::BF16, 16,
+       {{1, 1}, {1, 128}, {1, 129}, {1, 700}, {1, 3000}, {1, 77}, {1, 0}, {1, 144}}, HalfType::BF16, 128, true},
+      {"sinks decode (split-K)", 16, 2, 64, KvDtype::BF16, 16, {{1, 3000}, {1, 5}, {1, 1200}, {1, 600}},
+       HalfType::BF16, 0, true},
+      {"sliding prefill T=300", 16, 2, 64, KvDtype::BF16, 16, {{300, 300}}, HalfType::BF16, 128, true},
+      {"sliding mixed", 16, 2, 64, KvDtype::BF16, 16,
+       {{300, 1000}, {1, 77}, {17, 2000}, {1, 4096}, {129, 162}, {0, 50}, {65, 700}}, HalfType::BF16, 128, true},
+      {"sliding mixed", 16, 2, 64, KvDtype::FP8, 16, {{300, 1000}, {1, 77}, {17, 2000}, {1, 4096}, {65, 700}},
+       HalfType::BF16, 128, true},
+      {"sliding mixed", 14, 2, 64, KvDtype::BF16, 16, mixed_a, HalfType::BF16, 200, false},
+      {"sliding mixed", 4, 2, 16, KvDtype::BF16, 8, {{40, 100}, {1, 30}, {3, 3}}, HalfType::BF16, 1, true},
+      {"sliding mixed", 4, 2, 32, KvDtype::F16, 16, mixed_b, HalfType::F16, 128, true},
+      {"sinks prefill T=200", 4, 2, 32, KvDtype::BF16, 16, {{200, 200}}, HalfType::BF16, 0, true},
+      {"sliding prefill T=300", 8, 8, 256, KvDtype::BF16, 16, {{300, 300}}, HalfType::BF16, 128, true},  // Q in shared
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {

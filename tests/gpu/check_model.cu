@@ -641,6 +641,15 @@ LoadedModel with_fp8_experts(LoadedModel m, int64_t block, bool per_tensor_first
 }
 
 // FP16 (see tiny_moe_parity), every step and staggered arrivals.
+// The tiny gpt-oss (f32 attention, MXFP4 experts, sinks, 8-token windows on alternate
+// layers, YaRN): as qwen3_moe's, its random router flips a top-4 choice when the f32
+// matrices are rounded to 16 bits (measured: the 40-token prompt, 3.8e-2 against the f32
+// CPU), so the CPU reference gets the device's BF16 matrices (with_bf16_matrices).
+void tiny_gptoss_parity(bool staggered) {
+  const LoadedModel m = with_bf16_matrices(load_model(config_for_model(tiny_model_path("gpt_oss"))));
+  for (bool f16 : {false, true}) logits_parity("gpt_oss", m, tiny_model_prompts("gpt_oss"), f16, staggered);
+}
+
 void tiny_fp8_moe_parity(int64_t block) {
   const LoadedModel m = with_fp8_experts(load_model(config_for_model(tiny_model_path("qwen3_moe"))), block);
   const std::string name =
@@ -923,11 +932,12 @@ int main() {
     part("qwen3 Q8_0+Q4_K+Q6_K", [] { tiny_k_quant_parity("qwen3_k_quants", "qwen3 Q8_0+Q4_K+Q6_K"); });
     for (const char* name : {"llama_fp8_block", "qwen3_fp8_channel"}) part(name, [name] { tiny_fp8_parity(name); });
     for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_parity(name, true); });
+    for (bool staggered : {false, true}) part("gpt_oss", [staggered] { tiny_gptoss_parity(staggered); });
     for (const char* name : {"llama", "qwen3", "qwen3_moe"}) part(name, [name] { tiny_model_split(name); });
     part("qwen3_moe", [] { tiny_model_batch_invariance("qwen3_moe"); });
     part("llama", [] { tiny_model_split("llama", true); });
     if (emulated()) {
-      for (const char* name : {"llama", "qwen3", "qwen3_moe", "qwen3_moe_separated"})
+      for (const char* name : {"llama", "qwen3", "qwen3_moe", "qwen3_moe_separated", "gpt_oss"})
         part(name, [name] { tiny_model_device_greedy(name); });
       // Some drivers are reported to refuse programmatic launches in graph capture; the
       // emulator can too (tests/gpu/emu/README.md), and the backend must fall back to

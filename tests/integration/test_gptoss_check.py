@@ -2,11 +2,12 @@
 checkpoints publish their shapes; MXFP4 experts): every number of the plan is counted
 again here from the config alone.
 
-The CUDA backend does not run gpt-oss yet, so `--device gb10` counts the weights as the
-checkpoint stores them (MXFP4 expert matrices: 17 bytes per 32 values; the rest BF16)
-and says so. The CUDA backend holds the sliding-window layers' KV for every block, and
-the plan counts it so (it must never count less than the backend allocates); the CPU
-backend holds them for the window blocks only, and its plan counts that.
+`--device gb10` counts the weights as the CUDA backend lays them out: MXFP4 expert
+matrices packed (17 bytes per 32 values, codes and scales apart), the other matrices in
+BF16, vectors and the router in f32. The CUDA backend holds the sliding-window layers' KV
+for every block, and the plan counts it so (it must never count less than the backend
+allocates); the CPU backend holds them for the window blocks only, and its plan counts
+that.
 """
 import json
 import re
@@ -51,6 +52,30 @@ def checkpoint_bytes(c):
     return total, read, L * experts
 
 
+def device_bytes(c):
+    """(all bytes, bytes a batch-1 decode step reads) as the CUDA backend's DeviceWeights lays
+    the weights out: each piece 256-byte aligned; matrices in BF16 but the router (f32) and
+    the MXFP4 expert stacks (codes [rows, k/2], then E8M0 scales [rows, k/32]); vectors in f32."""
+    h, hd, nh, nkv, L, E, I = (c["hidden_size"], c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"],
+                               c["num_hidden_layers"], c["num_local_experts"], c["intermediate_size"])
+
+    def align(n):
+        return (n + 255) // 256 * 256
+
+    def mxfp4(rows, k):
+        return align(rows * k // 2) + align(rows * k // 32)
+
+    k = c["num_experts_per_tok"]
+    qkv = (nh + 2 * nkv) * hd
+    dense = align(qkv * h * 2) + align(qkv * 4) + 2 * align(h * 4) + align(h * nh * hd * 2) + align(h * 4) + \
+        align(nh * 4) + align(E * h * 4) + align(E * 4)
+    experts = mxfp4(E * 2 * I, h) + mxfp4(E * h, I) + align(E * 2 * I * 4) + align(E * h * 4)
+    table = align(c["vocab_size"] * h * 2)
+    total = L * (dense + experts) + 2 * table + align(h * 4)
+    read = total - table - L * experts * (1 - k / E)
+    return total, read
+
+
 def field(pattern, text):
     m = re.search(pattern, text)
     assert m, f"{pattern!r} not in:\n{text}"
@@ -58,15 +83,16 @@ def field(pattern, text):
 
 
 @pytest.mark.parametrize("name,layers,experts", [("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128)])
-def test_check_device_gb10_plans_gptoss_from_checkpoint_bytes(tmp_path, name, layers, experts):
+def test_check_device_gb10_plans_gptoss_with_packed_mxfp4_experts(tmp_path, name, layers, experts):
     c = gptoss_config(layers, experts)
     (tmp_path / "config.json").write_text(json.dumps(c))
     r = run_sparkd("check", "--model", tmp_path, "--set", 'model.load_format="dummy"', "--device", "gb10")
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
-    assert "the CUDA backend does not run gpt-oss yet" in out
 
-    total, read, _ = checkpoint_bytes(c)
+    total, read = device_bytes(c)
+    file_total, _, _ = checkpoint_bytes(c)
+    assert 1.0 < total / file_total < 1.003, (total, file_total)  # f32 vectors and router: the only growth
     weights = float(field(r"weights +([\d.]+) GiB on the device", out).group(1))
     assert abs(weights - total / GIB) < 0.006, (weights, total / GIB)
     m = field(r"decode \(proj\.\) +~(\d+) tokens/s at batch 1: ([\d.]+) GiB read a token / 218 GB/s", out)

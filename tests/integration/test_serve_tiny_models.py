@@ -76,11 +76,17 @@ def golden_rows(name):
     return out
 
 
+# The CUDA backend holds this f32 model's matrices in 16 bits, which flips its random
+# router's top-4 on the 40-token prompt (3.8e-2 of the logits against the f32 CPU backend);
+# check_model holds the device's gpt-oss path to the CPU backend given the same weights.
+GPTOSS_16BIT = "16-bit weights flip this tiny model's near-uniform router; check_model holds the device path"
+
+
 @pytest.mark.parametrize("name", ["llama", "qwen3", pytest.param("qwen3_moe", marks=pytest.mark.skipif(
     EMULATED_GPU, reason="16-bit activations flip this tiny model's near-uniform router on ~1 row in 28; "
                          "check_model holds the device MoE path to its own rule")),
     pytest.param("gpt_oss", marks=pytest.mark.skipif(
-        EMULATED_GPU, reason="the CUDA backend does not run gpt-oss yet (sinks, sliding window, MXFP4 experts)"))])
+        EMULATED_GPU, reason=GPTOSS_16BIT))])
 def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
     rows = golden_rows(name)
     assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"
@@ -110,7 +116,7 @@ def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
         s.stop()
 
 
-@pytest.mark.skipif(EMULATED_GPU, reason="the CUDA backend does not run gpt-oss yet (sinks, sliding window, MXFP4 experts)")
+@pytest.mark.skipif(EMULATED_GPU, reason=GPTOSS_16BIT)
 def test_gptoss_greedy_tokens_among_31_other_requests(tmp_path):
     """32 prompts at once (one batch of mixed lengths, sliding-window layers, prefix-cache
     hits among the shared prefixes): each greedy next token still equals transformers'."""

@@ -178,11 +178,12 @@ bool Attention::prepare(const Batch& batch, cudaStream_t stream) {
 }
 
 void Attention::run(const DeviceBatch& batch, KvLayer cache, const void* q, void* out, cudaStream_t stream,
-                    bool programmatic) {
+                    bool programmatic, const AttentionExtras& extras) {
   const State& st = *state_;
   const AttentionShape& sh = st.shape;
   SPARK_CHECK(st.prepared, "attention: run() before prepare()");
   SPARK_CHECK(batch.num_seqs <= sh.max_seqs && batch.num_tokens <= sh.max_tokens, "attention: batch exceeds the shape");
+  SPARK_CHECK(extras.window >= 0, "attention: a negative sliding window");
   if (!st.decode_only) SPARK_CHECK(batch.num_seqs == st.num_seqs, "attention: run() on a batch prepare() did not plan");
 
   const auto step = [&](attn::StepParams& p) {
@@ -198,6 +199,8 @@ void Attention::run(const DeviceBatch& batch, KvLayer cache, const void* q, void
     p.head_dim = sh.head_dim;
     p.block_size_log2 = st.block_size_log2;
     p.scale_log2 = st.scale_log2;
+    p.window = extras.window;
+    p.sinks = extras.sinks;
   };
 
   attn::DecodeParams d;

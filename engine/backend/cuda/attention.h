@@ -29,6 +29,16 @@ struct AttentionShape {
   float scale = 0.0f;              // softmax scale, 1 / sqrt(head_dim)
 };
 
+// What one layer's attention adds to plain causal attention (gpt-oss); zeros: nothing.
+//   window > 0: each row sees only the last `window` tokens of its causal prefix, itself
+//     included; cache blocks wholly before the first row's window are never read.
+//   sinks: [num_heads] f32 logits, one a head, that join each row's softmax (scaled as
+//     logits already are: not by `scale`) and add no value.
+struct AttentionExtras {
+  int32_t window = 0;
+  const float* sinks = nullptr;
+};
+
 class Attention {
  public:
   // Allocates its device workspace (plan arrays, split-K partial results): exactly
@@ -53,8 +63,9 @@ class Attention {
   // reads kv head h / (num_heads / num_kv_heads). Sequences with context_lens 0 (graph
   // padding) give zeros. programmatic: the decode kernels as programmatic dependent
   // launches (launch_kernel in common.cuh; sm_90 and later only); prefill launches normally.
+  // extras: the layer's sliding window and sinks (AttentionExtras).
   void run(const DeviceBatch& batch, KvLayer cache, const void* q, void* out, cudaStream_t stream,
-           bool programmatic = false);
+           bool programmatic = false, const AttentionExtras& extras = {});
 
  private:
   struct State;

@@ -1,5 +1,12 @@
 // attention_decode.cu — split-K decode attention (one query row per sequence) over the paged cache, and the combine of
 // its partitions.
+//
+// A sliding-window layer (gpt-oss: 128 tokens) reads only its window: a sequence's K and V
+// are 128 x 8 kv heads x 64 x 2 x 2 bytes = 262 KB a layer whatever the context (a full
+// layer at 8k context: 16.8 MB), one partition (128 tokens), so the grid is sequences x
+// kv heads x head chunks: 8 CTAs a sequence at batch 1 (under one wave of GB10's 48 SMs;
+// the layer costs ~1.2 us of bandwidth), 512 at batch 64 (~11 a SM). Sink logits cost one
+// exp2 a row and head in the final normalisation (softmax_normaliser).
 #include <string>
 #include <type_traits>
 
@@ -65,7 +72,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
   const int head0 = kvh * group + (blockIdx.y % p.head_chunks) * NG;
   const int nh = min(NG, (kvh + 1) * group - head0);  // heads of this CTA that exist
   const int64_t row_off = int64_t(p.query_start[seq]) * p.num_heads * D;
-  const DecodeSplit split = decode_split(ctx, p.parts_cap);
+  // The partitions split the tokens the row sees: [first, ctx) (a sliding window's only).
+  const int first = window_start(ctx, p.window);
+  const DecodeSplit split = decode_split(ctx - first, p.parts_cap);
   const int part = blockIdx.z;
   if (split.parts == 0) {  // empty context (graph padding): the output is zeros
     if (part == 0)
@@ -74,7 +83,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
     return;
   }
   if (part >= split.parts) return;
-  const int t_begin = part * split.len;
+  const int t_begin = first + part * split.len;
   const int t_end = min(ctx, t_begin + split.len);
 
   // q pre-scaled by scale * log2(e): logits come out in the exp2 domain.
@@ -242,7 +251,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
 #pragma unroll
     for (int w = 0; w < NW; ++w) s += s_red[w][h][d];
     if (single)
-      static_cast<T*>(p.out)[row_off + int64_t(head0 + h) * D + d] = from_f32<T>(s / s_l[h]);
+      static_cast<T*>(p.out)[row_off + int64_t(head0 + h) * D + d] =
+          from_f32<T>(s * softmax_normaliser(s_m[h], s_l[h], p.sinks, head0 + h));
     else
       p.part_acc[(part_base + int64_t(h) * p.parts_cap) * D + d] = s;
   }
@@ -262,7 +272,8 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams 
   wait_then_allow_next_kernel();
   const int slot_i = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
   const int seq = p.seq_list ? p.seq_list[slot_i] : slot_i;
-  const DecodeSplit split = decode_split(p.context_lens[seq], p.parts_cap);
+  const int ctx = p.context_lens[seq];
+  const DecodeSplit split = decode_split(ctx - window_start(ctx, p.window), p.parts_cap);
   if (split.parts <= 1) return;
   const int64_t base = (int64_t(slot_i) * p.num_heads + head) * p.parts_cap;
   if (tid < 32) {
@@ -276,7 +287,7 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams 
       l += w * p.part_l[base + i];
     }
     l = warp_sum(l);
-    if (tid == 0) s_inv = 1.0f / l;
+    if (tid == 0) s_inv = softmax_normaliser(m, l, p.sinks, head);
   }
   __syncthreads();
   const int D = p.head_dim;

@@ -81,7 +81,27 @@ struct StepParams {
   int32_t head_dim = 0;
   int32_t block_size_log2 = 0;
   float scale_log2 = 0;  // softmax scale * log2(e)
+  int32_t window = 0;             // > 0: a row sees its last `window` tokens only (AttentionExtras)
+  const float* sinks = nullptr;   // [num_heads] sink logits, or null
 };
+
+// The first token a row that sees `visible` tokens of its sequence attends to.
+__host__ __device__ inline int32_t window_start(int32_t visible, int32_t window) {
+  return window > 0 && visible > window ? visible - window : 0;
+}
+
+#ifdef __CUDACC__
+// The factor that turns a row's unnormalised output into the softmax's: 1 / l, or with a
+// sink logit s (natural units) 1 / (l + e^(s - m)), in the log2 domain of m (the running
+// max) and l (the sum of exp2(logit - m)), rescaled to max(m, s) so nothing overflows.
+__device__ __forceinline__ float softmax_normaliser(float m, float l, const float* sinks, int head) {
+  if (!sinks) return 1.0f / l;
+  const float s = sinks[head] * 1.4426950408889634f;
+  const float top = fmaxf(m, s);
+  const float f = exp2f(m - top);
+  return f / (l * f + exp2f(s - top));
+}
+#endif
 
 struct DecodeParams : StepParams {
   const int32_t* seq_list = nullptr;  // decode slot -> sequence; null: slot i is sequence i

@@ -96,6 +96,10 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
   const int rows = min(BM, n - row0);
   const int kv_end = prefix + row0 + rows;  // keys the tile's last row sees
   const int ntiles = (kv_end + BN - 1) / BN;
+  // A sliding window: keys before the tile's first row's window are not loaded (their
+  // blocks may be gone), and the tiles wholly before it are skipped.
+  const int kv_begin = window_start(prefix + row0 + 1, p.window);
+  const int jt0 = kv_begin / BN;
   const int kvh = head / (p.num_heads / p.num_kv_heads);
   const int64_t ld = int64_t(p.num_heads) * D;  // q / out row stride
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
@@ -120,7 +124,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
       for (int k = 0; k < BN * CH / NT; ++k) {
         const int i = tid + k * NT, r = i / CH, c = i % CH;
         const int key = kv0 + r;
-        const bool valid = key < kv_end;
+        const bool valid = key >= kv_begin && key < kv_end;
         int64_t hv = 0;
         if (valid) hv = ((int64_t(__ldg(table + (key >> lbs))) << lbs) | (key & bmask)) * p.num_kv_heads + kvh;
         cp_async16(sk + swz<CH>(r, c), kc + hv * D + c * 8, valid);
@@ -141,7 +145,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
         const int key = kv0 + r;
         kr[k] = vr[k] = make_uint2(0, 0);
         ks[k] = vs[k] = 0.0f;
-        if (key < kv_end) {
+        if (key >= kv_begin && key < kv_end) {
           const int64_t hv = ((int64_t(__ldg(table + (key >> lbs))) << lbs) | (key & bmask)) * p.num_kv_heads + kvh;
           kr[k] = __ldg(reinterpret_cast<const uint2*>(kc + hv * D + c * 8));
           vr[k] = __ldg(reinterpret_cast<const uint2*>(vc + hv * D + c * 8));
@@ -165,12 +169,14 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
     }
   };
 
-  load_kv(0, 0);
+  load_kv(jt0, jt0 & 1);
   cp_async_commit();  // group 0: Q and the first K/V tile
 
   const int wrow = warp * 16;                                         // warp's first row in the tile
   const int lim_a = prefix + row0 + wrow + g + 1, lim_b = lim_a + 8;  // keys rows g, g+8 see
   const int warp_lim = prefix + row0 + wrow + 1;                      // keys every row of the warp sees
+  const int win = p.window;
+  const int lo_a = lim_a - win, lo_b = lim_b - win;                   // with a window: the first keys rows g, g+8 see
   // ldmatrix lane addresses (see the fragment layouts of mma.m16n8k16):
   const int q_r = wrow + (lane & 7) + ((lane >> 3) & 1) * 8, q_c = lane >> 4;  // A: rows 0-7/8-15, k 0-7/8-15
   const int k_r = (lane & 7) + ((lane >> 4) << 3), k_c = (lane >> 3) & 1;      // B of 2 key blocks: k 0-7/8-15
@@ -183,7 +189,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
   uint32_t qf[Cfg::kQInRegs ? D / 16 : 1][4];
   const float sl2 = p.scale_log2;
 
-  for (int jt = 0; jt < ntiles; ++jt) {
+  for (int jt = jt0; jt < ntiles; ++jt) {
     const int b = jt & 1;
     if (jt + 1 < ntiles) {
       load_kv(jt + 1, b ^ 1);  // buffer b^1 was last read in iteration jt-1, before its closing barrier
@@ -195,7 +201,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
     __syncthreads();
     const uint32_t sk = sK0 + b * Cfg::tile_bytes, sv = sV0 + b * Cfg::tile_bytes;
     if constexpr (Cfg::kQInRegs) {
-      if (jt == 0) {
+      if (jt == jt0) {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) ldsm_x4(sQ + swz<CH>(q_r, 2 * ks + q_c), qf[ks]);
       }
@@ -223,14 +229,14 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
     }
 
     const int kv0 = jt * BN;
-    if (kv0 + BN > warp_lim) {  // the tile crosses the causal edge (or the end) of some row of this warp
+    if (kv0 + BN > warp_lim || win > 0) {  // the tile crosses the causal edge (or the end, or a window's start)
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int key = kv0 + nt * 8 + 2 * t + e;
-          if (key >= lim_a) s[nt][e] = -INFINITY;
-          if (key >= lim_b) s[nt][2 + e] = -INFINITY;
+          if (key >= lim_a || (win > 0 && key < lo_a)) s[nt][e] = -INFINITY;
+          if (key >= lim_b || (win > 0 && key < lo_b)) s[nt][2 + e] = -INFINITY;
         }
       }
     }
@@ -293,7 +299,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
   l_a += __shfl_xor_sync(kFull, l_a, 2);
   l_b += __shfl_xor_sync(kFull, l_b, 1);
   l_b += __shfl_xor_sync(kFull, l_b, 2);
-  const float inv_a = 1.0f / l_a, inv_b = 1.0f / l_b;
+  const float inv_a = softmax_normaliser(m_a, l_a, p.sinks, head), inv_b = softmax_normaliser(m_b, l_b, p.sinks, head);
   // Stage the T output in this warp's own rows of the Q tile (no other warp reads
   // them), then write whole 16-byte chunks of the rows that exist.
 #pragma unroll

@@ -25,7 +25,8 @@ decltype(auto) with_block_format(WeightFormat f, Fn&& fn) {
     case WeightFormat::Q6_K: return fn(std::integral_constant<WeightFormat, WeightFormat::Q6_K>{});
     case WeightFormat::HALF:
     case WeightFormat::Q8_0:
-    case WeightFormat::FP8: break;
+    case WeightFormat::FP8:
+    case WeightFormat::MXFP4: break;
   }
   throw RuntimeError(std::string("not a raw-block weight format: ") + weight_format_name(f));
 }
@@ -41,12 +42,13 @@ std::optional<WeightFormat> packed_format(DType t) {
     case DType::Q5_K: return WeightFormat::Q5_K;
     case DType::Q6_K: return WeightFormat::Q6_K;
     case DType::F8_E4M3: return WeightFormat::FP8;
+    case DType::MXFP4: return WeightFormat::MXFP4;
     default: return std::nullopt;
   }
 }
 
 bool is_raw_block_format(WeightFormat f) {
-  return f != WeightFormat::HALF && f != WeightFormat::Q8_0 && f != WeightFormat::FP8;
+  return f != WeightFormat::HALF && f != WeightFormat::Q8_0 && f != WeightFormat::FP8 && f != WeightFormat::MXFP4;
 }
 
 const char* weight_format_name(WeightFormat f) {
@@ -59,12 +61,13 @@ const char* weight_format_name(WeightFormat f) {
     case WeightFormat::Q5_K: return "Q5_K";
     case WeightFormat::Q6_K: return "Q6_K";
     case WeightFormat::FP8: return "FP8";
+    case WeightFormat::MXFP4: return "MXFP4";
   }
   return "?";
 }
 
 int64_t block_values(WeightFormat f) {
-  if (f == WeightFormat::Q8_0) return 32;
+  if (f == WeightFormat::Q8_0 || f == WeightFormat::MXFP4) return 32;
   if (f == WeightFormat::FP8) return 16;  // fp8.h's unit of 16 values
   return with_block_format(f, [](auto F) -> int64_t { return BlockReader<decltype(F)::value>::kBlockValues; });
 }

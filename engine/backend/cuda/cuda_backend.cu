@@ -21,6 +21,7 @@
 #include "engine/backend/cuda/gate_up_gemv.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/gemv.h"
+#include "engine/backend/cuda/bias.h"
 #include "engine/backend/cuda/moe.h"
 #include "engine/backend/cuda/rms_norm.h"
 #include "engine/backend/cuda/rope_kv.h"
@@ -77,13 +78,14 @@ struct BatchLayout {
   }
 };
 
-// The MoE block's shape and rule (Qwen3-MoE: softmax, top-k, renormalised by norm_topk_prob).
+// The MoE block's shape and rule (Qwen3-MoE: softmax, top-k, renormalised by
+// norm_topk_prob; gpt-oss: top-k of the biased logits, then softmax over those k).
 cuda::MoeConfig moe_config(const ModelSpec& s) {
   cuda::MoeConfig c;
   c.shape = {int32_t(s.num_experts), int32_t(s.hidden_size), int32_t(s.moe_intermediate_size)};
   c.top_k = int32_t(s.num_experts_per_tok);
-  c.rule = cuda::RouterRule::SOFTMAX_TOPK;
-  c.normalize = s.norm_topk_prob;
+  c.rule = s.gptoss_moe ? cuda::RouterRule::TOPK_SOFTMAX : cuda::RouterRule::SOFTMAX_TOPK;
+  c.normalize = s.norm_topk_prob && !s.gptoss_moe;
   return c;
 }
 
@@ -374,11 +376,16 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
     linear(act.normed, H, L.qkv, qkv_n, act.wide, cuda::GemmOut::HALF);
     cuda::qkv_rope_kv_write<T>(as_t(act.wide), L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping, rows,
                                nh, rope, kv, cache[l], as_t(act.q), stream, programmatic);
-    attention->run(db, cache[l], act.q, act.mid, stream, programmatic);
+    const bool sliding = spec.layer_is_sliding(range.first_layer + int64_t(l));
+    attention->run(db, cache[l], act.q, act.mid, stream, programmatic,
+                   {sliding ? int32_t(spec.sliding_window) : 0, L.sinks});
     linear(act.mid, nh * hd, L.o, H, act.proj, cuda::GemmOut::F32);
+    if (L.o_bias) cuda::add_bias_f32(act.proj, L.o_bias, rows, H, stream, programmatic);
     cuda::add_rms_norm<T>(act.x, act.proj, L.ffn_norm, rows, H, eps, as_t(act.normed), stream, programmatic);
     if (L.is_moe()) {
-      const cuda::MoeLayerWeights moe_w{L.ffn_norm, L.router, nullptr, {L.expert_gate_up, L.expert_down}};
+      const cuda::ExpertExtras extras{L.expert_gate_up_bias, L.expert_down_bias,
+                                      spec.gptoss_moe ? float(spec.swiglu_limit) : 0.0f, float(spec.swiglu_alpha)};
+      const cuda::MoeLayerWeights moe_w{L.ffn_norm, L.router, L.router_bias, {L.expert_gate_up, L.expert_down, extras}};
       cuda::moe_forward(half(), moe_config(spec), moe_w, act.x, eps, act.normed, rows, *moe, act.proj, stream,
                         programmatic);
       continue;
@@ -533,6 +540,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   CUDA_CHECK(cudaMemcpy(m.act.inv_freq, rope.inv_freq().data(), rope.inv_freq().size() * 4, cudaMemcpyHostToDevice));
   m.rope.inv_freq = m.act.inv_freq;
   m.rope.position_scale = rope.position_scale();
+  m.rope.attention_scale = rope.attention_scale();
   CUDA_CHECK(cudaMallocHost(&m.host_ints, size_t(m.layout.total) * 4));
   std::fill(m.host_ints, m.host_ints + m.layout.total, 0);
   // Block-table rows are read only up to each context's length, but start them valid.

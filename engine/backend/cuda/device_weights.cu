@@ -1,5 +1,5 @@
 // device_weights.cu — checks a stage's tensors against the spec, keeps GGUF block matrices
-// packed (Q8_0 repacked, q8_0.h; Q4_0, Q4_1, Q4_K, Q5_K, Q6_K as the file's blocks,
+// packed (Q8_0 repacked, q8_0.h; MXFP4 experts split, mxfp4.h; Q4_0, Q4_1, Q4_K, Q5_K, Q6_K as the file's blocks,
 // block_formats.h) or converts them to the compute type on the host, and uploads them into
 // one device allocation.
 #include "engine/backend/cuda/device_weights.h"
@@ -13,6 +13,7 @@
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/fp8.h"
+#include "engine/backend/cuda/mxfp4.h"
 #include "engine/backend/cuda/q8_0.h"
 #include "engine/model/quant.h"
 #include "engine/util/mmap.h"
@@ -46,6 +47,7 @@ size_t scales_offset(int64_t rows, int64_t cols) { return align_up(size_t(rows *
 size_t packed_bytes(WeightFormat f, int64_t rows, int64_t cols, int64_t fp8_block_rows, int64_t fp8_block_cols,
                     int64_t matrices) {
   if (f == WeightFormat::Q8_0) return scales_offset(rows, cols) + align_up(size_t(rows * (cols / kQ8Block)) * 2);
+  if (f == WeightFormat::MXFP4) return mxfp4_bytes(rows, cols);
   if (f == WeightFormat::FP8) {
     const int64_t each = rows / matrices;
     const int64_t grid = fp8_block_rows > 0 ? ceil_div(each, fp8_block_rows) * ceil_div(cols, fp8_block_cols) : each;
@@ -133,7 +135,11 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       // An FP8 table is gathered from 16-bit rows (FP8 checkpoints keep it 16-bit anyway);
       // fp8.h reads scale blocks of whole 16-value units.
       const bool fp8_ok = p != Part::EMBEDDING && s.fp8_block_cols % 16 == 0;
-      if (f && cols % block_values(*f) == 0 && (f != WeightFormat::FP8 || fp8_ok)) formats.push_back(*f);
+      // MXFP4 is read by the MoE kernels only (gpt-oss keeps nothing else in it).
+      const bool mxfp4_ok = part_is_per_expert(p);
+      if (f && cols % block_values(*f) == 0 && (f != WeightFormat::FP8 || fp8_ok) &&
+          (f != WeightFormat::MXFP4 || mxfp4_ok))
+        formats.push_back(*f);
     }
     const bool packed = formats.size() == parts.size();
     if (!packed) formats.clear();
@@ -170,6 +176,8 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm));
     vec({t(Part::FFN_NORM)}, {H}, v(&DeviceLayer::ffn_norm));
     matrix({t(Part::O)}, {Part::O}, l, {H}, nh * hd, m(&DeviceLayer::o));
+    if (s.o_bias) vec({t(Part::O_BIAS)}, {H}, v(&DeviceLayer::o_bias));
+    if (s.attention_sinks) vec({t(Part::SINKS)}, {nh}, v(&DeviceLayer::sinks));
     if (!s.layer_is_moe(l)) {
       matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
       matrix({t(Part::DOWN)}, {Part::DOWN}, l, {H}, I, m(&DeviceLayer::down));
@@ -202,6 +210,18 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     };
     experts(gate_up, {Part::EXPERT_GATE, Part::EXPERT_UP}, mi, H, m(&DeviceLayer::expert_gate_up));
     experts(down, {Part::EXPERT_DOWN}, H, mi, m(&DeviceLayer::expert_down));
+    if (s.gptoss_moe) {  // the biases in the experts' row order
+      std::vector<const Tensor*> gate_up_bias, down_bias;
+      for (int64_t e = 0; e < E && stage; ++e) {
+        const LayerWeights& lw = stage->layers[index];
+        gate_up_bias.insert(gate_up_bias.end(), {lw.expert_gate_bias[size_t(e)], lw.expert_up_bias[size_t(e)]});
+        down_bias.push_back(lw.expert_down_bias[size_t(e)]);
+      }
+      vec({t(Part::ROUTER_BIAS)}, {E}, v(&DeviceLayer::router_bias));
+      vec(std::move(gate_up_bias), std::vector<int64_t>(size_t(2 * E), mi), v(&DeviceLayer::expert_gate_up_bias));
+      vec(std::move(down_bias), std::vector<int64_t>(size_t(E), H), v(&DeviceLayer::expert_down_bias));
+      out.back().read_per_token = out[out.size() - 2].read_per_token = double(s.num_experts_per_tok) / double(E);
+    }
   }
   if (range.last_layer == s.num_layers) {
     vec({stage ? stage->final_norm : nullptr}, {H}, w ? slot(w->final_norm) : &sink);
@@ -265,6 +285,7 @@ void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<Dev
     *m = DeviceMatrix{seg.format, base, nullptr, segs.size() > 1 ? int32_t(seg.rows) : 0, nullptr};
     if (seg.format == WeightFormat::Q8_0 || seg.format == WeightFormat::FP8)
       m->scales = base + scales_offset(seg.rows, p.cols);
+    if (seg.format == WeightFormat::MXFP4) m->scales = base + mxfp4_scales_offset(seg.rows, p.cols);
     int64_t row0 = 0;
     size_t scale_at = scales_offset(seg.rows, p.cols);  // FP8: where the next source's scale grid goes
     for (size_t s = seg.first; s < seg.first + seg.count; ++s) {
@@ -284,6 +305,8 @@ void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<Dev
                     "FP8 " + t->name + ": its scale grid is larger than the spec's blocks allow");
         upload_fp8(*t, base + row0 * p.cols, base + scale_at);
         scale_at += fp8_scale_bytes(*t);
+      } else if (seg.format == WeightFormat::MXFP4) {
+        upload_mxfp4(*t, base + row0 * (p.cols / 2), base + mxfp4_scales_offset(seg.rows, p.cols) + row0 * (p.cols / 32));
       } else
         upload_blocks(*t, base + row0 * block_row_bytes(seg.format, p.cols));
       row0 += t->rows();

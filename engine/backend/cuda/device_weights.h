@@ -22,6 +22,8 @@ struct DeviceLayer {
   const float* attn_norm = nullptr;  // [hidden]
   const float* ffn_norm = nullptr;
   DeviceMatrix o;        // [hidden, heads * head_dim]
+  const float* o_bias = nullptr;  // [hidden] (gpt-oss), or null
+  const float* sinks = nullptr;   // [heads] sink logits (gpt-oss), or null
   DeviceMatrix gate_up;  // [2 * intermediate, hidden]: gate rows, then up rows
   DeviceMatrix down;     // [hidden, intermediate]
   // An MoE layer (ModelSpec::layer_is_moe) has these instead of gate_up and down; each
@@ -29,6 +31,11 @@ struct DeviceLayer {
   const float* router = nullptr;  // [experts, hidden], f32: selection must not flip on rounding
   DeviceMatrix expert_gate_up;    // [experts * 2 * moe_intermediate, hidden]: per expert its gate rows, then up rows
   DeviceMatrix expert_down;      // [experts * hidden, moe_intermediate]
+  // gpt-oss: the router's bias [experts], and every expert's biases stacked as its rows
+  // (moe_experts.h's ExpertExtras); null otherwise.
+  const float* router_bias = nullptr;
+  const float* expert_gate_up_bias = nullptr;  // [experts * 2 * moe_intermediate]
+  const float* expert_down_bias = nullptr;     // [experts * hidden]
   bool is_moe() const { return router != nullptr; }
 };
 

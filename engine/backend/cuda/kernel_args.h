@@ -28,14 +28,20 @@ enum class HalfType : uint8_t { BF16, F16 };
 //         (r, c) = e4m3(data[r * k + c]) * scales[(r / block_rows) * grid_cols + c /
 //         block_cols]. Read by fp8.h's kernels. An MoE expert stack (moe_experts.h) holds
 //         each expert matrix's grid after the previous one's (weight_readers.cuh's Fp8Rows).
+//   MXFP4: OCP microscaling FP4 (gpt-oss's experts; only MoE expert stacks keep it):
+//         GGUF's 17-byte blocks (engine/model/quant.h) split so that a block's 32 codes
+//         are one aligned 16-byte load: `data` is [n, k / 2] bytes (block b of row r at
+//         r * k / 2 + 16 b; value j < 16 of the block in the low nibble of byte j, value
+//         16 + j in its high nibble), `scales` [n, k / 32] E8M0 exponent bytes; value =
+//         kMxfp4Values[code] * 2^(e - 127). k * 17 / 32 bytes a row, as in the file.
 // A fused matrix whose parts are stored in different formats (Q4_K_M keeps q and k in
 // Q4_K and v in Q6_K in half the layers) is a chain: rows [0, rows) in this format, the
 // rest in `tail` (rows 0: this part holds every remaining row).
-enum class WeightFormat : uint8_t { HALF, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, FP8 };
+enum class WeightFormat : uint8_t { HALF, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, FP8, MXFP4 };
 struct DeviceMatrix {
   WeightFormat format = WeightFormat::HALF;
   const void* data = nullptr;
-  const void* scales = nullptr;  // Q8_0 and FP8 only
+  const void* scales = nullptr;  // Q8_0, FP8 and MXFP4 only
   int32_t rows = 0;
   const DeviceMatrix* tail = nullptr;
   int32_t scale_block_rows = 0, scale_block_cols = 0;  // FP8 only

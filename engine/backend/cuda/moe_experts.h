@@ -16,9 +16,19 @@ namespace spark::cuda {
 // The experts of one layer, stacked: expert e's rows of gate_up are [e * 2 * inter,
 // (e + 1) * 2 * inter) (its gate rows, then its up rows; k = hidden), of down
 // [e * hidden, (e + 1) * hidden) (k = inter). Any WeightFormat (weight_readers.cuh).
+// gpt-oss adds a bias to every projection (a row's bias at the row's index in its stack)
+// and clamps its SwiGLU: gate' = min(gate, limit), up' = clamp(up, -limit, limit),
+// act = gate' * sigmoid(alpha * gate') * (up' + 1). Null / 0: none, plain SwiGLU.
+struct ExpertExtras {
+  const float* gate_up_bias = nullptr;  // [experts * 2 * inter], f32
+  const float* down_bias = nullptr;     // [experts * hidden], f32
+  float swiglu_limit = 0;
+  float swiglu_alpha = 1;
+};
 struct ExpertWeights {
   DeviceMatrix gate_up;
   DeviceMatrix down;
+  ExpertExtras extras;
 };
 
 struct ExpertShape {
@@ -28,7 +38,8 @@ struct ExpertShape {
 // Grouped rows of the grouped GEMM's tiles (MoeGroups::tile_offsets).
 inline constexpr int32_t kMoeTileRows = 64;
 
-// act[r, :] = silu(gate_e · x[row_token[r]]) * (up_e · x[row_token[r]]) for every grouped
+// act[r, :] = silu(gate_e · x[row_token[r]]) * (up_e · x[row_token[r]]) (or gpt-oss's
+// variant with biases, ExpertExtras) for every grouped
 // row r of every active expert e; x [tokens, hidden] and act [pairs, inter] in the
 // compute type. max_pairs: the most pairs any step captured with this launch may have
 // (sizes the grid; blocks past the step's experts or tiles exit).
@@ -38,7 +49,7 @@ void moe_gate_up_gemv(HalfType type, const ExpertShape& s, const ExpertWeights& 
 void moe_gate_up_gemm(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
                       const void* x, int32_t max_pairs, void* act, cudaStream_t stream, bool programmatic);
 
-// y[r, :] = down_e · act[r] (f32 [pairs, hidden]) for every grouped row r.
+// y[r, :] = down_e · act[r] (+ its bias) (f32 [pairs, hidden]) for every grouped row r.
 void moe_down_gemv(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
                    const void* act, int32_t max_pairs, float* y, cudaStream_t stream, bool programmatic);
 void moe_down_gemm(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,

@@ -10,6 +10,13 @@
 // bytes: 604 MB a layer, ~2.8 ms on GB10 and ~0.2 ms on H100 (132 SMs, ~3.0 TB/s), so
 // prefill is compute-bound there; the e4m3 values are decoded to the compute type as they
 // are staged (16 a thread a k step), not multiplied on FP8 tensor cores.
+// MXFP4 experts (gpt-oss-20b: 32 experts of 3 x 2880 x 2880 values, 13.2 MB each) are
+// decoded 32 values (one block) a thread a k step: a prefill of T = 4096 tokens does
+// 2 x 4096 x 4 x 3 x 2880^2 = 0.82 TFLOP a layer (~9 ms at GB10's ~92 TFLOPS, ~1 ms on
+// H100) and reads the 423 MB of experts about once per 64-row tile (~1.9 ms at 218 GB/s):
+// compute-bound. 4096 x 4 / 32 = 512 rows an expert make 8 tiles, 256 in all, times 45
+// column blocks of 64 for down (90 of 32 for gate/up): 11,520 (23,040) blocks, at 4
+// blocks of 4 warps an SM 60 (120) waves on GB10's 48 SMs, 22 (44) on H100's 132.
 // Tiles: blockIdx.y walks the tiles of all experts (MoeGroups::tile_offsets; the grid is
 // sized for the worst case, pairs / 64 + experts, and blocks past the step's tiles exit),
 // blockIdx.x the output columns. A block of 4 warps stages a 64-row slice of the grouped
@@ -35,7 +42,7 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/common.cuh"
-#include "engine/backend/cuda/moe_experts.h"
+#include "engine/backend/cuda/moe_activation.cuh"
 #include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/weight_readers.cuh"
 
@@ -71,7 +78,8 @@ __device__ __forceinline__ int tile_expert(const MoeGroups& g, int experts, int 
 // Else:    a = act [pairs, inter],                      out = y [pairs, hidden] (f32).
 template <typename T, typename R, bool kGateUp>
 __global__ void __launch_bounds__(kThreads)
-    expert_gemm_kernel(R w, ExpertShape s, MoeGroups g, const T* __restrict__ a, void* __restrict__ out) {
+    expert_gemm_kernel(R w, ExpertShape s, ExpertExtras ex, MoeGroups g, const T* __restrict__ a,
+                       void* __restrict__ out) {
   constexpr int V = R::kValues;
   constexpr int kChunks = (kBN * kBK / V + kThreads - 1) / kThreads;  // weight chunks a thread loads a k step
   extern __shared__ __align__(16) uint8_t smem[];  // GemmTiles<T>: dynamic, as cp.async writes it
@@ -175,7 +183,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int c = 0; c < 2; ++c) {
           const int col = col0 + j * 8 + 2 * t + c;
           const float gate = acc[j][half * 2 + c], up = acc[j + kBN / 16][half * 2 + c];
-          if (col < n_out) act[row * n_out + col] = from_f32<T>(gate / (1.0f + expf(-gate)) * up);
+          const int64_t gate_r = int64_t(e) * 2 * s.inter + col;
+          if (col < n_out) act[row * n_out + col] = from_f32<T>(expert_swiglu(ex, gate_r, gate_r + s.inter, gate, up));
         }
     } else {
       float* y = static_cast<float*>(out);
@@ -184,14 +193,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int col = col0 + j * 8 + 2 * t + c;
-          if (col < n_out) y[row * n_out + col] = acc[j][half * 2 + c];
+          if (col < n_out) y[row * n_out + col] = expert_down_out(ex, int64_t(e) * s.hidden + col, acc[j][half * 2 + c]);
         }
     }
   }
 }
 
 template <bool kGateUp>
-void launch(HalfType type, const ExpertShape& s, const DeviceMatrix& w, const MoeGroups& g, const void* a,
+void launch(HalfType type, const ExpertShape& s, const ExpertWeights& ew, const MoeGroups& g, const void* a,
             int32_t max_pairs, void* out, cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(s.experts >= 1 && s.experts <= kMoeMaxExperts && s.hidden > 0 && s.inter > 0 && s.hidden % 32 == 0 &&
                   s.inter % 32 == 0 && max_pairs >= 1,
@@ -202,9 +211,9 @@ void launch(HalfType type, const ExpertShape& s, const DeviceMatrix& w, const Mo
   with_half_type(type, [&](auto tag) {
     using T = decltype(tag);
     const int32_t matrix_rows = kGateUp ? s.inter : s.hidden, k = kGateUp ? s.hidden : s.inter;
-    with_weight_reader<T>(w, matrix_rows, k, [&](auto reader) {
+    with_weight_reader<T>(kGateUp ? ew.gate_up : ew.down, matrix_rows, k, [&](auto reader) {
       launch_kernel(kGateUp ? "expert_gemm_kernel<gate_up>" : "expert_gemm_kernel<down>", programmatic,
-                    expert_gemm_kernel<T, decltype(reader), kGateUp>, grid, dim3(kThreads), sizeof(GemmTiles<T>), stream, reader, s, g,
+                    expert_gemm_kernel<T, decltype(reader), kGateUp>, grid, dim3(kThreads), sizeof(GemmTiles<T>), stream, reader, s, ew.extras, g,
                     static_cast<const T*>(a), out);
     });
   });
@@ -214,12 +223,12 @@ void launch(HalfType type, const ExpertShape& s, const DeviceMatrix& w, const Mo
 
 void moe_gate_up_gemm(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
                       const void* x, int32_t max_pairs, void* act, cudaStream_t stream, bool programmatic) {
-  launch<true>(type, s, w.gate_up, g, x, max_pairs, act, stream, programmatic);
+  launch<true>(type, s, w, g, x, max_pairs, act, stream, programmatic);
 }
 
 void moe_down_gemm(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
                    const void* act, int32_t max_pairs, float* y, cudaStream_t stream, bool programmatic) {
-  launch<false>(type, s, w.down, g, act, max_pairs, y, stream, programmatic);
+  launch<false>(type, s, w, g, act, max_pairs, y, stream, programmatic);
 }
 
 }  // namespace spark::cuda

@@ -31,6 +31,7 @@ struct Params {
   int64_t num_slots;
   float eps;
   float position_scale;
+  float attention_scale;
   int32_t num_heads;
   int32_t num_kv_heads;
   int32_t head_dim;
@@ -152,8 +153,8 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
       float s, c;
       sincosf(pos * p.inv_freq[i], &s, &c);
-      trig[i] = c;
-      trig[half + i] = s;
+      trig[i] = c * p.attention_scale;
+      trig[half + i] = s * p.attention_scale;
     }
   }
   __syncthreads();
@@ -288,6 +289,7 @@ void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, con
   p.num_slots = kv.num_slots;
   p.eps = eps;
   p.position_scale = rope.position_scale;
+  p.attention_scale = rope.attention_scale;
   p.num_heads = num_heads;
   p.num_kv_heads = kv.num_kv_heads;
   p.head_dim = hd;

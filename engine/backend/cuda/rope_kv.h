@@ -14,6 +14,7 @@ namespace spark::cuda {
 struct RopeArgs {
   const float* inv_freq = nullptr;  // [head_dim / 2] in device memory (cpu::Rope's, llama3 scaling applied)
   float position_scale = 1.0f;      // linear scaling: angle = (position * position_scale) * inv_freq[i]
+  float attention_scale = 1.0f;     // YaRN: cos and sin are multiplied by its attention factor
 };
 
 // qkv is the fused projection output, [rows, (num_heads + 2 * num_kv_heads) * head_dim]

@@ -14,7 +14,8 @@
 // the current one. The GGUF block formats kept as the file's blocks (Q4_0, Q4_1, Q4_K,
 // Q5_K, Q6_K) come through BlockRows over their decoders (block_readers.cuh): a chunk is
 // one 32-value part of a block. FP8 (Fp8Rows) applies the scale of the block a value falls
-// in, each matrix of a stack with its own scale grid.
+// in, each matrix of a stack with its own scale grid. MXFP4 (Mxfp4Rows) decodes a block's
+// 32 E2M1 codes with its power-of-two scale.
 #pragma once
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/block_readers.cuh"
@@ -95,6 +96,39 @@ struct Fp8Rows {
   }
 };
 
+// 2^(e - 127) as engine/model/quant.cpp's e8m0_to_f32 gives it (e = 0 subnormal, 255 inf).
+__device__ __forceinline__ float e8m0_decode(uint32_t e) {
+  return __uint_as_float(e == 0 ? 0x00400000u : e == 255 ? 0x7F800000u : e << 23);
+}
+// The E2M1 value of a 4-bit code (sign, 2 exponent bits, 1 mantissa bit: 0, 0.5, 1, 1.5,
+// 2, 3, 4, 6 and their negatives), built as f32 bits: no table in local memory.
+__device__ __forceinline__ float e2m1_decode(uint32_t code) {
+  const uint32_t e = (code >> 1) & 3, m = code & 1;
+  const uint32_t mag = e == 0 ? (m ? 0x3F000000u : 0u) : ((e + 126) << 23) | (m << 22);
+  return __uint_as_float(mag | ((code & 8) << 28));
+}
+
+// MXFP4 as DeviceWeights keeps it (kernel_args.h): a chunk is one block, its 16 code bytes
+// (a warp: 512 contiguous bytes, as Q8_0's int8), its E8M0 scale one byte through the
+// read-only cache; value = e2m1 * scale in f32, as the CPU backend multiplies it.
+struct Mxfp4Rows {
+  static constexpr int kValues = 32;
+  using Chunk = uint4;
+  const uint8_t* codes;
+  const uint8_t* scales;
+  int64_t k;
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(codes + (r * k + c) / 2); }
+  __device__ __forceinline__ void decode(const Chunk& q, int64_t r, int c, float (&out)[kValues]) const {
+    const float d = e8m0_decode(__ldg(scales + (r * k + c) / 32));
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&q);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      out[j] = __fmul_rn(e2m1_decode(b[j] & 0x0F), d);
+      out[16 + j] = __fmul_rn(e2m1_decode(b[j] >> 4), d);
+    }
+  }
+};
+
 // Calls f(reader) with the reader of w for compute type T: a stack of matrices of
 // matrix_rows rows of k values each. w must be one segment (no tail): an MoE stack is.
 template <typename T, typename F>
@@ -117,6 +151,9 @@ void with_weight_reader(const DeviceMatrix& w, int64_t matrix_rows, int64_t k, F
       return f(Fp8Rows{blocks, static_cast<const float*>(w.scales), k, int32_t(matrix_rows), br, bc, grid_cols,
                        grid_rows * grid_cols});
     }
+    case WeightFormat::MXFP4:
+      SPARK_CHECK(w.scales && k % 32 == 0, "an MXFP4 expert stack needs scales and k a multiple of 32");
+      return f(Mxfp4Rows{blocks, static_cast<const uint8_t*>(w.scales), k});
     default: SPARK_CHECK(false, std::string("the MoE kernels do not read ") + weight_format_name(w.format));
   }
 }

@@ -640,7 +640,31 @@ LoadedModel with_fp8_experts(LoadedModel m, int64_t block, bool per_tensor_first
   return m;
 }
 
-// FP16 (see tiny_moe_parity), every step and staggered arrivals.
+// The f32 matrices rounded to BF16 as the device stores them (the router stays f32 on
+// both backends), so a CPU reference given them differs only by the activations' rounding.
+LoadedModel with_bf16_matrices(LoadedModel m) {
+  std::set<std::string> routers;
+  for (int64_t l = 0; l < m.info.spec.num_layers; ++l) routers.insert(tensor_name(Part::ROUTER, l));
+  Weights rounded;
+  for (const auto& [name, t] : m.weights.all()) {
+    if (t.dtype != DType::F32 || t.shape.size() < 2 || routers.count(name)) {
+      rounded.add(t);
+      continue;
+    }
+    auto values = std::make_shared<std::vector<float>>(static_cast<const float*>(t.data),
+                                                       static_cast<const float*>(t.data) + t.numel());
+    for (float& v : *values) v = __bfloat162float(__float2bfloat16(v));
+    Tensor r = t;
+    r.data = values->data();
+    rounded.add(r);
+    rounded.keep_alive(values);
+  }
+  rounded.set_range(m.weights.range());
+  rounded.keep_alive(std::make_shared<Weights>(std::move(m.weights)));
+  m.weights = std::move(rounded);
+  return m;
+}
+
 // The tiny gpt-oss (f32 attention, MXFP4 experts, sinks, 8-token windows on alternate
 // layers, YaRN): as qwen3_moe's, its random router flips a top-4 choice when the f32
 // matrices are rounded to 16 bits (measured: the 40-token prompt, 3.8e-2 against the f32

@@ -261,8 +261,12 @@ $(BUILD)/obj/engine/commands/version.o: CXXFLAGS += -DSPARKD_TARGET_ARCH='"$(ARC
   -DSPARKD_CUDA_ARCHS='"$(if $(filter 1,$(CUDA)),$(CUDA_ARCHS))"' \
   -DSPARKD_STATIC_LIBS='"libstdc++, libgcc, PCRE2, utf8proc, cpp-httplib $(shell cat $(HTTPLIB_DIR)/VERSION 2>/dev/null), OpenSSL$(if $(filter 1,$(CUDA)),$(comma) CUDA runtime)"'
 
-# aarch64 (packaging/cross.mk): `make ARCH=arm64` builds build/arm64/sparkd here; test-arm64
-# runs the unit tests and a smoke test of the aarch64 build under qemu (native on arm64).
+# aarch64 (packaging/cross.mk): `make ARCH=arm64` builds build/arm64/sparkd here. test-arm64 tests
+# both aarch64 builds, CPU only (build/arm64-cpu) and, where nvcc exists, CUDA (build/arm64): the
+# unit tests of each and a smoke test of each sparkd, under qemu here (natively on arm64), then
+# the arm64 package of the CUDA one. There is no GPU under qemu: the CUDA build's backend factory
+# takes the CPU (engine.backend = "auto"), and its cases that need a device say why they skip.
+ARM64_TEST_BUILDS := build/arm64-cpu $(if $(filter 1,$(CUDA)),build/arm64)
 deps-arm64: deps
 	@sh packaging/arm64_deps.sh $(if $(and $(filter 1,$(CUDA)),$(filter amd64,$(HOST_ARCH))),$(CUDA_ARM64_DIR))
 ifneq ($(ARCH),$(HOST_ARCH))
@@ -283,12 +287,17 @@ ifneq ($(QEMU_ARM64),)
   QEMU_UNIT_EXCLUDE := --test-case-exclude='cpu smollm2*,engine + CPU backend: greedy output alone*,speculative engine: 64 mixed*,speculative engine: prefix-cache hits*'
 endif
 test-arm64: deps-arm64 model
-	@$(MAKE) --no-print-directory ARCH=arm64 -j$(JOBS) $(ARM64_BUILD)/sparkd $(ARM64_BUILD)/unit_tests
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd
-	@rc=0; echo "== unit tests, aarch64$(if $(QEMU_ARM64), under qemu)"; $(QEMU_ARM64) $(ARM64_BUILD)/unit_tests $(QEMU_UNIT_EXCLUDE) || rc=1; \
-	  echo "== smoke test, portability and the arm64 package, aarch64"; SPARKD_BIN=$(BUILD)/sparkd SPARKD_ARM64_BIN=$(ARM64_BUILD)/sparkd \
-	  SPARKD_QEMU="$(QEMU_ARM64)" $(PY) -m pytest -q -p no:cacheprovider tests/arm64/test_arm64_smoke.py tests/integration/test_portable_binary.py \
-	  $(if $(QEMU_ARM64),tests/integration/test_deb.py -k "not test_deb or arm64") || rc=1; exit $$rc
+	@for b in $(ARM64_TEST_BUILDS); do $(MAKE) --no-print-directory ARCH=arm64 BUILD=$$b CUDA=$$(test $$b = build/arm64 && echo 1 || echo 0) \
+	  -j$(JOBS) $$b/sparkd $$b/unit_tests || exit 1; done
+	@rc=0; for b in $(ARM64_TEST_BUILDS); do t0=$$(date +%s); \
+	  echo "== unit tests, $$b (aarch64$(if $(QEMU_ARM64), under qemu))"; $(QEMU_ARM64) $$b/unit_tests $(QEMU_UNIT_EXCLUDE) || rc=1; \
+	  t1=$$(date +%s); echo "== smoke test and portability, $$b/sparkd"; SPARKD_BIN=$(BUILD)/sparkd SPARKD_ARM64_BIN=$$b/sparkd \
+	    SPARKD_QEMU="$(QEMU_ARM64)" $(PY) -m pytest -q -p no:cacheprovider tests/arm64/test_arm64_smoke.py tests/integration/test_portable_binary.py || rc=1; \
+	  echo "$$b: unit tests $$((t1 - t0)) s, smoke test and portability $$(($$(date +%s) - t1)) s"; done; \
+	  $(if $(QEMU_ARM64),echo "== the arm64 package of $(lastword $(ARM64_TEST_BUILDS))/sparkd"; \
+	    SPARKD_BIN=$(BUILD)/sparkd SPARKD_ARM64_BIN=$(lastword $(ARM64_TEST_BUILDS))/sparkd $(PY) -m pytest -q -p no:cacheprovider \
+	    tests/integration/test_deb.py -k arm64 || rc=1;) exit $$rc
 
 # Debian package of this build: build/deb/sparkd_$(VERSION)_$(ARCH).deb, checked with lintian
 # and, for this machine's architecture, installed in a scratch root (packaging/deb_install_check.sh).

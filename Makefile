@@ -280,11 +280,13 @@ endif
 # slowest natively (x86_64, 2 busy cores): greedy 8 x 32 tokens against the reference (101 s;
 # unfinished after 10 minutes under qemu), 32 requests alone and batched at three budgets
 # (108 s), the speculative engine's prefix-cache runs (84 s) and 64 requests (67 s); no other
-# case takes over 11 s.
+# case takes over 11 s. The speculative engine's structured-output case (5 s natively,
+# constrained SmolLM2 requests with and without drafts) ran past its own 5-minute wait
+# under qemu on a busy machine, so it is left out too.
 # The tiny random-weight models' cases, the kernels, the tiny-model forwards and the smoke
 # test's server still exercise the NEON paths there. A native arm64 machine runs them all.
 ifneq ($(QEMU_ARM64),)
-  QEMU_UNIT_EXCLUDE := --test-case-exclude='cpu smollm2*,engine + CPU backend: greedy output alone*,speculative engine: 64 mixed*,speculative engine: prefix-cache hits*'
+  QEMU_UNIT_EXCLUDE := --test-case-exclude='cpu smollm2*,engine + CPU backend: greedy output alone*,speculative engine: 64 mixed*,speculative engine: prefix-cache hits*,speculative engine: structured outputs*'
 endif
 test-arm64: deps-arm64 model
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd

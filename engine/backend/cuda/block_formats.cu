@@ -4,7 +4,9 @@
 #include "engine/backend/cuda/block_formats.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "engine/backend/cuda/block_readers.cuh"
 #include "engine/backend/cuda/common.cuh"
@@ -105,6 +107,27 @@ void upload_bytes(void* dst, const void* src, size_t bytes) {
     const char* from = static_cast<const char*>(src) + off;
     CUDA_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, from, n, cudaMemcpyHostToDevice));
     release_mapped_pages(from, n);
+  }
+}
+
+void upload_split_blocks(const void* src, int64_t count, size_t block_bytes, size_t scale_bytes, void* codes,
+                         void* scales) {
+  const size_t code_bytes = block_bytes - scale_bytes;
+  const int64_t chunk = std::max<int64_t>(1, int64_t(kUploadChunk / block_bytes));
+  std::vector<uint8_t> q(size_t(std::min(count, chunk)) * code_bytes), s(size_t(std::min(count, chunk)) * scale_bytes);
+  const auto* from = static_cast<const uint8_t*>(src);
+  for (int64_t b0 = 0; b0 < count; b0 += chunk) {
+    const size_t n = size_t(std::min(chunk, count - b0));
+    for (size_t b = 0; b < n; ++b) {
+      const uint8_t* block = from + (size_t(b0) + b) * block_bytes;
+      std::memcpy(s.data() + b * scale_bytes, block, scale_bytes);
+      std::memcpy(q.data() + b * code_bytes, block + scale_bytes, code_bytes);
+    }
+    CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(codes) + size_t(b0) * code_bytes, q.data(), n * code_bytes,
+                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(scales) + size_t(b0) * scale_bytes, s.data(), n * scale_bytes,
+                          cudaMemcpyHostToDevice));
+    release_mapped_pages(from + size_t(b0) * block_bytes, n * block_bytes);
   }
 }
 

@@ -49,6 +49,12 @@ inline constexpr size_t kUploadChunk = size_t(32) << 20;
 // at a time, dropping each chunk's file pages once copied (release_mapped_pages): on
 // unified memory the file then never sits in the page cache beside its device copy.
 void upload_bytes(void* dst, const void* src, size_t bytes);
+// Splits `count` file blocks of `block_bytes`, each a scale of `scale_bytes` followed by its
+// codes (Q8_0, MXFP4), into the codes of every block back to back at `codes` and their
+// scales back to back at `scales` (device), so a warp's loads of either coalesce. Host
+// buffers stay within kUploadChunk and each chunk's file pages are dropped, as upload_bytes.
+void upload_split_blocks(const void* src, int64_t count, size_t block_bytes, size_t scale_bytes, void* codes,
+                         void* scales);
 
 template <WeightFormat F>
 void gemv_blocks(HalfType type, const void* x, int32_t rows, int32_t k, const void* w, int32_t n, void* y,

@@ -30,12 +30,9 @@
 #include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/q8_0.h"
 
-#include <algorithm>
-#include <cstring>
-#include <vector>
+#include <cstddef>
 
 #include "engine/model/quant.h"
-#include "engine/util/mmap.h"
 
 namespace spark::cuda {
 namespace {
@@ -132,23 +129,8 @@ void gemv_q8_0(HalfType type, const void* x, int32_t rows, int32_t k, const Devi
 
 void upload_q8_0(const Tensor& t, void* qs, void* scales) {
   SPARK_CHECK(t.dtype == DType::Q8_0 && t.cols() % kBlockValues == 0, "upload_q8_0: " + t.name + " is not Q8_0 rows");
-  const int64_t rows = t.rows(), cols = t.cols(), blocks = cols / kBlockValues;
-  const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kUploadChunk) / cols);
-  std::vector<int8_t> q(size_t(std::min(rows, chunk_rows) * cols));
-  std::vector<uint16_t> d(size_t(std::min(rows, chunk_rows) * blocks));
-  const auto* src = static_cast<const BlockQ8_0*>(t.data);
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
-    const int64_t n = std::min(chunk_rows, rows - r0);
-    for (int64_t b = 0; b < n * blocks; ++b) {
-      const BlockQ8_0& block = src[r0 * blocks + b];
-      d[size_t(b)] = block.d;
-      std::memcpy(q.data() + b * kBlockValues, block.qs, kBlockValues);
-    }
-    CUDA_CHECK(cudaMemcpy(static_cast<char*>(qs) + r0 * cols, q.data(), size_t(n * cols), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(static_cast<char*>(scales) + r0 * blocks * 2, d.data(), size_t(n * blocks) * 2,
-                          cudaMemcpyHostToDevice));
-    release_mapped_pages(src + r0 * blocks, size_t(n * blocks) * sizeof(BlockQ8_0));  // block_formats.h, upload_bytes
-  }
+  static_assert(sizeof(BlockQ8_0) == 34 && offsetof(BlockQ8_0, qs) == sizeof(uint16_t), "d, then 32 quants");
+  upload_split_blocks(t.data, t.rows() * (t.cols() / kBlockValues), sizeof(BlockQ8_0), sizeof(uint16_t), qs, scales);
 }
 
 }  // namespace spark::cuda

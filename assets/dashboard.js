@@ -162,6 +162,23 @@ function renderTiles(totals) {
   const f = totals.requests_finished || {};
   const done = (f.stop || 0) + (f.length || 0) + (f.abort || 0) + (f.error || 0);
   setTile("t-done", fmt.int(done), "requests", fmt.int(f.abort || 0) + " aborted · " + fmt.int(f.error || 0) + " failed");
+  renderStructured(totals.structured_output);
+}
+
+// ---- structured outputs ----
+// Lifetime figures from the server's histograms (p99 and p50 are good to a bucket's width).
+function renderStructured(so) {
+  if (!so) return;
+  $("so-requests").textContent = fmt.int(so.requests);
+  const kinds = Object.entries(so.by_kind || {}).map(([k, n]) => k + " " + fmt.int(n));
+  $("so-kinds").textContent = kinds.length ? kinds.join(" · ") : "—";
+  $("so-refused").textContent = fmt.int(so.refused);
+  $("so-masks").textContent = fmt.compact(so.masks);
+  $("so-mask-time").textContent = so.mask_mean_s == null ? "no masks yet"
+    : "mean " + fmt.dur(so.mask_mean_s) + " · p99 " + fmt.dur(so.mask_p99_s);
+  $("so-compile-time").textContent = so.compile_p50_s == null ? "no compiles yet"
+    : "p50 " + fmt.dur(so.compile_p50_s) + " · p99 " + fmt.dur(so.compile_p99_s) + " · " + fmt.int(so.compiles) + " compiled";
+  $("so-cache-hits").textContent = fmt.int(so.cache_hits);
 }
 
 // ---- requests ----

@@ -132,6 +132,21 @@ std::string metrics_text(const MetricsSnapshot& m, const ServerGauges& server, c
   w.histogram("sparkd_time_per_output_token_seconds", "Time per output token.", m.time_per_output_token);
   w.histogram("sparkd_e2e_request_latency_seconds", "Request latency.", m.e2e_latency);
   w.histogram("sparkd_request_queue_time_seconds", "Queue time.", m.queue_time);
+  std::vector<std::pair<std::string, double>> constrained, refused;
+  for (size_t k = 0; k < kNumConstraintKinds; ++k) {
+    const std::string kind = constraint_kind_name(ConstraintKind(k));
+    constrained.emplace_back(kind, double(m.constrained_requests[k]));
+    refused.emplace_back(kind, double(m.constraints_refused[k]));
+  }
+  w.counter_by("sparkd_structured_output_requests", "Requests whose output constraint compiled, by kind.", "kind",
+               constrained);
+  w.counter_by("sparkd_structured_output_refused", "Output constraints refused with a 400, by kind.", "kind", refused);
+  w.counter("sparkd_structured_output_cache_hits", "Constraints whose compiled grammar came from the cache.",
+            double(m.constraint_cache_hits));
+  w.histogram("sparkd_structured_output_mask_seconds", "Time to compute one token mask of a constrained sequence.",
+              m.constraint_mask_time);
+  w.histogram("sparkd_structured_output_compile_seconds", "Time to compile a constraint that missed the cache.",
+              m.constraint_compile_time);
   return w.str();
 }
 

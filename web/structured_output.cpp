@@ -1,12 +1,15 @@
 // structured_output.cpp — reading the structured-output fields and compiling constraints.
 #include "web/structured_output.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "engine/constrain/tool_trigger.h"
+#include "engine/core/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
 #include "web/http_error.h"
@@ -152,9 +155,9 @@ Spec call_spec(const ApiRequest& r, ToolFormat format, const std::string& before
 }
 
 // tool_choice "auto": no grammar until the model opens a call (tool_trigger.h).
-std::shared_ptr<const constrain::Constraint> auto_tool_calls(const App& app, const ApiRequest& r) {
+std::shared_ptr<const constrain::Constraint> auto_tool_calls(const App& app, const ApiRequest& r,
+                                                             const std::shared_ptr<const constrain::TokenTable>& table) {
   using Trigger = constrain::ToolTrigger;
-  auto table = token_table(*app.tokenizer);
   auto trigger = std::make_shared<Trigger>();
   trigger->tokens = table;
   if (app.harmony_model) {
@@ -177,8 +180,22 @@ std::shared_ptr<const constrain::Constraint> auto_tool_calls(const App& app, con
   }
   auto c = std::make_shared<constrain::Constraint>();
   c->tokens = table;
+  c->cached = trigger->call ? trigger->call->cached
+                            : std::all_of(trigger->arguments.begin(), trigger->arguments.end(),
+                                          [](const auto& a) { return a.second->cached; });
   c->trigger = std::move(trigger);
   return c;
+}
+
+ConstraintKind metric_kind(Spec::Kind kind) {
+  switch (kind) {
+    case Spec::Kind::JSON_SCHEMA: return ConstraintKind::JSON_SCHEMA;
+    case Spec::Kind::JSON_OBJECT: return ConstraintKind::JSON_OBJECT;
+    case Spec::Kind::REGEX: return ConstraintKind::REGEX;
+    case Spec::Kind::CHOICE: return ConstraintKind::CHOICE;
+    case Spec::Kind::TOOL_CALL: return ConstraintKind::TOOL_CALL;
+  }
+  return ConstraintKind::JSON_OBJECT;
 }
 
 }  // namespace
@@ -187,22 +204,30 @@ void attach_constraint(const App& app, ApiRequest& r, const std::string& prefill
   std::optional<Spec> spec = r.structured;
   std::string param = r.structured_param;
   const bool forced_call = r.tool_choice == ToolChoice::REQUIRED || r.tool_choice == ToolChoice::NAMED;
+  bool auto_calls = false;
+  if (forced_call && !prefill.empty()) {
+    // The prompt ends inside the call's opening (chat_prompt.cpp): after `{"name": "` for
+    // "required", after the arguments key for a named function.
+    spec = call_spec(r, app.tool_format, "", r.tool_choice == ToolChoice::NAMED);
+    param = "tools";
+  } else if (!spec && r.tool_choice != ToolChoice::NONE && r.tools.is_array() && !r.tools.empty()) {
+    // "auto", or a forced call the prompt could not open (a thinking model, harmony).
+    auto_calls = true;
+  }
+  if (!spec && !auto_calls) return;
+  const ConstraintKind kind = auto_calls ? (forced_call ? ConstraintKind::TOOL_CALL : ConstraintKind::TOOL_AUTO)
+                                         : metric_kind(spec->kind);
+  const auto table = token_table(*app.tokenizer);  // built once per tokenizer, not part of a compile
+  Metrics& metrics = app.engine->metrics_registry();
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   try {
-    if (forced_call && !prefill.empty()) {
-      // The prompt ends inside the call's opening (chat_prompt.cpp): after `{"name": "` for
-      // "required", after the arguments key for a named function.
-      spec = call_spec(r, app.tool_format, "", r.tool_choice == ToolChoice::NAMED);
-      param = "tools";
-    } else if (!spec && r.tool_choice != ToolChoice::NONE && r.tools.is_array() && !r.tools.empty()) {
-      // "auto", or a forced call the prompt could not open (a thinking model, harmony).
-      r.params.constraint = auto_tool_calls(app, r);
-      return;
-    }
-    if (!spec) return;
-    r.params.constraint = constrain::compile_constraint(*spec, token_table(*app.tokenizer));
+    r.params.constraint = auto_calls ? auto_tool_calls(app, r, table) : constrain::compile_constraint(*spec, table);
   } catch (const InputError& e) {
+    metrics.constraint_refused(kind, seconds());
     bad(spec ? param : "tools", e.what());
   }
+  metrics.constraint_compiled(kind, seconds(), r.params.constraint->cached);
 }
 
 }  // namespace spark

@@ -80,6 +80,7 @@ std::shared_ptr<const Constraint> compile_constraint(const ConstraintSpec& spec,
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache.find(key); it != cache.end()) {
       c->grammar = it->second;
+      c->cached = true;
       return c;
     }
   }

@@ -38,6 +38,7 @@ struct Constraint {
   // tool_choice "auto": the output has no grammar of its own; each tool call the model
   // opens is constrained from its opening to its end (tool_trigger.h).
   std::shared_ptr<const ToolTrigger> trigger;
+  bool cached = false;  // every grammar it needed came from the cache (the cache-hit metric)
 
   std::unique_ptr<Matcher> new_matcher() const { return std::make_unique<Matcher>(grammar, tokens); }
 };

@@ -88,6 +88,7 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
   sc.max_num_seqs = std::max<int64_t>(1, (sc.max_num_seqs + int64_t(slots) - 1) / int64_t(slots));
   for (size_t i = 0; i < slots; ++i) schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_));
   executor_->prepare(num_kv_blocks, blocks_.num_window_blocks(), config.engine.block_size, eos_ids_);
+  executor_->set_metrics(&metrics_);
   metrics_.set_gauges(0, 0, 0, num_kv_blocks);
   state_.last_heartbeat = Clock::now();
 }

@@ -88,6 +88,8 @@ class Engine {
   bool cancel(const std::string& request_id);
 
   MetricsSnapshot metrics() const { return metrics_.snapshot(); }
+  // The registry itself, for what the API layer measures (structured-output compiles).
+  Metrics& metrics_registry() { return metrics_; }
   EngineState state() const;
   const Admission& admission() const { return admission_; }
   int64_t max_model_len() const { return admission_.max_model_len(); }

@@ -57,6 +57,7 @@ void LocalExecutor::launch(const ScheduledStep& step) {
       // (speculator.h), so a constrained sequence stops there, its matcher on the kept text.
       if (e.seq->matcher && j < e.num_draft_tokens && samples[r].token != e.seq->draft_tokens[size_t(j)]) break;
     }
+  report_mask_times(sampler_->mask_seconds());
   done_.push_back(std::move(samples));
 }
 

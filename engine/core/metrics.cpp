@@ -17,7 +17,26 @@ const std::vector<double> kTpotBounds = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.
 const std::vector<double> kRequestBounds = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
                                             30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0};
 
+// A token mask costs from about a microsecond (a literal) to tens of milliseconds (a wide
+// alternation over a 150k vocabulary); compiles from a fraction of a millisecond to seconds.
+const std::vector<double> kMaskBounds = {1e-6, 2.5e-6, 5e-6,  1e-5,   2.5e-5, 5e-5,  1e-4,  2.5e-4,
+                                         5e-4, 0.001,  0.0025, 0.005, 0.01,   0.025, 0.05,  0.1};
+const std::vector<double> kCompileBounds = {1e-4, 2.5e-4, 5e-4, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                            0.05, 0.1,    0.25, 0.5,   1.0,    2.5,   5.0,  10.0};
+
 }  // namespace
+
+const char* constraint_kind_name(ConstraintKind kind) {
+  switch (kind) {
+    case ConstraintKind::JSON_SCHEMA: return "json_schema";
+    case ConstraintKind::JSON_OBJECT: return "json_object";
+    case ConstraintKind::REGEX: return "regex";
+    case ConstraintKind::CHOICE: return "choice";
+    case ConstraintKind::TOOL_CALL: return "tool_call";
+    case ConstraintKind::TOOL_AUTO: return "tool_auto";
+  }
+  return "unknown";
+}
 
 Histogram::Histogram(std::vector<double> upper_bounds) : bounds(std::move(upper_bounds)) {
   SPARK_CHECK(std::is_sorted(bounds.begin(), bounds.end()), "histogram bounds must ascend");
@@ -52,6 +71,8 @@ Metrics::Metrics() {
   m_.time_per_output_token = Histogram(kTpotBounds);
   m_.e2e_latency = Histogram(kRequestBounds);
   m_.queue_time = Histogram(kRequestBounds);
+  m_.constraint_mask_time = Histogram(kMaskBounds);
+  m_.constraint_compile_time = Histogram(kCompileBounds);
 }
 
 void Metrics::add_prompt_tokens(uint64_t n) { std::lock_guard lock(mu_); m_.prompt_tokens += n; }
@@ -91,6 +112,25 @@ void Metrics::observe_ttft(double s) { std::lock_guard lock(mu_); m_.time_to_fir
 void Metrics::observe_tpot(double s) { std::lock_guard lock(mu_); m_.time_per_output_token.observe(s); }
 void Metrics::observe_e2e(double s) { std::lock_guard lock(mu_); m_.e2e_latency.observe(s); }
 void Metrics::observe_queue_time(double s) { std::lock_guard lock(mu_); m_.queue_time.observe(s); }
+
+void Metrics::constraint_compiled(ConstraintKind kind, double seconds, bool cache_hit) {
+  std::lock_guard lock(mu_);
+  ++m_.constrained_requests[static_cast<size_t>(kind)];
+  if (cache_hit) ++m_.constraint_cache_hits;
+  else m_.constraint_compile_time.observe(seconds);
+}
+
+void Metrics::constraint_refused(ConstraintKind kind, double seconds) {
+  std::lock_guard lock(mu_);
+  ++m_.constraints_refused[static_cast<size_t>(kind)];
+  m_.constraint_compile_time.observe(seconds);
+}
+
+void Metrics::observe_mask_times(std::span<const double> seconds) {
+  if (seconds.empty()) return;
+  std::lock_guard lock(mu_);
+  for (double s : seconds) m_.constraint_mask_time.observe(s);
+}
 
 MetricsSnapshot Metrics::snapshot() const {
   std::lock_guard lock(mu_);

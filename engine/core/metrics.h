@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "engine/core/sequence.h"
@@ -25,6 +26,13 @@ struct Histogram {
   double quantile(double q) const;
 };
 
+// What a structured-output request constrained: the `kind` label of its counters.
+// TOOL_CALL: tool_choice "required" or a named function; TOOL_AUTO: tool_choice "auto",
+// whose calls are constrained from the moment the model opens one.
+enum class ConstraintKind { JSON_SCHEMA, JSON_OBJECT, REGEX, CHOICE, TOOL_CALL, TOOL_AUTO };
+inline constexpr size_t kNumConstraintKinds = 6;
+const char* constraint_kind_name(ConstraintKind kind);  // "json_schema", ..., "tool_auto"
+
 struct MetricsSnapshot {
   // Counters (since start).
   uint64_t prompt_tokens = 0;      // prompt tokens of admitted requests
@@ -40,6 +48,12 @@ struct MetricsSnapshot {
   uint64_t spec_num_draft_tokens = 0;
   uint64_t spec_num_accepted_tokens = 0;
   std::vector<uint64_t> spec_accepted_per_pos;
+  // Structured outputs, by ConstraintKind: requests whose constraint compiled, and those
+  // refused with a 400 (an unsupported keyword, a limit hit); compiles answered from the
+  // compiled-grammar cache.
+  std::array<uint64_t, kNumConstraintKinds> constrained_requests{};
+  std::array<uint64_t, kNumConstraintKinds> constraints_refused{};
+  uint64_t constraint_cache_hits = 0;
   // Gauges (as of the last step).
   int64_t num_running = 0;
   int64_t num_waiting = 0;
@@ -50,8 +64,12 @@ struct MetricsSnapshot {
   Histogram time_per_output_token;
   Histogram e2e_latency;
   Histogram queue_time;
+  Histogram constraint_mask_time;     // one observation per token mask computed
+  Histogram constraint_compile_time;  // per compile that missed the cache, refused ones too
 
   uint64_t finished(FinishReason r) const { return requests_finished[static_cast<size_t>(r)]; }
+  uint64_t constrained(ConstraintKind k) const { return constrained_requests[static_cast<size_t>(k)]; }
+  uint64_t refused(ConstraintKind k) const { return constraints_refused[static_cast<size_t>(k)]; }
 };
 
 class Metrics {
@@ -70,6 +88,12 @@ class Metrics {
   void observe_tpot(double seconds);
   void observe_e2e(double seconds);
   void observe_queue_time(double seconds);
+  // A request's constraint compiled in `seconds` (its grammar from the cache or not), or
+  // was refused after `seconds`.
+  void constraint_compiled(ConstraintKind kind, double seconds, bool cache_hit);
+  void constraint_refused(ConstraintKind kind, double seconds);
+  // The token masks of one step, in seconds each: one lock for all of them.
+  void observe_mask_times(std::span<const double> seconds);
 
   MetricsSnapshot snapshot() const;
 

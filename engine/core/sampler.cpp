@@ -38,8 +38,8 @@ SampleOutput Sampler::sample(const float* logits, const SamplingParams& params, 
                              int64_t max_output_tokens) {
   std::copy(logits, logits + vocab_size_, logits_.begin());
   if (!matcher) return sample_row(params, context, num_prompt_tokens, seed, counter, nullptr);
-  constraint_mask(*matcher, eos_ids_, params,
-                  max_output_tokens > 0 ? std::max<int64_t>(1, max_output_tokens - int64_t(counter)) : 0, allowed_);
+  const int64_t tokens_left = max_output_tokens > 0 ? std::max<int64_t>(1, max_output_tokens - int64_t(counter)) : 0;
+  mask_seconds_.push_back(constraint_mask(*matcher, eos_ids_, params, tokens_left, allowed_));
   SampleOutput out = sample_row(params, context, num_prompt_tokens, seed, counter, &allowed_);
   advance_constraint(*matcher, eos_ids_, params, out.token);
   return out;

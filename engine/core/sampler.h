@@ -49,6 +49,9 @@ class Sampler {
                       int64_t num_prompt_tokens, uint64_t seed, uint64_t counter, const std::vector<uint64_t>& allowed);
 
   int64_t vocab_size() const { return vocab_size_; }
+  // Seconds each constraint mask of the matcher overload took, until the executor hands
+  // them to the metrics (StepExecutor::report_mask_times).
+  std::vector<double>& mask_seconds() { return mask_seconds_; }
 
  private:
   void adjust_logits(const SamplingParams& params, std::span<const int32_t> context, int64_t num_prompt_tokens);
@@ -66,13 +69,15 @@ class Sampler {
   std::vector<int32_t> counts_; // output-token counts for the penalties (sparse reset)
   std::vector<uint8_t> seen_;   // context tokens for the repetition penalty (sparse reset)
   std::vector<uint64_t> allowed_;  // the constraint's token mask, one bit per id
+  std::vector<double> mask_seconds_;
 };
 
 // Structured output (sampler_constraint.cpp). The mask of the grammar's next tokens for a
 // row with `tokens_left` output tokens left, this one counted (0: no limit), with the EOS
-// ids and the request's stop_token_ids set exactly where the value may end.
-void constraint_mask(constrain::Matcher& matcher, std::span<const int32_t> eos_ids, const SamplingParams& params,
-                     int64_t tokens_left, std::vector<uint64_t>& mask);
+// ids and the request's stop_token_ids set exactly where the value may end. Returns the
+// seconds it took (the mask-time metric).
+double constraint_mask(constrain::Matcher& matcher, std::span<const int32_t> eos_ids, const SamplingParams& params,
+                       int64_t tokens_left, std::vector<uint64_t>& mask);
 // Steps the matcher by a drawn token (EOS and stop tokens end the output instead).
 void advance_constraint(constrain::Matcher& matcher, std::span<const int32_t> eos_ids, const SamplingParams& params,
                         int32_t token);

@@ -2,6 +2,7 @@
 // (computed where the matcher lives) applied to a logits row (where the row is sampled),
 // and the matcher's step by the drawn token.
 #include <algorithm>
+#include <chrono>
 #include <limits>
 
 #include "engine/constrain/matcher.h"
@@ -9,8 +10,9 @@
 
 namespace spark {
 
-void constraint_mask(constrain::Matcher& matcher, std::span<const int32_t> eos_ids, const SamplingParams& params,
-                     int64_t tokens_left, std::vector<uint64_t>& mask) {
+double constraint_mask(constrain::Matcher& matcher, std::span<const int32_t> eos_ids, const SamplingParams& params,
+                       int64_t tokens_left, std::vector<uint64_t>& mask) {
+  const auto start = std::chrono::steady_clock::now();
   // End-of-sequence (and the request's stop tokens) are allowed exactly where the value is
   // complete; they are never in the grammar's mask (special tokens), so they are added.
   std::vector<int32_t> enders;
@@ -38,6 +40,7 @@ void constraint_mask(constrain::Matcher& matcher, std::span<const int32_t> eos_i
     const uint64_t bit = uint64_t(1) << (id % 64);
     mask[size_t(id) / 64] = may_end ? mask[size_t(id) / 64] | bit : mask[size_t(id) / 64] & ~bit;
   }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void Sampler::apply_mask(const std::vector<uint64_t>& allowed) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/metrics.h"
 #include "engine/core/scheduler.h"
 #include "engine/step/step.h"
 
@@ -49,6 +50,20 @@ class StepExecutor {
   virtual void retire(int64_t seq_id) {}
   // Every live request failed (the pipeline was lost): forget all per-sequence state.
   virtual void forget_all() {}
+
+  // Where the executor records what only it measures (constraint masks); set by the
+  // engine before any step, valid while steps run.
+  void set_metrics(Metrics* metrics) { metrics_ = metrics; }
+
+ protected:
+  // Hands a step's constraint-mask times to the metrics in one call, and clears them.
+  void report_mask_times(std::vector<double>& seconds) {
+    if (metrics_) metrics_->observe_mask_times(seconds);
+    seconds.clear();
+  }
+
+ private:
+  Metrics* metrics_ = nullptr;
 };
 
 }  // namespace spark

@@ -76,6 +76,7 @@ void PipelineExecutor::launch(const ScheduledStep& step) {
       mb.sample_seq_ids[size_t(e.logits_row + j)] = seq.seq_id;
     if (seq.matcher && e.logits_row >= 0) add_masks(seq, size_t(e.logits_row), e.num_draft_tokens, mb, sent);
   }
+  report_mask_times(mask_seconds_);
   mb.batch = step.batch;
   in_flight_.push_back(std::move(sent));
   remote_.send(session_, mb, hidden, start_us, end_us);
@@ -92,7 +93,7 @@ void PipelineExecutor::add_masks(const Sequence& seq, size_t first_row, int64_t 
     const int64_t counter = seq.num_output_tokens() + j;
     const int64_t tokens_left = seq.max_tokens > 0 ? std::max<int64_t>(1, seq.max_tokens - counter) : 0;
     std::vector<uint64_t>& mask = mb.row_masks[first_row + size_t(j)];
-    constraint_mask(*m, eos_ids_, seq.params, tokens_left, mask);
+    mask_seconds_.push_back(constraint_mask(*m, eos_ids_, seq.params, tokens_left, mask));
     mask.resize(size_t(mask_words(vocab_size_)), 0);
     if (j == num_drafts) break;
     if (!ahead) {

@@ -59,6 +59,7 @@ class PipelineExecutor : public StepExecutor {
     std::vector<ConstrainedRows> constrained;
   };
   void add_masks(const Sequence& seq, size_t first_row, int64_t num_drafts, MicroBatchPlan& mb, Sent& sent);
+  std::vector<double> mask_seconds_;  // this step's mask times, for the metrics
   std::deque<Sent> in_flight_;  // oldest first
   ForwardResult result_;
 };

@@ -122,6 +122,37 @@ def test_page_loads_clean_and_charts_fill(dash_server, driver):
     assert not errors, errors
 
 
+def test_structured_outputs_panel(dash_server, driver):
+    """The panel starts at zero and shows a constrained request, its mask and compile times
+    and a refused schema within a stats tick or two."""
+    driver.get(dash_server.url + "/")
+    wait_for(lambda: driver.execute_script("return window.sparkdDash && window.sparkdDash.events >= 1"),
+             what="the stats stream")
+    read = ("return Object.fromEntries(['requests', 'kinds', 'refused', 'masks', 'mask-time', 'compile-time',"
+            " 'cache-hits'].map(k => [k, document.getElementById('so-' + k).textContent]))")
+    panel = driver.execute_script(read)
+    assert panel["requests"] == "0" and panel["mask-time"] == "no masks yet", panel
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    out = chat(dash_server.url, "A number?", max_tokens=16, temperature=0,
+               response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}})
+    assert out["usage"]["completion_tokens"] > 0
+    refused = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "minProperties": 1}}}
+    r = requests.post(dash_server.url + "/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "x"}], "max_tokens": 4, "response_format": refused})
+    assert r.status_code == 400, r.text
+    panel = wait_for(lambda: (lambda p: p if p["refused"] == "1" and p["requests"] == "1" else None)(
+        driver.execute_script(read)), what="the structured-outputs panel to count both requests")
+    assert panel["kinds"] == "json_schema 1"
+    assert int(panel["masks"]) >= out["usage"]["completion_tokens"]
+    assert re.fullmatch(r"mean [0-9.]+ (µs|ms) · p99 [0-9.]+ (µs|ms)", panel["mask-time"]), panel
+    assert re.fullmatch(r"p50 [0-9.]+ (µs|ms|s) · p99 [0-9.]+ (µs|ms|s) · 2 compiled", panel["compile-time"]), panel
+    assert panel["cache-hits"] == "0"
+    driver.execute_script("document.getElementById('structured').scrollIntoView({block: 'center'})")
+    driver.save_screenshot(str(SHOTS / "dashboard-structured.png"))
+    errors = console_errors(driver)
+    assert not errors, errors
+
+
 def click(driver, element_id):
     """Clicks a playground button through its DOM click(): the same handlers run as for a
     mouse click, whatever earlier tests left on screen (window size, overlays, the sticky

@@ -86,8 +86,10 @@ def test_pair_constrains_like_one_process():
     pair = Pair(head=SPECULATIVE).wait_ready()
     try:
         with ThreadPoolExecutor(len(jobs)) as pool:
-            greedy = list(pool.map(lambda job: message(chat(pair.head.url, job[1])["choices"][0]), jobs))
-            sampled = list(pool.map(lambda job: chat(pair.head.url, job[1], temperature=1.0, n=2)["choices"], jobs))
+            greedy_out = list(pool.map(lambda job: chat(pair.head.url, job[1]), jobs))
+            sampled_out = list(pool.map(lambda job: chat(pair.head.url, job[1], temperature=1.0, n=2), jobs))
+        greedy = [message(out["choices"][0]) for out in greedy_out]
+        sampled = [out["choices"] for out in sampled_out]
         calls = 0
         for (name, _, judge), e, g, s in zip(jobs, expected, greedy, sampled):
             assert shown(g) == shown(e), f"{name}: pair {g} != single {e}"
@@ -97,5 +99,11 @@ def test_pair_constrains_like_one_process():
         print(f"{len(jobs)} requests equal to one process greedy; {len(jobs) * 3} outputs valid; {calls} tool calls")
         m = wait_engine_idle(pair.head.url)
         assert m["sparkd_kv_blocks_used"] == 0
+        # The head computes the masks: at least one per token of the outputs constrained from
+        # their first token (an "auto" call only from its opening; drafts add rows).
+        constrained = sum(out["usage"]["completion_tokens"]
+                          for (name, _, _), g, n2 in zip(jobs, greedy_out, sampled_out) if name != "auto tool call"
+                          for out in (g, n2))
+        assert m["sparkd_structured_output_mask_seconds_count"] >= constrained > 0
     finally:
         pair.stop()

@@ -155,3 +155,34 @@ TEST_CASE("stats sampler: rates from counter deltas, one shared event per tick, 
   CHECK(Clock::now() - t0 < std::chrono::milliseconds(1000));  // woken by closing, not the timeout
   CHECK(sampler.closed());
 }
+
+TEST_CASE("stats totals: the structured-outputs panel's figures from the metrics") {
+  Metrics metrics;
+  nlohmann::json none = structured_output_json(metrics.snapshot());
+  CHECK(none["requests"] == 0);
+  CHECK(none["by_kind"].empty());
+  CHECK(none["mask_mean_s"].is_null());
+  CHECK(none["compile_p50_s"].is_null());
+
+  metrics.constraint_compiled(ConstraintKind::REGEX, 0.003, false);
+  metrics.constraint_compiled(ConstraintKind::REGEX, 0.0, true);
+  metrics.constraint_compiled(ConstraintKind::CHOICE, 0.0002, false);
+  metrics.constraint_refused(ConstraintKind::JSON_SCHEMA, 0.004);
+  std::vector<double> masks(99, 2e-5);
+  masks.push_back(0.03);
+  metrics.observe_mask_times(masks);
+  nlohmann::json so = structured_output_json(metrics.snapshot());
+  CHECK(so["requests"] == 3);
+  CHECK(so["by_kind"] == nlohmann::json{{"regex", 2}, {"choice", 1}});
+  CHECK(so["refused"] == 1);
+  CHECK(so["cache_hits"] == 1);
+  CHECK(so["masks"] == 100);
+  CHECK(so["mask_mean_s"].get<double>() == doctest::Approx((99 * 2e-5 + 0.03) / 100));
+  const double p99 = so["mask_p99_s"].get<double>();  // the 99th of 100 sits in (1e-5, 2.5e-5]
+  CHECK(p99 > 1e-5);
+  CHECK(p99 <= 2.5e-5);
+  CHECK(so["compiles"] == 3);  // the refusal's time counts, the cache hit's does not
+  const double p50 = so["compile_p50_s"].get<double>();
+  CHECK(p50 > 0.0025);
+  CHECK(p50 <= 0.005);
+}

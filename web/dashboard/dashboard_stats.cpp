@@ -44,7 +44,8 @@ nlohmann::json totals_json(const MetricsSnapshot& m) {
            {{"stop", m.finished(FinishReason::STOP)},
             {"length", m.finished(FinishReason::LENGTH)},
             {"abort", m.finished(FinishReason::ABORT)},
-            {"error", m.finished(FinishReason::ERROR)}}}};
+            {"error", m.finished(FinishReason::ERROR)}}},
+          {"structured_output", structured_output_json(m)}};
 }
 
 }  // namespace
@@ -66,6 +67,33 @@ nlohmann::json point_json(const StatsPoint& p) {
           {"mem_weights", p.mem_weights},
           {"mem_kv", p.mem_kv},
           {"mem_free", opt(p.mem_free)}};
+}
+
+nlohmann::json structured_output_json(const MetricsSnapshot& m) {
+  nlohmann::json by_kind = nlohmann::json::object();
+  uint64_t requests = 0, refused = 0;
+  for (size_t k = 0; k < kNumConstraintKinds; ++k) {
+    const auto kind = ConstraintKind(k);
+    if (m.constrained(kind) > 0) by_kind[constraint_kind_name(kind)] = m.constrained(kind);
+    requests += m.constrained(kind);
+    refused += m.refused(kind);
+  }
+  // Quantiles interpolate inside the histogram's buckets: good to a bucket's width.
+  auto quantile = [](const Histogram& h, double q) {
+    return h.count ? nlohmann::json(h.quantile(q)) : nlohmann::json(nullptr);
+  };
+  const Histogram& mask = m.constraint_mask_time;
+  const Histogram& compile = m.constraint_compile_time;
+  return {{"requests", requests},
+          {"by_kind", std::move(by_kind)},
+          {"refused", refused},
+          {"cache_hits", m.constraint_cache_hits},
+          {"masks", mask.count},
+          {"mask_mean_s", mask.count ? nlohmann::json(mask.sum / double(mask.count)) : nlohmann::json(nullptr)},
+          {"mask_p99_s", quantile(mask, 0.99)},
+          {"compiles", compile.count},
+          {"compile_p50_s", quantile(compile, 0.5)},
+          {"compile_p99_s", quantile(compile, 0.99)}};
 }
 
 nlohmann::json record_json(const RequestLogEntry& r) {

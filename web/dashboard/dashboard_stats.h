@@ -96,5 +96,8 @@ class StatsSampler {
 
 nlohmann::json point_json(const StatsPoint& p);
 nlohmann::json record_json(const RequestLogEntry& r);
+// The structured-outputs panel's figures since start: constrained requests (in total and
+// by kind), refusals, cache hits, and the mask and compile times from their histograms.
+nlohmann::json structured_output_json(const MetricsSnapshot& m);
 
 }  // namespace spark

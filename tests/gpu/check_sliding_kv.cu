@@ -72,7 +72,9 @@ std::vector<float> logits_row(const std::vector<float>& logits, size_t r, size_t
   return {logits.begin() + long(r * vocab), logits.begin() + long((r + 1) * vocab)};
 }
 
-int32_t argmax(const std::vector<float>& row) { return int32_t(std::max_element(row.begin(), row.end()) - row.begin()); }
+int32_t argmax(const std::vector<float>& row) {
+  return int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+}
 
 // What one run of the waves saw: every backend's logits, step after step, and what the
 // steps asked of the windowed cache.
@@ -118,7 +120,8 @@ Trace run_waves(Cache cache, const std::vector<Backend*>& backends, const CudaBa
       }
       const size_t vocab = t.logits[0].back().size() / std::max<size_t>(b.logits_rows.size(), 1);
       std::vector<int32_t> next;
-      for (size_t r = 0; r < b.logits_rows.size(); ++r) next.push_back(argmax(logits_row(t.logits[0].back(), r, vocab)));
+      for (size_t r = 0; r < b.logits_rows.size(); ++r)
+        next.push_back(argmax(logits_row(t.logits[0].back(), r, vocab)));
       t.tokens.insert(t.tokens.end(), next.begin(), next.end());
       ++t.steps;
       if (!b.block_copies.empty()) {
@@ -159,8 +162,8 @@ struct Agreement {
   double err = 0;
   int rows = 0, same = 0, ties = 0;
 };
-Agreement compare(const std::vector<std::vector<float>>& want, const std::vector<std::vector<float>>& got,
-                  size_t vocab, double limit) {
+Agreement compare(const std::vector<std::vector<float>>& want, const std::vector<std::vector<float>>& got, size_t vocab,
+                  double limit) {
   Agreement a;
   for (size_t s = 0; s < want.size(); ++s)
     for (size_t r = 0; r * vocab < want[s].size(); ++r) {
@@ -203,7 +206,8 @@ void parity_with_cpu(const LoadedModel& m) {
     const std::string name = std::string("gpt_oss ") + (half ? "fp16" : "bf16") + " windowed cache";
     error_row("sliding_kv", name + " logits vs cpu windowed cache, " + std::to_string(a.rows) + " rows", a.err, limit);
     row("sliding_kv", name + " argmax == cpu",
-        std::to_string(a.same) + "/" + std::to_string(a.rows) + (a.ties ? " + " + std::to_string(a.ties) + " near-ties" : ""),
+        std::to_string(a.same) + "/" + std::to_string(a.rows) +
+            (a.ties ? " + " + std::to_string(a.ties) + " near-ties" : ""),
         "all but cpu top-2 margin < 2 x limit", a.same + a.ties == a.rows);
   }
 }
@@ -221,7 +225,8 @@ void fp8_windowed_equals_full(const LoadedModel& m) {
   for (size_t s = 0; s < a.logits[0].size() && s < b.logits[0].size() && diff == 0; ++s)
     for (size_t i = 0; i < a.logits[0][s].size(); ++i)
       diff = std::max(diff, double(std::fabs(a.logits[0][s][i] - b.logits[0][s][i])));
-  row("sliding_kv", "gpt_oss fp16 + fp8 KV: windowed cache (" + std::to_string(a.copies) + " block copies) == full cache",
+  row("sliding_kv",
+      "gpt_oss fp16 + fp8 KV: windowed cache (" + std::to_string(a.copies) + " block copies) == full cache",
       fmt("max |diff| %.3g", diff), "0 (same values, same kernels)", diff == 0 && a.copies > 0 && b.copies == 0);
 }
 

@@ -635,7 +635,8 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
   std::vector<int64_t> held(layers);
   for (size_t l = 0; l < layers; ++l) held[l] = m.sliding(l) ? num_window_blocks : num_blocks;
   auto value_bytes = [&](int64_t blocks) {
-    return aligned(size_t(blocks * block_size) * size_t(m.spec.num_kv_heads * m.spec.head_dim) * (m.opt.fp8_kv ? 1 : 2));
+    const size_t values = size_t(blocks * block_size) * size_t(m.spec.num_kv_heads * m.spec.head_dim);
+    return aligned(values * (m.opt.fp8_kv ? 1 : 2));
   };
   auto scale_bytes = [&](int64_t blocks) {
     return m.opt.fp8_kv ? aligned(size_t(blocks * block_size) * size_t(m.spec.num_kv_heads)) : size_t(0);
@@ -664,7 +665,8 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
     p += 2 * (values + scales);
   }
   auto* table = reinterpret_cast<cuda::KvLayer*>(static_cast<char*>(m.kv_arena) + table_offset);
-  if (!full.empty()) CUDA_CHECK(cudaMemcpy(table, full.data(), full.size() * sizeof(cuda::KvLayer), cudaMemcpyHostToDevice));
+  if (!full.empty())
+    CUDA_CHECK(cudaMemcpy(table, full.data(), full.size() * sizeof(cuda::KvLayer), cudaMemcpyHostToDevice));
   m.full_layers = table;
   m.num_full_layers = int32_t(full.size());
   CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream zeroing and upload, unordered with the compute stream

@@ -6,22 +6,23 @@
 // Bytes: one pair copies, in every full-attention layer, K and V of one block:
 // block_size x num_kv_heads x head_dim x 2 bytes each in BF16 (gpt-oss-20b, blocks of 16:
 // 16 x 8 x 64 x 2 = 16 KiB), so 12 layers x 32 KiB = 384 KiB read and 384 KiB written
-// (gpt-oss-120b, 18 full layers: 576 KiB; FP8 KV: half, plus 128 scale bytes a block and
-// layer). A decode step moves a block of a sequence each time its window start crosses a
-// block boundary, once in block_size steps: 64 sequences move 4 blocks a step on average,
-// 3 MiB of traffic, ~11 us at GB10's 273 GB/s (~1 us at H100's 3.35 TB/s), beside a step
-// that reads several GB of weights (the 20b's attention, LM head and routed experts). A
-// prefill chunk of 8192 tokens after another moves up to 512 blocks: 384 MiB, ~1.4 ms on
-// GB10, beside the chunk's ~60 TFLOP. Most decode steps copy nothing. In the graph, the
-// copy node would run every step (a launch's latency, ~2 us, whatever the list holds), and
-// its list would need a device buffer of fixed size for the worst step (every sequence
-// moving every block of a max_model_len context at once, as after a long prefix hit:
-// max_num_seqs x max_model_len / block_size pairs, 4 MiB at 64 x 131072 / 16) uploaded
-// each step. Before the replay it costs a host launch on the steps that copy only, and the
-// list travels in the launch's parameters (kMaxPairs pairs, 2 KiB, under the 4 KiB limit;
-// longer lists take several launches). The copies must also land before the step writes
-// any KV (a block moved out may be handed to this step's new tokens), which a launch
-// queued ahead of the whole step gives in both paths.
+// (gpt-oss-120b, 18 full layers: 576 KiB; FP8 KV: half, plus 2 x 128 scale bytes a block
+// and layer). A decode step moves a block of a sequence each time its window start
+// crosses a block boundary, once in block_size steps: at batch 1, 15 steps in 16 copy
+// nothing; 64 sequences move 4 blocks a step on average, 3 MiB of traffic, ~14 us at
+// GB10's 218 GB/s (~1 us at H100's 3.35 TB/s), beside a step that reads several GB of
+// weights (the 20b's attention, LM head and routed experts). A prefill chunk of 8192
+// tokens after another moves up to 512 blocks: 384 MiB, ~1.8 ms on GB10, beside the
+// chunk's ~60 TFLOP. In the graph, the copy node would run every step (a launch's
+// latency, ~2 us, whatever the list holds), and its list would need a device buffer of
+// fixed size for the worst step (every sequence moving every block of a max_model_len
+// context at once, as after a long prefix hit: max_num_seqs x max_model_len / block_size
+// pairs, 4 MiB at 64 x 131072 / 16) uploaded each step. Before the replay it costs a host
+// launch on the steps that copy only, and the list travels in the launch's parameters
+// (kMaxPairs pairs, 2 KiB, under the 4 KiB limit; longer lists take several launches).
+// The copies must also land before the step writes any KV (a block moved out may be
+// handed to this step's new tokens), which a launch queued ahead of the whole step gives
+// in both paths.
 //
 // Launch: grid (pairs, layers, 2: K and V), 128 threads copying 16-byte words, 4 loads in
 // flight each (8 KiB a CTA); the 4 pairs of a 20b decode step are 96 CTAs, 2 per SM on
@@ -66,7 +67,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (scale_bytes > 0) {
     uint8_t* scales = is_v ? layer.v_scale : layer.k_scale;
-    for (int64_t i = threadIdx.x; i < scale_bytes; i += kThreads) scales[dst * scale_bytes + i] = scales[src * scale_bytes + i];
+    for (int64_t i = threadIdx.x; i < scale_bytes; i += kThreads)
+      scales[dst * scale_bytes + i] = scales[src * scale_bytes + i];
   }
 }
 
@@ -89,7 +91,7 @@ void copy_kv_blocks(const std::vector<int32_t>& pairs, const KvLayer* layers, in
       list.dst[i] = pairs[2 * (first + size_t(i)) + 1];
     }
     copy_kv_blocks_kernel<<<dim3(count, uint32_t(num_layers), 2), kThreads, 0, stream>>>(layers, block_bytes / 16,
-                                                                                       scale_bytes, list);
+                                                                                         scale_bytes, list);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -83,6 +83,7 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
   }
   const bool fp8 = c.engine.kv_cache_dtype == "fp8";
   f.kv_dtype = fp8 ? "fp8" : compute_dtype_name(c, s, backend);
+  f.sliding_kv_window_only = true;  // CudaBackend::init_windowed_kv_cache
 #if SPARKD_CUDA
   // Weights as the device keeps them: GGUF block, FP8 and MXFP4 expert matrices packed,
   // the rest in the 16-bit type. A dummy is planned as its checkpoint would store it.

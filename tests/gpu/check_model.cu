@@ -32,6 +32,7 @@
 #include "engine/model/stage_weights.h"
 #include "engine/util/splitmix.h"
 #include "tests/gpu/gpu_check.h"
+#include "tests/gpu/model_parity.h"
 
 using namespace spark;
 using namespace spark::gpu_check;
@@ -114,11 +115,6 @@ CudaOptions options_for(const Sequences& seqs, bool f16, bool fp8, bool graphs) 
   return o;
 }
 
-// Whole-model logits limits per activation dtype: FP16 keeps 10 mantissa bits and measured
-// 4e-4 to 1.3e-3 here, so 3e-3 leaves headroom without hiding a broken kernel; BF16 keeps 7
-// bits (8x coarser) and keeps the earlier 2e-2.
-constexpr double kLogitsLimitF16 = 3e-3;
-constexpr double kLogitsLimitBF16 = 2e-2;
 
 // Logits of the CUDA backend against the CPU backend's on the same steps, each fed the
 // CPU's greedy tokens. By default a prefill of every prompt, then 6 decode steps (enough
@@ -637,31 +633,6 @@ LoadedModel with_fp8_experts(LoadedModel m, int64_t block, bool per_tensor_first
   m.weights = std::move(out);
   m.info.spec.fp8 = true;
   m.info.spec.fp8_block_rows = m.info.spec.fp8_block_cols = block;
-  return m;
-}
-
-// The f32 matrices rounded to BF16 as the device stores them (the router stays f32 on
-// both backends), so a CPU reference given them differs only by the activations' rounding.
-LoadedModel with_bf16_matrices(LoadedModel m) {
-  std::set<std::string> routers;
-  for (int64_t l = 0; l < m.info.spec.num_layers; ++l) routers.insert(tensor_name(Part::ROUTER, l));
-  Weights rounded;
-  for (const auto& [name, t] : m.weights.all()) {
-    if (t.dtype != DType::F32 || t.shape.size() < 2 || routers.count(name)) {
-      rounded.add(t);
-      continue;
-    }
-    auto values = std::make_shared<std::vector<float>>(static_cast<const float*>(t.data),
-                                                       static_cast<const float*>(t.data) + t.numel());
-    for (float& v : *values) v = __bfloat162float(__float2bfloat16(v));
-    Tensor r = t;
-    r.data = values->data();
-    rounded.add(r);
-    rounded.keep_alive(values);
-  }
-  rounded.set_range(m.weights.range());
-  rounded.keep_alive(std::make_shared<Weights>(std::move(m.weights)));
-  m.weights = std::move(rounded);
   return m;
 }
 

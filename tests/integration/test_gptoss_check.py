@@ -4,10 +4,9 @@ again here from the config alone.
 
 `--device gb10` counts the weights as the CUDA backend lays them out: MXFP4 expert
 matrices packed (17 bytes per 32 values, codes and scales apart), the other matrices in
-BF16, vectors and the router in f32. The CUDA backend holds the sliding-window layers' KV
-for every block, and the plan counts it so (it must never count less than the backend
-allocates); the CPU backend holds them for the window blocks only, and its plan counts
-that.
+BF16, vectors and the router in f32. Both backends hold the sliding-window layers' K and V
+for the window blocks only (the windows of max_num_seqs sequences and one step's tokens),
+and their plans count that.
 """
 import json
 import re
@@ -102,19 +101,30 @@ def test_check_device_gb10_plans_gptoss_with_packed_mxfp4_experts(tmp_path, name
 
     kv_per_token = layers * 2 * c["num_key_value_heads"] * c["head_dim"] * 2  # K and V, BF16, every layer
     sliding = layers // 2
+    sliding_per_token = sliding * kv_per_token // layers
     block = 16
-    window_tokens = ((128 - 1 + block - 1) // block + 1) * block  # the blocks a 128-token window can span
+    # Window blocks: 64 sequences x (ceil(127 / 16) + 2) + 8192 / 16 (memory_plan.cpp's
+    # window_blocks_needed at the default engine limits).
+    window_blocks = 64 * ((128 - 1 + block - 1) // block + 2) + 8192 // block
     assert f"bf16, {kv_per_token} bytes/token" in out
-    assert (f"sliding layers   {sliding} of {layers} see the last 128 tokens; the cache keeps every token for them "
-            f"too ({sliding * kv_per_token // layers} of the {kv_per_token} bytes/token; the window alone needs "
-            f"{window_tokens} of a sequence's tokens)") in out
+    m = field(rf"sliding layers +{sliding} of {layers} see the last 128 tokens and hold (\d+) of the (\d+) blocks "
+              rf"\(.*; {sliding_per_token} of the {kv_per_token} bytes/token\)", out)
+    assert int(m.group(1)) == window_blocks
 
-    # KV blocks: what the gb10 budget leaves after weights, workspace and the 1 GiB reserve.
+    # KV blocks: what the gb10 budget leaves after weights, workspace and the 1 GiB reserve,
+    # the window blocks in every layer, the others in the full-attention layers only.
     ws = field(r"workspace +([\d.]+) MiB activations \+ 1\.00 GiB reserve", out)
     workspace = float(ws.group(1)) * (1 << 20)
-    blocks = int(field(r"kv blocks +(\d+) \((\d+) tokens", out).group(1))
-    want = (BUDGET_GB10 - total - workspace - GIB) / (kv_per_token * block)
+    kv = field(r"kv blocks +(\d+) \((\d+) tokens, ([\d.]+) GiB\)", out)
+    blocks = int(kv.group(1))
+    assert int(m.group(2)) == blocks
+    left = BUDGET_GB10 - total - workspace - GIB
+    want = window_blocks + (left - window_blocks * kv_per_token * block) / ((kv_per_token - sliding_per_token) * block)
     assert abs(blocks - want) <= 1, (blocks, want)  # the workspace is printed to 0.1 MiB
+    kv_bytes = float(kv.group(3)) * GIB
+    assert abs(kv_bytes - (window_blocks * kv_per_token + (blocks - window_blocks) * (kv_per_token - sliding_per_token))
+               * block) <= 0.005 * GIB
+    assert blocks * block > 1.9 * kv_bytes / kv_per_token  # tokens those bytes would hold in every layer
     print(f"{name}: {weights} GiB, {blocks * block} KV tokens, ~{rate} tok/s projected")
 
 

@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
       vv[u] = Vec{};
       ks[u] = vs[u] = 0.0f;
       if (tok < t_end) {
-        const int64_t slot = (int64_t(__ldg(table + (tok >> lbs))) << lbs) | (tok & bmask);
+        const int64_t slot = (cache_block(table, tok, lbs, p.cache) << lbs) | (tok & bmask);
         const int64_t hv = slot * p.num_kv_heads + kvh;
         kv[u] = __ldg(reinterpret_cast<const Vec*>(kc + hv * D + j * 8));
         vv[u] = __ldg(reinterpret_cast<const Vec*>(vc + hv * D + j * 8));

@@ -91,6 +91,21 @@ __host__ __device__ inline int32_t window_start(int32_t visible, int32_t window)
 }
 
 #ifdef __CUDACC__
+// The cache block holding token `tok` of a sequence whose block-table row is `table`.
+// A sliding-window layer holds the window blocks only (KvLayer::num_blocks), and the
+// kernels never reach a block behind a row's window, which the block manager may have
+// moved to an id this layer has no storage for; the emulator checks that they do not.
+__device__ __forceinline__ int64_t cache_block(const int32_t* table, int tok, int block_size_log2,
+                                               const KvLayer& cache) {
+  const int32_t block = __ldg(table + (tok >> block_size_log2));
+#if SPARK_CUDA_EMU
+  if (cache.num_blocks > 0 && (block < 0 || block >= cache.num_blocks))
+    ::emu::device_error("attention reads block %d of token %d; the layer holds blocks [0, %lld)", int(block), tok,
+                        static_cast<long long>(cache.num_blocks));
+#endif
+  return block;
+}
+
 // The factor that turns a row's unnormalised output into the softmax's: 1 / l, or with a
 // sink logit s (natural units) 1 / (l + e^(s - m)), in the log2 domain of m (the running
 // max) and l (the sum of exp2(logit - m)), rescaled to max(m, s) so nothing overflows.

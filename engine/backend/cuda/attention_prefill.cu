@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
         const int key = kv0 + r;
         const bool valid = key >= kv_begin && key < kv_end;
         int64_t hv = 0;
-        if (valid) hv = ((int64_t(__ldg(table + (key >> lbs))) << lbs) | (key & bmask)) * p.num_kv_heads + kvh;
+        if (valid) hv = ((cache_block(table, key, lbs, p.cache) << lbs) | (key & bmask)) * p.num_kv_heads + kvh;
         cp_async16(sk + swz<CH>(r, c), kc + hv * D + c * 8, valid);
         cp_async16(sv + swz<CH>(r, c), vc + hv * D + c * 8, valid);
       }
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
         kr[k] = vr[k] = make_uint2(0, 0);
         ks[k] = vs[k] = 0.0f;
         if (key >= kv_begin && key < kv_end) {
-          const int64_t hv = ((int64_t(__ldg(table + (key >> lbs))) << lbs) | (key & bmask)) * p.num_kv_heads + kvh;
+          const int64_t hv = ((cache_block(table, key, lbs, p.cache) << lbs) | (key & bmask)) * p.num_kv_heads + kvh;
           kr[k] = __ldg(reinterpret_cast<const uint2*>(kc + hv * D + c * 8));
           vr[k] = __ldg(reinterpret_cast<const uint2*>(vc + hv * D + c * 8));
           ks[k] = fp8_scale_value(__ldg(p.cache.k_scale + hv));

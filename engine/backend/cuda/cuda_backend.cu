@@ -21,6 +21,7 @@
 #include "engine/backend/cuda/gate_up_gemv.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/gemv.h"
+#include "engine/backend/cuda/kv_block_copy.h"
 #include "engine/backend/cuda/bias.h"
 #include "engine/backend/cuda/moe.h"
 #include "engine/backend/cuda/rms_norm.h"
@@ -200,6 +201,11 @@ struct CudaBackend::Impl {
   std::vector<cuda::KvLayer> cache;
   void* kv_arena = nullptr;
   int64_t num_blocks = 0;
+  // Blocks the sliding-window layers hold (init_windowed_kv_cache), and the full-attention
+  // layers' caches in device memory, for the block copies.
+  int64_t window_blocks = 0;
+  const cuda::KvLayer* full_layers = nullptr;
+  int32_t num_full_layers = 0;
   // boundary_input() was called: the next run starts from act.boundary.
   bool boundary_in = false;
   CudaStepCounts counts;
@@ -240,6 +246,8 @@ struct CudaBackend::Impl {
   }
 
   void check_batch(const Batch& b, bool needs_ids) const;
+  void check_window_blocks(const Batch& b) const;
+  bool sliding(size_t l) const { return spec.layer_is_sliding(range.first_layer + int64_t(l)); }
   Batch padded(const Batch& b, int32_t bucket) const;
   static Batch rows_as_sequences(const Batch& b);
   void count(bool multi_row, std::optional<cuda::DecodeGraphs::Use> use);
@@ -265,11 +273,35 @@ void CudaBackend::Impl::check_batch(const Batch& b, bool needs_ids) const {
     if (c > sizes.stride * opt.block_size)
       fail("a context of " + std::to_string(c) +
            " tokens exceeds max_model_len = " + std::to_string(opt.max_model_len));
+  if (window_blocks < num_blocks) check_window_blocks(b);
   if (needs_ids)
     for (int32_t id : b.token_ids)
       if (id < 0 || id >= spec.vocab_size)
         throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " +
                          std::to_string(spec.vocab_size));
+}
+
+// What the sliding-window layers read and write lies in the blocks they hold: new tokens'
+// slots, and the blocks each sequence's window reaches from its first new row on (the
+// block manager moves only blocks wholly behind it). The kernels never read further back.
+void CudaBackend::Impl::check_window_blocks(const Batch& b) const {
+  const int64_t window_slots = window_blocks * opt.block_size;
+  for (int32_t slot : b.slot_mapping)
+    if (slot >= window_slots)
+      throw InputError("invalid batch: slot " + std::to_string(slot) + " is outside the " +
+                       std::to_string(window_blocks) + " blocks the sliding-window layers hold");
+  for (int32_t s = 0; s < b.num_seqs(); ++s) {
+    const int64_t ctx = b.context_lens[size_t(s)];
+    const int64_t first_row = ctx - (b.query_start[size_t(s) + 1] - b.query_start[size_t(s)]);  // its position
+    const int64_t first = std::max<int64_t>(0, first_row + 1 - spec.sliding_window);
+    for (int64_t k = first / opt.block_size; k * opt.block_size < ctx; ++k) {
+      const int32_t block = b.block_tables[size_t(s) * size_t(b.max_blocks_per_seq) + size_t(k)];
+      if (block >= window_blocks)
+        throw InputError("invalid batch: block " + std::to_string(block) + " in sequence " + std::to_string(s) +
+                         "'s window is not one of the " + std::to_string(window_blocks) +
+                         " blocks the sliding-window layers hold");
+    }
+  }
 }
 
 // A decode-only batch grown to `bucket` sequences of one row each: padding rows write no
@@ -374,11 +406,12 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
     cuda::add_rms_norm<T>(act.x, l == 0 ? nullptr : act.proj, L.attn_norm, rows, H, eps, as_t(act.normed), stream,
                           programmatic);
     linear(act.normed, H, L.qkv, qkv_n, act.wide, cuda::GemmOut::HALF);
+    cuda::KvShape layer_kv = kv;  // a sliding layer holds the window blocks only
+    layer_kv.num_slots = cache[l].num_blocks * kv.block_size;
     cuda::qkv_rope_kv_write<T>(as_t(act.wide), L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping, rows,
-                               nh, rope, kv, cache[l], as_t(act.q), stream, programmatic);
-    const bool sliding = spec.layer_is_sliding(range.first_layer + int64_t(l));
+                               nh, rope, layer_kv, cache[l], as_t(act.q), stream, programmatic);
     attention->run(db, cache[l], act.q, act.mid, stream, programmatic,
-                   {sliding ? int32_t(spec.sliding_window) : 0, L.sinks});
+                   {sliding(l) ? int32_t(spec.sliding_window) : 0, L.sinks});
     linear(act.mid, nh * hd, L.o, H, act.proj, cuda::GemmOut::F32);
     if (L.o_bias) cuda::add_bias_f32(act.proj, L.o_bias, rows, H, stream, programmatic);
     cuda::add_rms_norm<T>(act.x, act.proj, L.ffn_norm, rows, H, eps, as_t(act.normed), stream, programmatic);
@@ -423,6 +456,9 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   if (bucket > 0) grown = padded(flat ? *flat : batch, bucket);
   const Batch& b = grown ? *grown : batch;
   upload(b);
+  // Before anything of the step writes KV (a block moved out may take new tokens now),
+  // and outside a graph and the retry below (kv_block_copy.cu says why).
+  cuda::copy_kv_blocks(batch.block_copies, full_layers, num_full_layers, kv, stream);
   const bool graph_safe = attention->prepare(b, stream);
   const int32_t T = b.num_tokens();
   const int32_t H = int32_t(spec.hidden_size);
@@ -574,40 +610,66 @@ size_t CudaBackend::kv_block_bytes(int64_t block_size) const {
 }
 
 void CudaBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
+  init_windowed_kv_cache(num_blocks, num_blocks, block_size);
+}
+
+// One allocation: each layer's K and V (then, with FP8, their scales) for the blocks it
+// holds, then the full-attention layers' KvLayer table the block copies read.
+void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_blocks, int64_t block_size) {
   Impl& m = *impl_;
   SPARK_CHECK(num_blocks > 0 && block_size > 0, "init_kv_cache: empty cache");
+  SPARK_CHECK(num_window_blocks > 0 && num_window_blocks <= num_blocks, "init_kv_cache: window blocks out of range");
   SPARK_CHECK(m.cache.empty(), "init_kv_cache runs once");
   if (block_size != m.opt.block_size)
     throw InputError("KV block size " + std::to_string(block_size) +
                      " differs from engine.block_size = " + std::to_string(m.opt.block_size));
   CUDA_CHECK(cudaSetDevice(m.opt.device));
   m.num_blocks = num_blocks;
+  m.window_blocks = num_window_blocks;
   m.kv.dtype = kv_dtype(m.opt);
   m.kv.block_size = int32_t(block_size);
   m.kv.num_kv_heads = int32_t(m.spec.num_kv_heads);
   m.kv.head_dim = int32_t(m.spec.head_dim);
   m.kv.num_slots = num_blocks * block_size;
-  const size_t values = size_t(m.kv.num_slots) * size_t(m.spec.num_kv_heads * m.spec.head_dim);
-  const size_t value_bytes = aligned(values * (m.opt.fp8_kv ? 1 : 2));
-  const size_t scale_bytes = m.opt.fp8_kv ? aligned(size_t(m.kv.num_slots) * size_t(m.spec.num_kv_heads)) : 0;
-  const size_t per_layer = 2 * (value_bytes + scale_bytes);
   const size_t layers = size_t(m.range.last_layer - m.range.first_layer);
-  CUDA_CHECK(cudaMalloc(&m.kv_arena, per_layer * layers));
+  std::vector<int64_t> held(layers);
+  for (size_t l = 0; l < layers; ++l) held[l] = m.sliding(l) ? num_window_blocks : num_blocks;
+  auto value_bytes = [&](int64_t blocks) {
+    const size_t values = size_t(blocks * block_size) * size_t(m.spec.num_kv_heads * m.spec.head_dim);
+    return aligned(values * (m.opt.fp8_kv ? 1 : 2));
+  };
+  auto scale_bytes = [&](int64_t blocks) {
+    return m.opt.fp8_kv ? aligned(size_t(blocks * block_size) * size_t(m.spec.num_kv_heads)) : size_t(0);
+  };
+  size_t total = 0;
+  for (int64_t blocks : held) total += 2 * (value_bytes(blocks) + scale_bytes(blocks));
+  const size_t table_offset = total;
+  total += aligned(layers * sizeof(cuda::KvLayer));
+  CUDA_CHECK(cudaMalloc(&m.kv_arena, total));
   // Zeroed so that a stale read (a bug) sees finite values, never NaN from fresh memory.
-  CUDA_CHECK(cudaMemset(m.kv_arena, 0, per_layer * layers));
-  CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream zeroing, unordered with the compute stream
+  CUDA_CHECK(cudaMemset(m.kv_arena, 0, total));
   char* p = static_cast<char*>(m.kv_arena);
+  std::vector<cuda::KvLayer> full;
   for (size_t l = 0; l < layers; ++l) {
+    const size_t values = value_bytes(held[l]), scales = scale_bytes(held[l]);
     cuda::KvLayer c;
     c.k = p;
-    c.v = p + value_bytes;
+    c.v = p + values;
     if (m.opt.fp8_kv) {
-      c.k_scale = reinterpret_cast<uint8_t*>(p + 2 * value_bytes);
-      c.v_scale = reinterpret_cast<uint8_t*>(p + 2 * value_bytes + scale_bytes);
+      c.k_scale = reinterpret_cast<uint8_t*>(p + 2 * values);
+      c.v_scale = reinterpret_cast<uint8_t*>(p + 2 * values + scales);
     }
+    c.num_blocks = held[l];
     m.cache.push_back(c);
-    p += per_layer;
+    if (!m.sliding(l)) full.push_back(c);
+    p += 2 * (values + scales);
   }
+  auto* table = reinterpret_cast<cuda::KvLayer*>(static_cast<char*>(m.kv_arena) + table_offset);
+  if (!full.empty())
+    CUDA_CHECK(cudaMemcpy(table, full.data(), full.size() * sizeof(cuda::KvLayer), cudaMemcpyHostToDevice));
+  m.full_layers = table;
+  m.num_full_layers = int32_t(full.size());
+  CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream zeroing and upload, unordered with the compute stream
 }
 
 void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardResult& out) {

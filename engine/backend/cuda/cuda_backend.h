@@ -50,6 +50,9 @@ class CudaBackend : public Backend {
   LayerRange layers() const override;
   size_t kv_block_bytes(int64_t block_size) const override;
   void init_kv_cache(int64_t num_blocks, int64_t block_size) override;
+  // Sliding-window layers hold the first num_window_blocks blocks; Batch::block_copies run
+  // in the full-attention layers before the step (kv_block_copy.h).
+  void init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_blocks, int64_t block_size) override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
   bool samples_on_device() const override;
   int64_t rows_at_decode_cost() const override;

@@ -63,12 +63,14 @@ struct KvShape {
 
 // One layer's cache. BF16 / F16: k and v hold __nv_bfloat16 / __half. FP8: they hold e4m3 bytes, and
 // k_scale / v_scale one exponent byte per (slot, kv head), at s * num_kv_heads + h
-// (see fp8_scale_value in common.cuh); null for BF16.
+// (see fp8_scale_value in common.cuh); null for BF16. A sliding-window layer may hold
+// fewer blocks than the others (Backend::init_windowed_kv_cache): ids [0, num_blocks).
 struct KvLayer {
   void* k = nullptr;
   void* v = nullptr;
   uint8_t* k_scale = nullptr;
   uint8_t* v_scale = nullptr;
+  int64_t num_blocks = 0;  // blocks with storage here; 0: not stated (kernel checks that build one)
 };
 
 // Batch (engine/backend/backend.h) copied to the device. Rows padded up to a CUDA graph's

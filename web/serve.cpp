@@ -221,7 +221,7 @@ int run_serve(const Args& args) {
   App app{config, state, http, served_model_name(config)};
   http.add_routes(make_routes(app));
   int port = http.bind();
-  std::thread http_thread([&http] { http.run(); });
+  http.start();
   log_info("listening on http://", config.server.host, ":", port, " (503 until the model is loaded)");
   std::atomic<Engine*> live_engine{nullptr};
   std::atomic<bool> stop_watchdog{false};
@@ -237,7 +237,6 @@ int run_serve(const Args& args) {
   } catch (...) {
     stop_watchdog = true;
     http.stop();
-    http_thread.join();
     throw;
   }
   app.engine = parts->engine.get();
@@ -275,7 +274,6 @@ int run_serve(const Args& args) {
     state.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   }
   http.stop();
-  http_thread.join();
   stop_watchdog = true;
   engine.stop();
   log_info("stopped");

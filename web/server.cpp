@@ -3,6 +3,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -139,7 +140,7 @@ HttpServer::HttpServer(const ServerConfig& config, ServerState& state)
   });
 }
 
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() { stop(); }
 
 ErrorShape HttpServer::errors_of(const std::string& path) const {
   for (const auto& r : routes_)
@@ -203,8 +204,22 @@ int HttpServer::bind() {
   return port;
 }
 
-void HttpServer::run() { http_->listen_after_bind(); }
+void HttpServer::start() {
+  thread_ = std::thread([this] {
+    http_->listen_after_bind();
+    serving_done_ = true;
+  });
+}
 
-void HttpServer::stop() { http_->stop(); }
+void HttpServer::stop() {
+  if (!thread_.joinable()) return;
+  // httplib's stop() shuts a listener that is already running and is lost before that: a
+  // stop right after start() (a model that fails to load at once) would leave the thread
+  // serving forever. So it waits for the listener first (once only: a second stop() while
+  // the listener winds down trips httplib's assertion).
+  while (!http_->is_running() && !serving_done_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  http_->stop();
+  thread_.join();
+}
 
 }  // namespace spark

@@ -1,9 +1,11 @@
 // server.h — the HTTP server: one route table, one wrapper that turns every exception into
 // an OpenAI-shaped error, API-key checks, body and connection limits, drain behaviour.
 #pragma once
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/config.h"
@@ -42,7 +44,9 @@ class HttpServer {
   void add_routes(const std::vector<Route>& routes);
   // Binds server.host:server.port (port 0 picks a free one); returns the bound port.
   int bind();
-  void run();   // serves until stop(); call from its own thread
+  // Serves on a thread of its own until stop(), which stops listening and joins it (at
+  // once after start() too; a second stop() does nothing).
+  void start();
   void stop();
   bool key_ok(const httplib::Request& req) const;
   // Which replica of a fleet this is: server.replica_name, else the hostname. Every
@@ -59,6 +63,8 @@ class HttpServer {
   std::string replica_;
   std::vector<Route> routes_;
   std::unique_ptr<httplib::Server> http_;
+  std::thread thread_;
+  std::atomic<bool> serving_done_{false};
 };
 
 // Writes a JSON body (and the status) to the response.

@@ -89,3 +89,15 @@ def test_syntax_error_quotes_the_line_with_a_caret(tmp_path):
     assert lines[0].startswith(f"sparkd check: error: {p}:4:14: [engine] block_size: invalid TOML"), r.stderr
     assert lines[1] == "    4 | block_size = = 16"
     assert lines[2] == "      |              ^"
+
+
+def test_serve_exits_when_the_model_fails_to_load_at_once(tmp_path):
+    """A model that fails at once: the HTTP listener started just before must not keep the
+    process serving 503s forever (the stop used to be lost when it came before listening)."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\xff" * 60)
+    config = tmp_path / "spark.toml"
+    config.write_text(f'[model]\npath = "{model}"\n[engine]\nbackend = "cpu"\n[server]\nport = 0\n')
+    for _ in range(5):
+        r = run_sparkd("serve", "--config", config, timeout=10)
+        assert r.returncode != 0 and str(model) in r.stderr, r.stderr

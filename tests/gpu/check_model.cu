@@ -254,16 +254,15 @@ void smollm2_checks() {
   auto count = [&](int k) { return std::to_string(k) + "/" + std::to_string(n); };
   int same = same_count(cpu_text, gpu_text);
   row("model", "smollm2 " + half + " greedy 32 tok: cuda == cpu", count(same), ">= 7/8", same >= n - 1);
-  int same_fp8 = same_count(gpu_text, fp8_text);
-  row("model", "smollm2 greedy: fp8 KV == " + half + " KV", count(same_fp8), ">= 6/8", same_fp8 >= n - 2);
-  // What FP8 does to this model's text in an independent f32 reference (most prompts meet
-  // a near-tie it flips), and the size of FP8's effect on the logits fed the same tokens,
-  // which the CUDA backend must reproduce: near zero would mean the cache is not FP8, far
-  // above it a broken FP8 path.
+  // What FP8 does to this model's text, beside what it does in an independent f32
+  // reference: most prompts meet a near-tie it flips (2 of 8 stay the same there), so the
+  // text is no test. The test is the size of FP8's effect on the logits fed the same
+  // tokens, which the CUDA backend must reproduce: near zero would mean the cache is not
+  // FP8, far above it a broken FP8 path.
   std::ifstream f8("tests/golden/smollm2_fp8_kv_greedy.json");
   const auto golden_fp8 = nlohmann::json::parse(f8);
-  info("model", "smollm2 greedy: reference fp8 KV == f16 KV", count(golden_fp8["fp8_equals_f16_kv"].get<int>()),
-       "numpy reference");
+  info("model", "smollm2 greedy: fp8 KV == " + half + " KV", count(same_count(gpu_text, fp8_text)),
+       "numpy reference: " + count(golden_fp8["fp8_equals_f16_kv"].get<int>()));
   std::vector<std::vector<int32_t>> forced;
   for (const auto& c : golden_fp8["cases"]) forced.push_back(c["output_ids"].get<std::vector<int32_t>>());
   const double want = golden_fp8["teacher_forced_logits_rms_fp8_vs_f16"].get<double>();
@@ -942,8 +941,7 @@ int main() {
       unsetenv("EMU_REFUSE_PROGRAMMATIC_CAPTURE");
       part("smollm2 device greedy", [] { smollm2_device_greedy(1, 4, 3); });
       if (!std::getenv("EMU_SMOLLM2")) {  // minutes on the CPU: opt in
-        for (const char* what : {"smollm2 greedy 32 tok: cuda == cpu", "smollm2 greedy: fp8 KV == 16-bit KV",
-                                 "smollm2 fp8 vs 16-bit KV logits"})
+        for (const char* what : {"smollm2 greedy 32 tok: cuda == cpu", "smollm2 fp8 vs 16-bit KV logits"})
           skip_row("model", what, "emulated: set EMU_SMOLLM2=1 to run (minutes on the CPU)");
         return;
       }

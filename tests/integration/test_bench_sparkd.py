@@ -101,10 +101,12 @@ def test_bench_agrees_with_an_independent_openai_client(sparkd_server, tmp_path,
     for b, r in zip(measured, sdk):
         assert b["ttft_ms"] >= r["ttft_s"] * 1000 - 1  # bench is one hop further away
         assert b["ttft_ms"] == pytest.approx(r["ttft_s"] * 1000, rel=0.05, abs=RELAY_MS)
-        assert b["tpot_ms"] == pytest.approx(r["tpot_s"] * 1000, rel=0.05)
+        # TPOT spans first to last token: a first token the relay passed on late shortens the
+        # bench's by that delay over the remaining tokens.
+        assert b["tpot_ms"] == pytest.approx(r["tpot_s"] * 1000, rel=0.05, abs=RELAY_MS / (out_len - 1))
     mean_ttft = sum(r["ttft_s"] for r in sdk) / n * 1000
     mean_tpot = sum(r["tpot_s"] for r in sdk) / n * 1000
-    assert s["tpot_ms"]["mean"] == pytest.approx(mean_tpot, rel=0.05)
+    assert s["tpot_ms"]["mean"] == pytest.approx(mean_tpot, rel=0.05, abs=RELAY_MS / (out_len - 1) / 2)
     assert s["ttft_ms"]["mean"] == pytest.approx(mean_ttft, rel=0.05, abs=RELAY_MS / 2)
     print(f"\n{endpoint}: bench TTFT {s['ttft_ms']['mean']:.1f} ms vs SDK {mean_ttft:.1f} ms; "
           f"bench TPOT {s['tpot_ms']['mean']:.2f} ms vs SDK {mean_tpot:.2f} ms; "

@@ -897,58 +897,46 @@ void tiny_model_split(const std::string& name, bool staggered = false) {
       std::to_string(same_tokens) + "/" + std::to_string(compared), "all", same_tokens == compared);
 }
 
-// One part's exception is its failed row; the other parts still run. CHECK_PART=TEXT runs
-// only the parts whose name contains TEXT (to rerun one while working on it).
-void part(const std::string& what, const std::function<void()>& fn) {
-  const char* only = std::getenv("CHECK_PART");
-  if (only && what.find(only) == std::string::npos) return;
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    row("model", what, e.what(), "-", false);
-  }
-}
-
 }  // namespace
 
 int main() {
   return run_main("model", [] {
-    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16"}) part(name, [name] { tiny_model_parity(name); });
+    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16"}) run_part("model", name, [name] { tiny_model_parity(name); });
     for (bool q8_0 : {false, true})
-      for (bool staggered : {false, true}) part("qwen3_moe", [q8_0, staggered] { tiny_moe_parity(q8_0, staggered); });
-    for (int64_t block : {16, 0}) part("qwen3_moe FP8 experts", [block] { tiny_fp8_moe_parity(block); });
-    part("qwen3_moe FP8 experts, mixed scales", tiny_fp8_moe_mixed_scales);
-    part("qwen3_moe-shaped FP8 dummy", tiny_fp8_dummy_parity);
-    part("llama massive activations", tiny_model_massive_activation);
-    part("llama x12", [] { tiny_model_wide_batch("llama"); });
-    part("llama Q8_0", tiny_q8_0_parity);
-    part("llama Q4_K_M", [] { tiny_k_quant_parity("llama_q4_k_m", "llama Q4_K_M"); });
-    part("qwen3 Q8_0+Q4_K+Q6_K", [] { tiny_k_quant_parity("qwen3_k_quants", "qwen3 Q8_0+Q4_K+Q6_K"); });
-    for (const char* name : {"llama_fp8_block", "qwen3_fp8_channel"}) part(name, [name] { tiny_fp8_parity(name); });
-    for (const char* name : {"llama", "qwen3"}) part(name, [name] { tiny_model_parity(name, true); });
-    for (bool staggered : {false, true}) part("gpt_oss", [staggered] { tiny_gptoss_parity(staggered); });
-    for (const char* name : {"llama", "qwen3", "qwen3_moe"}) part(name, [name] { tiny_model_split(name); });
-    part("qwen3_moe", [] { tiny_model_batch_invariance("qwen3_moe"); });
-    part("llama", [] { tiny_model_split("llama", true); });
+      for (bool staggered : {false, true}) run_part("model", "qwen3_moe", [q8_0, staggered] { tiny_moe_parity(q8_0, staggered); });
+    for (int64_t block : {16, 0}) run_part("model", "qwen3_moe FP8 experts", [block] { tiny_fp8_moe_parity(block); });
+    run_part("model", "qwen3_moe FP8 experts, mixed scales", tiny_fp8_moe_mixed_scales);
+    run_part("model", "qwen3_moe-shaped FP8 dummy", tiny_fp8_dummy_parity);
+    run_part("model", "llama massive activations", tiny_model_massive_activation);
+    run_part("model", "llama x12", [] { tiny_model_wide_batch("llama"); });
+    run_part("model", "llama Q8_0", tiny_q8_0_parity);
+    run_part("model", "llama Q4_K_M", [] { tiny_k_quant_parity("llama_q4_k_m", "llama Q4_K_M"); });
+    run_part("model", "qwen3 Q8_0+Q4_K+Q6_K", [] { tiny_k_quant_parity("qwen3_k_quants", "qwen3 Q8_0+Q4_K+Q6_K"); });
+    for (const char* name : {"llama_fp8_block", "qwen3_fp8_channel"}) run_part("model", name, [name] { tiny_fp8_parity(name); });
+    for (const char* name : {"llama", "qwen3"}) run_part("model", name, [name] { tiny_model_parity(name, true); });
+    for (bool staggered : {false, true}) run_part("model", "gpt_oss", [staggered] { tiny_gptoss_parity(staggered); });
+    for (const char* name : {"llama", "qwen3", "qwen3_moe"}) run_part("model", name, [name] { tiny_model_split(name); });
+    run_part("model", "qwen3_moe", [] { tiny_model_batch_invariance("qwen3_moe"); });
+    run_part("model", "llama", [] { tiny_model_split("llama", true); });
     if (emulated()) {
       for (const char* name : {"llama", "qwen3", "qwen3_moe", "qwen3_moe_separated", "gpt_oss"})
-        part(name, [name] { tiny_model_device_greedy(name); });
+        run_part("model", name, [name] { tiny_model_device_greedy(name); });
       // Some drivers are reported to refuse programmatic launches in graph capture; the
       // emulator can too (tests/gpu/emu/README.md), and the backend must fall back to
       // normal launches, not fail the step.
       setenv("EMU_REFUSE_PROGRAMMATIC_CAPTURE", "1", 1);
-      part("llama", [] { tiny_model_device_greedy("llama", ", capture refusing programmatic launches"); });
+      run_part("model", "llama", [] { tiny_model_device_greedy("llama", ", capture refusing programmatic launches"); });
       unsetenv("EMU_REFUSE_PROGRAMMATIC_CAPTURE");
-      part("smollm2 device greedy", [] { smollm2_device_greedy(1, 4, 3); });
+      run_part("model", "smollm2 device greedy", [] { smollm2_device_greedy(1, 4, 3); });
       if (!std::getenv("EMU_SMOLLM2")) {  // minutes on the CPU: opt in
         for (const char* what : {"smollm2 greedy 32 tok: cuda == cpu", "smollm2 fp8 vs 16-bit KV logits"})
           skip_row("model", what, "emulated: set EMU_SMOLLM2=1 to run (minutes on the CPU)");
         return;
       }
     }
-    part("smollm2", smollm2_checks);
+    run_part("model", "smollm2", smollm2_checks);
     // Emulated, with EMU_SMOLLM2=1: the GPU's full greedy rows as well (tens of minutes).
-    part("smollm2 device greedy", [] { smollm2_device_greedy(8, SIZE_MAX, 32); });
-    if (!emulated()) part("llama 8b", llama8b_benchmarks);
+    run_part("model", "smollm2 device greedy", [] { smollm2_device_greedy(8, SIZE_MAX, 32); });
+    if (!emulated()) run_part("model", "llama 8b", llama8b_benchmarks);
   });
 }

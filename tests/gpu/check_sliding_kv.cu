@@ -294,14 +294,6 @@ void window_outside_storage(const LoadedModel& m) {
       "emulator's bounds check", device_error != "no error");
 }
 
-void part(const std::string& what, const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    row("sliding_kv", what, e.what(), "-", false);
-  }
-}
-
 }  // namespace
 
 int main() {
@@ -309,8 +301,8 @@ int main() {
     // As check_model's gpt-oss rows: the CPU reference gets the device's BF16 matrices (its
     // random router flips top-4 choices when the f32 matrices are rounded).
     const LoadedModel m = with_bf16_matrices(load_model(config_for_model("tests/golden/models/gpt_oss")));
-    part("gpt_oss windowed cache vs cpu", [&] { parity_with_cpu(m); });
-    part("gpt_oss fp8 windowed == full", [&] { fp8_windowed_equals_full(m); });
-    part("window outside the sliding layers' blocks", [&] { window_outside_storage(m); });
+    run_part("sliding_kv", "gpt_oss windowed cache vs cpu", [&] { parity_with_cpu(m); });
+    run_part("sliding_kv", "gpt_oss fp8 windowed == full", [&] { fp8_windowed_equals_full(m); });
+    run_part("sliding_kv", "window outside the sliding layers' blocks", [&] { window_outside_storage(m); });
   });
 }

@@ -219,4 +219,17 @@ inline int run_main(const char* check, const std::function<void()>& body) {
   return g_failures ? 1 : 0;
 }
 
+// One part of a check program: its exception is its failed row, and the other parts still
+// run. CHECK_PART=TEXT runs only the parts whose name contains TEXT (to rerun one while
+// working on it).
+inline void run_part(const char* check, const std::string& what, const std::function<void()>& fn) {
+  const char* only = std::getenv("CHECK_PART");
+  if (only && what.find(only) == std::string::npos) return;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    row(check, what, e.what(), "-", false);
+  }
+}
+
 }  // namespace spark::gpu_check

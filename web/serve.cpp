@@ -134,12 +134,14 @@ struct LoadedParts {
 
 // The head's side of a pair: listens for the worker, which must agree on everything in
 // the identity; the session limits bound every frame the worker may send or expect.
-std::unique_ptr<PeerHead> start_peer_head(const Config& config, const StagePlan& plan, int64_t blocks) {
+std::unique_ptr<PeerHead> start_peer_head(const Config& config, const StagePlan& plan, int64_t blocks,
+                                          int64_t window_blocks) {
   if (config.peer.transport == "nccl") require_nccl();
   const ModelSpec& spec = plan.info.spec;
   const PeerIdentity id = local_identity(config, plan, blocks);
   Welcome limits;
   limits.kv_blocks = blocks;
+  limits.window_blocks = window_blocks;
   limits.block_size = config.engine.block_size;
   limits.max_step_tokens = config.engine.max_num_batched_tokens;
   limits.max_step_seqs = config.engine.max_num_seqs;
@@ -176,7 +178,7 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   parts->kv_cache_bytes = kv_cache_bytes(plan, blocks);
   std::unique_ptr<StepExecutor> executor;
   if (config.peer.enabled) {
-    parts->peer = start_peer_head(config, stage, blocks);
+    parts->peer = start_peer_head(config, stage, blocks, window_blocks);
     executor = std::make_unique<PipelineExecutor>(std::move(parts->stage->backend), *parts->peer, info.spec.hidden_size,
                                                   info.spec.vocab_size);
   } else {

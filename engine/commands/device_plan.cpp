@@ -7,6 +7,7 @@
 
 #include "engine/backend/backend_factory.h"
 #include "engine/model/arch.h"
+#include "engine/model/dummy.h"
 #include "engine/model/memory_plan.h"
 #include "engine/util/check.h"
 
@@ -15,9 +16,8 @@ namespace {
 
 // Bytes of the stage's tensors in the file, and of those a decode step reads whole (all
 // but an untied embedding table, of which it gathers a row a token; of an MoE layer's
-// experts, top_k of them). A dummy is counted as its checkpoint would store it: every
-// tensor in the dummy dtype, except MXFP4 expert matrices when its quantization_config
-// says mxfp4 (gpt-oss).
+// experts, top_k of them). A dummy is counted as make_dummy_weights stores it (MXFP4
+// experts when its quantization_config says mxfp4, as gpt-oss's checkpoints).
 struct FileBytes {
   double total = 0, read_per_token = 0;
 };
@@ -28,9 +28,7 @@ FileBytes file_bytes(const StagePlan& stage) {
     if (info.format != ModelFormat::DUMMY) return double(info.tensors.at(t.name).nbytes);  // inspect_model checked
     int64_t elems = 1;
     for (int64_t d : t.shape) elems *= d;
-    const bool mxfp4 = s.mxfp4_experts && (t.part == Part::EXPERT_GATE || t.part == Part::EXPERT_UP ||
-                                           t.part == Part::EXPERT_DOWN);
-    return double(dtype_nbytes(mxfp4 ? DType::MXFP4 : info.weight_dtype, elems, t.shape.back()));
+    return double(dtype_nbytes(dummy_tensor_dtype(s, t, info.weight_dtype), elems, t.shape.back()));
   };
   FileBytes b;
   double experts = 0, table = 0;

@@ -35,11 +35,15 @@ float limit_for(const TensorSpec& t) {
   return std::sqrt(3.0f) / std::sqrt(fan_in);
 }
 
-// The dtype a tensor is stored in when the model's weights are `dtype`: block formats
-// only for matrices whose rows are whole blocks, as a GGUF file keeps them; norms and
-// biases stay f32, other matrices f16. FP8 as FP8 checkpoints (Qwen3-*-FP8) keep it: the
-// linear layers' matrices e4m3, the embedding, LM head and router BF16, norms f32.
-DType stored_dtype(const TensorSpec& t, DType dtype) {
+}  // namespace
+
+float dummy_uniform(uint64_t seed, const std::string& name, uint64_t index, float limit) {
+  return uniform_from(name_hash(seed, name), index, limit);
+}
+
+DType dummy_tensor_dtype(const ModelSpec& spec, const TensorSpec& t, DType dtype) {
+  const bool expert_matrix = t.part == Part::EXPERT_GATE || t.part == Part::EXPERT_UP || t.part == Part::EXPERT_DOWN;
+  if (spec.mxfp4_experts && expert_matrix && t.shape.back() % dtype_block_elems(DType::MXFP4) == 0) return DType::MXFP4;
   if (dtype == DType::F8_E4M3) {
     if (part_is_norm(t.part) || t.shape.size() < 2) return DType::F32;
     return t.part == Part::EMBEDDING || t.part == Part::LM_HEAD || t.part == Part::ROUTER ? DType::BF16 : dtype;
@@ -49,10 +53,14 @@ DType stored_dtype(const TensorSpec& t, DType dtype) {
   return t.shape.back() % dtype_block_elems(dtype) == 0 ? dtype : DType::F16;
 }
 
-}  // namespace
-
-float dummy_uniform(uint64_t seed, const std::string& name, uint64_t index, float limit) {
-  return uniform_from(name_hash(seed, name), index, limit);
+uint64_t dummy_weight_bytes(const ModelSpec& spec, LayerRange range, DType dtype) {
+  uint64_t total = 0;
+  for (const TensorSpec& t : expected_tensors(spec, range)) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    total += uint64_t(dtype_nbytes(dummy_tensor_dtype(spec, t, dtype), n, t.shape.back()));
+  }
+  return total;
 }
 
 Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype, uint64_t seed) {
@@ -71,7 +79,7 @@ Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype,
     return b > 0 ? b : cols ? t.shape.back() : 1;
   };
   for (const TensorSpec& t : need) {
-    dtypes.push_back(stored_dtype(t, dtype));
+    dtypes.push_back(dummy_tensor_dtype(spec, t, dtype));
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     sizes.push_back(static_cast<size_t>(n / dtype_block_elems(dtypes.back()) * dtype_block_bytes(dtypes.back())));
@@ -134,15 +142,14 @@ Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype,
       }
       return;
     }
-    if (j.dtype == DType::Q8_0 || j.dtype == DType::Q4_K) {
+    if (j.dtype == DType::Q8_0 || j.dtype == DType::Q4_K || j.dtype == DType::MXFP4) {
       const int64_t cols = j.spec->shape.back();
       const uint64_t row_bytes = uint64_t(cols / dtype_block_elems(j.dtype) * dtype_block_bytes(j.dtype));
+      const auto quantize = j.dtype == DType::Q8_0 ? quantize_q8_0 : j.dtype == DType::Q4_K ? quantize_q4_k : quantize_mxfp4;
       std::vector<float> row(static_cast<size_t>(cols));
       for (uint64_t k = j.begin; k < j.end; k += uint64_t(cols)) {
         for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = value(k + uint64_t(c));
-        uint8_t* dst = j.dst + k / uint64_t(cols) * row_bytes;
-        if (j.dtype == DType::Q8_0) quantize_q8_0(row.data(), dst, cols);
-        else quantize_q4_k(row.data(), dst, cols);
+        quantize(row.data(), j.dst + k / uint64_t(cols) * row_bytes, cols);
       }
       return;
     }

@@ -56,9 +56,7 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   SPARK_CHECK(p.block_size > 0, "block_size validated by the config");
   p.kv_block_bytes = p.kv_bytes_per_token * static_cast<uint64_t>(p.block_size);
   p.kv_sliding_block_bytes = p.kv_bytes_per_token_sliding * static_cast<uint64_t>(p.block_size);
-  // A pipeline's worker sizes its cache from the session (every layer, every block).
-  p.window_only = f.sliding_kv_window_only && p.sliding_layers > 0 && !c.peer.enabled &&
-                  p.kv_sliding_block_bytes < p.kv_block_bytes;
+  p.window_only = f.sliding_kv_window_only && p.sliding_layers > 0 && p.kv_sliding_block_bytes < p.kv_block_bytes;
   p.workspace_bytes = f.workspace_bytes;
   p.reserve_bytes = f.reserve_bytes;
 
@@ -112,8 +110,10 @@ int64_t window_blocks_needed(int64_t window, int64_t block_size, int64_t max_num
   return max_num_seqs * (cdiv(std::max<int64_t>(window - 1, 0), block_size) + 2) + cdiv(max_num_batched_tokens, block_size);
 }
 
-uint64_t kv_cache_bytes(const MemoryPlan& p, int64_t blocks) {
-  const auto window = uint64_t(std::min(blocks, p.kv_window_blocks));
+uint64_t kv_cache_bytes(const MemoryPlan& p, int64_t blocks) { return kv_cache_bytes(p, blocks, p.kv_window_blocks); }
+
+uint64_t kv_cache_bytes(const MemoryPlan& p, int64_t blocks, int64_t window_blocks) {
+  const auto window = uint64_t(std::min(blocks, window_blocks));
   return uint64_t(blocks) * p.kv_block_bytes - (uint64_t(blocks) - window) * p.kv_sliding_block_bytes;
 }
 

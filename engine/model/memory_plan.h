@@ -50,7 +50,7 @@ struct MemoryPlan {
   uint64_t kv_bytes_per_token_sliding = 0;
   int64_t block_size = 0;
   uint64_t kv_block_bytes = 0;   // one block in every held layer
-  // With window_only (a backend that can, one box, some held layers full-attention), the
+  // With window_only (a backend that can, some held layers full-attention), the
   // sliding layers hold only the first kv_window_blocks blocks: enough for the windows
   // of max_num_seqs sequences and one step's tokens (BlockManager); the others cost
   // kv_block_bytes - kv_sliding_block_bytes. Otherwise kv_window_blocks == kv_blocks.
@@ -82,6 +82,9 @@ void require_fits(const MemoryPlan& plan);
 // The bytes of a cache of `blocks` blocks, the first min(blocks, kv_window_blocks) of them
 // in every layer.
 uint64_t kv_cache_bytes(const MemoryPlan& plan, int64_t blocks);
+// The same with the sliding layers holding `window_blocks` blocks (a pipeline worker's
+// cache, sized by the head's session).
+uint64_t kv_cache_bytes(const MemoryPlan& plan, int64_t blocks, int64_t window_blocks);
 // The window blocks a cache needs so that max_num_seqs sequences can each keep the blocks
 // their window spans plus their share of a max_num_batched_tokens step.
 int64_t window_blocks_needed(int64_t window, int64_t block_size, int64_t max_num_seqs, int64_t max_num_batched_tokens);

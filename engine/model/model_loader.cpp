@@ -86,9 +86,7 @@ ModelInfo inspect_model(const Config& c) {
 }
 
 uint64_t stage_weight_bytes(const ModelInfo& info, LayerRange range) {
-  if (info.format == ModelFormat::DUMMY)
-    return static_cast<uint64_t>(parameter_count(info.spec, range)) *
-           static_cast<uint64_t>(dtype_block_bytes(info.weight_dtype));
+  if (info.format == ModelFormat::DUMMY) return dummy_weight_bytes(info.spec, range, info.weight_dtype);
   uint64_t total = 0;
   for (const TensorSpec& t : expected_tensors(info.spec, range))
     total += info.tensors.at(t.name).nbytes;  // present: inspect_model checked the set

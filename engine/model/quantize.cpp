@@ -1,5 +1,5 @@
-// quantize.cpp — f32 rows into Q8_0 and Q4_K blocks and FP8 e4m3 with block scales (round to
-// nearest on each block's range).
+// quantize.cpp — f32 rows into Q8_0, Q4_K and MXFP4 blocks and FP8 e4m3 with block scales
+// (round to nearest on each block's range).
 #include "engine/model/quantize.h"
 
 #include <algorithm>
@@ -28,6 +28,33 @@ void quantize_q8_0(const float* x, void* dst, int64_t n) {
     blk.d = d;
     for (int i = 0; i < 32; ++i)
       blk.qs[i] = static_cast<int8_t>(step > 0 ? std::clamp<long>(std::lround(x[i] / step), -127, 127) : 0);
+    std::memcpy(out + b, &blk, sizeof blk);
+  }
+}
+
+void quantize_mxfp4(const float* x, void* dst, int64_t n) {
+  SPARK_CHECK(n % 32 == 0, "quantize_mxfp4: length not a multiple of 32");
+  auto* out = static_cast<BlockMXFP4*>(dst);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    // An all-zero block gets e = 0, as gguf's quantizer writes it; e stays below 255 (NaN).
+    const int exponent = amax > 0 ? std::clamp(std::ilogb(amax) - 2 + 127, 0, 254) : 0;
+    BlockMXFP4 blk;
+    blk.e = static_cast<uint8_t>(exponent);
+    std::memset(blk.qs, 0, sizeof blk.qs);
+    const float inv = 1.0f / e8m0_to_f32(blk.e);
+    for (int i = 0; i < 32; ++i) {
+      // Codes 0..7 hold 0, 0.5, 1, 1.5, 2, 3, 4, 6 (quant.h): the nearest, even on a tie.
+      const float v = std::fabs(x[i]) * inv;
+      uint8_t code = 0;
+      for (uint8_t c = 1; c < 8; ++c) {
+        const float below = kMxfp4Values[c - 1], here = kMxfp4Values[c], mid = (below + here) / 2;
+        if (v > mid || (v == mid && c % 2 == 0)) code = c;
+      }
+      if (std::signbit(x[i]) && code != 0) code |= 8;
+      blk.qs[i % 16] |= static_cast<uint8_t>(code << (i < 16 ? 0 : 4));
+    }
     std::memcpy(out + b, &blk, sizeof blk);
   }
 }

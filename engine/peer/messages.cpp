@@ -125,6 +125,7 @@ std::vector<uint8_t> encode_welcome(const Welcome& m) {
   WireWriter w;
   w.u64(m.session);
   w.i64(m.kv_blocks);
+  w.i64(m.window_blocks);
   w.i64(m.block_size);
   w.i64(m.max_step_tokens);
   w.i64(m.max_step_seqs);
@@ -143,6 +144,7 @@ Welcome decode_welcome(const std::vector<uint8_t>& payload) {
   Welcome m;
   m.session = r.u64("session");
   m.kv_blocks = r.i64("kv_blocks");
+  m.window_blocks = r.i64("window_blocks");
   m.block_size = r.i64("block_size");
   m.max_step_tokens = r.i64("max_step_tokens");
   m.max_step_seqs = r.i64("max_step_seqs");
@@ -160,6 +162,7 @@ Welcome decode_welcome(const std::vector<uint8_t>& payload) {
                        std::to_string(lo) + ", " + std::to_string(hi) + "]");
   };
   in(m.kv_blocks, 1, int64_t(1) << 30, "kv_blocks");
+  in(m.window_blocks, 1, m.kv_blocks, "window_blocks");
   in(m.block_size, 1, 1 << 16, "block_size");
   in(m.max_step_tokens, 1, int64_t(1) << 20, "max_step_tokens");
   in(m.max_step_seqs, 1, int64_t(1) << 16, "max_step_seqs");
@@ -196,6 +199,7 @@ std::vector<uint8_t> encode_plan(const MicroBatchPlan& p) {
   w.i32(b.max_blocks_per_seq);
   w.array(b.block_tables);
   w.array(b.logits_rows);
+  w.array(b.block_copies);
   w.array(p.sample_seq_ids);
   for (size_t i = 0; i < b.logits_rows.size(); ++i)
     w.array(i < p.row_masks.size() ? p.row_masks[i] : std::vector<uint64_t>{});
@@ -234,6 +238,15 @@ void check_batch(const Batch& b, const Welcome& s) {
       if (b.slot_mapping[size_t(i)] != int64_t(table[pos / s.block_size]) * s.block_size + pos % s.block_size)
         bad("row " + std::to_string(i) + " writes a KV slot outside its block table");
     }
+  }
+  // A copy moves a block that left a sliding window to a block only full-attention layers hold.
+  if (b.block_copies.size() % 2 != 0) bad("block_copies does not hold (source, destination) pairs");
+  for (size_t i = 0; i < b.block_copies.size(); i += 2) {
+    const int32_t src = b.block_copies[i], dst = b.block_copies[i + 1];
+    if (src < 0 || src >= s.window_blocks || dst < s.window_blocks || dst >= s.kv_blocks)
+      bad("block copy " + std::to_string(src) + " -> " + std::to_string(dst) + " is not from [0, " +
+          std::to_string(s.window_blocks) + ") to [" + std::to_string(s.window_blocks) + ", " +
+          std::to_string(s.kv_blocks) + ")");
   }
   size_t prev = 0;
   for (size_t i = 0; i < b.logits_rows.size(); ++i) {
@@ -274,6 +287,7 @@ MicroBatchPlan decode_plan(const std::vector<uint8_t>& payload, const Welcome& s
   if (b.max_blocks_per_seq < 1 || b.max_blocks_per_seq > max_blocks_per_seq) bad("max_blocks_per_seq is impossible");
   b.block_tables = r.array<int32_t>("block_tables", max_seqs * size_t(b.max_blocks_per_seq));
   b.logits_rows = r.array<int32_t>("logits_rows", max_seqs);
+  b.block_copies = r.array<int32_t>("block_copies", 2 * size_t(s.kv_blocks));
   p.sample_seq_ids = r.array<int64_t>("sample_seq_ids", max_seqs);
   p.row_masks.resize(b.logits_rows.size());
   for (auto& mask : p.row_masks) {

@@ -34,6 +34,10 @@ std::vector<std::string> identity_mismatches(const PeerIdentity& head, const Pee
 struct Welcome {
   uint64_t session = 0;
   int64_t kv_blocks = 0;
+  // Blocks [0, window_blocks) hold every layer's K and V, the others the full-attention
+  // layers' only (Backend::init_windowed_kv_cache); kv_blocks for a model without sliding
+  // layers. A plan's block copies move a block from the first kind to the second.
+  int64_t window_blocks = 0;
   int64_t block_size = 0;
   int64_t max_step_tokens = 0;  // engine.max_num_batched_tokens
   int64_t max_step_seqs = 0;    // engine.max_num_seqs

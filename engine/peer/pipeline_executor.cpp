@@ -21,10 +21,9 @@ PipelineExecutor::PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage
 
 void PipelineExecutor::prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
                                const std::vector<int32_t>& eos_token_ids) {
-  // The worker sizes its cache from the session (every layer, every block), so no step
-  // here moves a block out of the window (Batch::block_copies stays empty).
-  SPARK_CHECK(num_window_blocks == num_kv_blocks, "a pipeline keeps every layer's K and V for every block");
-  backend_->init_kv_cache(num_kv_blocks, block_size);
+  // The worker sizes its cache from the session (Welcome::window_blocks) and runs each
+  // plan's block copies on its own layers, as this stage's backend does on these.
+  backend_->init_windowed_kv_cache(num_kv_blocks, num_window_blocks, block_size);
   eos_ids_ = eos_token_ids;  // the masks' end-of-sequence ids (the worker samples with the same set)
 }
 

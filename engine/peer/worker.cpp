@@ -10,6 +10,7 @@
 #include "engine/backend/stage_loader.h"
 #include "engine/core/sampler.h"
 #include "engine/core/speculator.h"
+#include "engine/model/memory_plan.h"
 #include "engine/peer/frame.h"
 #include "engine/peer/link.h"
 #include "engine/peer/messages.h"
@@ -145,9 +146,20 @@ class Worker {
                     std::to_string(spec.hidden_size) + ", vocab " + std::to_string(spec.vocab_size) + ", block size " +
                     std::to_string(config_.engine.block_size) + ", room for " + std::to_string(identity_.kv_blocks) +
                     " KV blocks)");
-    if (w.kv_blocks != kv_blocks_) {
-      backend_->init_kv_cache(w.kv_blocks, w.block_size);
+    // The session's cache, its sliding layers holding the window blocks only, in the
+    // bytes this box planned for its own (identity_.kv_blocks in its windowed plan).
+    const MemoryPlan& plan = loaded_->plan.memory;
+    if (kv_cache_bytes(plan, w.kv_blocks, w.window_blocks) > kv_cache_bytes(plan, plan.kv_blocks))
+      throw Refused("the head's session (" + std::to_string(w.kv_blocks) + " KV blocks, " +
+                    std::to_string(w.window_blocks) + " of them in the sliding layers) needs " +
+                    format_bytes(kv_cache_bytes(plan, w.kv_blocks, w.window_blocks)) + " of KV cache here, and this worker planned " +
+                    format_bytes(kv_cache_bytes(plan, plan.kv_blocks)));
+    if (w.kv_blocks != kv_blocks_ || w.window_blocks != window_blocks_) {
+      backend_->init_windowed_kv_cache(w.kv_blocks, w.window_blocks, w.block_size);
       kv_blocks_ = w.kv_blocks;
+      window_blocks_ = w.window_blocks;
+      log_info("peer: the session's KV cache: ", w.kv_blocks, " blocks, ", w.window_blocks, " of them in every layer (",
+               format_bytes(kv_cache_bytes(plan, w.kv_blocks, w.window_blocks)), ")");
     }
     sampler_ = std::make_unique<Sampler>(spec.vocab_size, w.eos_token_ids);
     // The device sampler knows the EOS ids of this box's model files; the head's set (the
@@ -311,7 +323,7 @@ class Worker {
   std::unique_ptr<LoadedStage> loaded_;
   Backend* backend_ = nullptr;
   PeerIdentity identity_;
-  int64_t kv_blocks_ = 0;
+  int64_t kv_blocks_ = 0, window_blocks_ = 0;
   std::unique_ptr<Sampler> sampler_;
   bool device_sampling_ = false;
   std::unordered_map<int64_t, Shadow> shadows_;

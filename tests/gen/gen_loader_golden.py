@@ -115,6 +115,13 @@ def gen_quant(out, rng):
             q = gguf.quants.quantize(x, qtype)
             w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
         originals[name] = qtype
+    # MXFP4 from gguf's quantizer, its source values kept so that sparkd's quantizer (dummy
+    # weights) can be held to the same bytes; its own generator leaves the others' draws alone.
+    mxfp4_source = np.random.default_rng(39).standard_normal((rows, 96)).astype(np.float32)
+    mxfp4_source[1, 32:64] = 0.0  # an all-zero block
+    mxfp4_source[2, 64:96] *= 1e-3
+    q = gguf.quants.quantize(mxfp4_source, Q.MXFP4)
+    w.add_tensor("t_mxfp4", q, raw_shape=q.shape, raw_dtype=Q.MXFP4)
     # K-quants: random bytes with sane scales (gguf-py has no K-quant quantizer).
     for name, qtype in [("t_q4_k", Q.Q4_K), ("t_q5_k", Q.Q5_K), ("t_q6_k", Q.Q6_K)]:
         blocks = k_quant_blocks(rng, qtype, rows * 2)  # 3 rows of 512 elements
@@ -163,7 +170,8 @@ def gen_quant(out, rng):
             continue
         metadata[k] = {"types": [int(x) for x in f.types], "value": jsonable(f.contents())}
     return {"file": "quant.gguf", "version": 3, "alignment": 32, "data_start": int(r.data_offset),
-            "tensors": tensors, "metadata": metadata}
+            "tensors": tensors, "metadata": metadata,
+            "mxfp4_source": {"name": "t_mxfp4", "f32_hex": mxfp4_source.astype("<f4").tobytes().hex()}}
 
 
 def jsonable(v):

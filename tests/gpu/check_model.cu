@@ -31,6 +31,7 @@
 #include "engine/model/quantize.h"
 #include "engine/model/stage_weights.h"
 #include "engine/util/splitmix.h"
+#include "tests/gpu/decode_bench.h"
 #include "tests/gpu/gpu_check.h"
 #include "tests/gpu/model_parity.h"
 
@@ -344,57 +345,6 @@ void smollm2_device_greedy(size_t prompt_count, size_t prompt_tokens, int new_to
   }
 }
 
-// A decode step of `seqs` sequences at context `ctx` (one row each, its own blocks).
-Batch decode_batch(int seqs, int ctx, int blocks_per_seq) {
-  Batch b;
-  b.max_blocks_per_seq = blocks_per_seq;
-  b.query_start.push_back(0);
-  for (int s = 0; s < seqs; ++s) {
-    const int pos = ctx - 1;
-    b.token_ids.push_back(1 + s);
-    b.positions.push_back(pos);
-    b.slot_mapping.push_back((s * blocks_per_seq + pos / kBlock) * kBlock + pos % kBlock);
-    b.query_start.push_back(s + 1);
-    b.context_lens.push_back(ctx);
-    for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(s * blocks_per_seq + k);
-    b.logits_rows.push_back(s);
-  }
-  return b;
-}
-
-Batch prefill_batch(int tokens, int blocks_per_seq) {
-  Batch b;
-  b.max_blocks_per_seq = blocks_per_seq;
-  b.query_start = {0, tokens};
-  b.context_lens = {tokens};
-  for (int t = 0; t < tokens; ++t) {
-    b.token_ids.push_back(1 + t % 1000);
-    b.positions.push_back(t);
-    b.slot_mapping.push_back(t);
-  }
-  for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(k);
-  b.logits_rows = {tokens - 1};
-  return b;
-}
-
-// Median wall time of a whole step (forward_sample synchronises on the sampled ids).
-double step_ms(Backend& backend, const Batch& b, int runs = 20) {
-  SamplingParams greedy_params;
-  greedy_params.temperature = 0.0;
-  std::vector<int32_t> context = {1};
-  std::vector<SampleRow> rows(b.logits_rows.size(), SampleRow{&greedy_params, context, 1, 0, 0});
-  std::vector<SampleOutput> out;
-  for (int i = 0; i < 3; ++i) backend.forward_sample(b, nullptr, rows, out);  // eager, capture, replay
-  std::vector<double> ms;
-  for (int i = 0; i < runs; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    backend.forward_sample(b, nullptr, rows, out);
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 double gemm_tflops(int m, int k, int n) {
   cuda::Gemm gemm;
   DeviceArray<__nv_bfloat16> x(size_t(m) * k), w(size_t(n) * k), y(size_t(m) * n);
@@ -463,7 +413,7 @@ void llama8b_quantized_decode(const std::string& name, const std::function<DType
                                            spec.hidden_size));
   const double read = double(CudaBackend::weight_bytes(spec, full_range(spec), as_stored)) - table +
                       double(spec.num_layers) * double(CudaBackend::kv_bytes_per_token_layer(spec, false)) * ctx;
-  const double t1 = step_ms(*gpu, decode_batch(1, ctx, blocks_per_seq));
+  const double t1 = step_ms(*gpu, decode_batch(1, ctx, blocks_per_seq, kBlock));
   info("bench", "8B " + name + " decode b=1 ctx 512: " + fmt("%.0f tok/s", 1e3 / t1),
        fmt("%.0f GB/s", read / (t1 * 1e-3) / 1e9) + fmt(" = %.1f%% of copy", 100 * read / (t1 * 1e-3) / 1e9 / copy_gbs),
        fmt("%.2f GB read a token", read / 1e9));
@@ -494,7 +444,7 @@ void llama8b_benchmarks() {
       serial.programmatic_launch = false;
       CudaBackend one(spec, bind_stage(spec, m.weights), serial);
       one.init_kv_cache(blocks_per_seq, kBlock);
-      t1_serial = step_ms(one, decode_batch(1, ctx, blocks_per_seq));
+      t1_serial = step_ms(one, decode_batch(1, ctx, blocks_per_seq, kBlock));
     }
     gpu = std::make_unique<CudaBackend>(spec, bind_stage(spec, m.weights), o);
   }
@@ -506,13 +456,13 @@ void llama8b_benchmarks() {
       double(CudaBackend::weight_bytes(spec, full_range(spec), [](Part, int64_t) { return DType::BF16; })) - double(spec.vocab_size * spec.hidden_size * 2);
   const double kv_bytes_per_token =
       double(spec.num_layers) * double(CudaBackend::kv_bytes_per_token_layer(spec, false));
-  const double t1 = step_ms(*gpu, decode_batch(1, ctx, blocks_per_seq));
+  const double t1 = step_ms(*gpu, decode_batch(1, ctx, blocks_per_seq, kBlock));
   const double bw = (weight_bytes + kv_bytes_per_token * ctx) / (t1 * 1e-3) / 1e9;
   row("bench", "8B bf16 decode b=1 ctx 512: " + fmt("%.2f ms", t1),
       fmt("%.0f GB/s", bw) + fmt(" = %.1f%% of copy", 100 * bw / copy_gbs), ">= 85% of copy", bw >= 0.85 * copy_gbs);
   info("bench", "8B decode b=1 without programmatic launch", fmt("%.2f ms", t1_serial),
        fmt("overlap saves %.1f%%", 100 * (t1_serial - t1) / t1_serial));
-  const double t64 = step_ms(*gpu, decode_batch(64, ctx, blocks_per_seq));
+  const double t64 = step_ms(*gpu, decode_batch(64, ctx, blocks_per_seq, kBlock));
   row("bench", "8B decode b=64 vs b=1 at ctx 512", fmt("%.2fx", t64 / t1) + fmt(" (%.2f ms)", t64), "<= 1.5x",
       t64 <= 1.5 * t1);
   info("bench", "8B decode b=64 throughput", fmt("%.0f tok/s", 64 / (t64 * 1e-3)), "single step, no scheduler");
@@ -662,6 +612,17 @@ void tiny_fp8_dummy_parity() {
   m.info.spec.fp8_block_rows = m.info.spec.fp8_block_cols = 16;
   m.weights = make_dummy_weights(m.info.spec, full_range(m.info.spec), DType::F8_E4M3, 1);
   logits_parity("qwen3_moe-shaped FP8 dummy (16x16 scales)", m, tiny_model_prompts("qwen3_moe"), true);
+}
+
+// MXFP4 dummy weights (make_dummy_weights: gpt-oss's expert matrices MXFP4 from
+// quantize_mxfp4, the rest BF16), as make gpu-check's gpt-oss-20b decode rows load them, in
+// the tiny gpt-oss's shape, against the CPU backend reading the same bytes. FP16: the
+// dummy's random router is nearly uniform, and BF16's rounding of the activations flips a
+// top-4 choice (measured: 9.2e-2, as tiny_moe_parity explains for the Qwen3-MoE).
+void tiny_gptoss_dummy_parity() {
+  LoadedModel m = load_model(config_for_model(tiny_model_path("gpt_oss")));
+  m.weights = make_dummy_weights(m.info.spec, full_range(m.info.spec), DType::BF16, 1);
+  logits_parity("gpt_oss-shaped MXFP4 dummy", m, tiny_model_prompts("gpt_oss"), true);
 }
 
 // A layer whose first expert has one scale and the others one a row: refused at load.
@@ -907,6 +868,7 @@ int main() {
     for (int64_t block : {16, 0}) run_part("model", "qwen3_moe FP8 experts", [block] { tiny_fp8_moe_parity(block); });
     run_part("model", "qwen3_moe FP8 experts, mixed scales", tiny_fp8_moe_mixed_scales);
     run_part("model", "qwen3_moe-shaped FP8 dummy", tiny_fp8_dummy_parity);
+    run_part("model", "gpt_oss-shaped MXFP4 dummy", tiny_gptoss_dummy_parity);
     run_part("model", "llama massive activations", tiny_model_massive_activation);
     run_part("model", "llama x12", [] { tiny_model_wide_batch("llama"); });
     run_part("model", "llama Q8_0", tiny_q8_0_parity);

@@ -37,6 +37,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/quant.h"
 #include "engine/util/splitmix.h"
+#include "tests/gpu/decode_bench.h"
 #include "tests/gpu/gpu_check.h"
 
 namespace spark::gpu_check {
@@ -560,7 +561,7 @@ void decode_benchmark(DType dtype, double copy_gbs) {
   const ModelSpec full = qwen3_30b_spec(dtype);
   ModelSpec spec = full;
   spec.num_layers = 12;
-  const int ctx = 512, max_seqs = 64, blocks_per_seq = 1024 / 16;
+  const int max_seqs = 64, blocks_per_seq = 1024 / 16;
   CudaOptions o;
   o.max_num_seqs = max_seqs;
   o.max_num_batched_tokens = 2048;
@@ -574,38 +575,9 @@ void decode_benchmark(DType dtype, double copy_gbs) {
   gpu->init_kv_cache(int64_t(max_seqs) * blocks_per_seq, 16);
   const StoredDType stored = [dtype](Part p, int64_t) { return stored_dtype(dtype, p); };
   const double per_token = double(CudaBackend::weight_bytes_per_token(full, full_range(full), stored));
-  SamplingParams greedy;
-  greedy.temperature = 0.0;
-  const std::vector<int32_t> context = {1};
-  for (int B : {1, 16, 64}) {
-    Batch b;
-    b.max_blocks_per_seq = blocks_per_seq;
-    b.query_start.push_back(0);
-    for (int s = 0; s < B; ++s) {
-      b.token_ids.push_back(1 + s);
-      b.positions.push_back(ctx - 1);
-      b.slot_mapping.push_back((s * blocks_per_seq + (ctx - 1) / 16) * 16 + (ctx - 1) % 16);
-      b.query_start.push_back(s + 1);
-      b.context_lens.push_back(ctx);
-      for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(s * blocks_per_seq + k);
-      b.logits_rows.push_back(s);
-    }
-    std::vector<SampleRow> rows(size_t(B), SampleRow{&greedy, context, 1, 0, 0});
-    std::vector<SampleOutput> out;
-    for (int i = 0; i < 3; ++i) gpu->forward_sample(b, nullptr, rows, out);  // eager, capture, replay
-    std::vector<double> ms;
-    for (int i = 0; i < 20; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      gpu->forward_sample(b, nullptr, rows, out);
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(ms.begin(), ms.end());
-    const double step = ms[ms.size() / 2] * double(full.num_layers) / double(spec.num_layers);
-    const std::string format = dtype == DType::F8_E4M3 ? "FP8 128x128" : std::string(dtype_name(dtype));
-    info(kCheck, "30B-A3B " + format + " decode b=" + std::to_string(B),
-         fmt("%.0f tok/s", B / (step * 1e-3)) + fmt(" (%.2f ms/step, 48 layers)", step),
-         fmt("copy %.0f GB/s; b=1 bound ", copy_gbs) + fmt("%.0f tok/s", copy_gbs * 1e9 / per_token));
-  }
+  const std::string format = dtype == DType::F8_E4M3 ? "FP8 128x128" : std::string(dtype_name(dtype));
+  decode_rate_rows(kCheck, "30B-A3B " + format, *gpu, blocks_per_seq, 16, double(full.num_layers) / double(spec.num_layers),
+                   per_token, copy_gbs, ", 48 layers");
 }
 #endif
 

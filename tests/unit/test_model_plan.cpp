@@ -135,14 +135,16 @@ TEST_CASE("memory plan: sliding-window layers are counted at the window blocks o
   CHECK(kv_cache_bytes(one, one.kv_blocks + 1) - kv_cache_bytes(one, one.kv_blocks) == one.kv_block_bytes / 2);
   CHECK(one.kv_blocks > 19 * (left / one.kv_block_bytes) / 10);  // almost twice a full-everywhere cache's
 
-  // Peer mode (the worker sizes its cache from the session) and a budget smaller than the
-  // window blocks keep every layer for every block.
+  // Peer mode plans the same way (the worker's cache follows the head's session,
+  // Welcome::window_blocks, and each box runs the block copies on its layers); a budget
+  // smaller than the window blocks keeps every layer for every block.
   Config peer = c;
   peer.peer.enabled = true;
   const MemoryPlan paired = plan_memory(info.spec, full_range(info.spec), f, peer, MemoryBudget{GiB, "t"});
-  CHECK_FALSE(paired.window_only);
-  CHECK(paired.kv_window_blocks == paired.kv_blocks);
-  CHECK(paired.kv_blocks == static_cast<int64_t>(left / paired.kv_block_bytes));
+  CHECK(paired.window_only);
+  CHECK(paired.kv_window_blocks == one.kv_window_blocks);
+  CHECK(paired.kv_blocks == one.kv_blocks);
+  CHECK(kv_cache_bytes(one, one.kv_blocks, one.kv_blocks) == uint64_t(one.kv_blocks) * one.kv_block_bytes);
   const uint64_t tight = (one.weight_bytes + one.workspace_bytes + one.reserve_bytes + 100 * one.kv_block_bytes) * 100 / 85;
   const MemoryPlan small = plan_memory(info.spec, full_range(info.spec), f, c, MemoryBudget{tight, "t"});
   CHECK(small.kv_blocks >= 99);

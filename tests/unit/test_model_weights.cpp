@@ -257,6 +257,44 @@ TEST_CASE("weights: FP8 dummy weights are e4m3 with block scales, as an FP8 chec
   CHECK((rows.get(name).scale_block_rows == 1 && rows.get(name).scale_block_cols == q.cols()));
 }
 
+TEST_CASE("weights: a gpt-oss dummy keeps its experts in MXFP4, and the plan counts its bytes") {
+  const ModelInfo info = inspect("tests/golden/models/gpt_oss", "dummy");
+  const ModelSpec& s = info.spec;
+  REQUIRE(s.mxfp4_experts);
+  const Weights w = make_dummy_weights(s, full_range(s), DType::BF16, 7);
+  const std::string name = "model.layers.1.mlp.experts.3.down_proj.weight";
+  const Tensor& down = w.get(name);
+  REQUIRE(down.dtype == DType::MXFP4);
+  CHECK(down.nbytes == size_t(down.numel() / 32 * 17));
+  // Each value is its draw through quantize_mxfp4: within half of the widest code step
+  // (2^(e - 127) between 4 and 6), or the saturation below 8 steps, of the block's scale.
+  const float limit = std::sqrt(3.0f) / std::sqrt(float(down.cols()));
+  std::vector<float> row(size_t(down.cols()));
+  for (int64_t r = 0; r < down.rows(); ++r) {
+    dequantize_tensor_row(down, r, row.data());
+    for (int64_t b = 0; b < down.cols() / 32; ++b) {
+      float amax = 0;
+      for (int64_t c = 32 * b; c < 32 * b + 32; ++c)
+        amax = std::max(amax, std::fabs(dummy_uniform(7, name, uint64_t(r * down.cols() + c), limit)));
+      const float scale = std::exp2(std::floor(std::log2(amax)) - 2);
+      for (int64_t c = 32 * b; c < 32 * b + 32; ++c) {
+        const float want = dummy_uniform(7, name, uint64_t(r * down.cols() + c), limit);
+        REQUIRE(std::fabs(row[size_t(c)] - want) <= std::max(scale, std::fabs(want) - 6 * scale));
+      }
+    }
+  }
+  CHECK(w.get("model.layers.0.mlp.gate.weight").dtype == DType::BF16);
+  CHECK(w.get("model.layers.0.self_attn.sinks").dtype == DType::BF16);
+  CHECK(w.get("model.layers.0.mlp.experts.0.gate_proj.weight").dtype == DType::MXFP4);
+  // The plans count the same bytes (dummy_weight_bytes, through stage_weight_bytes), and
+  // the tiny config's f32 model stores the rest in f32.
+  CHECK(dummy_weight_bytes(s, full_range(s), DType::BF16) == w.total_bytes());
+  const Weights loaded = load_stage_weights(info, full_range(s));
+  CHECK(loaded.get("model.layers.0.mlp.gate.weight").dtype == DType::F32);
+  CHECK(loaded.get(name).dtype == DType::MXFP4);
+  CHECK(stage_weight_bytes(info, full_range(s)) == loaded.total_bytes());
+}
+
 TEST_CASE("model loader: paths and formats are checked") {
   CHECK_INPUT_ERROR(inspect(""), "model.path is not set");
   CHECK_INPUT_ERROR(inspect("/nonexistent/model.gguf"), "does not exist");

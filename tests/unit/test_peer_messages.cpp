@@ -15,6 +15,7 @@ Welcome session() {
   Welcome w;
   w.session = 7;
   w.kv_blocks = 8;
+  w.window_blocks = 6;  // blocks 6 and 7 hold the full-attention layers' K and V only
   w.block_size = 4;
   w.max_step_tokens = 32;
   w.max_step_seqs = 4;
@@ -52,6 +53,7 @@ MicroBatchPlan plan() {
   b.max_blocks_per_seq = 2;
   b.block_tables = {5, 0, 1, 3};
   b.logits_rows = {2, 3};
+  b.block_copies = {4, 7};  // block 4 left a sliding window
   p.sample_seq_ids = {1, 2};
   return p;
 }
@@ -71,6 +73,7 @@ TEST_CASE("a micro-batch plan survives encoding and decoding") {
   CHECK(out.opens[0].tokens == std::vector<int32_t>{10, 11, 12});
   CHECK(out.batch.slot_mapping == in.batch.slot_mapping);
   CHECK(out.batch.block_tables == in.batch.block_tables);
+  CHECK(out.batch.block_copies == in.batch.block_copies);
   CHECK(out.sample_seq_ids == in.sample_seq_ids);
   CHECK(out.row_masks == std::vector<std::vector<uint64_t>>{{}, {}});
 
@@ -108,6 +111,12 @@ TEST_CASE("plans that would touch memory outside the worker's cache are refused"
   refused([](MicroBatchPlan& p) { p.opens[0].params.top_p = 2.0; }, "top_p");
   refused([](MicroBatchPlan& p) { p.opens[0].tokens[1] = 100; }, "outside the vocabulary");
   refused([](MicroBatchPlan& p) { p.batch.token_ids.assign(40, 1); }, "token_ids");
+  refused([](MicroBatchPlan& p) { p.batch.block_copies = {4}; }, "pairs");
+  refused([](MicroBatchPlan& p) { p.batch.block_copies = {7, 4}; }, "block copy 7 -> 4");
+  refused([](MicroBatchPlan& p) { p.batch.block_copies = {4, 5}; }, "block copy 4 -> 5");
+  refused([](MicroBatchPlan& p) { p.batch.block_copies = {4, 8}; }, "block copy 4 -> 8");
+  refused([](MicroBatchPlan& p) { p.batch.block_copies = {-1, 7}; }, "block copy -1 -> 7");
+  refused([](MicroBatchPlan& p) { p.batch.block_copies.assign(18, 0); }, "block_copies");
 }
 
 TEST_CASE("frame headers: ours, this version, known types, within the reader's limit") {
@@ -167,6 +176,12 @@ TEST_CASE("step results and welcomes are bounds-checked") {
 
   Welcome w = session();
   CHECK(decode_welcome(encode_welcome(w)).kv_blocks == 8);
+  CHECK(decode_welcome(encode_welcome(w)).window_blocks == 6);
+  for (int64_t bad : {0, 9}) {
+    w.window_blocks = bad;
+    CHECK_THROWS_WITH_AS(decode_welcome(encode_welcome(w)), doctest::Contains("window_blocks"), InputError);
+  }
+  w = session();
   w.timeout_s = 0.01;
   CHECK_THROWS_AS(decode_welcome(encode_welcome(w)), InputError);
   w = session();

@@ -1,6 +1,6 @@
 // test_quant.cpp — dequantization of every supported GGUF type against
-// gguf.quants.dequantize, the f16/bf16 conversions, and the Q8_0/Q4_K quantizers of
-// dummy weights.
+// gguf.quants.dequantize, the f16/bf16 conversions, and the Q8_0/Q4_K/MXFP4/e4m3
+// quantizers of dummy weights.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -64,7 +64,7 @@ TEST_CASE("quant: every GGUF type dequantizes exactly as gguf-py") {
     CHECK(worst == 0);
     seen.insert(std::string(dtype_name(t->dtype)));
   }
-  for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"})
+  for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "MXFP4"})
     CHECK_MESSAGE(seen.count(type) == 1, "golden data lacks ", type);
 }
 
@@ -160,6 +160,47 @@ TEST_CASE("quant: Q8_0 and Q4_K quantization round-trips within each block's ste
     }
   }
   for (size_t k = 768; k < 800; ++k) CHECK(y[k] == 0.0f);
+}
+
+TEST_CASE("quant: MXFP4 quantization writes gguf's bytes, each value the nearest code under the block's scale") {
+  // gguf.quants.quantize's blocks of the golden source values (random normals, an all-zero
+  // block, a block scaled by 1e-3): no value lies on a tie, so any nearest-code rule agrees.
+  const auto& g = golden()["quant"]["mxfp4_source"];
+  GgufFile f = GgufFile::open(golden_dir() + "/" + golden()["quant"]["file"].get<std::string>());
+  const GgufTensorInfo* t = f.find_tensor(g["name"].get<std::string>());
+  REQUIRE(t != nullptr);
+  REQUIRE(t->dtype == DType::MXFP4);
+  const auto source = spark::testing::from_hex(g["f32_hex"].get<std::string>());
+  std::vector<float> x(source.size() / 4);
+  std::memcpy(x.data(), source.data(), source.size());
+  REQUIRE(x.size() / 32 * sizeof(BlockMXFP4) == t->nbytes);
+  std::vector<uint8_t> got(t->nbytes);
+  quantize_mxfp4(x.data(), got.data(), int64_t(x.size()));
+  const uint8_t* want = f.tensor_data(*t);
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    CAPTURE(b);
+    CHECK(std::memcmp(got.data() + b * 17, want + b * 17, 17) == 0);
+  }
+
+  // Ties go to the even code, values beyond 6 saturate, zero keeps its code whatever its sign.
+  float y[32] = {};
+  y[0] = 6.0f;  // max 6: scale 2^(2 - 2) = 1
+  y[1] = 2.5f;  // between 2 (code 4) and 3 (code 5): 4
+  y[2] = 5.0f;  // between 4 (code 6) and 6 (code 7): 6
+  y[3] = -0.25f;  // between 0 and 0.5: code 0, and no sign
+  y[4] = -1.25f;  // between 1 (code 2) and 1.5 (code 3): -1
+  y[5] = 7.9f;  // max|x| < 8 keeps the scale at 1: saturates to 6
+  BlockMXFP4 blk;
+  quantize_mxfp4(y, &blk, 32);
+  CHECK(int(blk.e) == 127);
+  auto code = [&blk](int i) { return (blk.qs[i % 16] >> (i < 16 ? 0 : 4)) & 15; };
+  CHECK(code(0) == 7);
+  CHECK(code(1) == 4);
+  CHECK(code(2) == 6);
+  CHECK(code(3) == 0);
+  CHECK(code(4) == (2 | 8));
+  CHECK(code(5) == 7);
+  for (int i = 6; i < 32; ++i) CHECK(code(i) == 0);
 }
 
 TEST_CASE("quant: f32 to e4m3 takes the nearest code, ties to the even one, saturating at 448") {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/backend/cpu/matmul.h"
+#include "engine/step/window_blocks.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -127,7 +128,9 @@ void CpuBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_b
   SPARK_CHECK(num_blocks > 0 && block_size > 0, "init_kv_cache: empty cache");
   SPARK_CHECK(num_window_blocks > 0 && num_window_blocks <= num_blocks, "init_kv_cache: window blocks out of range");
   kv_ = {num_blocks, block_size, spec_.num_kv_heads, spec_.head_dim};
-  window_blocks_ = num_window_blocks;
+  window_blocks_ = num_blocks;  // a stage without sliding layers holds every block in each
+  for (const Layer& L : layers_)
+    if (L.window > 0) window_blocks_ = num_window_blocks;
   cache_ = std::vector<cpu::LayerKv>(layers_.size());
   for (size_t i = 0; i < cache_.size(); ++i) {
     const size_t n = static_cast<size_t>(layer_kv(static_cast<int64_t>(i)).slots() * kv_.slot_floats());
@@ -203,6 +206,7 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
 void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResult& out) {
   SPARK_CHECK(!cache_.empty(), "forward before init_kv_cache");
   cpu::validate_batch(batch, kv_);
+  if (window_blocks_ < kv_.num_blocks) check_window_blocks(batch, window_blocks_, kv_.block_size, spec_.sliding_window);
   for (size_t l = 0; l < layers_.size(); ++l)  // sliding layers hold no full-only blocks
     if (layers_[l].window == 0) cpu::copy_blocks(batch.block_copies, kv_, cache_[l]);
   const int64_t T = batch.num_tokens(), H = spec_.hidden_size;

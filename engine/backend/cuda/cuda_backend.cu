@@ -28,6 +28,7 @@
 #include "engine/backend/cuda/rope_kv.h"
 #include "engine/backend/cuda/sampling.h"
 #include "engine/backend/cuda/swiglu.h"
+#include "engine/step/window_blocks.h"
 #include "engine/util/log.h"
 
 namespace spark {
@@ -246,7 +247,6 @@ struct CudaBackend::Impl {
   }
 
   void check_batch(const Batch& b, bool needs_ids) const;
-  void check_window_blocks(const Batch& b) const;
   bool sliding(size_t l) const { return spec.layer_is_sliding(range.first_layer + int64_t(l)); }
   Batch padded(const Batch& b, int32_t bucket) const;
   static Batch rows_as_sequences(const Batch& b);
@@ -273,35 +273,12 @@ void CudaBackend::Impl::check_batch(const Batch& b, bool needs_ids) const {
     if (c > sizes.stride * opt.block_size)
       fail("a context of " + std::to_string(c) +
            " tokens exceeds max_model_len = " + std::to_string(opt.max_model_len));
-  if (window_blocks < num_blocks) check_window_blocks(b);
+  if (window_blocks < num_blocks) check_window_blocks(b, window_blocks, opt.block_size, spec.sliding_window);
   if (needs_ids)
     for (int32_t id : b.token_ids)
       if (id < 0 || id >= spec.vocab_size)
         throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " +
                          std::to_string(spec.vocab_size));
-}
-
-// What the sliding-window layers read and write lies in the blocks they hold: new tokens'
-// slots, and the blocks each sequence's window reaches from its first new row on (the
-// block manager moves only blocks wholly behind it). The kernels never read further back.
-void CudaBackend::Impl::check_window_blocks(const Batch& b) const {
-  const int64_t window_slots = window_blocks * opt.block_size;
-  for (int32_t slot : b.slot_mapping)
-    if (slot >= window_slots)
-      throw InputError("invalid batch: slot " + std::to_string(slot) + " is outside the " +
-                       std::to_string(window_blocks) + " blocks the sliding-window layers hold");
-  for (int32_t s = 0; s < b.num_seqs(); ++s) {
-    const int64_t ctx = b.context_lens[size_t(s)];
-    const int64_t first_row = ctx - (b.query_start[size_t(s) + 1] - b.query_start[size_t(s)]);  // its position
-    const int64_t first = std::max<int64_t>(0, first_row + 1 - spec.sliding_window);
-    for (int64_t k = first / opt.block_size; k * opt.block_size < ctx; ++k) {
-      const int32_t block = b.block_tables[size_t(s) * size_t(b.max_blocks_per_seq) + size_t(k)];
-      if (block >= window_blocks)
-        throw InputError("invalid batch: block " + std::to_string(block) + " in sequence " + std::to_string(s) +
-                         "'s window is not one of the " + std::to_string(window_blocks) +
-                         " blocks the sliding-window layers hold");
-    }
-  }
 }
 
 // A decode-only batch grown to `bucket` sequences of one row each: padding rows write no
@@ -625,7 +602,9 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
                      " differs from engine.block_size = " + std::to_string(m.opt.block_size));
   CUDA_CHECK(cudaSetDevice(m.opt.device));
   m.num_blocks = num_blocks;
-  m.window_blocks = num_window_blocks;
+  m.window_blocks = num_blocks;  // a stage without sliding layers holds every block in each
+  for (int64_t l = 0; l < m.range.last_layer - m.range.first_layer; ++l)
+    if (m.sliding(size_t(l))) m.window_blocks = num_window_blocks;
   m.kv.dtype = kv_dtype(m.opt);
   m.kv.block_size = int32_t(block_size);
   m.kv.num_kv_heads = int32_t(m.spec.num_kv_heads);
@@ -633,7 +612,7 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
   m.kv.num_slots = num_blocks * block_size;
   const size_t layers = size_t(m.range.last_layer - m.range.first_layer);
   std::vector<int64_t> held(layers);
-  for (size_t l = 0; l < layers; ++l) held[l] = m.sliding(l) ? num_window_blocks : num_blocks;
+  for (size_t l = 0; l < layers; ++l) held[l] = m.sliding(l) ? m.window_blocks : num_blocks;
   auto value_bytes = [&](int64_t blocks) {
     const size_t values = size_t(blocks * block_size) * size_t(m.spec.num_kv_heads * m.spec.head_dim);
     return aligned(values * (m.opt.fp8_kv ? 1 : 2));

@@ -18,8 +18,12 @@ The GGUF copy is written with the gguf package as llama.cpp's converter lays gpt
 gate and up split apart); gguf's MXFP4 quantizer re-encodes the experts, and the script
 checks that gguf's dequantizer gives back exactly the same weights.
 
+With --separated it writes gpt_oss_separated instead (no GGUF): the same model with routing
+that rounding the activations to BF16 cannot flip (separate() below), so the CUDA
+backend's BF16 logits can be held to these f32 golden logits directly.
+
 Run once where torch is installed (CI has no torch, so the outputs are committed):
-  python tests/gen/gen_gptoss.py [--out tests/golden/models]
+  python tests/gen/gen_gptoss.py [--out tests/golden/models] [--separated]
 """
 import argparse
 import json
@@ -88,6 +92,53 @@ def random_state(cfg, gen):
             v = torch.randn(shape, generator=gen) / (shape[-1] ** 0.5)
         state[name] = v.numpy().astype(np.float32)
     return state
+
+
+MIN_MARGIN = 0.5  # least 4th - 5th router logit over every token of the golden sequences and every layer
+
+
+def separate(state, cfg, rng):
+    """As tests/gen/gen_separated_moe.py does for the Qwen3-MoE: the residual's first
+    num_local_experts dimensions carry a routing code per token (the embedding's 4.0, 3.5,
+    3.0 and 2.5 at four of them, 0 elsewhere: gpt-oss picks 4 experts) that no layer writes
+    (those rows of every o_proj and expert down_proj, and of their biases, are 0), and each
+    router reads dimension d as expert perm[d] with weight 2 beside its random weights
+    scaled by 0.2. The code is then the same on any device, and a token's 4th and 5th
+    router logits stay further apart (MIN_MARGIN) than BF16's rounding can move them."""
+    n = cfg.num_local_experts
+    emb = state["model.embed_tokens.weight"]
+    emb[:, :n] = 0
+    for t in range(emb.shape[0]):
+        emb[t, rng.choice(n, 4, replace=False)] = [4.0, 3.5, 3.0, 2.5]
+    for layer in range(cfg.num_hidden_layers):
+        p = f"model.layers.{layer}."
+        state[p + "self_attn.o_proj.weight"][:n] = 0
+        state[p + "self_attn.o_proj.bias"][:n] = 0
+        state[p + "mlp.experts.down_proj"][:, :, :n] = 0  # [E, in, out]
+        state[p + "mlp.experts.down_proj_bias"][:, :n] = 0
+        state[p + "post_attention_layernorm.weight"][:n] = 1.0
+        router = state[p + "mlp.router.weight"]
+        router *= 0.2
+        router[:, :n] = 0
+        router[rng.permutation(n), np.arange(n)] = 2.0
+    return state
+
+
+def router_margins(model, ids):
+    """The least 4th - 5th router logit of the tokens of `ids`, over the layers."""
+    least = []
+
+    def hook(module, args):
+        logits = torch.nn.functional.linear(args[0].reshape(-1, module.weight.shape[1]), module.weight, module.bias)
+        top = logits.topk(5, dim=-1).values
+        least.append(float((top[:, 3] - top[:, 4]).min()))
+
+    handles = [layer.mlp.router.register_forward_pre_hook(hook) for layer in model.model.layers]
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for h in handles:
+        h.remove()
+    return min(least)
 
 
 def write_checkpoint(out, cfg, state):
@@ -183,12 +234,16 @@ def write_gguf(path, cfg, w):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "golden", "models"))
+    ap.add_argument("--separated", action="store_true", help="write gpt_oss_separated (see separate())")
     args = ap.parse_args()
-    out = os.path.join(args.out, "gpt_oss")
+    out = os.path.join(args.out, "gpt_oss_separated" if args.separated else "gpt_oss")
     os.makedirs(out, exist_ok=True)
     cfg = config()
     gen = torch.Generator().manual_seed(2200)
-    dequant = write_checkpoint(out, cfg, random_state(cfg, gen))
+    state = random_state(cfg, gen)
+    if args.separated:
+        state = separate(state, cfg, np.random.default_rng(2202))
+    dequant = write_checkpoint(out, cfg, state)
 
     model = GptOssForCausalLM.from_pretrained(out, quantization_config=Mxfp4Config(dequantize=True),
                                               dtype=torch.float32, attn_implementation="eager").float().eval()
@@ -198,6 +253,10 @@ def main():
 
     rng = np.random.default_rng(2201)
     seqs = [rng.integers(4, cfg.vocab_size, size=n).tolist() for n in (1, 7, 23, 40)]
+    if args.separated:
+        margin = min(router_margins(model, ids) for ids in seqs)
+        assert margin >= MIN_MARGIN, f"4th - 5th router logit {margin} < {MIN_MARGIN}"
+        print(f"least 4th - 5th router logit: {margin:.3f}")
     files = []
     with torch.no_grad():
         for j, ids in enumerate(seqs):
@@ -207,10 +266,13 @@ def main():
     meta = {"reference": f"transformers {transformers.__version__}, torch {torch.__version__}, f32, eager "
                          "attention, MXFP4 experts dequantized by transformers",
             "architecture": "GptOssForCausalLM", "vocab_size": cfg.vocab_size, "sequences": seqs, "logits": files}
+    if args.separated:
+        meta["reference"] += f"; routing separated (least 4th - 5th router logit {margin:.3f})"
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
-    write_gguf(os.path.join(args.out, "gpt_oss.gguf"), cfg, {k: v for k, v in dequant.items()})
-    print("gpt_oss", [len(s) for s in seqs])
+    if not args.separated:
+        write_gguf(os.path.join(args.out, "gpt_oss.gguf"), cfg, {k: v for k, v in dequant.items()})
+    print(os.path.basename(out), [len(s) for s in seqs])
 
 
 if __name__ == "__main__":

@@ -588,10 +588,17 @@ LoadedModel with_fp8_experts(LoadedModel m, int64_t block, bool per_tensor_first
 // The tiny gpt-oss (f32 attention, MXFP4 experts, sinks, 8-token windows on alternate
 // layers, YaRN): as qwen3_moe's, its random router flips a top-4 choice when the f32
 // matrices are rounded to 16 bits (measured: the 40-token prompt, 3.8e-2 against the f32
-// CPU), so the CPU reference gets the device's BF16 matrices (with_bf16_matrices).
+// CPU), so the CPU reference gets the device's BF16 matrices (with_bf16_matrices). The
+// same weights with separated routing (tests/gen/gen_gptoss.py --separated: a token's 4th
+// and 5th router logits >= 0.5 apart) are held to the f32 CPU, which the unit tests hold
+// to transformers' golden logits within 1e-4: the device against the golden logits.
 void tiny_gptoss_parity(bool staggered) {
   const LoadedModel m = with_bf16_matrices(load_model(config_for_model(tiny_model_path("gpt_oss"))));
   for (bool f16 : {false, true}) logits_parity("gpt_oss", m, tiny_model_prompts("gpt_oss"), f16, staggered);
+  const LoadedModel separated = load_model(config_for_model(tiny_model_path("gpt_oss_separated")));
+  for (bool f16 : {false, true})
+    logits_parity("gpt_oss separated routing, f32 reference", separated, tiny_model_prompts("gpt_oss_separated"), f16,
+                  staggered);
 }
 
 void tiny_fp8_moe_parity(int64_t block) {
@@ -881,7 +888,7 @@ int main() {
     run_part("model", "qwen3_moe", [] { tiny_model_batch_invariance("qwen3_moe"); });
     run_part("model", "llama", [] { tiny_model_split("llama", true); });
     if (emulated()) {
-      for (const char* name : {"llama", "qwen3", "qwen3_moe", "qwen3_moe_separated", "gpt_oss"})
+      for (const char* name : {"llama", "qwen3", "qwen3_moe", "qwen3_moe_separated", "gpt_oss", "gpt_oss_separated"})
         run_part("model", name, [name] { tiny_model_device_greedy(name); });
       // Some drivers are reported to refuse programmatic launches in graph capture; the
       // emulator can too (tests/gpu/emu/README.md), and the backend must fall back to

@@ -26,7 +26,8 @@ using namespace spark;
 namespace {
 
 const char* kGoldenDir = "tests/golden/models/";
-const char* kModels[] = {"llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_moe_separated", "qwen3_bf16", "gpt_oss", "qwen3_yarn"};
+const char* kModels[] = {"llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_moe_separated", "qwen3_bf16", "gpt_oss", "gpt_oss_separated",
+                         "qwen3_yarn"};
 
 struct Golden {
   std::vector<std::vector<int32_t>> sequences;

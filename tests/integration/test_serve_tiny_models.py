@@ -1,4 +1,4 @@
-"""Safetensors models of three architectures (Llama, Qwen3, Qwen3-MoE) served over HTTP and
+"""Safetensors models of four architectures (Llama, Qwen3, Qwen3-MoE, gpt-oss) served over HTTP and
 answered through the openai SDK, checked against Hugging Face transformers.
 
 The tiny models in tests/golden/models (tests/gen/gen_tiny_models.py) have a 256-token
@@ -25,7 +25,7 @@ TIE_MARGIN = 1e-3  # logits closer than this may swap under f32 rounding of anot
 # The CUDA backend computes Qwen models in BF16 and the others in FP16: a top-2 margin below
 # twice the logits error that precision allows (max |logit| x limit, the limits of
 # tests/gpu/check_model.cu) may swap there.
-CUDA_LOGITS_LIMIT = {"llama": 3e-3, "qwen3": 2e-2, "qwen3_moe": 2e-2}
+CUDA_LOGITS_LIMIT = {"llama": 3e-3, "qwen3": 2e-2, "qwen3_moe": 2e-2, "gpt_oss_separated": 3e-3}
 
 
 def tie_margin(name, row):
@@ -78,15 +78,16 @@ def golden_rows(name):
 
 # The CUDA backend holds this f32 model's matrices in 16 bits, which flips its random
 # router's top-4 on the 40-token prompt (3.8e-2 of the logits against the f32 CPU backend);
-# check_model holds the device's gpt-oss path to the CPU backend given the same weights.
-GPTOSS_16BIT = "16-bit weights flip this tiny model's near-uniform router; check_model holds the device path"
+# the same weights with separated routing (gpt_oss_separated, tests/gen/gen_gptoss.py) run
+# on every backend instead.
+GPTOSS_16BIT = "16-bit weights flip this tiny model's near-uniform router; gpt_oss_separated runs instead"
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3", pytest.param("qwen3_moe", marks=pytest.mark.skipif(
     EMULATED_GPU, reason="16-bit activations flip this tiny model's near-uniform router on ~1 row in 28; "
                          "check_model holds the device MoE path to its own rule")),
     pytest.param("gpt_oss", marks=pytest.mark.skipif(
-        EMULATED_GPU, reason=GPTOSS_16BIT))])
+        EMULATED_GPU, reason=GPTOSS_16BIT)), "gpt_oss_separated"])
 def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
     rows = golden_rows(name)
     assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"
@@ -116,12 +117,12 @@ def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
         s.stop()
 
 
-@pytest.mark.skipif(EMULATED_GPU, reason=GPTOSS_16BIT)
-def test_gptoss_greedy_tokens_among_31_other_requests(tmp_path):
+@pytest.mark.parametrize("name", [pytest.param("gpt_oss", marks=pytest.mark.skipif(EMULATED_GPU, reason=GPTOSS_16BIT)),
+                                  "gpt_oss_separated"])
+def test_gptoss_greedy_tokens_among_31_other_requests(name, tmp_path):
     """32 prompts at once (one batch of mixed lengths, sliding-window layers, prefix-cache
     hits among the shared prefixes): each greedy next token still equals transformers'."""
     from concurrent.futures import ThreadPoolExecutor
-    name = "gpt_oss"
     rows = golden_rows(name)[-32:]
     assert len(rows) == 32
     s = Server(model=served_copy(name, tmp_path), settings={

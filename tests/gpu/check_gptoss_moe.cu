@@ -322,15 +322,17 @@ void bytes_table(cudaStream_t stream) {
 // ---- benchmarks (a GPU only) --------------------------------------------------------
 
 // Decode tok/s of a gpt-oss-20b-shaped model (tests/golden/configs/gpt_oss_20b, the
-// published config) with dummy weights as its checkpoint stores them (make_dummy_weights:
-// MXFP4 experts from quantize_mxfp4, the rest BF16), all 24 layers (12.8 GiB on the
-// device), at batch 1, 16 and 64, context 512 (the sliding layers see their last 128
-// tokens), beside the batch-1 bound of the bytes a token reads: 3.7 GB, of which the BF16
-// attention is 1.3 GB, 4 experts a layer 1.3 GB and the LM head 1.2 GB.
-void decode_benchmark(double copy_gbs) {
+// published config) with dummy weights (make_dummy_weights: MXFP4 experts from
+// quantize_mxfp4, the other matrices in `others`), all 24 layers, at batch 1, 16 and 64,
+// context 512 (the sliding layers see their last 128 tokens), beside the batch-1 bound of
+// the bytes a token reads. BF16, as the Hugging Face checkpoint: 12.8 GiB on the device,
+// 3.7 GB a token (attention 1.3 GB, 4 experts a layer 1.3 GB, LM head 1.2 GB). Q8_0, as a
+// GGUF may keep the attention, embedding and head: about 2.6 GB a token.
+void decode_benchmark(DType others, double copy_gbs) {
   Config c = config_for_model("tests/golden/configs/gpt_oss_20b");
   c.model.load_format = "dummy";
-  const ModelInfo info = inspect_model(c);
+  ModelInfo info = inspect_model(c);
+  info.weight_dtype = others;
   const ModelSpec& spec = info.spec;
   const int max_seqs = 64, block = 16, blocks_per_seq = 1024 / block;
   CudaOptions o;
@@ -345,8 +347,8 @@ void decode_benchmark(double copy_gbs) {
   }
   gpu->init_kv_cache(int64_t(max_seqs) * blocks_per_seq, block);
   const StageFootprint f = stage_footprint(c, info, full_range(spec), "cuda");
-  decode_rate_rows(kCheck, "gpt-oss-20b MXFP4 experts, BF16 attention and head", *gpu, blocks_per_seq, block, 1.0,
-                   double(f.weight_bytes_per_token), copy_gbs, ", 24 layers");
+  decode_rate_rows(kCheck, "gpt-oss-20b MXFP4 experts, " + std::string(dtype_name(others)) + " attention and head", *gpu,
+                   blocks_per_seq, block, 1.0, double(f.weight_bytes_per_token), copy_gbs, ", 24 layers");
 }
 #endif
 
@@ -363,7 +365,7 @@ void run() {
 #else
   const double copy_gbs = copy_bandwidth_gbs();
   info(kCheck, "device copy bandwidth (read+write)", fmt("%.0f GB/s", copy_gbs), "2 GiB cudaMemcpy D2D");
-  decode_benchmark(copy_gbs);
+  for (DType others : {DType::BF16, DType::Q8_0}) decode_benchmark(others, copy_gbs);
 #endif
   CUDA_CHECK(cudaStreamDestroy(stream));
 }

@@ -622,14 +622,17 @@ void tiny_fp8_dummy_parity() {
 }
 
 // MXFP4 dummy weights (make_dummy_weights: gpt-oss's expert matrices MXFP4 from
-// quantize_mxfp4, the rest BF16), as make gpu-check's gpt-oss-20b decode rows load them, in
-// the tiny gpt-oss's shape, against the CPU backend reading the same bytes. FP16: the
-// dummy's random router is nearly uniform, and BF16's rounding of the activations flips a
-// top-4 choice (measured: 9.2e-2, as tiny_moe_parity explains for the Qwen3-MoE).
+// quantize_mxfp4, the other matrices BF16 or Q8_0), as make gpu-check's gpt-oss-20b decode
+// rows load them, in the tiny gpt-oss's shape, against the CPU backend reading the same
+// bytes. FP16: the dummy's random router is nearly uniform, and BF16's rounding of the
+// activations flips a top-4 choice (measured: 9.2e-2, as tiny_moe_parity explains).
 void tiny_gptoss_dummy_parity() {
   LoadedModel m = load_model(config_for_model(tiny_model_path("gpt_oss")));
-  m.weights = make_dummy_weights(m.info.spec, full_range(m.info.spec), DType::BF16, 1);
-  logits_parity("gpt_oss-shaped MXFP4 dummy", m, tiny_model_prompts("gpt_oss"), true);
+  for (DType others : {DType::BF16, DType::Q8_0}) {
+    m.weights = make_dummy_weights(m.info.spec, full_range(m.info.spec), others, 1);
+    logits_parity("gpt_oss-shaped dummy, MXFP4 experts, " + std::string(dtype_name(others)) + " attention and head", m,
+                  tiny_model_prompts("gpt_oss"), true);
+  }
 }
 
 // A layer whose first expert has one scale and the others one a row: refused at load.

@@ -17,7 +17,8 @@ class Backend {
   virtual LayerRange layers() const = 0;
   // Bytes one KV block of block_size tokens takes across the layers this backend holds.
   virtual size_t kv_block_bytes(int64_t block_size) const = 0;
-  // Allocates the paged KV cache once, before the first forward.
+  // Allocates the paged KV cache before the first forward. A later call replaces it, its
+  // contents gone (a pipeline worker's next session may size it otherwise).
   virtual void init_kv_cache(int64_t num_blocks, int64_t block_size) = 0;
   // The same with storage in sliding-window layers for blocks [0, num_window_blocks)
   // only (engine/core/block_manager.h); such a backend runs Batch::block_copies in its

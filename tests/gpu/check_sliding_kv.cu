@@ -230,6 +230,27 @@ void fp8_windowed_equals_full(const LoadedModel& m) {
       fmt("max |diff| %.3g", diff), "0 (same values, same kernels)", diff == 0 && a.copies > 0 && b.copies == 0);
 }
 
+// A pipeline worker's next session may size its cache otherwise: a backend that served a
+// session with a cache of every layer for every block, then re-made at the windowed size
+// (its decode graphs, which hold the old cache, recaptured), gives what a fresh one gives.
+void second_session(const LoadedModel& m) {
+  const ModelSpec& spec = m.info.spec;
+  const Cache cache = windowed(spec);
+  CudaBackend reused(spec, bind_stage(spec, m.weights), options(true, false));
+  CudaBackend fresh(spec, bind_stage(spec, m.weights), options(true, false));
+  const Trace first = run_waves({cache.blocks + 8, cache.blocks + 8}, {&reused}, &reused, spec.sliding_window);
+  const Trace a = run_waves(cache, {&reused}, &reused, spec.sliding_window);
+  const Trace b = run_waves(cache, {&fresh}, &fresh, spec.sliding_window);
+  double diff = a.steps == b.steps && a.tokens == b.tokens ? 0 : INFINITY;
+  for (size_t s = 0; s < a.logits[0].size() && s < b.logits[0].size() && diff == 0; ++s)
+    for (size_t i = 0; i < a.logits[0][s].size(); ++i)
+      diff = std::max(diff, double(std::fabs(a.logits[0][s][i] - b.logits[0][s][i])));
+  row("sliding_kv",
+      "gpt_oss fp16: a second session's windowed cache (" + std::to_string(a.copies) +
+          " block copies) after one of every layer == a fresh backend's",
+      fmt("max |diff| %.3g", diff), "0", diff == 0 && first.steps > 0 && a.copies > 0);
+}
+
 // A step whose window reaches a full-only block: the sliding layers have no storage
 // there. The backend refuses the batch, and under the emulator the attention kernels,
 // given such a block, report a device error.
@@ -304,5 +325,6 @@ int main() {
     run_part("sliding_kv", "gpt_oss windowed cache vs cpu", [&] { parity_with_cpu(m); });
     run_part("sliding_kv", "gpt_oss fp8 windowed == full", [&] { fp8_windowed_equals_full(m); });
     run_part("sliding_kv", "window outside the sliding layers' blocks", [&] { window_outside_storage(m); });
+    run_part("sliding_kv", "gpt_oss second session", [&] { second_session(m); });
   });
 }

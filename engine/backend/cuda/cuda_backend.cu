@@ -596,11 +596,17 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
   Impl& m = *impl_;
   SPARK_CHECK(num_blocks > 0 && block_size > 0, "init_kv_cache: empty cache");
   SPARK_CHECK(num_window_blocks > 0 && num_window_blocks <= num_blocks, "init_kv_cache: window blocks out of range");
-  SPARK_CHECK(m.cache.empty(), "init_kv_cache runs once");
   if (block_size != m.opt.block_size)
     throw InputError("KV block size " + std::to_string(block_size) +
                      " differs from engine.block_size = " + std::to_string(m.opt.block_size));
   CUDA_CHECK(cudaSetDevice(m.opt.device));
+  if (!m.cache.empty()) {  // a pipeline worker's next session may size its cache otherwise
+    CUDA_CHECK(cudaStreamSynchronize(m.stream));
+    if (m.graphs) m.graphs = std::make_unique<cuda::DecodeGraphs>(graph_rows(m.opt));  // they hold the old cache
+    CUDA_CHECK(cudaFree(m.kv_arena));
+    m.kv_arena = nullptr;
+    m.cache.clear();
+  }
   m.num_blocks = num_blocks;
   m.window_blocks = num_blocks;  // a stage without sliding layers holds every block in each
   for (int64_t l = 0; l < m.range.last_layer - m.range.first_layer; ++l)

@@ -149,17 +149,17 @@ class Worker {
     // The session's cache, its sliding layers holding the window blocks only, in the
     // bytes this box planned for its own (identity_.kv_blocks in its windowed plan).
     const MemoryPlan& plan = loaded_->plan.memory;
-    if (kv_cache_bytes(plan, w.kv_blocks, w.window_blocks) > kv_cache_bytes(plan, plan.kv_blocks))
+    const uint64_t needed = kv_cache_bytes(plan, w.kv_blocks, w.window_blocks);
+    if (needed > kv_cache_bytes(plan, plan.kv_blocks))
       throw Refused("the head's session (" + std::to_string(w.kv_blocks) + " KV blocks, " +
-                    std::to_string(w.window_blocks) + " of them in the sliding layers) needs " +
-                    format_bytes(kv_cache_bytes(plan, w.kv_blocks, w.window_blocks)) + " of KV cache here, and this worker planned " +
-                    format_bytes(kv_cache_bytes(plan, plan.kv_blocks)));
+                    std::to_string(w.window_blocks) + " of them in the sliding layers) needs " + format_bytes(needed) +
+                    " of KV cache here, and this worker planned " + format_bytes(kv_cache_bytes(plan, plan.kv_blocks)));
     if (w.kv_blocks != kv_blocks_ || w.window_blocks != window_blocks_) {
       backend_->init_windowed_kv_cache(w.kv_blocks, w.window_blocks, w.block_size);
       kv_blocks_ = w.kv_blocks;
       window_blocks_ = w.window_blocks;
       log_info("peer: the session's KV cache: ", w.kv_blocks, " blocks, ", w.window_blocks, " of them in every layer (",
-               format_bytes(kv_cache_bytes(plan, w.kv_blocks, w.window_blocks)), ")");
+               format_bytes(needed), ")");
     }
     sampler_ = std::make_unique<Sampler>(spec.vocab_size, w.eos_token_ids);
     // The device sampler knows the EOS ids of this box's model files; the head's set (the

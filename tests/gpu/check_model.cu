@@ -7,7 +7,6 @@
 // the cuBLASLt rate measured in the same run, and the batch-1 decode rate of the 8B model
 // in Q4_K_M and Q8_0 (random packed weights) beside the copy bandwidth.
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>

@@ -14,7 +14,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>

@@ -212,6 +212,16 @@ void parity_with_cpu(const LoadedModel& m) {
   }
 }
 
+// The largest |difference| between two runs' first-backend logits; infinite when their
+// steps or tokens differ.
+double trace_diff(const Trace& a, const Trace& b) {
+  double diff = a.steps == b.steps && a.tokens == b.tokens ? 0 : INFINITY;
+  for (size_t s = 0; s < a.logits[0].size() && s < b.logits[0].size() && diff == 0; ++s)
+    for (size_t i = 0; i < a.logits[0][s].size(); ++i)
+      diff = std::max(diff, double(std::fabs(a.logits[0][s][i] - b.logits[0][s][i])));
+  return diff;
+}
+
 // FP8 (scales included) through the copies: the windowed cache against one that keeps
 // every layer for every block (nothing moves, nothing is copied) on the same tokens.
 void fp8_windowed_equals_full(const LoadedModel& m) {
@@ -221,10 +231,7 @@ void fp8_windowed_equals_full(const LoadedModel& m) {
   CudaBackend full_fp8(spec, bind_stage(spec, m.weights), options(true, true));
   const Trace a = run_waves(cache, {&windowed_fp8}, &windowed_fp8, spec.sliding_window);
   const Trace b = run_waves({cache.blocks, cache.blocks}, {&full_fp8}, &full_fp8, spec.sliding_window);
-  double diff = a.steps == b.steps && a.tokens == b.tokens ? 0 : INFINITY;
-  for (size_t s = 0; s < a.logits[0].size() && s < b.logits[0].size() && diff == 0; ++s)
-    for (size_t i = 0; i < a.logits[0][s].size(); ++i)
-      diff = std::max(diff, double(std::fabs(a.logits[0][s][i] - b.logits[0][s][i])));
+  const double diff = trace_diff(a, b);
   row("sliding_kv",
       "gpt_oss fp16 + fp8 KV: windowed cache (" + std::to_string(a.copies) + " block copies) == full cache",
       fmt("max |diff| %.3g", diff), "0 (same values, same kernels)", diff == 0 && a.copies > 0 && b.copies == 0);
@@ -241,10 +248,7 @@ void second_session(const LoadedModel& m) {
   const Trace first = run_waves({cache.blocks + 8, cache.blocks + 8}, {&reused}, &reused, spec.sliding_window);
   const Trace a = run_waves(cache, {&reused}, &reused, spec.sliding_window);
   const Trace b = run_waves(cache, {&fresh}, &fresh, spec.sliding_window);
-  double diff = a.steps == b.steps && a.tokens == b.tokens ? 0 : INFINITY;
-  for (size_t s = 0; s < a.logits[0].size() && s < b.logits[0].size() && diff == 0; ++s)
-    for (size_t i = 0; i < a.logits[0][s].size(); ++i)
-      diff = std::max(diff, double(std::fabs(a.logits[0][s][i] - b.logits[0][s][i])));
+  const double diff = trace_diff(a, b);
   row("sliding_kv",
       "gpt_oss fp16: a second session's windowed cache (" + std::to_string(a.copies) +
           " block copies) after one of every layer == a fresh backend's",

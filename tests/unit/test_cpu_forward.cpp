@@ -287,6 +287,25 @@ TEST_CASE("cpu forward: bad batches and token ids abort as broken invariants") {
   CHECK(aborts_in_child([&] { backend.forward(short_ctx, nullptr, out); }));
 }
 
+TEST_CASE("cpu forward: a windowed cache refuses steps reaching past the sliding layers' blocks") {
+  // The tiny gpt-oss (window 8): 8 blocks of 16, the sliding layers holding blocks 0-2. A
+  // pipeline worker gets its steps from the peer, so these are errors, not aborts.
+  LoadedModel m = load("gpt_oss");
+  CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 1);
+  backend.init_windowed_kv_cache(8, 3, kBlockSize);
+  std::vector<int32_t> seq(40, 7);
+  ForwardResult out;
+  // Tokens 0-31 in blocks 2 and 1, then 32-39 in block 0: the window of token 32 starts at
+  // 25, in block 1. A full-only block (5) behind the window is fine.
+  backend.forward(make_batch({{&seq, 0, 32, {2, 1}}}, false), nullptr, out);
+  backend.forward(make_batch({{&seq, 32, 40, {5, 1, 0}}}, false), nullptr, out);
+  CHECK(out.logits.size() == 256);
+  CHECK_THROWS_WITH_AS(backend.forward(make_batch({{&seq, 32, 40, {2, 5, 0}}}, false), nullptr, out),
+                       doctest::Contains("block 5 in sequence 0's window is not one of the 3 blocks"), InputError);
+  CHECK_THROWS_WITH_AS(backend.forward(make_batch({{&seq, 32, 40, {2, 1, 6}}}, false), nullptr, out),
+                       doctest::Contains("is outside the 3 blocks the sliding-window layers hold"), InputError);
+}
+
 TEST_CASE("cpu forward: the backend factory builds the CPU backend and refuses cuda") {
   LoadedModel m = load("qwen2");
   Config c = config_for_model(std::string(kGoldenDir) + "qwen2");

@@ -2,8 +2,11 @@
 #include "engine/backend/backend_factory.h"
 
 #include <algorithm>
+#include <string>
+#include <unordered_map>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/model/dummy.h"
 #include "engine/util/check.h"
 #if SPARKD_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
@@ -86,11 +89,14 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
   f.sliding_kv_window_only = true;  // CudaBackend::init_windowed_kv_cache
 #if SPARKD_CUDA
   // Weights as the device keeps them: GGUF block, FP8 and MXFP4 expert matrices packed,
-  // the rest in the 16-bit type. A dummy is planned as its checkpoint would store it.
-  const StoredDType stored = [&info, &s](Part part, int64_t layer) {
-    const bool expert_matrix = part == Part::EXPERT_GATE || part == Part::EXPERT_UP || part == Part::EXPERT_DOWN;
-    if (info.format == ModelFormat::DUMMY) return s.mxfp4_experts && expert_matrix ? DType::MXFP4 : info.weight_dtype;
-    return info.tensors.at(tensor_name(part, layer, part_is_per_expert(part) ? 0 : -1)).dtype;  // expert 0 for all
+  // the rest in the 16-bit type. A dummy is planned as make_dummy_weights stores it.
+  std::unordered_map<std::string, DType> dummy_dtypes;
+  if (info.format == ModelFormat::DUMMY)
+    for (const TensorSpec& t : expected_tensors(s, full_range(s)))
+      dummy_dtypes.emplace(t.name, dummy_tensor_dtype(s, t, info.weight_dtype));
+  const StoredDType stored = [&info, &dummy_dtypes](Part part, int64_t layer) {
+    const std::string name = tensor_name(part, layer, part_is_per_expert(part) ? 0 : -1);  // expert 0 for all
+    return info.format == ModelFormat::DUMMY ? dummy_dtypes.at(name) : info.tensors.at(name).dtype;
   };
   f.weight_bytes = CudaBackend::weight_bytes(s, range, stored);
   f.weight_bytes_per_token = CudaBackend::weight_bytes_per_token(s, range, stored);

@@ -14,14 +14,19 @@ namespace {
 
 uint8_t nearest(float v, int hi) { return static_cast<uint8_t>(std::clamp(static_cast<int>(std::lround(v)), 0, hi)); }
 
+float abs_max(const float* x, int n) {
+  float m = 0.0f;
+  for (int i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
 }  // namespace
 
 void quantize_q8_0(const float* x, void* dst, int64_t n) {
   SPARK_CHECK(n % 32 == 0, "quantize_q8_0: length not a multiple of 32");
   auto* out = static_cast<BlockQ8_0*>(dst);
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float amax = abs_max(x, 32);
     const uint16_t d = f32_to_f16(amax / 127.0f);
     const float step = f16_to_f32(d);  // the scale the decoder will apply
     BlockQ8_0 blk;
@@ -36,8 +41,7 @@ void quantize_mxfp4(const float* x, void* dst, int64_t n) {
   SPARK_CHECK(n % 32 == 0, "quantize_mxfp4: length not a multiple of 32");
   auto* out = static_cast<BlockMXFP4*>(dst);
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float amax = abs_max(x, 32);
     // An all-zero block gets e = 0, as gguf's quantizer writes it; e stays below 255 (NaN).
     const int exponent = amax > 0 ? std::clamp(std::ilogb(amax) - 2 + 127, 0, 254) : 0;
     BlockMXFP4 blk;

@@ -180,23 +180,31 @@ void parse_sampling(const J& body, ApiRequest& r, int64_t vocab_size) {
   r.structured = parse_structured_output(body, r.structured_param);
 }
 
-// Content parts joined with newlines; errors name the message field path and carry
-// param "messages", as every message error does.
-std::string part_text(const J& content, const std::string& where) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) bad("messages", "'" + where + "' must be a string or an array of content parts");
+// Content as the template sees it, normalised as vLLM's chat_utils does for templates that
+// take a string: null or missing is "", text parts are joined with newlines (parts whose
+// text is null are skipped; input_text, output_text and refusal parts are text too).
+// Errors name the message field path and carry param "messages", as every message error does.
+std::string part_text(const J* content, const std::string& where) {
+  if (!content) return "";
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array()) bad("messages", "'" + where + "' must be a string, null or an array of content parts");
   std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const J& part = content[i];
+  bool first = true;
+  for (size_t i = 0; i < content->size(); ++i) {
+    const J& part = (*content)[i];
     std::string at = where + "[" + std::to_string(i) + "]";
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
       bad("messages", at + " must be an object with a string 'type'");
     std::string type = part["type"].get<std::string>();
-    if (type != "text")
+    const char* key = type == "refusal" ? "refusal" : "text";
+    if (type != "text" && type != "input_text" && type != "output_text" && type != "refusal")
       bad("messages", at + ": content part type '" + type + "' is not supported: this model takes text only");
-    if (!part.contains("text") || !part["text"].is_string()) bad("messages", at + " needs a string 'text'");
-    if (!text.empty()) text += "\n";
-    text += part["text"].get<std::string>();
+    const J* value = field(part, key);
+    if (!value) continue;
+    if (!value->is_string()) bad("messages", at + "." + key + " must be a string");
+    if (!first) text += "\n";
+    text += value->get<std::string>();
+    first = false;
   }
   return text;
 }
@@ -215,11 +223,14 @@ J parse_tool_calls_of(const J& calls, const std::string& param) {
     call["type"] = "function";
     J f = J::object();
     f["name"] = message_string(fn.contains("name") ? fn["name"] : J(), where + ".function.name");
-    J args = fn.contains("arguments") ? fn["arguments"] : J("{}");
+    // Templates print arguments with tojson, as transformers gets them: as objects. As in
+    // vLLM, arguments that are not JSON (or absent) become {}.
+    J args = fn.contains("arguments") ? fn["arguments"] : J::object();
     if (args.is_string()) {
-      // Templates print arguments with tojson, as transformers gets them: as objects.
       J parsed = J::parse(args.get<std::string>(), nullptr, false);
-      if (!parsed.is_discarded() && parsed.is_object()) args = std::move(parsed);
+      args = parsed.is_discarded() ? J::object() : std::move(parsed);
+    } else if (!args.is_object() && !args.is_array()) {
+      args = J::object();
     }
     f["arguments"] = std::move(args);
     call["function"] = std::move(f);
@@ -246,15 +257,17 @@ J parse_messages(const J& body) {
       bad("messages", where + ".role must be system, developer, user, assistant or tool, got '" + role + "'");
     J msg = J::object();
     msg["role"] = role;
-    const J* content = field(m, "content");
-    if (content) msg["content"] = part_text(*content, where + ".content");
-    else if (role != "assistant") bad("messages", where + ".content is required for role '" + role + "'");
+    msg["content"] = part_text(field(m, "content"), where + ".content");
     if (const J* v = field(m, "name")) msg["name"] = message_string(*v, where + ".name");
     if (const J* v = field(m, "tool_call_id")) msg["tool_call_id"] = message_string(*v, where + ".tool_call_id");
+    // vLLM names it `reasoning`; clients written for DeepSeek send `reasoning_content`.
     if (const J* v = field(m, "reasoning_content")) msg["reasoning_content"] = message_string(*v, where + ".reasoning_content");
+    else if (const J* r = field(m, "reasoning")) msg["reasoning_content"] = message_string(*r, where + ".reasoning");
     if (const J* v = field(m, "tool_calls")) {
       if (role != "assistant") bad("messages", where + ": only assistant messages carry tool_calls");
-      msg["tool_calls"] = parse_tool_calls_of(*v, where + ".tool_calls");
+      // An empty list is dropped, as vLLM does, so templates take the plain assistant path.
+      J calls = parse_tool_calls_of(*v, where + ".tool_calls");
+      if (!calls.empty()) msg["tool_calls"] = std::move(calls);
     }
     out.push_back(std::move(msg));
   }

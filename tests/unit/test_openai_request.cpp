@@ -115,7 +115,6 @@ TEST_CASE("messages: shapes and roles") {
   CHECK(refusal(R"({})").second == "messages");
   CHECK(refusal(R"({"messages": [{"role": "wizard", "content": "x"}]})").second == "messages");
   CHECK(refusal(R"({"messages": [{"content": "x"}]})").second == "messages");
-  CHECK(refusal(R"({"messages": [{"role": "user"}]})").second == "messages");
   CHECK(refusal(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})").first == 400);
   ApiRequest r = parse_api_request(
       R"({"messages": [{"role": "developer", "content": "be brief"},
@@ -126,9 +125,38 @@ TEST_CASE("messages: shapes and roles") {
       ApiKind::CHAT, kVocab, kModel);
   CHECK(r.messages[0]["role"] == "system");
   CHECK(r.messages[1]["content"] == "a\nb");
-  CHECK(!r.messages[2].contains("content"));
+  CHECK(r.messages[2]["content"] == "");
   CHECK(r.messages[2]["tool_calls"][0]["function"]["arguments"]["x"] == 1);
   CHECK(r.messages[3]["tool_call_id"] == "call_1");
+}
+
+TEST_CASE("messages: normalised as vLLM hands them to the template") {
+  // The shapes agent frameworks send: the OpenAI Agents SDK's content null beside
+  // tool_calls, missing content, parts of several text kinds, tool results as parts.
+  ApiRequest r = parse_api_request(
+      R"({"messages": [{"role": "user"},
+                       {"role": "user", "content": null},
+                       {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                         "function": {"name": "f", "arguments": "not json"}}]},
+                       {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "1"},
+                         {"type": "text", "text": null}, {"type": "input_text", "text": "2"}]},
+                       {"role": "assistant", "content": [{"type": "output_text", "text": "a"},
+                         {"type": "refusal", "refusal": "b"}], "tool_calls": [], "reasoning": "r"},
+                       {"role": "assistant", "tool_calls": [{"function": {"name": "g"}}]}]})",
+      ApiKind::CHAT, kVocab, kModel);
+  REQUIRE(r.messages.size() == 6);
+  CHECK(r.messages[0]["content"] == "");
+  CHECK(r.messages[1]["content"] == "");
+  CHECK(r.messages[2]["content"] == "");
+  CHECK(r.messages[2]["tool_calls"][0]["function"]["arguments"] == nlohmann::ordered_json::object());
+  CHECK(r.messages[3]["content"] == "1\n2");
+  CHECK(r.messages[4]["content"] == "a\nb");
+  CHECK(!r.messages[4].contains("tool_calls"));
+  CHECK(r.messages[4]["reasoning_content"] == "r");
+  CHECK(r.messages[5]["content"] == "");
+  CHECK(r.messages[5]["tool_calls"][0]["function"]["arguments"] == nlohmann::ordered_json::object());
+  CHECK(refusal(R"({"messages": [{"role": "user", "content": 5}]})").second == "messages");
+  CHECK(refusal(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]})").second == "messages");
 }
 
 TEST_CASE("model: absent is the served model; another name is 404 model_not_found") {

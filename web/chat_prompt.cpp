@@ -95,4 +95,10 @@ ChatPrompt build_chat_prompt(const App& app, const ApiRequest& r) {
   return p;
 }
 
+ChatPrompt build_generation_prompt(const App& app, ApiRequest& r) {
+  ChatPrompt p = build_chat_prompt(app, r);
+  if (p.parser.harmony) r.params.skip_special_tokens = false;
+  return p;
+}
+
 }  // namespace spark

@@ -28,4 +28,10 @@ void detect_model_traits(App& app);
 // conversation (its raise_exception text is the message).
 ChatPrompt build_chat_prompt(const App& app, const ApiRequest& request);
 
+// The prompt of a request that generates, with the request's decoding set to what the
+// answer's parser reads: harmony is read from its special tokens (<|channel|>,
+// <|message|>, ...), so they stay in the text whatever the client asked. Every chat route
+// (chat completions, Responses, Messages) builds its prompt here.
+ChatPrompt build_generation_prompt(const App& app, ApiRequest& request);
+
 }  // namespace spark

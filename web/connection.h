@@ -13,15 +13,17 @@
 
 #include <httplib.h>
 
+#include "web/client_link.h"
+
 namespace spark {
 
 // Watches the socket a request arrived on. cpp-httplib does not hand the socket to
 // handlers, so it is found once by its address pair (unique among open connections).
-class ConnectionWatch {
+class ConnectionWatch : public ClientLink {
  public:
   explicit ConnectionWatch(const httplib::Request& req);
   // True once the client closed its side (or the socket failed). Cheap: one poll().
-  bool closed() const;
+  bool closed() const override;
   bool found() const { return fd_ >= 0; }
 
  private:

@@ -29,8 +29,8 @@ void check_context(const App& app, const std::vector<std::vector<int32_t>>& prom
 }
 
 Generation::Generation(App& app, const std::string& id, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
-                       const SamplingParams& params, const httplib::Request& req)
-    : app_(app), n_(n), watch_(req) {
+                       const SamplingParams& params, const ClientLink& client)
+    : app_(app), n_(n), client_(client) {
   const int64_t total = static_cast<int64_t>(prompts.size()) * n;
   const int64_t limit = app.config.engine.max_num_seqs + app.config.server.max_queued_requests;
   const int64_t before = app.sequences_in_flight.fetch_add(total);
@@ -79,7 +79,7 @@ Generation::Generation(App& app, const std::string& id, const std::vector<std::v
 Generation::~Generation() {
   for (size_t i = 0; i < streams_.size(); ++i) {  // the dashboard's record of what ended early
     if (finished_[i]) continue;
-    const char* why = watch_.closed()              ? "the client disconnected"
+    const char* why = client_.closed()              ? "the client disconnected"
                       : Clock::now() > deadline_ ? "server.request_timeout_s passed"
                                                  : "ended early";
     if (auto o = streams_[i]->pop(std::chrono::milliseconds(0)); o && o->finished) {
@@ -119,7 +119,7 @@ Generation::Status Generation::poll(std::vector<std::pair<size_t, RequestOutput>
   bool now_done = true;
   for (bool f : finished_) now_done = now_done && f;
   if (now_done) return Status::DONE;
-  if (watch_.closed()) {
+  if (client_.closed()) {
     cancel_all();
     return Status::DISCONNECTED;
   }

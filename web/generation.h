@@ -1,6 +1,7 @@
 // generation.h — the engine side of one API request: admission (429 past the queue
 // limit), one engine request per prompt and choice, waiting for their outputs while
-// watching the client's connection and the request deadline, and cancelling on exit.
+// watching the client (it must outlive the Generation) and the request deadline, and
+// cancelling on exit.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 #include "engine/core/engine.h"
 #include "web/app.h"
-#include "web/connection.h"
+#include "web/client_link.h"
 
 namespace spark {
 
@@ -23,7 +24,7 @@ class Generation {
   // choice i samples with seed + i). Throws HttpError 429 when the engine's queue is
   // full, 503 when the engine does not accept work, 400 for what the engine refuses.
   Generation(App& app, const std::string& id, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
-             const SamplingParams& params, const httplib::Request& req);
+             const SamplingParams& params, const ClientLink& client);
   ~Generation();  // cancels whatever still runs and returns the admission
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
@@ -42,7 +43,7 @@ class Generation {
   int64_t admitted_ = 0;
   std::vector<std::shared_ptr<RequestStream>> streams_;
   std::vector<bool> finished_;
-  ConnectionWatch watch_;
+  const ClientLink& client_;
   Clock::time_point deadline_;
 };
 

@@ -8,7 +8,7 @@
 
 #include "engine/util/version.h"
 #include "web/anthropic/messages.h"
-#include "web/completions.h"
+#include "web/openai/completions.h"
 #include "web/dashboard/dashboard.h"
 #include "web/http_error.h"
 #include "web/info_handlers.h"

@@ -319,6 +319,9 @@ void Engine::emit_all(size_t slot, const ScheduledStep& plan, const std::vector<
                        std::to_string(plan.batch.logits_rows.size()) + " logits rows");
   std::vector<int32_t> tokens(samples.size());
   for (size_t r = 0; r < samples.size(); ++r) tokens[r] = samples[r].token;
+  for (const StepEntry& e : plan.entries)
+    if (e.logits_row >= 0 && e.num_draft_tokens == 0)
+      tokens[size_t(e.logits_row)] = test_hooks::forced_token(e.seq->num_output_tokens(), tokens[size_t(e.logits_row)]);
   const std::vector<int64_t> appended = schedulers_[slot]->update(plan, tokens);
   count_step();
   for (size_t i = 0; i < plan.entries.size(); ++i) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace spark::test_hooks {
 
@@ -28,6 +29,21 @@ std::chrono::steady_clock::duration engine_stall_limit(std::chrono::steady_clock
   const char* s = std::getenv("SPARKD_TEST_STALL_LIMIT_S");
   if (!s) return normal;
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(std::stod(s)));
+}
+
+int32_t forced_token(int64_t index, int32_t sampled) {
+  static const std::vector<int32_t> forced = [] {
+    std::vector<int32_t> ids;
+    const char* s = std::getenv("SPARKD_TEST_FORCED_TOKENS");
+    for (const char* p = s; p && *p;) {
+      char* end = nullptr;
+      ids.push_back(int32_t(std::strtol(p, &end, 10)));
+      p = *end == ',' ? end + 1 : end;
+      if (end == p && *p) break;
+    }
+    return ids;
+  }();
+  return index >= 0 && size_t(index) < forced.size() ? forced[size_t(index)] : sampled;
 }
 
 }  // namespace spark::test_hooks

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 #ifndef SPARKD_TEST_HOOKS
 #define SPARKD_TEST_HOOKS 0
@@ -25,12 +26,17 @@ void model_load();
 // How long the engine loop may stand still before it counts as wedged:
 // $SPARKD_TEST_STALL_LIMIT_S seconds when set, else `normal`.
 std::chrono::steady_clock::duration engine_stall_limit(std::chrono::steady_clock::duration normal);
+// The token a sequence emits as its output token number `index` (0-based): the index-th id
+// of $SPARKD_TEST_FORCED_TOKENS (comma-separated) when set and long enough, else `sampled`.
+// Lets a test put exact token ids, special tokens included, through the whole output path.
+int32_t forced_token(int64_t index, int32_t sampled);
 #else
 inline void engine_turn() {}
 inline void model_load() {}
 inline std::chrono::steady_clock::duration engine_stall_limit(std::chrono::steady_clock::duration normal) {
   return normal;
 }
+inline int32_t forced_token(int64_t, int32_t sampled) { return sampled; }
 #endif
 
 }  // namespace spark::test_hooks

@@ -5,10 +5,13 @@
 
 #include "engine/core/engine.h"
 #include "web/anthropic/messages_request.h"
-#include "web/chat_turn.h"
+#include "web/chat_prompt.h"
+#include "web/connection.h"
 #include "web/http_error.h"
+#include "web/respond.h"
 #include "web/server.h"
 #include "web/sse.h"
+#include "web/turn.h"
 
 namespace spark {
 namespace {
@@ -17,7 +20,7 @@ using J = nlohmann::ordered_json;
 
 class MessagesFramer : public TurnFramer {
  public:
-  void open(const ChatTurn& turn, std::string* sse) override {
+  void open(const Turn& turn, std::string* sse) override {
     J message{
         {"id", turn.id()},       {"type", "message"},      {"role", "assistant"},     {"model", turn.app().model_id},
         {"content", J::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr}};
@@ -31,7 +34,7 @@ class MessagesFramer : public TurnFramer {
     emit(sse, "ping", J::object());
   }
 
-  void event(const ChatTurn&, const OutputEvent& e, std::string* sse) override {
+  void event(const Turn&, const OutputEvent& e, std::string* sse) override {
     if (e.kind == OutputEvent::TOOL_CALL) {
       close_block(sse);
       J input = J::parse(e.call.arguments, nullptr, false);
@@ -57,7 +60,7 @@ class MessagesFramer : public TurnFramer {
     emit(sse, "content_block_delta", J{{"index", content_.size()}, {"delta", std::move(delta)}});
   }
 
-  void close(const ChatTurn& turn, std::string* sse) override {
+  void close(const Turn& turn, std::string* sse) override {
     close_block(sse);
     const ChoiceResult& c = turn.result();
     stop_reason_ = !c.tool_calls.empty()                           ? "tool_use"
@@ -71,12 +74,12 @@ class MessagesFramer : public TurnFramer {
     emit(sse, "message_stop", J::object());
   }
 
-  void fail(const ChatTurn&, const HttpError& error, std::string& sse) override {
+  void fail(const Turn&, const HttpError& error, std::string& sse) override {
     J body = anthropic_error_body(error.status, error.what());
     sse += sse_named_event("error", body);
   }
 
-  J whole(const ChatTurn& turn) override {
+  J whole(const Turn& turn) override {
     return J{{"id", turn.id()},
              {"type", "message"},
              {"role", "assistant"},
@@ -89,7 +92,7 @@ class MessagesFramer : public TurnFramer {
 
  private:
   // Anthropic counts cache reads apart from input_tokens (their sum is the prompt).
-  static J usage(const ChatTurn& turn) {
+  static J usage(const Turn& turn) {
     Usage u = turn.usage();
     return J{{"input_tokens", u.prompt_tokens - u.cached_tokens},
              {"output_tokens", u.completion_tokens},
@@ -131,9 +134,10 @@ void handle_messages(App& app, const httplib::Request& req, httplib::Response& r
   auto hold = app.state.track_request();
   require_loaded(app);
   ApiRequest chat = parse_messages_request(req.body, app.engine->vocab_size(), app.model_id, /*count_only=*/false);
-  auto turn =
-      std::make_shared<ChatTurn>(app, std::move(chat), random_id("msg_"), std::make_unique<MessagesFramer>(), req);
-  ChatTurn::respond(std::move(turn), req, res, std::move(hold));
+  TurnPrompt prompt = chat_turn_prompt(app, chat);
+  auto turn = std::make_shared<Turn>(app, std::move(chat), random_id("msg_"), std::move(prompt),
+                                     std::make_unique<MessagesFramer>(), std::make_unique<ConnectionWatch>(req));
+  respond(std::move(turn), req, res, std::move(hold));
 }
 
 void handle_count_tokens(App& app, const httplib::Request& req, httplib::Response& res) {

@@ -6,10 +6,12 @@
 #include <ctime>
 
 #include "engine/core/engine.h"
-#include "web/chat_turn.h"
+#include "web/connection.h"
 #include "web/http_error.h"
 #include "web/openai/responses_request.h"
+#include "web/respond.h"
 #include "web/sse.h"
+#include "web/turn.h"
 
 namespace spark {
 namespace {
@@ -41,13 +43,13 @@ class ResponsesFramer : public TurnFramer {
   ResponsesFramer(App& app, ResponsesRequest request)
       : app_(app), r_(std::move(request)), created_(std::time(nullptr)) {}
 
-  void open(const ChatTurn& turn, std::string* sse) override {
+  void open(const Turn& turn, std::string* sse) override {
     if (!sse) return;
     emit(sse, "response.created", J{{"response", response(turn, "in_progress")}});
     emit(sse, "response.in_progress", J{{"response", response(turn, "in_progress")}});
   }
 
-  void event(const ChatTurn&, const OutputEvent& e, std::string* sse) override {
+  void event(const Turn&, const OutputEvent& e, std::string* sse) override {
     if (e.kind == OutputEvent::TOOL_CALL) {
       close_item(sse);
       J item{{"id", random_id("fc_")}, {"type", "function_call"}, {"status", "in_progress"},
@@ -73,7 +75,7 @@ class ResponsesFramer : public TurnFramer {
              reasoning));
   }
 
-  void close(const ChatTurn& turn, std::string* sse) override {
+  void close(const Turn& turn, std::string* sse) override {
     const bool incomplete = turn.result().finish == FinishReason::LENGTH && turn.result().tool_calls.empty();
     close_item(sse, incomplete ? "incomplete" : "completed");
     final_ = response(turn, incomplete ? "incomplete" : "completed");
@@ -83,14 +85,14 @@ class ResponsesFramer : public TurnFramer {
     if (r_.store) remember(turn);
   }
 
-  void fail(const ChatTurn& turn, const HttpError& error, std::string& sse) override {
+  void fail(const Turn& turn, const HttpError& error, std::string& sse) override {
     emit(&sse, "error", J{{"code", error.type}, {"message", error.what()}, {"param", nullptr}});
     J failed = response(turn, "failed");
     failed["error"] = J{{"code", "server_error"}, {"message", error.what()}};
     emit(&sse, "response.failed", J{{"response", std::move(failed)}});
   }
 
-  J whole(const ChatTurn&) override { return final_; }
+  J whole(const Turn&) override { return final_; }
 
  private:
   // Text deltas and done events carry logprobs (none here); reasoning ones do not.
@@ -155,7 +157,7 @@ class ResponsesFramer : public TurnFramer {
     *sse += sse_named_event(type, event);
   }
 
-  J response(const ChatTurn& turn, const char* status) const {
+  J response(const Turn& turn, const char* status) const {
     const J& b = r_.body;
     J out{{"id", turn.id()}, {"object", "response"}, {"created_at", created_}, {"status", status}};
     out["error"] = nullptr;
@@ -181,7 +183,7 @@ class ResponsesFramer : public TurnFramer {
     return out;
   }
 
-  static J usage(const ChatTurn& turn) {
+  static J usage(const Turn& turn) {
     Usage u = turn.usage();
     return J{{"input_tokens", u.prompt_tokens},
              {"input_tokens_details", J{{"cached_tokens", u.cached_tokens}, {"cache_write_tokens", 0}}},
@@ -191,7 +193,7 @@ class ResponsesFramer : public TurnFramer {
   }
 
   // This turn as chat messages (its input, then the answer) for previous_response_id.
-  void remember(const ChatTurn& turn) {
+  void remember(const Turn& turn) {
     auto stored = std::make_shared<StoredResponse>();
     stored->previous = r_.previous;
     stored->messages = r_.new_messages;
@@ -231,8 +233,10 @@ void handle_responses(App& app, const httplib::Request& req, httplib::Response& 
   ResponsesRequest r = parse_responses_request(req.body, app.responses, app.engine->vocab_size(), app.model_id);
   ApiRequest chat = r.chat;
   auto framer = std::make_unique<ResponsesFramer>(app, std::move(r));
-  auto turn = std::make_shared<ChatTurn>(app, std::move(chat), random_id("resp_"), std::move(framer), req);
-  ChatTurn::respond(std::move(turn), req, res, std::move(hold));
+  TurnPrompt prompt = chat_turn_prompt(app, chat);
+  auto turn = std::make_shared<Turn>(app, std::move(chat), random_id("resp_"), std::move(prompt), std::move(framer),
+                                     std::make_unique<ConnectionWatch>(req));
+  respond(std::move(turn), req, res, std::move(hold));
 }
 
 }  // namespace spark

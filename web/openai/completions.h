@@ -1,5 +1,5 @@
 // completions.h — the handlers of POST /v1/chat/completions and POST /v1/completions:
-// parse, build prompts, run them on the engine, answer as JSON or as an SSE stream.
+// parse, build the prompts, run them as a Turn (web/turn.h), answer in OpenAI's shapes.
 #pragma once
 #include <httplib.h>
 

@@ -30,9 +30,10 @@ import numpy as np
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "gen"))
+import fixture_files  # noqa: E402
 from constrain_schemas import closed, schemas  # noqa: E402
 
-FIXTURES = os.environ.get("SPARKD_FIXTURES", os.path.join(ROOT, "..", "shared", "fixtures"))
+FIXTURES = str(fixture_files.fixtures_dir())
 OPTIONS = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
 
 

@@ -12,7 +12,7 @@ it refuses (text where a message start must come) and text that never opens a me
 content, so nothing is lost.
 
 openai-harmony loads o200k_base.tiktoken from TIKTOKEN_ENCODINGS_BASE; this script writes
-that file from the gpt-oss tokenizer.json in tests/fixtures (byte-level BPE: each token's
+that file from the gpt-oss tokenizer.json of tests/fixtures (byte-level BPE: each token's
 string mapped back to bytes, its id its rank) into a temporary folder.
 
   python tests/gen/gen_harmony_golden.py [--out tests/golden/harmony/parser.json]
@@ -25,12 +25,15 @@ import random
 import tempfile
 from pathlib import Path
 
+import fixture_files
+
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = Path(os.environ.get("SPARKD_FIXTURES", REPO / "tests" / "fixtures")) / "tokenizers" / "gptoss" / "tokenizer.json"
 
 
-def write_o200k(folder, tokenizer_json=FIXTURE):
-    """o200k_base.tiktoken (base64 token bytes, rank) from a byte-level BPE tokenizer.json."""
+def write_o200k(folder, tokenizer_json=None):
+    """o200k_base.tiktoken (base64 token bytes, rank) from a byte-level BPE tokenizer.json
+    (by default gpt-oss's fixture)."""
+    tokenizer_json = tokenizer_json or fixture_files.fixtures_dir() / "tokenizers" / "gptoss" / "tokenizer.json"
     vocab = json.loads(Path(tokenizer_json).read_text())["model"]["vocab"]
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     byte_of, extra = {chr(b): b for b in printable}, 0

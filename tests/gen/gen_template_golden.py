@@ -16,13 +16,15 @@ import os
 import sys
 from pathlib import Path
 
+import fixture_files
+
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = REPO / "tests" / "golden" / "templates"
 DEFAULT_GGUF = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def fixtures_dir() -> Path:
-    return Path(os.environ.get("SPARKD_FIXTURES", REPO / "tests" / "fixtures"))
+    return fixture_files.fixtures_dir()
 
 
 # ---- the reference ------------------------------------------------------------------------

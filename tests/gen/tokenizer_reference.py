@@ -10,8 +10,9 @@ ByteLevel(add_prefix_space=False, use_regex=True)], ByteLevel decoder and post-p
 no BOS added, and the 17 control tokens (<|endoftext|>, <|im_start|>, ...) as special
 added tokens that are not normalized.
 """
-import os
 import pathlib
+
+import fixture_files
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE_NAMES = ["qwen3", "llama3_1", "gptoss", "gemma3"]
@@ -20,7 +21,7 @@ SMOLLM2_GGUF = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def fixtures_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("SPARKD_FIXTURES", REPO / "tests" / "fixtures"))
+    return fixture_files.fixtures_dir()
 
 
 def model_path(name: str) -> pathlib.Path:

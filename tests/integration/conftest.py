@@ -4,6 +4,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,7 +16,12 @@ REPO = Path(__file__).resolve().parents[2]
 SPARKD = Path(os.environ.get("SPARKD_BIN", REPO / "build" / "sparkd")).resolve()
 # The same build with engine/util/test_hooks.h compiled in (make builds it beside sparkd).
 SPARKD_TEST_HOOKS = SPARKD.parent / "test-hooks" / "sparkd"
-FIXTURES = Path(os.environ.get("SPARKD_FIXTURES", REPO / "tests" / "fixtures")).resolve()
+# The real tokenizer files, plain (tests/gen/fixture_files.py: tests/fixtures stores the large
+# ones xz-compressed; build/fixtures holds them decompressed, refreshed here when needed).
+sys.path.append(str(REPO / "tests" / "gen"))
+import fixture_files  # noqa: E402
+
+FIXTURES = fixture_files.fixtures_dir().resolve()
 MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # The CUDA path without a GPU: SPARKD_EMULATED_GPU=1 with SPARKD_BIN=build/emu/sparkd (the

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/tokenizer/chat_template.h"
+#include "tests/unit/fixture_files.h"
 
 namespace fs = std::filesystem;
 using spark::ChatTemplate;
@@ -19,9 +20,12 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-std::string fixtures_dir() {
-  const char* env = std::getenv("SPARKD_FIXTURES");
-  return env ? env : "tests/fixtures";
+// A model folder (tokenizers/<name>) in the plain copy of tests/fixtures.
+std::string fixture_folder(const std::string& rel) {
+  std::string dir = spark::testing::fixtures_dir() + "/" + rel;
+  REQUIRE_MESSAGE(fs::exists(dir + "/tokenizer_config.json"),
+                  "fixture missing: " << dir << " " << spark::testing::fixtures_hint());
+  return dir;
 }
 
 ojson read_json_file(const fs::path& path) {
@@ -34,7 +38,7 @@ ojson read_json_file(const fs::path& path) {
 
 ChatTemplate template_for(const ojson& source) {
   std::string kind = source["kind"].get<std::string>();
-  if (kind == "fixture") return ChatTemplate::from_model(fixtures_dir() + "/" + source["path"].get<std::string>());
+  if (kind == "fixture") return ChatTemplate::from_model(fixture_folder(source["path"].get<std::string>()));
   if (kind == "gguf") {
     std::string path = source["path"].get<std::string>();
     REQUIRE_MESSAGE(fs::exists(path), path << " is missing: run `make model` first");
@@ -110,11 +114,11 @@ TEST_CASE("chat template golden: llama-2-style template") { check_golden("llama2
 TEST_CASE("chat template golden: hermes-style template") { check_golden("hermes_style"); }
 
 TEST_CASE("chat template: special tokens come from tokenizer_config.json") {
-  ChatTemplate t = ChatTemplate::from_model(fixtures_dir() + "/tokenizers/gemma3");
+  ChatTemplate t = ChatTemplate::from_model(fixture_folder("tokenizers/gemma3"));
   CHECK(t.special_tokens()["bos_token"] == "<bos>");
   CHECK(t.special_tokens()["eos_token"] == "<end_of_turn>");
   CHECK(t.special_tokens()["boi_token"] == "<start_of_image>");
-  ChatTemplate q = ChatTemplate::from_model(fixtures_dir() + "/tokenizers/qwen3");
+  ChatTemplate q = ChatTemplate::from_model(fixture_folder("tokenizers/qwen3"));
   CHECK_FALSE(q.special_tokens().contains("bos_token"));  // null in the config: not passed
   CHECK(q.special_tokens()["pad_token"] == "<|endoftext|>");
 }
@@ -162,7 +166,7 @@ TEST_CASE("chat template: messages are normalized as transformers does") {
 }
 
 TEST_CASE("chat template: raise_exception becomes a TemplateError naming the message") {
-  ChatTemplate t = ChatTemplate::from_model(fixtures_dir() + "/tokenizers/gemma3");
+  ChatTemplate t = ChatTemplate::from_model(fixture_folder("tokenizers/gemma3"));
   try {
     t.render(ojson::parse(R"([{"role": "assistant", "content": "first"}])"), ojson(), true);
     FAIL("expected a TemplateError");
@@ -172,7 +176,7 @@ TEST_CASE("chat template: raise_exception becomes a TemplateError naming the mes
 }
 
 TEST_CASE("chat template: nlohmann::json overload renders the same") {
-  ChatTemplate t = ChatTemplate::from_model(fixtures_dir() + "/tokenizers/qwen3");
+  ChatTemplate t = ChatTemplate::from_model(fixture_folder("tokenizers/qwen3"));
   nlohmann::json messages = nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])");
   CHECK(t.render(messages, nlohmann::json(), true) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }

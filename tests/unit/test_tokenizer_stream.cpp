@@ -16,6 +16,7 @@
 #include "engine/tokenizer/detokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/utf8.h"
+#include "tests/unit/fixture_files.h"
 
 using spark::IncrementalDetokenizer;
 using spark::Tokenizer;
@@ -23,17 +24,13 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string fixtures_dir() {
-  if (const char* env = std::getenv("SPARKD_FIXTURES")) return env;
-  return "tests/fixtures";
-}
-
 const Tokenizer& fixture(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
   auto& slot = cache[name];
   if (!slot) {
-    std::string dir = fixtures_dir() + "/tokenizers/" + name;
-    REQUIRE_MESSAGE(std::filesystem::exists(dir + "/tokenizer.json"), "fixture tokenizer missing: " << dir);
+    std::string dir = spark::testing::fixtures_dir() + "/tokenizers/" + name;
+    REQUIRE_MESSAGE(std::filesystem::exists(dir + "/tokenizer.json"),
+                    "fixture tokenizer missing: " << dir << " " << spark::testing::fixtures_hint());
     slot = Tokenizer::load(dir);
   }
   return *slot;

@@ -200,7 +200,7 @@ std::string ChatTemplate::render(const ojson& messages, const ojson& tools, bool
   try {
     return select(!tools.is_null()).compiled->render(vars);
   } catch (const TemplateError& e) {
-    throw TemplateError(std::string("chat template error: ") + e.what());
+    throw TemplateError(std::string("chat template error: ") + e.what(), e.kind);
   }
 }
 

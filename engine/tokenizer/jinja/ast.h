@@ -70,6 +70,9 @@ struct Stmt {
   std::vector<Param> params;        // MACRO / CALL_BLOCK (caller's) parameters
   std::vector<std::pair<ExprPtr, ExprPtr>> assignments;  // WITH
   bool recursive = false;           // FOR ... recursive
+  // MACRO / CALL_BLOCK: the body names varargs / kwargs / caller. jinja2 accepts extra
+  // positional or keyword arguments (and a caller) only then; otherwise a TypeError.
+  bool uses_varargs = false, uses_kwargs = false, uses_caller = false;
 
   Stmt(StmtKind k, int l) : kind(k), line(l) {}
 };

@@ -17,13 +17,6 @@ const Value& arg0(CallArgs& a, const char* test) {
   return a.args[0];
 }
 
-int64_t int_of(const Value& v, const char* test) {
-  if (v.is_int() || v.is_bool()) return v.as_int();
-  if (v.is_float()) return float_to_int(v.as_float());
-  if (v.is_undefined()) throw TemplateError(v.as_string().empty() ? "undefined value in a test" : v.as_string());
-  throw TemplateError(std::string("test '") + test + "' needs a number, not " + type_name(v));
-}
-
 bool t_defined(Evaluator&, const Value& v, CallArgs&) { return !v.is_undefined(); }
 bool t_undefined(Evaluator&, const Value& v, CallArgs&) { return v.is_undefined(); }
 bool t_none(Evaluator&, const Value& v, CallArgs&) { return v.is_none(); }
@@ -35,7 +28,10 @@ bool t_float(Evaluator&, const Value& v, CallArgs&) { return v.is_float(); }
 bool t_number(Evaluator&, const Value& v, CallArgs&) { return v.is_number(); }
 bool t_string(Evaluator&, const Value& v, CallArgs&) { return v.is_string(); }
 bool t_mapping(Evaluator&, const Value& v, CallArgs&) { return v.is_dict(); }
-bool t_sequence(Evaluator&, const Value& v, CallArgs&) { return v.is_string() || v.is_sequence() || v.is_dict(); }
+// jinja2 asks for len() and __getitem__, which Undefined has.
+bool t_sequence(Evaluator&, const Value& v, CallArgs&) {
+  return v.is_string() || v.is_sequence() || v.is_dict() || v.is_undefined();
+}
 bool t_iterable(Evaluator&, const Value& v, CallArgs&) {
   return v.is_string() || v.is_sequence() || v.is_dict() || v.is_iterator() || v.is_undefined();
 }
@@ -43,12 +39,14 @@ bool t_callable(Evaluator&, const Value& v, CallArgs&) {
   if (v.is_namespace()) return v.as_dict().find(std::string("__call__")) != nullptr;
   return v.is_callable() || v.is_undefined();
 }
-bool t_odd(Evaluator&, const Value& v, CallArgs&) { return (int_of(v, "odd") % 2) != 0; }
-bool t_even(Evaluator&, const Value& v, CallArgs&) { return (int_of(v, "even") % 2) == 0; }
-bool t_divisibleby(Evaluator&, const Value& v, CallArgs& a) {
-  int64_t n = int_of(arg0(a, "divisibleby"), "divisibleby");
-  if (n == 0) throw TemplateError("integer division or modulo by zero");
-  return int_of(v, "divisibleby") % n == 0;
+// jinja2 computes `value % n == k` with Python's % (floats too; str % is formatting).
+bool remainder_is(Evaluator& ev, const Value& v, const Value& n, int64_t k) {
+  return equals(binary_op(ev, BinaryOp::MOD, v, n), Value::integer(k));
+}
+bool t_odd(Evaluator& ev, const Value& v, CallArgs&) { return remainder_is(ev, v, Value::integer(2), 1); }
+bool t_even(Evaluator& ev, const Value& v, CallArgs&) { return remainder_is(ev, v, Value::integer(2), 0); }
+bool t_divisibleby(Evaluator& ev, const Value& v, CallArgs& a) {
+  return remainder_is(ev, v, arg0(a, "divisibleby"), 0);
 }
 bool t_lower(Evaluator&, const Value& v, CallArgs&) {
   bool cased = false;

@@ -10,7 +10,14 @@ namespace spark {
 // A template that cannot be parsed or rendered, or that called raise_exception().
 // It is bad input (the template or the messages come from outside), hence an InputError.
 struct TemplateError : InputError {
-  using InputError::InputError;
+  // The jinja2 exception class this error stands for, so that callers and the differential
+  // test against jinja2 can tell a missing field from a template bug: SYNTAX is
+  // TemplateSyntaxError, UNDEFINED is UndefinedError, RAISED is raise_exception()'s
+  // TemplateError, OTHER is anything else (TypeError, SecurityError, our budgets, ...).
+  enum class Kind { OTHER, SYNTAX, UNDEFINED, RAISED };
+  explicit TemplateError(const std::string& message, Kind error_kind = Kind::OTHER)
+      : InputError(message), kind(error_kind) {}
+  Kind kind;
 };
 
 namespace jinja {

@@ -18,7 +18,7 @@ struct LocatedError : TemplateError {
 
 [[noreturn]] void rethrow_located(const TemplateError& e, int line) {
   if (dynamic_cast<const LocatedError*>(&e)) throw;
-  throw LocatedError("line " + std::to_string(line) + ": " + e.what());
+  throw LocatedError("line " + std::to_string(line) + ": " + e.what(), e.kind);
 }
 
 }  // namespace
@@ -53,6 +53,12 @@ void Evaluator::check_size(size_t bytes, const char* what) const {
                         std::to_string(limits_.max_string_bytes));
 }
 
+void Evaluator::check_joinable(size_t before) {
+  if (unjoinable_ == before) return;
+  unjoinable_ = before;
+  throw TemplateError("sequence item: expected str instance, " + unjoinable_type_ + " found");
+}
+
 void Evaluator::append(std::string& out, const std::string& text) {
   output_bytes_ += text.size();
   if (output_bytes_ > limits_.max_output_bytes)
@@ -73,7 +79,9 @@ std::string Evaluator::render(const Body& body, const Value& globals) {
   auto top = std::make_shared<Scope>();
   top->parent = root_;
   std::string out;
+  const size_t unjoinable = unjoinable_;
   exec_body(body, top, out);
+  check_joinable(unjoinable);
   root_.reset();
   return out;
 }
@@ -99,8 +107,13 @@ Evaluator::Flow Evaluator::exec(const Stmt& s, const ScopePtr& scope, std::strin
       case StmtKind::FOR: exec_for(s, scope, out, eval(*s.expr, scope), 0); return Flow::NORMAL;
       case StmtKind::SET: exec_set(s, scope, eval(*s.expr, scope)); return Flow::NORMAL;
       case StmtKind::SET_BLOCK: {
+        // Like jinja2's inner frame: names set (and macros defined) inside stay inside.
+        auto inner = std::make_shared<Scope>();
+        inner->parent = scope;
         std::string text;
-        exec_body(s.body, scope, text);
+        const size_t unjoinable = unjoinable_;
+        exec_body(s.body, inner, text);
+        check_joinable(unjoinable);
         Value v = Value::string(std::move(text));
         if (s.filter) v = apply_filter_chain(*s.filter, v, scope);
         exec_set(s, scope, v);
@@ -115,9 +128,21 @@ Evaluator::Flow Evaluator::exec(const Stmt& s, const ScopePtr& scope, std::strin
         return Flow::NORMAL;
       }
       case StmtKind::FILTER_BLOCK: {
+        auto inner = std::make_shared<Scope>();
+        inner->parent = scope;
         std::string text;
-        exec_body(s.body, scope, text);
-        append(out, to_str(apply_filter_chain(*s.filter, Value::string(std::move(text)), scope)));
+        const size_t unjoinable = unjoinable_;
+        exec_body(s.body, inner, text);
+        check_joinable(unjoinable);
+        Value filtered = apply_filter_chain(*s.filter, Value::string(std::move(text)), scope);
+        // jinja2 yields the filter's result as it is into the output, which it joins as
+        // strings when the enclosing buffer ends: a non-string fails then, not here.
+        if (filtered.is_string()) {
+          append(out, filtered.as_string());
+        } else {
+          ++unjoinable_;
+          unjoinable_type_ = type_name(filtered);
+        }
         return Flow::NORMAL;
       }
       case StmtKind::BREAK: return Flow::BREAK;
@@ -205,13 +230,13 @@ void Evaluator::exec_for(const Stmt& s, const ScopePtr& scope, std::string& out,
     loop->set("cycle", Value::function("cycle", [i](CallArgs& a) {
       if (a.args.empty()) throw TemplateError("no items for cycling given");
       return a.args[static_cast<size_t>(i) % a.args.size()];
-    }));
+    }, "method"));
     loop->set("changed", Value::function("changed", [changed_last](CallArgs& a) {
       Value current = Value::tuple(a.args);
       if (changed_last->has_value() && equals(**changed_last, current)) return Value::boolean(false);
       *changed_last = current;
       return Value::boolean(true);
-    }));
+    }, "method"));
     if (s.recursive) {
       Evaluator* self = this;
       const Stmt* node = &s;
@@ -275,10 +300,17 @@ Value Evaluator::make_macro(const Stmt& s, const ScopePtr& scope, const std::str
         bound[i] = matched = true;
       }
       if (!matched) {
-        if (key == "caller") call_scope->vars["caller"] = value;
+        if (key == "caller" && node->uses_caller) call_scope->vars["caller"] = value;
         else extra_kwargs.as_dict().set(key, value);
       }
     }
+    if (!node->uses_kwargs && extra_kwargs.as_dict().size() > 0) {
+      const std::string key = extra_kwargs.as_dict().entries[0].first.as_string();
+      throw TemplateError(key == "caller" ? "macro '" + name + "' was invoked with two values for the special caller argument"
+                                          : "macro '" + name + "' takes no keyword argument '" + key + "'");
+    }
+    if (!node->uses_varargs && !extra.empty())
+      throw TemplateError("macro '" + name + "' takes not more than " + std::to_string(params.size()) + " argument(s)");
     for (size_t i = 0; i < params.size(); ++i) {
       if (bound[i]) continue;
       call_scope->vars[params[i].name] = params[i].default_value ? self->eval(*params[i].default_value, call_scope)
@@ -290,14 +322,16 @@ Value Evaluator::make_macro(const Stmt& s, const ScopePtr& scope, const std::str
     std::string text;
     ++self->macro_depth_;
     try {
+      const size_t unjoinable = self->unjoinable_;
       self->exec_body(node->body, call_scope, text);
+      self->check_joinable(unjoinable);
     } catch (...) {
       --self->macro_depth_;
       throw;
     }
     --self->macro_depth_;
     return Value::string(std::move(text));
-  });
+  }, "jinja2.runtime.Macro");
 }
 
 Value Evaluator::lookup(const std::string& name, const ScopePtr& scope) {
@@ -345,19 +379,19 @@ Value Evaluator::call(const Value& callee, CallArgs& args) {
     if (const Value* f = callee.as_dict().find(std::string("__call__")); f && f->is_callable())
       return f->callable().fn(args);
   }
-  if (callee.is_undefined()) {
-    throw TemplateError(callee.as_string().empty() ? "an undefined value is not callable" : callee.as_string());
-  }
+  if (callee.is_undefined()) raise_undefined(callee, "an undefined value is not callable");
   throw TemplateError(std::string("'") + type_name(callee) + "' object is not callable");
 }
 
 static std::string object_desc(const Value& obj) {
   if (obj.is_none()) return "None";
+  // jinja2 names the class with its module: transformers' namespace() class here.
+  if (obj.is_namespace() && obj.as_dict().assignable) return "transformers.utils.chat_template_utils.TemplateNamespace object";
   return std::string(type_name(obj)) + " object";
 }
 
 Value Evaluator::getattr(const Value& obj, const std::string& name) {
-  if (obj.is_undefined()) throw TemplateError(obj.as_string().empty() ? "'" + name + "' of an undefined value" : obj.as_string());
+  if (obj.is_undefined()) raise_undefined(obj, "'" + name + "' of an undefined value");
   if (obj.is_namespace()) {
     if (const Value* v = obj.as_dict().find(name)) return *v;
   } else if (obj.is_tuple() && obj.items().size() == 2 && (name == "grouper" || name == "list")) {
@@ -371,7 +405,7 @@ Value Evaluator::getattr(const Value& obj, const std::string& name) {
 }
 
 Value Evaluator::getitem(const Value& obj, const Value& key) {
-  if (obj.is_undefined()) throw TemplateError(obj.as_string().empty() ? "indexing an undefined value" : obj.as_string());
+  if (obj.is_undefined()) raise_undefined(obj, "indexing an undefined value");
   if (obj.is_dict()) {
     if (const Value* v = obj.as_dict().find(key)) return *v;
   } else if ((obj.is_sequence() || obj.is_string()) && (key.is_int() || key.is_bool())) {
@@ -382,10 +416,11 @@ Value Evaluator::getitem(const Value& obj, const Value& key) {
       if (obj.is_sequence()) return obj.items()[static_cast<size_t>(i)];
       return Value::string(utf8_encode(utf8_decode(obj.as_string()).substr(static_cast<size_t>(i), 1)));
     }
-    return Value::undefined("'" + object_desc(obj) + "' has no element " + to_str(key));
+    return Value::undefined(object_desc(obj) + " has no element " + repr(key));
   }
   if (key.is_string()) return getattr(obj, key.as_string());
-  return Value::undefined("'" + object_desc(obj) + "' has no element " + repr(key));
+  // jinja2 quotes the object only in its "has no attribute" message.
+  return Value::undefined(object_desc(obj) + " has no element " + repr(key));
 }
 
 Value Evaluator::eval_compare(const Expr& e, const ScopePtr& scope) {
@@ -423,7 +458,7 @@ Value Evaluator::eval(const Expr& e, const ScopePtr& scope) {
         std::optional<Value> parts[3];
         for (int i = 0; i < 3; ++i)
           if (e.b->items[static_cast<size_t>(i)]) parts[i] = eval(*e.b->items[static_cast<size_t>(i)], scope);
-        if (obj.is_undefined()) throw TemplateError(obj.as_string().empty() ? "slicing an undefined value" : obj.as_string());
+        if (obj.is_undefined()) raise_undefined(obj, "slicing an undefined value");
         return slice_value(obj, parts[0] ? &*parts[0] : nullptr, parts[1] ? &*parts[1] : nullptr,
                            parts[2] ? &*parts[2] : nullptr);
       }
@@ -465,7 +500,9 @@ Value Evaluator::eval(const Expr& e, const ScopePtr& scope) {
     }
     case ExprKind::CONDITIONAL:
       if (eval(*e.b, scope).truthy()) return eval(*e.a, scope);
-      return e.c ? eval(*e.c, scope) : Value::undefined("the inline if expression had no else branch");
+      return e.c ? eval(*e.c, scope)
+                 : Value::undefined("the inline if-expression on line " + std::to_string(e.line) +
+                                    " evaluated to false and no else section was defined.");
   }
   return Value();
 }

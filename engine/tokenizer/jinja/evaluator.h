@@ -56,12 +56,18 @@ class Evaluator {
   Value eval_compare(const Expr& e, const ScopePtr& scope);
   Value lookup(const std::string& name, const ScopePtr& scope);
   void append(std::string& out, const std::string& text);
+  // A filter block whose filter returned a non-string counts here until the buffer it wrote
+  // into is complete; check_joinable(count at the buffer's start) then raises, as jinja2's
+  // "".join does.
+  void check_joinable(size_t before);
 
   const Limits& limits_;
   int depth_ = 0;
   int macro_depth_ = 0;
   size_t steps_ = 0;
   size_t output_bytes_ = 0;
+  size_t unjoinable_ = 0;
+  std::string unjoinable_type_;
   ScopePtr root_;
 
   friend struct DepthGuard;

@@ -147,7 +147,11 @@ Value f_indent(Evaluator& ev, const Value& v, CallArgs& a) {
   bool first = r.get(1, "first", Value::boolean(false)).truthy();
   bool blank = r.get(2, "blank", Value::boolean(false)).truthy();
   std::string indention = width.is_string() ? width.as_string() : std::string(static_cast<size_t>(std::clamp<int64_t>(int_arg(width, "width"), 0, 100000)), ' ');
-  std::string s = to_str(v) + "\n";
+  // jinja2 starts with `s += "\n"`: only a string survives that.
+  if (v.is_undefined()) raise_undefined(v, "indent of an undefined value");
+  if (!v.is_string())
+    throw TemplateError(std::string("unsupported operand type(s) for +=: '") + type_name(v) + "' and 'str'");
+  std::string s = v.as_string() + "\n";
   std::vector<std::string> lines = py_splitlines(s, false);
   std::string out;
   if (blank) {
@@ -179,7 +183,12 @@ Value f_truncate(Evaluator&, const Value& v, CallArgs& a) {
   int64_t end_len = static_cast<int64_t>(utf8_length(end));
   if (len < end_len) throw TemplateError("expected length >= " + std::to_string(end_len) + ", got " + std::to_string(len));
   if (leeway < 0) throw TemplateError("expected leeway >= 0, got " + std::to_string(leeway));
-  std::u32string cps = utf8_decode(to_str(v));
+  // jinja2 returns anything with a short enough len() unchanged, and slices only strings.
+  if (!v.is_string()) {
+    if (length(v) <= len + leeway) return v;
+    throw TemplateError(std::string("cannot truncate a '") + type_name(v) + "'");
+  }
+  std::u32string cps = utf8_decode(v.as_string());
   if (static_cast<int64_t>(cps.size()) <= len + leeway) return Value::string(utf8_encode(cps));
   std::string head = utf8_encode(cps.substr(0, static_cast<size_t>(len - end_len)));
   if (killwords) return Value::string(head + end);
@@ -278,6 +287,8 @@ Value f_int(Evaluator&, const Value& v, CallArgs& a) {
   ArgReader r(a, "int");
   Value fallback = r.get(0, "default", Value::integer(0));
   int base = static_cast<int>(int_arg(r.get(1, "base", Value::integer(10)), "base"));
+  // int(Undefined) raises UndefinedError, which jinja2 does not turn into the default.
+  if (v.is_undefined()) raise_undefined(v, "int of an undefined value");
   if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
   if (v.is_float()) {
     double f = v.as_float();
@@ -295,6 +306,7 @@ Value f_int(Evaluator&, const Value& v, CallArgs& a) {
 Value f_float(Evaluator&, const Value& v, CallArgs& a) {
   ArgReader r(a, "float");
   Value fallback = r.get(0, "default", Value::floating(0.0));
+  if (v.is_undefined()) raise_undefined(v, "float of an undefined value");
   if (v.is_number()) return Value::floating(v.as_float());
   if (v.is_string())
     if (auto f = parse_float(v.as_string())) return Value::floating(*f);
@@ -353,7 +365,7 @@ Value f_list(Evaluator&, const Value& v, CallArgs&) { return Value::list(iterate
 Value f_first(Evaluator&, const Value& v, CallArgs&) {
   if (v.is_iterator()) {
     IterState& it = v.iter();
-    if (it.pos < it.items.size()) return it.items[it.pos++];
+    if (it.pos < it.ready().size()) return it.items[it.pos++];
     return Value::undefined("No first item, sequence was empty.");
   }
   ValueList items = iterate(v);
@@ -389,7 +401,7 @@ Value f_default(Evaluator&, const Value& v, CallArgs& a) {
   return v;
 }
 
-Value f_items(Evaluator&, const Value& v, CallArgs&) {
+Value f_items_now(Evaluator&, const Value& v, CallArgs&) {
   if (v.is_undefined()) return Value::iterator({});
   if (!v.is_dict()) throw TemplateError("Can only get item pairs from a mapping.");
   ValueList out;
@@ -403,6 +415,7 @@ Value f_dictsort(Evaluator&, const Value& v, CallArgs& a) {
   std::string by = to_str(r.get(1, "by", Value::string("key")));
   bool reverse = r.get(2, "reverse", Value::boolean(false)).truthy();
   if (by != "key" && by != "value") throw TemplateError("You can only sort by either \"key\" or \"value\"");
+  if (v.is_undefined()) raise_undefined(v, "dictsort of an undefined value");  // its .items()
   if (!v.is_dict()) throw TemplateError(std::string("dictsort expects a mapping, got ") + type_name(v));
   size_t pos = by == "key" ? 0 : 1;
   ValueList out;
@@ -446,7 +459,7 @@ Value f_sort(Evaluator& ev, const Value& v, CallArgs& a) {
   return Value::list(std::move(out));
 }
 
-Value f_unique(Evaluator& ev, const Value& v, CallArgs& a) {
+Value f_unique_now(Evaluator& ev, const Value& v, CallArgs& a) {
   ArgReader r(a, "unique");
   bool case_sensitive = r.get(0, "case_sensitive", Value::boolean(false)).truthy();
   Value attribute = r.get(1, "attribute", Value::none());
@@ -495,13 +508,15 @@ Value f_reverse(Evaluator&, const Value& v, CallArgs&) {
     std::reverse(cps.begin(), cps.end());
     return Value::string(utf8_encode(cps));
   }
+  // reversed(Undefined) works through its __len__ and __getitem__: an empty `reversed`.
+  if (v.is_undefined()) return Value::iterator({}, "reversed");
   ValueList items = iterate(v);
   std::reverse(items.begin(), items.end());
   if (v.is_iterator()) return Value::list(std::move(items));
   return Value::iterator(std::move(items), v.is_dict() ? "dict_reversekeyiterator" : "list_reverseiterator");
 }
 
-Value f_batch(Evaluator&, const Value& v, CallArgs& a) {
+Value f_batch_now(Evaluator&, const Value& v, CallArgs& a) {
   ArgReader r(a, "batch");
   int64_t count = int_arg(r.require(0, "linecount"), "linecount");
   if (count <= 0) throw TemplateError("batch size must be positive");
@@ -522,7 +537,7 @@ Value f_batch(Evaluator&, const Value& v, CallArgs& a) {
   return Value::iterator(std::move(out));
 }
 
-Value f_slice(Evaluator&, const Value& v, CallArgs& a) {
+Value f_slice_now(Evaluator&, const Value& v, CallArgs& a) {
   ArgReader r(a, "slice");
   int64_t slices = int_arg(r.require(0, "slices"), "slices");
   if (slices <= 0 || slices > 1000000) throw TemplateError("slice count must be between 1 and 1000000");
@@ -544,10 +559,16 @@ Value f_slice(Evaluator&, const Value& v, CallArgs& a) {
 
 Value f_attr(Evaluator& ev, const Value& v, CallArgs& a) {
   ArgReader r(a, "attr");
-  return ev.getattr(v, to_str(r.require(0, "name")));
+  const std::string name = to_str(r.require(0, "name"));
+  // Unlike `.name`, jinja2's attr filter never falls back to a dict's items.
+  if (v.is_dict()) {
+    if (auto method = find_method(ev, v, name)) return *method;
+    return Value::undefined("'dict object' has no attribute '" + name + "'");
+  }
+  return ev.getattr(v, name);
 }
 
-Value f_map(Evaluator& ev, const Value& v, CallArgs& a) {
+Value f_map_now(Evaluator& ev, const Value& v, CallArgs& a) {
   ValueList out;
   if (!v.truthy()) return Value::iterator({});
   ValueList items = iterate(v);
@@ -603,10 +624,10 @@ Value select_or_reject(Evaluator& ev, const Value& v, CallArgs& a, bool keep_whe
   }
   return Value::iterator(std::move(out));
 }
-Value f_select(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, true, false); }
-Value f_reject(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, false, false); }
-Value f_selectattr(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, true, true); }
-Value f_rejectattr(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, false, true); }
+Value f_select_now(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, true, false); }
+Value f_reject_now(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, false, false); }
+Value f_selectattr_now(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, true, true); }
+Value f_rejectattr_now(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, false, true); }
 
 Value f_groupby(Evaluator& ev, const Value& v, CallArgs& a) {
   ArgReader r(a, "groupby");
@@ -630,6 +651,28 @@ Value f_groupby(Evaluator& ev, const Value& v, CallArgs& a) {
     i = j;
   }
   return Value::list(std::move(out));
+}
+
+// jinja2 writes these filters as Python generators (see IterState::body): the body above
+// runs when the result is first consumed. The names are the Python functions repr() shows.
+Value deferred(const char* function, FilterFn now, Evaluator& ev, const Value& v, CallArgs& a) {
+  int nesting = v.nesting();
+  for (const Value& x : a.args) nesting = std::max(nesting, x.nesting());
+  for (const auto& kv : a.kwargs) nesting = std::max(nesting, kv.second.nesting());
+  return Value::generator(function, [now, &ev, v, a]() mutable { return iterate(now(ev, v, a)); }, nesting);
+}
+Value f_items(Evaluator& ev, const Value& v, CallArgs& a) { return deferred("do_items", f_items_now, ev, v, a); }
+Value f_unique(Evaluator& ev, const Value& v, CallArgs& a) { return deferred("sync_do_unique", f_unique_now, ev, v, a); }
+Value f_batch(Evaluator& ev, const Value& v, CallArgs& a) { return deferred("do_batch", f_batch_now, ev, v, a); }
+Value f_slice(Evaluator& ev, const Value& v, CallArgs& a) { return deferred("sync_do_slice", f_slice_now, ev, v, a); }
+Value f_map(Evaluator& ev, const Value& v, CallArgs& a) { return deferred("sync_do_map", f_map_now, ev, v, a); }
+Value f_select(Evaluator& ev, const Value& v, CallArgs& a) { return deferred("select_or_reject", f_select_now, ev, v, a); }
+Value f_reject(Evaluator& ev, const Value& v, CallArgs& a) { return deferred("select_or_reject", f_reject_now, ev, v, a); }
+Value f_selectattr(Evaluator& ev, const Value& v, CallArgs& a) {
+  return deferred("select_or_reject", f_selectattr_now, ev, v, a);
+}
+Value f_rejectattr(Evaluator& ev, const Value& v, CallArgs& a) {
+  return deferred("select_or_reject", f_rejectattr_now, ev, v, a);
 }
 
 const std::unordered_map<std::string, FilterFn>& filter_table() {

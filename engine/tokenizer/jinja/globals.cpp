@@ -66,7 +66,8 @@ Value g_namespace(CallArgs& a) {
 }
 
 Value g_raise_exception(CallArgs& a) {
-  throw TemplateError(a.args.empty() ? std::string("raise_exception() called") : to_str(a.args[0]));
+  throw TemplateError(a.args.empty() ? std::string("raise_exception() called") : to_str(a.args[0]),
+                      TemplateError::Kind::RAISED);
 }
 
 Value g_strftime_now(CallArgs& a) {
@@ -115,13 +116,15 @@ Value g_joiner(CallArgs& a) {
 }  // namespace
 
 void add_globals(Dict& globals) {
-  globals.set("range", Value::function("range", g_range));
-  globals.set("dict", Value::function("dict", [](CallArgs& a) { return dict_from(a, "dict"); }));
-  globals.set("namespace", Value::function("namespace", g_namespace));
+  // Types as Python names them: range is a builtin, namespace / cycler / joiner are classes.
+  globals.set("range", Value::function("range", g_range, "builtin_function_or_method"));
+  globals.set("dict", Value::function("dict", [](CallArgs& a) { return dict_from(a, "dict"); },
+                                        "transformers.utils.chat_template_utils.TemplateDict"));
+  globals.set("namespace", Value::function("namespace", g_namespace, "type"));
   globals.set("raise_exception", Value::function("raise_exception", g_raise_exception));
   globals.set("strftime_now", Value::function("strftime_now", g_strftime_now));
-  globals.set("cycler", Value::function("cycler", g_cycler));
-  globals.set("joiner", Value::function("joiner", g_joiner));
+  globals.set("cycler", Value::function("cycler", g_cycler, "type"));
+  globals.set("joiner", Value::function("joiner", g_joiner, "type"));
 }
 
 }  // namespace spark::jinja

@@ -97,7 +97,7 @@ class Lexer {
 
  private:
   [[noreturn]] void fail(const std::string& msg) const {
-    throw TemplateError("template syntax error, line " + std::to_string(line_) + ": " + msg);
+    throw TemplateError("template syntax error, line " + std::to_string(line_) + ": " + msg, TemplateError::Kind::SYNTAX);
   }
 
   void emit(TokenType type, std::string value) { tokens_.push_back({type, std::move(value), line_}); }

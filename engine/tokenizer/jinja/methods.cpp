@@ -237,19 +237,22 @@ std::optional<Value> find_method(Evaluator& ev, const Value& obj, const std::str
       if (dunder) return unsafe_attr(obj, name);
       for (const char* m : kStrMethods)
         if (name == m)
-          return Value::function(name, [evp, obj, name](CallArgs& a) { return str_method(*evp, obj, name, a); });
+          return Value::function(name, [evp, obj, name](CallArgs& a) { return str_method(*evp, obj, name, a); },
+                                 "builtin_function_or_method", type_name(obj));
       return std::nullopt;
     case Kind::DICT:
       if (dunder) return unsafe_attr(obj, name);
       if (is_one_of(name, {"items", "keys", "values", "get", "copy"}))
-        return Value::function(name, [obj, name](CallArgs& a) { return dict_method(obj, name, a); });
+        return Value::function(
+            name, [obj, name](CallArgs& a) { return dict_method(obj, name, a); }, "builtin_function_or_method", type_name(obj));
       if (is_one_of(name, {"clear", "pop", "popitem", "setdefault", "update", "fromkeys"})) return unsafe_attr(obj, name);
       return std::nullopt;
     case Kind::LIST:
     case Kind::TUPLE:
       if (dunder) return unsafe_attr(obj, name);
       if (is_one_of(name, {"index", "count"}) || (obj.is_list() && name == "copy"))
-        return Value::function(name, [obj, name](CallArgs& a) { return seq_method(obj, name, a); });
+        return Value::function(
+            name, [obj, name](CallArgs& a) { return seq_method(obj, name, a); }, "builtin_function_or_method", type_name(obj));
       if (obj.is_list() && is_one_of(name, {"append", "clear", "extend", "insert", "pop", "remove", "reverse", "sort"}))
         return unsafe_attr(obj, name);
       return std::nullopt;

@@ -10,9 +10,7 @@
 namespace spark::jinja {
 namespace {
 
-[[noreturn]] void fail_undefined(const Value& v) {
-  throw TemplateError(v.as_string().empty() ? "an undefined value was used in an expression" : v.as_string());
-}
+[[noreturn]] void fail_undefined(const Value& v) { raise_undefined(v, "an undefined value was used in an expression"); }
 
 [[noreturn]] void unsupported(const char* op, const Value& a, const Value& b) {
   throw TemplateError(std::string("unsupported operand type(s) for ") + op + ": '" + type_name(a) + "' and '" +
@@ -221,12 +219,17 @@ bool contains(const Value& container, const Value& item) {
       for (const Value& v : container.items())
         if (equals(v, item)) return true;
       return false;
-    case Kind::DICT: return container.as_dict().find(item) != nullptr;
+    case Kind::DICT:
+      // Python's `in` hashes the key: lists and dicts (and tuples of them) raise.
+      if (item.is_list() || item.is_dict() || item.is_tuple()) hash_key(item);
+      if (item.is_undefined() || item.is_callable() || item.is_iterator() || item.is_namespace()) return false;
+      return container.as_dict().find(item) != nullptr;
     case Kind::UNDEFINED: return false;
     case Kind::ITERATOR: {
       IterState& it = container.iter();
-      while (it.pos < it.items.size())
-        if (equals(it.items[it.pos++], item)) return true;
+      const ValueList& items = it.ready();
+      while (it.pos < items.size())
+        if (equals(items[it.pos++], item)) return true;
       return false;
     }
     default:
@@ -241,6 +244,7 @@ Value slice_value(const Value& v, const Value* start, const Value* stop, const V
       throw TemplateError("slice indices must be integers or None or have an __index__ method");
     return x->as_int();
   };
+  if (v.is_dict()) throw TemplateError("unhashable type: 'slice'");  // a dict looks the slice up as a key
   if (!v.is_string() && !v.is_sequence())
     throw TemplateError(std::string("'") + type_name(v) + "' object is not subscriptable");
   std::u32string cps;

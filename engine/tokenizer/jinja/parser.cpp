@@ -52,7 +52,8 @@ class Parser {
   }
 
   [[noreturn]] void fail(const std::string& msg) const {
-    throw TemplateError("template syntax error, line " + std::to_string(cur().line) + ": " + msg);
+    throw TemplateError("template syntax error, line " + std::to_string(cur().line) + ": " + msg,
+                        TemplateError::Kind::SYNTAX);
   }
   void expect_op(const char* op) {
     if (!skip_op(op)) fail(std::string("expected '") + op + "', got " + describe(cur()));
@@ -264,6 +265,17 @@ class Parser {
     return params;
   }
 
+  // Which of varargs / kwargs / caller the tokens since `start` name (jinja2 looks for
+  // them anywhere in the body, nested macros included).
+  void note_special_names(Stmt& s, size_t start) const {
+    for (size_t i = start; i < pos_ && i < t_.size(); ++i) {
+      if (t_[i].type != TokenType::NAME) continue;
+      s.uses_varargs = s.uses_varargs || t_[i].value == "varargs";
+      s.uses_kwargs = s.uses_kwargs || t_[i].value == "kwargs";
+      s.uses_caller = s.uses_caller || t_[i].value == "caller";
+    }
+  }
+
   StmtPtr parse_macro(int line) {
     auto s = std::make_unique<Stmt>(StmtKind::MACRO, line);
     s->text = expect_identifier();
@@ -271,7 +283,9 @@ class Parser {
     expect_block_end();
     int saved = loop_depth_;
     loop_depth_ = 0;
+    const size_t body_start = pos_;
     s->body = parse_body({"endmacro"});
+    note_special_names(*s, body_start);
     loop_depth_ = saved;
     next();
     if (cur().type == TokenType::NAME) next();
@@ -285,7 +299,9 @@ class Parser {
     s->expr = parse_expression(true);
     if (s->expr->kind != ExprKind::CALL) fail("expected a call after 'call'");
     expect_block_end();
+    const size_t body_start = pos_;
     s->body = parse_body({"endcall"});
+    note_special_names(*s, body_start);
     next();
     expect_block_end();
     return s;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "engine/tokenizer/jinja/error.h"
 #include "engine/tokenizer/jinja/pyformat.h"
@@ -104,10 +105,31 @@ Value Value::iterator(ValueList items, std::string type_name) {
   return v;
 }
 
-Value Value::function(std::string name, std::function<Value(CallArgs&)> fn) {
+Value Value::generator(std::string function, std::function<ValueList()> body, int inputs_nesting) {
+  const int deepest = inputs_nesting;
+  // A generator over a generator nests its pending bodies: bound the chain as containers are.
+  if (deepest + 1 > kMaxNesting)
+    throw TemplateError("value nested too deeply (more than " + std::to_string(kMaxNesting) + " levels)");
+  Value v = iterator({});
+  v.depth_ = deepest + 1;
+  v.iter_->body = std::move(body);
+  v.iter_->function = std::move(function);
+  return v;
+}
+
+ValueList& IterState::ready() {
+  if (body) {
+    auto run = std::move(body);
+    body = nullptr;
+    items = run();
+  }
+  return items;
+}
+
+Value Value::function(std::string name, std::function<Value(CallArgs&)> fn, std::string type, std::string receiver) {
   Value v;
   v.kind_ = Kind::FUNCTION;
-  v.fn_ = std::make_shared<Callable>(Callable{std::move(name), std::move(fn)});
+  v.fn_ = std::make_shared<Callable>(Callable{std::move(name), std::move(fn), std::move(type), std::move(receiver)});
   return v;
 }
 
@@ -152,6 +174,12 @@ Value Value::namespace_(std::shared_ptr<Dict> attrs) {
   v.kind_ = Kind::NAMESPACE;
   v.dict_ = std::move(attrs);
   return v;
+}
+
+void raise_undefined(const Value& undefined, const std::string& fallback) {
+  const std::string& hint = undefined.as_string();
+  throw TemplateError(hint.empty() ? fallback : hint,
+                      undefined.is_unsafe() ? TemplateError::Kind::OTHER : TemplateError::Kind::UNDEFINED);
 }
 
 Value make_undefined_name(const std::string& name) {
@@ -243,7 +271,7 @@ const char* type_name(const Value& v) {
     case Kind::TUPLE: return "tuple";
     case Kind::DICT: return "dict";
     case Kind::ITERATOR: return v.iter().type_name.c_str();
-    case Kind::FUNCTION: return "function";
+    case Kind::FUNCTION: return v.callable().type.c_str();
     case Kind::NAMESPACE: return "Namespace";
   }
   return "object";
@@ -292,8 +320,25 @@ static void repr_into(std::string& out, const Value& v, int depth) {
       repr_dict_into(out, v.as_dict(), depth);
       out += '>';
       return;
-    case Kind::ITERATOR: out += "<" + v.iter().type_name + " object>"; return;
-    case Kind::FUNCTION: out += "<function " + v.callable().name + ">"; return;
+    case Kind::ITERATOR: {
+      // Python's repr: the object's address, which no two runs share (tests compare without it).
+      char address[32];
+      std::snprintf(address, sizeof address, " at %p>", static_cast<const void*>(&v.iter()));
+      const IterState& it = v.iter();
+      out += "<" + it.type_name + " object" + (it.function.empty() ? "" : " " + it.function) + address;
+      return;
+    }
+    case Kind::FUNCTION: {
+      // Python's reprs for the callables templates print by mistake; others keep a short form.
+      const Callable& f = v.callable();
+      char address[32];
+      std::snprintf(address, sizeof address, " at %p>", static_cast<const void*>(&f));
+      if (f.type == "jinja2.runtime.Macro") out += "<Macro '" + f.name + "'>";
+      else if (f.type == "builtin_function_or_method" && !f.receiver.empty())
+        out += "<built-in method " + f.name + " of " + f.receiver + " object" + address;
+      else out += "<function " + f.name + ">";
+      return;
+    }
     default: out += to_str(v); return;
   }
 }
@@ -353,7 +398,7 @@ bool equals(const Value& a, const Value& b) {
 bool less_than(const Value& a, const Value& b) {
   if (a.is_undefined() || b.is_undefined()) {
     const Value& u = a.is_undefined() ? a : b;
-    throw TemplateError(u.as_string().empty() ? "undefined value used in a comparison" : u.as_string());
+    raise_undefined(u, "undefined value used in a comparison");
   }
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_float() < b.as_float();
@@ -392,8 +437,9 @@ ValueList iterate(const Value& v) {
     }
     case Kind::ITERATOR: {
       IterState& it = v.iter();
-      ValueList rest(it.items.begin() + static_cast<std::ptrdiff_t>(it.pos), it.items.end());
-      it.pos = it.items.size();
+      const ValueList& items = it.ready();
+      ValueList rest(items.begin() + static_cast<std::ptrdiff_t>(it.pos), items.end());
+      it.pos = items.size();
       return rest;
     }
     case Kind::UNDEFINED: return {};

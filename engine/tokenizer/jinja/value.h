@@ -46,7 +46,14 @@ class Value {
   static Value dict();
   static Value dict(std::shared_ptr<Dict> d);
   static Value iterator(ValueList items, std::string type_name = "generator");
-  static Value function(std::string name, std::function<Value(CallArgs&)> fn);
+  // A generator whose body runs when it is first consumed (see IterState::body).
+  // `inputs_nesting`, the deepest nesting() of the values the body reads, bounds how deeply
+  // generators can chain.
+  static Value generator(std::string function, std::function<ValueList()> body, int inputs_nesting);
+  // `type` is the Python type the callable stands for (a builtin method, a jinja2 macro,
+  // ...), which error messages name.
+  static Value function(std::string name, std::function<Value(CallArgs&)> fn, std::string type = "function",
+                        std::string receiver = "");
   static Value namespace_(std::shared_ptr<Dict> attrs);  // a namespace() templates may assign to
   static Value object(std::shared_ptr<Dict> attrs);      // read-only attributes (loop, cycler)
 
@@ -117,11 +124,20 @@ struct IterState {
   ValueList items;
   size_t pos = 0;
   std::string type_name;
+  // jinja2's map, select, unique, batch, ... are Python generators: their body runs only
+  // when something iterates them, so a generator that is merely tested for truth or printed
+  // raises nothing, and its errors surface where it is consumed. `body` is that pending
+  // work (run once, then cleared); `function` is its Python name, which repr() shows.
+  std::function<ValueList()> body;
+  std::string function;
+  ValueList& ready();  // the items, after running a pending body
 };
 
 struct Callable {
   std::string name;
   std::function<Value(CallArgs&)> fn;
+  std::string type;
+  std::string receiver;  // a bound method's object type ("str", "dict", ...), for repr()
 };
 
 // A template can make a namespace hold itself (`{% set ns.me = [ns] %}`), a reference cycle
@@ -157,6 +173,10 @@ bool less_than(const Value& a, const Value& b);
 ValueList iterate(const Value& v);
 // len(v); throws TemplateError where Python would.
 int64_t length(const Value& v);
+
+// Throws the error using an undefined value raises: its hint ("'x' is undefined", ...) or
+// `fallback`; UNDEFINED, except for a sandbox-denied attribute (jinja2's SecurityError).
+[[noreturn]] void raise_undefined(const Value& undefined, const std::string& fallback);
 
 Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 Value make_undefined_name(const std::string& name);

@@ -10,10 +10,10 @@ NVCC       ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/
 CUDA       ?= $(if $(NVCC),1,0)
 CUDA_ARCHS ?= 90 121
 JOBS       ?= $(shell nproc)
-# The target: ARCH=arm64 cross-builds for aarch64 (packaging/cross.mk sets CXX, BUILD, CUDA).
-include packaging/cross.mk
+# The target: ARCH=arm64 cross-builds for aarch64 (systemd/packaging/cross.mk sets CXX, BUILD, CUDA).
+include systemd/packaging/cross.mk
 
-# cpp-httplib is compiled in from the distribution's source package (packaging/fetch_httplib.sh).
+# cpp-httplib is compiled in from the distribution's source package (systemd/packaging/fetch_httplib.sh).
 # HTTPS is kept for the bench client (OpenSSL, linked statically); the server compresses nothing.
 HTTPLIB_DIR   := build/third_party/cpp-httplib
 HTTPLIB_FLAGS := -I$(HTTPLIB_DIR) -DCPPHTTPLIB_OPENSSL_SUPPORT
@@ -112,6 +112,13 @@ $(BUILD)/.deps-stamp: tests/requirements.txt Makefile
 	@mkdir -p $(@D) && touch $@
 
 # ---- tests ------------------------------------------------------------------------
+# The real tokenizer files: tests/fixtures stores the large ones xz-compressed, and every suite
+# reads build/fixtures, the plain copy tests/gen/fixture_files.py makes (SPARKD_FIXTURES).
+FIXTURES_STAMP := build/fixtures/.stamp
+export SPARKD_FIXTURES ?= $(CURDIR)/build/fixtures
+$(FIXTURES_STAMP): $(shell find tests/fixtures -type f 2>/dev/null) tests/gen/fixture_files.py
+	@python3 tests/gen/fixture_files.py >/dev/null && touch $@
+
 $(BUILD)/unit_tests: $(UNIT_OBJS) $(ENGINE_OBJS)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -119,8 +126,17 @@ $(BUILD)/unit_tests: $(UNIT_OBJS) $(ENGINE_OBJS)
 $(BUILD)/constrain_tool: $(BUILD)/obj/tests/tools/constrain_tool.o $(ENGINE_OBJS)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-test: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests $(BUILD)/test-hooks/sparkd $(BUILD)/constrain_tool
+# The CPU backend's side of tests/bench/cpu_bench.py (beside llama.cpp); `make test` builds
+# it so that it cannot rot.
+$(BUILD)/cpu_bench: $(BUILD)/obj/tests/bench/cpu_bench.o $(ENGINE_OBJS)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The chat-template engine in batches, for the differential check against jinja2.
+$(BUILD)/template_tool: $(BUILD)/obj/tests/tools/template_tool.o $(ENGINE_OBJS)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+test: deps $(FIXTURES_STAMP)
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests $(BUILD)/test-hooks/sparkd $(BUILD)/constrain_tool $(BUILD)/template_tool $(BUILD)/cpu_bench
 	@$(MAKE) --no-print-directory model
 	@rm -rf $(BUILD)/test-results && mkdir -p $(BUILD)/test-results
 	@echo "== unit tests (doctest)"; $(BUILD)/unit_tests --reporters=junit --out=$(BUILD)/test-results/unit.xml; \
@@ -150,19 +166,19 @@ $(BUILD)/test-hooks/sparkd: $(BUILD)/obj/main.o $(filter-out $(HOOK_SRCS:%.cpp=$
 
 # Structured outputs at acceptance size: the llguidance mask oracle with 1,000 prefixes per
 # schema, 200 schemas and 100 forced tool calls end to end (make test runs smaller sizes).
-constrain-oracle: deps all model $(BUILD)/constrain_tool
+constrain-oracle: deps all model $(BUILD)/constrain_tool $(FIXTURES_STAMP)
 	SPARKD_BIN=$(BUILD)/sparkd SPARKD_ORACLE_PREFIXES=1000 SPARKD_STRUCTURED_SCHEMAS=200 SPARKD_STRUCTURED_TOOL_RUNS=100 \
 	  $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_constrain_oracle.py tests/integration/test_structured_output.py
 
 # Mask and compile times beside llguidance and xgrammar (tests/bench/constrain_bench.py).
-constrain-bench: deps all $(BUILD)/constrain_tool
+constrain-bench: deps all $(BUILD)/constrain_tool $(FIXTURES_STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -r tests/bench/requirements.txt
 	$(PY) tests/bench/constrain_bench.py --tool $(BUILD)/constrain_tool
 
-unit: deps $(BUILD)/unit_tests
+unit: deps $(BUILD)/unit_tests $(FIXTURES_STAMP)
 	$(BUILD)/unit_tests
 
-integration: deps all model $(BUILD)/test-hooks/sparkd
+integration: deps all model $(BUILD)/test-hooks/sparkd $(FIXTURES_STAMP)
 	SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration
 
 # The fleet test at the full size of a real workload (16 sessions x 6 turns, ~1,500-token
@@ -217,7 +233,7 @@ fuzz: deps
 # ---- mutants: deliberately broken builds the tests must catch ------------------------
 # A CPU-only build is the starting point each mutant's copy recompiles from.
 MUTANT_BASE := $(BUILD)/mutants/base
-mutants: deps model
+mutants: deps model $(FIXTURES_STAMP)
 	@$(MAKE) --no-print-directory -j$(JOBS) CUDA=0 BUILD=$(MUTANT_BASE) $(MUTANT_BASE)/sparkd $(MUTANT_BASE)/unit_tests \
 	  $(MUTANT_BASE)/test-hooks/sparkd
 	@$(PY) tests/mutants/run.py --base $(MUTANT_BASE) --jobs $(JOBS) $(MUTANTS)
@@ -240,15 +256,15 @@ EMU_SERVER_OBJS := $(BUILD)/obj/main.o $(filter $(BUILD)/obj/web/%,$(ENGINE_OBJS
 emu-sparkd: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(EMU_SERVER_OBJS)
 	@$(MAKE) --no-print-directory -f tests/gpu/emu/server.mk BUILD=$(BUILD) -j$(JOBS) server
-emu-server-test: emu-sparkd model
+emu-server-test: emu-sparkd model $(FIXTURES_STAMP)
 	@t0=$$(date +%s); SPARKD_EMULATED_GPU=1 SPARKD_BIN=$(BUILD)/emu/sparkd LD_LIBRARY_PATH=$(BUILD)/emu/nccl \
 	  $(PY) -m pytest -q -p no:cacheprovider tests/integration $(if $(EMU_JUNIT),--junitxml=$(EMU_JUNIT) --junit-prefix=emulated-cuda); rc=$$?; \
 	  echo "emulated server tests: $$(($$(date +%s) - t0)) s"; exit $$rc
 
-# ---- the appliance: portable binary, aarch64, Debian package (packaging/) -----------
+# ---- the appliance: portable binary, aarch64, Debian package (systemd/packaging/) -----------
 # cpp-httplib's implementation, compiled once per build (its warnings are not ours).
 $(HTTPLIB_DIR)/httplib.cc: | $(BUILD)/.deps-stamp
-	@sh packaging/fetch_httplib.sh $(HTTPLIB_DIR)
+	@sh systemd/packaging/fetch_httplib.sh $(HTTPLIB_DIR)
 $(BUILD)/obj/third_party/httplib.o: | $(HTTPLIB_DIR)/httplib.cc
 	@mkdir -p $(@D)
 	$(CXX) $(filter-out -W%,$(CXXFLAGS)) -w -c -o $@ $(HTTPLIB_DIR)/httplib.cc
@@ -261,14 +277,14 @@ $(BUILD)/obj/engine/commands/version.o: CXXFLAGS += -DSPARKD_TARGET_ARCH='"$(ARC
   -DSPARKD_CUDA_ARCHS='"$(if $(filter 1,$(CUDA)),$(CUDA_ARCHS))"' \
   -DSPARKD_STATIC_LIBS='"libstdc++, libgcc, PCRE2, utf8proc, cpp-httplib $(shell cat $(HTTPLIB_DIR)/VERSION 2>/dev/null), OpenSSL$(if $(filter 1,$(CUDA)),$(comma) CUDA runtime)"'
 
-# aarch64 (packaging/cross.mk): `make ARCH=arm64` builds build/arm64/sparkd here. test-arm64 tests
+# aarch64 (systemd/packaging/cross.mk): `make ARCH=arm64` builds build/arm64/sparkd here. test-arm64 tests
 # both aarch64 builds, CPU only (build/arm64-cpu) and, where nvcc exists, CUDA (build/arm64): the
 # unit tests of each and a smoke test of each sparkd, under qemu here (natively on arm64), then
 # the arm64 package of the CUDA one. There is no GPU under qemu: the CUDA build's backend factory
 # takes the CPU (engine.backend = "auto"), and its cases that need a device say why they skip.
 ARM64_TEST_BUILDS := build/arm64-cpu $(if $(filter 1,$(CUDA)),build/arm64)
 deps-arm64: deps
-	@sh packaging/arm64_deps.sh $(if $(and $(filter 1,$(CUDA)),$(filter amd64,$(HOST_ARCH))),$(CUDA_ARM64_DIR))
+	@sh systemd/packaging/arm64_deps.sh $(if $(and $(filter 1,$(CUDA)),$(filter amd64,$(HOST_ARCH))),$(CUDA_ARM64_DIR))
 ifneq ($(ARCH),$(HOST_ARCH))
 $(BUILD)/.deps-stamp: $(BUILD)/.deps-arm64-stamp
 $(BUILD)/.deps-arm64-stamp:
@@ -288,7 +304,7 @@ endif
 ifneq ($(QEMU_ARM64),)
   QEMU_UNIT_EXCLUDE := --test-case-exclude='cpu smollm2*,engine + CPU backend: greedy output alone*,speculative engine: 64 mixed*,speculative engine: prefix-cache hits*,speculative engine: structured outputs*'
 endif
-test-arm64: deps-arm64 model
+test-arm64: deps-arm64 model $(FIXTURES_STAMP)
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd
 	@for b in $(ARM64_TEST_BUILDS); do $(MAKE) --no-print-directory ARCH=arm64 BUILD=$$b CUDA=$$(test $$b = build/arm64 && echo 1 || echo 0) \
 	  -j$(JOBS) $$b/sparkd $$b/unit_tests || exit 1; done
@@ -302,11 +318,11 @@ test-arm64: deps-arm64 model
 	    tests/integration/test_deb.py -k arm64 || rc=1;) exit $$rc
 
 # Debian package of this build: build/deb/sparkd_$(VERSION)_$(ARCH).deb, checked with lintian
-# and, for this machine's architecture, installed in a scratch root (packaging/deb_install_check.sh).
+# and, for this machine's architecture, installed in a scratch root (systemd/packaging/deb_install_check.sh).
 deb: all
-	@sh packaging/build_deb.sh $(BUILD)/sparkd $(ARCH) $(VERSION) build/deb
+	@sh systemd/packaging/build_deb.sh $(BUILD)/sparkd $(ARCH) $(VERSION) build/deb
 	lintian --fail-on error build/deb/sparkd_$(VERSION)_$(ARCH).deb
-	$(if $(filter $(ARCH),$(HOST_ARCH)),sh packaging/deb_install_check.sh build/deb/sparkd_$(VERSION)_$(ARCH).deb $(wildcard models))
+	$(if $(filter $(ARCH),$(HOST_ARCH)),sh systemd/packaging/deb_install_check.sh build/deb/sparkd_$(VERSION)_$(ARCH).deb $(wildcard models))
 
 # ---- housekeeping -----------------------------------------------------------------
 format:

@@ -1,5 +1,6 @@
 // cpu_bench.cpp — prefill and decode throughput of the CPU backend on a model file;
-// prints one JSON object. Built and run by tests/bench/cpu_bench.py.
+// prints one JSON object. Built by `make` as $(BUILD)/cpu_bench (and by `make test`, so it
+// cannot rot); run by tests/bench/cpu_bench.py.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/config.h"
 #include "engine/model/model_loader.h"
+#include "engine/model/stage_weights.h"
 
 using namespace spark;
 
@@ -62,7 +64,8 @@ int main(int argc, char** argv) {
   const int batch = argc > 5 ? std::atoi(argv[5]) : 16;
   try {
     LoadedModel m = load_model(config_for_model(model));
-    CpuBackend backend(m.info.spec, m.weights, threads);
+    const StageWeights stage = bind_stage(m.info.spec, m.weights);
+    CpuBackend backend(m.info.spec, stage, threads);
     const int64_t vocab = m.info.spec.vocab_size;
     const int blocks_per_seq = (prompt_len + decode_tokens + kBlockSize - 1) / kBlockSize;
     backend.init_kv_cache(static_cast<int64_t>(batch) * blocks_per_seq, kBlockSize);

@@ -3,9 +3,9 @@
 
 Measures prefill tok/s (one prompt of --prompt-len tokens in one step), decode tok/s at
 batch 1, and decode tok/s at --batch sequences decoding together. sparkd's side is
-tests/bench/cpu_bench.cpp, compiled here against the objects of a finished build
-(`make` first); llama.cpp's side uses llama-cpp-python (`pip install llama-cpp-python`
-builds llama.cpp from source) through its low-level batch API, so both run the same
+tests/bench/cpu_bench.cpp (the Makefile builds it as build/cpu_bench); llama.cpp's side
+uses llama-cpp-python (`pip install llama-cpp-python` builds llama.cpp from source)
+through its low-level batch API, so both run the same
 shapes: the same prompt length, the same steps, logits only for each sequence's last row.
 Each engine runs --repeats times, alternating, and the best run of each is reported
 (the machines here are shared and noisy).
@@ -13,8 +13,6 @@ Each engine runs --repeats times, alternating, and the best run of each is repor
   python tests/bench/cpu_bench.py [--threads 2] [--build build] [--model models/...gguf]
 """
 import argparse
-import ctypes
-import glob
 import json
 import os
 import subprocess
@@ -22,23 +20,13 @@ import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-LIBS = ["-Wl,-Bstatic", "-lpcre2-8", "-lutf8proc", "-Wl,-Bdynamic", "-lcpp-httplib", "-ldl", "-lrt"]
 
 
 def build_sparkd_bench(build):
-    objs = sorted(glob.glob(os.path.join(ROOT, build, "obj", "engine", "**", "*.o"), recursive=True))
-    objs += sorted(glob.glob(os.path.join(ROOT, build, "obj", "web", "**", "*.o"), recursive=True))
-    if not objs:
-        sys.exit(f"no objects under {build}/obj: run `make BUILD={build}` first")
-    exe = os.path.join(ROOT, build, "cpu_bench")
-    cmd = ["g++", "-O2", "-std=c++20", "-I", ROOT, "-pthread", os.path.join(ROOT, "tests/bench/cpu_bench.cpp"),
-           *objs, os.path.join(ROOT, build, "obj", "assets.o"), "-o", exe, "-static-libstdc++", "-static-libgcc", *LIBS]
-    cmd = [c for c in cmd if not c.endswith("assets.o") or os.path.exists(c)]
-    if any(o.endswith(".cu.o") for o in objs):  # a CUDA build: its objects need the CUDA libraries
-        cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-        cmd += [f"-L{cuda}/lib64", "-lcudart_static", "-lcublasLt", "-lnccl"]
-    subprocess.run(cmd, check=True)
-    return exe
+    """tests/bench/cpu_bench.cpp, linked against the engine by the Makefile's rule."""
+    exe = os.path.join(build, "cpu_bench")
+    subprocess.run(["make", "--no-print-directory", f"BUILD={build}", exe], cwd=ROOT, check=True)
+    return os.path.join(ROOT, exe)
 
 
 def run_sparkd(exe, model, threads, prompt_len, decode_tokens, batch):

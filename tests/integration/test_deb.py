@@ -1,6 +1,6 @@
-"""The Debian package: built from the binary under test by packaging/build_deb.sh, its contents
+"""The Debian package: built from the binary under test by systemd/packaging/build_deb.sh, its contents
 and control fields read back with dpkg-deb, lintian run on it, and the package installed with
-dpkg in a scratch root (packaging/deb_install_check.sh): the user is created, the files and the
+dpkg in a scratch root (systemd/packaging/deb_install_check.sh): the user is created, the files and the
 conffile land, `sparkd check --config /etc/sparkd/spark.toml` loads the default model, and
 `systemd-analyze verify` accepts the installed unit. With SPARKD_ARM64_BIN (the aarch64 build;
 `make test-arm64` sets it) the arm64 package is built too and checked the same way, short of
@@ -37,7 +37,7 @@ def deb(request, tmp_path_factory):
         pytest.fail(f"{binary} is missing: `make test-arm64` builds it")
     out = tmp_path_factory.mktemp("deb")
     version = version_of(SPARKD)
-    r = subprocess.run(["sh", "packaging/build_deb.sh", str(binary), arch, version, str(out)], cwd=REPO,
+    r = subprocess.run(["sh", "systemd/packaging/build_deb.sh", str(binary), arch, version, str(out)], cwd=REPO,
                        capture_output=True, text=True, timeout=300, env={**os.environ, "DEB_COMPRESSION": "gzip"})
     assert r.returncode == 0, r.stderr
     path = out / f"sparkd_{version}_{arch}.deb"
@@ -85,7 +85,7 @@ def test_installs_and_runs_in_a_scratch_root(deb):
         pytest.skip(f"an {deb[2]} package cannot be installed on this {HOST_ARCH} machine")
     if not MODEL.exists():
         pytest.fail(f"{MODEL} is missing: run `make model`")
-    r = subprocess.run(["sh", "packaging/deb_install_check.sh", str(deb[0]), str(MODEL.parent)], cwd=REPO,
+    r = subprocess.run(["sh", "systemd/packaging/deb_install_check.sh", str(deb[0]), str(MODEL.parent)], cwd=REPO,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "install check passed" in r.stdout

@@ -112,3 +112,16 @@ def test_tensor_names_live_in_the_model_description(folder):
             if any(TENSOR_NAME.search(text) for text in STRING_LITERAL.findall(line)):
                 hits.append(f"{rel}:{n}: {line.strip()}")
     assert not hits, "tensor names outside engine/model/arch.cpp:\n" + "\n".join(hits)
+
+
+# DESIGN.md's top level: nothing else is tracked there (dotfiles aside).
+TOP_LEVEL = {"Makefile", "main.cpp", "spark.toml", "engine", "web", "assets", "systemd", "tests", "README.md"}
+
+
+def test_top_level_holds_the_design_entries():
+    import subprocess
+    r = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("not a git checkout: " + r.stderr.strip())
+    entries = {line.split("/", 1)[0] for line in r.stdout.splitlines() if not line.startswith(".")}
+    assert entries == TOP_LEVEL, f"unexpected: {sorted(entries - TOP_LEVEL)}, missing: {sorted(TOP_LEVEL - entries)}"

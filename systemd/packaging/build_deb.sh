@@ -40,7 +40,7 @@ chmod 0644 "$root/etc/sparkd/spark.toml" "$root/lib/systemd/system/sparkd.servic
 
 doc=$root/usr/share/doc/sparkd
 gzip -9n < README.md > "$doc/README.md.gz"
-cp packaging/deb/copyright "$doc/copyright"
+cp systemd/packaging/deb/copyright "$doc/copyright"
 cp build/third_party/cpp-httplib/LICENSE "$doc/licenses/cpp-httplib"
 cp /usr/share/doc/libpcre2-dev/copyright "$doc/licenses/pcre2"
 cp /usr/share/doc/libutf8proc-dev/copyright "$doc/licenses/utf8proc"
@@ -52,13 +52,13 @@ printf 'sparkd (%s) unstable; urgency=medium\n\n  * Release %s (git %s).\n\n -- 
   gzip -9n > "$doc/changelog.gz"
 find "$root/usr/share/doc" -type f -exec chmod 0644 {} +
 
-for script in postinst prerm postrm; do install -m 0755 "packaging/deb/$script" "$root/DEBIAN/$script"; done
+for script in postinst prerm postrm; do install -m 0755 "systemd/packaging/deb/$script" "$root/DEBIAN/$script"; done
 echo /etc/sparkd/spark.toml > "$root/DEBIAN/conffiles"
 # The newest glibc symbol version the binary uses is the libc6 it needs.
 glibc=$(readelf -V --wide "$root/usr/bin/sparkd" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 sed -e "s|@VERSION@|$version|" -e "s|@ARCH@|$arch|" -e "s|@SIZE@|$size|" -e "s|@GLIBC@|$glibc|" \
-    -e "s|@MAINTAINER@|$maintainer|" packaging/deb/control.in > "$root/DEBIAN/control"
+    -e "s|@MAINTAINER@|$maintainer|" systemd/packaging/deb/control.in > "$root/DEBIAN/control"
 (cd "$root" && find . -path ./DEBIAN -prune -o -type f -print | sed 's|^\./||' | sort | xargs md5sum) \
   > "$root/DEBIAN/md5sums"
 chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/conffiles" "$root/DEBIAN/md5sums"

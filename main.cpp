@@ -8,6 +8,8 @@
 
 #include "engine/commands/commands.h"
 #include "engine/util/check.h"
+#include "web/bench/bench.h"
+#include "web/serve.h"
 
 namespace {
 

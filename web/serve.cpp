@@ -1,4 +1,6 @@
 // serve.cpp — `sparkd serve`: load, listen, tell systemd, drain on SIGTERM/SIGINT.
+#include "web/serve.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,7 +12,6 @@
 #include <thread>
 
 #include "engine/backend/stage_loader.h"
-#include "engine/commands/commands.h"
 #include "engine/config.h"
 #include "engine/core/engine.h"
 #include "engine/core/local_executor.h"

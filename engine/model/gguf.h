@@ -10,7 +10,7 @@
 
 #include "engine/model/model_spec.h"
 #include "engine/model/tensor.h"
-#include "engine/tokenizer/gguf_vocab.h"
+#include "engine/model/gguf_vocab.h"
 #include "engine/util/mmap.h"
 
 namespace spark {

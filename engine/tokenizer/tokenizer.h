@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/tokenizer/added_tokens.h"
-#include "engine/tokenizer/gguf_vocab.h"
+#include "engine/model/gguf_vocab.h"
 
 namespace spark {
 

@@ -1,5 +1,7 @@
 // bench.cpp — `sparkd bench`: builds the prompts, sends a warm-up, runs the timed load,
 // and reports (ctrl-C reports what was measured so far).
+#include "web/bench/bench.h"
+
 #include <signal.h>
 
 #include <atomic>
@@ -10,7 +12,6 @@
 #include <optional>
 #include <thread>
 
-#include "engine/commands/commands.h"
 #include "engine/util/check.h"
 #include "web/bench/bench_client.h"
 #include "web/bench/bench_load.h"

@@ -49,6 +49,12 @@ Elem GrammarBuilder::string_body(uint32_t min, uint32_t max) {
   return {ElemKind::STRING_BODY, uint32_t(g_.string_bounds.size() - 1)};
 }
 
+Elem GrammarBuilder::counted(uint32_t rule, uint32_t min, uint32_t max) {
+  if (max < min) throw InputError("a string's maxLength is below its minLength");
+  g_.counted.push_back({rule, {min, max}});
+  return {ElemKind::COUNTED, uint32_t(g_.counted.size() - 1)};
+}
+
 Elem GrammarBuilder::byte(uint8_t b) {
   ByteSet s;
   s.add(b);
@@ -92,10 +98,13 @@ uint32_t GrammarBuilder::repeat(uint32_t rule, int64_t min, int64_t max, int64_t
   return rule_of({seq});
 }
 
+std::pair<uint32_t, uint32_t> GrammarBuilder::chars_of(uint32_t rule) const { return rule_chars(g_, rule); }
+
 Grammar GrammarBuilder::finish(uint32_t root) {
   g_.root = root;
   g_.validate();
   g_.min_rest = min_rest_lengths(g_);
+  region_chars(g_);
   return std::move(g_);
 }
 
@@ -108,8 +117,9 @@ void Grammar::validate() const {
     for (;; ++pos) {
       const Elem& e = elems[pos];
       if (e.kind == ElemKind::END) return true;
-      if (e.kind == ElemKind::RULE) {
-        if (!known[e.index]) return false;
+      if (calls(e)) {
+        if (!known[called(e)]) return false;
+        if (need_empty && e.kind == ElemKind::COUNTED && counted[e.index].bounds.min > 0) return false;
       } else if (need_empty && (e.kind == ElemKind::BYTES ||
                                 (e.kind == ElemKind::STRING_BODY && string_bounds[e.index].min > 0))) {
         return false;
@@ -134,9 +144,9 @@ void Grammar::validate() const {
     for (uint32_t pos : rules[r])
       for (;; ++pos) {
         const Elem& e = elems[pos];
-        if (e.kind != ElemKind::RULE) break;
-        first_calls[r].push_back(e.index);
-        if (!nullable[e.index]) break;
+        if (!calls(e)) break;
+        first_calls[r].push_back(called(e));
+        if (!nullable[called(e)]) break;
       }
   std::vector<uint8_t> color(n, 0);  // 0 new, 1 on the path, 2 done
   std::vector<std::pair<uint32_t, size_t>> path;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace spark::constrain {
@@ -34,6 +35,9 @@ enum class ElemKind : uint8_t {
   STRING_BODY,  // the inside of a JSON string: unescaped chars (valid UTF-8) and escapes;
                 // matched by a small built-in automaton so masks can be taken in bulk;
                 // index: its length bounds in string_bounds (0 = unbounded)
+  COUNTED,      // a call of a rule whose strings are the inside of a JSON string (a format
+                // or pattern), taken only where its length in characters lies within
+                // bounds; index: into Grammar::counted
 };
 
 struct Elem {
@@ -47,6 +51,17 @@ struct StringBounds {
   uint32_t min = 0;
   uint32_t max = UINT32_MAX;
 };
+
+// A counted region: rule `rule`, whose strings are JSON string contents (escaped as they
+// are written), matched only with min..max characters. The matcher keeps the count and the
+// string automaton's state in the region's frame, and refuses a byte after which the rule
+// cannot finish within the bounds (by the fewest / most characters each position still
+// needs: Grammar::min_chars / max_chars).
+struct Counted {
+  uint32_t rule = 0;
+  StringBounds bounds;
+};
+inline constexpr uint32_t kUnboundedChars = 0xFFFFFFFFu;
 
 // Limits on what one grammar may grow to; compile errors name the one that was hit.
 inline constexpr size_t kMaxGrammarElems = 400'000;
@@ -62,6 +77,15 @@ struct Grammar {
   uint32_t root = 0;
   // Per position in elems: the fewest bytes that finish its alternative (min_length.h).
   std::vector<uint32_t> min_rest;
+  std::vector<Counted> counted;
+  // Per position: whether it lies in a rule a counted region calls (directly or not), and
+  // there the fewest / most characters (kUnboundedChars: no limit) that finish its
+  // alternative (an escape or a multi-byte character counts one).
+  std::vector<uint8_t> in_region;
+  std::vector<uint32_t> min_chars, max_chars;
+  // The rule an element calls: RULE's index, or a counted region's rule.
+  uint32_t called(const Elem& e) const { return e.kind == ElemKind::COUNTED ? counted[e.index].rule : e.index; }
+  bool calls(const Elem& e) const { return e.kind == ElemKind::RULE || e.kind == ElemKind::COUNTED; }
 
   // Throws InputError when a rule derives no finite string or calls itself (directly or
   // through rules that may match nothing) before matching a byte.
@@ -83,6 +107,8 @@ class GrammarBuilder {
   static Elem string_body() { return {ElemKind::STRING_BODY, 0}; }
   // A string body of min..max characters: one element, so its masks stay bulk ones.
   Elem string_body(uint32_t min, uint32_t max);
+  // Rule `rule` (the inside of a JSON string) restricted to min..max characters.
+  Elem counted(uint32_t rule, uint32_t min, uint32_t max);
   std::vector<Elem> literal(std::string_view text);
   uint32_t literal_rule(std::string_view text) { return rule_of({literal(text)}); }
   uint32_t empty_rule() { return rule_of({{}}); }
@@ -94,6 +120,9 @@ class GrammarBuilder {
   // separator); max < 0 = unbounded.
   uint32_t repeat(uint32_t rule, int64_t min, int64_t max, int64_t separator_rule = -1);
 
+  // The fewest and most characters (kUnboundedChars: no most) of the JSON string contents
+  // a rule derives.
+  std::pair<uint32_t, uint32_t> chars_of(uint32_t rule) const;
   Grammar finish(uint32_t root);
   size_t size() const { return g_.elems.size(); }
 

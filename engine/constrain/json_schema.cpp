@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/constrain/min_length.h"
 #include "engine/constrain/number_range.h"
 #include "engine/constrain/string_formats.h"
 #include "engine/util/check.h"
@@ -19,12 +20,12 @@ using J = nlohmann::ordered_json;
 const std::set<std::string> kAnnotations = {
     "title",    "description", "default",  "examples",         "$schema",         "$id",    "$comment",
     "deprecated", "readOnly",  "writeOnly", "contentMediaType", "contentEncoding", "$defs", "definitions",
-    "discriminator", "strict", "name"};
+    "discriminator", "strict", "name", "contentSchema"};
 const std::set<std::string> kHandled = {
     "type",     "properties", "required",  "additionalProperties", "enum",      "const",     "anyOf",
     "oneOf",    "allOf",      "$ref",      "items",                "prefixItems", "minItems", "maxItems",
     "minLength", "maxLength", "pattern",   "format",               "minimum",   "maximum",   "exclusiveMinimum",
-    "exclusiveMaximum", "nullable"};
+    "exclusiveMaximum", "nullable", "additionalItems"};
 
 [[noreturn]] void refuse(const std::string& what) { throw InputError("JSON schema: " + what); }
 
@@ -81,7 +82,7 @@ class Compiler {
   static std::vector<std::string> implied_types(const J& s) {
     for (const char* k : {"properties", "required", "additionalProperties"})
       if (s.contains(k)) return {"object"};
-    for (const char* k : {"items", "prefixItems", "minItems", "maxItems"})
+    for (const char* k : {"items", "prefixItems", "minItems", "maxItems", "additionalItems"})
       if (s.contains(k)) return {"array"};
     for (const char* k : {"minLength", "maxLength", "pattern", "format"})
       if (s.contains(k)) return {"string"};
@@ -96,7 +97,19 @@ class Compiler {
     if (type == "integer" || type == "number") return compile_number(s, type == "integer");
     if (type == "string") return compile_string(s);
     if (type == "object") return compile_object(s, depth);
-    if (type == "array") return compile_array(s, depth);
+    if (type == "array") {
+      if (s.contains("items") && s["items"].is_array()) {  // draft 4-7 tuples (zod writes them): prefixItems
+        if (s.contains("prefixItems")) refuse("'items' as an array together with 'prefixItems'");
+        J tuple = s;
+        tuple["prefixItems"] = s["items"];
+        tuple.erase("items");
+        if (s.contains("additionalItems")) tuple["items"] = s["additionalItems"];
+        tuple.erase("additionalItems");
+        return compile_array(tuple, depth);
+      }
+      if (s.contains("additionalItems")) refuse("'additionalItems' without an array of 'items'");
+      return compile_array(s, depth);
+    }
     refuse("unknown type '" + type + "'");
   }
 
@@ -118,20 +131,45 @@ class Compiler {
     const int64_t min = s.contains("minLength") ? count(s, "minLength") : 0;
     const int64_t max = s.contains("maxLength") ? count(s, "maxLength") : -1;
     const Elem quote = b_.byte('"');
-    if (s.contains("format")) {
-      if (s.contains("pattern") || min > 0 || max >= 0) refuse("'format' together with 'pattern' or lengths is not supported");
-      if (!s["format"].is_string()) refuse("'format' must be a string");
-      return b_.rule_of({{quote, GrammarBuilder::call(add_string_format(b_, s["format"].get<std::string>())), quote}});
-    }
-    if (s.contains("pattern")) {
-      if (min > 0 || max >= 0) refuse("'pattern' together with 'minLength' / 'maxLength' is not supported");
-      if (!s["pattern"].is_string()) refuse("'pattern' must be a string");
-      return b_.rule_of({{quote, GrammarBuilder::call(add_string_pattern(b_, s["pattern"].get<std::string>())), quote}});
-    }
-    if (min == 0 && max < 0) return b_.rule_of({{quote, GrammarBuilder::string_body(), quote}});
+    if (max >= 0 && max < min) refuse_here("'maxLength' " + std::to_string(max) + " is below 'minLength' " + std::to_string(min));
     if (max > kMaxRepeat || min > kMaxRepeat)
-      refuse("'maxLength' / 'minLength' above " + std::to_string(kMaxRepeat) + " is not supported");
-    return b_.rule_of({{quote, b_.string_body(uint32_t(min), max < 0 ? UINT32_MAX : uint32_t(max)), quote}});
+      refuse_here("'maxLength' / 'minLength' above " + std::to_string(kMaxRepeat) + " is not supported");
+    // Pydantic's secrets and bytes: any string.
+    const bool any_format = s.contains("format") && (s["format"] == "password" || s["format"] == "binary");
+    if ((!s.contains("format") || any_format) && !s.contains("pattern")) {
+      if (min == 0 && max < 0) return b_.rule_of({{quote, GrammarBuilder::string_body(), quote}});
+      return b_.rule_of({{quote, b_.string_body(uint32_t(min), max < 0 ? UINT32_MAX : uint32_t(max)), quote}});
+    }
+    if (s.contains("format") && !any_format && s.contains("pattern")) refuse_here("'format' together with 'pattern' is not supported");
+    std::string what;
+    uint32_t inside;
+    if (s.contains("format") && !any_format) {
+      if (!s["format"].is_string()) refuse_here("'format' must be a string");
+      what = "format '" + s["format"].get<std::string>() + "'";
+      inside = add_string_format(b_, s["format"].get<std::string>());
+    } else {
+      if (!s["pattern"].is_string()) refuse_here("'pattern' must be a string");
+      what = "pattern '" + s["pattern"].get<std::string>() + "'";
+      inside = add_string_pattern(b_, s["pattern"].get<std::string>());
+    }
+    if (min == 0 && max < 0) return b_.rule_of({{quote, GrammarBuilder::call(inside), quote}});
+    // Lengths with a format or pattern: the strings of both, counted in a region of the
+    // grammar; none where every string of the format already fits (uuid, date).
+    const auto [fewest, most] = b_.chars_of(inside);
+    if (max >= 0 && fewest > max)
+      refuse_here("'maxLength' " + std::to_string(max) + " is below the " + std::to_string(fewest) + " characters " + what + " needs at least");
+    if (most != kUnboundedChars && most < min)
+      refuse_here("'minLength' " + std::to_string(min) + " is above the " + std::to_string(most) + " characters " + what + " allows at most");
+    if (fewest >= min && (max < 0 || (most != kUnboundedChars && most <= max)))
+      return b_.rule_of({{quote, GrammarBuilder::call(inside), quote}});
+    return b_.rule_of({{quote, b_.counted(inside, uint32_t(min), max < 0 ? UINT32_MAX : uint32_t(max)), quote}});
+  }
+
+  // A refusal that names where in the schema it arose (the property path).
+  [[noreturn]] void refuse_here(const std::string& what) {
+    std::string at;
+    for (const auto& p : path_) at += (at.empty() ? "" : ".") + p;
+    refuse(at.empty() ? what : "property '" + at + "': " + what);
   }
 
   uint32_t compile_object(const J& s, int depth) {
@@ -169,7 +207,9 @@ class Compiler {
     const size_t n = props.size();
     std::vector<uint32_t> member(n);
     for (size_t i = 0; i < n; ++i) {
+      path_.push_back(props[i].first);
       uint32_t value = props[i].second ? compile(*props[i].second, depth + 1) : add_any_json_value(b_);
+      path_.pop_back();
       std::vector<Elem> seq = b_.literal(dump(J(props[i].first)) + ":");
       seq.push_back(GrammarBuilder::call(value));
       member[i] = b_.rule_of({seq});
@@ -307,6 +347,7 @@ class Compiler {
   const J& root_;
   JsonSchemaOptions options_;
   std::map<std::string, uint32_t> refs_;
+  std::vector<std::string> path_;
 };
 
 }  // namespace

@@ -131,6 +131,15 @@ void Matcher::expand(uint32_t node, std::vector<uint32_t>& out, int depth) {
       out.push_back(node);
       if (body_may_close(e, n.sub)) expand(frame_after(n.pos, n.parent), out, depth + 1);
       return;
+    case ElemKind::COUNTED: {
+      if (!(n.sub & kRegionFrame)) {  // entering: the region's frame, then its rule
+        const uint32_t frame = intern(n.pos, region_sub(kStringBoundary, 0), n.parent);
+        for (uint32_t start : grammar_->rules[grammar_->counted[e.index].rule]) expand(intern(start, 0, frame), out, depth + 1);
+      } else if (region_state(n.sub) == kStringBoundary && region_chars(n.sub) >= grammar_->counted[e.index].bounds.min) {
+        expand(frame_after(n.pos, n.parent), out, depth + 1);  // its rule finished within the bounds
+      }
+      return;
+    }
     case ElemKind::RULE: {
       const uint32_t ret = frame_after(n.pos, n.parent);
       for (uint32_t start : grammar_->rules[e.index]) expand(intern(start, 0, ret), out, depth + 1);
@@ -147,7 +156,9 @@ void Matcher::step(const std::vector<uint32_t>& from, size_t begin, size_t end, 
     const Node n = nodes_[leaf];
     const Elem e = grammar_->elems[n.pos];
     if (e.kind == ElemKind::BYTES) {
-      if (grammar_->byte_sets[e.index].has(b)) expand(frame_after(n.pos, n.parent), out, 0);
+      if (!grammar_->byte_sets[e.index].has(b)) continue;
+      if (grammar_->in_region[n.pos]) region_step(leaf, b, out);
+      else expand(frame_after(n.pos, n.parent), out, 0);
     } else {
       const uint32_t next = body_step(e, n.sub, b);
       if (next != kDeadBody) expand(intern(n.pos, next, n.parent), out, 0);
@@ -157,6 +168,56 @@ void Matcher::step(const std::vector<uint32_t>& from, size_t begin, size_t end, 
     std::sort(out.begin() + long(out_begin), out.end());
     out.erase(std::unique(out.begin() + long(out_begin), out.end()), out.end());
   }
+}
+
+namespace {
+uint32_t add_chars(uint32_t a, uint32_t b) {
+  return a == kUnboundedChars || b == kUnboundedChars ? kUnboundedChars : uint32_t(std::min<uint64_t>(uint64_t(a) + b, kUnboundedChars - 1));
+}
+}  // namespace
+
+void Matcher::region_step(uint32_t leaf, uint8_t b, std::vector<uint32_t>& out) {
+  const Node n = nodes_[leaf];
+  // The frames up to the region's, and the characters the rest of the region needs.
+  uint32_t need_min = grammar_->min_chars[n.pos + 1], need_max = grammar_->max_chars[n.pos + 1];
+  uint32_t frames[64], depth = 0, id = n.parent;
+  std::vector<uint32_t> more;  // past 64 frames (a deeply nested pattern)
+  while (grammar_->elems[nodes_[id].pos].kind != ElemKind::COUNTED) {
+    if (depth < 64) frames[depth] = id;
+    else more.push_back(id);
+    ++depth;
+    need_min = add_lengths(need_min, grammar_->min_chars[nodes_[id].pos]);
+    need_max = add_chars(need_max, grammar_->max_chars[nodes_[id].pos]);
+    id = nodes_[id].parent;
+  }
+  const Node frame = nodes_[id];
+  const StringBounds& bounds = grammar_->counted[grammar_->elems[frame.pos].index].bounds;
+  const uint8_t state = region_state(frame.sub);
+  const uint32_t chars = region_chars(frame.sub) + (state == kStringBoundary ? 1 : 0);
+  const uint8_t next = string_body_step(state, b);
+  if (next == kStringDead) return;
+  if (uint64_t(chars) + need_min > bounds.max) return;
+  if (need_max != kUnboundedChars && uint64_t(chars) + need_max < bounds.min) return;
+  uint32_t parent = intern(frame.pos, region_sub(next, chars), frame.parent);
+  for (uint32_t i = depth; i-- > 0;) {
+    const Node f = nodes_[i < 64 ? frames[i] : more[i - 64]];
+    parent = intern(f.pos, f.sub, parent);
+  }
+  expand(frame_after(n.pos, parent), out, 0);
+}
+
+// Inside a region: the bytes to its end, but at least a byte per character its minLength
+// still asks for; then what follows the region.
+uint32_t Matcher::region_rest(uint32_t node) {
+  uint32_t inner = 0, id = node;
+  while (grammar_->elems[nodes_[id].pos].kind != ElemKind::COUNTED) {
+    inner = add_lengths(inner, grammar_->min_rest[nodes_[id].pos]);
+    id = nodes_[id].parent;
+  }
+  const Node frame = nodes_[id];
+  const uint32_t min = grammar_->counted[grammar_->elems[frame.pos].index].bounds.min, chars = region_chars(frame.sub);
+  inner = std::max(inner, min > chars ? min - chars : 0);
+  return add_lengths(add_lengths(inner, grammar_->min_rest[frame.pos + 1]), rest_of(frame.parent));
 }
 
 ByteSet Matcher::first_bytes(const std::vector<uint32_t>& leaves, size_t begin, size_t end) const {
@@ -177,6 +238,12 @@ uint32_t Matcher::rest_of(uint32_t node) {
   if (node < memo_.size() && memo_[node] != kNoLimit) return memo_[node];
   const Node n = nodes_[node];
   const Elem& e = grammar_->elems[n.pos];
+  if (grammar_->in_region[n.pos]) {
+    const uint32_t rest = region_rest(node);
+    if (memo_.size() < nodes_.size()) memo_.resize(nodes_.size(), kNoLimit);
+    memo_[node] = rest;
+    return rest;
+  }
   uint32_t own = grammar_->min_rest[n.pos];
   if (e.kind == ElemKind::STRING_BODY) {  // finish the character, then the characters minLength still asks for
     const uint32_t min = grammar_->string_bounds[e.index].min, chars = body_chars(n.sub);
@@ -328,6 +395,7 @@ int32_t Matcher::forced_token() {
       if (after.has(uint8_t(b))) only = b;
     next.clear();
     step(cur, 0, cur.size(), uint8_t(only), next);
+    if (next.empty()) break;  // the byte is refused after all (a counted region's bounds)
     forced += char(only);
     cur.swap(next);
   }

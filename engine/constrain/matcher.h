@@ -70,6 +70,16 @@ class Matcher {
   const ByteSet& body_first(const Elem& body, uint32_t sub) const;
   bool body_may_close(const Elem& body, uint32_t sub) const;
 
+  static constexpr uint32_t kRegionFrame = 1;
+  static uint32_t region_sub(uint8_t state, uint32_t chars) { return kRegionFrame | uint32_t(state) << 1 | chars << 5; }
+  static uint8_t region_state(uint32_t sub) { return uint8_t((sub >> 1) & 15); }
+  static uint32_t region_chars(uint32_t sub) { return sub >> 5; }
+  // Byte b taken by `leaf`, a BYTES leaf inside a counted region: the region's frame
+  // counts it, and the byte is refused where the region could then not finish within its
+  // bounds.
+  void region_step(uint32_t leaf, uint8_t b, std::vector<uint32_t>& out);
+  uint32_t region_rest(uint32_t node);
+
   uint32_t intern(uint32_t pos, uint32_t sub, uint32_t parent);
   uint32_t frame_after(uint32_t pos, uint32_t parent);
   void expand(uint32_t node, std::vector<uint32_t>& out, int depth);

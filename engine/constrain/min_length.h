@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/constrain/grammar.h"
@@ -23,6 +24,13 @@ inline uint32_t add_lengths(uint32_t a, uint32_t b) {
 // Knuth's shortest derivation algorithm (Dijkstra over rules), so deep grammars cost
 // O(E log R).
 std::vector<uint32_t> min_rest_lengths(const Grammar& g);
+
+// Counted regions (grammar.h): marks the positions inside them and fills Grammar::in_region,
+// min_chars and max_chars. Checks that a region holds only bytes and rule calls.
+void region_chars(Grammar& g);
+// The fewest and most characters of the strings rule `rule` derives, as JSON string
+// contents (kUnboundedChars: no most).
+std::pair<uint32_t, uint32_t> rule_chars(const Grammar& g, uint32_t rule);
 
 // The fewest bytes that take the JSON string-body automaton from `state` back to a
 // character boundary (where the string may close).

@@ -16,8 +16,8 @@ ByteSet range(uint8_t lo, uint8_t hi) {
 }
 
 // Formats as patterns over what appears between the quotes (RFC 3339 dates and times,
-// RFC 4122 UUIDs, dotted-quad IPv4, a conservative subset of RFC 5322 addresses and of
-// RFC 3986 absolute URIs).
+// RFC 4122 UUIDs, dotted-quad IPv4, RFC 4291 IPv6, a conservative subset of RFC 5322
+// addresses, and RFC 3986 URIs).
 const std::map<std::string, std::string>& format_patterns() {
   // Calendar dates only (Python's date.fromisoformat, which jsonschema checks with, takes no
   // year 0000, no April 31 and no February 29 outside leap years).
@@ -29,14 +29,53 @@ const std::map<std::string, std::string>& format_patterns() {
   static const std::string time = R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
   static const std::string octet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
   static const std::string label = R"([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)";
+  // RFC 4291 text forms without an embedded IPv4 address or a zone.
+  static const std::string g = "[0-9a-fA-F]{1,4}";
+  static const std::string ipv6 = "((" + g + ":){7}" + g + "|(" + g + ":){1,7}:|(" + g + ":){1,6}:" + g + "|(" + g + ":){1,5}(:" + g +
+                                  "){1,2}|(" + g + ":){1,4}(:" + g + "){1,3}|(" + g + ":){1,3}(:" + g + "){1,4}|(" + g + ":){1,2}(:" + g +
+                                  "){1,5}|" + g + ":(:" + g + "){1,6}|:((:" + g + "){1,7}|:))";
+  // RFC 3986's URI rule (IPvFuture literals aside): scheme ":" hier-part ["?" query]
+  // ["#" fragment], '%' only in escapes, '[' ']' only around an IPv6 host.
+  static const std::string pct = "%[0-9A-Fa-f][0-9A-Fa-f]";
+  static const std::string pchar = R"(([A-Za-z0-9\-._~!$&'()*+,;=:@]|)" + pct + ")";
+  static const std::string segment = pchar + "*", segment_nz = pchar + "+";
+  static const std::string authority = R"(((([A-Za-z0-9\-._~!$&'()*+,;=:]|)" + pct + R"()*@)?(\[)" + ipv6 +
+                                       R"(\]|([A-Za-z0-9\-._~!$&'()*+,;=]|)" + pct + R"()*)(:\d*)?))";
+  static const std::string hier_part = "(//" + authority + "(/" + segment + ")*|/(" + segment_nz + "(/" + segment + ")*)?|" +
+                                       segment_nz + "(/" + segment + ")*)?";
+  static const std::string query = "(" + pchar + "|[/?])*";
+  static const std::string uri = "[a-zA-Z][a-zA-Z0-9+.-]*:" + hier_part + R"((\?)" + query + ")?(#" + query + ")?";
+  static const std::string email = R"([A-Za-z0-9_%+-]+(\.[A-Za-z0-9_%+-]+)*@)" + label + R"((\.)" + label + ")+";
+  // RFC 3339 appendix A durations (ISO 8601): P1Y2M3DT4H5M6S, PT1S, P2W, ...
+  static const std::string dur_time = R"(T(\d+H(\d+M(\d+S)?)?|\d+M(\d+S)?|\d+S))";
+  static const std::string duration = R"(P((\d+Y(\d+M(\d+D)?)?|\d+M(\d+D)?|\d+D)()" + dur_time + ")?|" + dur_time + R"(|\d+W))";
+  auto uuid_version = [](char v) {
+    return std::string("[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-") + v + "[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}";
+  };
   static const std::map<std::string, std::string> patterns = {
       {"date", date},
       {"time", time},
       {"date-time", date + "T" + time},
       {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
       {"ipv4", octet + R"((\.)" + octet + "){3}"},
-      {"email", R"([A-Za-z0-9_%+-]+(\.[A-Za-z0-9_%+-]+)*@)" + label + R"((\.)" + label + ")+"},
-      {"uri", R"([a-zA-Z][a-zA-Z0-9+.-]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+)"},
+      {"email", email},
+      {"uri", uri},
+      {"ipv6", ipv6},
+      {"duration", duration},
+      // The formats pydantic writes beyond JSON Schema's: UUIDs of one version (RFC 4122
+      // variant), any IP address, "Name <addr>" e-mails (plain addresses here), multi-host
+      // DSNs (one host here) and base64 ("password" and "binary" are any string: json_schema.cpp).
+      {"uuid1", uuid_version('1')},
+      {"uuid3", uuid_version('3')},
+      {"uuid4", uuid_version('4')},
+      {"uuid5", uuid_version('5')},
+      {"uuid6", uuid_version('6')},
+      {"uuid7", uuid_version('7')},
+      {"uuid8", uuid_version('8')},
+      {"ipvanyaddress", "(" + octet + R"((\.)" + octet + "){3}|" + ipv6 + ")"},
+      {"name-email", email},
+      {"multi-host-uri", uri},
+      {"base64", "([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"},
   };
   return patterns;
 }

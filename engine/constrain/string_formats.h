@@ -1,6 +1,7 @@
 // string_formats.h — the inside of JSON strings as grammar rules: one character (for
 // length bounds), a regex pattern (JSON Schema's search semantics), and the formats
-// date-time, date, time, email, uuid, uri and ipv4 (unknown formats are refused).
+// date-time, date, time, duration, email, uuid, uri, ipv4, ipv6 and those pydantic writes
+// (string_formats.cpp); unknown formats are refused.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,6 +1,8 @@
 // constrain_tool.cpp — sparkd's constraint engine driven from Python, for the mask oracle
-// (tests/integration/test_constrain_oracle.py) and the speed benchmark
-// (tests/bench/constrain_bench.py). Usage: constrain_tool compare|bench TOKENIZER_PATH
+// (tests/integration/test_constrain_oracle.py), the speed benchmark
+// (tests/bench/constrain_bench.py) and random outputs for schema validation
+// (tests/integration/test_pydantic_schemas.py). Usage: constrain_tool compare|bench|sample
+// TOKENIZER_PATH
 //
 // compare: for each schema, a JSON header line {"spec": {...}, "words": W}, then binary
 // records (little-endian int32): 0 = compare, followed by the reference's accepting flag and
@@ -11,10 +13,17 @@
 // bench: one JSON line per schema {"spec": {...}, "sequences": [[ids...], ...]}; prints
 // {"compile_us": x, "mask_us": [...], "error": ...}: the grammar built from scratch (no
 // cache), then every sequence replayed, timing each mask.
+//
+// sample: one JSON line per schema {"spec": {...}, "samples": n, "seed": s, "max_tokens": m};
+// prints {"outputs": [text, ...], "unfinished": k, "max_mask_us": x, "total_us": y, "error": ...}: n random
+// walks over the allowed tokens (uniform), each under a budget of m tokens (fill_mask's
+// finish_within), stopping at an accepting state with probability 1/4 per step or when
+// nothing but the end is left. `unfinished` counts walks that did not end complete.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -140,11 +149,52 @@ int bench(const std::shared_ptr<const TokenTable>& table) {
   return 0;
 }
 
+int sample(const std::shared_ptr<const TokenTable>& table) {
+  std::string line;
+  std::vector<uint64_t> mask;
+  while (std::getline(std::cin, line)) {
+    const J job = J::parse(line);
+    J result = {{"outputs", J::array()}, {"unfinished", 0}, {"max_mask_us", 0.0}};
+    const auto start = Clock::now();
+    try {
+      const auto c = compile_constraint(spec_of(job.at("spec")), table);
+      std::mt19937_64 rng(job.value("seed", 1));
+      const int samples = job.value("samples", 4), max_tokens = job.value("max_tokens", 400);
+      double max_us = 0;
+      for (int i = 0; i < samples; ++i) {
+        auto m = c->new_matcher();
+        std::string text;
+        for (int left = max_tokens; left > 0; --left) {
+          if (m->finished() || (m->accepting() && std::uniform_int_distribution<int>(0, 3)(rng) == 0)) break;
+          const auto t = Clock::now();
+          m->fill_mask(mask, uint32_t(left - 1));
+          max_us = std::max(max_us, std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+          std::vector<int32_t> allowed;
+          for (size_t w = 0; w < mask.size(); ++w)
+            for (uint64_t bits = mask[w]; bits; bits &= bits - 1) allowed.push_back(int32_t(w * 64 + size_t(__builtin_ctzll(bits))));
+          if (allowed.empty()) break;
+          const int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+          if (!m->advance(pick)) break;
+          text += table->bytes(pick);
+        }
+        if (!m->accepting()) result["unfinished"] = result["unfinished"].get<int>() + 1;
+        result["outputs"].push_back(text);
+      }
+      result["max_mask_us"] = max_us;
+      result["total_us"] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    } catch (const std::exception& e) {
+      result["error"] = e.what();
+    }
+    std::cout << result.dump(-1, ' ', false, J::error_handler_t::replace) << std::endl;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: constrain_tool compare|bench TOKENIZER_PATH\n");
+    std::fprintf(stderr, "usage: constrain_tool compare|bench|sample TOKENIZER_PATH\n");
     return 2;
   }
   auto tokenizer = Tokenizer::load(argv[2]);
@@ -152,5 +202,6 @@ int main(int argc, char** argv) {
   auto table = TokenTable::from_tokenizer(*tokenizer);
   std::fprintf(stderr, "token table: %zu tokens in %.1f ms\n", table->vocab_size(),
                std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  return std::string(argv[1]) == "compare" ? compare(table) : bench(table);
+  const std::string mode = argv[1];
+  return mode == "compare" ? compare(table) : mode == "sample" ? sample(table) : bench(table);
 }

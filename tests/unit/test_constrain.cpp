@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -292,4 +293,211 @@ TEST_CASE("format date accepts exactly the calendar's dates") {
         const std::chrono::year_month_day ymd{std::chrono::year{y}, std::chrono::month{unsigned(m)}, std::chrono::day{unsigned(d)}};
         CHECK(accepts(g, table, text) == (y > 0 && ymd.ok()));
       }
+}
+
+namespace {
+
+// A JSON string's contents (as written between the quotes) decoded: its characters as
+// JSON Schema counts them (code points), by nlohmann's parser, not the engine's automaton.
+size_t json_chars(const std::string& body) {
+  const std::string s = nlohmann::json::parse("\"" + body + "\"").get<std::string>();
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+std::string json_escape(const std::string& s) { return nlohmann::json(s).dump().substr(1); }  // with the closing quote
+
+}  // namespace
+
+TEST_CASE("a pattern under minLength / maxLength: exactly the prefixes of valid strings, token by token") {
+  // The oracle: every string over a small alphabet (escapes and a 2-byte character among
+  // it) up to maxLength, kept when std::regex matches it and its length in code points lies
+  // in the bounds; a byte is allowed exactly when the text stays a prefix of one of them.
+  const std::vector<std::string> alphabet = {"a", "b", "-", "\n", "\xC3\xA9"};
+  auto table = byte_table();
+  const std::string allowed_bytes = std::string("ab-\\n\"") + "\xC3\xA9";
+  std::mt19937 rng(5);
+  struct Case {
+    std::string pattern, std_regex;
+    bool anchored;
+    uint32_t min, max;
+  };
+  for (const Case& c : std::vector<Case>{{"^a(b|\xC3\xA9|\\n)*-?$", "a(b|\xC3\xA9|\n)*-?", true, 2, 4},
+                                        {"^a(b|\xC3\xA9|\\n)*-?$", "a(b|\xC3\xA9|\n)*-?", true, 0, 3},
+                                        {"^a(b|\xC3\xA9|\\n)*-?$", "a(b|\xC3\xA9|\n)*-?", true, 5, 5},
+                                        {"^[ab]+(-[ab]+)*$", "[ab]+(-[ab]+)*", true, 3, 6},
+                                        {"b-", "b-", false, 3, 5},
+                                        // After 'a' at most two characters remain: below minLength, so 'a' is refused.
+                                        {"^(a-?|b+)$", "(a-?|b+)", true, 3, 5}}) {
+    CAPTURE(c.pattern);
+    CAPTURE(c.min);
+    CAPTURE(c.max);
+    const nlohmann::json schema = {{"type", "string"}, {"pattern", c.pattern}, {"minLength", c.min}, {"maxLength", c.max}};
+    auto g = schema_grammar(schema.dump());
+    REQUIRE(g->counted.size() == 1);
+    const std::regex re(c.std_regex);
+    std::set<std::string> valid, prefixes;
+    std::vector<std::string> level = {""};
+    for (uint32_t len = 0; len <= c.max; ++len) {
+      std::vector<std::string> next;
+      for (const auto& s : level) {
+        const bool match = c.anchored ? std::regex_match(s, re) : std::regex_search(s, re);
+        if (len >= c.min && match) {
+          const std::string text = "\"" + json_escape(s);
+          valid.insert(text);
+          for (size_t i = 0; i <= text.size(); ++i) prefixes.insert(text.substr(0, i));
+        }
+        for (const auto& ch : alphabet) next.push_back(s + ch);
+      }
+      level.swap(next);
+    }
+    REQUIRE(!valid.empty());
+    std::vector<uint64_t> mask;
+    for (int walk = 0; walk < 60; ++walk) {
+      Matcher m(g, table);
+      std::string text;
+      for (;;) {
+        CAPTURE(text);
+        m.fill_mask(mask);
+        CHECK(m.accepting() == (valid.count(text) > 0));
+        std::vector<int32_t> live;
+        for (int b = 0; b < 256; ++b) {
+          const bool ours = (mask[size_t(b) / 64] >> (b % 64)) & 1;
+          if (allowed_bytes.find(char(b)) == std::string::npos) {
+            if (c.anchored) CHECK_MESSAGE(!ours, "byte ", b);  // outside the alphabet: the pattern refuses it
+            continue;
+          }
+          // Unanchored, characters outside the alphabet may come too: there 'n' is checked only
+          // as an escape's, and after '\\' only 'n' (other escapes may follow).
+          const bool after_backslash = !text.empty() && text.back() == '\\';
+          if (!c.anchored && (after_backslash ? b != 'n' : b == 'n')) continue;
+          const bool theirs = prefixes.count(text + char(b)) > 0;
+          CHECK_MESSAGE(ours == theirs, "byte ", b);
+          if (theirs) live.push_back(b);
+        }
+        if (live.empty()) break;
+        const int32_t pick = live[std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng)];
+        REQUIRE(m.advance(pick));
+        text += char(pick);
+      }
+      CHECK(valid.count(text) > 0);
+    }
+  }
+}
+
+TEST_CASE("a format under minLength / maxLength: the format's strings of those lengths, escapes counted once") {
+  auto table = byte_table();
+  // Pydantic's HttpUrl, scaled down: every string the uri format takes, with 1..20 characters.
+  auto url = schema_grammar(R"({"type":"string","format":"uri","minLength":1,"maxLength":20})");
+  auto free_url = schema_grammar(R"({"type":"string","format":"uri"})");
+  CHECK(accepts(url, table, R"("http://a.example/b")"));
+  CHECK(accepts(url, table, R"("http://a.example/bcd")"));    // 20
+  CHECK(!accepts(url, table, R"("http://a.example/bcde")"));  // 21
+  CHECK(!accepts(url, table, R"("")"));
+  CHECK(!accepts(url, table, R"("not a url")"));
+  // Against the unbounded format and an independent count, on random strings of the format.
+  std::mt19937 rng(3);
+  std::vector<uint64_t> mask;
+  int seen_long = 0, seen_ok = 0;
+  for (int walk = 0; walk < 300; ++walk) {
+    Matcher free_m(free_url, table);
+    std::string text;
+    for (int step = 0; step < 40; ++step) {
+      free_m.fill_mask(mask);
+      std::vector<int32_t> allowed;
+      for (int b = 0; b < 256; ++b)
+        if ((mask[size_t(b) / 64] >> (b % 64)) & 1) allowed.push_back(b);
+      if (allowed.empty() || (free_m.accepting() && rng() % 8 == 0)) break;
+      const int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+      REQUIRE(free_m.advance(pick));
+      text += char(pick);
+    }
+    if (!free_m.accepting()) continue;
+    const size_t chars = json_chars(text.substr(1, text.size() - 2));
+    CAPTURE(text);
+    CHECK(accepts(url, table, text) == (chars >= 1 && chars <= 20));
+    (chars > 20 ? seen_long : seen_ok)++;
+  }
+  CHECK(seen_long > 10);
+  CHECK(seen_ok > 10);
+  // Escapes count one character each, under a pattern that writes them.
+  auto escaped = schema_grammar(R"({"type":"string","pattern":"^(a|\\n|\")*$","minLength":2,"maxLength":3})");
+  CHECK(accepts(escaped, table, R"("\n\n\n")"));
+  CHECK(accepts(escaped, table, R"("a\"")"));
+  CHECK(!accepts(escaped, table, R"("\n\n\n\n")"));
+  CHECK(!accepts(escaped, table, R"("\n")"));
+  CHECK(!accepts(escaped, table, R"("aaaa")"));
+  // An email format with lengths, as pydantic and zod write e-mails with limits.
+  auto email = schema_grammar(R"({"type":"string","format":"email","maxLength":11})");
+  CHECK(accepts(email, table, R"("ab@cd.ef.gh")"));
+  CHECK(!accepts(email, table, R"("abc@cd.ef.gh")"));
+  CHECK(!accepts(email, table, R"("abcdefgh.ij")"));
+}
+
+TEST_CASE("fixed-length formats inside the bounds compile as before; bounds no string meets are refused by name") {
+  auto table = byte_table();
+  auto uuid = schema_grammar(R"({"type":"string","format":"uuid","minLength":36,"maxLength":40})");
+  CHECK(uuid->counted.empty());  // every uuid has 36 characters: nothing to count
+  CHECK(accepts(uuid, table, R"("123e4567-e89b-12d3-a456-426614174000")"));
+  auto refused = [](const std::string& schema) {
+    try {
+      schema_grammar(schema);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string short_uuid = refused(R"({"type":"object","properties":{"id":{"type":"string","format":"uuid","maxLength":10}}})");
+  CHECK(short_uuid.find("'id'") != std::string::npos);
+  CHECK(short_uuid.find("maxLength") != std::string::npos);
+  CHECK(short_uuid.find("36") != std::string::npos);
+  CHECK(refused(R"({"type":"string","format":"date","minLength":11})").find("minLength") != std::string::npos);
+  CHECK(refused(R"({"type":"string","pattern":"^a{2,3}$","minLength":4})").find("minLength") != std::string::npos);
+  CHECK(refused(R"({"type":"string","format":"uri","minLength":5,"maxLength":4})").find("maxLength") != std::string::npos);
+  // A date under a maxLength of exactly its length compiles and accepts it.
+  CHECK(accepts(schema_grammar(R"({"type":"string","format":"date","maxLength":10})"), table, R"("2024-02-29")"));
+}
+
+TEST_CASE("a counted region keeps a token budget: random walks end complete") {
+  auto table = byte_table({"http", "://", "example", ".com", "/path", "abcdefgh", "\""});
+  // The shortest value takes 28 bytes ({"u":" and 20 characters and "}): budgets from there up.
+  auto g = schema_grammar(R"({"type":"object","properties":{"u":{"type":"string","format":"uri","minLength":20,"maxLength":30}},"required":["u"]})");
+  {  // the fewest bytes to finish, counted by hand: the characters minLength still asks for
+    Matcher m(g, table);
+    REQUIRE(m.advance_bytes(R"({"u":")"));
+    CHECK(m.min_bytes_to_finish() == 22);  // 20 characters, "}
+    REQUIRE(m.advance_bytes("ab:"));
+    CHECK(m.min_bytes_to_finish() == 19);
+    REQUIRE(m.advance_bytes("//x.example/0123456"));
+    CHECK(m.min_bytes_to_finish() == 2);
+    auto p = schema_grammar(R"({"type":"string","pattern":"^(a|\\n)+$","minLength":3})");
+    Matcher e(p, table);
+    REQUIRE(e.advance_bytes(R"("\n)"));
+    CHECK(e.min_bytes_to_finish() == 3);  // two characters (a byte each at best), "
+  }
+  std::mt19937 rng(7);
+  std::vector<uint64_t> mask;
+  for (int walk = 0; walk < 200; ++walk) {
+    Matcher m(g, table);
+    std::string text;
+    const int budget = 29 + walk % 20;
+    for (int left = budget; left > 0 && !m.finished(); --left) {
+      m.fill_mask(mask, uint32_t(left - 1));
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < int32_t(table->vocab_size()); ++t)
+        if ((mask[size_t(t) / 64] >> (t % 64)) & 1) allowed.push_back(t);
+      REQUIRE(!allowed.empty());
+      const int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+      REQUIRE(m.advance(pick));
+      text += table->bytes(pick);
+    }
+    CAPTURE(text);
+    REQUIRE(m.accepting());
+    const std::string u = nlohmann::json::parse(text)["u"].get<std::string>();
+    size_t chars = 0;
+    for (unsigned char ch : u) chars += (ch & 0xC0) != 0x80;
+    CHECK(chars >= 20);
+    CHECK(chars <= 30);
+  }
 }

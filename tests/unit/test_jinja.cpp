@@ -80,6 +80,36 @@ TEST_CASE("jinja errors are InputErrors with the line") {
   }
 }
 
+TEST_CASE("jinja dict views print and fail as Python's do") {
+  const ojson d = {{"d", {{"k", 1}}}};
+  CHECK(render("{{ d.items() }} {{ d.keys() }} {{ d.values() }}", d) ==
+        "dict_items([('k', 1)]) dict_keys(['k']) dict_values([1])");
+  CHECK(render("{{ d.keys() | list }} {{ d.items() | length }} {{ 'k' in d.keys() }} {{ d.keys() is sequence }}", d) ==
+        "['k'] 1 True False");
+  try {
+    render("{{ d.keys().items() }}", d);
+    FAIL("expected a TemplateError");
+  } catch (const TemplateError& e) {
+    CHECK(std::string(e.what()).find("'dict_keys object' has no attribute 'items'") != std::string::npos);
+  }
+  CHECK(render("{{ d.keys().x is defined }}", d) == "False");
+}
+
+TEST_CASE("jinja scoping: a name assigned in a scope is that scope's own from its start") {
+  const ojson a = {{"a", 5}};
+  // Assigned at the top level after a loop reads it: the loop sees the (undefined) local.
+  CHECK(render("{% for i in [1] %}[{{ a }}]{% endfor %}{% set a = 2 %}{{ a }}", a) == "[]2");
+  // Read before assigned in the same loop body: the outer value, as jinja2 resolves it first.
+  CHECK(render("{% for i in [1] %}{{ a }}{% set a = 3 %}{{ a }}{% endfor %}{{ a }}", a) == "535");
+  // Assigned inside an `if` branch: starts from the outer value.
+  CHECK(render("{% for i in [1] %}{% if i > 1 %}{% set a = 3 %}{% endif %}{{ a }}{% endfor %}", a) == "5");
+  // A loop's else has its own scope without the loop variable, and runs when no pass
+  // reached the end of the body.
+  CHECK(render("{% for x in [1, 2] %}{% continue %}{% else %}E{{ x is defined }}{% endfor %}", a) == "EFalse");
+  CHECK(render("{% for x in [1, 2] %}{% if x == 2 %}{% break %}{% endif %}{% else %}E{% endfor %}", a) == "");
+  CHECK(render("{% for x in [] %}{% else %}{% set a = 1 %}{% endfor %}{{ a }}", a) == "5");
+}
+
 TEST_CASE("jinja strftime_now formats the local time") {
   std::time_t now = std::time(nullptr);
   std::tm local{};

@@ -73,6 +73,9 @@ struct Stmt {
   // MACRO / CALL_BLOCK: the body names varargs / kwargs / caller. jinja2 accepts extra
   // positional or keyword arguments (and a caller) only then; otherwise a TypeError.
   bool uses_varargs = false, uses_kwargs = false, uses_caller = false;
+  // Names undefined when the scope this statement opens starts (its body; else_fresh: a
+  // loop's else), whatever outer variables say: jinja2's scoping (scoping.cpp).
+  std::vector<std::string> fresh, else_fresh;
 
   Stmt(StmtKind k, int l) : kind(k), line(l) {}
 };

@@ -33,7 +33,8 @@ bool t_sequence(Evaluator&, const Value& v, CallArgs&) {
   return v.is_string() || v.is_sequence() || v.is_dict() || v.is_undefined();
 }
 bool t_iterable(Evaluator&, const Value& v, CallArgs&) {
-  return v.is_string() || v.is_sequence() || v.is_dict() || v.is_iterator() || v.is_undefined();
+  return v.is_string() || v.is_sequence() || v.view() != DictView::NONE || v.is_dict() || v.is_iterator() ||
+         v.is_undefined();
 }
 bool t_callable(Evaluator&, const Value& v, CallArgs&) {
   if (v.is_namespace()) return v.as_dict().find(std::string("__call__")) != nullptr;

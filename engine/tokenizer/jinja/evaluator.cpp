@@ -41,6 +41,13 @@ const Value* Scope::find(const std::string& name) const {
   return nullptr;
 }
 
+ScopePtr Scope::inside(const ScopePtr& parent, const std::vector<std::string>& fresh) {
+  auto scope = std::make_shared<Scope>();
+  scope->parent = parent;
+  for (const std::string& name : fresh) scope->vars[name] = make_undefined_name(name);
+  return scope;
+}
+
 void Evaluator::charge_step() {
   if (++steps_ > limits_.max_steps)
     throw TemplateError("template exceeded its work budget (" + std::to_string(limits_.max_steps) +
@@ -67,7 +74,7 @@ void Evaluator::append(std::string& out, const std::string& text) {
   out += text;
 }
 
-std::string Evaluator::render(const Body& body, const Value& globals) {
+std::string Evaluator::render(const Body& body, const Value& globals, const std::vector<std::string>& fresh) {
   NamespaceArena arena;
   root_ = std::make_shared<Scope>();
   Dict builtins;
@@ -76,8 +83,7 @@ std::string Evaluator::render(const Body& body, const Value& globals) {
   if (globals.is_dict())
     for (const auto& [k, v] : globals.as_dict().entries)
       if (k.is_string()) root_->vars[k.as_string()] = v;
-  auto top = std::make_shared<Scope>();
-  top->parent = root_;
+  ScopePtr top = Scope::inside(root_, fresh);
   std::string out;
   const size_t unjoinable = unjoinable_;
   exec_body(body, top, out);
@@ -108,8 +114,7 @@ Evaluator::Flow Evaluator::exec(const Stmt& s, const ScopePtr& scope, std::strin
       case StmtKind::SET: exec_set(s, scope, eval(*s.expr, scope)); return Flow::NORMAL;
       case StmtKind::SET_BLOCK: {
         // Like jinja2's inner frame: names set (and macros defined) inside stay inside.
-        auto inner = std::make_shared<Scope>();
-        inner->parent = scope;
+        ScopePtr inner = Scope::inside(scope, s.fresh);
         std::string text;
         const size_t unjoinable = unjoinable_;
         exec_body(s.body, inner, text);
@@ -128,8 +133,7 @@ Evaluator::Flow Evaluator::exec(const Stmt& s, const ScopePtr& scope, std::strin
         return Flow::NORMAL;
       }
       case StmtKind::FILTER_BLOCK: {
-        auto inner = std::make_shared<Scope>();
-        inner->parent = scope;
+        ScopePtr inner = Scope::inside(scope, s.fresh);
         std::string text;
         const size_t unjoinable = unjoinable_;
         exec_body(s.body, inner, text);
@@ -148,13 +152,14 @@ Evaluator::Flow Evaluator::exec(const Stmt& s, const ScopePtr& scope, std::strin
       case StmtKind::BREAK: return Flow::BREAK;
       case StmtKind::CONTINUE: return Flow::CONTINUE;
       case StmtKind::WITH: {
-        auto inner = std::make_shared<Scope>();
-        inner->parent = scope;
+        ScopePtr inner = Scope::inside(scope, s.fresh);
         for (const auto& [target, value] : s.assignments) assign(*target, inner, eval(*value, scope));
         exec_body(s.body, inner, out);
         return Flow::NORMAL;
       }
-      case StmtKind::SCOPE: return exec_body(s.body, scope, out);
+      // jinja2 renders a block, and the call block transformers makes of `generation`, in a
+      // scope of its own: names set inside stay inside.
+      case StmtKind::SCOPE: return exec_body(s.body, Scope::inside(scope, s.fresh), out);
     }
   } catch (const TemplateError& e) {
     rethrow_located(e, s.line);
@@ -204,16 +209,18 @@ void Evaluator::exec_for(const Stmt& s, const ScopePtr& scope, std::string& out,
     }
     items = std::move(kept);
   }
-  if (items.empty()) {
-    exec_body(s.else_body, scope, out);
-    return;
-  }
+  // jinja2 runs the else branch unless an iteration reached the end of the body: a loop whose
+  // every pass ended in break or continue runs it too. It has its own scope, without the
+  // loop variables.
+  bool completed = false;
+  auto run_else = [&] {
+    if (!completed && !s.else_body.empty()) exec_body(s.else_body, Scope::inside(scope, s.else_fresh), out);
+  };
   auto changed_last = std::make_shared<std::optional<Value>>();
   const int64_t n = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < n; ++i) {
     charge_step();
-    auto iter_scope = std::make_shared<Scope>();
-    iter_scope->parent = scope;
+    ScopePtr iter_scope = Scope::inside(scope, s.fresh);
     assign(*s.target, iter_scope, items[static_cast<size_t>(i)]);
     auto loop = std::make_shared<Dict>();
     loop->set("index", Value::integer(i + 1));
@@ -264,7 +271,9 @@ void Evaluator::exec_for(const Stmt& s, const ScopePtr& scope, std::string& out,
     iter_scope->vars["loop"] = Value::object(loop);
     Flow f = exec_body(s.body, iter_scope, out);
     if (f == Flow::BREAK) break;
+    if (f == Flow::NORMAL) completed = true;
   }
+  run_else();
 }
 
 Value Evaluator::make_macro(const Stmt& s, const ScopePtr& scope, const std::string& name) {
@@ -277,8 +286,7 @@ Value Evaluator::make_macro(const Stmt& s, const ScopePtr& scope, const std::str
     if (self->macro_depth_ + 1 > self->limits_.max_macro_depth)
       throw TemplateError("macro '" + name + "' nested too deeply (more than " +
                           std::to_string(self->limits_.max_macro_depth) + " calls): recursion that does not end?");
-    auto call_scope = std::make_shared<Scope>();
-    call_scope->parent = parent;
+    ScopePtr call_scope = Scope::inside(parent, node->fresh);
     const auto& params = node->params;
     std::vector<bool> bound(params.size(), false);
     ValueList extra;

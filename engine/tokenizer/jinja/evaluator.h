@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/tokenizer/jinja/ast.h"
 #include "engine/tokenizer/jinja/error.h"
@@ -20,6 +21,8 @@ struct Scope {
   std::shared_ptr<Scope> parent;
 
   const Value* find(const std::string& name) const;
+  // A new scope inside `parent` in which `fresh` are undefined (jinja2's scope-local names).
+  static std::shared_ptr<Scope> inside(const std::shared_ptr<Scope>& parent, const std::vector<std::string>& fresh);
 };
 using ScopePtr = std::shared_ptr<Scope>;
 
@@ -27,8 +30,9 @@ class Evaluator {
  public:
   explicit Evaluator(const Limits& limits) : limits_(limits) {}
 
-  // Renders `body` with `globals` (a dict of variables) visible.
-  std::string render(const Body& body, const Value& globals);
+  // Renders `body` with `globals` (a dict of variables) visible, except `fresh`: names the
+  // template assigns at its top level before reading them, undefined until then.
+  std::string render(const Body& body, const Value& globals, const std::vector<std::string>& fresh = {});
 
   Value eval(const Expr& e, const ScopePtr& scope);
   Value call(const Value& callee, CallArgs& args);

@@ -513,7 +513,12 @@ Value f_reverse(Evaluator&, const Value& v, CallArgs&) {
   ValueList items = iterate(v);
   std::reverse(items.begin(), items.end());
   if (v.is_iterator()) return Value::list(std::move(items));
-  return Value::iterator(std::move(items), v.is_dict() ? "dict_reversekeyiterator" : "list_reverseiterator");
+  const char* type = "list_reverseiterator";
+  if (v.is_dict() || v.view() == DictView::KEYS) type = "dict_reversekeyiterator";
+  else if (v.view() == DictView::VALUES) type = "dict_reversevalueiterator";
+  else if (v.view() == DictView::ITEMS) type = "dict_reverseitemiterator";
+  else if (v.is_tuple()) type = "reversed";
+  return Value::iterator(std::move(items), type);
 }
 
 Value f_batch_now(Evaluator&, const Value& v, CallArgs& a) {

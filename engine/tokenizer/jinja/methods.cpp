@@ -189,12 +189,12 @@ Value dict_method(const Value& self, const std::string& name, CallArgs& a) {
   if (name == "items") {
     ValueList out;
     for (const auto& [k, v] : d.entries) out.push_back(Value::tuple({k, v}));
-    return Value::list(std::move(out));
+    return Value::dict_view(std::move(out), DictView::ITEMS);
   }
   if (name == "keys" || name == "values") {
     ValueList out;
     for (const auto& [k, v] : d.entries) out.push_back(name == "keys" ? k : v);
-    return Value::list(std::move(out));
+    return Value::dict_view(std::move(out), name == "keys" ? DictView::KEYS : DictView::VALUES);
   }
   if (name == "get") {
     const Value* v = d.find(r.require(0, "key"));
@@ -250,6 +250,7 @@ std::optional<Value> find_method(Evaluator& ev, const Value& obj, const std::str
     case Kind::LIST:
     case Kind::TUPLE:
       if (dunder) return unsafe_attr(obj, name);
+      if (obj.view() != DictView::NONE) return std::nullopt;  // views have no list methods
       if (is_one_of(name, {"index", "count"}) || (obj.is_list() && name == "copy"))
         return Value::function(
             name, [obj, name](CallArgs& a) { return seq_method(obj, name, a); }, "builtin_function_or_method", type_name(obj));

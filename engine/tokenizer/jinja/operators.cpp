@@ -131,7 +131,7 @@ Value binary_op(Evaluator& ev, BinaryOp op, const Value& a, const Value& b) {
         ev.check_size(a.as_string().size() + b.as_string().size(), "concatenated string");
         return Value::string(a.as_string() + b.as_string());
       }
-      if (a.kind() == b.kind() && a.is_sequence()) {
+      if (a.kind() == b.kind() && a.is_sequence() && b.is_sequence()) {
         ev.check_size((a.items().size() + b.items().size()) * 16, "concatenated list");
         ValueList items = a.items();
         items.insert(items.end(), b.items().begin(), b.items().end());
@@ -221,7 +221,7 @@ bool contains(const Value& container, const Value& item) {
       return false;
     case Kind::DICT:
       // Python's `in` hashes the key: lists and dicts (and tuples of them) raise.
-      if (item.is_list() || item.is_dict() || item.is_tuple()) hash_key(item);
+      if (item.kind() == Kind::LIST || item.is_dict() || item.is_tuple()) hash_key(item);
       if (item.is_undefined() || item.is_callable() || item.is_iterator() || item.is_namespace()) return false;
       return container.as_dict().find(item) != nullptr;
     case Kind::UNDEFINED: return false;

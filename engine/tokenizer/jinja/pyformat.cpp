@@ -203,6 +203,8 @@ struct JsonWriter {
       case Kind::STRING: json_string(out, v.as_string(), o.ensure_ascii); return;
       case Kind::LIST:
       case Kind::TUPLE: {
+        if (v.view() != DictView::NONE)
+          throw TemplateError(std::string("Object of type ") + type_name(v) + " is not JSON serializable");
         const ValueList& items = v.items();
         if (items.empty()) { out += "[]"; return; }
         out += '[';

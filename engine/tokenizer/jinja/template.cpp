@@ -4,16 +4,19 @@
 #include "engine/tokenizer/jinja/evaluator.h"
 #include "engine/tokenizer/jinja/lexer.h"
 #include "engine/tokenizer/jinja/parser.h"
+#include "engine/tokenizer/jinja/scoping.h"
 
 namespace spark::jinja {
 
 Template::Template(const std::string& source, Limits limits) : limits_(limits) {
-  body_ = std::make_shared<const Body>(parse_template(tokenize(source), limits_));
+  auto body = std::make_shared<Body>(parse_template(tokenize(source), limits_));
+  root_fresh_ = analyze_scopes(*body);
+  body_ = std::move(body);
 }
 
 std::string Template::render(const Value& variables) const {
   Evaluator ev(limits_);
-  return ev.render(*body_, variables);
+  return ev.render(*body_, variables, root_fresh_);
 }
 
 std::string Template::render(const nlohmann::ordered_json& variables) const {

@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/tokenizer/jinja/ast.h"
 #include "engine/tokenizer/jinja/error.h"
@@ -22,6 +23,7 @@ class Template {
 
  private:
   std::shared_ptr<const Body> body_;
+  std::vector<std::string> root_fresh_;  // names undefined when rendering starts (scoping.h)
   Limits limits_;
 };
 

@@ -86,6 +86,12 @@ Value Value::tuple(ValueList items) {
   return v;
 }
 
+Value Value::dict_view(ValueList items, DictView which) {
+  Value v = list(std::move(items));
+  v.view_ = which;
+  return v;
+}
+
 Value Value::dict() { return dict(std::make_shared<Dict>()); }
 
 Value Value::dict(std::shared_ptr<Dict> d) {
@@ -267,7 +273,14 @@ const char* type_name(const Value& v) {
     case Kind::INT: return "int";
     case Kind::FLOAT: return "float";
     case Kind::STRING: return "str";
-    case Kind::LIST: return "list";
+    case Kind::LIST:
+      switch (v.view()) {
+        case DictView::KEYS: return "dict_keys";
+        case DictView::VALUES: return "dict_values";
+        case DictView::ITEMS: return "dict_items";
+        case DictView::NONE: break;
+      }
+      return "list";
     case Kind::TUPLE: return "tuple";
     case Kind::DICT: return "dict";
     case Kind::ITERATOR: return v.iter().type_name.c_str();
@@ -304,6 +317,7 @@ static void repr_into(std::string& out, const Value& v, int depth) {
     case Kind::LIST:
     case Kind::TUPLE: {
       bool tuple = v.is_tuple();
+      if (v.view() != DictView::NONE) out += std::string(type_name(v)) + "(";
       out += tuple ? '(' : '[';
       const ValueList& items = v.items();
       for (size_t i = 0; i < items.size(); ++i) {
@@ -312,6 +326,7 @@ static void repr_into(std::string& out, const Value& v, int depth) {
       }
       if (tuple && items.size() == 1) out += ',';
       out += tuple ? ')' : ']';
+      if (v.view() != DictView::NONE) out += ')';
       return;
     }
     case Kind::DICT: repr_dict_into(out, v.as_dict(), depth); return;
@@ -367,6 +382,19 @@ bool equals(const Value& a, const Value& b) {
     return a.as_int() == b.as_int();
   }
   if (a.kind() != b.kind()) return false;
+  if (a.view() != b.view()) return false;
+  // Python compares keys and items views as sets; a values view equals only itself.
+  if (a.view() == DictView::VALUES) return &a.items() == &b.items();
+  if (a.view() != DictView::NONE) {
+    if (a.items().size() != b.items().size()) return false;
+    for (const Value& x : a.items()) {
+      bool found = false;
+      for (const Value& y : b.items())
+        if ((found = equals(x, y))) break;
+      if (!found) return false;
+    }
+    return true;
+  }
   switch (a.kind()) {
     case Kind::UNDEFINED:
     case Kind::NONE: return true;
@@ -405,7 +433,7 @@ bool less_than(const Value& a, const Value& b) {
     return a.as_int() < b.as_int();
   }
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
-  if (a.kind() == b.kind() && a.is_sequence()) {
+  if (a.kind() == b.kind() && a.is_sequence() && b.is_sequence()) {
     const ValueList &x = a.items(), &y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (!equals(x[i], y[i])) return less_than(x[i], y[i]);

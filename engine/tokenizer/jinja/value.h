@@ -23,6 +23,11 @@ enum class Kind : uint8_t {
 
 struct Dict;
 struct Callable;
+
+// dict.keys() / .values() / .items(): Python's view objects. sparkd keeps them as LIST values
+// with this tag: they iterate, count and test membership as lists do, but are no sequence
+// (no indexing, slicing or list methods), print as dict_keys([...]) and name their own type.
+enum class DictView : uint8_t { NONE, KEYS, VALUES, ITEMS };
 struct IterState;
 
 // Arguments of a call: positional, then keyword in the order written.
@@ -43,6 +48,7 @@ class Value {
   static Value string(std::string s);
   static Value list(ValueList items = {});
   static Value tuple(ValueList items);
+  static Value dict_view(ValueList items, DictView which);  // kind LIST, is_list() false
   static Value dict();
   static Value dict(std::shared_ptr<Dict> d);
   static Value iterator(ValueList items, std::string type_name = "generator");
@@ -65,9 +71,10 @@ class Value {
   bool is_float() const { return kind_ == Kind::FLOAT; }
   bool is_number() const { return kind_ == Kind::INT || kind_ == Kind::FLOAT || kind_ == Kind::BOOL; }
   bool is_string() const { return kind_ == Kind::STRING; }
-  bool is_list() const { return kind_ == Kind::LIST; }
+  bool is_list() const { return kind_ == Kind::LIST && view_ == DictView::NONE; }
   bool is_tuple() const { return kind_ == Kind::TUPLE; }
-  bool is_sequence() const { return kind_ == Kind::LIST || kind_ == Kind::TUPLE; }
+  bool is_sequence() const { return is_list() || kind_ == Kind::TUPLE; }
+  DictView view() const { return view_; }
   bool is_dict() const { return kind_ == Kind::DICT; }
   bool is_iterator() const { return kind_ == Kind::ITERATOR; }
   bool is_callable() const { return kind_ == Kind::FUNCTION; }
@@ -95,6 +102,7 @@ class Value {
   Kind kind_ = Kind::UNDEFINED;
   bool b_ = false;
   bool unsafe_ = false;
+  DictView view_ = DictView::NONE;
   int depth_ = 0;  // LIST / TUPLE / ITERATOR: 1 + the deepest item
   int64_t i_ = 0;
   double f_ = 0;

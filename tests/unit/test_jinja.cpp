@@ -110,6 +110,17 @@ TEST_CASE("jinja scoping: a name assigned in a scope is that scope's own from it
   CHECK(render("{% for x in [] %}{% else %}{% set a = 1 %}{% endfor %}{{ a }}", a) == "5");
 }
 
+TEST_CASE("jinja folds constant expressions as jinja2's compiler does") {
+  // Folding slices through getitem, which makes an undefined of what run time raises on.
+  CHECK(render("[{{ (none)[0:1] }}][{{ (none)[0:1] | upper }}][{{ (1)[0:1] is defined }}]") == "[][][False]");
+  CHECK(render("{% set v = (none)[0:1] | string %}[{{ v }}]") == "[]");
+  // Not constant (a variable, or an undefined result outside an output): run time's error.
+  CHECK_THROWS_AS(render("{{ (none)[0:1] ~ a }}", ojson{{"a", 1}}), TemplateError);
+  CHECK_THROWS_AS(render("{% if (none)[0:1] %}{% endif %}"), TemplateError);
+  CHECK_THROWS_AS(render("{{ x[0:1] }}", ojson{{"x", nullptr}}), TemplateError);
+  CHECK(render("{{ 'abc'[1:] }}{{ [1, 2, 3][::-1] }}") == "bc[3, 2, 1]");
+}
+
 TEST_CASE("jinja strftime_now formats the local time") {
   std::time_t now = std::time(nullptr);
   std::tm local{};

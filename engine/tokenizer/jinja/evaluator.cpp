@@ -445,7 +445,9 @@ Value Evaluator::eval(const Expr& e, const ScopePtr& scope) {
   DepthGuard guard(*this);
   switch (e.kind) {
     case ExprKind::CONST: return e.constant;
-    case ExprKind::NAME: return lookup(e.name, scope);
+    case ExprKind::NAME:
+      if (folding_) throw NotConstant{};
+      return lookup(e.name, scope);
     case ExprKind::LIST:
     case ExprKind::TUPLE: {
       ValueList items;
@@ -466,6 +468,8 @@ Value Evaluator::eval(const Expr& e, const ScopePtr& scope) {
         std::optional<Value> parts[3];
         for (int i = 0; i < 3; ++i)
           if (e.b->items[static_cast<size_t>(i)]) parts[i] = eval(*e.b->items[static_cast<size_t>(i)], scope);
+        if (folding_) return fold_slice(obj, parts[0] ? &*parts[0] : nullptr, parts[1] ? &*parts[1] : nullptr,
+                                        parts[2] ? &*parts[2] : nullptr);
         if (obj.is_undefined()) raise_undefined(obj, "slicing an undefined value");
         return slice_value(obj, parts[0] ? &*parts[0] : nullptr, parts[1] ? &*parts[1] : nullptr,
                            parts[2] ? &*parts[2] : nullptr);
@@ -474,11 +478,13 @@ Value Evaluator::eval(const Expr& e, const ScopePtr& scope) {
     }
     case ExprKind::SLICE: throw TemplateError("slice outside of a subscript");
     case ExprKind::CALL: {
+      if (folding_) throw NotConstant{};
       Value callee = eval(*e.a, scope);
       CallArgs args = eval_args(e, scope);
       return call(callee, args);
     }
     case ExprKind::FILTER: {
+      if (folding_ && not_foldable_filter(e)) throw NotConstant{};
       Value subject = e.a ? eval(*e.a, scope) : Value();
       CallArgs args = eval_args(e, scope);
       return apply_filter(e.name, subject, args);
@@ -508,6 +514,7 @@ Value Evaluator::eval(const Expr& e, const ScopePtr& scope) {
     }
     case ExprKind::CONDITIONAL:
       if (eval(*e.b, scope).truthy()) return eval(*e.a, scope);
+      if (folding_ && !e.c) throw NotConstant{};  // jinja2 leaves the undefined to run time
       return e.c ? eval(*e.c, scope)
                  : Value::undefined("the inline if-expression on line " + std::to_string(e.line) +
                                     " evaluated to false and no else section was defined.");

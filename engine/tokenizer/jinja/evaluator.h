@@ -41,6 +41,10 @@ class Evaluator {
   Value getattr(const Value& obj, const std::string& name);  // obj.name
   Value getitem(const Value& obj, const Value& key);         // obj[key]
 
+  // The value of an expression built only from literals, as jinja2 folds it while compiling
+  // (folding.cpp); nullopt when it names a variable, calls, or fails.
+  std::optional<Value> try_fold(const Expr& e);
+
   // Budgets: every loop iteration, call and output charges a step; strings and lists
   // built while rendering are size-checked before they are allocated.
   void charge_step();
@@ -49,6 +53,9 @@ class Evaluator {
 
  private:
   enum class Flow { NORMAL, BREAK, CONTINUE };
+  struct NotConstant {};  // thrown while folding at what only run time can evaluate
+  bool not_foldable_filter(const Expr& e) const;
+  Value fold_slice(const Value& obj, const Value* start, const Value* stop, const Value* step);
   Flow exec_body(const Body& body, const ScopePtr& scope, std::string& out);
   Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out);
   void exec_for(const Stmt& s, const ScopePtr& scope, std::string& out, const Value& iterable, int depth);
@@ -71,6 +78,7 @@ class Evaluator {
   size_t steps_ = 0;
   size_t output_bytes_ = 0;
   size_t unjoinable_ = 0;
+  bool folding_ = false;
   std::string unjoinable_type_;
   ScopePtr root_;
 
@@ -94,6 +102,9 @@ TestFn find_test(const std::string& name);
 // immutable sandbox forbids; nullopt when the type has no such method.
 std::optional<Value> find_method(Evaluator& ev, const Value& obj, const std::string& name);
 void add_globals(Dict& globals);
+
+// Folds the constant expressions of a parsed template as jinja2's compiler does (folding.cpp).
+void fold_constants(Body& body, const Limits& limits);
 
 // Refuses a str.replace whose result would pass the string size limit, before building it.
 void check_replace_size(Evaluator& ev, const std::string& s, const std::string& old_text,

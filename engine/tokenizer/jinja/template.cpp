@@ -11,6 +11,7 @@ namespace spark::jinja {
 Template::Template(const std::string& source, Limits limits) : limits_(limits) {
   auto body = std::make_shared<Body>(parse_template(tokenize(source), limits_));
   root_fresh_ = analyze_scopes(*body);
+  fold_constants(*body, limits_);
   body_ = std::move(body);
 }
 

@@ -60,6 +60,9 @@ struct StringBounds {
 struct Counted {
   uint32_t rule = 0;
   StringBounds bounds;
+  // The most characters any state inside the region can still need to finish it: farther
+  // than that (and a token) from maxLength, and past minLength, the count changes no mask.
+  uint32_t max_need = 0;
 };
 inline constexpr uint32_t kUnboundedChars = 0xFFFFFFFFu;
 

@@ -423,6 +423,20 @@ int32_t Matcher::forced_token() {
   return open_tokens < ids.size() ? ids[0] : -1;
 }
 
+// A counted region's frame past minLength and farther from maxLength than a token, forced
+// text and the most the region can still need: no check can fail within one mask, so every count there
+// has the same mask (the state stays the same for the mask cache, as a plain format's does).
+uint32_t Matcher::key_sub(const Node& n) const {
+  const Elem& e = grammar_->elems[n.pos];
+  if (e.kind != ElemKind::COUNTED || !(n.sub & kRegionFrame)) return n.sub;
+  const Counted& c = grammar_->counted[e.index];
+  const uint64_t chars = region_chars(n.sub);
+  constexpr uint64_t kForcedLookahead = 512;  // forced_token looks up to 256 bytes ahead, and one more
+  if (chars >= c.bounds.min && chars + tokens_->max_token_bytes() + kForcedLookahead + c.max_need <= c.bounds.max)
+    return n.sub | ~31u;
+  return n.sub;
+}
+
 void Matcher::fill_mask(std::vector<uint64_t>& mask, uint32_t finish_within) {
   const size_t words = (tokens_->vocab_size() + 63) / 64;
   if (mask.size() < words) mask.resize(words);
@@ -439,7 +453,7 @@ void Matcher::fill_mask(std::vector<uint64_t>& mask, uint32_t finish_within) {
   }
   // The live nodes and the leaves are the whole state: equal keys, equal masks.
   key_.clear();
-  for (size_t id = 1; id < nodes_.size(); ++id) key_.insert(key_.end(), {nodes_[id].pos, nodes_[id].sub, nodes_[id].parent});
+  for (size_t id = 1; id < nodes_.size(); ++id) key_.insert(key_.end(), {nodes_[id].pos, key_sub(nodes_[id]), nodes_[id].parent});
   key_.insert(key_.end(), leaves_.begin(), leaves_.end());
   for (const CachedMask& c : cache_)
     if (c.key == key_) {

@@ -79,6 +79,7 @@ class Matcher {
   // bounds.
   void region_step(uint32_t leaf, uint8_t b, std::vector<uint32_t>& out);
   uint32_t region_rest(uint32_t node);
+  uint32_t key_sub(const Node& n) const;  // a node's sub as the mask cache compares it
 
   uint32_t intern(uint32_t pos, uint32_t sub, uint32_t parent);
   uint32_t frame_after(uint32_t pos, uint32_t parent);

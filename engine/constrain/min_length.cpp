@@ -213,6 +213,23 @@ void region_chars(Grammar& g) {
       }
     }
   }
+  // The most a stack inside can need: a call's rule at its most, then the caller's rest.
+  // A rule on the path (a repetition's tail call) adds nothing new.
+  std::vector<uint32_t> need(g.rules.size(), 0);
+  std::vector<uint8_t> state(g.rules.size(), 0);
+  std::function<uint32_t(uint32_t)> max_need = [&](uint32_t r) -> uint32_t {
+    if (state[r]) return need[r];
+    state[r] = 1;
+    uint32_t best = 0;
+    for (uint32_t start : g.rules[r])
+      for (uint32_t pos = start; g.elems[pos].kind != ElemKind::END; ++pos) {
+        const Elem& e = g.elems[pos];
+        best = std::max(best, e.kind == ElemKind::RULE ? add_lengths(max_need(e.index), g.min_chars[pos + 1]) : g.min_chars[pos]);
+      }
+    state[r] = 2;
+    return need[r] = best;
+  };
+  for (Counted& c : g.counted) c.max_need = max_need(c.rule);
 }
 
 }  // namespace spark::constrain

@@ -501,3 +501,35 @@ TEST_CASE("a counted region keeps a token budget: random walks end complete") {
     CHECK(chars <= 30);
   }
 }
+
+TEST_CASE("a counted region far from its bounds reuses cached masks, and only there") {
+  // Cached masks (the state with its count set aside while far from maxLength) against masks
+  // computed afresh (a budget that binds nothing skips the cache), up to the limit.
+  auto table = byte_table({"abcdefgh", "path/", "://", "ab", "%41", "x.y"});
+  auto g = schema_grammar(R"({"type":"string","format":"uri","minLength":1,"maxLength":700})");
+  std::mt19937 rng(13);
+  std::vector<uint64_t> cached, fresh;
+  int steps_near_limit = 0;
+  for (int walk = 0; walk < 3; ++walk) {
+    Matcher m(g, table);
+    std::string text = "\"";
+    REQUIRE(m.advance_bytes(text));
+    for (int step = 0; step < 400; ++step) {
+      CAPTURE(text.size());
+      m.fill_mask(cached);
+      m.fill_mask(fresh, m.min_bytes_to_finish() + 4000);
+      REQUIRE(cached == fresh);
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < int32_t(table->vocab_size()); ++t)
+        if (((cached[size_t(t) / 64] >> (t % 64)) & 1) && table->bytes(t) != "\"") allowed.push_back(t);
+      if (allowed.empty()) break;
+      // Mostly the long tokens, to get near the limit.
+      int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+      if (rng() % 2 && std::find(allowed.begin(), allowed.end(), 256) != allowed.end()) pick = 256;
+      REQUIRE(m.advance(pick));
+      text += table->bytes(pick);
+      steps_near_limit += text.size() > 650;
+    }
+  }
+  CHECK(steps_near_limit > 10);
+}

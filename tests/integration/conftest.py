@@ -231,3 +231,20 @@ def wait_engine_idle(url, timeout=20):
 def health_ok(url, timeout=5):
     r = requests.get(url + "/health", timeout=timeout)
     return r.status_code == 200
+
+
+def assemble_chat_stream(chunks):
+    """A chat completions stream (openai SDK chunks) put together as a client does: the
+    reasoning, the content, the tool calls as (name, arguments text) and the finish reason."""
+    reasoning, content, calls, finish = "", "", {}, None
+    for chunk in chunks:
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        reasoning += (d.model_extra or {}).get("reasoning_content") or ""
+        content += d.content or ""
+        for t in d.tool_calls or []:
+            name, args = calls.get(t.index, ("", ""))
+            calls[t.index] = (name + (t.function.name or ""), args + (t.function.arguments or ""))
+        finish = chunk.choices[0].finish_reason or finish
+    return reasoning, content, [calls[i] for i in sorted(calls)], finish

@@ -15,7 +15,7 @@ import shutil
 import openai
 import pytest
 
-from conftest import REPO, Server
+from conftest import REPO, Server, assemble_chat_stream
 
 MODEL = REPO / "tests" / "golden" / "models" / "gpt_oss"
 MARKERS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"]
@@ -75,18 +75,7 @@ def ask(server, answer, stream, **kw):
         m = r.choices[0].message
         calls = [(t.function.name, t.function.arguments) for t in (m.tool_calls or [])]
         return (m.model_extra or {}).get("reasoning_content") or "", m.content or "", calls, r.choices[0].finish_reason
-    reasoning, content, calls, finish = "", "", {}, None
-    for chunk in c.chat.completions.create(stream=True, **args):
-        if not chunk.choices:
-            continue
-        d = chunk.choices[0].delta
-        reasoning += (d.model_extra or {}).get("reasoning_content") or ""
-        content += d.content or ""
-        for t in d.tool_calls or []:
-            name, args_ = calls.get(t.index, ("", ""))
-            calls[t.index] = (name + (t.function.name or ""), args_ + (t.function.arguments or ""))
-        finish = chunk.choices[0].finish_reason or finish
-    return reasoning, content, [calls[i] for i in sorted(calls)], finish
+    return assemble_chat_stream(c.chat.completions.create(stream=True, **args))
 
 
 ANSWER = "<|channel|>analysis<|message|>User asks weather.<|end|><|start|>assistant<|channel|>final<|message|>Sunny in Paris.<|return|>"

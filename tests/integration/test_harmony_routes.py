@@ -19,7 +19,7 @@ import pytest
 import requests
 from tokenizers import Tokenizer
 
-from conftest import FIXTURES, REPO, SPARKD_TEST_HOOKS, Server
+from conftest import FIXTURES, REPO, SPARKD_TEST_HOOKS, Server, assemble_chat_stream
 
 GPTOSS = FIXTURES / "tokenizers" / "gptoss"
 TINY = REPO / "tests" / "golden" / "models" / "gpt_oss"
@@ -75,17 +75,8 @@ def chat(server, stream):
         m = c.chat.completions.create(**args).choices[0].message
         calls = [(t.function.name, json.loads(t.function.arguments)) for t in m.tool_calls or []]
         return (m.model_extra or {}).get("reasoning_content") or "", m.content or "", calls
-    reasoning, content, calls = "", "", {}
-    for chunk in c.chat.completions.create(stream=True, **args):
-        if not chunk.choices:
-            continue
-        d = chunk.choices[0].delta
-        reasoning += (d.model_extra or {}).get("reasoning_content") or ""
-        content += d.content or ""
-        for t in d.tool_calls or []:
-            name, a = calls.get(t.index, ("", ""))
-            calls[t.index] = (name + (t.function.name or ""), a + (t.function.arguments or ""))
-    return reasoning, content, [(n, json.loads(a)) for n, a in (calls[i] for i in sorted(calls))]
+    reasoning, content, calls, _ = assemble_chat_stream(c.chat.completions.create(stream=True, **args))
+    return reasoning, content, [(n, json.loads(a)) for n, a in calls]
 
 
 def responses(server, stream):

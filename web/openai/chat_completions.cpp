@@ -9,6 +9,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "web/connection.h"
 #include "web/openai/completions.h"
+#include "web/openai/openai_framer.h"
 #include "web/respond.h"
 #include "web/sse.h"
 #include "web/turn.h"
@@ -18,9 +19,9 @@ namespace {
 
 using J = nlohmann::ordered_json;
 
-class ChatCompletionsFramer : public TurnFramer {
+class ChatCompletionsFramer : public OpenAiFramer {
  public:
-  explicit ChatCompletionsFramer(ResponseHead head) : head_(std::move(head)) {}
+  explicit ChatCompletionsFramer(ResponseHead head) : OpenAiFramer(std::move(head), "chat.completion.chunk") {}
 
   void open(const Turn& turn, std::string*) override { started_.assign(turn.num_choices(), false); }
 
@@ -63,17 +64,6 @@ class ChatCompletionsFramer : public TurnFramer {
                                  turn.request().include_usage));
   }
 
-  void close(const Turn& turn, std::string* sse) override {
-    if (!sse) return;
-    if (turn.request().include_usage) *sse += sse_event(usage_chunk(head_, "chat.completion.chunk", turn.usage()));
-    *sse += kSseDone;
-  }
-
-  void fail(const Turn&, const HttpError& error, std::string& sse) override {
-    sse += sse_event(error_body(error.status, error.what(), error.type));
-    sse += kSseDone;
-  }
-
   J whole(const Turn& turn) override {
     std::vector<J> logprobs;
     for (const auto& c : turn.results())
@@ -90,7 +80,6 @@ class ChatCompletionsFramer : public TurnFramer {
     return n;
   }
 
-  ResponseHead head_;
   std::vector<bool> started_;  // per choice: its role chunk went out
 };
 

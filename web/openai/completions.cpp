@@ -8,6 +8,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "web/connection.h"
 #include "web/openai/completions.h"
+#include "web/openai/openai_framer.h"
 #include "web/respond.h"
 #include "web/sse.h"
 #include "web/turn.h"
@@ -17,9 +18,9 @@ namespace {
 
 using J = nlohmann::ordered_json;
 
-class CompletionsFramer : public TurnFramer {
+class CompletionsFramer : public OpenAiFramer {
  public:
-  explicit CompletionsFramer(ResponseHead head) : head_(std::move(head)) {}
+  explicit CompletionsFramer(ResponseHead head) : OpenAiFramer(std::move(head), "text_completion") {}
 
   void open(const Turn& turn, std::string*) override {
     text_offset_.assign(turn.num_choices(), 0);
@@ -46,17 +47,6 @@ class CompletionsFramer : public TurnFramer {
                                        turn.request().include_usage));
   }
 
-  void close(const Turn& turn, std::string* sse) override {
-    if (!sse) return;
-    if (turn.request().include_usage) *sse += sse_event(usage_chunk(head_, "text_completion", turn.usage()));
-    *sse += kSseDone;
-  }
-
-  void fail(const Turn&, const HttpError& error, std::string& sse) override {
-    sse += sse_event(error_body(error.status, error.what(), error.type));
-    sse += kSseDone;
-  }
-
   J whole(const Turn& turn) override {
     std::vector<J> logprobs;
     for (size_t i = 0; i < turn.num_choices(); ++i)
@@ -73,7 +63,6 @@ class CompletionsFramer : public TurnFramer {
     return echo.empty() ? 0 : echo[turn.prompt_of(choice)].size();
   }
 
-  ResponseHead head_;
   std::vector<size_t> text_offset_;  // per choice: the text before its next logprobs
 };
 

@@ -47,9 +47,10 @@ METHODS = ["get('content')", "get('role', 'none')", "get('x', [])", "items()", "
 LITERALS = ["'x'", "''", "' sp '", "none", "None", "true", "false", "0", "1", "-2", "2.5", "[]", "[1, 'a', none]",
             "{}", "{'content': none, 'role': 'user'}", "{'a': {'b': [1, 2]}}", "('t', 1)", "\"q'uote\"",
             "[{'role': 'user', 'content': 'c'}, {'role': 'tool'}]", "'é✓'", "1e3", "[[]]"]
-# Not generated, because sparkd does not model them (see the test's docstring): range objects
-# used as values (range(3) is a list in sparkd; it is only iterated here), and subscripts of
-# literal constants, which jinja2 folds at compile time with different error handling.
+# Not generated, because sparkd does not model it: range objects used as values (range(3) is a
+# list in sparkd; it is only iterated here). Subscripts of literal constants are generated both
+# bare, which jinja2 folds while compiling (sparkd folds them the same way, folding.cpp), and
+# behind a condition, which it cannot fold.
 
 
 class CaseGenerator:
@@ -125,8 +126,8 @@ class CaseGenerator:
     def access(self, depth):
         r = self.r
         base = self.primary(depth + 1) if r.random() < 0.3 else self.name()
-        if base in LITERALS:
-            base = f"({base} if n else {self.name()})"  # keeps jinja2 from folding the subscript
+        if base in LITERALS and r.random() < 0.7:
+            base = f"({base} if n else {self.name()})"  # a subscript jinja2 cannot fold
         k = r.random()
         if k < 0.3:
             return f"{base}.{self.key()}"

@@ -211,7 +211,8 @@ TEST_CASE("jinja renders a long conversation within budget") {
 TEST_CASE("jinja hostile: self-referencing namespaces and huge lists end cleanly") {
   // A namespace made to hold itself renders, and is emptied when the render ends.
   CHECK(render("{% set ns = namespace() %}{% set ns.x = [ns] %}{{ ns.x | length }}{{ ns == ns.x[0] }}") == "1True");
-  CHECK_THROWS_AS(render("{% set ns = namespace() %}{% set ns.x = [ns] %}{{ ns }}"), TemplateError);
+  // Printed as Python prints a dict inside itself.
+  CHECK(render("{% set ns = namespace() %}{% set ns.x = [ns] %}{{ ns }}") == "<Namespace {'x': [<Namespace {...}>]}>");
   // Nesting values ever deeper stops at the nesting limit instead of recursing on free.
   CHECK_THROWS_AS(render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"),
                   TemplateError);

@@ -221,7 +221,9 @@ bool contains(const Value& container, const Value& item) {
       return false;
     case Kind::DICT:
       // Python's `in` hashes the key: lists and dicts (and tuples of them) raise.
-      if (item.kind() == Kind::LIST || item.is_dict() || item.is_tuple()) hash_key(item);
+      // (A values view hashes by identity: never a key here.)
+      if ((item.kind() == Kind::LIST && item.view() != DictView::VALUES) || item.is_dict() || item.is_tuple())
+        hash_key(item);
       if (item.is_undefined() || item.is_callable() || item.is_iterator() || item.is_namespace()) return false;
       return container.as_dict().find(item) != nullptr;
     case Kind::UNDEFINED: return false;

@@ -292,7 +292,20 @@ const char* type_name(const Value& v) {
 
 static void repr_into(std::string& out, const Value& v, int depth);
 
+// The dicts being printed, outermost first: Python prints a dict that contains itself
+// (through a namespace that holds itself) as {...} where it recurs.
+static thread_local std::vector<const Dict*> printing;
+
 static void repr_dict_into(std::string& out, const Dict& d, int depth) {
+  for (const Dict* p : printing)
+    if (p == &d) {
+      out += "{...}";
+      return;
+    }
+  printing.push_back(&d);
+  struct Pop {
+    ~Pop() { printing.pop_back(); }
+  } pop;
   out += '{';
   bool first = true;
   for (const auto& [k, val] : d.entries) {

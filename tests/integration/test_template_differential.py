@@ -41,8 +41,9 @@ TOOL = os.environ.get("SPARKD_TEMPLATE_TOOL", str(REPO / "build" / "template_too
 SEED = 35
 COUNT = int(os.environ.get("SPARKD_TEMPLATE_CASES", "10000"))
 LOCATION = re.compile(r"^(chat template error: )?(line \d+: )?")
-# repr() of a generator or iterator names its memory address, which no two runs share.
-ADDRESS = re.compile(r" at 0x[0-9a-f]+(?=>|&gt;)", re.IGNORECASE)
+# repr() of a generator or iterator names its memory address, which no two runs share; a
+# template's replace('a', 'b') can turn the " at 0x7fa..." around it into " bt 0x7fb...".
+ADDRESS = re.compile(r" [ab]t 0x[0-9a-f]+(?=>|&gt;)", re.IGNORECASE)
 
 
 def run_tool(cases):

@@ -213,7 +213,7 @@ run: deps all model
 FUZZ_SECONDS ?= 20
 FUZZ_TEST_SECONDS ?= 3
 FUZZ_CXXFLAGS := -std=c++20 -O1 -g -I. -I$(BUILD)/gen -DSPARKD_CUDA=0 -MMD -MP -fsanitize=fuzzer-no-link,address,undefined
-FUZZ_ENGINE_SRCS := $(shell find engine/util engine/step engine/model engine/tokenizer -name '*.cpp' | sort) \
+FUZZ_ENGINE_SRCS := $(shell find engine/util engine/step engine/model engine/tokenizer engine/template -name '*.cpp' | sort) \
                     engine/peer/frame.cpp engine/peer/messages.cpp engine/peer/socket.cpp
 FUZZ_OBJS := $(patsubst %.cpp,$(BUILD)/fuzz/obj/%.o,$(FUZZ_ENGINE_SRCS))
 FUZZ_BINS := $(patsubst tests/fuzz/%.cpp,$(BUILD)/fuzz/%,$(FUZZ_SRCS))

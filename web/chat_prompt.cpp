@@ -8,7 +8,7 @@
 // output a model can still write arguments that are not JSON; such text stays content.
 #include "web/chat_prompt.h"
 
-#include "engine/tokenizer/chat_template.h"
+#include "engine/template/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "web/http_error.h"
 

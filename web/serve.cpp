@@ -20,7 +20,7 @@
 #include "engine/peer/model_identity.h"
 #include "engine/peer/pipeline_executor.h"
 #include "engine/peer/worker.h"
-#include "engine/tokenizer/chat_template.h"
+#include "engine/template/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
 #include "engine/util/flags.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/commands/commands.h"
-#include "engine/tokenizer/chat_template.h"
+#include "engine/template/chat_template.h"
 #include "engine/util/check.h"
 #include "engine/util/flags.h"
 

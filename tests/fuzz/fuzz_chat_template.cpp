@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/tokenizer/chat_template.h"
+#include "engine/template/chat_template.h"
 
 namespace {
 

@@ -15,6 +15,7 @@ RANKS = {
     "engine/step": 1,
     "engine/model": 2,
     "engine/tokenizer": 3,  # reads a GGUF file's vocabulary through the model side's reader
+    "engine/template": 4,   # chat templates in the Jinja engine (UTF-8 helpers from the tokenizer)
     "engine/backend": 4,
     "engine/constrain": 4,
     "engine/core": 5,

@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/jinja/template.h"
+#include "engine/template/chat_template.h"
+#include "engine/template/jinja/template.h"
 
 using namespace spark;
 using ojson = nlohmann::ordered_json;

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "engine/tokenizer/chat_template.h"
+#include "engine/template/chat_template.h"
 #include "tests/unit/fixture_files.h"
 
 namespace fs = std::filesystem;

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <string>
 
-#include "engine/tokenizer/jinja/template.h"
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/template/jinja/template.h"
+#include "engine/template/jinja/value.h"
 
 using spark::TemplateError;
 using spark::jinja::Limits;

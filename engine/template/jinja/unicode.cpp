@@ -1,5 +1,5 @@
 // unicode.cpp — UTF-8 decoding/encoding and Python str operations on code points.
-#include "engine/tokenizer/jinja/unicode.h"
+#include "engine/template/jinja/unicode.h"
 
 #include "engine/tokenizer/utf8.h"
 

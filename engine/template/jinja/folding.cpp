@@ -12,7 +12,7 @@
 // where `x[0:1]` with x = none raises. sparkd folds the same expressions the same way.
 #include <unordered_set>
 
-#include "engine/tokenizer/jinja/evaluator.h"
+#include "engine/template/jinja/evaluator.h"
 
 namespace spark::jinja {
 namespace {

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/jinja/ast.h"
-#include "engine/tokenizer/jinja/error.h"
-#include "engine/tokenizer/jinja/lexer.h"
+#include "engine/template/jinja/ast.h"
+#include "engine/template/jinja/error.h"
+#include "engine/template/jinja/lexer.h"
 
 namespace spark::jinja {
 

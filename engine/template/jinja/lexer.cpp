@@ -1,11 +1,11 @@
 // lexer.cpp — the template tokenizer. It follows jinja2 3.1's lexer rule by rule, since
 // whitespace handling around tags decides whether a rendered prompt matches byte for byte.
-#include "engine/tokenizer/jinja/lexer.h"
+#include "engine/template/jinja/lexer.h"
 
 #include <cctype>
 
-#include "engine/tokenizer/jinja/error.h"
-#include "engine/tokenizer/jinja/unicode.h"
+#include "engine/template/jinja/error.h"
+#include "engine/template/jinja/unicode.h"
 
 namespace spark::jinja {
 namespace {

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/tokenizer/jinja/evaluator.h"
-#include "engine/tokenizer/jinja/pyformat.h"
-#include "engine/tokenizer/jinja/unicode.h"
+#include "engine/template/jinja/evaluator.h"
+#include "engine/template/jinja/pyformat.h"
+#include "engine/template/jinja/unicode.h"
 
 namespace spark::jinja {
 namespace {

@@ -1,6 +1,6 @@
 // parser.cpp — recursive-descent parser for Jinja statements and expressions, mirroring
 // jinja2.parser so precedence and tuple/filter/test binding agree with the reference.
-#include "engine/tokenizer/jinja/parser.h"
+#include "engine/template/jinja/parser.h"
 
 #include <algorithm>
 #include <cmath>

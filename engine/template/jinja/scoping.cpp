@@ -17,7 +17,7 @@
 //
 // The result is Stmt::fresh / Stmt::else_fresh and the template's root list: names the
 // evaluator sets to an undefined value when it enters that scope.
-#include "engine/tokenizer/jinja/scoping.h"
+#include "engine/template/jinja/scoping.h"
 
 #include <map>
 #include <set>

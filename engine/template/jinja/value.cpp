@@ -1,14 +1,14 @@
 // value.cpp — construction, truthiness, equality, ordering and printing of Jinja values,
 // each following what CPython does for the same Python object.
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/template/jinja/value.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "engine/tokenizer/jinja/error.h"
-#include "engine/tokenizer/jinja/pyformat.h"
-#include "engine/tokenizer/jinja/unicode.h"
+#include "engine/template/jinja/error.h"
+#include "engine/template/jinja/pyformat.h"
+#include "engine/template/jinja/unicode.h"
 
 namespace spark::jinja {
 

@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <unordered_map>
 
-#include "engine/tokenizer/jinja/evaluator.h"
-#include "engine/tokenizer/jinja/pyformat.h"
-#include "engine/tokenizer/jinja/unicode.h"
+#include "engine/template/jinja/evaluator.h"
+#include "engine/template/jinja/pyformat.h"
+#include "engine/template/jinja/unicode.h"
 
 namespace spark::jinja {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/jinja/ast.h"
+#include "engine/template/jinja/ast.h"
 
 namespace spark::jinja {
 

@@ -1,12 +1,12 @@
 // evaluator.cpp — walks the syntax tree: statements write text, expressions produce values.
 // Scoping follows jinja2: each loop iteration, macro call and `with` gets a fresh scope,
 // `if` does not; macros see their defining scope as it is when they run.
-#include "engine/tokenizer/jinja/evaluator.h"
+#include "engine/template/jinja/evaluator.h"
 
 #include <optional>
 
-#include "engine/tokenizer/jinja/pyformat.h"
-#include "engine/tokenizer/jinja/unicode.h"
+#include "engine/template/jinja/pyformat.h"
+#include "engine/template/jinja/unicode.h"
 
 namespace spark::jinja {
 namespace {

@@ -2,9 +2,9 @@
 // and the sandbox's refusal of methods that would mutate (list.append, dict.update, ...).
 #include <algorithm>
 
-#include "engine/tokenizer/jinja/evaluator.h"
-#include "engine/tokenizer/jinja/pyformat.h"
-#include "engine/tokenizer/jinja/unicode.h"
+#include "engine/template/jinja/evaluator.h"
+#include "engine/template/jinja/pyformat.h"
+#include "engine/template/jinja/unicode.h"
 
 namespace spark::jinja {
 namespace {

@@ -8,9 +8,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/tokenizer/jinja/ast.h"
-#include "engine/tokenizer/jinja/error.h"
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/template/jinja/ast.h"
+#include "engine/template/jinja/error.h"
+#include "engine/template/jinja/value.h"
 
 namespace spark::jinja {
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/tokenizer/jinja/error.h"
+#include "engine/template/jinja/error.h"
 
 namespace spark {
 

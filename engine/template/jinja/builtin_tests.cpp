@@ -2,9 +2,9 @@
 // Python type checks behind them (a bool is a number but not an integer).
 #include <unordered_map>
 
-#include "engine/tokenizer/jinja/evaluator.h"
-#include "engine/tokenizer/jinja/pyformat.h"
-#include "engine/tokenizer/jinja/unicode.h"
+#include "engine/template/jinja/evaluator.h"
+#include "engine/template/jinja/pyformat.h"
+#include "engine/template/jinja/unicode.h"
 
 namespace spark::jinja {
 namespace {

@@ -1,10 +1,10 @@
 // template.cpp — ties the lexer, parser and evaluator together.
-#include "engine/tokenizer/jinja/template.h"
+#include "engine/template/jinja/template.h"
 
-#include "engine/tokenizer/jinja/evaluator.h"
-#include "engine/tokenizer/jinja/lexer.h"
-#include "engine/tokenizer/jinja/parser.h"
-#include "engine/tokenizer/jinja/scoping.h"
+#include "engine/template/jinja/evaluator.h"
+#include "engine/template/jinja/lexer.h"
+#include "engine/template/jinja/parser.h"
+#include "engine/template/jinja/scoping.h"
 
 namespace spark::jinja {
 

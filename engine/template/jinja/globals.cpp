@@ -2,7 +2,7 @@
 // cycler and joiner, and transformers' raise_exception and strftime_now.
 #include <ctime>
 
-#include "engine/tokenizer/jinja/evaluator.h"
+#include "engine/template/jinja/evaluator.h"
 
 namespace spark::jinja {
 namespace {

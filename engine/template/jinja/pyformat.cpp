@@ -1,6 +1,6 @@
 // pyformat.cpp — float repr, str repr, json.dumps, %-formatting and str.format as CPython
 // writes them.
-#include "engine/tokenizer/jinja/pyformat.h"
+#include "engine/template/jinja/pyformat.h"
 
 #include <utf8proc.h>
 
@@ -9,8 +9,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "engine/tokenizer/jinja/error.h"
-#include "engine/tokenizer/jinja/unicode.h"
+#include "engine/template/jinja/error.h"
+#include "engine/template/jinja/unicode.h"
 
 namespace spark::jinja {
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/template/jinja/value.h"
 
 namespace spark::jinja {
 

@@ -1,6 +1,6 @@
 // chat_template.cpp — finds a model's chat template and special tokens, and renders
 // conversations with the same inputs transformers gives the template.
-#include "engine/tokenizer/chat_template.h"
+#include "engine/template/chat_template.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "engine/model/gguf.h"
-#include "engine/tokenizer/jinja/template.h"
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/template/jinja/template.h"
+#include "engine/template/jinja/value.h"
 
 namespace spark {
 namespace fs = std::filesystem;

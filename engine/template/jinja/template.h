@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/jinja/ast.h"
-#include "engine/tokenizer/jinja/error.h"
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/template/jinja/ast.h"
+#include "engine/template/jinja/error.h"
+#include "engine/template/jinja/value.h"
 
 namespace spark::jinja {
 

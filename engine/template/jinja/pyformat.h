@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/template/jinja/value.h"
 
 namespace spark::jinja {
 

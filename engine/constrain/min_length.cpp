@@ -185,18 +185,18 @@ void region_chars(Grammar& g) {
   g.max_chars.assign(g.elems.size(), 0);
   if (g.counted.empty()) return;
   std::vector<uint8_t> rule_in(g.rules.size(), 0);
-  std::vector<uint32_t> todo;
+  std::vector<uint32_t> worklist;
   for (const Counted& c : g.counted)
-    if (!rule_in[c.rule]) rule_in[c.rule] = 1, todo.push_back(c.rule);
-  while (!todo.empty()) {
-    const uint32_t r = todo.back();
-    todo.pop_back();
+    if (!rule_in[c.rule]) rule_in[c.rule] = 1, worklist.push_back(c.rule);
+  while (!worklist.empty()) {
+    const uint32_t r = worklist.back();
+    worklist.pop_back();
     for (uint32_t start : g.rules[r])
       for (uint32_t pos = start; g.elems[pos].kind != ElemKind::END; ++pos) {
         const Elem& e = g.elems[pos];
         SPARK_CHECK(e.kind == ElemKind::BYTES || e.kind == ElemKind::RULE, "a counted region holds only bytes and rules");
         g.in_region[pos] = 1;
-        if (e.kind == ElemKind::RULE && !rule_in[e.index]) rule_in[e.index] = 1, todo.push_back(e.index);
+        if (e.kind == ElemKind::RULE && !rule_in[e.index]) rule_in[e.index] = 1, worklist.push_back(e.index);
       }
   }
   const auto w = char_weights(g);

@@ -66,6 +66,15 @@ void Evaluator::check_joinable(size_t before) {
   throw TemplateError("sequence item: expected str instance, " + unjoinable_type_ + " found");
 }
 
+std::string Evaluator::render_inner(const Stmt& s, const ScopePtr& scope) {
+  ScopePtr inner = Scope::inside(scope, s.fresh);
+  std::string text;
+  const size_t unjoinable = unjoinable_;
+  exec_body(s.body, inner, text);
+  check_joinable(unjoinable);
+  return text;
+}
+
 void Evaluator::append(std::string& out, const std::string& text) {
   output_bytes_ += text.size();
   if (output_bytes_ > limits_.max_output_bytes)
@@ -113,13 +122,7 @@ Evaluator::Flow Evaluator::exec(const Stmt& s, const ScopePtr& scope, std::strin
       case StmtKind::FOR: exec_for(s, scope, out, eval(*s.expr, scope), 0); return Flow::NORMAL;
       case StmtKind::SET: exec_set(s, scope, eval(*s.expr, scope)); return Flow::NORMAL;
       case StmtKind::SET_BLOCK: {
-        // Like jinja2's inner frame: names set (and macros defined) inside stay inside.
-        ScopePtr inner = Scope::inside(scope, s.fresh);
-        std::string text;
-        const size_t unjoinable = unjoinable_;
-        exec_body(s.body, inner, text);
-        check_joinable(unjoinable);
-        Value v = Value::string(std::move(text));
+        Value v = Value::string(render_inner(s, scope));
         if (s.filter) v = apply_filter_chain(*s.filter, v, scope);
         exec_set(s, scope, v);
         return Flow::NORMAL;
@@ -133,12 +136,7 @@ Evaluator::Flow Evaluator::exec(const Stmt& s, const ScopePtr& scope, std::strin
         return Flow::NORMAL;
       }
       case StmtKind::FILTER_BLOCK: {
-        ScopePtr inner = Scope::inside(scope, s.fresh);
-        std::string text;
-        const size_t unjoinable = unjoinable_;
-        exec_body(s.body, inner, text);
-        check_joinable(unjoinable);
-        Value filtered = apply_filter_chain(*s.filter, Value::string(std::move(text)), scope);
+        Value filtered = apply_filter_chain(*s.filter, Value::string(render_inner(s, scope)), scope);
         // jinja2 yields the filter's result as it is into the output, which it joins as
         // strings when the enclosing buffer ends: a non-string fails then, not here.
         if (filtered.is_string()) {

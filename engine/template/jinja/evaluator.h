@@ -71,6 +71,9 @@ class Evaluator {
   // into is complete; check_joinable(count at the buffer's start) then raises, as jinja2's
   // "".join does.
   void check_joinable(size_t before);
+  // The text of a set or filter block's body, rendered in its own inner frame (as jinja2's:
+  // names set and macros defined inside stay inside) and joined.
+  std::string render_inner(const Stmt& s, const ScopePtr& scope);
 
   const Limits& limits_;
   int depth_ = 0;

@@ -138,7 +138,10 @@ def test_chat_role_chunk_is_not_the_first_token(tmp_path):
         assert b["ttft_ms"] >= 150
         assert b["ttft_ms"] - (e["tokens"][0] - e["arrival"]) * 1000 >= -0.5
         assert b["output_tokens"] == 5 and b["content_chunks"] == 5
-    assert median([b["ttft_ms"] - (e["tokens"][0] - e["arrival"]) * 1000 for b, e in zip(measured, sent)]) <= 3
+    # The role chunk came 150 ms before the first token: a client that counted it would be
+    # off by about that much. Far below it, the difference is the client's own overhead,
+    # which swings with the machine's load.
+    assert median([b["ttft_ms"] - (e["tokens"][0] - e["arrival"]) * 1000 for b, e in zip(measured, sent)]) < 75
 
 
 def test_without_usage_or_tokenize_tokens_are_counted_and_lengths_estimated(tmp_path):

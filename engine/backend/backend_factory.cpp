@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/model/architecture.h"
 #include "engine/model/dummy.h"
 #include "engine/util/check.h"
 #if SPARKD_CUDA
@@ -64,9 +65,9 @@ MemoryBudget memory_budget(const std::string& backend) {
 std::string compute_dtype_name(const Config& c, const ModelSpec& s, const std::string& backend) {
   if (backend == "cpu") return "f32";
   if (c.model.dtype == "bf16" || c.model.dtype == "fp16") return c.model.dtype;
-  // Qwen2 and Qwen3 were trained in BF16, and their activations are reported to overflow
-  // FP16 (inf, then text of "!!!!") in other engines: BF16 whatever the file holds.
-  if (s.arch == Arch::QWEN2 || s.arch == Arch::QWEN3 || s.arch == Arch::QWEN3_MOE) return "bf16";
+  // Models trained in BF16 (the Qwen families) are reported to overflow FP16 activations
+  // (inf, then text of "!!!!") in other engines: BF16 whatever the file holds.
+  if (s.arch && s.arch->needs_bf16_activations) return "bf16";
   return s.dtype == DType::BF16 ? "bf16" : "fp16";
 }
 

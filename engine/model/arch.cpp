@@ -46,8 +46,6 @@ constexpr PartNames kNames[kNumParts] = {
     {"mlp.experts.{E}.up_proj", "ffn_up_exps", "bias"},
     {"mlp.experts.{E}.down_proj", "ffn_down_exps", "bias"},
 };
-// Other names llama.cpp gives a part in some architectures (gpt-oss's post-attention norm).
-constexpr std::pair<const char*, Part> kGgufAliases[] = {{"post_attention_norm", Part::FFN_NORM}};
 constexpr size_t kFirstLayerPart = static_cast<size_t>(Part::ATTN_NORM);
 
 const PartNames& names_of(Part p) { return kNames[static_cast<size_t>(p)]; }
@@ -200,7 +198,8 @@ int64_t expected_tensor_count(const ModelSpec& s, LayerRange range) {
   return count(s, range).tensors;
 }
 
-std::optional<std::string> gguf_to_hf_name(const std::string& name) {
+std::optional<std::string> gguf_to_hf_name(const std::string& name,
+                                           const std::vector<std::pair<const char*, const char*>>& aliases) {
   for (size_t i = 0; i < kFirstLayerPart; ++i)
     if (name == gguf_tensor_name(static_cast<Part>(i))) return tensor_name(static_cast<Part>(i));
   if (name.rfind("blk.", 0) != 0) return std::nullopt;
@@ -215,8 +214,8 @@ std::optional<std::string> gguf_to_hf_name(const std::string& name) {
   if (last == std::string::npos) return std::nullopt;
   std::string base = rest.substr(0, last), kind = rest.substr(last + 1);
   if (kind != "weight" && kind != "bias") return std::nullopt;
-  for (const auto& [alias, part] : kGgufAliases)
-    if (base == alias) base = names_of(part).gguf;
+  for (const auto& [alias, table_name] : aliases)
+    if (base == alias) base = table_name;
   for (size_t i = kFirstLayerPart; i < kNumParts; ++i)
     if (base == kNames[i].gguf && (kind == kNames[i].kind || (!*kNames[i].kind && kind == "weight")))
       return "model.layers." + layer + "." + kNames[i].hf + (*kNames[i].kind ? "." + kind : "");

@@ -72,16 +72,19 @@ int64_t expected_tensor_count(const ModelSpec& spec, LayerRange range);
 
 // llama.cpp's tensor names (gguf-py TENSOR_NAMES) as Hugging Face names: "blk.12.attn_q.weight"
 // -> "model.layers.12.self_attn.q_proj.weight"; nullopt for names with no HF counterpart.
+// `aliases` are an architecture's other names for layer parts ({its base name, the
+// table's}: Architecture::gguf_aliases).
 // Stacked expert tensors ("blk.N.ffn_up_exps.weight") map to a pattern,
 // "model.layers.N.mlp.experts.{E}.up_proj.weight"; gguf_expert_name() fills it in.
-std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name);
+std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name,
+                                           const std::vector<std::pair<const char*, const char*>>& aliases = {});
 bool gguf_is_stacked_experts(const std::string& gguf_name);
 std::string gguf_expert_name(const std::string& hf_pattern, int64_t expert);
 
 // gpt-oss checkpoints (GptOssForCausalLM) call the router mlp.router and store each
 // layer's experts stacked: gate and up rows interleaved in one gate_up_proj, MXFP4 codes
 // (_blocks) and E8M0 scales (_scales) apart, biases stacked too. These are their names;
-// engine/model/gptoss_checkpoint turns them into the per-expert parts above.
+// engine/model/arch/gpt_oss_checkpoint turns them into the per-expert parts above.
 enum class GptOssTensor : uint8_t { ROUTER, ROUTER_BIAS, GATE_UP_BLOCKS, GATE_UP_SCALES, GATE_UP_BIAS,
                                     DOWN_BLOCKS, DOWN_SCALES, DOWN_BIAS, GATE_UP, DOWN };
 std::string gptoss_tensor_name(GptOssTensor t, int64_t layer);

@@ -4,40 +4,14 @@
 #include <cstring>
 
 #include "engine/model/arch.h"
+#include "engine/model/architecture.h"
 #include "engine/model/gguf.h"
 #include "engine/model/quant.h"
+#include "engine/model/spec_readers.h"
 #include "engine/util/check.h"
 
 namespace spark {
 namespace {
-
-constexpr int64_t MAX_DIM = 1 << 20;
-
-struct Meta {
-  const GgufFile& f;
-  std::string arch;
-
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw InputError("GGUF file '" + f.source + "': " + key + " " + what);
-  }
-  int64_t integer(const std::string& key, int64_t lo, int64_t hi, std::optional<int64_t> fallback = {}) const {
-    std::string k = arch + "." + key;
-    const GgufValue* v = f.find(k);
-    if (v && v->type == GgufType::ARRAY) fail(k, "varies per layer, which is not supported");
-    auto x = f.get_int(k);
-    if (!x) {
-      if (!fallback) fail(k, "is missing");
-      return *fallback;
-    }
-    if (*x < lo || *x > hi) fail(k, "= " + std::to_string(*x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return *x;
-  }
-  double number(const std::string& key, double fallback) const {
-    auto x = f.get_float(arch + "." + key);
-    if (x && !std::isfinite(*x)) fail(arch + "." + key, "is not finite");
-    return x.value_or(fallback);
-  }
-};
 
 // Llama 3.x's frequency scaling as llama.cpp's converter stores it (a rope_freqs
 // tensor of per-frequency divisors). The parameters are recovered by assuming the
@@ -77,28 +51,16 @@ void recover_llama3_rope(const GgufFile& f, const GgufTensorInfo& t, ModelSpec& 
   s.rope_scaling = r;
 }
 
-// llama.cpp's YaRN keys; gpt-oss's Hugging Face config does not round the blended band
-// to whole dimensions (truncate: false), the other YaRN configs do.
-void yarn_from_gguf(const Meta& m, ModelSpec& s) {
+// llama.cpp's YaRN keys; whether the blended band is rounded to whole dimensions is the
+// architecture's (gpt-oss's Hugging Face config says truncate: false).
+void yarn_from_gguf(const GgufMetaReader& m, ModelSpec& s) {
   RopeScaling& y = s.rope_scaling;
   y.original_max_position_embeddings = m.integer("rope.scaling.original_context_length", 1, 1ll << 26, s.max_position_embeddings);
   y.beta_fast = m.number("rope.scaling.yarn_beta_fast", 32.0);
   y.beta_slow = m.number("rope.scaling.yarn_beta_slow", 1.0);
   if (!(y.beta_fast > 0) || !(y.beta_slow > 0)) m.fail(m.arch + ".rope.scaling.yarn_beta_fast", "and yarn_beta_slow must be positive");
-  y.truncate = s.arch != Arch::GPT_OSS;
+  y.truncate = s.arch->gguf_yarn_truncates;
   y.attention_factor = y.factor <= 1 ? 1.0 : 0.1 * std::log(y.factor) + 1.0;
-}
-
-// gpt-oss as llama.cpp stores it: every layer sparse, sliding-window layers first and
-// then every other one (its swa pattern 2, as transformers' default layer_types).
-void gptoss_from_gguf(const Meta& m, ModelSpec& s) {
-  s.num_experts = m.integer("expert_count", 1, 1 << 10);
-  s.num_experts_per_tok = m.integer("expert_used_count", 1, s.num_experts);
-  s.moe_intermediate_size = m.integer("expert_feed_forward_length", 32, MAX_DIM);
-  s.attention_bias = s.o_bias = s.attention_sinks = s.gptoss_moe = true;
-  s.sliding_window = m.integer("attention.sliding_window", 1, 1ll << 26);
-  s.layer_sliding.assign(static_cast<size_t>(s.num_layers), 0);
-  for (int64_t l = 0; l < s.num_layers; l += 2) s.layer_sliding[static_cast<size_t>(l)] = 1;
 }
 
 }  // namespace
@@ -106,25 +68,13 @@ void gptoss_from_gguf(const Meta& m, ModelSpec& s) {
 ModelSpec spec_from_gguf(const GgufFile& f) {
   auto arch = f.get_string("general.architecture");
   if (!arch) throw InputError("GGUF file '" + f.source + "' has no general.architecture");
-  static const std::pair<const char*, Arch> known[] = {{"llama", Arch::LLAMA}, {"qwen2", Arch::QWEN2},
-                                                       {"qwen3", Arch::QWEN3}, {"qwen3moe", Arch::QWEN3_MOE},
-                                                       {"gpt-oss", Arch::GPT_OSS}};
   ModelSpec s;
-  bool found = false;
-  for (auto [name, a] : known)
-    if (*arch == name) {
-      s.arch = a;
-      found = true;
-    }
-  if (!found)
-    throw InputError("GGUF file '" + f.source + "': architecture '" + *arch +
-                     "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss)");
-  s.architecture = s.arch == Arch::LLAMA ? "LlamaForCausalLM"
-                   : s.arch == Arch::QWEN2 ? "Qwen2ForCausalLM"
-                   : s.arch == Arch::QWEN3 ? "Qwen3ForCausalLM"
-                   : s.arch == Arch::QWEN3_MOE ? "Qwen3MoeForCausalLM"
-                                               : "GptOssForCausalLM";
-  Meta m{f, *arch};
+  s.arch = find_gguf_architecture(*arch);
+  if (!s.arch)
+    throw InputError("GGUF file '" + f.source + "': architecture '" + *arch + "' is not supported (supported: " +
+                     gguf_architecture_list() + ")");
+  s.architecture = s.arch->hf_class;
+  GgufMetaReader m{f, *arch};
   s.hidden_size = m.integer("embedding_length", 1, 1 << 17);
   s.num_layers = m.integer("block_count", 1, 1 << 10);
   s.num_heads = m.integer("attention.head_count", 1, MAX_DIM);
@@ -153,26 +103,7 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   if (s.vocab_size < 1 || s.vocab_size > (1 << 24)) m.fail(embd_name, "has an implausible vocabulary size");
   s.tie_word_embeddings = f.find_tensor(gguf_tensor_name(Part::LM_HEAD)) == nullptr;
   s.attention_bias = f.find_tensor(gguf_tensor_name(Part::Q_BIAS, 0)) != nullptr;
-  s.qk_norm = s.arch == Arch::QWEN3 || s.arch == Arch::QWEN3_MOE;
-
-  if (s.arch == Arch::QWEN3_MOE) {
-    s.num_experts = m.integer("expert_count", 1, 1 << 10);
-    s.num_experts_per_tok = m.integer("expert_used_count", 1, s.num_experts);
-    s.moe_intermediate_size = m.integer("expert_feed_forward_length", 1, MAX_DIM);
-    // llama.cpp always renormalises the top-k weights for qwen3moe.
-    s.norm_topk_prob = f.get_bool(*arch + ".expert_weights_norm").value_or(true);
-    s.intermediate_size = m.integer("feed_forward_length", 0, MAX_DIM, 0);
-    // GGUF has no mlp_only_layers key: a layer stored with a dense MLP and no router is one.
-    for (int64_t l = 0; l < s.num_layers; ++l)
-      if (!f.find_tensor(gguf_tensor_name(Part::ROUTER, l)) && f.find_tensor(gguf_tensor_name(Part::GATE, l)))
-        s.mlp_only_layers.push_back(l);
-    if (!s.mlp_only_layers.empty() && s.intermediate_size == 0)
-      m.fail(*arch + ".feed_forward_length", "is needed for the dense layers");
-  } else if (s.arch == Arch::GPT_OSS) {
-    gptoss_from_gguf(m, s);
-  } else {
-    s.intermediate_size = m.integer("feed_forward_length", 1, MAX_DIM);
-  }
+  s.arch->read_gguf(m, s);
 
   if (auto type = f.get_string(*arch + ".rope.scaling.type"); type && *type != "none") {
     if (*type != "linear" && *type != "yarn")

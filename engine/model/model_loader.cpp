@@ -6,7 +6,7 @@
 
 #include "engine/model/arch.h"
 #include "engine/model/dummy.h"
-#include "engine/model/gptoss_checkpoint.h"
+#include "engine/model/architecture.h"
 #include "engine/model/load_weights.h"
 #include "engine/util/check.h"
 
@@ -59,7 +59,7 @@ ModelInfo inspect_model(const Config& c) {
       auto g = std::make_shared<GgufFile>(GgufFile::open(path));
       info.spec = spec_from_gguf(*g);
       if (!dummy) {
-        info.tensors = gguf_hf_tensors(*g);
+        info.tensors = gguf_hf_tensors(*g, info.spec);
         check_tensor_set(info.tensors, info.spec, full_range(info.spec), "GGUF file '" + path + "'");
       }
       info.gguf = std::move(g);
@@ -70,9 +70,9 @@ ModelInfo inspect_model(const Config& c) {
     info.spec = load_hf_spec(path);
     if (!dummy) {
       auto st_model = std::make_shared<SafetensorsModel>(open_safetensors_model(path));
-      info.tensors = info.spec.arch == Arch::GPT_OSS
-                         ? gptoss_tensors(st_model->tensors, info.spec, full_range(info.spec), nullptr,
-                                          "model folder '" + path + "'")
+      info.tensors = info.spec.arch->convert_checkpoint
+                         ? info.spec.arch->convert_checkpoint(st_model->tensors, info.spec, full_range(info.spec),
+                                                              nullptr, "model folder '" + path + "'")
                          : st_model->tensors;
       check_tensor_set(info.tensors, info.spec, full_range(info.spec), "model folder '" + path + "'");
       info.safetensors = std::move(st_model);

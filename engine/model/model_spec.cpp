@@ -9,56 +9,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/architecture.h"
+#include "engine/model/spec_readers.h"
 #include "engine/util/check.h"
 
 namespace spark {
 namespace {
 
 using nlohmann::json;
-
-// Upper bounds far above any real model; they keep later size arithmetic (bytes of the
-// KV cache, parameter counts) well inside 64 bits whatever a config says.
-constexpr int64_t MAX_DIM = 1 << 20;
-constexpr int64_t MAX_HIDDEN = 1 << 17;
-constexpr int64_t MAX_VOCAB = 1 << 24;
-constexpr int64_t MAX_LAYERS = 1 << 10;
-constexpr int64_t MAX_EXPERTS = 1 << 10;
-constexpr int64_t MAX_POSITIONS = 1ll << 26;
-
-struct Reader {
-  const json& j;
-  const std::string& source;
-
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw InputError(source + ": \"" + key + "\" " + what);
-  }
-  bool has(const std::string& key) const { return j.contains(key) && !j[key].is_null(); }
-  int64_t integer(const std::string& key, int64_t lo, int64_t hi) const {
-    if (!has(key)) fail(key, "is missing");
-    return integer_or(key, lo, hi, 0);
-  }
-  int64_t integer_or(const std::string& key, int64_t lo, int64_t hi, int64_t fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j[key];
-    if (!v.is_number_integer()) fail(key, "must be an integer");
-    int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi) ? hi + 1 : v.get<int64_t>();
-    if (x < lo || x > hi)
-      fail(key, "= " + v.dump() + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return x;
-  }
-  double number_or(const std::string& key, double fallback) const {
-    if (!has(key)) return fallback;
-    if (!j[key].is_number()) fail(key, "must be a number");
-    double x = j[key].get<double>();
-    if (!std::isfinite(x)) fail(key, "must be finite");
-    return x;
-  }
-  bool boolean_or(const std::string& key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (!j[key].is_boolean()) fail(key, "must be true or false");
-    return j[key].get<bool>();
-  }
-};
 
 json parse_json(const std::string& text, const std::string& source) {
   try {
@@ -95,7 +53,7 @@ DType parse_dtype(const std::string& s, const std::string& source) {
 
 // transformers' _compute_yarn_parameters: the factor defaults to the ratio of the context
 // lengths, the attention factor to 0.1 ln(factor) + 1 (or the mscale ratio DeepSeek gives).
-void parse_yarn(const Reader& p, ModelSpec& s) {
+void parse_yarn(const ConfigReader& p, ModelSpec& s) {
   RopeScaling& y = s.rope_scaling;
   y.original_max_position_embeddings =
       p.integer_or("original_max_position_embeddings", 1, MAX_POSITIONS, s.max_position_embeddings);
@@ -113,7 +71,7 @@ void parse_yarn(const Reader& p, ModelSpec& s) {
   if (!(y.attention_factor > 0)) p.fail("attention_factor", "must be positive");
 }
 
-void parse_rope(const Reader& r, ModelSpec& s) {
+void parse_rope(const ConfigReader& r, ModelSpec& s) {
   // Transformers 5 nests RoPE settings in "rope_parameters"; older configs use
   // "rope_theta" and "rope_scaling" at the top level.
   const json* scaling = nullptr;
@@ -121,7 +79,7 @@ void parse_rope(const Reader& r, ModelSpec& s) {
   if (r.has("rope_parameters")) {
     if (!r.j["rope_parameters"].is_object()) r.fail("rope_parameters", "must be an object");
     scaling = &r.j["rope_parameters"];
-    Reader p{*scaling, r.source};
+    ConfigReader p{*scaling, r.source};
     s.rope_theta = p.number_or("rope_theta", s.rope_theta);
   } else if (r.has("rope_scaling")) {
     if (!r.j["rope_scaling"].is_object()) r.fail("rope_scaling", "must be an object");
@@ -129,7 +87,7 @@ void parse_rope(const Reader& r, ModelSpec& s) {
   }
   if (!(s.rope_theta > 0)) r.fail("rope_theta", "must be positive");
   if (!scaling) return;
-  Reader p{*scaling, r.source};
+  ConfigReader p{*scaling, r.source};
   std::string type;
   for (const char* k : {"rope_type", "type"})
     if (p.has(k)) {
@@ -155,8 +113,8 @@ void parse_rope(const Reader& r, ModelSpec& s) {
 }
 
 // quantization_config: quant_method "fp8" (e4m3 weights, 16-bit activations), or "mxfp4"
-// (gpt-oss: the experts' *_blocks / *_scales tensors say it themselves, gptoss_checkpoint.cpp).
-void parse_quantization(const Reader& r, ModelSpec& s) {
+// (gpt-oss: the experts' *_blocks / *_scales tensors say it themselves, arch/gpt_oss_checkpoint.cpp).
+void parse_quantization(const ConfigReader& r, ModelSpec& s) {
   const json& q = r.j["quantization_config"];
   if (!q.is_object()) r.fail("quantization_config", "must be an object");
   const std::string method = q.contains("quant_method") && q["quant_method"].is_string()
@@ -185,42 +143,6 @@ void parse_quantization(const Reader& r, ModelSpec& s) {
   }
 }
 
-// gpt-oss: biases on all four attention projections, sinks, alternating sliding-window
-// and full layers as "layer_types" lists them, and the clamped-SwiGLU experts.
-void parse_gptoss(const Reader& r, ModelSpec& s) {
-  s.attention_bias = r.boolean_or("attention_bias", true);
-  if (!s.attention_bias) r.fail("attention_bias", "= false is not supported for GptOssForCausalLM");
-  s.o_bias = true;
-  s.attention_sinks = true;
-  s.gptoss_moe = true;
-  s.swiglu_limit = r.number_or("swiglu_limit", 7.0);
-  s.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
-  if (!(s.swiglu_limit > 0)) r.fail("swiglu_limit", "must be positive");
-  s.layer_sliding.assign(static_cast<size_t>(s.num_layers), 0);
-  if (r.has("layer_types")) {
-    const json& types = r.j["layer_types"];
-    if (!types.is_array() || static_cast<int64_t>(types.size()) != s.num_layers)
-      r.fail("layer_types", "must list one type per layer (" + std::to_string(s.num_layers) + ")");
-    for (size_t l = 0; l < types.size(); ++l) {
-      const std::string t = types[l].is_string() ? types[l].get<std::string>() : types[l].dump();
-      if (t != "sliding_attention" && t != "full_attention")
-        r.fail("layer_types", "[" + std::to_string(l) + "] = \"" + t +
-                                  "\" is not one of sliding_attention, full_attention");
-      s.layer_sliding[l] = t == "sliding_attention";
-    }
-  } else {
-    for (int64_t l = 0; l < s.num_layers; l += 2) s.layer_sliding[static_cast<size_t>(l)] = 1;  // transformers' default
-  }
-  bool any_sliding = false;
-  for (uint8_t x : s.layer_sliding) any_sliding = any_sliding || x;
-  if (any_sliding) {
-    if (!r.has("sliding_window")) r.fail("sliding_window", "is missing but layer_types has sliding_attention layers");
-    if (!r.j["sliding_window"].is_number_integer() || r.j["sliding_window"].get<int64_t>() < 1)
-      r.fail("sliding_window", "= " + r.j["sliding_window"].dump() + " must be a positive number of tokens");
-    s.sliding_window = r.integer("sliding_window", 1, MAX_POSITIONS);
-  }
-}
-
 }  // namespace
 
 bool ModelSpec::layer_is_moe(int64_t layer) const {
@@ -236,28 +158,18 @@ bool ModelSpec::layer_is_sliding(int64_t layer) const {
          layer_sliding[static_cast<size_t>(layer)] != 0;
 }
 
-const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> archs = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                                 "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"};
-  return archs;
-}
-
 ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen_text, const std::string& source) {
   json j = parse_json(config_text, source);
-  Reader r{j, source};
+  ConfigReader r{j, source};
   ModelSpec s;
   if (!r.has("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
       !j["architectures"][0].is_string())
-    r.fail("architectures", "must list the model class, e.g. [\"LlamaForCausalLM\"]");
+    r.fail("architectures", "must list the model class, e.g. [\"" + std::string(architectures().front()->hf_class) + "\"]");
   s.architecture = j["architectures"][0].get<std::string>();
-  const auto& sup = supported_architectures();
-  auto it = std::find(sup.begin(), sup.end(), s.architecture);
-  if (it == sup.end()) {
-    std::string list;
-    for (const auto& a : sup) list += (list.empty() ? "" : ", ") + a;
-    throw InputError(source + ": architecture " + s.architecture + " is not supported (supported: " + list + ")");
-  }
-  s.arch = static_cast<Arch>(it - sup.begin());
+  s.arch = find_hf_architecture(s.architecture);
+  if (!s.arch)
+    throw InputError(source + ": architecture " + s.architecture + " is not supported (supported: " +
+                     hf_architecture_list() + ")");
 
   s.vocab_size = r.integer("vocab_size", 1, MAX_VOCAB);
   s.hidden_size = r.integer("hidden_size", 1, MAX_HIDDEN);
@@ -287,53 +199,7 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
   s.dtype = parse_dtype(dtype, source);
   if (r.has("quantization_config")) parse_quantization(r, s);
 
-  switch (s.arch) {
-    case Arch::QWEN2: s.attention_bias = true; break;  // Qwen2 always has q/k/v biases
-    case Arch::GPT_OSS: parse_gptoss(r, s); break;
-    case Arch::QWEN3:
-    case Arch::QWEN3_MOE: s.qk_norm = true; [[fallthrough]];
-    default:
-      // Llama's attention_bias also adds an o_proj bias, which the backends do not model.
-      if (r.boolean_or("attention_bias", false))
-        r.fail("attention_bias", "= true is not supported for " + s.architecture);
-      if (r.boolean_or("mlp_bias", false)) r.fail("mlp_bias", "= true is not supported");
-  }
-  // A sliding window shorter than the context is exact only up to the window: cap there.
-  if (s.arch != Arch::GPT_OSS && r.has("sliding_window") && r.boolean_or("use_sliding_window", s.arch == Arch::MISTRAL)) {
-    int64_t w = r.integer("sliding_window", 1, MAX_POSITIONS);
-    s.max_position_embeddings = std::min(s.max_position_embeddings, w);
-  }
-
-  if (s.arch == Arch::QWEN3_MOE) {
-    // Transformers 5 writes "num_local_experts"; published Qwen3-MoE configs say "num_experts".
-    s.num_experts = r.has("num_experts") ? r.integer("num_experts", 1, MAX_EXPERTS)
-                                         : r.integer("num_local_experts", 1, MAX_EXPERTS);
-    s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, s.num_experts);
-    s.moe_intermediate_size = r.integer("moe_intermediate_size", 1, MAX_DIM);
-    s.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
-    s.decoder_sparse_step = r.integer_or("decoder_sparse_step", 1, MAX_LAYERS, 1);
-    if (r.has("mlp_only_layers")) {
-      if (!j["mlp_only_layers"].is_array()) r.fail("mlp_only_layers", "must be a list of layer indices");
-      for (const json& x : j["mlp_only_layers"]) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= s.num_layers)
-          r.fail("mlp_only_layers", "holds " + x.dump() + ", not a layer index");
-        s.mlp_only_layers.push_back(x.get<int64_t>());
-      }
-    }
-    bool any_dense = false;
-    for (int64_t l = 0; l < s.num_layers; ++l) any_dense = any_dense || !s.layer_is_moe(l);
-    s.intermediate_size = any_dense ? r.integer("intermediate_size", 1, MAX_DIM)
-                                    : r.integer_or("intermediate_size", 1, MAX_DIM, 0);
-  } else if (s.arch == Arch::GPT_OSS) {
-    // Every gpt-oss layer is sparse; its experts are intermediate_size wide.
-    s.num_experts = r.integer("num_local_experts", 1, MAX_EXPERTS);
-    s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, s.num_experts);
-    s.moe_intermediate_size = r.integer("intermediate_size", 1, MAX_DIM);
-    if (s.moe_intermediate_size % 32 != 0 || s.hidden_size % 32 != 0)
-      r.fail("intermediate_size", "and hidden_size must be multiples of 32 (the MXFP4 block)");
-  } else {
-    s.intermediate_size = r.integer("intermediate_size", 1, MAX_DIM);
-  }
+  s.arch->read_config(r, s);
 
   if (r.has("bos_token_id")) {
     auto b = token_ids(j["bos_token_id"], source, "bos_token_id", s.vocab_size);

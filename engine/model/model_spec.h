@@ -9,7 +9,7 @@
 
 namespace spark {
 
-enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, QWEN3_MOE, GPT_OSS };
+struct Architecture;  // engine/model/architecture.h: one per file under engine/model/arch/
 
 struct RopeScaling {
   std::string type;  // "" (none), "llama3", "linear", "yarn"
@@ -27,7 +27,8 @@ struct RopeScaling {
 
 struct ModelSpec {
   std::string architecture;  // Hugging Face class name, e.g. "LlamaForCausalLM"
-  Arch arch = Arch::LLAMA;
+  // What the architecture adds (its hooks and flags); null only in specs built by hand.
+  const Architecture* arch = nullptr;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -83,9 +84,6 @@ struct ModelSpec {
 }  // namespace spark
 
 namespace spark {
-
-// The Hugging Face architectures sparkd runs, in the order messages list them.
-const std::vector<std::string>& supported_architectures();
 
 // Builds a spec from the text of config.json and of generation_config.json ("" when the
 // folder has none; its eos_token_id, when given, is the one generation stops on).

@@ -47,7 +47,7 @@ struct BlockQ6_K {
 // MXFP4 as GGUF stores it (ggml's block_mxfp4): value i of the block is
 // kMxfp4Values[code] * 2^(e - 127), code i in the low nibble of qs[i] for i < 16 and in
 // the high nibble of qs[i - 16] after. Hugging Face checkpoints keep e apart and pair
-// neighbours in a byte; engine/model/gptoss_checkpoint repacks them into this layout.
+// neighbours in a byte; engine/model/arch/gpt_oss_checkpoint repacks them into this layout.
 struct BlockMXFP4 {
   uint8_t e;
   uint8_t qs[16];

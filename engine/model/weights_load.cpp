@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "engine/model/fp8_weights.h"
-#include "engine/model/gptoss_checkpoint.h"
+#include "engine/model/architecture.h"
 #include "engine/model/load_weights.h"
 #include "engine/model/quant.h"
 #include "engine/util/check.h"
@@ -18,9 +18,10 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
   w.set_range(range);
   for (const auto& f : model.files) w.keep_alive(f);
   // gpt-oss stacks its experts: split (and repacked when MXFP4) into buffers w keeps.
+  const bool convert = spec.arch && spec.arch->convert_checkpoint;
   const std::map<std::string, Tensor> converted =
-      spec.arch == Arch::GPT_OSS ? gptoss_tensors(model.tensors, spec, range, &w, source) : std::map<std::string, Tensor>{};
-  const std::map<std::string, Tensor>& tensors = spec.arch == Arch::GPT_OSS ? converted : model.tensors;
+      convert ? spec.arch->convert_checkpoint(model.tensors, spec, range, &w, source) : std::map<std::string, Tensor>{};
+  const std::map<std::string, Tensor>& tensors = convert ? converted : model.tensors;
   std::vector<TensorSpec> need = check_tensor_set(tensors, spec, range, source);
   for (const TensorSpec& ts : need) {
     Tensor t = tensors.at(ts.name);
@@ -34,11 +35,11 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
   return w;
 }
 
-std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f) {
+std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec& spec) {
   std::map<std::string, Tensor> out;
   for (const GgufTensorInfo& info : f.tensors) {
     if (info.name == "rope_freqs.weight") continue;  // folded into the spec's RopeScaling
-    auto hf = gguf_to_hf_name(info.name);
+    auto hf = gguf_to_hf_name(info.name, spec.arch->gguf_aliases);
     if (!hf) throw InputError("GGUF file '" + f.source + "': tensor '" + info.name + "' is not part of any supported architecture");
     Tensor t;
     t.dtype = info.dtype;
@@ -99,7 +100,7 @@ void check_block_scales(const Tensor& t, const std::string& source) {
 }  // namespace
 
 Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange range) {
-  std::map<std::string, Tensor> all = gguf_hf_tensors(f);
+  std::map<std::string, Tensor> all = gguf_hf_tensors(f, spec);
   std::vector<TensorSpec> need = check_tensor_set(all, spec, range, "GGUF file '" + f.source + "'");
   Weights w;
   w.set_range(range);
@@ -108,7 +109,7 @@ Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange r
     Tensor t = all.at(ts.name);
     check_block_scales(t, f.source);
     const bool q_or_k = ts.part == Part::Q || ts.part == Part::K || ts.part == Part::Q_BIAS || ts.part == Part::K_BIAS;
-    if (spec.arch == Arch::LLAMA && q_or_k) {
+    if (spec.arch->gguf_qk_rows_permuted && q_or_k) {
       int64_t rows = t.shape[0];
       if (t.shape.size() == 1 && dtype_is_quantized(t.dtype))
         throw InputError("GGUF file '" + f.source + "': bias '" + t.name + "' is block-quantized");

@@ -25,8 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const spark::InputError&) {
     }
     spark::ModelSpec spec = spark::spec_from_gguf(f);
-    spark::gguf_hf_tensors(f);
-    (void)spec;
+    spark::gguf_hf_tensors(f, spec);
   } catch (const spark::InputError&) {
   }
   return 0;

@@ -92,7 +92,8 @@ def test_the_checker_sees_an_upward_include(tmp_path, monkeypatch):
                                  "(engine/model may not include engine/backend)"]
 
 
-# Hugging Face tensor-name fragments: they belong in engine/model/arch.cpp alone.
+# Hugging Face tensor-name fragments: they belong in the model description alone, the
+# shared table (engine/model/arch.cpp) and the architecture files (engine/model/arch/).
 TENSOR_NAME = re.compile(r"_proj|layernorm|embed_tokens|lm_head|q_norm|k_norm|mlp\.|self_attn|attn_q|attn_k|attn_v|"
                          r"attn_output|ffn_gate|ffn_up|ffn_down|token_embd|output_norm")
 STRING_LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
@@ -104,14 +105,36 @@ def test_tensor_names_live_in_the_model_description(folder):
     hits = []
     for f in source_files():
         rel = f.relative_to(ROOT).as_posix()
-        if not rel.startswith(folder + "/") or rel == "engine/model/arch.cpp":
+        if not rel.startswith(folder + "/") or is_model_description(rel):
             continue
         for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
             if line.lstrip().startswith("//"):
                 continue
             if any(TENSOR_NAME.search(text) for text in STRING_LITERAL.findall(line)):
                 hits.append(f"{rel}:{n}: {line.strip()}")
-    assert not hits, "tensor names outside engine/model/arch.cpp:\n" + "\n".join(hits)
+    assert not hits, "tensor names outside engine/model/arch.cpp and engine/model/arch/:\n" + "\n".join(hits)
+
+
+def is_model_description(rel):
+    return rel == "engine/model/arch.cpp" or rel.startswith("engine/model/arch/")
+
+
+# An architecture is asked about only in its own file: its class name appears nowhere
+# else, so nothing outside engine/model/arch/ can switch on it.
+ARCHITECTURE_NAME = re.compile(r"ForCausalLM|ForConditionalGeneration")
+
+
+def test_architectures_are_named_only_in_their_own_files():
+    hits = []
+    for f in source_files():
+        rel = f.relative_to(ROOT).as_posix()
+        if not rel.startswith(("engine/", "web/", "main.cpp")) or rel.startswith("engine/model/arch/"):
+            continue
+        for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+            code = line.split("//", 1)[0]
+            if any(ARCHITECTURE_NAME.search(text) for text in STRING_LITERAL.findall(code)):
+                hits.append(f"{rel}:{n}: {line.strip()}")
+    assert not hits, "architecture names outside engine/model/arch/:\n" + "\n".join(hits)
 
 
 # DESIGN.md's top level: nothing else is tracked there (dotfiles aside).

@@ -18,6 +18,7 @@
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/config.h"
+#include "engine/model/architecture.h"
 #include "engine/model/model_loader.h"
 #include "engine/util/check.h"
 
@@ -322,7 +323,7 @@ TEST_CASE("cpu forward: the backend factory builds the CPU backend and refuses c
 TEST_CASE("cpu forward: gpt-oss as a GGUF file (MXFP4 experts) gives transformers' logits") {
   const Golden g = read_golden(std::string(kGoldenDir) + "gpt_oss");
   LoadedModel m = load("gpt_oss.gguf");
-  CHECK(m.info.spec.arch == Arch::GPT_OSS);
+  CHECK(m.info.spec.arch == find_hf_architecture("GptOssForCausalLM"));
   CHECK(m.info.spec.sliding_window == 8);
   CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
   backend.init_kv_cache(kNumBlocks, kBlockSize);

@@ -4,6 +4,7 @@
 
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/stage_loader.h"
+#include "engine/model/architecture.h"
 #include "engine/model/arch.h"
 #include "engine/model/memory_plan.h"
 #include "engine/model/model_loader.h"
@@ -188,12 +189,12 @@ TEST_CASE("memory plan: the CUDA compute type follows the checkpoint, FP16 for G
   CHECK(compute_dtype_name(smol, gguf.spec, "cuda") == "bf16");
   // The Qwen families stay in BF16 whatever the file holds: FP16 overflows their activations.
   smol.model.dtype = "auto";
-  for (Arch arch : {Arch::QWEN2, Arch::QWEN3, Arch::QWEN3_MOE}) {
+  for (const char* arch : {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}) {
     ModelSpec qwen = gguf.spec;
-    qwen.arch = arch;
+    qwen.arch = find_hf_architecture(arch);
     CHECK(compute_dtype_name(smol, qwen, "cuda") == "bf16");
   }
   ModelSpec mistral = gguf.spec;
-  mistral.arch = Arch::MISTRAL;
+  mistral.arch = find_hf_architecture("MistralForCausalLM");
   CHECK(compute_dtype_name(smol, mistral, "cuda") == "fp16");
 }

@@ -2,11 +2,14 @@
 // architecture, and the errors for configs sparkd cannot run.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include "engine/model/architecture.h"
 #include "engine/model/arch.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model_spec.h"
+#include "engine/model/spec_readers.h"
 #include "tests/unit/test_model_golden.h"
 
 using namespace spark;
@@ -76,7 +79,7 @@ TEST_CASE("model spec: Hugging Face folders and GGUF files give the same spec") 
 
 TEST_CASE("model spec: Llama-3.1-8B shape and parameter count") {
   ModelSpec s = load_hf_spec("tests/golden/configs/llama3_8b");
-  CHECK(s.arch == Arch::LLAMA);
+  CHECK(s.arch == find_hf_architecture("LlamaForCausalLM"));
   CHECK(s.head_dim == 128);
   CHECK(s.num_kv_heads == 8);
   CHECK(s.rope_theta == 500000.0);
@@ -158,7 +161,7 @@ TEST_CASE("model spec: YaRN and gpt-oss settings as transformers reads them") {
       "intermediate_size":32,"num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,
       "num_local_experts":4,"num_experts_per_tok":2,"sliding_window":128,"swiglu_limit":5.0)";
   ModelSpec g = parse_hf_config(oss + R"(,"layer_types":["full_attention","sliding_attention","full_attention"]})", "", "c");
-  CHECK(g.arch == Arch::GPT_OSS);
+  CHECK(g.arch == find_hf_architecture("GptOssForCausalLM"));
   CHECK((g.attention_bias && g.o_bias && g.attention_sinks && g.gptoss_moe));
   CHECK(g.swiglu_limit == 5.0);
   CHECK(g.moe_intermediate_size == 32);
@@ -173,4 +176,48 @@ TEST_CASE("model spec: YaRN and gpt-oss settings as transformers reads them") {
   CHECK_INPUT_ERROR(parse_hf_config(R"({"architectures":["GptOssForCausalLM"],"vocab_size":64,"hidden_size":64,
       "intermediate_size":48,"num_hidden_layers":1,"num_attention_heads":4,"head_dim":16,"num_local_experts":4,
       "num_experts_per_tok":2,"sliding_window":8})", "", "c"), "multiples of 32");
+}
+
+namespace {
+
+// A made-up architecture in one place, as a new architecture file would be: its class
+// name, its own key, and its flags; nothing else knows it.
+void read_fake_config(const ConfigReader& r, ModelSpec& s) {
+  s.qk_norm = true;
+  s.intermediate_size = r.integer("fake_mlp_width", 1, 4096);
+}
+const Architecture kFake{
+    .hf_class = "FakeForCausalLM",
+    .gguf_name = nullptr,
+    .read_config = read_fake_config,
+    .read_gguf = nullptr,
+    .needs_bf16_activations = true,
+};
+
+}  // namespace
+
+TEST_CASE("model spec: an architecture added to the registry is read through its own hooks only") {
+  const std::string config = R"({"architectures":["FakeForCausalLM"],"vocab_size":100,"hidden_size":64,)"
+                             R"("num_hidden_layers":2,"num_attention_heads":4,"fake_mlp_width":96})";
+  CHECK_INPUT_ERROR(parse_hf_config(config, "", "fake.json"), "architecture FakeForCausalLM is not supported");
+  {
+    ScopedArchitecture added(kFake);
+    CHECK(hf_architecture_list().find("GptOssForCausalLM, FakeForCausalLM") != std::string::npos);
+    ModelSpec s = parse_hf_config(config, "", "fake.json");
+    CHECK(s.arch == &kFake);
+    CHECK(s.architecture == "FakeForCausalLM");
+    CHECK(s.intermediate_size == 96);
+    CHECK(s.qk_norm);
+    // The shared table gives its tensors: q/k norms included, no biases.
+    std::vector<TensorSpec> t = expected_tensors(s, full_range(s));
+    CHECK(std::count_if(t.begin(), t.end(), [](const TensorSpec& x) { return x.part == Part::Q_NORM; }) == 2);
+    CHECK(std::none_of(t.begin(), t.end(), [](const TensorSpec& x) { return x.part == Part::Q_BIAS; }));
+    CHECK_INPUT_ERROR(parse_hf_config(R"({"architectures":["FakeForCausalLM"],"vocab_size":100,"hidden_size":64,)"
+                                      R"("num_hidden_layers":2,"num_attention_heads":4})",
+                                      "", "fake.json"),
+                      "\"fake_mlp_width\" is missing");
+    // GGUF files of it are refused by the registry: it has no llama.cpp name.
+    CHECK(gguf_architecture_list().find("fake") == std::string::npos);
+  }
+  CHECK(find_hf_architecture("FakeForCausalLM") == nullptr);
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "engine/model/architecture.h"
 #include "engine/model/arch.h"
 #include "engine/model/dummy.h"
 #include "engine/model/load_weights.h"
@@ -99,7 +100,7 @@ TEST_CASE("weights: a GGUF file loads to the same Hugging Face tensors as its so
     }
     if (arch == "llama") {
       // And the raw GGUF rows really are permuted: the check above is not vacuous.
-      Tensor raw = gguf_hf_tensors(*gg.gguf).at("model.layers.0.self_attn.q_proj.weight");
+      Tensor raw = gguf_hf_tensors(*gg.gguf, gg.spec).at("model.layers.0.self_attn.q_proj.weight");
       CHECK(to_f32(raw) != to_f32(wh.get("model.layers.0.self_attn.q_proj.weight")));
     }
   }
@@ -165,7 +166,7 @@ TEST_CASE("weights: missing, unexpected and misshapen tensors are listed") {
   CHECK(msg.find("inv_freq") == std::string::npos);
   // A config asking for millions of tensors is refused by count, before listing them.
   ModelSpec huge = info.spec;
-  huge.arch = Arch::QWEN3_MOE;
+  huge.arch = find_hf_architecture("Qwen3MoeForCausalLM");
   huge.num_layers = 1024;
   huge.num_experts = 1024;
   huge.num_experts_per_tok = 8;

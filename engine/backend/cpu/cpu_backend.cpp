@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/backend/cpu/matmul.h"
+#include "engine/model/layer_shape.h"
 #include "engine/step/window_blocks.h"
 #include "engine/util/check.h"
 
@@ -37,12 +38,15 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     if (!cpu::matmul_supports(t->dtype))
       throw InputError("tensor " + t->name + " has dtype " + std::string(dtype_name(t->dtype)) +
                        ", which the CPU backend cannot read");
+  const std::vector<LayerShape> shapes = layer_shapes(spec, range_);
+  require_cases(shapes, spec, LayerCases{.backend = "the CPU backend"});
   has_embedding_ = weights.has_embedding();
   has_head_ = weights.has_head();
   embedding_ = weights.embedding;
   lm_head_ = weights.lm_head;
   final_norm_ = vec_f32(weights.final_norm);
   for (const LayerWeights& w : weights.layers) {
+    const LayerShape& shape = shapes[layers_.size()];
     Layer L;
     L.q = &w.get(Part::Q);
     L.k = &w.get(Part::K);
@@ -53,7 +57,7 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     L.v_bias = vec_f32(w.find(Part::V_BIAS));
     L.o_bias = vec_f32(w.find(Part::O_BIAS));
     L.sinks = vec_f32(w.find(Part::SINKS));
-    L.window = spec.layer_is_sliding(range_.first_layer + static_cast<int64_t>(layers_.size())) ? spec.sliding_window : 0;
+    L.window = shape.window;
     L.q_norm = vec_f32(w.find(Part::Q_NORM));
     L.k_norm = vec_f32(w.find(Part::K_NORM));
     L.attn_norm = vec_f32(w.find(Part::ATTN_NORM));
@@ -71,9 +75,9 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
       L.moe.gate_bias = w.expert_gate_bias;
       L.moe.up_bias = w.expert_up_bias;
       L.moe.down_bias = w.expert_down_bias;
-      L.moe.softmax_after_topk = spec.gptoss_moe;
-      L.moe.swiglu_limit = spec.gptoss_moe ? static_cast<float>(spec.swiglu_limit) : 0.0f;
-      L.moe.swiglu_alpha = static_cast<float>(spec.swiglu_alpha);
+      L.moe.softmax_after_topk = shape.softmax_after_topk;
+      L.moe.swiglu_limit = shape.activation == Activation::CLAMPED_SWIGLU ? shape.swiglu_limit : 0.0f;
+      L.moe.swiglu_alpha = shape.swiglu_alpha;
     } else {
       L.gate = &w.get(Part::GATE);
       L.up = &w.get(Part::UP);

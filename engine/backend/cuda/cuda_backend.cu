@@ -28,6 +28,7 @@
 #include "engine/backend/cuda/rope_kv.h"
 #include "engine/backend/cuda/sampling.h"
 #include "engine/backend/cuda/swiglu.h"
+#include "engine/model/layer_shape.h"
 #include "engine/step/window_blocks.h"
 #include "engine/util/log.h"
 
@@ -179,6 +180,7 @@ struct CudaBackend::Impl {
   ModelSpec spec;
   CudaOptions opt;
   LayerRange range;
+  std::vector<LayerShape> shapes;  // the stage's layers, as layer_shape.h describes them
   bool has_embedding = false, has_head = false;
   std::string device_name;
   int cc_major = 0, cc_minor = 0;
@@ -247,7 +249,7 @@ struct CudaBackend::Impl {
   }
 
   void check_batch(const Batch& b, bool needs_ids) const;
-  bool sliding(size_t l) const { return spec.layer_is_sliding(range.first_layer + int64_t(l)); }
+  bool sliding(size_t l) const { return shapes[l].window > 0; }
   Batch padded(const Batch& b, int32_t bucket) const;
   static Batch rows_as_sequences(const Batch& b);
   void count(bool multi_row, std::optional<cuda::DecodeGraphs::Use> use);
@@ -380,6 +382,7 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
   };
   for (size_t l = 0; l < weights->layers.size(); ++l) {
     const cuda::DeviceLayer& L = weights->layers[l];
+    const LayerShape& shape = shapes[l];
     cuda::add_rms_norm<T>(act.x, l == 0 ? nullptr : act.proj, L.attn_norm, rows, H, eps, as_t(act.normed), stream,
                           programmatic);
     linear(act.normed, H, L.qkv, qkv_n, act.wide, cuda::GemmOut::HALF);
@@ -388,13 +391,14 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
     cuda::qkv_rope_kv_write<T>(as_t(act.wide), L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping, rows,
                                nh, rope, layer_kv, cache[l], as_t(act.q), stream, programmatic);
     attention->run(db, cache[l], act.q, act.mid, stream, programmatic,
-                   {sliding(l) ? int32_t(spec.sliding_window) : 0, L.sinks});
+                   {int32_t(shape.window), L.sinks});
     linear(act.mid, nh * hd, L.o, H, act.proj, cuda::GemmOut::F32);
     if (L.o_bias) cuda::add_bias_f32(act.proj, L.o_bias, rows, H, stream, programmatic);
     cuda::add_rms_norm<T>(act.x, act.proj, L.ffn_norm, rows, H, eps, as_t(act.normed), stream, programmatic);
     if (L.is_moe()) {
+      const bool clamped = shape.activation == Activation::CLAMPED_SWIGLU;
       const cuda::ExpertExtras extras{L.expert_gate_up_bias, L.expert_down_bias,
-                                      spec.gptoss_moe ? float(spec.swiglu_limit) : 0.0f, float(spec.swiglu_alpha)};
+                                      clamped ? shape.swiglu_limit : 0.0f, shape.swiglu_alpha};
       const cuda::MoeLayerWeights moe_w{L.ffn_norm, L.router, L.router_bias, {L.expert_gate_up, L.expert_down, extras}};
       cuda::moe_forward(half(), moe_config(spec), moe_w, act.x, eps, act.normed, rows, *moe, act.proj, stream,
                         programmatic);
@@ -504,6 +508,8 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
     throw InputError(
         "the CUDA backend needs hidden_size, intermediate_size and num_heads x head_dim to be "
         "multiples of 8");
+  m.shapes = layer_shapes(spec, r);
+  require_cases(m.shapes, spec, LayerCases{.backend = "the CUDA backend"});
   if (range_has_moe(spec, r)) check_moe_config(spec);
   m.has_embedding = r.first_layer == 0;
   m.has_head = r.last_layer == spec.num_layers;

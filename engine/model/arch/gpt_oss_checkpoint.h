@@ -1,4 +1,4 @@
-// gptoss_checkpoint.h — gpt-oss safetensors checkpoints as the per-expert parts of arch.h.
+// gpt_oss_checkpoint.h — gpt-oss safetensors checkpoints as the per-expert parts of arch.h.
 #pragma once
 #include <map>
 #include <string>

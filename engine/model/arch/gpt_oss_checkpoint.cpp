@@ -1,5 +1,5 @@
-// gptoss_checkpoint.cpp — splitting, de-interleaving and repacking gpt-oss's stacked experts.
-#include "engine/model/gptoss_checkpoint.h"
+// gpt_oss_checkpoint.cpp — splitting, de-interleaving and repacking gpt-oss's stacked experts.
+#include "engine/model/arch/gpt_oss_checkpoint.h"
 
 #include <cstring>
 #include <memory>
@@ -192,7 +192,7 @@ class LayerExperts {
 
 std::map<std::string, Tensor> gptoss_tensors(const std::map<std::string, Tensor>& file, const ModelSpec& spec,
                                              LayerRange range, Weights* keep, const std::string& source) {
-  SPARK_CHECK(spec.arch == Arch::GPT_OSS, "gptoss_tensors: not a gpt-oss spec");
+  SPARK_CHECK(spec.gptoss_moe, "gptoss_tensors: not a gpt-oss spec");
   std::map<std::string, Tensor> rest = file, out;
   for (int64_t l = 0; l < spec.num_layers; ++l) {
     const bool load = keep && l >= range.first_layer && l < range.last_layer;

@@ -1,0 +1,20 @@
+// shared_keys.h — config keys several architectures read the same way; each architecture
+// file calls the ones it has.
+#pragma once
+#include "engine/model/model_spec.h"
+#include "engine/model/spec_readers.h"
+
+namespace spark {
+
+// Llama's attention_bias also adds an o_proj bias, and mlp_bias biases the MLP: the
+// backends model neither for these architectures, so true is refused by name.
+void refuse_attention_and_mlp_bias(const ConfigReader& config, const ModelSpec& spec);
+// A sliding window shorter than the context is exact only up to the window: when the
+// config turns it on (use_sliding_window, defaulting to `on_by_default`), the context is
+// capped there.
+void cap_context_at_sliding_window(const ConfigReader& config, ModelSpec& spec, bool on_by_default);
+// The dense MLP's width: intermediate_size, or the GGUF's feed_forward_length.
+void read_dense_mlp(const ConfigReader& config, ModelSpec& spec);
+void read_dense_mlp(const GgufMetaReader& meta, ModelSpec& spec);
+
+}  // namespace spark

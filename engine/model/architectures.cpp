@@ -1,0 +1,47 @@
+// architectures.cpp — the registry: one row per file under engine/model/arch/.
+#include "engine/model/architecture.h"
+
+#include <algorithm>
+
+namespace spark {
+
+extern const Architecture kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss;
+
+namespace {
+std::vector<const Architecture*>& registry() {
+  static std::vector<const Architecture*> all = {&kLlama, &kMistral, &kQwen2, &kQwen3, &kQwen3Moe, &kGptOss};
+  return all;
+}
+}  // namespace
+
+const std::vector<const Architecture*>& architectures() { return registry(); }
+
+const Architecture* find_hf_architecture(const std::string& hf_class) {
+  for (const Architecture* a : architectures())
+    if (hf_class == a->hf_class) return a;
+  return nullptr;
+}
+
+const Architecture* find_gguf_architecture(const std::string& gguf_name) {
+  for (const Architecture* a : architectures())
+    if (a->gguf_name && gguf_name == a->gguf_name) return a;
+  return nullptr;
+}
+
+std::string hf_architecture_list() {
+  std::string list;
+  for (const Architecture* a : architectures()) list += (list.empty() ? "" : ", ") + std::string(a->hf_class);
+  return list;
+}
+
+std::string gguf_architecture_list() {
+  std::string list;
+  for (const Architecture* a : architectures())
+    if (a->gguf_name) list += (list.empty() ? "" : ", ") + std::string(a->gguf_name);
+  return list;
+}
+
+ScopedArchitecture::ScopedArchitecture(const Architecture& arch) : arch_(&arch) { registry().push_back(arch_); }
+ScopedArchitecture::~ScopedArchitecture() { std::erase(registry(), arch_); }
+
+}  // namespace spark

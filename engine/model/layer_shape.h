@@ -1,0 +1,82 @@
+// layer_shape.h — what each decoder layer computes, in one description per layer that both
+// backends build their layers from. An architecture says what its layers are through the
+// ModelSpec; a backend lists the cases it implements (LayerCases) and refuses, by layer
+// and by name, a layer that needs one it lacks — a model that needs something new fails
+// at load with what is missing, never with wrong numbers.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_spec.h"
+#include "engine/model/weights.h"
+
+namespace spark {
+
+// How a residual branch is normalised: x + f(norm(x)) ("pre") is every architecture's today;
+// Gemma's "sandwich" also normalises f's output before adding it.
+enum class NormPlacement : uint8_t { PRE, SANDWICH };
+// RMSNorm as x / rms(x) * w, or Gemma's x / rms(x) * (1 + w).
+enum class NormKind : uint8_t { RMS, RMS_PLUS_ONE };
+// The gated MLP's activation: SiLU(gate) * up, gpt-oss's clamped
+// gate * sigmoid(alpha * gate) * (up + 1), or Gemma's GELU (tanh) gate.
+enum class Activation : uint8_t { SILU, CLAMPED_SWIGLU, GELU_TANH };
+// Which token mixer the layer has: attention over the paged KV cache, or a recurrent state
+// (the Gated-DeltaNet and Mamba layers of the hybrids).
+enum class Mixer : uint8_t { ATTENTION, RECURRENT };
+
+const char* name_of(NormPlacement p);
+const char* name_of(NormKind k);
+const char* name_of(Activation a);
+const char* name_of(Mixer m);
+
+struct LayerShape {
+  int64_t layer = 0;  // index in the whole model
+  Mixer mixer = Mixer::ATTENTION;
+  NormPlacement norm_placement = NormPlacement::PRE;
+  NormKind norm_kind = NormKind::RMS;
+  double norm_eps = 1e-6;
+
+  // Attention geometry; queries are scaled by attention_scale before the softmax.
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  double attention_scale = 1.0;
+  bool qk_norm = false;
+  bool sinks = false;   // a learned per-head logit joins each softmax
+  int64_t window = 0;   // attends to the last `window` tokens; 0 for the whole context
+  // RoPE: the base, and how many of each head's dimensions rotate.
+  double rope_theta = 10000.0;
+  int64_t rotary_dim = 0;
+
+  // The MLP: dense, or experts chosen by a router.
+  bool moe = false;
+  Activation activation = Activation::SILU;
+  float swiglu_limit = 0.0f, swiglu_alpha = 1.702f;  // CLAMPED_SWIGLU only
+  bool softmax_after_topk = false;                   // the router's softmax over the chosen k only
+
+  // K and V values one token stores in this layer's cache.
+  int64_t kv_values_per_token() const { return mixer == Mixer::ATTENTION ? 2 * num_kv_heads * head_dim : 0; }
+};
+
+// The layers of `range`, in order.
+std::vector<LayerShape> layer_shapes(const ModelSpec& spec, LayerRange range);
+
+// What a backend implements. A case outside it is refused by require_cases.
+struct LayerCases {
+  std::string backend;  // "the CPU backend"
+  std::vector<Mixer> mixers = {Mixer::ATTENTION};
+  std::vector<NormPlacement> norm_placements = {NormPlacement::PRE};
+  std::vector<NormKind> norm_kinds = {NormKind::RMS};
+  std::vector<Activation> activations = {Activation::SILU, Activation::CLAMPED_SWIGLU};
+  // Cases every backend lacks today, kept here so each is refused by name: attention
+  // geometry, RoPE base and scale that vary by layer, partial rotary, a scale other than
+  // 1/sqrt(head_dim).
+  bool per_layer_geometry = false;
+  bool partial_rotary = false;
+  bool custom_attention_scale = false;
+};
+
+// Throws InputError naming the backend, the first layer and the case it lacks, e.g.
+// "the CPU backend has no case for layer 5's norm placement 'sandwich'".
+void require_cases(const std::vector<LayerShape>& layers, const ModelSpec& spec, const LayerCases& cases);
+
+}  // namespace spark

@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "engine/model/arch.h"
-#include "engine/model/dummy.h"
 #include "engine/model/architecture.h"
+#include "engine/model/dummy.h"
 #include "engine/model/load_weights.h"
 #include "engine/util/check.h"
 

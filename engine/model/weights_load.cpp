@@ -3,8 +3,8 @@
 #include <cstring>
 #include <memory>
 
-#include "engine/model/fp8_weights.h"
 #include "engine/model/architecture.h"
+#include "engine/model/fp8_weights.h"
 #include "engine/model/load_weights.h"
 #include "engine/model/quant.h"
 #include "engine/util/check.h"
@@ -17,7 +17,8 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
   Weights w;
   w.set_range(range);
   for (const auto& f : model.files) w.keep_alive(f);
-  // gpt-oss stacks its experts: split (and repacked when MXFP4) into buffers w keeps.
+  // A checkpoint that stores parts otherwise than the shared table (gpt-oss's stacked
+  // experts) is converted by its architecture, into buffers w keeps.
   const bool convert = spec.arch && spec.arch->convert_checkpoint;
   const std::map<std::string, Tensor> converted =
       convert ? spec.arch->convert_checkpoint(model.tensors, spec, range, &w, source) : std::map<std::string, Tensor>{};

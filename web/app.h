@@ -7,10 +7,10 @@
 #include <memory>
 
 #include "engine/config.h"
+#include "web/chat_format/chat_format.h"
 #include "web/openai/response_store.h"
 #include "web/request_log.h"
 #include "web/server_state.h"
-#include "web/tool_calls.h"
 
 namespace spark {
 
@@ -32,10 +32,10 @@ struct App {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null when the model ships none
   const PeerHead* peer = nullptr;               // peer mode, head: the pair's state
-  ToolFormat tool_format = ToolFormat::HERMES;  // how this model writes tool calls
-  bool thinking_model = false;                  // its template knows <think>
-  bool harmony_model = false;                   // its template writes harmony (gpt-oss)
-  int64_t created = 0;                          // unix time the model was loaded
+  // How this model writes tool calls (web/chat_format/), read from its chat template.
+  const ChatFormat* chat_format = &default_chat_format();
+  bool thinking_model = false;  // its template knows <think>
+  int64_t created = 0;          // unix time the model was loaded
 
   // Engine sequences submitted by the API and not yet finished: the admission count
   // that turns into 429 past engine.max_num_seqs + server.max_queued_requests.

@@ -2,14 +2,16 @@
 //
 // What tool_choice enforces: "none" hides the tools from the template and parses no calls;
 // "auto" offers them and parses what the model writes; "required" and a named function add
-// a system instruction and, for models that write Hermes or Llama 3.1 calls and are not
-// thinking, put the opening of the call into the prompt, so the answer starts as a call
-// (to that function when named). Arguments are not constrained: without structured
-// output a model can still write arguments that are not JSON; such text stays content.
+// a system instruction and, for models that are not thinking and whose format can open a
+// call in the prompt (Hermes, Llama 3.1: ChatFormat::force_call), put the opening of the
+// call into the prompt, so the answer starts as a call (to that function when named).
+// Arguments are not constrained: without structured output a model can still write
+// arguments that are not JSON; such text stays content.
 #include "web/chat_prompt.h"
 
 #include "engine/template/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "web/chat_format/think.h"
 #include "web/http_error.h"
 
 namespace spark {
@@ -49,12 +51,9 @@ void add_system_note(J& messages, const std::string& note) {
 
 void detect_model_traits(App& app) {
   if (!app.chat_template) return;
-  const std::string& with_tools = app.chat_template->source(true);
-  if (contains(with_tools, "<tool_call>")) app.tool_format = ToolFormat::HERMES;
-  else if (contains(with_tools, "<|python_tag|>") || contains(with_tools, "ipython")) app.tool_format = ToolFormat::LLAMA3;
-  else app.tool_format = ToolFormat::HERMES;
-  app.thinking_model = contains(app.chat_template->source(false), "<think>") || contains(with_tools, "<think>");
-  app.harmony_model = contains(with_tools, "<|channel|>") && contains(with_tools, "<|message|>");
+  const TemplateText text{app.chat_template->source(true), app.chat_template->source(false)};
+  app.chat_format = &detect_chat_format(text);
+  app.thinking_model = template_thinks(text);
 }
 
 ChatPrompt build_chat_prompt(const App& app, const ApiRequest& r) {
@@ -75,20 +74,14 @@ ChatPrompt build_chat_prompt(const App& app, const ApiRequest& r) {
   J tools = use_tools ? r.tools : J();
   p.text = app.chat_template->render(messages, tools, r.add_generation_prompt, r.template_kwargs);
 
-  p.parser.tools = use_tools ? app.tool_format : ToolFormat::NONE;
-  p.parser.harmony = app.harmony_model;
+  p.parser.format = app.chat_format;
+  p.parser.tools = use_tools;
   p.parser.reasoning = thinking;
-  std::string tail = p.text.substr(p.text.size() - std::min<size_t>(p.text.size(), 16));
-  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
-  p.parser.starts_in_reasoning = thinking && tail.size() >= 7 && tail.substr(tail.size() - 7) == "<think>";
+  p.parser.starts_in_reasoning = thinking && prompt_opens_reasoning(p.text);
 
-  if (use_tools && !thinking && !app.harmony_model && (r.tool_choice == ToolChoice::REQUIRED || r.tool_choice == ToolChoice::NAMED)) {
-    if (app.tool_format == ToolFormat::HERMES)
-      p.prefill = r.tool_choice == ToolChoice::NAMED ? "<tool_call>\n{\"name\": \"" + r.tool_name + "\", \"arguments\": "
-                                                     : "<tool_call>\n{\"name\": \"";
-    else if (app.tool_format == ToolFormat::LLAMA3)
-      p.prefill = r.tool_choice == ToolChoice::NAMED ? "{\"name\": \"" + r.tool_name + "\", \"parameters\": "
-                                                     : "{\"name\": \"";
+  if (use_tools && !thinking && (r.tool_choice == ToolChoice::REQUIRED || r.tool_choice == ToolChoice::NAMED)) {
+    const auto call = app.chat_format->force_call(r.tools, r.tool_choice == ToolChoice::NAMED ? &r.tool_name : nullptr);
+    if (call) p.prefill = call->prefill;
   }
   p.text += p.prefill;
   p.ids = app.tokenizer->encode(p.text, /*add_special_tokens=*/false, /*parse_special=*/true);
@@ -97,7 +90,7 @@ ChatPrompt build_chat_prompt(const App& app, const ApiRequest& r) {
 
 ChatPrompt build_generation_prompt(const App& app, ApiRequest& r) {
   ChatPrompt p = build_chat_prompt(app, r);
-  if (p.parser.harmony) r.params.skip_special_tokens = false;
+  if (p.parser.format->reads_special_tokens()) r.params.skip_special_tokens = false;
   return p;
 }
 

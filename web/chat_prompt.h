@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "web/app.h"
+#include "web/chat_format/chat_format.h"
 #include "web/openai_request.h"
-#include "web/tool_calls.h"
 
 namespace spark {
 
@@ -21,7 +21,7 @@ struct ChatPrompt {
   OutputParserOptions parser;
 };
 
-// Reads the tool-call format and whether the model thinks from its chat template.
+// Reads the chat format and whether the model thinks from its chat template.
 void detect_model_traits(App& app);
 
 // Throws HttpError 400 when the model has no chat template or the template refuses the

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
+#include "web/chat_format/json_call.h"
 #include "web/http_error.h"
 #include "web/structured_output.h"
-#include "web/tool_calls.h"
 
 namespace spark {
 

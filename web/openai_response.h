@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/request_stream.h"
-#include "web/tool_calls.h"
+#include "web/chat_format/chat_format.h"
 
 namespace spark {
 

@@ -12,6 +12,7 @@
 #include "engine/core/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
+#include "web/chat_format/chat_format.h"
 #include "web/http_error.h"
 
 namespace spark {
@@ -133,51 +134,12 @@ std::optional<Spec> parse_structured_output(const J& body, std::string& param) {
 
 namespace {
 
-J parameters_of(const J& function) {
-  return function.contains("parameters") && function["parameters"].is_object() ? function["parameters"] : J{{"type", "object"}};
-}
-
-// The call's shape after its opening in this model's format: each declared function's
-// name (unless `named`), then its parameters schema, then the closing.
-Spec call_spec(const ApiRequest& r, ToolFormat format, const std::string& before_name, bool named) {
-  const bool hermes = format == ToolFormat::HERMES;
-  Spec s;
-  s.kind = Spec::Kind::TOOL_CALL;
-  s.closing = hermes ? "}\n</tool_call>" : "}";
-  for (const auto& t : r.tools) {
-    const J& fn = t["function"];
-    const std::string name = fn["name"].get<std::string>();
-    if (named && name != r.tool_name) continue;
-    const std::string opening = named ? "" : before_name + name + (hermes ? "\", \"arguments\": " : "\", \"parameters\": ");
-    s.tools.emplace_back(opening, parameters_of(fn).dump());
-  }
-  return s;
-}
-
-// tool_choice "auto": no grammar until the model opens a call (tool_trigger.h).
+// tool_choice "auto": no grammar until the model opens a call the way its chat format
+// writes one (tool_trigger.h).
 std::shared_ptr<const constrain::Constraint> auto_tool_calls(const App& app, const ApiRequest& r,
                                                              const std::shared_ptr<const constrain::TokenTable>& table) {
-  using Trigger = constrain::ToolTrigger;
-  auto trigger = std::make_shared<Trigger>();
+  std::shared_ptr<constrain::ToolTrigger> trigger = app.chat_format->auto_trigger(r.tools, table);
   trigger->tokens = table;
-  if (app.harmony_model) {
-    trigger->format = Trigger::Format::HARMONY;
-    trigger->opening = "to=functions.";
-    for (const auto& t : r.tools) {
-      Spec s;
-      s.kind = Spec::Kind::JSON_SCHEMA;
-      s.schema = parameters_of(t["function"]).dump();
-      trigger->arguments.emplace_back(t["function"]["name"].get<std::string>(), constrain::compile_constraint(s, table));
-    }
-  } else if (app.tool_format == ToolFormat::LLAMA3) {
-    trigger->format = Trigger::Format::LEADING;
-    trigger->opening = "{";
-    trigger->call = constrain::compile_constraint(call_spec(r, app.tool_format, "\"name\": \"", false), table);
-  } else {
-    trigger->format = Trigger::Format::TAG;
-    trigger->opening = "<tool_call>";
-    trigger->call = constrain::compile_constraint(call_spec(r, app.tool_format, "\n{\"name\": \"", false), table);
-  }
   auto c = std::make_shared<constrain::Constraint>();
   c->tokens = table;
   c->cached = trigger->call ? trigger->call->cached
@@ -208,7 +170,8 @@ void attach_constraint(const App& app, ApiRequest& r, const std::string& prefill
   if (forced_call && !prefill.empty()) {
     // The prompt ends inside the call's opening (chat_prompt.cpp): after `{"name": "` for
     // "required", after the arguments key for a named function.
-    spec = call_spec(r, app.tool_format, "", r.tool_choice == ToolChoice::NAMED);
+    const std::string* named = r.tool_choice == ToolChoice::NAMED ? &r.tool_name : nullptr;
+    spec = app.chat_format->force_call(r.tools, named).value().rest;
     param = "tools";
   } else if (!spec && r.tool_choice != ToolChoice::NONE && r.tools.is_array() && !r.tools.empty()) {
     // "auto", or a forced call the prompt could not open (a thinking model, harmony).

@@ -64,7 +64,7 @@ Turn::Turn(App& app, ApiRequest request, std::string id, TurnPrompt prompt, std:
   if (!prompt_.parser) return;
   // The forced opening of a required tool call is parsed as if the model had written it.
   for (size_t i = 0; i < choices; ++i) {
-    parsers_.push_back(std::make_unique<OutputParser>(*prompt_.parser));
+    parsers_.push_back(make_output_parser(*prompt_.parser));
     auto events = parsers_.back()->push(prompt_.prefill);
     if (!events.empty()) deliver(ChoiceDelta{i, std::move(events), {}}, sse);
   }

@@ -8,7 +8,6 @@
 namespace spark::constrain {
 namespace {
 
-constexpr std::string_view kHarmonyMessage = "<|message|>";
 constexpr size_t kMaxName = 256;  // longer recipients are no declared function's
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
@@ -38,7 +37,7 @@ void ToolCallWatch::observe(int32_t token, std::shared_ptr<Matcher>& active) {
   }
   const ToolTrigger& t = *trigger_;
   const std::string& text = t.tokens->text(token);
-  const size_t keep = std::max(t.opening.size(), kHarmonyMessage.size());
+  const size_t keep = std::max(t.opening.size(), t.header_end.size());
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     const std::string_view rest = std::string_view(text).substr(i + 1);
@@ -49,7 +48,7 @@ void ToolCallWatch::observe(int32_t token, std::shared_ptr<Matcher>& active) {
       if (c == '{') start(*t.call, rest, active);
       return;
     }
-    if (t.format == ToolTrigger::Format::HARMONY && in_name_) {
+    if (t.format == ToolTrigger::Format::HEADER && in_name_) {
       if (is_name_char(c) && name_.size() < kMaxName) {
         name_ += c;
         continue;
@@ -65,11 +64,11 @@ void ToolCallWatch::observe(int32_t token, std::shared_ptr<Matcher>& active) {
       start(*t.call, rest, active);
       return;
     }
-    if (ends_with(tail_, t.opening)) {  // HARMONY: a header names its recipient
+    if (ends_with(tail_, t.opening)) {  // HEADER: a header names its function
       in_name_ = true;
       named_ = false;
       name_.clear();
-    } else if (ends_with(tail_, kHarmonyMessage) && (named_ || in_name_)) {
+    } else if (ends_with(tail_, t.header_end) && (named_ || in_name_)) {
       in_name_ = named_ = false;
       tail_.clear();
       for (const auto& [name, args] : t.arguments)

@@ -3,15 +3,14 @@
 // token is constrained (a declared function's name, then arguments that match its
 // parameters schema), and after the call the output is free again.
 //
-// The formats, as the output parsers (web/tool_calls.h, web/harmony_parser.h) read them:
-//   TAG        Hermes / Qwen: `<tool_call>` anywhere in the text; the rest of the call is
-//              `\n{"name": "NAME", "arguments": {...}}\n</tool_call>`.
-//   LEADING    Llama 3.1 JSON: the answer's first non-space byte is `{`; the rest is
-//              `"name": "NAME", "parameters": {...}}`.
-//   HARMONY    gpt-oss: a header naming `to=functions.NAME`, then `<|message|>`; the
-//              message is NAME's arguments (the name itself is written in the header,
-//              around special tokens the grammar cannot hold, so it is not constrained: a
-//              name no tool has leaves its message free).
+// Where an opening counts (the chat formats, web/chat_format/, fill in the strings):
+//   TAG        anywhere in the text (Hermes / Qwen: `<tool_call>`); `call` is the rest,
+//              up to the call's end.
+//   LEADING    as the answer's first non-space bytes (Llama 3.1 JSON: `{`).
+//   HEADER     a header names the function right after the opening (gpt-oss:
+//              `to=functions.NAME`), then `header_end` opens its arguments, held to that
+//              function's entry in `arguments` (the name itself is not constrained: a name
+//              no tool has leaves the message free).
 // The opening is found in the text of the sampled tokens (added tokens such as Qwen's
 // <tool_call> by their text), byte by byte; the bytes of the opening token past it are
 // the first bytes of the constrained rest.
@@ -30,12 +29,13 @@ namespace spark::constrain {
 struct Constraint;
 
 struct ToolTrigger {
-  enum class Format { TAG, LEADING, HARMONY };
+  enum class Format { TAG, LEADING, HEADER };
   Format format = Format::TAG;
-  std::string opening;  // TAG: "<tool_call>"; LEADING: "{"; HARMONY: "to=functions."
+  std::string opening;
+  std::string header_end;  // HEADER: what closes the header and opens the arguments
   std::shared_ptr<const TokenTable> tokens;
   std::shared_ptr<const Constraint> call;  // TAG, LEADING: the rest of the call
-  // HARMONY: each function's arguments.
+  // HEADER: each function's arguments.
   std::vector<std::pair<std::string, std::shared_ptr<const Constraint>>> arguments;
 };
 
@@ -54,9 +54,9 @@ class ToolCallWatch {
   std::shared_ptr<const ToolTrigger> trigger_;
   std::string tail_;          // the last bytes of free text, as long as the opening at most
   bool seen_text_ = false;    // LEADING: a non-space byte was written (the answer began)
-  bool in_name_ = false;      // HARMONY: reading the name after `to=functions.`
-  std::string name_;          // HARMONY: the recipient of the message being headed
-  bool named_ = false;        // HARMONY: a `to=functions.` header awaits its <|message|>
+  bool in_name_ = false;      // HEADER: reading the name after the opening
+  std::string name_;          // HEADER: the function the header names
+  bool named_ = false;        // HEADER: a named header awaits its end
 };
 
 }  // namespace spark::constrain

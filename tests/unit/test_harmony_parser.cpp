@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "web/harmony_parser.h"
+#include "web/chat_format/chat_format.h"
 
 using namespace spark;
 
@@ -20,8 +20,11 @@ struct Split {
   std::vector<std::pair<std::string, std::string>> calls;
 };
 
+std::unique_ptr<OutputParser> harmony_parser() { return make_output_parser({find_chat_format("harmony")}); }
+
 Split parse_in_pieces(const std::string& text, size_t piece) {
-  HarmonyParser p;
+  auto parser = harmony_parser();
+  OutputParser& p = *parser;
   Split s;
   auto take = [&](const std::vector<OutputEvent>& events) {
     for (const auto& e : events) {
@@ -61,7 +64,8 @@ TEST_CASE("harmony parser: splits completions as openai-harmony's StreamablePars
 }
 
 TEST_CASE("harmony parser: reasoning streams before the message ends; a call comes whole with an id") {
-  HarmonyParser p;
+  auto parser = harmony_parser();
+  OutputParser& p = *parser;
   auto e = p.push("<|channel|>analysis<|message|>Let me think");
   REQUIRE(e.size() == 1);
   CHECK(e[0].kind == OutputEvent::REASONING);

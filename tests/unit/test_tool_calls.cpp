@@ -6,7 +6,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "web/tool_calls.h"
+#include "web/chat_format/chat_format.h"
+#include "web/chat_format/json_call.h"
 
 using namespace spark;
 
@@ -27,24 +28,28 @@ Parsed collect(const std::vector<OutputEvent>& events, Parsed p = {}) {
 }
 
 Parsed parse_whole(const std::string& text, OutputParserOptions opt) {
-  OutputParser parser(opt);
-  Parsed p = collect(parser.push(text));
-  return collect(parser.finish(), p);
+  auto parser = make_output_parser(opt);
+  Parsed p = collect(parser->push(text));
+  return collect(parser->finish(), p);
 }
 
 // The same text cut into deltas of `step` bytes.
 Parsed parse_in_steps(const std::string& text, OutputParserOptions opt, size_t step) {
-  OutputParser parser(opt);
+  auto parser = make_output_parser(opt);
   Parsed p;
-  for (size_t i = 0; i < text.size(); i += step) p = collect(parser.push(text.substr(i, step)), p);
-  return collect(parser.finish(), p);
+  for (size_t i = 0; i < text.size(); i += step) p = collect(parser->push(text.substr(i, step)), p);
+  return collect(parser->finish(), p);
 }
 
-OutputParserOptions hermes() {
+OutputParserOptions with_tools(const char* format) {
   OutputParserOptions o;
-  o.tools = ToolFormat::HERMES;
+  o.format = find_chat_format(format);
+  REQUIRE(o.format);
+  o.tools = true;
   return o;
 }
+
+OutputParserOptions hermes() { return with_tools("hermes"); }
 
 // Every delta size gives the same split as the whole text.
 void check_all_splits(const std::string& text, OutputParserOptions opt) {
@@ -140,9 +145,8 @@ TEST_CASE("no tools: tags are plain content") {
 }
 
 TEST_CASE("think: reasoning split from the answer, with and without the opening tag in the prompt") {
-  OutputParserOptions o;
+  OutputParserOptions o = hermes();
   o.reasoning = true;
-  o.tools = ToolFormat::HERMES;
   std::string text = "<think>\nThe user wants weather.\n</think>\n\nSure.<tool_call>{\"name\": \"w\", \"arguments\": {}}</tool_call>";
   Parsed p = parse_whole(text, o);
   CHECK(p.reasoning == "\nThe user wants weather.\n");
@@ -164,8 +168,7 @@ TEST_CASE("think: reasoning split from the answer, with and without the opening 
 }
 
 TEST_CASE("llama 3.1: a JSON answer is a call; prose is content") {
-  OutputParserOptions o;
-  o.tools = ToolFormat::LLAMA3;
+  OutputParserOptions o = with_tools("llama3");
   Parsed p = parse_whole("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", o);
   REQUIRE(p.calls.size() == 1);
   CHECK(p.calls[0].name == "get_weather");
@@ -186,17 +189,19 @@ TEST_CASE("adversarial text parses in linear time") {
   std::string hostile;
   for (int i = 0; i < 50000; ++i) hostile += "<tool_ca<think></thin{\"[";
   std::string body = "<tool_call>" + std::string(1 << 20, '{');
-  for (OutputParserOptions o : {hermes(), OutputParserOptions{ToolFormat::LLAMA3, true, false}}) {
+  OutputParserOptions llama = with_tools("llama3");
+  llama.reasoning = true;
+  for (OutputParserOptions o : {hermes(), llama}) {
     auto t0 = std::chrono::steady_clock::now();
-    OutputParser parser(o);
+    auto parser = make_output_parser(o);
     size_t emitted = 0;
-    for (size_t i = 0; i < hostile.size(); i += 7) emitted += parser.push(hostile.substr(i, 7)).size();
-    for (size_t i = 0; i < body.size(); i += 4096) emitted += parser.push(body.substr(i, 4096)).size();
-    auto tail = parser.finish();
+    for (size_t i = 0; i < hostile.size(); i += 7) emitted += parser->push(hostile.substr(i, 7)).size();
+    for (size_t i = 0; i < body.size(); i += 4096) emitted += parser->push(body.substr(i, 4096)).size();
+    auto tail = parser->finish();
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     MESSAGE("2.2 MB of hostile text parsed in " << seconds << " s");
     CHECK(seconds < 5.0);  // quadratic behaviour would take minutes
-    CHECK(parser.num_tool_calls() == 0);
+    CHECK(parser->num_tool_calls() == 0);
   }
 }
 

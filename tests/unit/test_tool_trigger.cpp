@@ -64,7 +64,8 @@ std::shared_ptr<const ToolTrigger> trigger(ToolTrigger::Format format, const std
   tr->format = format;
   tr->opening = opening;
   tr->tokens = t;
-  if (format == ToolTrigger::Format::HARMONY) {
+  if (format == ToolTrigger::Format::HEADER) {
+    tr->header_end = "<|message|>";
     ConstraintSpec s;
     s.kind = ConstraintSpec::Kind::JSON_SCHEMA;
     s.schema = kWeather;
@@ -122,7 +123,7 @@ TEST_CASE("a Llama 3.1 call opens only as the answer's first bytes") {
 }
 
 TEST_CASE("a harmony message to a declared function is its arguments; other recipients are free") {
-  Run r{ToolCallWatch(trigger(ToolTrigger::Format::HARMONY, "to=functions.")), nullptr};
+  Run r{ToolCallWatch(trigger(ToolTrigger::Format::HEADER, "to=functions.")), nullptr};
   CHECK(r.token(kChannelToken));
   CHECK(r.text("commentary to=functions.get_weather json"));
   CHECK(r.active == nullptr);
@@ -133,14 +134,14 @@ TEST_CASE("a harmony message to a declared function is its arguments; other reci
   CHECK(r.active == nullptr);
 
   // The recipient before <|channel|>, with no space after it.
-  Run before{ToolCallWatch(trigger(ToolTrigger::Format::HARMONY, "to=functions.")), nullptr};
+  Run before{ToolCallWatch(trigger(ToolTrigger::Format::HEADER, "to=functions.")), nullptr};
   CHECK(before.text("assistant to=functions.get_weather"));
   CHECK(before.token(kChannelToken));
   CHECK(before.text("commentary json"));
   CHECK(before.token(kMessageToken));
   CHECK(before.active != nullptr);
 
-  Run other{ToolCallWatch(trigger(ToolTrigger::Format::HARMONY, "to=functions.")), nullptr};
+  Run other{ToolCallWatch(trigger(ToolTrigger::Format::HEADER, "to=functions.")), nullptr};
   CHECK(other.text("commentary to=functions.get_weatherly "));
   CHECK(other.token(kMessageToken));
   CHECK(other.active == nullptr);

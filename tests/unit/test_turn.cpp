@@ -172,7 +172,7 @@ TEST_CASE("turn: a chat answer is parsed into a tool call") {
   std::atomic<bool> gone{false};
   TurnPrompt prompt;
   prompt.ids = {rig.tokenizer->encode("q?", false, false)};
-  prompt.parser = OutputParserOptions{ToolFormat::HERMES, false, false, false};
+  prompt.parser = OutputParserOptions{find_chat_format("hermes"), true, false, false};
   ApiRequest r = plain_request(1);
   r.kind = ApiKind::CHAT;
   r.params.max_tokens = 100;

@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "engine/model/dtype_table.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -192,27 +193,10 @@ bool GgufValue::is_integer() const {
 }
 
 DType ggml_type_to_dtype(uint32_t t, const std::string& context) {
-  switch (t) {
-    case 0: return DType::F32;
-    case 1: return DType::F16;
-    case 2: return DType::Q4_0;
-    case 3: return DType::Q4_1;
-    case 8: return DType::Q8_0;
-    case 12: return DType::Q4_K;
-    case 13: return DType::Q5_K;
-    case 14: return DType::Q6_K;
-    case 24: return DType::I8;
-    case 25: return DType::I16;
-    case 26: return DType::I32;
-    case 27: return DType::I64;
-    case 28: return DType::F64;
-    case 30: return DType::BF16;
-    case 39: return DType::MXFP4;
-  }
+  if (const DTypeInfo* info = dtype_of_ggml_type(t)) return info->type;
   std::string what = t <= 39 ? "tensor type " + ggml_type_name(t) + " is not supported"
                              : "unknown tensor type " + std::to_string(t);
-  throw InputError(context + ": " + what +
-                   "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, MXFP4, I8-I64, F64");
+  throw InputError(context + ": " + what + "; supported: " + gguf_dtype_list());
 }
 
 GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& source) {

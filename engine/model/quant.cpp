@@ -1,6 +1,7 @@
 // quant.cpp — dequantization of F16/BF16 and GGML Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, MXFP4.
 #include "engine/model/quant.h"
 
+#include "engine/model/dtype_table.h"
 #include "engine/model/fp8_weights.h"
 
 #include <cstddef>
@@ -90,14 +91,7 @@ float e8m0_to_f32(uint8_t e) {
   return f;
 }
 
-bool dequant_supported(DType t) {
-  switch (t) {
-    case DType::F8_E4M3:
-    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
-    case DType::Q4_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::MXFP4: return true;
-    default: return false;
-  }
-}
+bool dequant_supported(DType t) { return dtype_info(t).decode != nullptr; }
 
 namespace {
 
@@ -118,14 +112,32 @@ void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
   }
 }
 
-void deq_q8_0(const uint8_t* b, float* y, int64_t nb) {
+}  // namespace
+
+namespace decode {
+
+void f32(const uint8_t* b, float* y, int64_t n) { std::memcpy(y, b, static_cast<size_t>(n) * 4); }
+
+void f16(const uint8_t* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f16_to_f32(load_u16(b + 2 * i));
+}
+
+void bf16(const uint8_t* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(load_u16(b + 2 * i));
+}
+
+void f8_e4m3(const uint8_t* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp8_e4m3_to_f32(b[i]);
+}
+
+void q8_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
     float d = f16_to_f32(load_u16(b));
     for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
   }
 }
 
-void deq_q4_0(const uint8_t* b, float* y, int64_t nb) {
+void q4_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
     float d = f16_to_f32(load_u16(b));
     const uint8_t* qs = b + 2;
@@ -136,7 +148,7 @@ void deq_q4_0(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
-void deq_q4_1(const uint8_t* b, float* y, int64_t nb) {
+void q4_1(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 20, y += 32) {
     float d = f16_to_f32(load_u16(b));
     float m = f16_to_f32(load_u16(b + 2));
@@ -148,7 +160,7 @@ void deq_q4_1(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
-void deq_q4_k(const uint8_t* b, float* y, int64_t nb) {
+void q4_k(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 144) {
     float d = f16_to_f32(load_u16(b));
     float dmin = f16_to_f32(load_u16(b + 2));
@@ -166,7 +178,7 @@ void deq_q4_k(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
-void deq_q5_k(const uint8_t* b, float* y, int64_t nb) {
+void q5_k(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 176) {
     float d = f16_to_f32(load_u16(b));
     float dmin = f16_to_f32(load_u16(b + 2));
@@ -188,7 +200,7 @@ void deq_q5_k(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
-void deq_q6_k(const uint8_t* b, float* y, int64_t nb) {
+void q6_k(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 210) {
     const uint8_t* ql = b;
     const uint8_t* qh = b + 128;
@@ -210,7 +222,7 @@ void deq_q6_k(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
-void deq_mxfp4(const uint8_t* b, float* y, int64_t nb) {
+void mxfp4(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 17, y += 32) {
     const float d = e8m0_to_f32(b[0]);
     for (int j = 0; j < 16; ++j) {
@@ -220,34 +232,13 @@ void deq_mxfp4(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
-}  // namespace
+}  // namespace decode
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
-  SPARK_CHECK(dequant_supported(t), "no dequantization for " + std::string(dtype_name(t)));
-  int64_t block = dtype_block_elems(t);
-  SPARK_CHECK(n >= 0 && n % block == 0, "row length not a whole number of blocks");
-  const uint8_t* b = static_cast<const uint8_t*>(src);
-  int64_t nb = n / block;
-  switch (t) {
-    case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(b + 2 * i));
-      break;
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(b + 2 * i));
-      break;
-    case DType::F8_E4M3:
-      for (int64_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(b[i]);
-      break;
-    case DType::Q8_0: deq_q8_0(b, dst, nb); break;
-    case DType::Q4_0: deq_q4_0(b, dst, nb); break;
-    case DType::Q4_1: deq_q4_1(b, dst, nb); break;
-    case DType::Q4_K: deq_q4_k(b, dst, nb); break;
-    case DType::Q5_K: deq_q5_k(b, dst, nb); break;
-    case DType::Q6_K: deq_q6_k(b, dst, nb); break;
-    case DType::MXFP4: deq_mxfp4(b, dst, nb); break;
-    default: break;
-  }
+  const DTypeInfo& info = dtype_info(t);
+  SPARK_CHECK(info.decode != nullptr, "no dequantization for " + std::string(info.name));
+  SPARK_CHECK(n >= 0 && n % info.block_elems == 0, "row length not a whole number of blocks");
+  info.decode(static_cast<const uint8_t*>(src), dst, n / info.block_elems);
 }
 
 void dequantize_tensor_row(const Tensor& t, int64_t row, float* dst) {
@@ -266,25 +257,15 @@ void apply_fp8_scales(const Tensor& t, int64_t row, float* values) {
 }
 
 std::optional<BadBlockScale> find_nonfinite_block_scale(DType t, const void* data, size_t nbytes) {
-  struct Field {
-    size_t offset;
-    const char* name;
-  };
-  std::vector<Field> fields;
-  switch (t) {
-    case DType::Q8_0: case DType::Q4_0: fields = {{offsetof(BlockQ8_0, d), "d"}}; break;
-    case DType::Q4_1: fields = {{offsetof(BlockQ4_1, d), "d"}, {offsetof(BlockQ4_1, m), "m"}}; break;
-    case DType::Q4_K: fields = {{offsetof(BlockQ4_K, d), "d"}, {offsetof(BlockQ4_K, dmin), "dmin"}}; break;
-    case DType::Q5_K: fields = {{offsetof(BlockQ5_K, d), "d"}, {offsetof(BlockQ5_K, dmin), "dmin"}}; break;
-    case DType::Q6_K: fields = {{offsetof(BlockQ6_K, d), "d"}}; break;
-    default: return std::nullopt;
-  }
-  const size_t stride = size_t(dtype_block_bytes(t));
+  const DTypeInfo& info = dtype_info(t);
+  if (!info.scales[0].field) return std::nullopt;
+  const size_t stride = size_t(info.block_bytes);
   const auto* p = static_cast<const uint8_t*>(data);
   for (size_t b = 0; b < nbytes / stride; ++b)
-    for (const Field& f : fields) {
+    for (const BlockScaleField& f : info.scales) {
+      if (!f.field) break;
       const uint16_t h = load_u16(p + b * stride + f.offset);
-      if ((h & 0x7C00) == 0x7C00) return BadBlockScale{int64_t(b), f.name, f16_to_f32(h)};  // all-ones exponent
+      if ((h & 0x7C00) == 0x7C00) return BadBlockScale{int64_t(b), f.field, f16_to_f32(h)};  // all-ones exponent
     }
   return std::nullopt;
 }

@@ -65,6 +65,22 @@ float bf16_to_f32(uint16_t b);  // exact
 uint16_t f32_to_bf16(float f);  // round to nearest even, NaN kept quiet
 uint16_t f32_to_f16(float f);   // round to nearest even (subnormals too), NaN kept quiet
 
+// The reference decoders, one per row of the dtype table (dtype_table.h): `blocks` blocks
+// (values, for plain types) at `src` to f32.
+namespace decode {
+void f32(const uint8_t* src, float* dst, int64_t blocks);
+void f16(const uint8_t* src, float* dst, int64_t blocks);
+void bf16(const uint8_t* src, float* dst, int64_t blocks);
+void f8_e4m3(const uint8_t* src, float* dst, int64_t blocks);  // without the tensor's scales
+void q8_0(const uint8_t* src, float* dst, int64_t blocks);
+void q4_0(const uint8_t* src, float* dst, int64_t blocks);
+void q4_1(const uint8_t* src, float* dst, int64_t blocks);
+void q4_k(const uint8_t* src, float* dst, int64_t blocks);
+void q5_k(const uint8_t* src, float* dst, int64_t blocks);
+void q6_k(const uint8_t* src, float* dst, int64_t blocks);
+void mxfp4(const uint8_t* src, float* dst, int64_t blocks);
+}  // namespace decode
+
 // True for the types dequantize_row() accepts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
 // Q5_K, Q6_K, MXFP4, and F8_E4M3 (without its scales: dequantize_tensor_row applies them).
 bool dequant_supported(DType t);

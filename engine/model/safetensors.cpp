@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/dtype_table.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -57,17 +58,11 @@ uint64_t as_u64(const json& v, const std::string& source, const std::string& wha
 }  // namespace
 
 DType safetensors_dtype(const std::string& s, const std::string& context) {
-  static const std::pair<const char*, DType> known[] = {
-      {"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
-      {"I64", DType::I64}, {"I32", DType::I32}, {"I16", DType::I16}, {"I8", DType::I8},
-      {"U8", DType::U8}, {"BOOL", DType::BOOL}, {"F8_E4M3", DType::F8_E4M3}, {"F8_E5M2", DType::F8_E5M2}};
-  for (auto [name, t] : known)
-    if (s == name) return t;
+  if (const DTypeInfo* info = dtype_of_safetensors_name(s)) return info->type;
   static const char* unsupported[] = {"U16", "U32", "U64", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
   for (const char* u : unsupported)
     if (s == u) throw InputError(context + ": dtype " + s + " is not supported");
-  throw InputError(context + ": unknown dtype '" + s.substr(0, 64) +
-                   "' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL F8_E4M3 F8_E5M2)");
+  throw InputError(context + ": unknown dtype '" + s.substr(0, 64) + "' (known: " + safetensors_dtype_list() + ")");
 }
 
 SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t size, const std::string& source) {

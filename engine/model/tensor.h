@@ -9,11 +9,13 @@
 namespace spark {
 
 // Every element type a weight file may hold. Block-quantized types (Q*) pack
-// block_elems() values into block_bytes() bytes along the innermost dimension.
+// block_elems() values into block_bytes() bytes along the innermost dimension. What each
+// type is lives in one table, engine/model/dtype_table.h.
 enum class DType : uint8_t {
   F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2,
   Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K,
   MXFP4,  // OCP microscaling FP4: 32 E2M1 values sharing a power-of-two (E8M0) scale
+  COUNT   // not a type: how many there are (each has a row in dtype_table.cpp)
 };
 
 std::string_view dtype_name(DType t);

@@ -41,10 +41,11 @@ class Backend {
   // ids and requested logprobs come back to the host (the CPU backend returns logits and
   // the engine's Sampler draws). rows[r] belongs to batch.logits_rows[r]; same semantics
   // as Sampler. hidden_in as for forward (a pipeline's last stage gets the previous
-  // stage's hidden states).
+  // stage's hidden states). out.hidden holds the batch's hidden rows, as
+  // ForwardResult::final_hidden.
   virtual bool samples_on_device() const { return false; }
   virtual void forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,
-                              std::vector<SampleOutput>& out) {
+                              StepOutput& out) {
     SPARK_CHECK(false, "forward_sample on a backend that does not sample on its device");
   }
 

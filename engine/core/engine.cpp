@@ -154,6 +154,7 @@ std::shared_ptr<RequestStream> Engine::submit(Request request) {
     live->seq = std::make_unique<Sequence>(next_seq_id_++, std::move(request.prompt_ids), std::move(request.params));
     live->seq->request_id = request.request_id;
     live->seq->max_tokens = max_tokens;
+    live->seq->returns_hidden = request.last_hidden_state;
     live->timings.queued = Clock::now();
     stream = live->stream = std::make_shared<RequestStream>(request.request_id);
     live_ids_.emplace(request.request_id, stream);
@@ -291,11 +292,11 @@ void Engine::launch(size_t slot) {
 }
 
 void Engine::complete_oldest() {
-  std::vector<SampleOutput> samples = executor_->finish_oldest();
+  const StepOutput out = executor_->finish_oldest();
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
   for (const StepEntry& e : f.plan.entries) live_.at(e.seq->seq_id).in_flight = false;
-  emit_all(f.slot, f.plan, samples);
+  emit_all(f.slot, f.plan, out);
 }
 
 // First-time bookkeeping for the sequences a plan admits.
@@ -312,11 +313,17 @@ void Engine::admit(const ScheduledStep& plan) {
 }
 
 // Appends slot's sampled tokens (samples[r] belongs to logits row r), counts the step,
-// and emits the tokens. Sequences that finish stay in live_ until the turn ends.
-void Engine::emit_all(size_t slot, const ScheduledStep& plan, const std::vector<SampleOutput>& samples) {
+// emits the tokens and finishes the sequences whose hidden state came back. Sequences
+// that finish stay in live_ until the turn ends.
+void Engine::emit_all(size_t slot, const ScheduledStep& plan, const StepOutput& out) {
+  const std::vector<SampleOutput>& samples = out.samples;
   if (samples.size() != plan.batch.logits_rows.size())
     throw RuntimeError("the step returned " + std::to_string(samples.size()) + " samples for " +
                        std::to_string(plan.batch.logits_rows.size()) + " logits rows");
+  const auto H = static_cast<size_t>(spec_.hidden_size);
+  if (out.hidden.size() != plan.batch.hidden_rows.size() * H)
+    throw RuntimeError("the step returned " + std::to_string(out.hidden.size()) + " hidden-state values for " +
+                       std::to_string(plan.batch.hidden_rows.size()) + " hidden rows");
   std::vector<int32_t> tokens(samples.size());
   for (size_t r = 0; r < samples.size(); ++r) tokens[r] = samples[r].token;
   for (const StepEntry& e : plan.entries)
@@ -329,6 +336,15 @@ void Engine::emit_all(size_t slot, const ScheduledStep& plan, const std::vector<
     if (e.num_draft_tokens == 0) continue;
     metrics_.add_spec_decode(size_t(e.num_draft_tokens), size_t(appended[i] - 1));
     speculator_.observe(*e.seq, size_t(e.num_draft_tokens), size_t(appended[i] - 1));
+  }
+  for (const StepEntry& e : plan.entries) {
+    if (e.hidden_row < 0) continue;
+    Live& live = live_.at(e.seq->seq_id);
+    if (live.finished) continue;
+    RequestOutput result = new_output(live);
+    const auto first = out.hidden.begin() + std::ptrdiff_t(size_t(e.hidden_row) * H);
+    result.hidden.assign(first, first + std::ptrdiff_t(H));
+    finish(live, FinishReason::STOP, std::move(result));
   }
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const StepEntry& e = plan.entries[i];

@@ -33,6 +33,9 @@ struct Request {
   std::string request_id;  // unique among live requests; empty: the engine assigns one
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
+  // Runs the prompt only and finishes with the final hidden state of its last token
+  // (RequestOutput::hidden): last-token pooling, for embeddings and scoring.
+  bool last_hidden_state = false;
 };
 
 // Turns a request's output ids into text incrementally: deltas never split a UTF-8
@@ -122,7 +125,7 @@ class Engine {
   void complete_oldest();
   void admit(const ScheduledStep& plan);
   void count_step();
-  void emit_all(size_t slot, const ScheduledStep& plan, const std::vector<SampleOutput>& samples);
+  void emit_all(size_t slot, const ScheduledStep& plan, const StepOutput& out);
   void emit_token(Live& live, const SampleOutput& sampled);
   void finish(Live& live, FinishReason reason, RequestOutput out, const std::string& error = {});
   void retire_finished();

@@ -21,7 +21,9 @@ void LocalExecutor::prepare(int64_t num_kv_blocks, int64_t num_window_blocks, in
 
 void LocalExecutor::launch(const ScheduledStep& step) {
   const size_t rows = step.batch.logits_rows.size();
-  std::vector<SampleOutput> samples(rows);
+  StepOutput out;
+  std::vector<SampleOutput>& samples = out.samples;
+  samples.resize(rows);
   // What each logits row samples: one row per sequence, and one more per draft it verifies.
   std::vector<SampleRow> requests(rows);
   contexts_.resize(std::max(contexts_.size(), step.entries.size()));
@@ -37,8 +39,8 @@ void LocalExecutor::launch(const ScheduledStep& step) {
   const bool constrained =
       std::any_of(step.entries.begin(), step.entries.end(), [](const StepEntry& e) { return e.seq->matcher != nullptr; });
   if (backend_->samples_on_device() && !constrained) {
-    backend_->forward_sample(step.batch, nullptr, requests, samples);
-    done_.push_back(std::move(samples));
+    backend_->forward_sample(step.batch, nullptr, requests, out);
+    done_.push_back(std::move(out));
     return;
   }
   backend_->forward(step.batch, nullptr, result_);
@@ -58,12 +60,13 @@ void LocalExecutor::launch(const ScheduledStep& step) {
       if (e.seq->matcher && j < e.num_draft_tokens && samples[r].token != e.seq->draft_tokens[size_t(j)]) break;
     }
   report_mask_times(sampler_->mask_seconds());
-  done_.push_back(std::move(samples));
+  out.hidden = std::move(result_.final_hidden);
+  done_.push_back(std::move(out));
 }
 
-std::vector<SampleOutput> LocalExecutor::finish_oldest() {
+StepOutput LocalExecutor::finish_oldest() {
   SPARK_CHECK(!done_.empty(), "finish_oldest without a launched step");
-  std::vector<SampleOutput> out = std::move(done_.front());
+  StepOutput out = std::move(done_.front());
   done_.pop_front();
   return out;
 }

@@ -19,9 +19,9 @@ class LocalExecutor : public StepExecutor {
   void prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
                const std::vector<int32_t>& eos_token_ids) override;
   int64_t rows_at_decode_cost() const override { return backend_->rows_at_decode_cost(); }
-  // Runs the step to the end: its samples wait for finish_oldest.
+  // Runs the step to the end: its output waits for finish_oldest.
   void launch(const ScheduledStep& step) override;
-  std::vector<SampleOutput> finish_oldest() override;
+  StepOutput finish_oldest() override;
 
  private:
   std::unique_ptr<Backend> backend_;
@@ -29,7 +29,7 @@ class LocalExecutor : public StepExecutor {
   std::optional<Sampler> sampler_;
   ForwardResult result_;
   std::vector<std::vector<int32_t>> contexts_;  // per step entry: its tokens and drafts
-  std::deque<std::vector<SampleOutput>> done_;
+  std::deque<StepOutput> done_;
 };
 
 }  // namespace spark

@@ -18,6 +18,7 @@ void RequestOutput::merge(RequestOutput&& later) {
   stop_string = std::move(later.stop_string);
   stop_token = later.stop_token;
   error = std::move(later.error);
+  if (!later.hidden.empty()) hidden = std::move(later.hidden);
   timings = later.timings;
 }
 

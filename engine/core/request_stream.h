@@ -46,6 +46,9 @@ struct RequestOutput {
   std::optional<std::string> stop_string;   // the stop string that ended it
   std::optional<int32_t> stop_token;        // the stop_token_ids entry that ended it
   std::string error;                        // why, when finish_reason == ERROR
+  // A last_hidden_state request's result, on its final output: [hidden_size] f32, the
+  // final hidden state (after the final norm) of its last prompt token.
+  std::vector<float> hidden;
   RequestTimings timings;
 
   // Appends a later output to this one (the consumer was slower than the engine).

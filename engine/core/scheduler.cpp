@@ -157,9 +157,12 @@ void Scheduler::build_batch(ScheduledStep& step) const {
     std::copy(seq.block_table.begin(), seq.block_table.end(), b.block_tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
     // Only the chunk that reaches the last known token yields a next token; with drafts,
     // the last token and every draft do.
-    if (end == known) {
+    const auto last = static_cast<int32_t>(b.token_ids.size()) - 1;
+    if (end == known && seq.returns_hidden) {
+      entry.hidden_row = static_cast<int32_t>(b.hidden_rows.size());
+      b.hidden_rows.push_back(last);
+    } else if (end == known) {
       entry.logits_row = static_cast<int32_t>(b.logits_rows.size());
-      const auto last = static_cast<int32_t>(b.token_ids.size()) - 1;
       for (auto d = static_cast<int32_t>(entry.num_draft_tokens); d >= 0; --d) b.logits_rows.push_back(last - d);
     }
   }

@@ -22,12 +22,15 @@ struct SchedulerConfig {
 // logits_row >= 0, its last row's logits are that row of the output and a token is
 // sampled for it. A sequence verifying drafts has num_draft_tokens of its rows on
 // seq->draft_tokens, and its last 1 + num_draft_tokens rows each get a logits row
-// (consecutive, from logits_row).
+// (consecutive, from logits_row). A sequence that returns its hidden state instead
+// (Sequence::returns_hidden) gets hidden_row >= 0 on the chunk that ends its prompt:
+// its last row is batch.hidden_rows[hidden_row].
 struct StepEntry {
   Sequence* seq = nullptr;
   int64_t num_new_tokens = 0;
   int32_t logits_row = -1;
   int64_t num_draft_tokens = 0;
+  int32_t hidden_row = -1;
 };
 
 struct ScheduledStep {

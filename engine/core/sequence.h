@@ -53,6 +53,10 @@ struct Sequence {
   // after the last token. Set before each schedule; the step's outcome clears them.
   std::vector<int32_t> draft_tokens;
 
+  // Prompt only: the final hidden state of its last prompt token is its result, and it
+  // samples nothing (Request::last_hidden_state).
+  bool returns_hidden = false;
+
   std::vector<int32_t> block_table;  // KV block ids, one per block_size tokens
   // Chained hashes of the first block_hashes.size() full blocks of token_ids. They depend
   // only on the tokens, so they survive preemption and are extended as tokens arrive.

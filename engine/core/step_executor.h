@@ -40,11 +40,12 @@ class StepExecutor {
   // step's time is its weight reads). Speculative drafts fill steps up to it, no further.
   virtual int64_t rows_at_decode_cost() const { return 1; }
 
-  // Starts `step` (the engine keeps it alive until finish_oldest returns its samples).
+  // Starts `step` (the engine keeps it alive until finish_oldest returns its output).
   // Throws PeerLost when the remote part of the pipeline is gone.
   virtual void launch(const ScheduledStep& step) = 0;
-  // Waits for the oldest launched step: one sample per logits row, in row order.
-  virtual std::vector<SampleOutput> finish_oldest() = 0;
+  // Waits for the oldest launched step: one sample per logits row and one final hidden
+  // state per hidden row, in row order.
+  virtual StepOutput finish_oldest() = 0;
 
   // A sequence ended (finished, aborted or failed); state kept for it may go.
   virtual void retire(int64_t seq_id) {}

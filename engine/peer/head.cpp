@@ -318,13 +318,14 @@ void PeerHead::send(uint64_t session, const MicroBatchPlan& plan, const StageHid
   }
 }
 
-StepResult PeerHead::receive(uint64_t plan_id, size_t rows) {
+StepResult PeerHead::receive(uint64_t plan_id, size_t rows, size_t hidden_values) {
   auto s = current(session());
   try {
-    Frame f = read_frame(s->data, 64 + rows * (16 + 8 * size_t(kMaxTopLogprobs)), kNoDeadline, [&s] { s->check(); });
+    const ResultShape shape{rows, hidden_values, limits_.vocab_size};
+    Frame f = read_frame(s->data, shape.max_payload(), kNoDeadline, [&s] { s->check(); });
     if (f.type != FrameType::STEP_RESULT)
       throw InputError("the worker sent " + std::string(frame_type_name(f.type)) + " where a step result was expected");
-    StepResult r = decode_result(f.payload, rows, limits_.vocab_size);
+    StepResult r = decode_result(f.payload, shape);
     if (r.id != plan_id)
       throw InputError("the worker answered micro-batch " + std::to_string(r.id) + " where " + std::to_string(plan_id) +
                        " was next");

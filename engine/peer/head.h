@@ -56,7 +56,7 @@ class PeerHead : public RemoteStage {
   bool takes_device_hidden() const override { return config_.transport == "nccl"; }
   void send(uint64_t session, const MicroBatchPlan& plan, const StageHidden& hidden, int64_t head_start_us,
             int64_t head_end_us) override;
-  StepResult receive(uint64_t plan_id, size_t rows) override;
+  StepResult receive(uint64_t plan_id, size_t rows, size_t hidden_values) override;
 
   PeerStatus status() const;
   std::vector<PipelineTiming> timeline() const;  // oldest first, at most the last 256

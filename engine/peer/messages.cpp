@@ -1,6 +1,8 @@
 // messages.cpp — encoding and validating decoding of the peer protocol's payloads.
 #include "engine/peer/messages.h"
 
+#include <cmath>
+
 #include "engine/peer/frame.h"
 #include "engine/peer/wire.h"
 
@@ -199,6 +201,7 @@ std::vector<uint8_t> encode_plan(const MicroBatchPlan& p) {
   w.i32(b.max_blocks_per_seq);
   w.array(b.block_tables);
   w.array(b.logits_rows);
+  w.array(b.hidden_rows);
   w.array(b.block_copies);
   w.array(p.sample_seq_ids);
   for (size_t i = 0; i < b.logits_rows.size(); ++i)
@@ -248,12 +251,13 @@ void check_batch(const Batch& b, const Welcome& s) {
           std::to_string(s.window_blocks) + ") to [" + std::to_string(s.window_blocks) + ", " +
           std::to_string(s.kv_blocks) + ")");
   }
-  size_t prev = 0;
-  for (size_t i = 0; i < b.logits_rows.size(); ++i) {
-    int32_t row = b.logits_rows[i];
-    if (row < 0 || row >= T || (i > 0 && size_t(row) <= prev)) bad("logits_rows are not ascending rows of the batch");
-    prev = size_t(row);
-  }
+  auto check_rows = [T](const std::vector<int32_t>& rows, const char* name) {
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (rows[i] < 0 || rows[i] >= T || (i > 0 && rows[i] <= rows[i - 1]))
+        bad(std::string(name) + " are not ascending rows of the batch");
+  };
+  check_rows(b.logits_rows, "logits_rows");
+  check_rows(b.hidden_rows, "hidden_rows");
 }
 
 MicroBatchPlan decode_plan(const std::vector<uint8_t>& payload, const Welcome& s) {
@@ -287,6 +291,7 @@ MicroBatchPlan decode_plan(const std::vector<uint8_t>& payload, const Welcome& s
   if (b.max_blocks_per_seq < 1 || b.max_blocks_per_seq > max_blocks_per_seq) bad("max_blocks_per_seq is impossible");
   b.block_tables = r.array<int32_t>("block_tables", max_seqs * size_t(b.max_blocks_per_seq));
   b.logits_rows = r.array<int32_t>("logits_rows", max_seqs);
+  b.hidden_rows = r.array<int32_t>("hidden_rows", max_rows);
   b.block_copies = r.array<int32_t>("block_copies", 2 * size_t(s.kv_blocks));
   p.sample_seq_ids = r.array<int64_t>("sample_seq_ids", max_seqs);
   p.row_masks.resize(b.logits_rows.size());
@@ -307,8 +312,8 @@ std::vector<uint8_t> encode_result(const StepResult& r) {
   w.u64(r.id);
   w.i64(r.worker_start_us);
   w.i64(r.worker_end_us);
-  w.u32(uint32_t(r.samples.size()));
-  for (const SampleOutput& s : r.samples) {
+  w.u32(uint32_t(r.output.samples.size()));
+  for (const SampleOutput& s : r.output.samples) {
     w.i32(s.token);
     w.f32(s.logprob);
     w.u32(uint32_t(s.top_logprobs.size()));
@@ -317,20 +322,26 @@ std::vector<uint8_t> encode_result(const StepResult& r) {
       w.f32(lp);
     }
   }
+  w.array(r.output.hidden);
   return w.take();
 }
 
-StepResult decode_result(const std::vector<uint8_t>& payload, size_t expected_rows, int64_t vocab_size) {
+size_t ResultShape::max_payload() const {
+  return 64 + rows * (16 + 8 * size_t(kMaxTopLogprobs)) + hidden_values * 4;
+}
+
+StepResult decode_result(const std::vector<uint8_t>& payload, const ResultShape& shape) {
+  const int64_t vocab_size = shape.vocab_size;
   WireReader r(payload);
   StepResult out;
   out.id = r.u64("id");
   out.worker_start_us = r.i64("worker_start_us");
   out.worker_end_us = r.i64("worker_end_us");
-  size_t n = r.count("samples", 12, expected_rows);
-  if (n != expected_rows)
-    throw InputError("peer step result: " + std::to_string(n) + " samples for " + std::to_string(expected_rows) + " rows");
-  out.samples.resize(n);
-  for (SampleOutput& s : out.samples) {
+  size_t n = r.count("samples", 12, shape.rows);
+  if (n != shape.rows)
+    throw InputError("peer step result: " + std::to_string(n) + " samples for " + std::to_string(shape.rows) + " rows");
+  out.output.samples.resize(n);
+  for (SampleOutput& s : out.output.samples) {
     s.token = r.i32("token");
     if (s.token < 0 || s.token >= vocab_size) throw InputError("peer step result: token " + std::to_string(s.token) + " outside the vocabulary");
     s.logprob = r.f32("logprob");
@@ -342,6 +353,12 @@ StepResult decode_result(const std::vector<uint8_t>& payload, size_t expected_ro
       s.top_logprobs.emplace_back(id, lp);
     }
   }
+  out.output.hidden = r.array<float>("hidden", shape.hidden_values);
+  if (out.output.hidden.size() != shape.hidden_values)
+    throw InputError("peer step result: " + std::to_string(out.output.hidden.size()) + " hidden values for " +
+                     std::to_string(shape.hidden_values));
+  for (float v : out.output.hidden)
+    if (!std::isfinite(v)) throw InputError("peer step result: a hidden state value is not finite");
   r.expect_end("step result");
   return out;
 }

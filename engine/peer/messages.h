@@ -85,11 +85,18 @@ void check_batch(const Batch& b, const Welcome& session);
 struct StepResult {
   uint64_t id = 0;
   int64_t worker_start_us = 0, worker_end_us = 0;  // wall clock, for the pipeline timeline
-  std::vector<SampleOutput> samples;               // one per logits row
+  StepOutput output;  // a sample per logits row, a final hidden state per hidden row
 };
 std::vector<uint8_t> encode_result(const StepResult& r);
-// expected_rows: the plan's logits rows; tokens are checked against vocab_size.
-StepResult decode_result(const std::vector<uint8_t>& payload, size_t expected_rows, int64_t vocab_size);
+// What a plan's result must hold: its logits rows, and hidden rows x hidden_size values.
+struct ResultShape {
+  size_t rows = 0;
+  size_t hidden_values = 0;
+  int64_t vocab_size = 0;  // sampled tokens are checked against it
+  // The largest frame such a result can take.
+  size_t max_payload() const;
+};
+StepResult decode_result(const std::vector<uint8_t>& payload, const ResultShape& shape);
 
 // REFUSE and PROBE_REPLY carry one string.
 std::vector<uint8_t> encode_text(const std::string& s);

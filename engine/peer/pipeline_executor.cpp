@@ -64,7 +64,7 @@ void PipelineExecutor::launch(const ScheduledStep& step) {
   mb.id = next_plan_id_++;
   mb.closes.swap(pending_closes_);
   mb.sample_seq_ids.assign(step.batch.logits_rows.size(), 0);
-  Sent sent{mb.id, step.batch.logits_rows.size(), {}};
+  Sent sent{mb.id, step.batch.logits_rows.size(), step.batch.hidden_rows.size() * size_t(hidden_size_), {}};
   for (const StepEntry& e : step.entries) {
     const Sequence& seq = *e.seq;
     if (opened_.insert(seq.seq_id).second)
@@ -104,11 +104,12 @@ void PipelineExecutor::add_masks(const Sequence& seq, size_t first_row, int64_t 
   sent.constrained.push_back({seq.matcher, seq.params, first_row, seq.draft_tokens});
 }
 
-std::vector<SampleOutput> PipelineExecutor::finish_oldest() {
+StepOutput PipelineExecutor::finish_oldest() {
   SPARK_CHECK(!in_flight_.empty(), "finish_oldest without a micro-batch in flight");
   const Sent sent = std::move(in_flight_.front());
   in_flight_.pop_front();
-  std::vector<SampleOutput> samples = remote_.receive(sent.id, sent.rows).samples;
+  StepOutput out = std::move(remote_.receive(sent.id, sent.rows, sent.hidden_values).output);
+  const std::vector<SampleOutput>& samples = out.samples;
   // Each matcher steps by the samples its sequence keeps: up to and including the first
   // that differs from its draft (speculator.h's rule, which the worker applies too).
   for (const ConstrainedRows& c : sent.constrained)
@@ -117,7 +118,7 @@ std::vector<SampleOutput> PipelineExecutor::finish_oldest() {
       advance_constraint(*c.matcher, eos_ids_, c.params, token);
       if (j == c.drafts.size() || token != c.drafts[j]) break;
     }
-  return samples;
+  return out;
 }
 
 void PipelineExecutor::retire(int64_t seq_id) {

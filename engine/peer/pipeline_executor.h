@@ -32,7 +32,7 @@ class PipelineExecutor : public StepExecutor {
   std::string problem() const override { return remote_.problem(); }
   int64_t rows_at_decode_cost() const override { return backend_->rows_at_decode_cost(); }
   void launch(const ScheduledStep& step) override;
-  std::vector<SampleOutput> finish_oldest() override;
+  StepOutput finish_oldest() override;
   void retire(int64_t seq_id) override;
   void forget_all() override;
 
@@ -56,6 +56,7 @@ class PipelineExecutor : public StepExecutor {
   struct Sent {
     uint64_t id = 0;
     size_t rows = 0;
+    size_t hidden_values = 0;
     std::vector<ConstrainedRows> constrained;
   };
   void add_masks(const Sequence& seq, size_t first_row, int64_t num_drafts, MicroBatchPlan& mb, Sent& sent);

@@ -38,9 +38,10 @@ class RemoteStage {
   // `session` is the pairing the engine planned for: a send into another throws PeerLost.
   virtual void send(uint64_t session, const MicroBatchPlan& plan, const StageHidden& hidden, int64_t head_start_us,
                     int64_t head_end_us) = 0;
-  // The result of the oldest micro-batch sent and not yet received; waits as long as
-  // the peer is alive. Throws PeerLost (also for a malformed or out-of-order result).
-  virtual StepResult receive(uint64_t plan_id, size_t rows) = 0;
+  // The result of the oldest micro-batch sent and not yet received, of `rows` samples and
+  // `hidden_values` hidden-state values; waits as long as the peer is alive. Throws
+  // PeerLost (also for a malformed or out-of-order result).
+  virtual StepResult receive(uint64_t plan_id, size_t rows, size_t hidden_values) = 0;
 };
 
 }  // namespace spark

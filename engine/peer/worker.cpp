@@ -274,11 +274,11 @@ class Worker {
       result.id = plan.id;
       result.worker_start_us = wall_us();
       sample(plan.batch, on_device ? nullptr : hidden.data(), targets, plan.row_masks, size_t(w.vocab_size), out,
-             result.samples);
+             result.output);
       // This box's samples decide which drafts hold; the head applies the same rule to
       // the same samples, so both keep the same tokens (and roll back the same KV).
       std::vector<int32_t> sampled;
-      for (const SampleOutput& o : result.samples) sampled.push_back(o.token);
+      for (const SampleOutput& o : result.output.samples) sampled.push_back(o.token);
       for (const Target& t : targets) {
         const size_t accepted = accepted_drafts(t.drafts, sampled.data() + t.first_row);
         t.shadow->tokens.insert(t.shadow->tokens.end(), sampled.begin() + std::ptrdiff_t(t.first_row),
@@ -294,20 +294,23 @@ class Worker {
   // ids and logprobs cross the bus), else from its logits with the engine's Sampler. Both
   // draw uniform01(seed, n) for a sequence's n-th output token, as the head would.
   // A row with a mask (structured output) is masked first, so a step with one samples here.
+  // The batch's hidden rows come back beside the samples.
   void sample(const Batch& batch, const float* hidden, std::vector<Target>& targets,
               const std::vector<std::vector<uint64_t>>& masks, size_t vocab, ForwardResult& out,
-              std::vector<SampleOutput>& samples) {
+              StepOutput& result) {
     std::vector<SampleRow> rows(batch.logits_rows.size());
     for (Target& t : targets)
       verification_rows(t.shadow->params, t.shadow->tokens, t.shadow->num_prompt_tokens, t.shadow->seed, t.drafts,
                         t.context, &rows[t.first_row]);
     const bool masked = std::any_of(masks.begin(), masks.end(), [](const auto& m) { return !m.empty(); });
     if (device_sampling_ && !masked) {
-      backend_->forward_sample(batch, hidden, rows, samples);
+      backend_->forward_sample(batch, hidden, rows, result);
       return;
     }
     backend_->forward(batch, hidden, out);
     SPARK_CHECK(out.logits.size() == rows.size() * vocab, "the last stage returns one logits row per sample");
+    result.hidden = std::move(out.final_hidden);
+    std::vector<SampleOutput>& samples = result.samples;
     samples.clear();
     for (size_t i = 0; i < rows.size(); ++i) {
       const SampleRow& q = rows[i];

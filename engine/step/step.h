@@ -24,6 +24,10 @@ struct Batch {
   std::vector<int32_t> block_tables;  // [S * max_blocks_per_seq], unused entries 0
   int32_t max_blocks_per_seq = 0;
   std::vector<int32_t> logits_rows;  // rows whose logits are wanted, ascending
+  // Rows whose final hidden state is wanted (after the final norm, where the LM head would
+  // read it), ascending; a row may be in both lists. Embeddings pool these rows, draft
+  // heads read them. Only the stage that holds the LM head returns them.
+  std::vector<int32_t> hidden_rows;
   // [2 * C] (source, destination) block pairs: before anything else, each full-attention
   // layer copies the source block's K and V to the destination block (a block that left
   // the sliding window moving to a full-only block, engine/core/block_manager.h).
@@ -65,6 +69,16 @@ struct ForwardResult {
   std::vector<float> logits;
   // When it does not (a pipeline stage before the last): [num_tokens x hidden_size], f32.
   std::vector<float> hidden;
+  // When it does: [hidden_rows.size() x hidden_size], f32, the final hidden state of each
+  // hidden row.
+  std::vector<float> final_hidden;
+};
+
+// What one step returns to the engine, row by row: a sample for each logits row and the
+// final hidden state of each hidden row.
+struct StepOutput {
+  std::vector<SampleOutput> samples;  // [logits_rows.size()]
+  std::vector<float> hidden;          // [hidden_rows.size() x hidden_size], f32
 };
 
 }  // namespace spark

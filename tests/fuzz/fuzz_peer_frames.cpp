@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         spark::check_batch(p.batch, session);
         break;
       }
-      case 4: spark::decode_result(payload, 8, 1000); break;
+      case 4: spark::decode_result(payload, {8, 64, 1000}); break;
     }
   } catch (const spark::InputError&) {
   }

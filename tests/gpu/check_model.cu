@@ -202,9 +202,9 @@ std::vector<std::vector<int32_t>> greedy(Backend& backend, bool device_sampling,
       std::vector<SampleRow> rows;
       for (size_t s = 0; s < seqs.tokens.size(); ++s)
         rows.push_back({&greedy_params, seqs.tokens[s], int64_t(seqs.prompt_len[s]), 0, uint64_t(step)});
-      std::vector<SampleOutput> out;
+      StepOutput out;
       backend.forward_sample(b, nullptr, rows, out);
-      for (auto& o : out) next.push_back(o.token);
+      for (auto& o : out.samples) next.push_back(o.token);
     } else {
       ForwardResult out;
       backend.forward(b, nullptr, out);
@@ -497,6 +497,56 @@ void llama8b_benchmarks() {
 }
 
 std::string tiny_model_path(const std::string& name) { return "tests/golden/models/" + name; }
+
+// Hidden rows (Batch::hidden_rows: every row of a prefill, then each decode row) from the
+// CUDA backend against the CPU backend's, through forward and through forward_sample
+// (whose decode steps replay graphs), each fed the CPU's greedy tokens.
+void hidden_rows_parity(const std::string& name, const LoadedModel& m, std::vector<std::vector<int32_t>> prompts) {
+  const int steps = 5;
+  Sequences cpu_seqs(prompts, steps), gpu_seqs(prompts, steps);
+  const ModelSpec& spec = m.info.spec;
+  CpuBackend cpu(spec, bind_stage(spec, m.weights), 0);
+  CudaBackend gpu(spec, bind_stage(spec, m.weights), options_for(gpu_seqs, false, false, true));
+  cpu.init_kv_cache(cpu_seqs.num_blocks(), kBlock);
+  gpu.init_kv_cache(gpu_seqs.num_blocks(), kBlock);
+  SamplingParams greedy_params;
+  greedy_params.temperature = 0.0;
+  double err = 0;
+  size_t rows = 0;
+  for (int step = 0; step < steps; ++step) {
+    auto with_hidden_rows = [](Batch b) {
+      for (int32_t r = 0; r < b.num_tokens(); ++r) b.hidden_rows.push_back(r);
+      return b;
+    };
+    const Batch batch = with_hidden_rows(cpu_seqs.next());
+    ForwardResult want;
+    cpu.forward(batch, nullptr, want);
+    std::vector<float> got;
+    if (step % 2 == 0) {
+      ForwardResult out;
+      gpu.forward(with_hidden_rows(gpu_seqs.next()), nullptr, out);
+      got = out.final_hidden;
+    } else {
+      std::vector<SampleRow> sample_rows;
+      for (size_t s : cpu_seqs.waiting)
+        sample_rows.push_back({&greedy_params, cpu_seqs.tokens[s], int64_t(cpu_seqs.prompt_len[s]), 0, uint64_t(step)});
+      StepOutput out;
+      gpu.forward_sample(with_hidden_rows(gpu_seqs.next()), nullptr, sample_rows, out);
+      got = out.hidden;
+    }
+    if (got.size() != want.final_hidden.size() || want.final_hidden.empty())
+      throw std::runtime_error("step " + std::to_string(step) + ": " + std::to_string(got.size()) +
+                               " hidden values from the CUDA backend, " + std::to_string(want.final_hidden.size()) +
+                               " from the CPU");
+    err = std::max(err, rel_error(want.final_hidden, got));
+    rows += batch.hidden_rows.size();
+    const auto next = argmax_rows(want.logits, spec.vocab_size);
+    cpu_seqs.append(next);
+    gpu_seqs.append(next);
+  }
+  error_row("model", name + " bf16 final hidden rows vs cpu (" + std::to_string(rows) + " rows, forward and device sampling)",
+            err, kLogitsLimitBF16);
+}
 
 // The token sequences of a tiny model's golden file.
 std::vector<std::vector<int32_t>> tiny_model_prompts(const std::string& name) {
@@ -853,8 +903,9 @@ void tiny_model_split(const std::string& name, bool staggered = false) {
     std::vector<SampleRow> rows;
     for (size_t s : seqs.waiting)
       rows.push_back({&greedy_params, seqs.tokens[s], int64_t(seqs.prompt_len[s]), 0, uint64_t(step)});
-    std::vector<SampleOutput> sampled;
-    tail.forward_sample(batch, hidden.hidden.data(), rows, sampled);
+    StepOutput tail_out;
+    tail.forward_sample(batch, hidden.hidden.data(), rows, tail_out);
+    const std::vector<SampleOutput>& sampled = tail_out.samples;
     const auto next = argmax_rows(want.logits, spec.vocab_size);
     for (size_t s = 0; s < next.size(); ++s) same_tokens += sampled[s].token == next[s];
     compared += int(next.size());
@@ -889,6 +940,10 @@ int main() {
     for (const char* name : {"llama", "qwen3", "qwen3_moe"}) run_part("model", name, [name] { tiny_model_split(name); });
     run_part("model", "qwen3_moe", [] { tiny_model_batch_invariance("qwen3_moe"); });
     run_part("model", "llama", [] { tiny_model_split("llama", true); });
+    for (const char* name : {"llama", "qwen3"})
+      run_part("model", name, [name] {
+        hidden_rows_parity(name, load_model(config_for_model(tiny_model_path(name))), tiny_model_prompts(name));
+      });
     if (emulated()) {
       for (const char* name : {"llama", "qwen3", "qwen3_moe", "qwen3_moe_separated", "gpt_oss", "gpt_oss_separated"})
         run_part("model", name, [name] { tiny_model_device_greedy(name); });

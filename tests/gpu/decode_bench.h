@@ -57,7 +57,7 @@ inline double step_ms(Backend& backend, const Batch& b, int runs = 20) {
   greedy_params.temperature = 0.0;
   std::vector<int32_t> context = {1};
   std::vector<SampleRow> rows(b.logits_rows.size(), SampleRow{&greedy_params, context, 1, 0, 0});
-  std::vector<SampleOutput> out;
+  StepOutput out;
   for (int i = 0; i < 3; ++i) backend.forward_sample(b, nullptr, rows, out);
   std::vector<double> ms;
   for (int i = 0; i < runs; ++i) {

@@ -17,6 +17,7 @@
 
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cpu/matmul.h"
 #include "engine/config.h"
 #include "engine/model/architecture.h"
 #include "engine/model/model_loader.h"
@@ -133,6 +134,42 @@ TEST_CASE("cpu forward: tiny models match transformers' logits within 1e-4") {
     const double worst = worst_prefill_error(backend, g);
     MESSAGE(std::string(name) << ": max relative logit error " << worst);
     CHECK(worst < 1e-4);
+  }
+}
+
+// A hidden row is the LM head's input: the final hidden state times the LM head gives
+// transformers' logits. Every row is both a hidden and a logits row, and also each alone.
+TEST_CASE("cpu forward: hidden rows are the final hidden states transformers' logits come from") {
+  for (const char* name : {"llama", "qwen3_moe", "gpt_oss"}) {
+    CAPTURE(name);
+    const Golden g = read_golden(std::string(kGoldenDir) + name);
+    LoadedModel m = load(name);
+    const ModelSpec& spec = m.info.spec;
+    const StageWeights stage = bind_stage(spec, m.weights);
+    CpuBackend backend(spec, stage, 2);
+    backend.init_kv_cache(kNumBlocks, kBlockSize);
+    const auto H = size_t(spec.hidden_size), V = size_t(g.vocab);
+    std::vector<float> head(V * H);
+    for (size_t v = 0; v < V; ++v) cpu::decode_row(*stage.lm_head, int64_t(v), head.data() + v * H);
+    const auto& seq = g.sequences[2];
+    const auto len = static_cast<int32_t>(seq.size());
+    for (bool with_logits : {true, false}) {
+      Batch b = make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true);
+      b.hidden_rows = b.logits_rows;
+      if (!with_logits) b.logits_rows.clear();
+      ForwardResult out;
+      backend.forward(b, nullptr, out);
+      REQUIRE(out.final_hidden.size() == size_t(len) * H);
+      CHECK(out.logits.size() == (with_logits ? size_t(len) * V : 0));
+      std::vector<float> logits(size_t(len) * V);
+      for (size_t r = 0; r < size_t(len); ++r)
+        for (size_t v = 0; v < V; ++v) {
+          double dot = 0;
+          for (size_t i = 0; i < H; ++i) dot += double(out.final_hidden[r * H + i]) * head[v * H + i];
+          logits[r * V + v] = float(dot);
+        }
+      CHECK(rel_error(logits.data(), g.logits[2].data(), logits.size()) < 1e-4);
+    }
   }
 }
 

@@ -498,7 +498,7 @@ class FakeRemote : public RemoteStage {
     pending_.emplace_back(plan, hidden);
     max_in_flight = std::max(max_in_flight, pending_.size());
   }
-  StepResult receive(uint64_t plan_id, size_t rows) override {
+  StepResult receive(uint64_t plan_id, size_t rows, size_t hidden_values) override {
     {
       std::unique_lock lock(gate_mu_);
       gate_.wait(lock, [&] { return !held_; });
@@ -516,14 +516,16 @@ class FakeRemote : public RemoteStage {
     pending_.pop_front();
     REQUIRE(plan.id == plan_id);
     REQUIRE(plan.batch.logits_rows.size() == rows);
+    REQUIRE(hidden_values == 0);
     StepResult r;
     r.id = plan_id;
+    std::vector<SampleOutput>& samples = r.output.samples;
     for (size_t i = 0; i < rows; ++i) {
       SeqOpen& s = shadows_.at(plan.sample_seq_ids[i]);
       const float* row = hidden.data() + size_t(plan.batch.logits_rows[i]) * kVocab;
-      r.samples.push_back(sampler_.sample(row, s.params, s.tokens, s.num_prompt_tokens, s.seed,
-                                          uint64_t(int64_t(s.tokens.size()) - s.num_prompt_tokens)));
-      s.tokens.push_back(r.samples.back().token);
+      samples.push_back(sampler_.sample(row, s.params, s.tokens, s.num_prompt_tokens, s.seed,
+                                        uint64_t(int64_t(s.tokens.size()) - s.num_prompt_tokens)));
+      s.tokens.push_back(samples.back().token);
     }
     return r;
   }

@@ -159,3 +159,62 @@ TEST_CASE("engine + CPU backend: a cached prefix reproduces the cold run's logit
     CHECK(m.prefix_cache_hits == 72);
   }
 }
+
+// Last-token pooling through the whole engine: the prompt runs in chunks beside requests
+// that sample, and the result is the backend's final hidden state of the last prompt
+// token (test_cpu_forward ties that to transformers' logits), cold and from the cache.
+TEST_CASE("engine + CPU backend: a last_hidden_state request returns the final hidden state of its last prompt token") {
+  for (const char* path : kTinyModels) {
+    CAPTURE(path);
+    Request gen;
+    gen.request_id = "gen";
+    for (int t = 0; t < 23; ++t) gen.prompt_ids.push_back(5 + (t * 7) % 240);
+    gen.params.temperature = 0;
+    gen.params.max_tokens = 6;
+    gen.params.ignore_eos = true;
+    Request pooled;
+    pooled.request_id = "pooled";
+    for (int t = 0; t < 37; ++t) pooled.prompt_ids.push_back(3 + (t * 11) % 250);
+    pooled.last_hidden_state = true;
+    const auto alone = run(path, 32, 64, {gen})[0];
+
+    auto me = make(path, 32, true, 64);
+    const ModelSpec& spec = me->model.info.spec;
+    CpuBackend reference(spec, bind_stage(spec, me->model.weights), 1);
+    reference.init_kv_cache(16, 4);
+    Batch b;
+    const auto n = static_cast<int32_t>(pooled.prompt_ids.size());
+    b.token_ids = pooled.prompt_ids;
+    for (int32_t p = 0; p < n; ++p) {
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(p);
+    }
+    b.query_start = {0, n};
+    b.context_lens = {n};
+    b.max_blocks_per_seq = (n + 3) / 4;
+    for (int32_t i = 0; i < b.max_blocks_per_seq; ++i) b.block_tables.push_back(i);
+    b.hidden_rows = {n - 1};
+    ForwardResult want;
+    reference.forward(b, nullptr, want);
+    REQUIRE(want.final_hidden.size() == size_t(spec.hidden_size));
+
+    auto s_gen = me->engine->submit(gen);
+    auto s_pooled = me->engine->submit(pooled);
+    me->engine->start();
+    const auto got_gen = collect(*s_gen);
+    const auto cold = collect(*s_pooled);
+    pooled.request_id = "pooled again";
+    const auto warm = collect(*me->engine->submit(pooled));
+    CHECK(got_gen.token_ids == alone.token_ids);
+    CHECK(got_gen.hidden.empty());
+    for (const RequestOutput* o : {&cold, &warm}) {
+      CHECK(o->finish_reason == FinishReason::STOP);
+      CHECK(o->token_ids.empty());
+      CHECK(o->num_output_tokens == 0);
+      REQUIRE(o->hidden.size() == want.final_hidden.size());
+      for (size_t i = 0; i < o->hidden.size(); ++i)
+        CHECK(o->hidden[i] == doctest::Approx(want.final_hidden[i]).epsilon(1e-4).scale(1.0));
+    }
+    CHECK(warm.num_cached_tokens == 36);
+  }
+}

@@ -252,7 +252,7 @@ TEST_CASE("speculative verification: at temperature 1 a verified token follows t
     auto run_step = [&](const ScheduledStep& step) {
       exec.launch(step);
       std::vector<int32_t> tokens;
-      for (const SampleOutput& o : exec.finish_oldest()) tokens.push_back(o.token);
+      for (const SampleOutput& o : exec.finish_oldest().samples) tokens.push_back(o.token);
       return tokens;
     };
     const int kDraws = 20000;

@@ -2,6 +2,8 @@
 // every malformed input refused with InputError (never a crash, never a partial accept).
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "engine/peer/frame.h"
 #include "engine/peer/messages.h"
 #include "engine/peer/socket.h"
@@ -164,15 +166,26 @@ TEST_CASE("identity mismatches name both sides' values") {
 TEST_CASE("step results and welcomes are bounds-checked") {
   StepResult r;
   r.id = 3;
-  r.samples.resize(2);
-  r.samples[0].token = 5;
-  r.samples[1].token = 7;
-  r.samples[1].top_logprobs = {{7, -0.1f}, {8, -2.0f}};
-  StepResult back = decode_result(encode_result(r), 2, 100);
-  CHECK(back.samples[1].top_logprobs.size() == 2);
-  CHECK_THROWS_AS(decode_result(encode_result(r), 1, 100), InputError);  // more rows than asked
-  r.samples[0].token = 100;
-  CHECK_THROWS_WITH_AS(decode_result(encode_result(r), 2, 100), doctest::Contains("outside the vocabulary"), InputError);
+  std::vector<SampleOutput>& samples = r.output.samples;
+  samples.resize(2);
+  samples[0].token = 5;
+  samples[1].token = 7;
+  samples[1].top_logprobs = {{7, -0.1f}, {8, -2.0f}};
+  r.output.hidden = {0.5f, -1.25f, 3.0f, 0.0f};
+  const ResultShape shape{2, 4, 100};
+  StepResult back = decode_result(encode_result(r), shape);
+  CHECK(back.output.samples[1].top_logprobs.size() == 2);
+  CHECK(back.output.hidden == r.output.hidden);
+  CHECK(encode_result(r).size() <= shape.max_payload());
+  CHECK_THROWS_AS(decode_result(encode_result(r), {1, 4, 100}), InputError);  // more rows than asked
+  CHECK_THROWS_WITH_AS(decode_result(encode_result(r), {2, 2, 100}), doctest::Contains("'hidden'"), InputError);
+  CHECK_THROWS_WITH_AS(decode_result(encode_result(r), {2, 8, 100}), doctest::Contains("4 hidden values for 8"),
+                       InputError);
+  r.output.hidden[1] = std::nanf("");
+  CHECK_THROWS_WITH_AS(decode_result(encode_result(r), shape), doctest::Contains("not finite"), InputError);
+  r.output.hidden[1] = 0.0f;
+  samples[0].token = 100;
+  CHECK_THROWS_WITH_AS(decode_result(encode_result(r), shape), doctest::Contains("outside the vocabulary"), InputError);
 
   Welcome w = session();
   CHECK(decode_welcome(encode_welcome(w)).kv_blocks == 8);

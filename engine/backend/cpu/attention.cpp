@@ -237,9 +237,13 @@ void validate_batch(const Batch& b, const KvGeometry& g) {
   if (b.block_copies.size() % 2 != 0) fail("block_copies must hold (source, destination) pairs");
   for (int32_t blk : b.block_copies)
     if (blk < 0 || blk >= g.num_blocks) fail("copied block id " + std::to_string(blk) + " out of range");
-  for (size_t i = 0; i < b.logits_rows.size(); ++i)
-    if (b.logits_rows[i] < 0 || b.logits_rows[i] >= t || (i > 0 && b.logits_rows[i] <= b.logits_rows[i - 1]))
-      fail("logits_rows must be ascending row indices");
+  auto check_rows = [&](const std::vector<int32_t>& rows, const char* name) {
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (rows[i] < 0 || rows[i] >= t || (i > 0 && rows[i] <= rows[i - 1]))
+        fail(std::string(name) + " must be ascending row indices");
+  };
+  check_rows(b.logits_rows, "logits_rows");
+  check_rows(b.hidden_rows, "hidden_rows");
 }
 
 void KvBuffer::allocate(size_t floats) {

@@ -216,6 +216,7 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
   const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
   out.logits.clear();
   out.hidden.clear();
+  out.final_hidden.clear();
   if (T == 0) return;
 
   const int64_t qkv = std::max(spec_.num_heads, spec_.num_kv_heads) * spec_.head_dim;
@@ -246,11 +247,15 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
     out.hidden.assign(x, x + T * H);
     return;
   }
+  // Only the wanted rows go through the final norm, and the logits rows through the
+  // (large) LM head.
+  const float eps = static_cast<float>(spec_.rms_norm_eps);
+  out.final_hidden.resize(batch.hidden_rows.size() * static_cast<size_t>(H));
+  for (size_t r = 0; r < batch.hidden_rows.size(); ++r)
+    cpu::rms_norm(x + batch.hidden_rows[r] * H, final_norm_.data(), H, eps, out.final_hidden.data() + r * size_t(H));
   const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
   if (R == 0) return;
-  // Only the wanted rows go through the final norm and the (large) LM head.
   float* h = h_.data();
-  const float eps = static_cast<float>(spec_.rms_norm_eps);
   for (int64_t r = 0; r < R; ++r)
     cpu::rms_norm(x + batch.logits_rows[static_cast<size_t>(r)] * H, final_norm_.data(), H, eps, h + r * H);
   out.logits.resize(static_cast<size_t>(R * spec_.vocab_size));

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "engine/backend/cpu/attention.h"
+#include "engine/backend/cpu/matmul.h"
 #include "engine/backend/cpu/ops.h"
 #include "engine/backend/cuda/attention.h"
 #include "engine/backend/cuda/block_formats.h"
@@ -182,6 +183,9 @@ struct CudaBackend::Impl {
   LayerRange range;
   std::vector<LayerShape> shapes;  // the stage's layers, as layer_shape.h describes them
   bool has_embedding = false, has_head = false;
+  // The final norm's weight in f32 on the host: hidden rows are normed there, in f32
+  // (the LM head's input is normed on the device and rounded to 16 bits).
+  std::vector<float> final_norm;
   std::string device_name;
   int cc_major = 0, cc_minor = 0;
   // Decode-step kernels start while the one before them finishes (launch_kernel in
@@ -258,6 +262,7 @@ struct CudaBackend::Impl {
   template <typename T>
   void run_layers(const cuda::DeviceBatch& db);
   int32_t run(const Batch& batch, const float* hidden_in);
+  void copy_final_hidden(const Batch& batch, std::vector<float>& out);
 };
 
 void CudaBackend::Impl::check_batch(const Batch& b, bool needs_ids) const {
@@ -314,6 +319,7 @@ Batch CudaBackend::Impl::rows_as_sequences(const Batch& b) {
   r.positions = b.positions;
   r.slot_mapping = b.slot_mapping;
   r.logits_rows = b.logits_rows;
+  r.hidden_rows = b.hidden_rows;
   r.max_blocks_per_seq = b.max_blocks_per_seq;
   r.query_start.push_back(0);
   const auto stride = size_t(std::max(b.max_blocks_per_seq, 0));
@@ -492,6 +498,22 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   return has_head ? R : 0;
 }
 
+// The batch's hidden rows after run(): the span of the residual stream that holds them
+// comes to the host (one copy), and each row goes through the final norm there.
+void CudaBackend::Impl::copy_final_hidden(const Batch& batch, std::vector<float>& out) {
+  out.clear();
+  if (!has_head || batch.hidden_rows.empty()) return;
+  const auto H = size_t(spec.hidden_size);
+  const auto first = size_t(batch.hidden_rows.front()), span = size_t(batch.hidden_rows.back()) - first + 1;
+  std::vector<float> rows(span * H);
+  CUDA_CHECK(cudaMemcpyAsync(rows.data(), act.x + first * H, rows.size() * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  out.resize(batch.hidden_rows.size() * H);
+  for (size_t r = 0; r < batch.hidden_rows.size(); ++r)
+    cpu::rms_norm(rows.data() + (size_t(batch.hidden_rows[r]) - first) * H, final_norm.data(), int64_t(H),
+                  float(spec.rms_norm_eps), out.data() + r * H);
+}
+
 CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, const CudaOptions& options)
     : impl_(std::make_unique<Impl>(spec, options, weights.range)) {
   Impl& m = *impl_;
@@ -513,6 +535,10 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   if (range_has_moe(spec, r)) check_moe_config(spec);
   m.has_embedding = r.first_layer == 0;
   m.has_head = r.last_layer == spec.num_layers;
+  if (m.has_head && weights.final_norm) {
+    m.final_norm.resize(size_t(spec.hidden_size));
+    cpu::decode_row(*weights.final_norm, 0, m.final_norm.data());
+  }
 
   std::string why;
   auto devices = cuda_devices(&why);
@@ -667,6 +693,7 @@ void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardRes
   Impl& m = *impl_;
   out.logits.clear();
   out.hidden.clear();
+  out.final_hidden.clear();
   if (batch.num_tokens() == 0) return;
   const int32_t R = m.run(batch, hidden_in);
   if (!m.has_head) {
@@ -678,6 +705,7 @@ void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardRes
         cudaMemcpyAsync(out.logits.data(), m.act.logits, out.logits.size() * 4, cudaMemcpyDeviceToHost, m.stream));
   }
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  m.copy_final_hidden(batch, out.final_hidden);
 }
 
 // The gemv kernel streams each weight once for up to kGemvMaxRows activation rows (its
@@ -713,20 +741,19 @@ DeviceHidden CudaBackend::boundary_input(size_t tokens) {
 }
 
 void CudaBackend::forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,
-                                 std::vector<SampleOutput>& out) {
+                                 StepOutput& out) {
   Impl& m = *impl_;
   SPARK_CHECK(m.has_head, "forward_sample on a stage without the LM head");
   SPARK_CHECK(rows.size() == batch.logits_rows.size(), "one sample row per logits row");
-  out.clear();
-  if (batch.num_tokens() == 0 || rows.empty()) {
-    if (batch.num_tokens() > 0) {
-      m.run(batch, hidden_in);
-      CUDA_CHECK(cudaStreamSynchronize(m.stream));
-    }
-    return;
-  }
+  out.samples.clear();
+  out.hidden.clear();
+  if (batch.num_tokens() == 0) return;
   m.run(batch, hidden_in);
-  m.sampler->sample(m.act.logits, rows, out, m.stream);
+  if (rows.empty())
+    CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  else
+    m.sampler->sample(m.act.logits, rows, out.samples, m.stream);
+  m.copy_final_hidden(batch, out.hidden);
 }
 
 uint64_t CudaBackend::weight_bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored) {

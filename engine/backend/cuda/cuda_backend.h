@@ -57,7 +57,7 @@ class CudaBackend : public Backend {
   bool samples_on_device() const override;
   int64_t rows_at_decode_cost() const override;
   void forward_sample(const Batch& batch, const float* hidden_in, const std::vector<SampleRow>& rows,
-                      std::vector<SampleOutput>& out) override;
+                      StepOutput& out) override;
   bool boundary_on_device() const override { return true; }
   DeviceHidden forward_to_boundary(const Batch& batch) override;
   DeviceHidden boundary_input(size_t tokens) override;

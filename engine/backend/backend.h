@@ -28,6 +28,10 @@ class Backend {
     SPARK_CHECK(num_window_blocks == num_blocks, "this backend keeps every layer's K and V for every block");
     init_kv_cache(num_blocks, block_size);
   }
+  // Recurrent layers (the hybrids' Gated DeltaNet): the states of `num_slots` sequences,
+  // Batch::state_slots naming each sequence's. A later call replaces them. A backend whose
+  // layers hold no state needs none.
+  virtual void init_state_slots(int64_t num_slots) {}
   // Runs the held layers. hidden_in is [num_tokens x hidden_size] from the previous stage,
   // or nullptr when this backend holds the embedding and starts from token ids.
   virtual void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) = 0;

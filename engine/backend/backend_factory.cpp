@@ -8,6 +8,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/architecture.h"
 #include "engine/model/dummy.h"
+#include "engine/model/layer_shape.h"
 #include "engine/util/check.h"
 #if SPARKD_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
@@ -71,11 +72,36 @@ std::string compute_dtype_name(const Config& c, const ModelSpec& s, const std::s
   return s.dtype == DType::BF16 ? "bf16" : "fp16";
 }
 
+#if SPARKD_CUDA
+namespace {
+// Weights as the device keeps them: GGUF block, FP8 and MXFP4 expert matrices packed,
+// the rest in the 16-bit type. A dummy is planned as make_dummy_weights stores it.
+void plan_cuda_layout(const Config& c, const ModelInfo& info, LayerRange range, bool fp8, StageFootprint& f) {
+  const ModelSpec& s = info.spec;
+  std::unordered_map<std::string, DType> dummy_dtypes;
+  if (info.format == ModelFormat::DUMMY)
+    for (const TensorSpec& t : expected_tensors(s, full_range(s)))
+      dummy_dtypes.emplace(t.name, dummy_tensor_dtype(s, t, info.weight_dtype));
+  const StoredDType stored = [&info, &dummy_dtypes](Part part, int64_t layer) {
+    const std::string name = tensor_name(part, layer, part_is_per_expert(part) ? 0 : -1);  // expert 0 for all
+    return info.format == ModelFormat::DUMMY ? dummy_dtypes.at(name) : info.tensors.at(name).dtype;
+  };
+  f.weight_bytes = CudaBackend::weight_bytes(s, range, stored);
+  f.weight_bytes_per_token = CudaBackend::weight_bytes_per_token(s, range, stored);
+  f.kv_bytes_per_token = uint64_t(range.last_layer - range.first_layer) * CudaBackend::kv_bytes_per_token_layer(s, fp8);
+  f.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
+  f.reserve_bytes = kCudaReserveBytes;
+}
+}  // namespace
+#endif
+
 StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRange range, const std::string& backend) {
   const ModelSpec& s = info.spec;
   check_range(s, range);
-  const int64_t layers = range.last_layer - range.first_layer;
+  // Recurrent layers keep no K and V (their state is counted per sequence).
+  const int64_t layers = attention_layer_count(s, range);
   StageFootprint f;
+  f.state_bytes_per_sequence = recurrent_state_bytes(s, range);
   if (backend == "cpu") {
     f.kv_dtype = "f32";
     f.weight_bytes = stage_weight_bytes(info, range);  // read as stored, through the mapping
@@ -89,28 +115,17 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
   f.kv_dtype = fp8 ? "fp8" : compute_dtype_name(c, s, backend);
   f.sliding_kv_window_only = true;  // CudaBackend::init_windowed_kv_cache
 #if SPARKD_CUDA
-  // Weights as the device keeps them: GGUF block, FP8 and MXFP4 expert matrices packed,
-  // the rest in the 16-bit type. A dummy is planned as make_dummy_weights stores it.
-  std::unordered_map<std::string, DType> dummy_dtypes;
-  if (info.format == ModelFormat::DUMMY)
-    for (const TensorSpec& t : expected_tensors(s, full_range(s)))
-      dummy_dtypes.emplace(t.name, dummy_tensor_dtype(s, t, info.weight_dtype));
-  const StoredDType stored = [&info, &dummy_dtypes](Part part, int64_t layer) {
-    const std::string name = tensor_name(part, layer, part_is_per_expert(part) ? 0 : -1);  // expert 0 for all
-    return info.format == ModelFormat::DUMMY ? dummy_dtypes.at(name) : info.tensors.at(name).dtype;
-  };
-  f.weight_bytes = CudaBackend::weight_bytes(s, range, stored);
-  f.weight_bytes_per_token = CudaBackend::weight_bytes_per_token(s, range, stored);
-  f.kv_bytes_per_token = uint64_t(layers) * CudaBackend::kv_bytes_per_token_layer(s, fp8);
-  f.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
-  f.reserve_bytes = kCudaReserveBytes;
-#else
-  // A build without CUDA plans a GPU stage roughly: weights as stored, 16-bit or FP8 KV.
+  // The CUDA backend has no recurrent layers yet: a hybrid is planned as stored, below.
+  if (!s.has_recurrent_layers()) {
+    plan_cuda_layout(c, info, range, fp8, f);
+    return f;
+  }
+#endif
+  // Without the CUDA backend's own layout: weights as stored, 16-bit or FP8 KV.
   f.weight_bytes = stage_weight_bytes(info, range);
   f.kv_bytes_per_token = 2ull * uint64_t(layers) * uint64_t(s.num_kv_heads * s.head_dim) * (fp8 ? 1 : 2);
   f.workspace_bytes = CpuBackend::workspace_bytes(s, range, c.engine.max_num_batched_tokens, c.engine.max_num_seqs);
   f.reserve_bytes = kCpuReserveBytes;
-#endif
   return f;
 }
 

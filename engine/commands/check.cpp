@@ -1,5 +1,6 @@
 // check.cpp — `sparkd check`: validate the config and model files, print the spec and
 // the memory plan, allocate nothing.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -24,8 +25,17 @@ std::string describe_spec(const ModelInfo& info) {
   o << "  layers           " << s.num_layers << ", hidden " << s.hidden_size;
   if (s.intermediate_size > 0) o << ", intermediate " << s.intermediate_size;
   o << "\n  attention        " << s.num_heads << " heads, " << s.num_kv_heads << " kv heads, head_dim "
-    << s.head_dim << (s.attention_bias ? ", qkv bias" : "") << (s.qk_norm ? ", q/k norm" : "") << "\n";
+    << s.head_dim << (s.attention_bias ? ", qkv bias" : "") << (s.qk_norm ? ", q/k norm" : "")
+    << (s.attn_output_gate ? ", output gate" : "") << (s.norm_plus_one ? ", norms (1 + w)" : "") << "\n";
+  if (s.has_recurrent_layers()) {
+    const ModelSpec::DeltaNet& d = s.delta_net;
+    const auto recurrent = std::count(s.layer_recurrent.begin(), s.layer_recurrent.end(), 1);
+    o << "  gated deltanet   " << recurrent << " of " << s.num_layers << " layers; " << d.num_k_heads << " key heads x "
+      << d.k_head_dim << ", " << d.num_v_heads << " value heads x " << d.v_head_dim << ", conv kernel "
+      << d.conv_kernel << "\n";
+  }
   o << "  rope             theta " << s.rope_theta;
+  if (s.rotary_dim > 0 && s.rotary_dim != s.head_dim) o << ", " << s.rotary_dim << " of " << s.head_dim << " dims rotate";
   if (!s.rope_scaling.type.empty()) {
     o << ", " << s.rope_scaling.type << " scaling factor " << s.rope_scaling.factor;
     if (s.rope_scaling.type == "llama3")
@@ -39,6 +49,7 @@ std::string describe_spec(const ModelInfo& info) {
       << s.moe_intermediate_size << ", norm_topk_prob " << (s.norm_topk_prob ? "true" : "false")
       << ", decoder_sparse_step " << s.decoder_sparse_step;
     if (!s.mlp_only_layers.empty()) o << ", " << s.mlp_only_layers.size() << " dense layers";
+    if (s.shared_expert_intermediate_size > 0) o << ", shared expert " << s.shared_expert_intermediate_size;
     o << "\n";
   }
   o << "  special tokens   bos " << s.bos_token_id << ", eos [";

@@ -60,6 +60,25 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// A recurrent layer's state holds the whole prefix at one position: a cached KV prefix or
+// a draft the state has already taken in cannot be reused or rolled back. Until state
+// checkpoints exist, a model with recurrent layers runs without prefix caching and
+// speculation.
+bool prefix_caching_for(const EngineConfig& e, const ModelSpec& spec) {
+  if (e.enable_prefix_caching && spec.has_recurrent_layers())
+    log_warn("engine: prefix caching is off for a model with recurrent layers (", spec.architecture, ")");
+  return e.enable_prefix_caching && !spec.has_recurrent_layers();
+}
+
+SpeculationConfig speculation_for(const EngineConfig& e, const ModelSpec& spec) {
+  SpeculationConfig c = SpeculationConfig::from(e);
+  if (c.num_tokens > 0 && spec.has_recurrent_layers()) {
+    log_warn("engine: speculative decoding is off for a model with recurrent layers (", spec.architecture, ")");
+    c.num_tokens = 0;
+  }
+  return c;
+}
+
 // The sliding window the block manager keeps blocks for: the model's, when it has
 // sliding-window layers.
 int64_t sliding_window_of(const ModelSpec& spec) {
@@ -77,17 +96,22 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
       decoders_(std::move(decoders)),
       eos_ids_(spec.eos_token_ids),
       admission_(spec.vocab_size, resolve_max_model_len(config, spec, num_kv_blocks)),
-      blocks_(num_kv_blocks, config.engine.block_size, config.engine.enable_prefix_caching,
+      blocks_(num_kv_blocks, config.engine.block_size, prefix_caching_for(config.engine, spec),
               {sliding_window_of(spec), num_window_blocks}),
-      speculator_(SpeculationConfig::from(config.engine)) {
+      speculator_(speculation_for(config.engine, spec)) {
   SPARK_CHECK(executor_ != nullptr && decoders_ != nullptr, "an engine needs an executor and a decoder factory");
   // Each micro-batch slot gets its share of the sequences, so that decode-only traffic
   // fills every slot.
   const size_t slots = executor_->num_slots();
   SchedulerConfig sc = scheduler_config(config.engine, admission_.max_model_len());
   sc.max_num_seqs = std::max<int64_t>(1, (sc.max_num_seqs + int64_t(slots) - 1) / int64_t(slots));
-  for (size_t i = 0; i < slots; ++i) schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_));
-  executor_->prepare(num_kv_blocks, blocks_.num_window_blocks(), config.engine.block_size, eos_ids_);
+  // Recurrent state: each slot's scheduler hands out its own range of state slots.
+  const int64_t state_slots = spec.has_recurrent_layers() ? sc.max_num_seqs * int64_t(slots) : 0;
+  for (size_t i = 0; i < slots; ++i) {
+    sc.first_state_slot = state_slots > 0 ? int64_t(i) * sc.max_num_seqs : -1;
+    schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_));
+  }
+  executor_->prepare(num_kv_blocks, blocks_.num_window_blocks(), config.engine.block_size, eos_ids_, state_slots);
   executor_->set_metrics(&metrics_);
   metrics_.set_gauges(0, 0, 0, num_kv_blocks);
   state_.last_heartbeat = Clock::now();

@@ -17,7 +17,7 @@ class LocalExecutor : public StepExecutor {
 
   size_t num_slots() const override { return 1; }
   void prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
-               const std::vector<int32_t>& eos_token_ids) override;
+               const std::vector<int32_t>& eos_token_ids, int64_t num_state_slots) override;
   int64_t rows_at_decode_cost() const override { return backend_->rows_at_decode_cost(); }
   // Runs the step to the end: its output waits for finish_oldest.
   void launch(const ScheduledStep& step) override;

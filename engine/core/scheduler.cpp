@@ -34,6 +34,9 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : conf
   need(blocks_.num_window_blocks() == blocks_.num_blocks() || blocks_.num_window_blocks() >= one_window,
        "the sliding-window layers hold " + std::to_string(blocks_.num_window_blocks()) + " KV blocks, fewer than the " +
            std::to_string(one_window) + " one sequence's window and a max_num_batched_tokens step need");
+  if (config_.first_state_slot >= 0)  // the lowest slot is taken first
+    for (int64_t i = config_.max_num_seqs - 1; i >= 0; --i)
+      free_state_slots_.push_back(static_cast<int32_t>(config_.first_state_slot + i));
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -43,10 +46,24 @@ void Scheduler::add(Sequence* seq) {
   waiting_.push_back(seq);
 }
 
+void Scheduler::take_state_slot(Sequence* seq) {
+  if (config_.first_state_slot < 0) return;
+  SPARK_CHECK(!free_state_slots_.empty() && seq->state_slot < 0, "more running sequences than state slots");
+  seq->state_slot = free_state_slots_.back();
+  free_state_slots_.pop_back();
+}
+
+void Scheduler::release_state_slot(Sequence* seq) {
+  if (seq->state_slot < 0) return;
+  free_state_slots_.push_back(seq->state_slot);
+  seq->state_slot = -1;
+}
+
 void Scheduler::preempt(Sequence* seq) {
   auto it = std::find(running_.begin(), running_.end(), seq);
   SPARK_CHECK(it != running_.end(), "preempting a sequence that is not running");
   running_.erase(it);
+  release_state_slot(seq);
   blocks_.free(*seq);
   seq->draft_tokens.clear();
   seq->num_computed_tokens = 0;
@@ -115,6 +132,7 @@ ScheduledStep Scheduler::schedule() {
     waiting_.pop_front();
     seq->status = SeqStatus::RUNNING;
     running_.push_back(seq);
+    take_state_slot(seq);
     plan(seq, n);
   }
 
@@ -155,6 +173,7 @@ void Scheduler::build_batch(ScheduledStep& step) const {
     b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.context_lens.push_back(static_cast<int32_t>(end));
     std::copy(seq.block_table.begin(), seq.block_table.end(), b.block_tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
+    if (config_.first_state_slot >= 0) b.state_slots.push_back(seq.state_slot);
     // Only the chunk that reaches the last known token yields a next token; with drafts,
     // the last token and every draft do.
     const auto last = static_cast<int32_t>(b.token_ids.size()) - 1;
@@ -202,6 +221,7 @@ void Scheduler::finish(Sequence* seq, FinishReason reason) {
   } else {
     return;
   }
+  release_state_slot(seq);
   blocks_.free(*seq);
   seq->status = SeqStatus::FINISHED;
   seq->finish_reason = reason;

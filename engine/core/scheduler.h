@@ -16,6 +16,9 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 8192;
   int64_t max_model_len = 4096;
   bool enable_chunked_prefill = true;
+  // A model with recurrent layers: each running sequence holds one of the state slots
+  // [first_state_slot, first_state_slot + max_num_seqs) (Batch::state_slots); -1: none.
+  int64_t first_state_slot = -1;
 };
 
 // One sequence's part of a step: num_new_tokens rows of the batch, in entry order; when
@@ -79,12 +82,17 @@ class Scheduler {
  private:
   void preempt(Sequence* seq);
   void build_batch(ScheduledStep& step) const;
+  // A running sequence's state slot: taken when it starts running, given back when it
+  // stops (preempted: it starts again from position 0, and a fresh state).
+  void take_state_slot(Sequence* seq);
+  void release_state_slot(Sequence* seq);
 
   SchedulerConfig config_;
   BlockManager& blocks_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order: the back is the newest
   int64_t num_preemptions_ = 0;
+  std::vector<int32_t> free_state_slots_;
 };
 
 }  // namespace spark

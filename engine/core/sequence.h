@@ -57,6 +57,9 @@ struct Sequence {
   // samples nothing (Request::last_hidden_state).
   bool returns_hidden = false;
 
+  // Its recurrent state's slot while it runs (a model with recurrent layers); -1 otherwise.
+  int32_t state_slot = -1;
+
   std::vector<int32_t> block_table;  // KV block ids, one per block_size tokens
   // Chained hashes of the first block_hashes.size() full blocks of token_ids. They depend
   // only on the tokens, so they survive preemption and are extended as tokens arrive.

@@ -21,10 +21,10 @@ class StepExecutor {
   // its own (1 on one box; 2 in a pipeline, so both boxes compute at once).
   virtual size_t num_slots() const = 0;
   // Sizes the KV cache (sliding-window layers hold the first num_window_blocks blocks
-  // only, Backend::init_windowed_kv_cache) and fixes the EOS ids that min_tokens masks;
-  // once, before any step.
+  // only, Backend::init_windowed_kv_cache) and the recurrent layers' state slots, and
+  // fixes the EOS ids that min_tokens masks; once, before any step.
   virtual void prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
-                       const std::vector<int32_t>& eos_token_ids) = 0;
+                       const std::vector<int32_t>& eos_token_ids, int64_t num_state_slots) = 0;
 
   // Asked at the start of each engine turn.
   struct Readiness {

@@ -1,7 +1,8 @@
-// arch.cpp — the tensors of Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE and gpt-oss: parts, shapes,
-// and their Hugging Face and GGUF names.
+// arch.cpp — the tensors of every architecture (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, gpt-oss,
+// Qwen3.5/3.6): parts, shapes, and their Hugging Face and GGUF names.
 #include "engine/model/arch.h"
 
+#include <iterator>
 #include <utility>
 
 #include "engine/util/check.h"
@@ -45,7 +46,21 @@ constexpr PartNames kNames[kNumParts] = {
     {"mlp.experts.{E}.gate_proj", "ffn_gate_exps", "bias"},
     {"mlp.experts.{E}.up_proj", "ffn_up_exps", "bias"},
     {"mlp.experts.{E}.down_proj", "ffn_down_exps", "bias"},
+    {"linear_attn.in_proj_qkv", "attn_qkv", "weight"},
+    {"linear_attn.in_proj_z", "attn_gate", "weight"},
+    {"linear_attn.in_proj_b", "ssm_beta", "weight"},
+    {"linear_attn.in_proj_a", "ssm_alpha", "weight"},
+    {"linear_attn.conv1d", "ssm_conv1d", "weight"},
+    {"linear_attn.A_log", "ssm_a", ""},
+    {"linear_attn.dt_bias", "ssm_dt", ""},
+    {"linear_attn.norm", "ssm_norm", "weight"},
+    {"linear_attn.out_proj", "ssm_out", "weight"},
+    {"mlp.shared_expert.gate_proj", "ffn_gate_shexp", "weight"},
+    {"mlp.shared_expert.up_proj", "ffn_up_shexp", "weight"},
+    {"mlp.shared_expert.down_proj", "ffn_down_shexp", "weight"},
+    {"mlp.shared_expert_gate", "ffn_gate_inp_shexp", "weight"},
 };
+static_assert(std::size(kNames) == kNumParts);
 constexpr size_t kFirstLayerPart = static_cast<size_t>(Part::ATTN_NORM);
 
 const PartNames& names_of(Part p) { return kNames[static_cast<size_t>(p)]; }
@@ -85,7 +100,7 @@ Counts count(const ModelSpec& s, LayerRange range) {
 
 bool part_is_norm(Part p) {
   return p == Part::FINAL_NORM || p == Part::ATTN_NORM || p == Part::FFN_NORM || p == Part::Q_NORM ||
-         p == Part::K_NORM;
+         p == Part::K_NORM || p == Part::LIN_NORM;
 }
 
 bool part_is_per_expert(Part p) {
@@ -93,23 +108,49 @@ bool part_is_per_expert(Part p) {
          p == Part::EXPERT_UP_BIAS || p == Part::EXPERT_DOWN_BIAS;
 }
 
+namespace {
+
+// A Gated DeltaNet token mixer's parts (Qwen3.5/3.6).
+std::vector<PartSpec> delta_net_parts(const ModelSpec& s) {
+  const ModelSpec::DeltaNet& d = s.delta_net;
+  const int64_t h = s.hidden_size;
+  return {
+      {Part::ATTN_NORM, {h}},
+      {Part::LIN_QKV, {d.conv_dim(), h}},
+      {Part::LIN_Z, {d.value_dim(), h}},
+      {Part::LIN_B, {d.num_v_heads, h}},
+      {Part::LIN_A, {d.num_v_heads, h}},
+      {Part::LIN_CONV, {d.conv_dim(), 1, d.conv_kernel}},
+      {Part::LIN_A_LOG, {d.num_v_heads}},
+      {Part::LIN_DT_BIAS, {d.num_v_heads}},
+      {Part::LIN_NORM, {d.v_head_dim}},
+      {Part::LIN_OUT, {h, d.value_dim()}},
+  };
+}
+
+}  // namespace
+
 std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
   const int64_t h = s.hidden_size, hd = s.head_dim;
   const int64_t q_dim = s.num_heads * hd, kv_dim = s.num_kv_heads * hd;
-  std::vector<PartSpec> out = {
-      {Part::ATTN_NORM, {h}},      {Part::Q, {q_dim, h}}, {Part::K, {kv_dim, h}},
-      {Part::V, {kv_dim, h}},      {Part::O, {h, q_dim}},
-  };
-  if (s.attention_bias) {
-    out.push_back({Part::Q_BIAS, {q_dim}});
-    out.push_back({Part::K_BIAS, {kv_dim}});
-    out.push_back({Part::V_BIAS, {kv_dim}});
-  }
-  if (s.o_bias) out.push_back({Part::O_BIAS, {h}});
-  if (s.attention_sinks) out.push_back({Part::SINKS, {s.num_heads}});
-  if (s.qk_norm) {
-    out.push_back({Part::Q_NORM, {hd}});
-    out.push_back({Part::K_NORM, {hd}});
+  std::vector<PartSpec> out;
+  if (s.layer_is_recurrent(layer)) {
+    out = delta_net_parts(s);
+  } else {
+    // An output gate doubles q_proj: per head, the query rows and then the gate rows.
+    out = {{Part::ATTN_NORM, {h}}, {Part::Q, {q_dim * (s.attn_output_gate ? 2 : 1), h}}, {Part::K, {kv_dim, h}},
+           {Part::V, {kv_dim, h}}, {Part::O, {h, q_dim}}};
+    if (s.attention_bias) {
+      out.push_back({Part::Q_BIAS, {q_dim}});
+      out.push_back({Part::K_BIAS, {kv_dim}});
+      out.push_back({Part::V_BIAS, {kv_dim}});
+    }
+    if (s.o_bias) out.push_back({Part::O_BIAS, {h}});
+    if (s.attention_sinks) out.push_back({Part::SINKS, {s.num_heads}});
+    if (s.qk_norm) {
+      out.push_back({Part::Q_NORM, {hd}});
+      out.push_back({Part::K_NORM, {hd}});
+    }
   }
   out.push_back({Part::FFN_NORM, {h}});
   if (s.layer_is_moe(layer)) {
@@ -123,6 +164,12 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
       out.push_back({Part::EXPERT_GATE_BIAS, {mi}, experts});
       out.push_back({Part::EXPERT_UP_BIAS, {mi}, experts});
       out.push_back({Part::EXPERT_DOWN_BIAS, {h}, experts});
+    }
+    if (const int64_t si = s.shared_expert_intermediate_size; si > 0) {
+      out.push_back({Part::SHARED_GATE, {si, h}});
+      out.push_back({Part::SHARED_UP, {si, h}});
+      out.push_back({Part::SHARED_DOWN, {h, si}});
+      out.push_back({Part::SHARED_EXPERT_GATE, {1, h}});
     }
   } else {
     const int64_t ff = s.intermediate_size;

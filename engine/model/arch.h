@@ -21,6 +21,10 @@ enum class Part : uint8_t {
   ROUTER, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN,  // mixture of experts; EXPERT_* once per expert
   O_BIAS, SINKS,                                // gpt-oss attention: output bias, per-head sink logits
   ROUTER_BIAS, EXPERT_GATE_BIAS, EXPERT_UP_BIAS, EXPERT_DOWN_BIAS,  // gpt-oss experts
+  // Gated DeltaNet (Qwen3.5/3.6 linear attention): the q/k/v, z, b and a projections, the
+  // depthwise conv1d, the decay's A_log and dt_bias, the gated norm, the output.
+  LIN_QKV, LIN_Z, LIN_B, LIN_A, LIN_CONV, LIN_A_LOG, LIN_DT_BIAS, LIN_NORM, LIN_OUT,
+  SHARED_GATE, SHARED_UP, SHARED_DOWN, SHARED_EXPERT_GATE,  // the shared expert and its gate
   COUNT
 };
 inline constexpr size_t kNumParts = static_cast<size_t>(Part::COUNT);
@@ -42,8 +46,9 @@ struct PartSpec {
   std::vector<int64_t> shape;
   int64_t copies = 1;
 };
-// The parts layer `layer` has: attention (with bias and q/k norm as the spec says), then
-// a dense MLP or, for an MoE layer (ModelSpec::layer_is_moe), the router and the experts.
+// The parts layer `layer` has: attention (with bias and q/k norm as the spec says) or,
+// for a recurrent layer, the Gated DeltaNet, then a dense MLP or, for an MoE layer
+// (ModelSpec::layer_is_moe), the router, the experts and the shared expert.
 std::vector<PartSpec> layer_parts(const ModelSpec& spec, int64_t layer);
 // The parts outside the layers a stage holding `range` keeps: the embedding when it
 // starts at layer 0, the final norm and the LM head when it ends at the last layer (a

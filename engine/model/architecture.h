@@ -21,6 +21,9 @@ struct Architecture {
   const char* hf_class;
   // llama.cpp's general.architecture, or nullptr when GGUF files of it are not read.
   const char* gguf_name;
+  // Multimodal checkpoints keep the text model's settings in this config.json object
+  // ("text_config"); nullptr when they are at the top level.
+  const char* text_config = nullptr;
 
   // The architecture's own config.json keys, read after the shared ones (sizes, RoPE,
   // dtype, quantization): biases, norms, MLP or experts, sliding windows. Throws

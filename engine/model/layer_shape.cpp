@@ -23,6 +23,8 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
     LayerShape x;
     x.layer = l;
+    x.mixer = s.layer_is_recurrent(l) ? Mixer::RECURRENT : Mixer::ATTENTION;
+    x.norm_kind = s.norm_plus_one ? NormKind::RMS_PLUS_ONE : NormKind::RMS;
     x.norm_eps = s.rms_norm_eps;
     x.num_heads = s.num_heads;
     x.num_kv_heads = s.num_kv_heads;
@@ -32,8 +34,10 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
     x.sinks = s.attention_sinks;
     x.window = s.layer_is_sliding(l) ? s.sliding_window : 0;
     x.rope_theta = s.rope_theta;
-    x.rotary_dim = s.head_dim;
+    x.rotary_dim = s.rotary_dim > 0 ? s.rotary_dim : s.head_dim;
+    x.output_gate = s.attn_output_gate && x.mixer == Mixer::ATTENTION;
     x.moe = s.layer_is_moe(l);
+    x.shared_expert = x.moe && s.shared_expert_intermediate_size > 0;
     if (s.gptoss_moe) {
       x.activation = Activation::CLAMPED_SWIGLU;
       x.swiglu_limit = static_cast<float>(s.swiglu_limit);
@@ -43,6 +47,17 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
     out.push_back(x);
   }
   return out;
+}
+
+int64_t attention_layer_count(const ModelSpec& s, LayerRange range) {
+  int64_t n = 0;
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l) n += s.layer_is_recurrent(l) ? 0 : 1;
+  return n;
+}
+
+uint64_t recurrent_state_bytes(const ModelSpec& s, LayerRange range) {
+  const int64_t recurrent = range.last_layer - range.first_layer - attention_layer_count(s, range);
+  return uint64_t(recurrent) * uint64_t(s.delta_net.state_values()) * sizeof(float);
 }
 
 namespace {
@@ -75,6 +90,8 @@ void require_cases(const std::vector<LayerShape>& layers, const ModelSpec& s, co
                       std::to_string(l.head_dim) + " dimensions)");
     if (!c.custom_attention_scale && std::fabs(l.attention_scale * std::sqrt(double(l.head_dim)) - 1.0) > 1e-12)
       lacks(c, l, "attention scale other than 1/sqrt(head_dim)");
+    if (!c.output_gate && l.output_gate) lacks(c, l, "attention output gate");
+    if (!c.shared_expert && l.shared_expert) lacks(c, l, "shared expert");
   }
 }
 

@@ -46,12 +46,14 @@ struct LayerShape {
   // RoPE: the base, and how many of each head's dimensions rotate.
   double rope_theta = 10000.0;
   int64_t rotary_dim = 0;
+  bool output_gate = false;  // the attention output times sigmoid(a gate q_proj also yields)
 
   // The MLP: dense, or experts chosen by a router.
   bool moe = false;
   Activation activation = Activation::SILU;
   float swiglu_limit = 0.0f, swiglu_alpha = 1.702f;  // CLAMPED_SWIGLU only
   bool softmax_after_topk = false;                   // the router's softmax over the chosen k only
+  bool shared_expert = false;  // an always-on expert beside the routed ones, sigmoid-gated
 
   // K and V values one token stores in this layer's cache.
   int64_t kv_values_per_token() const { return mixer == Mixer::ATTENTION ? 2 * num_kv_heads * head_dim : 0; }
@@ -59,6 +61,10 @@ struct LayerShape {
 
 // The layers of `range`, in order.
 std::vector<LayerShape> layer_shapes(const ModelSpec& spec, LayerRange range);
+// Of the layers of `range`: those that attend (and keep K and V in the paged cache), and
+// the recurrent state one sequence holds in the others (f32 bytes).
+int64_t attention_layer_count(const ModelSpec& spec, LayerRange range);
+uint64_t recurrent_state_bytes(const ModelSpec& spec, LayerRange range);
 
 // What a backend implements. A case outside it is refused by require_cases.
 struct LayerCases {
@@ -73,6 +79,8 @@ struct LayerCases {
   bool per_layer_geometry = false;
   bool partial_rotary = false;
   bool custom_attention_scale = false;
+  bool output_gate = false;
+  bool shared_expert = false;
 };
 
 // Throws InputError naming the backend, the first layer and the case it lacks, e.g.

@@ -59,6 +59,9 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   p.window_only = f.sliding_kv_window_only && p.sliding_layers > 0 && p.kv_sliding_block_bytes < p.kv_block_bytes;
   p.workspace_bytes = f.workspace_bytes;
   p.reserve_bytes = f.reserve_bytes;
+  p.state_bytes_per_sequence = f.state_bytes_per_sequence;
+  p.state_slots = p.state_bytes_per_sequence > 0 ? c.engine.max_num_seqs : 0;
+  const uint64_t state_bytes = p.state_bytes_per_sequence * uint64_t(p.state_slots);
 
   p.available_bytes = budget.available_bytes;
   p.memory_fraction = c.engine.memory_fraction;
@@ -67,7 +70,7 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   p.max_model_len = effective_max_model_len(c, s);
   p.blocks_per_sequence = (p.max_model_len + p.block_size - 1) / p.block_size;
 
-  uint64_t fixed = p.weight_bytes + p.workspace_bytes + p.reserve_bytes;
+  uint64_t fixed = p.weight_bytes + p.workspace_bytes + p.reserve_bytes + state_bytes;
   uint64_t left = p.budget_bytes > fixed ? p.budget_bytes - fixed : 0;
   p.kv_blocks = p.kv_block_bytes ? static_cast<int64_t>(left / p.kv_block_bytes) : 0;
   p.kv_window_blocks = p.kv_blocks;
@@ -86,6 +89,7 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
       << format_bytes(p.available_bytes) << " x engine.memory_fraction " << p.memory_fraction << ") - weights "
       << format_bytes(p.weight_bytes) << " - workspace " << format_bytes(p.workspace_bytes) << " - reserve "
       << format_bytes(p.reserve_bytes);
+    if (state_bytes > 0) m << " - recurrent state " << format_bytes(state_bytes);
     if (fixed > p.budget_bytes) {
       m << " leaves nothing for the KV cache (short by " << format_bytes(fixed - p.budget_bytes)
         << "); use a smaller or more quantized model, raise engine.memory_fraction, lower "
@@ -149,6 +153,10 @@ std::string describe_plan(const MemoryPlan& p) {
       << p.kv_bytes_per_token_sliding << " of the " << p.kv_bytes_per_token << " bytes/token; the window alone needs "
       << window_blocks * p.block_size << " of a sequence's tokens)\n";
   }
+  if (p.state_slots > 0)
+    o << "  recurrent state  " << format_bytes(p.state_bytes_per_sequence) << " per sequence x " << p.state_slots
+      << " (engine.max_num_seqs) = " << format_bytes(p.state_bytes_per_sequence * uint64_t(p.state_slots))
+      << ", beside the KV cache\n";
   o << "  workspace        " << format_bytes(p.workspace_bytes) << " activations + "
     << format_bytes(p.reserve_bytes) << " reserve\n";
   o << "  budget           " << format_bytes(p.budget_bytes) << " = " << format_bytes(p.available_bytes) << " "

@@ -26,6 +26,7 @@ struct StageFootprint {
   uint64_t weight_bytes = 0;        // the stage's weights as the backend keeps them
   uint64_t weight_bytes_per_token = 0;  // of those, what a batch-1 decode step reads (MoE: k experts); 0: unknown
   uint64_t kv_bytes_per_token = 0;  // K and V, all held layers
+  uint64_t state_bytes_per_sequence = 0;  // recurrent layers' state of one sequence
   uint64_t workspace_bytes = 0;     // activations of the largest step, logits, scratch
   uint64_t reserve_bytes = 0;       // runtime, allocator slack, CUDA graph pools
   // The backend keeps sliding-window layers' K and V for the window blocks only
@@ -57,6 +58,10 @@ struct MemoryPlan {
   bool window_only = false;
   uint64_t kv_sliding_block_bytes = 0;
   int64_t kv_window_blocks = 0;
+  // Recurrent layers (hybrids): the state each running sequence holds, kept for
+  // engine.max_num_seqs sequences beside the KV cache.
+  uint64_t state_bytes_per_sequence = 0;
+  int64_t state_slots = 0;
   uint64_t workspace_bytes = 0;  // activations of one max_num_batched_tokens step + logits
   uint64_t reserve_bytes = 0;    // runtime, allocator slack, CUDA graph pools
   uint64_t available_bytes = 0;

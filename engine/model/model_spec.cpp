@@ -153,23 +153,38 @@ bool ModelSpec::layer_is_moe(int64_t layer) const {
   return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
 
+bool ModelSpec::layer_is_recurrent(int64_t layer) const {
+  return layer >= 0 && layer < static_cast<int64_t>(layer_recurrent.size()) && layer_recurrent[size_t(layer)] != 0;
+}
+
 bool ModelSpec::layer_is_sliding(int64_t layer) const {
   return sliding_window > 0 && layer >= 0 && layer < static_cast<int64_t>(layer_sliding.size()) &&
          layer_sliding[static_cast<size_t>(layer)] != 0;
 }
 
 ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen_text, const std::string& source) {
-  json j = parse_json(config_text, source);
-  ConfigReader r{j, source};
+  const json top = parse_json(config_text, source);
+  const ConfigReader outer{top, source};
   ModelSpec s;
-  if (!r.has("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
-      !j["architectures"][0].is_string())
-    r.fail("architectures", "must list the model class, e.g. [\"" + std::string(architectures().front()->hf_class) + "\"]");
-  s.architecture = j["architectures"][0].get<std::string>();
+  if (!outer.has("architectures") || !top["architectures"].is_array() || top["architectures"].empty() ||
+      !top["architectures"][0].is_string())
+    outer.fail("architectures",
+               "must list the model class, e.g. [\"" + std::string(architectures().front()->hf_class) + "\"]");
+  s.architecture = top["architectures"][0].get<std::string>();
   s.arch = find_hf_architecture(s.architecture);
   if (!s.arch)
     throw InputError(source + ": architecture " + s.architecture + " is not supported (supported: " +
                      hf_architecture_list() + ")");
+  // A multimodal checkpoint's text model: its keys, and whatever it leaves out (dtype,
+  // tied embeddings, special tokens) from the top level.
+  const char* section = s.arch->text_config;
+  if (section && !(outer.has(section) && top[section].is_object()))
+    outer.fail(section, "must be an object holding the text model's settings");
+  json j = section ? top[section] : top;
+  for (const char* k : {"torch_dtype", "dtype", "tie_word_embeddings", "bos_token_id", "eos_token_id"})
+    if (section && !(j.contains(k) && !j[k].is_null()) && top.contains(k)) j[k] = top[k];
+  const std::string text_source = section ? source + " (" + section + ")" : source;
+  const ConfigReader r{j, text_source};
 
   s.vocab_size = r.integer("vocab_size", 1, MAX_VOCAB);
   s.hidden_size = r.integer("hidden_size", 1, MAX_HIDDEN);
@@ -197,7 +212,7 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
       break;
     }
   s.dtype = parse_dtype(dtype, source);
-  if (r.has("quantization_config")) parse_quantization(r, s);
+  if (outer.has("quantization_config")) parse_quantization(outer, s);
 
   s.arch->read_config(r, s);
 

@@ -49,6 +49,28 @@ struct ModelSpec {
   // empty when every layer attends to the whole context.
   int64_t sliding_window = 0;
   std::vector<uint8_t> layer_sliding;  // [num_layers] when sliding_window > 0
+  // Qwen3.5/3.6: q_proj yields a gate beside each head's query (per head: head_dim query
+  // rows, then head_dim gate rows), and the attention output is multiplied by its sigmoid.
+  bool attn_output_gate = false;
+  // The dimensions of each head RoPE rotates (NeoX halves within them); 0: all head_dim.
+  int64_t rotary_dim = 0;
+  // Zero-centred RMSNorm weights (Qwen3.5/3.6): x / rms(x) * (1 + w).
+  bool norm_plus_one = false;
+
+  // Hybrids (Qwen3.5/3.6): layers whose token mixer is a Gated DeltaNet, a recurrent state
+  // per sequence in place of attention over the KV cache; empty when every layer attends.
+  std::vector<uint8_t> layer_recurrent;  // [num_layers]
+  struct DeltaNet {
+    int64_t num_k_heads = 0, num_v_heads = 0;  // a key head serves num_v_heads / num_k_heads value heads
+    int64_t k_head_dim = 0, v_head_dim = 0;
+    int64_t conv_kernel = 0;  // the depthwise causal conv1d over the q, k and v channels
+    int64_t key_dim() const { return num_k_heads * k_head_dim; }
+    int64_t value_dim() const { return num_v_heads * v_head_dim; }
+    int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+    // One layer's state of one sequence, in f32 values: the last conv_kernel - 1 inputs
+    // of every conv channel, and a k_head_dim x v_head_dim matrix per value head.
+    int64_t state_values() const { return conv_dim() * (conv_kernel - 1) + num_v_heads * k_head_dim * v_head_dim; }
+  } delta_net;
 
   // Mixture of experts (Qwen3-MoE); num_experts == 0 for dense models.
   int64_t num_experts = 0;
@@ -57,6 +79,9 @@ struct ModelSpec {
   bool norm_topk_prob = false;
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
+  // An always-on expert beside the routed ones (Qwen3.5/3.6), its output scaled by
+  // sigmoid(shared_expert_gate . x); 0 when there is none.
+  int64_t shared_expert_intermediate_size = 0;
   // gpt-oss: the router has a bias and takes the softmax over the top-k logits only; the
   // experts have biases and a clamped SwiGLU, gate * sigmoid(alpha * gate) * (up + 1).
   bool gptoss_moe = false;
@@ -79,6 +104,8 @@ struct ModelSpec {
 
   bool layer_is_moe(int64_t layer) const;
   bool layer_is_sliding(int64_t layer) const;
+  bool layer_is_recurrent(int64_t layer) const;
+  bool has_recurrent_layers() const { return !layer_recurrent.empty(); }
 };
 
 }  // namespace spark

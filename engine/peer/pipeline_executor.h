@@ -27,7 +27,7 @@ class PipelineExecutor : public StepExecutor {
 
   size_t num_slots() const override { return 2; }
   void prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
-               const std::vector<int32_t>& eos_token_ids) override;
+               const std::vector<int32_t>& eos_token_ids, int64_t num_state_slots) override;
   Readiness readiness() override;
   std::string problem() const override { return remote_.problem(); }
   int64_t rows_at_decode_cost() const override { return backend_->rows_at_decode_cost(); }

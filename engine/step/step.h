@@ -28,6 +28,10 @@ struct Batch {
   // read it), ascending; a row may be in both lists. Embeddings pool these rows, draft
   // heads read them. Only the stage that holds the LM head returns them.
   std::vector<int32_t> hidden_rows;
+  // [S] with recurrent layers (engine/model/layer_shape.h): the state slot each sequence
+  // reads and updates (Backend::init_state_slots). A sequence whose rows start at
+  // position 0 starts from a zero state. Empty for a model without recurrent layers.
+  std::vector<int32_t> state_slots;
   // [2 * C] (source, destination) block pairs: before anything else, each full-attention
   // layer copies the source block's K and V to the destination block (a block that left
   // the sliding window moving to a full-only block, engine/core/block_manager.h).

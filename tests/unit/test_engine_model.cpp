@@ -17,6 +17,8 @@ using namespace spark;
 namespace {
 
 const char* kTinyModels[] = {"tests/golden/models/llama", "tests/golden/models/qwen3_moe"};
+// A Qwen3.5 hybrid: each sequence holds a recurrent state slot beside its KV blocks.
+const char* kTinyHybrid = "tests/golden/models/qwen3_5_moe";
 // The default model: 4-bit weights, on the quantized matmul paths (`make test` fetches it).
 const char* kQuantizedModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -78,7 +80,7 @@ std::vector<RequestOutput> run(const std::string& path, int64_t budget, int64_t 
 TEST_CASE("engine + CPU backend: greedy output alone equals output among 31 others, chunked at several budgets") {
   // Not only the same tokens: the same logprob bits, since every kernel computes a row the
   // same way whatever else is in its batch.
-  for (const char* path : {kTinyModels[0], kTinyModels[1], kQuantizedModel}) {
+  for (const char* path : {kTinyModels[0], kTinyModels[1], kQuantizedModel, kTinyHybrid}) {
     CAPTURE(path);
     std::mt19937 rng(7);
     std::vector<Request> reqs;
@@ -113,6 +115,20 @@ TEST_CASE("engine + CPU backend: greedy output alone equals output among 31 othe
         CHECK(logprob_bits(outs[i]) == logprob_bits(alone[i]));
       }
     }
+    if (path != kTinyHybrid) continue;
+    // 40 blocks of 4 tokens for ~900 tokens of requests: sequences are preempted and
+    // recomputed, their state slots given back and taken again.
+    auto me = make(path, 32, true, 40);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : reqs) streams.push_back(me->engine->submit(r));
+    me->engine->start();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      CAPTURE(i);
+      const RequestOutput out = collect(*streams[i]);
+      CHECK(out.token_ids == alone[i].token_ids);
+      CHECK(logprob_bits(out) == logprob_bits(alone[i]));
+    }
+    CHECK(me->engine->metrics().preemptions > 0);
   }
 }
 

@@ -248,7 +248,7 @@ TEST_CASE("speculative verification: at temperature 1 a verified token follows t
     BlockManager blocks(1024, 4, true);
     Scheduler sched({64, 8192, 256, true}, blocks);
     LocalExecutor exec(std::make_unique<CpuBackend>(spec, bind_stage(spec, model.weights), 1), spec.vocab_size);
-    exec.prepare(1024, 1024, 4, spec.eos_token_ids);
+    exec.prepare(1024, 1024, 4, spec.eos_token_ids, 0);
     auto run_step = [&](const ScheduledStep& step) {
       exec.launch(step);
       std::vector<int32_t> tokens;

@@ -198,3 +198,29 @@ TEST_CASE("memory plan: the CUDA compute type follows the checkpoint, FP16 for G
   mistral.arch = find_hf_architecture("MistralForCausalLM");
   CHECK(compute_dtype_name(smol, mistral, "cuda") == "fp16");
 }
+
+// Qwen3.5-35B-A3B's shape (tests/golden/configs/qwen3_5_35b_a3b: transformers'
+// Qwen3_5MoeConfig, whose defaults are that model, with its published context and RoPE
+// base): 40 layers of which every 4th attends. Only those keep K and V; the 30 Gated
+// DeltaNet layers hold a state per sequence, which the plan keeps for max_num_seqs.
+TEST_CASE("memory plan: a hybrid counts KV for its attention layers and a recurrent state per sequence") {
+  Config c = config_for_model("tests/golden/configs/qwen3_5_35b_a3b");
+  c.model.load_format = "dummy";
+  c.model.max_model_len = 65536;
+  c.engine.max_num_seqs = 16;
+  ModelInfo info = inspect_model(c);
+  LayerRange all = full_range(info.spec);
+  MemoryPlan p = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{100 * GiB, "test"});
+  // 10 attention layers x K and V x 2 kv heads x 256 x 2 bytes (bf16).
+  CHECK(p.kv_bytes_per_token == 10ull * 2 * 2 * 256 * 2);
+  // 30 layers x (conv state: (2 x 16 x 128 + 32 x 128) channels x 3 taps + 32 heads x 128 x 128) x f32.
+  CHECK(p.state_bytes_per_sequence == 30ull * ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 4);
+  CHECK(p.state_slots == 16);
+  const uint64_t fixed = p.weight_bytes + p.workspace_bytes + p.reserve_bytes + 16 * p.state_bytes_per_sequence;
+  CHECK(static_cast<uint64_t>(p.kv_blocks) * p.kv_block_bytes <= p.budget_bytes - fixed);
+  CHECK(static_cast<uint64_t>(p.kv_blocks + 1) * p.kv_block_bytes > p.budget_bytes - fixed);
+  CHECK(describe_plan(p).find("recurrent state  62.8 MiB per sequence x 16") != std::string::npos);
+  MemoryPlan cpu = plan_memory(info.spec, all, stage_footprint(c, info, all, "cpu"), c, MemoryBudget{100 * GiB, "test"});
+  CHECK(cpu.kv_bytes_per_token == 10ull * 2 * 2 * 256 * 4);
+  CHECK(cpu.state_bytes_per_sequence == p.state_bytes_per_sequence);
+}

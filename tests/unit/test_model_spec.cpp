@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "engine/model/architecture.h"
 #include "engine/model/arch.h"
@@ -123,7 +124,8 @@ TEST_CASE("model spec: architecture-specific fields") {
 TEST_CASE("model spec: configs sparkd cannot run are refused with a clear message") {
   CHECK_INPUT_ERROR(parse_hf_config(minimal("GPT2LMHeadModel"), "", "c"),
                     "architecture GPT2LMHeadModel is not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
-                    "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM)");
+                    "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM, "
+                    "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration)");
   CHECK_INPUT_ERROR(parse_hf_config(R"({"vocab_size":5})", "", "c"), "\"architectures\" must list");
   CHECK_INPUT_ERROR(parse_hf_config("[1]", "", "c"), "not a JSON object");
   CHECK_INPUT_ERROR(parse_hf_config("{", "", "c"), "invalid JSON");
@@ -202,7 +204,7 @@ TEST_CASE("model spec: an architecture added to the registry is read through its
   CHECK_INPUT_ERROR(parse_hf_config(config, "", "fake.json"), "architecture FakeForCausalLM is not supported");
   {
     ScopedArchitecture added(kFake);
-    CHECK(hf_architecture_list().find("GptOssForCausalLM, FakeForCausalLM") != std::string::npos);
+    CHECK(hf_architecture_list().find("Qwen3_5MoeForConditionalGeneration, FakeForCausalLM") != std::string::npos);
     ModelSpec s = parse_hf_config(config, "", "fake.json");
     CHECK(s.arch == &kFake);
     CHECK(s.architecture == "FakeForCausalLM");
@@ -220,4 +222,42 @@ TEST_CASE("model spec: an architecture added to the registry is read through its
     CHECK(gguf_architecture_list().find("fake") == std::string::npos);
   }
   CHECK(find_hf_architecture("FakeForCausalLM") == nullptr);
+}
+
+// The hybrid's config.json (tests/golden/models/qwen3_5_moe, written by transformers):
+// the text model under text_config, its layer types, Gated DeltaNet geometry and partial
+// rotary read from there; a bad value is refused naming the key.
+TEST_CASE("model spec: a Qwen3.5 hybrid is read from text_config, and bad hybrid keys are refused by name") {
+  const auto config = nlohmann::json::parse(testing::read_file("tests/golden/models/qwen3_5_moe/config.json"));
+  ModelSpec s = parse_hf_config(config.dump(), "", "c");
+  CHECK(s.layer_recurrent == std::vector<uint8_t>{1, 1, 1, 0});
+  CHECK(s.layer_is_recurrent(0));
+  CHECK_FALSE(s.layer_is_recurrent(3));
+  CHECK(s.delta_net.num_k_heads == 2);
+  CHECK(s.delta_net.num_v_heads == 4);
+  CHECK(s.delta_net.conv_dim() == 2 * 2 * 16 + 4 * 16);
+  CHECK(s.delta_net.state_values() == 128 * 3 + 4 * 16 * 16);
+  CHECK(s.rotary_dim == 8);  // partial_rotary_factor 0.25 of head_dim 32
+  CHECK(s.attn_output_gate);
+  CHECK(s.norm_plus_one);
+  CHECK(s.shared_expert_intermediate_size == 48);
+  CHECK(s.eos_token_ids == std::vector<int32_t>{2});
+  auto with = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json c = config;
+    change(c);
+    return c.dump();
+  };
+  CHECK_INPUT_ERROR(parse_hf_config(with([](auto& c) { c.erase("text_config"); }), "", "c"),
+                    "\"text_config\" must be an object");
+  CHECK_INPUT_ERROR(parse_hf_config(with([](auto& c) { c["text_config"]["layer_types"][1] = "mamba"; }), "", "c"),
+                    "\"layer_types\" [1] is \"mamba\"");
+  CHECK_INPUT_ERROR(parse_hf_config(with([](auto& c) { c["text_config"]["layer_types"].erase(0); }), "", "c"),
+                    "\"layer_types\" must list one type per layer (4)");
+  CHECK_INPUT_ERROR(parse_hf_config(with([](auto& c) { c["text_config"]["linear_num_value_heads"] = 3; }), "", "c"),
+                    "\"linear_num_value_heads\" = 3 must be a multiple of linear_num_key_heads = 2");
+  CHECK_INPUT_ERROR(
+      parse_hf_config(with([](auto& c) { c["text_config"]["rope_parameters"]["partial_rotary_factor"] = 0.01; }), "", "c"),
+      "\"partial_rotary_factor\" = 0.010000 must give an even number");
+  CHECK_INPUT_ERROR(parse_hf_config(with([](auto& c) { c["text_config"]["linear_conv_kernel_dim"] = 1; }), "", "c"),
+                    "\"linear_conv_kernel_dim\" = 1 is outside [2, 64]");
 }

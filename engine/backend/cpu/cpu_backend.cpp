@@ -1,4 +1,4 @@
-// cpu_backend.cpp — the decoder forward pass (Llama, Qwen2, Qwen3, Qwen3-MoE, gpt-oss) on the CPU.
+// cpu_backend.cpp — the decoder forward pass (every architecture of engine/model/arch) on the CPU.
 #include "engine/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
@@ -21,6 +21,13 @@ std::vector<float> vec_f32(const Tensor* t) {
   return out;
 }
 
+// A matrix of few values (the conv1d taps), decoded to f32 row after row.
+std::vector<float> mat_f32(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  for (int64_t r = 0; r < t.rows(); ++r) cpu::decode_row(t, r, out.data() + r * t.cols());
+  return out;
+}
+
 template <typename T>
 void grow(std::vector<T>& v, int64_t n) {
   if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
@@ -39,29 +46,63 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
       throw InputError("tensor " + t->name + " has dtype " + std::string(dtype_name(t->dtype)) +
                        ", which the CPU backend cannot read");
   const std::vector<LayerShape> shapes = layer_shapes(spec, range_);
-  require_cases(shapes, spec, LayerCases{.backend = "the CPU backend"});
+  require_cases(shapes, spec,
+                LayerCases{.backend = "the CPU backend",
+                           .mixers = {Mixer::ATTENTION, Mixer::RECURRENT},
+                           .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE},
+                           .partial_rotary = true,
+                           .output_gate = true,
+                           .shared_expert = true});
+  // Zero-centred RMSNorm weights are used as (1 + w): folded in once here.
+  auto norm_f32 = [&spec](const Tensor* t) {
+    std::vector<float> w = vec_f32(t);
+    if (spec.norm_plus_one)
+      for (float& v : w) v += 1.0f;
+    return w;
+  };
   has_embedding_ = weights.has_embedding();
   has_head_ = weights.has_head();
   embedding_ = weights.embedding;
   lm_head_ = weights.lm_head;
-  final_norm_ = vec_f32(weights.final_norm);
+  final_norm_ = norm_f32(weights.final_norm);
   for (const LayerWeights& w : weights.layers) {
     const LayerShape& shape = shapes[layers_.size()];
     Layer L;
-    L.q = &w.get(Part::Q);
-    L.k = &w.get(Part::K);
-    L.v = &w.get(Part::V);
-    L.o = &w.get(Part::O);
+    L.attn_norm = norm_f32(w.find(Part::ATTN_NORM));
+    L.ffn_norm = norm_f32(w.find(Part::FFN_NORM));
+    L.window = shape.window;
+    if (shape.mixer == Mixer::RECURRENT) {
+      L.recurrent = true;
+      L.state_index = num_recurrent_++;
+      cpu::DeltaNetWeights& d = L.delta;
+      d.qkv = &w.get(Part::LIN_QKV);
+      d.z = &w.get(Part::LIN_Z);
+      d.b = &w.get(Part::LIN_B);
+      d.a = &w.get(Part::LIN_A);
+      d.out = &w.get(Part::LIN_OUT);
+      d.conv = mat_f32(w.get(Part::LIN_CONV));
+      d.neg_exp_a = vec_f32(w.find(Part::LIN_A_LOG));
+      for (float& v : d.neg_exp_a) v = -std::exp(v);
+      d.dt_bias = vec_f32(w.find(Part::LIN_DT_BIAS));
+      d.norm = vec_f32(w.find(Part::LIN_NORM));  // the gated norm's weight is used as is
+    } else {
+      L.q = &w.get(Part::Q);
+      L.k = &w.get(Part::K);
+      L.v = &w.get(Part::V);
+      L.o = &w.get(Part::O);
+      L.output_gate = shape.output_gate;
+    }
     L.q_bias = vec_f32(w.find(Part::Q_BIAS));
     L.k_bias = vec_f32(w.find(Part::K_BIAS));
     L.v_bias = vec_f32(w.find(Part::V_BIAS));
     L.o_bias = vec_f32(w.find(Part::O_BIAS));
     L.sinks = vec_f32(w.find(Part::SINKS));
-    L.window = shape.window;
-    L.q_norm = vec_f32(w.find(Part::Q_NORM));
-    L.k_norm = vec_f32(w.find(Part::K_NORM));
-    L.attn_norm = vec_f32(w.find(Part::ATTN_NORM));
-    L.ffn_norm = vec_f32(w.find(Part::FFN_NORM));
+    L.q_norm = norm_f32(w.find(Part::Q_NORM));
+    L.k_norm = norm_f32(w.find(Part::K_NORM));
+    L.shared_gate = w.find(Part::SHARED_GATE);
+    L.shared_up = w.find(Part::SHARED_UP);
+    L.shared_down = w.find(Part::SHARED_DOWN);
+    L.shared_expert_gate = w.find(Part::SHARED_EXPERT_GATE);
     if (w.is_moe()) {
       L.moe.router = &w.get(Part::ROUTER);
       L.moe.top_k = spec.num_experts_per_tok;
@@ -109,10 +150,15 @@ uint64_t CpuBackend::workspace_bytes(const ModelSpec& s, LayerRange range, int64
   // tiles with an online softmax.
   bool any_dense = false, any_moe = false;
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) (s.layer_is_moe(l) ? any_moe : any_dense) = true;
-  const int64_t ffn = std::max(any_dense ? s.intermediate_size : 0,
-                               any_moe ? s.moe_intermediate_size * s.num_experts_per_tok : 0);
+  const int64_t ffn = std::max({any_dense ? s.intermediate_size : 0,
+                                any_moe ? s.moe_intermediate_size * s.num_experts_per_tok : 0,
+                                any_moe ? s.shared_expert_intermediate_size : 0});
+  // The output gate's raw q_proj rows; a Gated DeltaNet's projections, conv output and core.
+  const ModelSpec::DeltaNet& d = s.delta_net;
+  const int64_t gated_q = s.attn_output_gate ? 2 * s.num_heads * s.head_dim : 0;
+  const int64_t delta = s.has_recurrent_layers() ? 2 * d.conv_dim() + 2 * d.value_dim() + 2 * d.num_v_heads : 0;
   const int64_t per_token = 4 * s.hidden_size + (s.num_heads + 2 * s.num_kv_heads) * s.head_dim + 2 * ffn +
-                            (any_moe ? s.num_experts : 0);
+                            (any_moe ? s.num_experts : 0) + gated_q + delta;
   uint64_t bytes = uint64_t(std::max<int64_t>(max_step_tokens, 1)) * uint64_t(per_token) * 4;
   // Logits: a row per sequence, or per draft too in a step verifying drafts (speculator.cpp).
   if (range.last_layer == s.num_layers)
@@ -121,7 +167,8 @@ uint64_t CpuBackend::workspace_bytes(const ModelSpec& s, LayerRange range, int64
 }
 
 size_t CpuBackend::kv_block_bytes(int64_t block_size) const {
-  return size_t(range_.last_layer - range_.first_layer) * size_t(block_size) * kv_bytes_per_token_layer(spec_);
+  const auto attending = static_cast<size_t>(static_cast<int64_t>(layers_.size()) - num_recurrent_);
+  return attending * size_t(block_size) * kv_bytes_per_token_layer(spec_);
 }
 
 void CpuBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
@@ -137,10 +184,17 @@ void CpuBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_b
     if (L.window > 0) window_blocks_ = num_window_blocks;
   cache_ = std::vector<cpu::LayerKv>(layers_.size());
   for (size_t i = 0; i < cache_.size(); ++i) {
+    if (layers_[i].recurrent) continue;
     const size_t n = static_cast<size_t>(layer_kv(static_cast<int64_t>(i)).slots() * kv_.slot_floats());
     cache_[i].k.allocate(n);
     cache_[i].v.allocate(n);
   }
+}
+
+void CpuBackend::init_state_slots(int64_t num_slots) {
+  SPARK_CHECK(num_slots >= 0, "init_state_slots: a negative count");
+  num_state_slots_ = num_recurrent_ > 0 ? num_slots : 0;
+  states_.assign(size_t(num_state_slots_ * num_recurrent_ * spec_.delta_net.state_values()), 0.0f);
 }
 
 cpu::KvGeometry CpuBackend::layer_kv(int64_t index) const {
@@ -149,23 +203,71 @@ cpu::KvGeometry CpuBackend::layer_kv(int64_t index) const {
   return g;
 }
 
+void CpuBackend::prepare_states(const Batch& batch) {
+  if (num_recurrent_ == 0) return;
+  const int64_t S = batch.num_seqs();
+  if (static_cast<int64_t>(batch.state_slots.size()) != S)
+    throw InputError("invalid batch: " + std::to_string(batch.state_slots.size()) + " state slots for " +
+                     std::to_string(S) + " sequences");
+  const auto per_slot = size_t(num_recurrent_ * spec_.delta_net.state_values());
+  for (int64_t s = 0; s < S; ++s) {
+    const int32_t slot = batch.state_slots[size_t(s)];
+    if (slot < 0 || slot >= num_state_slots_)
+      throw InputError("invalid batch: state slot " + std::to_string(slot) + " outside [0, " +
+                       std::to_string(num_state_slots_) + ")");
+    for (int64_t o = 0; o < s; ++o)
+      if (batch.state_slots[size_t(o)] == slot) throw InputError("invalid batch: two sequences share a state slot");
+    if (batch.positions[size_t(batch.query_start[size_t(s)])] == 0)
+      std::fill_n(states_.begin() + std::ptrdiff_t(size_t(slot) * per_slot), per_slot, 0.0f);
+  }
+}
+
+std::vector<float*> CpuBackend::states_of(const Batch& batch, int64_t r) {
+  const int64_t values = spec_.delta_net.state_values();
+  std::vector<float*> out;
+  for (int32_t slot : batch.state_slots) out.push_back(states_.data() + (int64_t(slot) * num_recurrent_ + r) * values);
+  return out;
+}
+
 void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
+  const Layer& L = layers_[static_cast<size_t>(index)];
+  const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
+  const float eps = static_cast<float>(spec_.rms_norm_eps);
+  float* h = h_.data();
+  pool_->parallel_for(T, 8, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.attn_norm.data(), H, eps, h + t * H);
+  });
+  if (L.recurrent) {
+    cpu::delta_net(*pool_, spec_.delta_net, L.delta, eps, batch, states_of(batch, L.state_index), h, delta_scratch_,
+                   att_.data());
+    std::copy(att_.begin(), att_.begin() + T * H, h);
+  } else {
+    attend(index, batch, h);
+  }
+  for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
+  pool_->parallel_for(T, 8, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.ffn_norm.data(), H, eps, h + t * H);
+  });
+  feed_forward(L, h, T, x);
+}
+
+void CpuBackend::attend(int64_t index, const Batch& batch, float* h) {
   const Layer& L = layers_[static_cast<size_t>(index)];
   ThreadPool& pool = *pool_;
   const int64_t T = batch.num_tokens(), H = spec_.hidden_size, hd = spec_.head_dim;
   const int64_t nh = spec_.num_heads, nkv = spec_.num_kv_heads;
   const float eps = static_cast<float>(spec_.rms_norm_eps);
-  float* h = h_.data();
-
-  pool.parallel_for(T, 8, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.attn_norm.data(), H, eps, h + t * H);
-  });
-  cpu::matmul_many(pool, h, T, {{L.q, q_.data()}, {L.k, k_.data()}, {L.v, v_.data()}});
+  // With an output gate, q_proj yields per head the query and then the gate.
+  float* q_out = L.output_gate ? q_gate_.data() : q_.data();
+  cpu::matmul_many(pool, h, T, {{L.q, q_out}, {L.k, k_.data()}, {L.v, v_.data()}});
   pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       float* q = q_.data() + t * nh * hd;
       float* k = k_.data() + t * nkv * hd;
       float* v = v_.data() + t * nkv * hd;
+      if (L.output_gate)
+        for (int64_t i = 0; i < nh; ++i)
+          std::copy_n(q_gate_.data() + (t * nh + i) * 2 * hd, hd, q + i * hd);
       if (!L.q_bias.empty()) {
         for (int64_t i = 0; i < nh * hd; ++i) q[i] += L.q_bias[static_cast<size_t>(i)];
         for (int64_t i = 0; i < nkv * hd; ++i) k[i] += L.k_bias[static_cast<size_t>(i)];
@@ -184,18 +286,39 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
   cpu::write_kv(batch, g, k_.data(), v_.data(), cache);
   cpu::attention(pool, batch, g, nh, q_.data(), cache, att_.data(),
                  {L.window, L.sinks.empty() ? nullptr : L.sinks.data()});
+  if (L.output_gate)
+    pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t)
+        for (int64_t i = 0; i < nh; ++i) {
+          const float* gate = q_gate_.data() + (t * nh + i) * 2 * hd + hd;
+          float* o = att_.data() + (t * nh + i) * hd;
+          for (int64_t j = 0; j < hd; ++j) o[j] *= 1.0f / (1.0f + std::exp(-gate[j]));
+        }
+    });
   cpu::matmul(pool, att_.data(), T, *L.o, h);
   if (!L.o_bias.empty())
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < H; ++i) h[t * H + i] += L.o_bias[static_cast<size_t>(i)];
-  for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
+}
 
-  pool.parallel_for(T, 8, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.ffn_norm.data(), H, eps, h + t * H);
-  });
+void CpuBackend::feed_forward(const Layer& L, float* h, int64_t T, float* x) {
+  ThreadPool& pool = *pool_;
+  const int64_t H = spec_.hidden_size;
   if (L.moe.router) {
     cpu::moe_ffn(pool, L.moe, h, T, H, att_.data());
     for (int64_t i = 0; i < T * H; ++i) x[i] += att_[static_cast<size_t>(i)];
+    if (!L.shared_gate) return;
+    // The shared expert, scaled per token by sigmoid(shared_expert_gate . h).
+    const int64_t I = L.shared_gate->rows();
+    cpu::matmul_many(pool, h, T, {{L.shared_gate, gate_.data()}, {L.shared_up, up_.data()}});
+    cpu::silu_mul(gate_.data(), up_.data(), T * I, gate_.data());
+    cpu::matmul(pool, gate_.data(), T, *L.shared_down, att_.data());
+    std::vector<float> scale(static_cast<size_t>(T));
+    cpu::matmul(pool, h, T, *L.shared_expert_gate, scale.data());
+    for (int64_t t = 0; t < T; ++t) {
+      const float g = 1.0f / (1.0f + std::exp(-scale[static_cast<size_t>(t)]));
+      for (int64_t i = 0; i < H; ++i) x[t * H + i] += g * att_[static_cast<size_t>(t * H + i)];
+    }
     return;
   }
   const int64_t I = L.gate->rows();
@@ -211,22 +334,25 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
   SPARK_CHECK(!cache_.empty(), "forward before init_kv_cache");
   cpu::validate_batch(batch, kv_);
   if (window_blocks_ < kv_.num_blocks) check_window_blocks(batch, window_blocks_, kv_.block_size, spec_.sliding_window);
+  prepare_states(batch);
   for (size_t l = 0; l < layers_.size(); ++l)  // sliding layers hold no full-only blocks
-    if (layers_[l].window == 0) cpu::copy_blocks(batch.block_copies, kv_, cache_[l]);
+    if (layers_[l].window == 0 && !layers_[l].recurrent) cpu::copy_blocks(batch.block_copies, kv_, cache_[l]);
   const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
   out.logits.clear();
   out.hidden.clear();
   out.final_hidden.clear();
   if (T == 0) return;
 
+  const ModelSpec::DeltaNet& d = spec_.delta_net;
   const int64_t qkv = std::max(spec_.num_heads, spec_.num_kv_heads) * spec_.head_dim;
-  int64_t inter = spec_.intermediate_size;
+  int64_t inter = std::max(spec_.intermediate_size, spec_.shared_expert_intermediate_size);
   grow(x_, T * H);
   grow(h_, T * H);
   grow(q_, T * spec_.num_heads * spec_.head_dim);
+  if (spec_.attn_output_gate) grow(q_gate_, T * 2 * spec_.num_heads * spec_.head_dim);
   grow(k_, T * spec_.num_kv_heads * spec_.head_dim);
   grow(v_, T * spec_.num_kv_heads * spec_.head_dim);
-  grow(att_, T * std::max(qkv, H));
+  grow(att_, T * std::max({qkv, H, d.value_dim()}));
   grow(gate_, T * inter);
   grow(up_, T * inter);
 

@@ -7,6 +7,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/attention.h"
+#include "engine/backend/cpu/delta_net.h"
 #include "engine/backend/cpu/moe.h"
 #include "engine/backend/cpu/ops.h"
 #include "engine/model/model_spec.h"
@@ -26,6 +27,7 @@ class CpuBackend : public Backend {
   size_t kv_block_bytes(int64_t block_size) const override;
   void init_kv_cache(int64_t num_blocks, int64_t block_size) override;
   void init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_blocks, int64_t block_size) override;
+  void init_state_slots(int64_t num_slots) override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
   int64_t rows_at_decode_cost() const override;
 
@@ -37,7 +39,11 @@ class CpuBackend : public Backend {
 
  private:
   struct Layer {
-    const Tensor* q = nullptr;
+    bool recurrent = false;  // a Gated DeltaNet layer: `delta`, no attention parts
+    cpu::DeltaNetWeights delta;
+    int64_t state_index = -1;  // which of the held recurrent layers it is
+    const Tensor* q = nullptr;  // with an output gate, per head the query rows then the gate rows
+    bool output_gate = false;
     const Tensor* k = nullptr;
     const Tensor* v = nullptr;
     const Tensor* o = nullptr;
@@ -50,9 +56,22 @@ class CpuBackend : public Backend {
     const Tensor* up = nullptr;
     const Tensor* down = nullptr;
     cpu::MoeWeights moe;  // router set in an MoE layer
+    // The shared expert beside the routed ones, and its gate [1, hidden]; null without.
+    const Tensor* shared_gate = nullptr;
+    const Tensor* shared_up = nullptr;
+    const Tensor* shared_down = nullptr;
+    const Tensor* shared_expert_gate = nullptr;
   };
 
   void run_layer(int64_t index, const Batch& batch, float* x);
+  // The attention mixer of held layer `index`: h (normed x) in, its output in h.
+  void attend(int64_t index, const Batch& batch, float* h);
+  // The MLP (dense, or routed and shared experts) of `L` on h; adds its output to x.
+  void feed_forward(const Layer& L, float* h, int64_t T, float* x);
+  // Checks the batch's state slots and zeroes the states of sequences starting afresh;
+  // one state pointer per sequence for held recurrent layer `r`.
+  void prepare_states(const Batch& batch);
+  std::vector<float*> states_of(const Batch& batch, int64_t r);
   // The cache geometry of held layer `index`: a sliding-window layer's holds the window blocks only.
   cpu::KvGeometry layer_kv(int64_t index) const;
 
@@ -68,9 +87,14 @@ class CpuBackend : public Backend {
   std::unique_ptr<ThreadPool> pool_;
   cpu::KvGeometry kv_;
   int64_t window_blocks_ = 0;  // blocks the sliding-window layers hold
-  std::vector<cpu::LayerKv> cache_;
+  std::vector<cpu::LayerKv> cache_;  // empty for a recurrent layer
+  // Recurrent layers: [slot][held recurrent layer][DeltaNet::state_values()] f32.
+  int64_t num_recurrent_ = 0;
+  int64_t num_state_slots_ = 0;
+  std::vector<float> states_;
+  cpu::DeltaNetScratch delta_scratch_;
   // Activation workspaces, grown to the largest batch seen and reused.
-  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
+  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, q_gate_;
 };
 
 }  // namespace spark

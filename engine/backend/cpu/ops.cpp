@@ -17,14 +17,17 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
   for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv);
 }
 
-Rope::Rope(const ModelSpec& spec) : head_dim_(spec.head_dim) {
-  SPARK_CHECK(head_dim_ > 0 && head_dim_ % 2 == 0, "rope: head_dim must be even");
-  const int64_t half = head_dim_ / 2;
+Rope::Rope(const ModelSpec& spec)
+    : head_dim_(spec.head_dim), rotary_dim_(spec.rotary_dim > 0 ? spec.rotary_dim : spec.head_dim) {
+  SPARK_CHECK(rotary_dim_ > 0 && rotary_dim_ % 2 == 0 && rotary_dim_ <= head_dim_,
+              "rope: the rotary dimensions must be even and within head_dim");
+  const int64_t half = rotary_dim_ / 2;
   inv_freq_.resize(static_cast<size_t>(half));
   const float base = static_cast<float>(spec.rope_theta);
   for (int64_t i = 0; i < half; ++i) {
-    // transformers: 1 / base ** (arange(0, dim, 2).float() / dim), all in f32.
-    const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim_);
+    // transformers: 1 / base ** (arange(0, dim, 2).float() / dim), all in f32, dim the
+    // rotary dimensions.
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(rotary_dim_);
     const float p = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(expo)));
     inv_freq_[static_cast<size_t>(i)] = 1.0f / p;
   }
@@ -61,7 +64,7 @@ void Rope::apply_yarn(const RopeScaling& rs, float base) {
   // transformers' _compute_yarn_parameters: frequencies that turn fewer than beta_slow
   // times over the original context are interpolated (divided by the factor), those that
   // turn more than beta_fast times kept, a linear ramp over the dimensions between.
-  const double dim = static_cast<double>(head_dim_);
+  const double dim = static_cast<double>(rotary_dim_);
   const double orig = static_cast<double>(rs.original_max_position_embeddings);
   auto correction_dim = [&](double rotations) {
     return dim * std::log(orig / (rotations * 2 * M_PI)) / (2 * std::log(static_cast<double>(base)));
@@ -76,7 +79,7 @@ void Rope::apply_yarn(const RopeScaling& rs, float base) {
   if (low == high) high += 0.001;
   const float factor = static_cast<float>(rs.factor);
   for (size_t i = 0; i < inv_freq_.size(); ++i) {
-    const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim_);
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(rotary_dim_);
     const float pos_freq = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(expo)));
     const float extrapolation = 1.0f / pos_freq;
     const float interpolation = 1.0f / (factor * pos_freq);
@@ -89,7 +92,7 @@ void Rope::apply_yarn(const RopeScaling& rs, float base) {
 }
 
 void Rope::apply(float* x, int64_t heads, int64_t pos) const {
-  const int64_t half = head_dim_ / 2;
+  const int64_t half = rotary_dim_ / 2;
   // Angles for this position once, shared by all heads.
   float cos_v[512], sin_v[512];
   SPARK_CHECK(half <= 512, "rope: head_dim too large");

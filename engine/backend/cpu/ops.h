@@ -19,8 +19,9 @@ class Rope {
  public:
   Rope() = default;
   explicit Rope(const ModelSpec& spec);
-  // Rotates the first and second halves of each of `heads` vectors of head_dim values
-  // starting at x (stride head_dim) for position `pos`.
+  // Rotates the first and second halves of the first rotary_dim values (ModelSpec::rotary_dim;
+  // all of them by default) of each of `heads` vectors of head_dim values starting at x
+  // (stride head_dim) for position `pos`.
   void apply(float* x, int64_t heads, int64_t pos) const;
   const std::vector<float>& inv_freq() const { return inv_freq_; }
   float position_scale() const { return position_scale_; }
@@ -30,9 +31,10 @@ class Rope {
   void apply_yarn(const RopeScaling& rs, float base);
 
   int64_t head_dim_ = 0;
+  int64_t rotary_dim_ = 0;
   float position_scale_ = 1.0f;   // linear scaling divides positions by its factor
   float attention_scale_ = 1.0f;  // YaRN multiplies cos and sin by its attention factor
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::vector<float> inv_freq_;  // [rotary_dim / 2]
 };
 
 // out[i] = silu(gate[i]) * up[i] for n values; out may alias gate.

@@ -1,0 +1,188 @@
+// qwen3_5.cpp — Qwen3.5 / Qwen3.6 (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration):
+// hybrids of Gated DeltaNet layers (a recurrent state per sequence) and full-attention
+// layers with an output gate, q/k norm and partial rotary embeddings; zero-centred
+// RMSNorm; a dense MLP, or routed experts beside a sigmoid-gated shared expert. The
+// checkpoints are multimodal: the text model's settings sit under "text_config" and its
+// weights under "model.language_model."; the vision tower and the MTP head are not read.
+#include <string_view>
+
+#include "engine/model/arch.h"
+#include "engine/model/arch/shared_keys.h"
+#include "engine/model/architecture.h"
+#include "engine/model/shape_text.h"
+#include "engine/util/log.h"
+
+namespace spark {
+namespace {
+
+constexpr std::string_view kTextPrefix = "model.language_model.";
+// What the text model does not use: the vision tower, and the multi-token-prediction head.
+constexpr std::string_view kSkippedPrefixes[] = {"model.visual.", "mtp."};
+
+// "partial_rotary_factor", in rope_parameters (transformers 5) or beside it; the
+// architecture's default is a quarter of each head.
+void read_rotary(const ConfigReader& r, ModelSpec& s) {
+  double factor = r.number_or("partial_rotary_factor", 0.25);
+  if (r.has("rope_parameters") && r.j["rope_parameters"].is_object())
+    factor = ConfigReader{r.j["rope_parameters"], r.source}.number_or("partial_rotary_factor", factor);
+  const auto dim = static_cast<int64_t>(static_cast<double>(s.head_dim) * factor);
+  if (!(factor > 0 && factor <= 1) || dim < 2 || dim % 2 != 0)
+    r.fail("partial_rotary_factor", "= " + std::to_string(factor) + " must give an even number of rotary dimensions of head_dim " +
+                                        std::to_string(s.head_dim));
+  s.rotary_dim = dim;
+}
+
+// layer_types ("linear_attention" / "full_attention" per layer), or every
+// full_attention_interval-th layer attending.
+void read_layer_types(const ConfigReader& r, ModelSpec& s) {
+  s.layer_recurrent.assign(static_cast<size_t>(s.num_layers), 0);
+  if (!r.has("layer_types")) {
+    const int64_t every = r.integer_or("full_attention_interval", 1, MAX_LAYERS, 4);
+    for (int64_t l = 0; l < s.num_layers; ++l) s.layer_recurrent[size_t(l)] = (l + 1) % every != 0;
+    return;
+  }
+  const nlohmann::json& types = r.j["layer_types"];
+  if (!types.is_array() || int64_t(types.size()) != s.num_layers)
+    r.fail("layer_types", "must list one type per layer (" + std::to_string(s.num_layers) + ")");
+  for (size_t l = 0; l < types.size(); ++l) {
+    const std::string t = types[l].is_string() ? types[l].get<std::string>() : types[l].dump();
+    if (t != "linear_attention" && t != "full_attention")
+      r.fail("layer_types", "[" + std::to_string(l) + "] is \"" + t + "\", not \"linear_attention\" or \"full_attention\"");
+    s.layer_recurrent[l] = t == "linear_attention";
+  }
+}
+
+void read_delta_net(const ConfigReader& r, ModelSpec& s) {
+  ModelSpec::DeltaNet& d = s.delta_net;
+  d.num_k_heads = r.integer_or("linear_num_key_heads", 1, MAX_DIM, 16);
+  d.num_v_heads = r.integer_or("linear_num_value_heads", 1, MAX_DIM, 32);
+  if (d.num_v_heads % d.num_k_heads != 0)
+    r.fail("linear_num_value_heads", "= " + std::to_string(d.num_v_heads) + " must be a multiple of linear_num_key_heads = " +
+                                         std::to_string(d.num_k_heads));
+  d.k_head_dim = r.integer_or("linear_key_head_dim", 1, 1024, 128);
+  d.v_head_dim = r.integer_or("linear_value_head_dim", 1, 1024, 128);
+  d.conv_kernel = r.integer_or("linear_conv_kernel_dim", 2, 64, 4);
+  if (d.conv_dim() > MAX_DIM || d.num_v_heads * d.k_head_dim * d.v_head_dim > (int64_t(1) << 28))
+    r.fail("linear_num_value_heads", "with the head sizes gives an implausibly large state");
+}
+
+void read_common(const ConfigReader& r, ModelSpec& s) {
+  s.qk_norm = true;
+  s.attn_output_gate = true;
+  s.norm_plus_one = true;
+  refuse_attention_and_mlp_bias(r, s);
+  if (r.has("hidden_act") && !(r.j["hidden_act"].is_string() && r.j["hidden_act"].get<std::string>() == "silu"))
+    r.fail("hidden_act", "must be \"silu\"");
+  read_rotary(r, s);
+  read_layer_types(r, s);
+  read_delta_net(r, s);
+}
+
+void read_dense(const ConfigReader& r, ModelSpec& s) {
+  read_common(r, s);
+  read_dense_mlp(r, s);
+}
+
+void read_moe(const ConfigReader& r, ModelSpec& s) {
+  read_common(r, s);
+  s.num_experts = r.integer("num_experts", 1, MAX_EXPERTS);
+  s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, s.num_experts);
+  s.moe_intermediate_size = r.integer("moe_intermediate_size", 1, MAX_DIM);
+  s.shared_expert_intermediate_size = r.integer_or("shared_expert_intermediate_size", 0, MAX_DIM, 0);
+  s.norm_topk_prob = true;  // the router always renormalises its top k
+  s.decoder_sparse_step = 1;
+  s.intermediate_size = r.integer_or("intermediate_size", 0, MAX_DIM, 0);
+}
+
+bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+// Expert e's rows [first, first + rows) of a stacked [E, R, C] tensor, as a tensor of its own.
+Tensor expert_rows(const Tensor& stacked, int64_t e, int64_t first, int64_t rows, std::string name) {
+  const int64_t R = stacked.shape[1], C = stacked.shape[2];
+  const size_t row_bytes = stacked.nbytes / size_t(stacked.shape[0] * R);
+  Tensor t = stacked;
+  t.name = std::move(name);
+  t.shape = {rows, C};
+  t.nbytes = row_bytes * size_t(rows);
+  t.data = static_cast<const uint8_t*>(stacked.data) + row_bytes * size_t(e * R + first);
+  return t;
+}
+
+// The file's text-model tensors under the shared table's names: the prefix dropped, the
+// vision tower and MTP head left out, and stacked experts ([E, 2I, H] gate then up rows,
+// [E, H, I] down) split into views of each expert's rows, which need no copy.
+std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec& spec,
+                                      LayerRange, Weights* keep, const std::string& source) {
+  std::map<std::string, Tensor> out;
+  size_t skipped = 0;
+  const int64_t E = spec.num_experts, I = spec.moe_intermediate_size, H = spec.hidden_size;
+  for (const auto& [name, tensor] : file) {
+    bool skip = false;
+    for (std::string_view p : kSkippedPrefixes) skip = skip || starts_with(name, p);
+    if (skip) {
+      ++skipped;
+      continue;
+    }
+    Tensor t = tensor;
+    if (starts_with(name, kTextPrefix)) t.name = "model." + name.substr(kTextPrefix.size());
+    constexpr std::string_view kLayers = "model.layers.", kExperts = ".mlp.experts.";
+    const size_t experts_at = starts_with(t.name, kLayers) ? t.name.find(kExperts) : std::string::npos;
+    const std::string tail = experts_at == std::string::npos ? "" : t.name.substr(experts_at + kExperts.size());
+    if (tail == "gate_up_proj" || tail == "down_proj") {
+      const std::string index = t.name.substr(kLayers.size(), experts_at - kLayers.size());
+      if (index.empty() || index.size() > 4 || index.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoll(index) >= spec.num_layers)
+        throw InputError(source + ": tensor " + name + " names no layer of the model");
+      const int64_t layer = std::stoll(index);
+      const bool gate_up = tail == "gate_up_proj";
+      const std::vector<int64_t> want = gate_up ? std::vector<int64_t>{E, 2 * I, H} : std::vector<int64_t>{E, H, I};
+      if (t.shape != want)
+        throw InputError(source + ": tensor " + name + " has shape " + shape_str(t.shape) + ", the config (" +
+                         std::to_string(E) + " experts, hidden_size " + std::to_string(H) + ", moe_intermediate_size " +
+                         std::to_string(I) + ") implies " + shape_str(want));
+      if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+        throw InputError(source + ": stacked expert tensor " + name + " has dtype " + std::string(dtype_name(t.dtype)) +
+                         "; stacked experts must be F32, F16 or BF16");
+      for (int64_t e = 0; e < E; ++e) {
+        if (gate_up) {
+          Tensor g = expert_rows(t, e, 0, I, tensor_name(Part::EXPERT_GATE, layer, e));
+          Tensor u = expert_rows(t, e, I, I, tensor_name(Part::EXPERT_UP, layer, e));
+          out[g.name] = g;
+          out[u.name] = u;
+        } else {
+          Tensor d = expert_rows(t, e, 0, H, tensor_name(Part::EXPERT_DOWN, layer, e));
+          out[d.name] = d;
+        }
+      }
+      continue;
+    }
+    if (!out.emplace(t.name, t).second) throw InputError(source + ": tensor " + t.name + " appears twice");
+  }
+  if (skipped > 0 && !keep)  // said once, when the model is inspected
+    log_info("model: ", skipped, " tensors of the vision tower and the MTP head are not loaded (text only)");
+  return out;
+}
+
+}  // namespace
+
+extern const Architecture kQwen3_5{
+    .hf_class = "Qwen3_5ForConditionalGeneration",
+    .gguf_name = nullptr,
+    .text_config = "text_config",
+    .read_config = read_dense,
+    .read_gguf = nullptr,
+    .convert_checkpoint = convert,
+    .needs_bf16_activations = true,
+};
+
+extern const Architecture kQwen3_5Moe{
+    .hf_class = "Qwen3_5MoeForConditionalGeneration",
+    .gguf_name = nullptr,
+    .text_config = "text_config",
+    .read_config = read_moe,
+    .read_gguf = nullptr,
+    .convert_checkpoint = convert,
+    .needs_bf16_activations = true,
+};
+
+}  // namespace spark

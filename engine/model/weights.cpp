@@ -86,6 +86,14 @@ std::vector<TensorSpec> check_tensor_set(const std::map<std::string, Tensor>& fo
     msg += "\n  the config's experts: num_experts (GGUF expert_count) = " + std::to_string(spec.num_experts) +
            ", num_experts_per_tok (expert_used_count) = " + std::to_string(spec.num_experts_per_tok) +
            ", moe_intermediate_size (expert_feed_forward_length) = " + std::to_string(spec.moe_intermediate_size);
+  // Likewise the keys that shape a Gated DeltaNet's tensors (and its state).
+  if (!msg.empty() && spec.has_recurrent_layers()) {
+    const ModelSpec::DeltaNet& d = spec.delta_net;
+    msg += "\n  the config's gated deltanet: linear_num_key_heads = " + std::to_string(d.num_k_heads) +
+           ", linear_num_value_heads = " + std::to_string(d.num_v_heads) + ", linear_key_head_dim = " +
+           std::to_string(d.k_head_dim) + ", linear_value_head_dim = " + std::to_string(d.v_head_dim) +
+           ", linear_conv_kernel_dim = " + std::to_string(d.conv_kernel);
+  }
   if (!msg.empty())
     throw InputError(source + " does not match " + spec.architecture + " as its config describes it:" + msg);
   return need;

@@ -1,5 +1,6 @@
-"""Safetensors models of four architectures (Llama, Qwen3, Qwen3-MoE, gpt-oss) served over HTTP and
-answered through the openai SDK, checked against Hugging Face transformers.
+"""Safetensors models of six architectures (Llama, Qwen3, Qwen3-MoE, gpt-oss, and the Qwen3.5
+hybrids) served over HTTP and answered through the openai SDK, checked against Hugging Face
+transformers.
 
 The tiny models in tests/golden/models (tests/gen/gen_tiny_models.py) have a 256-token
 vocabulary and no tokenizer; each test copy gets a BPE tokenizer.json whose 256 tokens are
@@ -81,13 +82,18 @@ def golden_rows(name):
 # the same weights with separated routing (gpt_oss_separated, tests/gen/gen_gptoss.py) run
 # on every backend instead.
 GPTOSS_16BIT = "16-bit weights flip this tiny model's near-uniform router; gpt_oss_separated runs instead"
+# Gated DeltaNet layers run on the CPU backend only so far; the CUDA one refuses them by name
+# (test_cuda_backend_refuses_a_hybrid_by_name).
+HYBRID_CPU_ONLY = "the CUDA backend has no recurrent layers yet"
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3", pytest.param("qwen3_moe", marks=pytest.mark.skipif(
     EMULATED_GPU, reason="16-bit activations flip this tiny model's near-uniform router on ~1 row in 28; "
                          "check_model holds the device MoE path to its own rule")),
     pytest.param("gpt_oss", marks=pytest.mark.skipif(
-        EMULATED_GPU, reason=GPTOSS_16BIT)), "gpt_oss_separated"])
+        EMULATED_GPU, reason=GPTOSS_16BIT)), "gpt_oss_separated",
+    pytest.param("qwen3_5_moe", marks=pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY)),
+    pytest.param("qwen3_5", marks=pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY))])
 def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
     rows = golden_rows(name)
     assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"
@@ -140,5 +146,17 @@ def test_gptoss_greedy_tokens_among_31_other_requests(name, tmp_path):
         with ThreadPoolExecutor(32) as pool:
             same = list(pool.map(one, rows))
         assert all(same), f"{same.count(False)} of 32 concurrent next tokens differ from transformers"
+    finally:
+        s.stop()
+
+
+@pytest.mark.emulated_gpu_only
+def test_cuda_backend_refuses_a_hybrid_by_name(tmp_path):
+    """A model the CUDA backend cannot run yet stops the server at load with what is missing."""
+    s = Server(model=served_copy("qwen3_5_moe", tmp_path), settings={"model.max_model_len": 256})
+    try:
+        s.proc.wait(timeout=120)
+        assert s.proc.returncode != 0
+        assert "the CUDA backend has no case for layer 0's token mixer 'recurrent state'" in s.output()
     finally:
         s.stop()

@@ -1,0 +1,72 @@
+"""Hostile Qwen3.5 hybrid folders: a conv kernel, A_log or stacked-expert tensor of the wrong
+shape, a DeltaNet head count that disagrees with the tensors (so with the state size), and an
+unknown layer type. `sparkd check` must refuse each with exit status 2 and a message naming
+the tensor or the config key, before anything is allocated.
+"""
+import json
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from conftest import REPO, run_sparkd
+
+HYBRID = REPO / "tests" / "golden" / "models" / "qwen3_5_moe"
+PREFIX = "model.language_model.layers."
+
+
+def folder(tmp_path, tensors=None, text_config=None):
+    d = tmp_path / "hybrid"
+    shutil.copytree(HYBRID, d)
+    if tensors:
+        t = load_file(str(d / "model.safetensors"))
+        for name, change in tensors.items():
+            t[name] = change(t[name])
+        save_file(t, str(d / "model.safetensors"), metadata={"format": "pt"})
+    if text_config:
+        c = json.loads((d / "config.json").read_text())
+        c["text_config"].update(text_config)
+        (d / "config.json").write_text(json.dumps(c))
+    return d
+
+
+def refused(path, *fields):
+    r = run_sparkd("check", "--model", path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    for f in fields:
+        assert f in r.stderr, f"{f!r} not named in: {r.stderr}"
+    assert "Aborted" not in r.stderr and "terminate" not in r.stderr
+    return r.stderr
+
+
+def test_the_unchanged_folder_passes(tmp_path):
+    r = run_sparkd("check", "--model", folder(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "gated deltanet   3 of 4 layers" in r.stdout
+    assert "recurrent state" in r.stdout
+
+
+@pytest.mark.parametrize("tensor, change, fields", [
+    ("0.linear_attn.conv1d.weight", lambda w: w[:, :, :3].copy(),  # a 3-tap kernel where the config says 4
+     ["model.layers.0.linear_attn.conv1d.weight is [128, 1, 3], expected [128, 1, 4]", "linear_conv_kernel_dim = 4"]),
+    ("1.linear_attn.A_log", lambda w: np.concatenate([w, w]),  # one decay per value head: 4, not 8
+     ["model.layers.1.linear_attn.A_log is [8], expected [4]", "linear_num_value_heads = 4"]),
+    ("2.mlp.experts.gate_up_proj", lambda w: w[:, :48, :].copy(),  # stacked experts of the wrong width
+     ["layers.2.mlp.experts.gate_up_proj has shape [8, 48, 64]", "implies [8, 64, 64]"]),
+])
+def test_tensor_of_the_wrong_shape(tmp_path, tensor, change, fields):
+    refused(folder(tmp_path, tensors={PREFIX + tensor: change}), *fields)
+
+
+@pytest.mark.parametrize("text_config, fields", [
+    ({"linear_num_value_heads": 8}, ["linear_attn.in_proj_qkv.weight is [128, 64], expected [192, 64]",
+                                     "linear_num_value_heads = 8"]),
+    ({"linear_key_head_dim": 8}, ["linear_attn.in_proj_qkv.weight is [128, 64], expected [96, 64]",
+                                  "linear_key_head_dim = 8"]),
+    ({"layer_types": ["linear_attention", "sliding_attention", "linear_attention", "full_attention"]},
+     ['"layer_types" [1] is "sliding_attention"']),
+    ({"linear_num_value_heads": 3}, ['"linear_num_value_heads" = 3 must be a multiple of linear_num_key_heads = 2']),
+])
+def test_config_disagreeing_with_the_tensors(tmp_path, text_config, fields):
+    refused(folder(tmp_path, text_config=text_config), *fields)

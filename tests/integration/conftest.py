@@ -83,6 +83,17 @@ def run_sparkd(*args, stdin=None, timeout=120, env=None):
                           timeout=timeout, env=env)
 
 
+def check_refuses(path, *fields):
+    """`sparkd check` on `path` fails as bad input does (exit status 2, no crash), naming each
+    of `fields`; returns its message."""
+    r = run_sparkd("check", "--model", path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    for f in fields:
+        assert f in r.stderr, f"{f!r} not named in: {r.stderr}"
+    assert "Aborted" not in r.stderr and "terminate" not in r.stderr
+    return r.stderr
+
+
 class Server:
     """A sparkd serve process on a free port, with a config written for the test."""
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import REPO, run_sparkd
+from conftest import REPO, check_refuses as refused, run_sparkd
 
 HYBRID = REPO / "tests" / "golden" / "models" / "qwen3_5_moe"
 PREFIX = "model.language_model.layers."
@@ -29,15 +29,6 @@ def folder(tmp_path, tensors=None, text_config=None):
         c["text_config"].update(text_config)
         (d / "config.json").write_text(json.dumps(c))
     return d
-
-
-def refused(path, *fields):
-    r = run_sparkd("check", "--model", path)
-    assert r.returncode == 2, r.stdout + r.stderr
-    for f in fields:
-        assert f in r.stderr, f"{f!r} not named in: {r.stderr}"
-    assert "Aborted" not in r.stderr and "terminate" not in r.stderr
-    return r.stderr
 
 
 def test_the_unchanged_folder_passes(tmp_path):

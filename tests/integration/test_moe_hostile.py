@@ -11,7 +11,7 @@ import gguf
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import REPO, run_sparkd
+from conftest import REPO, check_refuses as refused, run_sparkd
 
 sys.path.insert(0, str(REPO / "tests" / "gen"))
 from gen_loader_golden import write_gguf_model  # noqa: E402
@@ -26,15 +26,6 @@ def folder_with(tmp_path, **config):
     c.update(config)
     (d / "config.json").write_text(json.dumps(c))
     return d
-
-
-def refused(path, *fields):
-    r = run_sparkd("check", "--model", path)
-    assert r.returncode == 2, r.stdout + r.stderr
-    for f in fields:
-        assert f in r.stderr, f"{f!r} not named in: {r.stderr}"
-    assert "Aborted" not in r.stderr and "terminate" not in r.stderr
-    return r.stderr
 
 
 @pytest.mark.parametrize("config, fields", [

@@ -1,8 +1,8 @@
 // dtype_table.h — the one table of the element types a weight file may hold: each type's
 // name, its block geometry, its GGUF type id and safetensors name, the half-float scales
 // in each block that a damaged file can break, and its reference decoder. Names, sizes,
-// the GGUF and safetensors readers, dequantize_row and the block-scale check all read
-// this table: a DType without its row does not compile.
+// the GGUF and safetensors readers, dequantize_row, the block-scale check and dummy weights
+// (encoders, accepted types) all read this table: a DType without its row does not compile.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +30,11 @@ struct DTypeInfo {
   // `blocks` blocks at `src` to f32 at `dst`, exactly as the reference (GGML, PyTorch)
   // computes them; nullptr when weights of this type are not read.
   void (*decode)(const uint8_t* src, float* dst, int64_t blocks);
+  // `n` f32 values (whole blocks) into this type at `dst`, rounded to nearest (quantize.h's
+  // quantizers for block types); nullptr when nothing writes this type row by row (FP8's
+  // scales need a band of rows: quantize_fp8_e4m3).
+  void (*encode)(const float* src, void* dst, int64_t n);
+  bool dummy;  // a dtype dummy weights are made in (model.dtype of a dummy load)
 };
 
 const DTypeInfo& dtype_info(DType t);
@@ -39,5 +44,7 @@ const DTypeInfo* dtype_of_safetensors_name(std::string_view name);
 // "F32, F16, ..." of the types GGUF / safetensors files may hold, in table order.
 std::string gguf_dtype_list();
 std::string safetensors_dtype_list();
+// "F32, F16, ... or Q4_K": the types dummy weights are made in, in table order.
+std::string dummy_dtype_list();
 
 }  // namespace spark

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "engine/model/arch.h"
+#include "engine/model/dtype_table.h"
 #include "engine/model/quant.h"
 #include "engine/model/quantize.h"
 #include "engine/util/check.h"
@@ -64,10 +65,8 @@ uint64_t dummy_weight_bytes(const ModelSpec& spec, LayerRange range, DType dtype
 }
 
 Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype, uint64_t seed) {
-  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16 && dtype != DType::Q8_0 &&
-      dtype != DType::Q4_K && dtype != DType::F8_E4M3)
-    throw InputError("dummy weights need dtype F32, F16, BF16, Q8_0, Q4_K or F8_E4M3, not " +
-                     std::string(dtype_name(dtype)));
+  if (!dtype_info(dtype).dummy)
+    throw InputError("dummy weights need dtype " + dummy_dtype_list() + ", not " + std::string(dtype_name(dtype)));
   if (dtype == DType::F8_E4M3 && !spec.fp8)
     throw InputError("FP8 dummy weights need an FP8 model (quantization_config quant_method fp8)");
   std::vector<TensorSpec> need = expected_tensors(spec, range);
@@ -142,25 +141,15 @@ Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype,
       }
       return;
     }
-    if (j.dtype == DType::Q8_0 || j.dtype == DType::Q4_K || j.dtype == DType::MXFP4) {
-      const int64_t cols = j.spec->shape.back();
-      const uint64_t row_bytes = uint64_t(cols / dtype_block_elems(j.dtype) * dtype_block_bytes(j.dtype));
-      const auto quantize = j.dtype == DType::Q8_0 ? quantize_q8_0 : j.dtype == DType::Q4_K ? quantize_q4_k : quantize_mxfp4;
-      std::vector<float> row(static_cast<size_t>(cols));
-      for (uint64_t k = j.begin; k < j.end; k += uint64_t(cols)) {
-        for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = value(k + uint64_t(c));
-        quantize(row.data(), j.dst + k / uint64_t(cols) * row_bytes, cols);
-      }
-      return;
-    }
-    for (uint64_t k = j.begin; k < j.end; ++k) {
-      float v = value(k);
-      if (j.dtype == DType::F32) {
-        std::memcpy(j.dst + k * 4, &v, 4);
-      } else {
-        uint16_t h = j.dtype == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
-        std::memcpy(j.dst + k * 2, &h, 2);
-      }
+    // Whole rows (each job's range is), encoded one at a time.
+    const int64_t cols = j.spec->shape.back();
+    const uint64_t row_bytes = uint64_t(cols / dtype_block_elems(j.dtype) * dtype_block_bytes(j.dtype));
+    const auto encode = dtype_info(j.dtype).encode;
+    SPARK_CHECK(encode != nullptr, "dummy weights: no encoder for " + std::string(dtype_name(j.dtype)));
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (uint64_t k = j.begin; k < j.end; k += uint64_t(cols)) {
+      for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = value(k + uint64_t(c));
+      encode(row.data(), j.dst + k / uint64_t(cols) * row_bytes, cols);
     }
   };
   unsigned n_threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 16));

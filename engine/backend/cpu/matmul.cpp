@@ -1,7 +1,9 @@
-// matmul.cpp — decode-then-dot matmul kernels for f32/f16/bf16 and GGUF block-quantized rows.
+// matmul.cpp — decode-then-dot matmul kernels for f32/f16/bf16, FP8 and GGUF block-quantized
+// rows, chosen from one row of CPU kernels per DType.
 #include "engine/backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <type_traits>
 #include <vector>
 
@@ -41,29 +43,36 @@ SPARK_KERNEL void decode_bf16(const uint16_t* src, int64_t cols, float* out) {
   for (int64_t i = 0; i < cols; ++i) out[i] = bf16_to_f32(src[i]);
 }
 
+const float* row_f32(const Tensor& w, int64_t row, float* out);
+
 // Bytes of one weight row.
 size_t row_bytes(const Tensor& w) {
   return static_cast<size_t>(w.cols() / dtype_block_elems(w.dtype) * dtype_block_bytes(w.dtype));
 }
 
-// Decodes row `row` into `out`, or returns a pointer to it in place when it already is f32.
-const float* row_f32(const Tensor& w, int64_t row, float* out) {
-  const int64_t cols = w.cols();
-  const uint8_t* src = static_cast<const uint8_t*>(w.data) + row_bytes(w) * static_cast<size_t>(row);
-  switch (w.dtype) {
-    case DType::F32: return reinterpret_cast<const float*>(src);
-    case DType::F16: decode_f16(reinterpret_cast<const uint16_t*>(src), cols, out); break;
-    case DType::BF16: decode_bf16(reinterpret_cast<const uint16_t*>(src), cols, out); break;
-    case DType::Q8_0: decode_blocks<BlockQ8_0, 32>(src, cols, out); break;
-    case DType::Q4_0: decode_blocks<BlockQ4_0, 32>(src, cols, out); break;
-    case DType::Q4_1: decode_blocks<BlockQ4_1, 32>(src, cols, out); break;
-    case DType::Q4_K: decode_blocks<BlockQ4_K, 256>(src, cols, out); break;
-    case DType::Q5_K: decode_blocks<BlockQ5_K, 256>(src, cols, out); break;
-    case DType::Q6_K: decode_blocks<BlockQ6_K, 256>(src, cols, out); break;
-    case DType::F8_E4M3: dequantize_tensor_row(w, row, out); break;
-    case DType::MXFP4: decode_blocks<BlockMXFP4, 32>(src, cols, out); break;
-    default: SPARK_CHECK(false, "matmul: unsupported weight dtype " + std::string(dtype_name(w.dtype)));
-  }
+// Row `row` of `w` (its bytes at `src`) as f32: decoded into `out`, or in place when it
+// already is f32.
+using RowDecoder = const float* (*)(const Tensor& w, int64_t row, const uint8_t* src, float* out);
+
+const float* row_in_place(const Tensor&, int64_t, const uint8_t* src, float*) {
+  return reinterpret_cast<const float*>(src);
+}
+const float* row_f16(const Tensor& w, int64_t, const uint8_t* src, float* out) {
+  decode_f16(reinterpret_cast<const uint16_t*>(src), w.cols(), out);
+  return out;
+}
+const float* row_bf16(const Tensor& w, int64_t, const uint8_t* src, float* out) {
+  decode_bf16(reinterpret_cast<const uint16_t*>(src), w.cols(), out);
+  return out;
+}
+// FP8 rows need the tensor's scales, which the loader's decoder applies.
+const float* row_scaled(const Tensor& w, int64_t row, const uint8_t*, float* out) {
+  dequantize_tensor_row(w, row, out);
+  return out;
+}
+template <typename Block>
+const float* row_blocks(const Tensor& w, int64_t, const uint8_t* src, float* out) {
+  decode_blocks<Block, 32 * kSubBlocks<Block>>(src, w.cols(), out);
   return out;
 }
 
@@ -243,16 +252,67 @@ void quant_rows(const float* x, int64_t rows, const Tensor& w, int64_t out_begin
   quant_rows_portable<Block>(x, rows, w, out_begin, out_end, y, y_stride);
 }
 
+// The CPU kernels of each DType, one row per DType in the enum's order: how a row decodes
+// to f32 (nullptr: matmul does not read the type) and which kernel multiplies its rows.
+// The block formats' kernels are templates over their block, so the inner loops know the
+// block at compile time; the table only picks one per call.
+using RowsKernel = void (*)(const float* x, int64_t rows, const Tensor& w, int64_t out_begin, int64_t out_end,
+                            float* y, int64_t y_stride);
+struct CpuKernels {
+  DType type;
+  RowDecoder row;
+  RowsKernel rows;
+};
+
+constexpr CpuKernels unread(DType t) { return {t, nullptr, nullptr}; }
+constexpr CpuKernels decoded(DType t, RowDecoder row) { return {t, row, decoded_rows}; }
+template <typename Block>
+constexpr CpuKernels blocks(DType t) { return {t, row_blocks<Block>, quant_rows<Block>}; }
+
+constexpr std::array<CpuKernels, size_t(DType::COUNT)> kKernels{{
+    unread(DType::F64),
+    decoded(DType::F32, row_in_place),
+    decoded(DType::F16, row_f16),
+    decoded(DType::BF16, row_bf16),
+    unread(DType::I64),
+    unread(DType::I32),
+    unread(DType::I16),
+    unread(DType::I8),
+    unread(DType::U8),
+    unread(DType::BOOL),
+    decoded(DType::F8_E4M3, row_scaled),
+    unread(DType::F8_E5M2),
+    blocks<BlockQ4_0>(DType::Q4_0),
+    blocks<BlockQ4_1>(DType::Q4_1),
+    blocks<BlockQ8_0>(DType::Q8_0),
+    blocks<BlockQ4_K>(DType::Q4_K),
+    blocks<BlockQ5_K>(DType::Q5_K),
+    blocks<BlockQ6_K>(DType::Q6_K),
+    // Its E8M0 scales have no register decoder yet: rows decode whole, then the f32 tile.
+    decoded(DType::MXFP4, row_blocks<BlockMXFP4>),
+}};
+
+constexpr bool kernels_in_order() {
+  for (size_t i = 0; i < kKernels.size(); ++i)
+    if (kKernels[i].type != DType(i)) return false;
+  return true;
+}
+static_assert(kernels_in_order(), "matmul.cpp: one row of CPU kernels per DType, in the enum's order");
+
+const CpuKernels& kernels_of(const Tensor& w) {
+  SPARK_CHECK(matmul_supports(w.dtype), "matmul: unsupported weight dtype " + std::string(dtype_name(w.dtype)));
+  return kKernels[size_t(w.dtype)];
+}
+
+// Decodes row `row` into `out`, or returns a pointer to it in place when it already is f32.
+const float* row_f32(const Tensor& w, int64_t row, float* out) {
+  const uint8_t* src = static_cast<const uint8_t*>(w.data) + row_bytes(w) * static_cast<size_t>(row);
+  return kernels_of(w).row(w, row, src, out);
+}
+
 }  // namespace
 
-bool matmul_supports(DType t) {
-  switch (t) {
-    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
-    case DType::Q4_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::F8_E4M3:
-    case DType::MXFP4: return true;
-    default: return false;
-  }
-}
+bool matmul_supports(DType t) { return size_t(t) < kKernels.size() && kKernels[size_t(t)].row != nullptr; }
 
 void decode_row(const Tensor& w, int64_t row, float* out) {
   SPARK_CHECK(row >= 0 && row < w.rows(), "decode_row: row out of range in " + w.name);
@@ -262,15 +322,7 @@ void decode_row(const Tensor& w, int64_t row, float* out) {
 
 void matmul_rows(const float* x, int64_t rows, const Tensor& w, int64_t out_begin, int64_t out_end,
                  float* y, int64_t y_stride) {
-  switch (w.dtype) {
-    case DType::Q8_0: return quant_rows<BlockQ8_0>(x, rows, w, out_begin, out_end, y, y_stride);
-    case DType::Q4_0: return quant_rows<BlockQ4_0>(x, rows, w, out_begin, out_end, y, y_stride);
-    case DType::Q4_1: return quant_rows<BlockQ4_1>(x, rows, w, out_begin, out_end, y, y_stride);
-    case DType::Q4_K: return quant_rows<BlockQ4_K>(x, rows, w, out_begin, out_end, y, y_stride);
-    case DType::Q5_K: return quant_rows<BlockQ5_K>(x, rows, w, out_begin, out_end, y, y_stride);
-    case DType::Q6_K: return quant_rows<BlockQ6_K>(x, rows, w, out_begin, out_end, y, y_stride);
-    default: return decoded_rows(x, rows, w, out_begin, out_end, y, y_stride);
-  }
+  kernels_of(w).rows(x, rows, w, out_begin, out_end, y, y_stride);
 }
 
 void matmul(ThreadPool& pool, const float* x, int64_t rows, const Tensor& w, float* y) {

@@ -4,7 +4,8 @@
 // through packed_gemm.h), the embedding gather, the upload, and
 // the mapping between the file's DType and the device's WeightFormat (Q8_0 included, whose
 // kernels are in q8_0.h). The kernels are block_gemv.cuh over block_readers.cuh,
-// compiled per format in q4_0.cu, q4_1.cu, q4_k.cu, q5_k.cu, q6_k.cu.
+// compiled per format in q4_0.cu, q4_1.cu, q4_k.cu, q5_k.cu, q6_k.cu (block_gemv.cuh's
+// GEMV also serves Q8_0 and FP8, from q8_0.cu and fp8.cu).
 #pragma once
 #include <cuda_runtime.h>
 

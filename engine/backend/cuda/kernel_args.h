@@ -37,7 +37,10 @@ enum class HalfType : uint8_t { BF16, F16 };
 // A fused matrix whose parts are stored in different formats (Q4_K_M keeps q and k in
 // Q4_K and v in Q6_K in half the layers) is a chain: rows [0, rows) in this format, the
 // rest in `tail` (rows 0: this part holds every remaining row).
-enum class WeightFormat : uint8_t { HALF, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, FP8, MXFP4 };
+enum class WeightFormat : uint8_t {
+  HALF, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, FP8, MXFP4,
+  COUNT  // not a format: how many there are (each has a row in block_formats.cu)
+};
 struct DeviceMatrix {
   WeightFormat format = WeightFormat::HALF;
   const void* data = nullptr;

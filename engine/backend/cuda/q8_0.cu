@@ -1,13 +1,14 @@
-// q8_0.cu — the Q8_0 linear-layer kernels (q8_0.h): a GEMV that streams the packed
-// weights once and dequantizes in registers (many rows go through packed_gemm.h).
+// q8_0.cu — the Q8_0 linear layer (q8_0.h): its GEMV, block_gemv.cuh's shared kernel over
+// weight_readers.cuh's Q8_0Rows, streams the packed weights once and dequantizes in
+// registers (many rows go through packed_gemm.h); and the upload.
 //
 // Bytes first. A Q8_0 row of k weights is k quant bytes plus k/32 two-byte scales:
 // 1.0625 bytes a weight, against 2 for BF16, so a decode step that reads each weight
 // once moves 47% fewer bytes. Llama-3.1-8B at batch 1 reads ~7.5e9 weights: 8.0 GB, so
 // GB10 (~218 GB/s measured copy) tops out near 27 tokens/s and H100 (~3.0 TB/s) near 370.
 //
-// Instructions. Per weight: one int8 -> f32 convert; per weight and activation row: one
-// 16-bit -> f32 convert of x and one FMA; per 16 weights a scale multiply. At r rows that
+// Instructions. Per weight: one int8 -> f32 convert and a scale multiply; per weight and
+// activation row: one 16-bit -> f32 convert of x and one FMA. At r rows that
 // is about 1 + 2r lane operations a weight. GB10 streams 218e9 / 1.0625 ≈ 205e9 weights/s
 // and issues 48 SMs x 128 lanes x ~2.4 GHz ≈ 15e12 lane operations/s: 8 rows need
 // 205e9 x 17 ≈ 3.5e12, a quarter of that, so GB10 stays bandwidth-bound at every row
@@ -17,8 +18,9 @@
 // int8 once per layer and using dp4a (4 multiply-adds an instruction) is the next step
 // for H100 at 5..8 rows; GB10, the product target, does not need it.
 //
-// Layout: one warp per weight row. Each lane loads 16 quant bytes (half a block) with
-// one 16-byte non-allocating load, so a warp step covers 512 contiguous bytes of the row
+// Layout (block_gemv.cuh's gemv_rows_kernel over weight_readers.cuh's Q8_0Rows): one warp
+// per weight row. Each lane loads 16 quant bytes (half a block) with one 16-byte
+// non-allocating load, so a warp step covers 512 contiguous bytes of the row
 // (fully coalesced), the half-block's scale (two lanes share one 2-byte load, served by
 // L1), and the matching 16 activation values of each row (two 16-byte loads, L1/L2
 // resident: x is at most 8 x k x 2 bytes). The next step's weights are requested before
@@ -26,8 +28,8 @@
 // Little's law asks ~18 KB in flight per SM on H100 (3.0 TB/s x ~0.8 us / 132 SMs) and
 // ~3 KB on GB10 (218 GB/s x ~0.6 us / 48 SMs): 36 resident warps cover H100, 6 cover GB10.
 #include "engine/backend/cuda/block_formats.h"
+#include "engine/backend/cuda/block_gemv.cuh"
 #include "engine/backend/cuda/common.cuh"
-#include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/q8_0.h"
 
 #include <cstddef>
@@ -37,64 +39,7 @@
 namespace spark::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kLaneValues = 16;               // quants per lane per step
-constexpr int kWarpStep = 32 * kLaneValues;  // k per warp step
-constexpr int kBlockValues = 32;              // a Q8_0 block
-
-template <typename T, typename OutT>
-__global__ void __launch_bounds__(kThreads) gemv_q8_0_kernel(const T* __restrict__ x, int rows, int k,
-                                                             const int8_t* __restrict__ qs,
-                                                             const f16* __restrict__ scales, int n,
-                                                             OutT* __restrict__ y, int ldy) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row = int64_t(blockIdx.x) * kWarps + warp;
-  // A warp past n reads row n-1 and stores nothing: no branch around the loads.
-  const int64_t r = row < n ? row : n - 1;
-  const int8_t* wq = qs + r * k;
-  const f16* ws = scales + r * (k / kBlockValues);
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-
-  // The weights never change during a step: request the first ones before waiting for
-  // the kernel ahead (programmatic launch), which writes x.
-  int c = lane * kLaneValues;
-  uint4 q = c < k ? ld_global_nc_na_v4(wq + c) : zero;
-  grid_dependency_wait();
-  allow_dependent_launch();
-
-  float acc[kGemvMaxRows];
-#pragma unroll
-  for (int a = 0; a < kGemvMaxRows; ++a) acc[a] = 0.0f;
-  for (; c < k; c += kWarpStep) {
-    const uint4 next = c + kWarpStep < k ? ld_global_nc_na_v4(wq + c + kWarpStep) : zero;
-    const float d = to_f32(__ldg(ws + c / kBlockValues));
-    float w[kLaneValues];
-    const int8_t* qb = reinterpret_cast<const int8_t*>(&q);
-#pragma unroll
-    for (int i = 0; i < kLaneValues; ++i) w[i] = float(qb[i]);
-#pragma unroll
-    for (int a = 0; a < kGemvMaxRows; ++a) {
-      if (a < rows) {
-        const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(a) * k + c);
-        const uint4 xv[2] = {__ldg(xp), __ldg(xp + 1)};
-        const T* xs = reinterpret_cast<const T*>(xv);
-        float dot = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kLaneValues; ++i) dot = fmaf(w[i], to_f32(xs[i]), dot);
-        acc[a] = fmaf(d, dot, acc[a]);
-      }
-    }
-    q = next;
-  }
-#pragma unroll
-  for (int a = 0; a < kGemvMaxRows; ++a) {
-    if (a < rows) {
-      const float v = warp_sum(acc[a]);
-      if (lane == 0 && row < n) y[int64_t(a) * ldy + row] = from_f32<OutT>(v);
-    }
-  }
-}
+constexpr int kBlockValues = 32;  // a Q8_0 block
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -109,22 +54,9 @@ void check_matrix(const DeviceMatrix& w, int32_t k, const char* who) {
 
 void gemv_q8_0(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
                int32_t ldy, GemmOut out, cudaStream_t stream, bool programmatic) {
-  SPARK_CHECK(rows >= 1 && rows <= kGemvMaxRows, "gemv_q8_0: rows must be 1..8, got " + std::to_string(rows));
   check_matrix(w, k, "gemv_q8_0");
-  SPARK_CHECK(n > 0 && ldy >= n && aligned16(x) && y != nullptr, "gemv_q8_0: bad n, ldy, x alignment or output");
-  const dim3 grid{unsigned(ceil_div(n, kWarps))}, block{kThreads};
-  const auto* qs = static_cast<const int8_t*>(w.data);
-  const auto* scales = static_cast<const f16*>(w.scales);
-  with_half_type(type, [&](auto tag) {
-    using T = decltype(tag);
-    const auto* xt = static_cast<const T*>(x);
-    if (out == GemmOut::F32)
-      launch_kernel("gemv_q8_0_kernel", programmatic, gemv_q8_0_kernel<T, float>, grid, block, 0, stream, xt, rows,
-                    k, qs, scales, n, static_cast<float*>(y), ldy);
-    else
-      launch_kernel("gemv_q8_0_kernel", programmatic, gemv_q8_0_kernel<T, T>, grid, block, 0, stream, xt, rows, k,
-                    qs, scales, n, static_cast<T*>(y), ldy);
-  });
+  launch_gemv_rows("gemv_q8_0", Q8_0Rows{static_cast<const int8_t*>(w.data), static_cast<const f16*>(w.scales), k},
+                   type, x, rows, k, n, y, ldy, out, stream, programmatic);
 }
 
 void upload_q8_0(const Tensor& t, void* qs, void* scales) {

@@ -5,6 +5,8 @@
 // a system instruction and, for models that are not thinking and whose format can open a
 // call in the prompt (Hermes, Llama 3.1: ChatFormat::force_call), put the opening of the
 // call into the prompt, so the answer starts as a call (to that function when named).
+// Qwen3-Coder's XML format (qwen3_xml.cpp) neither opens a call in the prompt nor holds one
+// to a grammar: its forced calls rest on the instruction alone.
 // Arguments are not constrained: without structured output a model can still write
 // arguments that are not JSON; such text stays content.
 #include "web/chat_prompt.h"
@@ -76,6 +78,7 @@ ChatPrompt build_chat_prompt(const App& app, const ApiRequest& r) {
 
   p.parser.format = app.chat_format;
   p.parser.tools = use_tools;
+  if (use_tools) p.parser.tool_list = r.tools;
   p.parser.reasoning = thinking;
   p.parser.starts_in_reasoning = thinking && prompt_opens_reasoning(p.text);
 

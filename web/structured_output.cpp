@@ -139,6 +139,7 @@ namespace {
 std::shared_ptr<const constrain::Constraint> auto_tool_calls(const App& app, const ApiRequest& r,
                                                              const std::shared_ptr<const constrain::TokenTable>& table) {
   std::shared_ptr<constrain::ToolTrigger> trigger = app.chat_format->auto_trigger(r.tools, table);
+  if (!trigger) return nullptr;  // the format's calls have no grammar: the output stays free
   trigger->tokens = table;
   auto c = std::make_shared<constrain::Constraint>();
   c->tokens = table;
@@ -190,6 +191,7 @@ void attach_constraint(const App& app, ApiRequest& r, const std::string& prefill
     metrics.constraint_refused(kind, seconds());
     bad(spec ? param : "tools", e.what());
   }
+  if (!r.params.constraint) return;
   metrics.constraint_compiled(kind, seconds(), r.params.constraint->cached);
 }
 

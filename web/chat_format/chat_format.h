@@ -59,6 +59,9 @@ struct OutputParserOptions {
   bool tools = false;                  // tools were offered: calls are parsed
   bool reasoning = false;              // the model thinks: <think>...</think> is reasoning
   bool starts_in_reasoning = false;    // the prompt already opened <think>
+  // The tools offered (OpenAI's form), for a format that types each argument by its
+  // function's parameters schema (Qwen3-Coder's XML writes every value as bare text).
+  nlohmann::ordered_json tool_list = nullptr;
 };
 
 std::unique_ptr<OutputParser> make_output_parser(const OutputParserOptions& options);
@@ -90,7 +93,8 @@ class ChatFormat {
   // constrained from where the model opens it, as under "auto").
   virtual std::optional<ForcedCall> force_call(const nlohmann::ordered_json& tools, const std::string* named) const = 0;
   // tool_choice "auto": where the model opens a call and what each call is held to from
-  // there; `tokens` is set by the caller.
+  // there; `tokens` is set by the caller. Null when this format's calls cannot be held to
+  // a grammar: the output then stays free, under "auto" and for a forced call alike.
   virtual std::shared_ptr<constrain::ToolTrigger> auto_trigger(
       const nlohmann::ordered_json& tools, const std::shared_ptr<const constrain::TokenTable>& table) const = 0;
   virtual std::unique_ptr<OutputParser> make_parser(const OutputParserOptions& options) const = 0;

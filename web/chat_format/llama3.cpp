@@ -46,12 +46,7 @@ class Llama3Answer : public AnswerSplitter {
     if (!final) return;
     std::vector<ToolCall> calls;
     if (parse_llama_tool_calls(buf, calls)) {
-      for (auto& c : calls) {
-        OutputEvent e;
-        e.kind = OutputEvent::TOOL_CALL;
-        e.call = std::move(c);
-        out.push_back(std::move(e));
-      }
+      emit_calls(out, calls);
     } else {
       emit(out, OutputEvent::CONTENT, buf);
     }

@@ -10,12 +10,15 @@ namespace spark {
 const ChatFormat& harmony_chat_format();  // harmony.cpp
 const ChatFormat& hermes_chat_format();   // hermes.cpp
 const ChatFormat& llama3_chat_format();   // llama3.cpp
+const ChatFormat& qwen3_xml_chat_format();  // qwen3_xml.cpp
 
 namespace {
 
-// Harmony first: its templates may also mention the others' marks.
+// Harmony first: its templates may also mention the others' marks. Qwen3-Coder's XML
+// before Hermes: its templates wrap the calls in Hermes' <tool_call> tags too.
 constexpr const ChatFormat& (*kFormats[])() = {
     harmony_chat_format,
+    qwen3_xml_chat_format,
     hermes_chat_format,
     llama3_chat_format,
 };

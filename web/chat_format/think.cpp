@@ -160,4 +160,13 @@ void emit(std::vector<OutputEvent>& out, OutputEvent::Kind kind, std::string_vie
   out.push_back(std::move(e));
 }
 
+void emit_calls(std::vector<OutputEvent>& out, std::vector<ToolCall>& calls) {
+  for (auto& call : calls) {
+    OutputEvent e;
+    e.kind = OutputEvent::TOOL_CALL;
+    e.call = std::move(call);
+    out.push_back(std::move(e));
+  }
+}
+
 }  // namespace spark

@@ -46,5 +46,7 @@ bool emit_until(std::string& buf, std::string_view tag, OutputEvent::Kind kind, 
                 std::vector<OutputEvent>& out);
 // Appends text of one kind, joining it to the last event when that has the same kind.
 void emit(std::vector<OutputEvent>& out, OutputEvent::Kind kind, std::string_view text);
+// Appends one TOOL_CALL event per call.
+void emit_calls(std::vector<OutputEvent>& out, std::vector<ToolCall>& calls);
 
 }  // namespace spark

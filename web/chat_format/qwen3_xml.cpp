@@ -1,0 +1,224 @@
+// qwen3_xml.cpp — the XML format of Qwen3-Coder, Qwen3.5 and Qwen3.6, anywhere in the answer:
+//   <tool_call>
+//   <function=NAME>
+//   <parameter=KEY>
+//   VALUE
+//   </parameter>
+//   </function>
+//   </tool_call>
+// Every VALUE is bare text, so it is typed by the declared parameter's schema (a string
+// stays text; integer, number, boolean, object and array are read as JSON, and stay a
+// string when they do not read as that type; null / None is null where the type is not
+// string or the schema allows null). A value ends at the first </parameter>
+// that the next parameter, </function> or the body's end follows, so the tag itself may
+// appear inside a value. The calls are not held to a grammar (auto_trigger).
+#include <map>
+#include <memory>
+#include <string>
+
+#include "web/chat_format/json_call.h"
+#include "web/chat_format/tagged_call.h"
+
+namespace spark {
+namespace {
+
+using J = nlohmann::ordered_json;
+
+constexpr std::string_view kFunctionOpen = "<function=";
+constexpr std::string_view kFunctionClose = "</function>";
+constexpr std::string_view kParameterOpen = "<parameter=";
+constexpr std::string_view kParameterClose = "</parameter>";
+
+// Bare values nest shallowly; deeper JSON is kept as the text it is.
+constexpr size_t kMaxValueJsonDepth = 32;
+
+bool starts_with(std::string_view s, size_t at, std::string_view what) { return s.substr(at, what.size()) == what; }
+
+size_t skip_space(std::string_view s, size_t at) {
+  while (at < s.size() && is_space(s[at])) ++at;
+  return at;
+}
+
+std::string_view trim(std::string_view s) {
+  s.remove_prefix(skip_space(s, 0));
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return out;
+}
+
+// Python's None as the Qwen templates print a null argument, or JSON's null.
+bool is_null_word(std::string_view s) {
+  const std::string l = lower(s);
+  return l == "null" || l == "none";
+}
+
+// The type a parameter's schema declares: its "type" (the first but "null" of a list), or
+// the first of its anyOf / oneOf branches that names one; "" when none does. `nullable`:
+// null is among them.
+std::string declared_type(const J& schema, bool& nullable) {
+  nullable = false;
+  std::string first;
+  auto consider = [&](const J& type) {
+    if (!type.is_string()) return;
+    const std::string t = type.get<std::string>();
+    if (t == "null") nullable = true;
+    else if (first.empty()) first = t;
+  };
+  auto types_of = [&](const J& s) {
+    if (!s.is_object() || !s.contains("type")) return;
+    if (s["type"].is_array())
+      for (const auto& t : s["type"]) consider(t);
+    else
+      consider(s["type"]);
+  };
+  types_of(schema);
+  for (const char* key : {"anyOf", "oneOf"})
+    if (schema.is_object() && schema.contains(key) && schema[key].is_array())
+      for (const auto& branch : schema[key]) types_of(branch);
+  return first.empty() && nullable ? "null" : first;
+}
+
+// A value as its parameter's schema types it (null schema: not declared, kept as text).
+J typed_value(std::string_view raw, const J* schema) {
+  if (!schema) return std::string(raw);
+  bool nullable = false;
+  const std::string type = declared_type(*schema, nullable);
+  const std::string_view text = trim(raw);
+  if (nullable && is_null_word(text)) return nullptr;
+  if (type.empty() || type == "string") return std::string(raw);
+  if (is_null_word(text)) return nullptr;  // vLLM reads these as null for any other type
+  if (type == "boolean") {
+    const std::string l = lower(text);
+    if (l == "true" || l == "false") return l == "true";
+    return std::string(raw);
+  }
+  if (text.empty() || json_depth(text, kMaxValueJsonDepth) > kMaxValueJsonDepth) return std::string(raw);
+  J value = J::parse(text, nullptr, /*allow_exceptions=*/false);
+  const bool fits = (type == "integer" && value.is_number_integer()) || (type == "number" && value.is_number()) ||
+                    (type == "object" && value.is_object()) || (type == "array" && value.is_array());
+  return fits ? value : J(std::string(raw));
+}
+
+// Each declared function's parameter schemas, by function name.
+using DeclaredParams = std::map<std::string, J, std::less<>>;
+
+DeclaredParams declared_params(const J& tools) {
+  DeclaredParams params;
+  if (!tools.is_array()) return params;
+  for (const auto& t : tools) {
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object()) continue;
+    const J& fn = t["function"];
+    if (!fn.contains("name") || !fn["name"].is_string()) continue;
+    const J schema = function_parameters(fn);
+    params[fn["name"].get<std::string>()] =
+        schema.contains("properties") && schema["properties"].is_object() ? schema["properties"] : J::object();
+  }
+  return params;
+}
+
+// Where the value starting at `from` ends: the first </parameter> followed (past
+// whitespace) by another parameter, </function> or the body's end; npos when none is.
+// Each candidate's whitespace is skipped once, so the scan is linear.
+size_t value_end(std::string_view body, size_t from) {
+  for (size_t at = body.find(kParameterClose, from); at != std::string_view::npos;
+       at = body.find(kParameterClose, at + 1)) {
+    const size_t next = skip_space(body, at + kParameterClose.size());
+    if (next == body.size() || starts_with(body, next, kParameterOpen) || starts_with(body, next, kFunctionClose))
+      return at;
+  }
+  return std::string_view::npos;
+}
+
+// The text up to '>' from `at` (a name), `at` then past the '>'; false when none is there.
+bool read_name(std::string_view body, size_t& at, std::string& name) {
+  const size_t close = body.find('>', at);
+  if (close == std::string_view::npos) return false;
+  name = std::string(trim(body.substr(at, close - at)));
+  at = close + 1;
+  return !name.empty() && name.find('\n') == std::string::npos;
+}
+
+// One <function=...>...</function> from `at` (past leading whitespace); `at` then past it.
+bool read_function(std::string_view body, size_t& at, const DeclaredParams& declared, ToolCall& call) {
+  at = skip_space(body, at);
+  if (!starts_with(body, at, kFunctionOpen)) return false;
+  at += kFunctionOpen.size();
+  if (!read_name(body, at, call.name)) return false;
+  const auto fn = declared.find(call.name);
+  J arguments = J::object();
+  for (;;) {
+    at = skip_space(body, at);
+    if (starts_with(body, at, kFunctionClose)) {
+      at += kFunctionClose.size();
+      break;
+    }
+    if (!starts_with(body, at, kParameterOpen)) return false;
+    at += kParameterOpen.size();
+    std::string key;
+    if (!read_name(body, at, key)) return false;
+    const size_t end = value_end(body, at);
+    if (end == std::string_view::npos) return false;
+    // The format puts one newline after the opening tag and one before the closing one.
+    std::string_view raw = body.substr(at, end - at);
+    if (!raw.empty() && raw.front() == '\n') raw.remove_prefix(1);
+    if (!raw.empty() && raw.back() == '\n') raw.remove_suffix(1);
+    const J* schema = nullptr;
+    if (fn != declared.end() && fn->second.contains(key)) schema = &fn->second[key];
+    arguments[key] = typed_value(raw, schema);
+    at = end + kParameterClose.size();
+  }
+  call.id = new_tool_call_id();
+  call.arguments = arguments.dump(-1, ' ', false, J::error_handler_t::replace);
+  return true;
+}
+
+// A call's body: one or more functions, nothing else but whitespace.
+bool read_xml_calls(std::string_view body, const DeclaredParams& declared, std::vector<ToolCall>& calls) {
+  std::vector<ToolCall> found;
+  size_t at = 0;
+  do {
+    ToolCall call;
+    if (!read_function(body, at, declared, call)) return false;
+    found.push_back(std::move(call));
+    at = skip_space(body, at);
+  } while (at < body.size());
+  for (auto& c : found) calls.push_back(std::move(c));
+  return true;
+}
+
+bool contains(const std::string& s, std::string_view what) { return s.find(what) != std::string::npos; }
+
+class Qwen3Xml : public ChatFormat {
+  const char* name() const override { return "qwen3_xml"; }
+  bool detect(const TemplateText& text) const override {
+    return contains(text.with_tools, kFunctionOpen) && contains(text.with_tools, kParameterOpen);
+  }
+  // Each value is bare text ended by a tag, under a schema of its own: engine/constrain has
+  // no grammar for that shape, so a forced call is asked for in the prompt only.
+  std::optional<ForcedCall> force_call(const J&, const std::string*) const override { return std::nullopt; }
+  std::shared_ptr<constrain::ToolTrigger> auto_trigger(
+      const J&, const std::shared_ptr<const constrain::TokenTable>&) const override {
+    return nullptr;
+  }
+  std::unique_ptr<OutputParser> make_parser(const OutputParserOptions& options) const override {
+    if (!options.tools) return think_then(options, content_only());
+    auto declared = std::make_shared<const DeclaredParams>(declared_params(options.tool_list));
+    return think_then(options, tagged_calls([declared](std::string_view body, std::vector<ToolCall>& calls) {
+                        return read_xml_calls(body, *declared, calls);
+                      }));
+  }
+};
+
+}  // namespace
+
+const ChatFormat& qwen3_xml_chat_format() {
+  static const Qwen3Xml format;
+  return format;
+}
+
+}  // namespace spark

@@ -68,7 +68,7 @@ def test_timings_match_the_stubs_known_delays(tmp_path):
     the stub itself runs late now and then, and so does bench's reading thread; medians keep
     those outliers from deciding the test, while a measurement bug (TTFT from the role chunk,
     a usage chunk counted as a token, TPOT off by one token) moves every request."""
-    ttft_ms, itl_ms, n_out, n = 200.0, 20.0, 12, 6
+    ttft_ms, itl_ms, n_out, n = 200.0, 40.0, 12, 6
     log = tmp_path / "stub.jsonl"
     with Stub("--ttft-ms", ttft_ms, "--itl-ms", itl_ms, log=log) as stub:
         p, data = bench(stub.url, "--num-prompts", n, "--concurrency", 1, "--input-len", 24,
@@ -103,9 +103,12 @@ def test_timings_match_the_stubs_known_delays(tmp_path):
           f"TPOT p50 {s['tpot_ms']['p50']:.2f} mean {s['tpot_ms']['mean']:.2f}; bench minus stub send times: "
           f"TTFT median {median(ttft_diff):.2f} ms (min {min(ttft_diff):.2f}, max {max(ttft_diff):.2f}), "
           f"ITL median {median(itl_diff):.3f} ms, TPOT ratio median {median(tpot_ratio):.4f}")
-    # Bench starts its clock before sending and stops it after receiving: never less.
+    # Bench starts its clock before sending and stops it after receiving: never less. Bench's
+    # side also holds the connection and the stub's reading of the request, a few ms that a
+    # loaded machine has stretched to 9 (median); a TTFT taken at the second token instead of
+    # the first would add a whole ITL, so half an ITL is the bound.
     assert min(ttft_diff) >= -0.5
-    assert median(ttft_diff) <= 5
+    assert median(ttft_diff) <= itl_ms / 2
     assert abs(median(itl_diff)) <= 1
     assert median(tpot_ratio) == pytest.approx(1.0, abs=0.02)
 

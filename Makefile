@@ -47,7 +47,7 @@ ifeq ($(CUDA),1)
 endif
 
 .PHONY: all deps test unit deps-arm64 test-arm64 deb integration fleet-bench spec-bench run model fuzz format clean help \
-        gpu-check gpu-build gpu-emu mutants emu-sparkd emu-server-test \
+        gpu-check gpu-build gpu-bundle gpu-emu mutants emu-sparkd emu-server-test \
         constrain-oracle constrain-bench
 all: $(BUILD)/sparkd
 
@@ -63,6 +63,7 @@ help:
 	@echo "make mutants    build each tests/mutants patch and check its tests fail (MUTANTS=names to pick)"
 	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
 	@echo "make gpu-emu    the same checks on the CPU under the CUDA emulator (plain, then ASan)"
+	@echo "make gpu-bundle sparkd and every GPU check in one archive for a GPU machine (tests/gpu/device_run.py)"
 	@echo "make emu-server-test  the server's CUDA path on the emulator: build/emu/sparkd, cuda_path tests"
 	@echo "make constrain-oracle / constrain-bench   structured outputs at full size / beside llguidance, xgrammar"
 	@echo "make format     clang-format every C++ source;  make clean"
@@ -152,6 +153,12 @@ test: deps $(FIXTURES_STAMP)
 	  CHECK_JOBS=$(JOBS) CHECK_TIMEOUT=1200 $(MAKE) --no-print-directory -f tests/gpu/emu/emu.mk BUILD=$(BUILD) PY=$(PY) -j$(JOBS) run-fast \
 	    JUNIT=$(BUILD)/test-results/gpu-emu.xml || test -s $(BUILD)/test-results/gpu-emu.xml || \
 	    echo '<testsuite><testcase classname="gpu" name="emulator build"><failure message="the emulated GPU checks did not build"/></testcase></testsuite>' > $(BUILD)/test-results/gpu-emu.xml; \
+	  echo "== the GPU bundle, and the device command rehearsed on the emulated one"; rm -f $(GPU_BUNDLE) $(EMU_BUNDLE); \
+	  $(if $(filter 1,$(CUDA)),$(MAKE) --no-print-directory -j$(JOBS) gpu-bundle;) \
+	  sh tests/gpu/make_bundle.sh $(BUILD)/emu/fast $(EMU_BUNDLE) emulated $(BUILD)/sparkd; \
+	  $(if $(filter 1,$(CUDA)),SPARKD_GPU_BUNDLE=$(GPU_BUNDLE)) SPARKD_EMU_BUNDLE=$(EMU_BUNDLE) $(PY) -m pytest -q -p no:cacheprovider \
+	    tests/gpu/test_device_run.py --junitxml=$(BUILD)/test-results/gpu-run.xml || test -s $(BUILD)/test-results/gpu-run.xml || \
+	    echo '<testsuite><testcase classname="gpu" name="device run rehearsal"><failure message="pytest did not run"/></testcase></testsuite>' > $(BUILD)/test-results/gpu-run.xml; \
 	  $(PY) tests/summary.py $(BUILD)/test-results/*.xml
 
 # The same binary with the test hooks of engine/util/test_hooks.h compiled in: only the
@@ -244,6 +251,13 @@ gpu-build: all
 	@$(MAKE) --no-print-directory -f tests/gpu/gpu.mk BUILD=$(BUILD) CUDA_ARCHS="$(CUDA_ARCHS)" build
 gpu-check: gpu-build
 	@sh tests/gpu/run_checks.sh $(BUILD)/gpu
+# What a GPU run needs beyond the tree, in one archive (tests/gpu/make_bundle.sh) for this
+# build's CUDA_ARCHS; `make gpu-bundle BUILD=build/sm90 CUDA_ARCHS=90` is the smallest, for an
+# H100 or H200. README's "The device command" runs it (tests/gpu/device_run.py).
+GPU_BUNDLE := $(BUILD)/gpu-bundle.tar.xz
+EMU_BUNDLE := $(BUILD)/gpu-bundle-emulated.tar.xz
+gpu-bundle: gpu-build
+	@sh tests/gpu/make_bundle.sh $(BUILD)/gpu $(GPU_BUNDLE) "$(CUDA_ARCHS)"
 # No GPU needed: the same checks with the kernels run on the CPU by tests/gpu/emu.
 gpu-emu:
 	@$(MAKE) --no-print-directory -f tests/gpu/emu/emu.mk BUILD=$(BUILD) -j$(JOBS) run

@@ -80,10 +80,7 @@ size_t device_allocated() {
 }
 
 void load_peak() {
-  if (!std::filesystem::exists(kSmolLM2)) {
-    skip_row("load", "smollm2 load peak", std::string(kSmolLM2) + " missing: run make model");
-    return;
-  }
+  if (!model_file_present("load", "smollm2 load peak", kSmolLM2)) return;
   ResidentPages file(kSmolLM2);
   file.drop();
   const size_t before = device_allocated();

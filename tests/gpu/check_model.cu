@@ -225,10 +225,7 @@ int same_count(const std::vector<std::vector<int32_t>>& a, const std::vector<std
 }
 
 void smollm2_checks() {
-  if (!std::filesystem::exists(kSmolLM2)) {
-    row("model", "smollm2", std::string(kSmolLM2) + " missing", "run make model", false);
-    return;
-  }
+  if (!model_file_present("model", "smollm2", kSmolLM2)) return;
   std::ifstream f("tests/golden/smollm2_greedy.json");
   const auto golden = nlohmann::json::parse(f);
   const int new_tokens = golden["new_tokens"].get<int>();
@@ -314,10 +311,7 @@ void greedy_agreement_row(const std::string& what, const LoadedModel& m,
                           const std::vector<std::vector<int32_t>>& want, const std::vector<std::vector<int32_t>>& got,
                           double limit);
 void smollm2_device_greedy(size_t prompt_count, size_t prompt_tokens, int new_tokens) {
-  if (!std::filesystem::exists(kSmolLM2)) {
-    row("model", "smollm2 device greedy", std::string(kSmolLM2) + " missing", "run make model", false);
-    return;
-  }
+  if (!model_file_present("model", "smollm2 device greedy", kSmolLM2)) return;
   std::ifstream f("tests/golden/smollm2_greedy.json");
   const auto golden = nlohmann::json::parse(f);
   std::vector<std::vector<int32_t>> prompts;
@@ -389,15 +383,16 @@ Weights quantized_8b_weights(const ModelSpec& spec, const std::function<DType(Pa
   return w;
 }
 
-// Batch-1 decode of the 8B model in a packed mix: tokens/s, and the bytes a token reads
-// (every matrix but the embedding table) over the step time beside the copy bandwidth.
+// Decode of the 8B model in a packed mix at batch 1, 16 and 64, context 512: tokens/s
+// beside the batch-1 bound of the bytes a token reads (every matrix but the embedding
+// table, and its context's K and V) at the copy bandwidth.
 void llama8b_quantized_decode(const std::string& name, const std::function<DType(Part)>& stored, double copy_gbs) {
   Config c = config_for_model("tests/golden/configs/llama3_8b");
   c.model.load_format = "dummy";
   const ModelSpec spec = inspect_model(c).spec;
   const int ctx = 512, blocks_per_seq = 2048 / kBlock;
   CudaOptions o;
-  o.max_num_seqs = 1;
+  o.max_num_seqs = 64;
   o.max_num_batched_tokens = 2048;
   o.max_model_len = blocks_per_seq * kBlock;
   o.block_size = kBlock;
@@ -406,16 +401,14 @@ void llama8b_quantized_decode(const std::string& name, const std::function<DType
     const Weights w = quantized_8b_weights(spec, stored);
     gpu = std::make_unique<CudaBackend>(spec, bind_stage(spec, w), o);
   }
-  gpu->init_kv_cache(blocks_per_seq, kBlock);
+  gpu->init_kv_cache(int64_t(o.max_num_seqs) * blocks_per_seq, kBlock);
   const StoredDType as_stored = [&](Part p, int64_t) { return part_is_norm(p) ? DType::F32 : stored(p); };
   const double table = double(dtype_nbytes(stored(Part::EMBEDDING), spec.vocab_size * spec.hidden_size,
                                            spec.hidden_size));
   const double read = double(CudaBackend::weight_bytes(spec, full_range(spec), as_stored)) - table +
                       double(spec.num_layers) * double(CudaBackend::kv_bytes_per_token_layer(spec, false)) * ctx;
-  const double t1 = step_ms(*gpu, decode_batch(1, ctx, blocks_per_seq, kBlock));
-  info("bench", "8B " + name + " decode b=1 ctx 512: " + fmt("%.0f tok/s", 1e3 / t1),
-       fmt("%.0f GB/s", read / (t1 * 1e-3) / 1e9) + fmt(" = %.1f%% of copy", 100 * read / (t1 * 1e-3) / 1e9 / copy_gbs),
-       fmt("%.2f GB read a token", read / 1e9));
+  decode_rate_rows("bench", "8B " + name, *gpu, blocks_per_seq, kBlock, 1.0, read, copy_gbs,
+                   fmt(", %.2f GB read a token", read / 1e9));
 }
 
 void llama8b_benchmarks() {
@@ -465,6 +458,9 @@ void llama8b_benchmarks() {
   row("bench", "8B decode b=64 vs b=1 at ctx 512", fmt("%.2fx", t64 / t1) + fmt(" (%.2f ms)", t64), "<= 1.5x",
       t64 <= 1.5 * t1);
   info("bench", "8B decode b=64 throughput", fmt("%.0f tok/s", 64 / (t64 * 1e-3)), "single step, no scheduler");
+  const double t16 = step_ms(*gpu, decode_batch(16, ctx, blocks_per_seq, kBlock));
+  info("bench", "8B decode b=16 throughput", fmt("%.0f tok/s", 16 / (t16 * 1e-3)) + fmt(" (%.2f ms/step)", t16),
+       "single step, no scheduler");
 
   const int T = 2048;
   const double tp = step_ms(*gpu, prefill_batch(T, blocks_per_seq), 5);

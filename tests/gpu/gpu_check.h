@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -183,6 +184,19 @@ inline void skip_row(const std::string& check, const std::string& what, const st
   std::printf("ROW|%s|%s|-|%s|SKIP\n", field(check).c_str(), field(what).c_str(), field(reason).c_str());
   std::fflush(stdout);
 }
+// A model file the checks read from models/ (`make model` fetches it). When it is missing
+// its rows fail, unless GPU_CHECK_MODELS=optional: then they are skipped with the reason
+// (a GPU machine the file did not travel to; tests/gpu/device_run.py sets it).
+inline bool model_file_present(const std::string& check, const std::string& what, const char* path) {
+  if (std::filesystem::exists(path)) return true;
+  const char* models = std::getenv("GPU_CHECK_MODELS");
+  if (models && std::string(models) == "optional")
+    skip_row(check, what, std::string(path) + " is not here (GPU_CHECK_MODELS=optional)");
+  else
+    row(check, what, std::string(path) + " missing", "run make model", false);
+  return false;
+}
+
 // The limit for a 16-bit result against an f32 reference. BF16 keeps 8 significant bits
 // (rounding 2^-9 ≈ 2e-3 a value), FP16 keeps 11 (2^-12 ≈ 2.4e-4); with headroom for the
 // summation order the kernels measure up to ~3e-3 and ~4e-4. One limit for both would let

@@ -91,11 +91,22 @@ $(EMU)/asan/obj/emu/%.o: $(EMU_DIR)/src/%.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(ASAN_FLAGS) -c -o $@ $<
 
+# Every check in one executable, as on a GPU (tests/gpu/gpu.mk): check_<name> links to gpu_checks.
+.PHONY: FORCE
+$(EMU)/check_list.h: FORCE
+	@mkdir -p $(@D)
+	@printf 'CHECK(%s)\n' $(CHECK_NAMES) > $@.tmp; if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
 define variant
 $(EMU)/$(1)/libcuda_emu.a: $(CU_SRCS:%.cu=$(EMU)/$(1)/obj/%.o) $(EMU_SRCS:$(EMU_DIR)/src/%.cpp=$(EMU)/$(1)/obj/emu/%.o)
 	rm -f $$@ && ar rcs $$@ $$^
-$(EMU)/$(1)/%: $(EMU)/$(1)/obj/tests/gpu/%.o $(EMU)/$(1)/libcuda_emu.a $(EMU)/libengine.a
-	$(CXX) $(2) -o $$@ $$< $(EMU)/$(1)/libcuda_emu.a $(EMU)/libengine.a $(EMU)/$(1)/libcuda_emu.a $(LDLIBS)
+$(EMU)/$(1)/obj/tests/gpu/%.entry.o: $(EMU)/$(1)/obj/tests/gpu/%.o
+	objcopy --redefine-sym main=gpu_$$* $$< $$@
+$(EMU)/$(1)/obj/gpu_checks.o: tests/gpu/gpu_checks.cpp $(EMU)/check_list.h
+	$(CXX) -O2 -std=c++20 -Wall $(2) -I$(EMU) -c -o $$@ $$<
+$(EMU)/$(1)/gpu_checks: $(EMU)/$(1)/obj/gpu_checks.o $(CHECK_NAMES:%=$(EMU)/$(1)/obj/tests/gpu/%.entry.o) $(EMU)/$(1)/libcuda_emu.a $(EMU)/libengine.a
+	$(CXX) $(2) -o $$@ $$(filter %.o,$$^) $(EMU)/$(1)/libcuda_emu.a $(EMU)/libengine.a $(EMU)/$(1)/libcuda_emu.a $(LDLIBS)
+$(CHECK_NAMES:%=$(EMU)/$(1)/%): $(EMU)/$(1)/gpu_checks
+	ln -sf gpu_checks $$@
 endef
 $(eval $(call variant,fast,))
 ASAN_LD := -fsanitize=address,undefined

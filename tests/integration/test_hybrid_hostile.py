@@ -1,7 +1,9 @@
 """Hostile Qwen3.5 hybrid folders: a conv kernel, A_log or stacked-expert tensor of the wrong
 shape, a DeltaNet head count that disagrees with the tensors (so with the state size), and an
-unknown layer type. `sparkd check` must refuse each with exit status 2 and a message naming
-the tensor or the config key, before anything is allocated.
+unknown layer type; and Qwen3-Next folders whose fused DeltaNet projections are missing, of
+the wrong shape or dtype, or disagree with the head counts. `sparkd check` must refuse each
+with exit status 2 and a message naming the tensor or the config key, before anything is
+allocated.
 """
 import json
 import shutil
@@ -13,20 +15,26 @@ from safetensors.numpy import load_file, save_file
 from conftest import REPO, check_refuses as refused, run_sparkd
 
 HYBRID = REPO / "tests" / "golden" / "models" / "qwen3_5_moe"
+NEXT = REPO / "tests" / "golden" / "models" / "qwen3_next"
 PREFIX = "model.language_model.layers."
 
 
-def folder(tmp_path, tensors=None, text_config=None):
-    d = tmp_path / "hybrid"
-    shutil.copytree(HYBRID, d)
+def folder(tmp_path, tensors=None, text_config=None, model=HYBRID):
+    """A copy of the model with tensors changed (a function of the array, or None to drop it)
+    and config keys set (under text_config where the model has one)."""
+    d = tmp_path / model.name
+    shutil.copytree(model, d)
     if tensors:
         t = load_file(str(d / "model.safetensors"))
         for name, change in tensors.items():
-            t[name] = change(t[name])
+            if change is None:
+                del t[name]
+            else:
+                t[name] = change(t[name])
         save_file(t, str(d / "model.safetensors"), metadata={"format": "pt"})
     if text_config:
         c = json.loads((d / "config.json").read_text())
-        c["text_config"].update(text_config)
+        (c["text_config"] if "text_config" in c else c).update(text_config)
         (d / "config.json").write_text(json.dumps(c))
     return d
 
@@ -61,3 +69,24 @@ def test_tensor_of_the_wrong_shape(tmp_path, tensor, change, fields):
 ])
 def test_config_disagreeing_with_the_tensors(tmp_path, text_config, fields):
     refused(folder(tmp_path, text_config=text_config), *fields)
+
+
+def test_the_unchanged_qwen3_next_folder_passes(tmp_path):
+    r = run_sparkd("check", "--model", folder(tmp_path, model=NEXT))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "gated deltanet   3 of 4 layers" in r.stdout and "2 dense layers, shared expert 48" in r.stdout
+
+
+@pytest.mark.parametrize("tensors, config, fields", [
+    ({"model.layers.0.linear_attn.in_proj_ba.weight": None}, None,
+     ["model.layers.0.linear_attn.in_proj_ba.weight is missing", "linear_attention layer"]),
+    ({"model.layers.1.linear_attn.in_proj_qkvz.weight": lambda w: w[:120].copy()}, None,
+     ["in_proj_qkvz.weight has shape [120, 64]", "implies [128, 64]"]),
+    ({"model.layers.2.linear_attn.in_proj_qkvz.weight": lambda w: w.astype(np.int32)}, None,
+     ["in_proj_qkvz.weight has dtype I32", "must be F32, F16 or BF16"]),
+    (None, {"linear_value_head_dim": 16},  # the value heads' width: the fused rows no longer add up
+     ["in_proj_qkvz.weight has shape [128, 64]", "4 value heads of 16", "implies [192, 64]"]),
+    (None, {"mlp_only_layers": [1, 4]}, ['"mlp_only_layers" holds 4, not a layer index']),
+])
+def test_qwen3_next_fused_projections_and_keys(tmp_path, tensors, config, fields):
+    refused(folder(tmp_path, tensors=tensors, text_config=config, model=NEXT), *fields)

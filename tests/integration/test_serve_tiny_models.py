@@ -93,7 +93,8 @@ HYBRID_CPU_ONLY = "the CUDA backend has no recurrent layers yet"
     pytest.param("gpt_oss", marks=pytest.mark.skipif(
         EMULATED_GPU, reason=GPTOSS_16BIT)), "gpt_oss_separated",
     pytest.param("qwen3_5_moe", marks=pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY)),
-    pytest.param("qwen3_5", marks=pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY))])
+    pytest.param("qwen3_5", marks=pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY)),
+    pytest.param("qwen3_next", marks=pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY))])
 def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
     rows = golden_rows(name)
     assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"

@@ -177,11 +177,13 @@ TEST_CASE("cpu forward: hidden rows are the final hidden states transformers' lo
 
 // Qwen3.5/3.6 hybrids (tests/gen/gen_qwen3_5.py): three Gated DeltaNet layers, then an
 // attention layer with an output gate, partial rotary and zero-centred norms; routed and
-// shared experts, or a dense MLP. Sequences of 1, 7, 70 and 130 tokens.
-const char* kHybrids[] = {"qwen3_5_moe", "qwen3_5"};
+// shared experts, or a dense MLP. Qwen3-Next (tests/gen/gen_qwen3_next.py): the same layers
+// from fused DeltaNet projections and per-expert tensors, two MoE layers and two dense
+// ones, value heads narrower than key heads. Sequences of 1, 7, 70 and 130 tokens.
+const char* kHybrids[] = {"qwen3_5_moe", "qwen3_5", "qwen3_next"};
 
-TEST_CASE("cpu forward: Qwen3.5 hybrids match transformers' logits within 1e-4, whole and in chunks of 1, 7, 64, 100") {
-  for (const char* name : kHybrids) {
+TEST_CASE("cpu forward: Qwen3.5 and Qwen3-Next hybrids match transformers' logits within 1e-4, whole and in chunks of 1, 7, 64, 100") {
+  for (const std::string name : kHybrids) {
     CAPTURE(name);
     const Golden g = read_golden(std::string(kGoldenDir) + name);
     LoadedModel m = load(name);

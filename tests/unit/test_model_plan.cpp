@@ -224,3 +224,21 @@ TEST_CASE("memory plan: a hybrid counts KV for its attention layers and a recurr
   CHECK(cpu.kv_bytes_per_token == 10ull * 2 * 2 * 256 * 4);
   CHECK(cpu.state_bytes_per_sequence == p.state_bytes_per_sequence);
 }
+
+// Qwen3-Next-80B-A3B's shape (tests/golden/configs/qwen3_next_80b_a3b: transformers'
+// Qwen3NextConfig, whose defaults are that model, with its published intermediate size,
+// context and RoPE base): 48 layers, every 4th attending, 512 experts and a shared one in
+// each. Its parameters as transformers counts them on the meta device: 79,674,391,296.
+TEST_CASE("memory plan: Qwen3-Next-80B-A3B's parameters, KV and recurrent state") {
+  Config c = config_for_model("tests/golden/configs/qwen3_next_80b_a3b");
+  c.model.load_format = "dummy";
+  c.model.max_model_len = 65536;
+  c.engine.max_num_seqs = 8;
+  ModelInfo info = inspect_model(c);
+  CHECK(parameter_count(info.spec) == 79674391296ull);
+  LayerRange all = full_range(info.spec);
+  MemoryPlan p = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{200 * GiB, "test"});
+  CHECK(p.kv_bytes_per_token == 12ull * 2 * 2 * 256 * 2);
+  CHECK(p.state_bytes_per_sequence == 36ull * ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 4);
+  CHECK(p.state_slots == 8);
+}

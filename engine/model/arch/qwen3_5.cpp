@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "engine/model/arch.h"
+#include "engine/model/arch/gated_delta_net_keys.h"
 #include "engine/model/arch/shared_keys.h"
 #include "engine/model/architecture.h"
 #include "engine/model/shape_text.h"
@@ -19,72 +20,13 @@ constexpr std::string_view kTextPrefix = "model.language_model.";
 // What the text model does not use: the vision tower, and the multi-token-prediction head.
 constexpr std::string_view kSkippedPrefixes[] = {"model.visual.", "mtp."};
 
-// "partial_rotary_factor", in rope_parameters (transformers 5) or beside it; the
-// architecture's default is a quarter of each head.
-void read_rotary(const ConfigReader& r, ModelSpec& s) {
-  double factor = r.number_or("partial_rotary_factor", 0.25);
-  if (r.has("rope_parameters") && r.j["rope_parameters"].is_object())
-    factor = ConfigReader{r.j["rope_parameters"], r.source}.number_or("partial_rotary_factor", factor);
-  const auto dim = static_cast<int64_t>(static_cast<double>(s.head_dim) * factor);
-  if (!(factor > 0 && factor <= 1) || dim < 2 || dim % 2 != 0)
-    r.fail("partial_rotary_factor", "= " + std::to_string(factor) + " must give an even number of rotary dimensions of head_dim " +
-                                        std::to_string(s.head_dim));
-  s.rotary_dim = dim;
-}
-
-// layer_types ("linear_attention" / "full_attention" per layer), or every
-// full_attention_interval-th layer attending.
-void read_layer_types(const ConfigReader& r, ModelSpec& s) {
-  s.layer_recurrent.assign(static_cast<size_t>(s.num_layers), 0);
-  if (!r.has("layer_types")) {
-    const int64_t every = r.integer_or("full_attention_interval", 1, MAX_LAYERS, 4);
-    for (int64_t l = 0; l < s.num_layers; ++l) s.layer_recurrent[size_t(l)] = (l + 1) % every != 0;
-    return;
-  }
-  const nlohmann::json& types = r.j["layer_types"];
-  if (!types.is_array() || int64_t(types.size()) != s.num_layers)
-    r.fail("layer_types", "must list one type per layer (" + std::to_string(s.num_layers) + ")");
-  for (size_t l = 0; l < types.size(); ++l) {
-    const std::string t = types[l].is_string() ? types[l].get<std::string>() : types[l].dump();
-    if (t != "linear_attention" && t != "full_attention")
-      r.fail("layer_types", "[" + std::to_string(l) + "] is \"" + t + "\", not \"linear_attention\" or \"full_attention\"");
-    s.layer_recurrent[l] = t == "linear_attention";
-  }
-}
-
-void read_delta_net(const ConfigReader& r, ModelSpec& s) {
-  ModelSpec::DeltaNet& d = s.delta_net;
-  d.num_k_heads = r.integer_or("linear_num_key_heads", 1, MAX_DIM, 16);
-  d.num_v_heads = r.integer_or("linear_num_value_heads", 1, MAX_DIM, 32);
-  if (d.num_v_heads % d.num_k_heads != 0)
-    r.fail("linear_num_value_heads", "= " + std::to_string(d.num_v_heads) + " must be a multiple of linear_num_key_heads = " +
-                                         std::to_string(d.num_k_heads));
-  d.k_head_dim = r.integer_or("linear_key_head_dim", 1, 1024, 128);
-  d.v_head_dim = r.integer_or("linear_value_head_dim", 1, 1024, 128);
-  d.conv_kernel = r.integer_or("linear_conv_kernel_dim", 2, 64, 4);
-  if (d.conv_dim() > MAX_DIM || d.num_v_heads * d.k_head_dim * d.v_head_dim > (int64_t(1) << 28))
-    r.fail("linear_num_value_heads", "with the head sizes gives an implausibly large state");
-}
-
-void read_common(const ConfigReader& r, ModelSpec& s) {
-  s.qk_norm = true;
-  s.attn_output_gate = true;
-  s.norm_plus_one = true;
-  refuse_attention_and_mlp_bias(r, s);
-  if (r.has("hidden_act") && !(r.j["hidden_act"].is_string() && r.j["hidden_act"].get<std::string>() == "silu"))
-    r.fail("hidden_act", "must be \"silu\"");
-  read_rotary(r, s);
-  read_layer_types(r, s);
-  read_delta_net(r, s);
-}
-
 void read_dense(const ConfigReader& r, ModelSpec& s) {
-  read_common(r, s);
+  read_gated_delta_net_hybrid(r, s);
   read_dense_mlp(r, s);
 }
 
 void read_moe(const ConfigReader& r, ModelSpec& s) {
-  read_common(r, s);
+  read_gated_delta_net_hybrid(r, s);
   s.num_experts = r.integer("num_experts", 1, MAX_EXPERTS);
   s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, s.num_experts);
   s.moe_intermediate_size = r.integer("moe_intermediate_size", 1, MAX_DIM);

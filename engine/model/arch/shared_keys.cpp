@@ -23,4 +23,27 @@ void read_dense_mlp(const GgufMetaReader& m, ModelSpec& s) {
   s.intermediate_size = m.integer("feed_forward_length", 1, MAX_DIM);
 }
 
+void read_qwen_routed_experts(const ConfigReader& r, ModelSpec& s, bool norm_topk_prob_default) {
+  // Transformers 5 writes "num_local_experts"; published configs say "num_experts".
+  s.num_experts = r.has("num_experts") ? r.integer("num_experts", 1, MAX_EXPERTS)
+                                       : r.integer("num_local_experts", 1, MAX_EXPERTS);
+  s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, s.num_experts);
+  s.moe_intermediate_size = r.integer("moe_intermediate_size", 1, MAX_DIM);
+  s.norm_topk_prob = r.boolean_or("norm_topk_prob", norm_topk_prob_default);
+  s.decoder_sparse_step = r.integer_or("decoder_sparse_step", 1, MAX_LAYERS, 1);
+  if (r.has("mlp_only_layers")) {
+    const nlohmann::json& layers = r.j["mlp_only_layers"];
+    if (!layers.is_array()) r.fail("mlp_only_layers", "must be a list of layer indices");
+    for (const nlohmann::json& x : layers) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= s.num_layers)
+        r.fail("mlp_only_layers", "holds " + x.dump() + ", not a layer index");
+      s.mlp_only_layers.push_back(x.get<int64_t>());
+    }
+  }
+  bool any_dense = false;
+  for (int64_t l = 0; l < s.num_layers; ++l) any_dense = any_dense || !s.layer_is_moe(l);
+  s.intermediate_size = any_dense ? r.integer("intermediate_size", 1, MAX_DIM)
+                                  : r.integer_or("intermediate_size", 1, MAX_DIM, 0);
+}
+
 }  // namespace spark

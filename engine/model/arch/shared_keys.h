@@ -16,5 +16,10 @@ void cap_context_at_sliding_window(const ConfigReader& config, ModelSpec& spec, 
 // The dense MLP's width: intermediate_size, or the GGUF's feed_forward_length.
 void read_dense_mlp(const ConfigReader& config, ModelSpec& spec);
 void read_dense_mlp(const GgufMetaReader& meta, ModelSpec& spec);
+// Qwen's routed experts (Qwen3-MoE, Qwen3-Next): num_experts (or transformers 5's
+// num_local_experts), num_experts_per_tok, moe_intermediate_size, norm_topk_prob, and an
+// expert block every decoder_sparse_step layers except the mlp_only_layers, whose dense
+// MLP needs intermediate_size.
+void read_qwen_routed_experts(const ConfigReader& config, ModelSpec& spec, bool norm_topk_prob_default);
 
 }  // namespace spark

@@ -15,6 +15,13 @@ Same files as gen_qwen3_5.py (whose helpers it uses), under tests/golden/models/
 checked the same way: one forward per sequence (chunked gated delta rule) against a
 token-by-token cached run (recurrent rule).
 
+qwen3_next_fp8 is the same model as an FP8 checkpoint, as Qwen3-Next-80B-A3B-Instruct-FP8
+ships: every projection matrix (the fused DeltaNet ones included; not the router, the shared
+expert's gate, the conv, norms, embeddings or LM head) e4m3 with weight_scale_inv block
+scales, weight_block_size [16, 16] here (each key-head group's runs are whole blocks, as
+128-row blocks are in the 80B), quantized by gen_fp8_models.py's quantizer. Its golden
+logits are transformers' forward with those weights replaced by e4m3 x scale.
+
 Run once where torch is installed (CI has no torch, so the outputs are committed):
   python tests/gen/gen_qwen3_next.py [--out tests/golden/models]
 """
@@ -29,6 +36,7 @@ import transformers
 from safetensors import safe_open
 from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
+import gen_fp8_models as fp8
 import gen_qwen3_5 as q35
 
 ROPE = {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25}
@@ -67,6 +75,63 @@ def check_saved(model, path):
             assert torch.equal(t, want), name
             names.append(name)
     return names
+
+
+FP8_BLOCK = (16, 16)
+FP8_QUANTIZED = re.compile(r".*\.(in_proj_qkvz|in_proj_ba|out_proj|[qkvo]_proj|gate_proj|up_proj|down_proj)\.weight")
+
+
+def golden_logits(model, out, seqs, files):
+    with torch.no_grad():
+        for j, ids in enumerate(seqs):
+            logits = model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+            logits.astype("<f4").tofile(os.path.join(out, files[j]))
+
+
+def write_fp8(model, f32_dir, out, seqs, files):
+    """The FP8 checkpoint of the model in f32_dir, and logits of the model with its weights
+    replaced by their dequantized values."""
+    os.makedirs(out, exist_ok=True)
+    stored, dequantized = {}, {}
+    with safe_open(os.path.join(f32_dir, "model.safetensors"), "np") as f:
+        for name in f.keys():
+            a = f.get_tensor(name).astype(np.float32)
+            if FP8_QUANTIZED.fullmatch(name):
+                q, scale = fp8.quantize(a, FP8_BLOCK)
+                stored[name] = ("F8_E4M3", q.shape, q.tobytes())
+                stored[name + "_scale_inv"] = ("F32", scale.shape, scale.astype("<f4").tobytes())
+                dequantized[name] = fp8.dequantize(q, scale, FP8_BLOCK).astype(np.float32)
+            else:
+                stored[name] = ("F32", a.shape, a.astype("<f4").tobytes())
+    fp8.write_safetensors(os.path.join(out, "model.safetensors"), stored)
+    cfg = json.loads(open(os.path.join(f32_dir, "config.json")).read())
+    cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                  "weight_block_size": list(FP8_BLOCK)}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    # The reference: the f32 model with the quantized matrices' dequantized values.
+    state = model.state_dict()
+    with torch.no_grad():
+        for name, a in dequantized.items():
+            m = re.fullmatch(r"(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight", name)
+            t = torch.from_numpy(a)
+            if not m:
+                state[name].copy_(t)
+            elif m.group(3) == "down":
+                state[m.group(1) + ".down_proj"][int(m.group(2))].copy_(t)
+            else:
+                gate_up = state[m.group(1) + ".gate_up_proj"][int(m.group(2))]
+                half = gate_up.shape[0] // 2
+                (gate_up[:half] if m.group(3) == "gate" else gate_up[half:]).copy_(t)
+    golden_logits(model, out, seqs, files)
+    meta = {"reference": f"transformers {transformers.__version__}, torch {torch.__version__}, f32, eager "
+                         f"attention, quantized matrices replaced by e4m3 x scale",
+            "architecture": "Qwen3NextForCausalLM", "vocab_size": q35.VOCAB, "sequences": seqs, "logits": files,
+            "notes": f"{len(dequantized)} matrices in e4m3 with {FP8_BLOCK[0]}x{FP8_BLOCK[1]} block scales "
+                     f"(weight_scale_inv, f32), the fused DeltaNet projections among them; the rest f32."}
+    with open(os.path.join(out, "golden.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print("qwen3_next_fp8:", len(dequantized), "matrices in e4m3")
 
 
 def main():
@@ -115,6 +180,7 @@ def main():
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print("qwen3_next", [len(s) for s in seqs])
+    write_fp8(model, out, os.path.join(args.out, "qwen3_next_fp8"), seqs, files)
 
 
 if __name__ == "__main__":

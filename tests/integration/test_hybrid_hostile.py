@@ -1,7 +1,8 @@
 """Hostile Qwen3.5 hybrid folders: a conv kernel, A_log or stacked-expert tensor of the wrong
 shape, a DeltaNet head count that disagrees with the tensors (so with the state size), and an
 unknown layer type; and Qwen3-Next folders whose fused DeltaNet projections are missing, of
-the wrong shape or dtype, or disagree with the head counts. `sparkd check` must refuse each
+the wrong shape or dtype, or disagree with the head counts, or whose FP8 scales are missing
+or in blocks that cut across the key-head groups. `sparkd check` must refuse each
 with exit status 2 and a message naming the tensor or the config key, before anything is
 allocated.
 """
@@ -16,6 +17,7 @@ from conftest import REPO, check_refuses as refused, run_sparkd
 
 HYBRID = REPO / "tests" / "golden" / "models" / "qwen3_5_moe"
 NEXT = REPO / "tests" / "golden" / "models" / "qwen3_next"
+NEXT_FP8 = REPO / "tests" / "golden" / "models" / "qwen3_next_fp8"
 PREFIX = "model.language_model.layers."
 
 
@@ -83,10 +85,57 @@ def test_the_unchanged_qwen3_next_folder_passes(tmp_path):
     ({"model.layers.1.linear_attn.in_proj_qkvz.weight": lambda w: w[:120].copy()}, None,
      ["in_proj_qkvz.weight has shape [120, 64]", "implies [128, 64]"]),
     ({"model.layers.2.linear_attn.in_proj_qkvz.weight": lambda w: w.astype(np.int32)}, None,
-     ["in_proj_qkvz.weight has dtype I32", "must be F32, F16 or BF16"]),
+     ["in_proj_qkvz.weight has dtype I32", "must be F32, F16, BF16 or F8_E4M3"]),
     (None, {"linear_value_head_dim": 16},  # the value heads' width: the fused rows no longer add up
      ["in_proj_qkvz.weight has shape [128, 64]", "4 value heads of 16", "implies [192, 64]"]),
     (None, {"mlp_only_layers": [1, 4]}, ['"mlp_only_layers" holds 4, not a layer index']),
 ])
 def test_qwen3_next_fused_projections_and_keys(tmp_path, tensors, config, fields):
     refused(folder(tmp_path, tensors=tensors, text_config=config, model=NEXT), *fields)
+
+
+QKVZ0 = "model.layers.0.linear_attn.in_proj_qkvz.weight"
+
+
+def fp8_folder(tmp_path, replace, config=None):
+    """A copy of the FP8 model with tensors replaced ((dtype, shape, bytes), or None to drop
+    them), edited in the file's own bytes (numpy has no float8 to load it with)."""
+    d = tmp_path / NEXT_FP8.name
+    shutil.copytree(NEXT_FP8, d)
+    raw = (d / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    data = raw[8 + n:]
+    tensors = {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}
+    for name, new in replace.items():
+        if new is None:
+            del tensors[name]
+        else:
+            tensors[name] = new
+    out, blobs, at = {}, [], 0
+    for k, (dtype, shape, b) in sorted(tensors.items()):
+        out[k] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + len(b)]}
+        at += len(b)
+        blobs.append(b)
+    text = json.dumps(out).encode()
+    text += b" " * (-len(text) % 8)
+    (d / "model.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+    if config:
+        c = json.loads((d / "config.json").read_text())
+        c.update(config)
+        (d / "config.json").write_text(json.dumps(c))
+    return d
+
+
+def test_qwen3_next_fp8_scales(tmp_path):
+    assert run_sparkd("check", "--model", NEXT_FP8).returncode == 0
+    refused(fp8_folder(tmp_path / "a", {QKVZ0 + "_scale_inv": None}),
+            f"FP8 weight '{QKVZ0}' has no scale tensor '{QKVZ0}_scale_inv'")
+    # 32-row blocks: the LIN_QKV rows 0-31 would come from q_0 (rows 0-15 of the fused
+    # matrix, block 0) and q_1 (rows 64-79, block 2), which one scale cannot cover.
+    ones = np.ones((4, 4), "<f4").tobytes()
+    bad = fp8_folder(tmp_path / "b", {QKVZ0 + "_scale_inv": ("F32", [4, 4], ones)},
+                     config={"quantization_config": {"quant_method": "fp8", "weight_block_size": [32, 16]}})
+    refused(bad, "model.layers.0.linear_attn.in_proj_qkv.weight would take rows of two 32-row scale blocks",
+            "do not align with weight_block_size")

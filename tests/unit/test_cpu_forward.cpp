@@ -179,8 +179,10 @@ TEST_CASE("cpu forward: hidden rows are the final hidden states transformers' lo
 // attention layer with an output gate, partial rotary and zero-centred norms; routed and
 // shared experts, or a dense MLP. Qwen3-Next (tests/gen/gen_qwen3_next.py): the same layers
 // from fused DeltaNet projections and per-expert tensors, two MoE layers and two dense
-// ones, value heads narrower than key heads. Sequences of 1, 7, 70 and 130 tokens.
-const char* kHybrids[] = {"qwen3_5_moe", "qwen3_5", "qwen3_next"};
+// ones, value heads narrower than key heads; and as an FP8 checkpoint with 16x16 block
+// scales, its fused projections' scales unfused with them (golden logits from transformers
+// over e4m3 x scale). Sequences of 1, 7, 70 and 130 tokens.
+const char* kHybrids[] = {"qwen3_5_moe", "qwen3_5", "qwen3_next", "qwen3_next_fp8"};
 
 TEST_CASE("cpu forward: Qwen3.5 and Qwen3-Next hybrids match transformers' logits within 1e-4, whole and in chunks of 1, 7, 64, 100") {
   for (const std::string name : kHybrids) {

@@ -5,6 +5,7 @@
 // stored one by one (the shared table's names), dense layers where mlp_only_layers says,
 // and each DeltaNet layer's input projections fused per key-head group, which the
 // conversion below unfuses. The MTP head is not read.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string_view>
@@ -36,53 +37,69 @@ bool starts_with(const std::string& s, std::string_view prefix) { return s.compa
 // and the parts hold every group's rows of a kind in group order:
 //   LIN_QKV = q_0..q_{nk-1}, k_0.., v_0..   LIN_Z = z_0..   LIN_B = b_0..   LIN_A = a_0..
 // A copy (the rows interleave), made only for the layers being loaded; the others get
-// their shapes without bytes.
+// their shapes without bytes. FP8 weights (Qwen3-Next-80B-A3B-Instruct-FP8) bring their
+// scales along: a per-tensor scale as it is, per-row scales row by row, and block scales
+// block by block, which needs each block of a part to take all its rows from one block of
+// the fused matrix (so in the published checkpoints: every run is whole 128-row blocks,
+// and in_proj_ba fits in one block); otherwise the file is refused.
 class FusedProjections {
  public:
-  FusedProjections(const ModelSpec& spec, int64_t layer, const std::string& source)
-      : d_(spec.delta_net), h_(spec.hidden_size), layer_(layer), source_(source) {}
+  FusedProjections(const std::map<std::string, Tensor>& file, const ModelSpec& spec, int64_t layer,
+                   const std::string& source)
+      : file_(file), spec_(spec), d_(spec.delta_net), h_(spec.hidden_size), layer_(layer), source_(source) {}
 
   void convert(const Tensor& qkvz, const Tensor& ba, Weights* keep, std::map<std::string, Tensor>& out) {
     const int64_t nk = d_.num_k_heads, r = d_.num_v_heads / d_.num_k_heads, dk = d_.k_head_dim, dv = d_.v_head_dim;
-    check(qkvz, nk * (2 * dk + 2 * r * dv));
-    check(ba, nk * 2 * r);
-    if (qkvz.dtype != ba.dtype)
-      throw InputError(source_ + ": " + qkvz.name + " and " + ba.name + " differ in dtype");
-    const size_t row = size_t(h_) * size_t(dtype_block_bytes(qkvz.dtype));
-    // Each part as (source tensor, rows per group, offset of its rows within a group).
+    const int64_t group_qkvz = 2 * dk + 2 * r * dv, group_ba = 2 * r;
+    check(qkvz, nk * group_qkvz);
+    check(ba, nk * group_ba);
+    // Each part: its source, and the runs (rows per group, offset within the group) it takes.
     struct Piece {
       Part part;
-      std::vector<std::pair<int64_t, int64_t>> runs;  // (rows per group, offset in the group) of qkvz or ba
-      bool from_ba;
+      const Tensor* src;
+      int64_t group;
+      std::vector<std::pair<int64_t, int64_t>> runs;
     };
-    const int64_t group_qkvz = 2 * dk + 2 * r * dv, group_ba = 2 * r;
     const Piece pieces[] = {
-        {Part::LIN_QKV, {{dk, 0}, {dk, dk}, {r * dv, 2 * dk}}, false},
-        {Part::LIN_Z, {{r * dv, 2 * dk + r * dv}}, false},
-        {Part::LIN_B, {{r, 0}}, true},
-        {Part::LIN_A, {{r, r}}, true},
+        {Part::LIN_QKV, &qkvz, group_qkvz, {{dk, 0}, {dk, dk}, {r * dv, 2 * dk}}},
+        {Part::LIN_Z, &qkvz, group_qkvz, {{r * dv, 2 * dk + r * dv}}},
+        {Part::LIN_B, &ba, group_ba, {{r, 0}}},
+        {Part::LIN_A, &ba, group_ba, {{r, r}}},
     };
-    std::shared_ptr<std::vector<uint8_t>> buf;
-    if (keep) buf = std::make_shared<std::vector<uint8_t>>(size_t(qkvz.shape[0] + ba.shape[0]) * row);
-    size_t at = 0;
+    std::vector<std::pair<Tensor, const Tensor*>> made;  // (tensor without bytes yet, its source)
+    std::vector<std::vector<int64_t>> rows_of;           // the source row of each row made
     for (const Piece& p : pieces) {
-      const Tensor& src = p.from_ba ? ba : qkvz;
-      const int64_t group = p.from_ba ? group_ba : group_qkvz;
-      int64_t rows = 0;
-      for (const auto& [n, offset] : p.runs) rows += n * nk;
+      std::vector<int64_t> rows;
+      for (const auto& [n, offset] : p.runs)
+        for (int64_t g = 0; g < nk; ++g)
+          for (int64_t i = 0; i < n; ++i) rows.push_back(g * p.group + offset + i);
       Tensor t;
       t.name = tensor_name(p.part, layer_);
-      t.dtype = src.dtype;
-      t.shape = {rows, h_};
-      t.nbytes = size_t(rows) * row;
-      t.data = nullptr;
+      t.dtype = p.src->dtype;
+      t.shape = {int64_t(rows.size()), h_};
+      t.nbytes = rows.size() * row_bytes(*p.src);
+      made.emplace_back(t, p.src);
+      rows_of.push_back(rows);
+      if (p.src->dtype == DType::F8_E4M3) {
+        const Tensor& scale = scale_of(*p.src);
+        made.emplace_back(unfused_scale(t, scale, rows), &scale);
+        rows_of.push_back(scale_rows(t, *p.src, scale, rows));
+      }
+    }
+    size_t total = 0;
+    for (const auto& [t, src] : made) total += t.nbytes;
+    std::shared_ptr<std::vector<uint8_t>> buf;
+    if (keep) buf = std::make_shared<std::vector<uint8_t>>(total);
+    size_t at = 0;
+    for (size_t i = 0; i < made.size(); ++i) {
+      Tensor t = made[i].first;
       if (buf) {
+        const Tensor& src = *made[i].second;
+        const size_t row = t.nbytes / rows_of[i].size();
         uint8_t* dst = buf->data() + at;
+        for (size_t k = 0; k < rows_of[i].size(); ++k)
+          std::memcpy(dst + k * row, static_cast<const uint8_t*>(src.data) + size_t(rows_of[i][k]) * row, row);
         t.data = dst;
-        const auto* from = static_cast<const uint8_t*>(src.data);
-        for (const auto& [n, offset] : p.runs)
-          for (int64_t g = 0; g < nk; ++g, dst += size_t(n) * row)
-            std::memcpy(dst, from + size_t(g * group + offset) * row, size_t(n) * row);
       }
       at += t.nbytes;
       out[t.name] = t;
@@ -91,10 +108,12 @@ class FusedProjections {
   }
 
  private:
+  size_t row_bytes(const Tensor& t) const { return size_t(h_) * size_t(dtype_block_bytes(t.dtype)); }
+
   void check(const Tensor& t, int64_t rows) const {
-    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::F8_E4M3)
       throw InputError(source_ + ": tensor " + t.name + " has dtype " + std::string(dtype_name(t.dtype)) +
-                       "; the fused DeltaNet projections must be F32, F16 or BF16");
+                       "; the fused DeltaNet projections must be F32, F16, BF16 or F8_E4M3");
     if (t.shape != std::vector<int64_t>{rows, h_})
       throw InputError(source_ + ": tensor " + t.name + " has shape " + shape_str(t.shape) + ", the config (" +
                        std::to_string(d_.num_k_heads) + " key heads of " + std::to_string(d_.k_head_dim) + ", " +
@@ -102,6 +121,65 @@ class FusedProjections {
                        ", hidden_size " + std::to_string(h_) + ") implies " + shape_str({rows, h_}));
   }
 
+  bool blocks() const { return spec_.fp8_block_rows > 0; }
+
+  const Tensor& scale_of(const Tensor& t) const {
+    const std::string name = t.name + (blocks() ? "_scale_inv" : "_scale");
+    const auto it = file_.find(name);
+    if (it == file_.end()) throw InputError(source_ + ": FP8 weight '" + t.name + "' has no scale tensor '" + name + "'");
+    const Tensor& s = it->second;
+    if (s.dtype != DType::F32 && s.dtype != DType::BF16 && s.dtype != DType::F16)
+      throw InputError(source_ + ": scale tensor '" + name + "' has dtype " + std::string(dtype_name(s.dtype)) +
+                       "; FP8 scales must be F32, BF16 or F16");
+    return s;
+  }
+
+  // The unfused part's scale tensor: the fused one's shape with the part's row count.
+  Tensor unfused_scale(const Tensor& part, const Tensor& scale, const std::vector<int64_t>& rows) const {
+    Tensor s;
+    s.name = part.name + (blocks() ? "_scale_inv" : "_scale");
+    s.dtype = scale.dtype;
+    s.shape = scale.shape;
+    if (blocks())
+      s.shape[0] = (int64_t(rows.size()) + spec_.fp8_block_rows - 1) / spec_.fp8_block_rows;
+    else if (scale.numel() > 1)
+      s.shape[0] = int64_t(rows.size());
+    s.nbytes = size_t(s.numel()) * size_t(dtype_block_bytes(s.dtype));
+    return s;
+  }
+
+  // Which row of the fused scale tensor each row of the unfused one copies.
+  std::vector<int64_t> scale_rows(const Tensor& part, const Tensor& fused, const Tensor& scale,
+                                  const std::vector<int64_t>& rows) const {
+    const int64_t fused_rows = fused.shape[0];
+    if (!blocks()) {
+      if (scale.numel() == 1) return {0};
+      if (scale.shape[0] != fused_rows)
+        throw InputError(source_ + ": scale tensor '" + fused.name + "_scale' is " + shape_str(scale.shape) +
+                         "; for " + shape_str(fused.shape) + " it must be [1] or [" + std::to_string(fused_rows) + ", 1]");
+      return rows;
+    }
+    const int64_t br = spec_.fp8_block_rows, bc = spec_.fp8_block_cols;
+    const std::vector<int64_t> grid = {(fused_rows + br - 1) / br, (h_ + bc - 1) / bc};
+    if (scale.shape != grid)
+      throw InputError(source_ + ": scale tensor '" + fused.name + "_scale_inv' is " + shape_str(scale.shape) + ", but " +
+                       shape_str(fused.shape) + " in " + std::to_string(br) + "x" + std::to_string(bc) +
+                       " blocks needs " + shape_str(grid));
+    std::vector<int64_t> out;
+    for (size_t first = 0; first < rows.size(); first += size_t(br)) {
+      const int64_t block = rows[first] / br;
+      for (size_t k = first; k < std::min(rows.size(), first + size_t(br)); ++k)
+        if (rows[k] / br != block)
+          throw InputError(source_ + ": " + part.name + " would take rows of two " + std::to_string(br) +
+                           "-row scale blocks of " + fused.name + " into one of its blocks; its key-head groups " +
+                           "do not align with weight_block_size");
+      out.push_back(block);
+    }
+    return out;
+  }
+
+  const std::map<std::string, Tensor>& file_;
+  const ModelSpec& spec_;
   const ModelSpec::DeltaNet& d_;
   int64_t h_, layer_;
   const std::string& source_;
@@ -128,7 +206,7 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
       throw InputError(source + ": tensor " + (qkvz == file.end() ? base + "in_proj_qkvz.weight" : base + "in_proj_ba.weight") +
                        " is missing (layer " + std::to_string(l) + " is a linear_attention layer)");
     const bool load = keep && l >= range.first_layer && l < range.last_layer;
-    FusedProjections(spec, l, source).convert(qkvz->second, ba->second, load ? keep : nullptr, out);
+    FusedProjections(file, spec, l, source).convert(qkvz->second, ba->second, load ? keep : nullptr, out);
   }
   if (skipped > 0 && !keep)  // said once, when the model is inspected
     log_info("model: ", skipped, " tensors of the MTP head are not loaded");

@@ -45,6 +45,7 @@ struct App {
   std::string backend_description{};  // Backend::describe(): "cpu (8 threads)", "cuda (NVIDIA H100)"
   uint64_t weight_bytes = 0;        // weights this process holds
   uint64_t kv_cache_bytes = 0;      // the paged KV cache as allocated
+  uint64_t state_bytes = 0;         // recurrent layers' state slots (hybrid models), as allocated
   RequestLog requests{};              // recent requests, fed by the API handlers
   ResponseStore responses{};          // /v1/responses kept for previous_response_id
   // The dashboard's stats sampler; owned here so it stops before the state it reads goes.

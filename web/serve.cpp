@@ -130,7 +130,7 @@ struct LoadedParts {
   std::unique_ptr<PeerHead> peer;  // peer mode: declared before the engine, which uses it
   std::unique_ptr<Engine> engine;
   std::string backend_description;  // for the dashboard
-  uint64_t weight_bytes = 0, kv_cache_bytes = 0;
+  uint64_t weight_bytes = 0, kv_cache_bytes = 0, state_bytes = 0;
 };
 
 // The head's side of a pair: listens for the worker, which must agree on everything in
@@ -177,6 +177,7 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   parts->backend_description = parts->stage->backend->describe();
   parts->weight_bytes = plan.weight_bytes;
   parts->kv_cache_bytes = kv_cache_bytes(plan, blocks);
+  parts->state_bytes = plan.state_bytes_per_sequence * uint64_t(plan.state_slots);
   std::unique_ptr<StepExecutor> executor;
   if (config.peer.enabled) {
     parts->peer = start_peer_head(config, stage, blocks, window_blocks);
@@ -249,6 +250,7 @@ int run_serve(const Args& args) {
   app.backend_description = parts->backend_description;
   app.weight_bytes = parts->weight_bytes;
   app.kv_cache_bytes = parts->kv_cache_bytes;
+  app.state_bytes = parts->state_bytes;
   detect_model_traits(app);
   Engine& engine = *parts->engine;
   const PeerHead* peer = parts->peer.get();

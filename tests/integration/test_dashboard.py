@@ -235,6 +235,7 @@ def test_snapshot_content(dash_server):
     cols = snap["series"]
     assert len(cols["t"]) >= 1 and len(cols["t"]) == len(cols["generation_tps"]) == len(cols["mem_free"])
     assert cols["mem_weights"][-1] > 0 and cols["mem_kv"][-1] > 0 and cols["kv_blocks_total"][-1] > 0
+    assert cols["mem_state"][-1] == 0  # no recurrent layers in SmolLM2
     assert snap["config"]["model"]["path"].endswith(".gguf")
     # the assets come from the binary with a strict content policy
     page = requests.get(dash_server.url + "/", timeout=10)

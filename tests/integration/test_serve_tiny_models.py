@@ -12,9 +12,11 @@ margin is a near-tie for the backend's precision are left out).
 import json
 import shutil
 import struct
+import time
 
 import openai
 import pytest
+import requests
 
 from conftest import EMULATED_GPU, REPO, Server
 
@@ -55,6 +57,18 @@ def served_copy(name, tmp_path):
         "eos_token": chr(BASE + eos),
         "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}))
     return d
+
+
+def recurrent_state_bytes(name, max_num_seqs):
+    """A hybrid's state slots from its config alone: per DeltaNet layer, the conv's last
+    (kernel - 1) inputs of its q, k and v channels and a dk x dv state per value head, f32."""
+    cfg = json.loads((MODELS / name / "config.json").read_text())
+    c = cfg.get("text_config", cfg)
+    nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+    dk, dv = c["linear_key_head_dim"], c["linear_value_head_dim"]
+    per_layer = (c["linear_conv_kernel_dim"] - 1) * (2 * nk * dk + nv * dv) + nv * dk * dv
+    layers = sum(t == "linear_attention" for t in c["layer_types"])
+    return layers * per_layer * 4 * max_num_seqs
 
 
 def eos_id(name):
@@ -120,6 +134,14 @@ def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
         assert chat.usage.prompt_tokens == len(rows[-1][0])
         if rows[-1][1] != eos_id(name):
             assert ord(chat.choices[0].message.content[0]) - BASE == rows[-1][1]
+        # A hybrid's state slots are memory the dashboard shows beside the weights and KV.
+        if name.startswith("qwen3_5") or name.startswith("qwen3_next"):
+            deadline = time.time() + 10
+            while not (series := requests.get(s.url + "/api/snapshot", timeout=10).json()["series"]).get("t"):
+                assert time.time() < deadline, "no dashboard point within 10 s"
+                time.sleep(0.2)
+            assert series["mem_state"][-1] == recurrent_state_bytes(name, 8)
+            assert series["mem_kv"][-1] > 0 and series["mem_weights"][-1] > 0
     finally:
         s.stop()
 

@@ -120,7 +120,7 @@ TEST_CASE("stats sampler: rates from counter deltas, one shared event per tick, 
     m.kv_blocks_used = 25;
     return m;
   };
-  src.memory = [] { return MemoryFigures{1000, 2000}; };
+  src.memory = [] { return MemoryFigures{1000, 2000, 300}; };
   src.memory_available = []() -> std::optional<uint64_t> { return 4096; };
   src.closing = [&] { return closing.load(); };
   src.requests = &log;
@@ -139,6 +139,7 @@ TEST_CASE("stats sampler: rates from counter deltas, one shared event per tick, 
   CHECK(p["prefix_hit_rate"].get<double>() == doctest::Approx(0.5));
   CHECK(p["kv_blocks_used"] == 25);
   CHECK(p["mem_kv"] == 2000);
+  CHECK(p["mem_state"] == 300);
   CHECK(ev["totals"]["generation_tokens"] == 500);
   // the same event object is handed to every subscriber
   auto again = sampler.wait_next(first->seq, std::chrono::milliseconds(10));

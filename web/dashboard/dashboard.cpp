@@ -118,7 +118,7 @@ std::optional<MetricsSnapshot> engine_metrics(const App& app) {
 
 MemoryFigures memory_figures(const App& app) {
   if (!model_ready(app)) return {};
-  return {app.weight_bytes, app.kv_cache_bytes};
+  return {app.weight_bytes, app.kv_cache_bytes, app.state_bytes};
 }
 
 nlohmann::json server_json(const App& app) {

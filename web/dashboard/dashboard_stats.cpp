@@ -66,6 +66,7 @@ nlohmann::json point_json(const StatsPoint& p) {
           {"tpot_p95", opt(p.tpot_p95)},
           {"mem_weights", p.mem_weights},
           {"mem_kv", p.mem_kv},
+          {"mem_state", p.mem_state},
           {"mem_free", opt(p.mem_free)}};
 }
 
@@ -190,6 +191,7 @@ void StatsSampler::sample(Clock::time_point now) {
     MemoryFigures mem = sources_.memory();
     p.mem_weights = mem.weights_bytes;
     p.mem_kv = mem.kv_bytes;
+    p.mem_state = mem.state_bytes;
   }
   if (sources_.memory_available) p.mem_free = sources_.memory_available();
 

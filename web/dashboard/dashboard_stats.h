@@ -23,6 +23,7 @@ namespace spark {
 struct MemoryFigures {
   uint64_t weights_bytes = 0;
   uint64_t kv_bytes = 0;
+  uint64_t state_bytes = 0;  // a hybrid model's recurrent state slots
 };
 
 // Where the sampler reads from; every function is called on the sampler thread only.
@@ -48,7 +49,7 @@ struct StatsPoint {
   std::optional<double> prefix_hit_rate;  // none when nothing was looked up that second
   std::optional<double> spec_acceptance_rate;  // accepted / drafted tokens; none when nothing was drafted
   std::optional<double> ttft_p50, ttft_p95, tpot_p50, tpot_p95;  // seconds
-  uint64_t mem_weights = 0, mem_kv = 0;
+  uint64_t mem_weights = 0, mem_kv = 0, mem_state = 0;
   std::optional<uint64_t> mem_free;
 };
 

@@ -25,7 +25,7 @@ const std::set<std::string> kHandled = {
     "type",     "properties", "required",  "additionalProperties", "enum",      "const",     "anyOf",
     "oneOf",    "allOf",      "$ref",      "items",                "prefixItems", "minItems", "maxItems",
     "minLength", "maxLength", "pattern",   "format",               "minimum",   "maximum",   "exclusiveMinimum",
-    "exclusiveMaximum", "nullable", "additionalItems"};
+    "exclusiveMaximum", "nullable", "additionalItems", "multipleOf"};
 
 [[noreturn]] void refuse(const std::string& what) { throw InputError("JSON schema: " + what); }
 
@@ -86,7 +86,7 @@ class Compiler {
       if (s.contains(k)) return {"array"};
     for (const char* k : {"minLength", "maxLength", "pattern", "format"})
       if (s.contains(k)) return {"string"};
-    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
       if (s.contains(k)) return {"number"};
     return {};
   }
@@ -124,6 +124,10 @@ class Compiler {
     read("maximum", bounds.maximum);
     read("exclusiveMinimum", bounds.exclusive_minimum);
     read("exclusiveMaximum", bounds.exclusive_maximum);
+    if (s.contains("multipleOf")) {
+      if (!s["multipleOf"].is_number()) refuse("'multipleOf' must be a number");
+      return add_multiple_of(b_, integer, bounds, s["multipleOf"].get<double>());
+    }
     return add_number(b_, integer, bounds);
   }
 

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "engine/util/check.h"
 
@@ -87,7 +89,85 @@ int64_t checked(double v) {
   return int64_t(v);
 }
 
+// Decimal integers whose remainder modulo k ends at 0: one rule per remainder, each digit
+// moving it to (10 r + d) mod k. `zero` admits "0" itself; `sign` "-" before a nonzero one
+// (and "-0", as the unbounded integers allow it).
+uint32_t multiples_mod(GrammarBuilder& b, int64_t k, bool zero, bool plus, bool minus) {
+  std::vector<uint32_t> rem(static_cast<size_t>(k));
+  for (auto& r : rem) r = b.new_rule();
+  auto by_target = [&](int64_t from, char lo, std::vector<std::pair<ByteSet, int64_t>>& out) {
+    for (char d = lo; d <= '9'; ++d) {
+      const int64_t to = (from * 10 + (d - '0')) % k;
+      auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.second == to; });
+      if (it == out.end()) out.push_back({ByteSet{}, to}), it = out.end() - 1;
+      it->first.add(uint8_t(d));
+    }
+  };
+  for (int64_t r = 0; r < k; ++r) {
+    std::vector<std::pair<ByteSet, int64_t>> next;
+    by_target(r, '0', next);
+    for (const auto& [digits, to] : next) b.add_alt(rem[size_t(r)], {b.bytes(digits), GrammarBuilder::call(rem[size_t(to)])});
+    if (r == 0) b.add_alt(rem[size_t(r)], {});
+  }
+  std::vector<std::pair<ByteSet, int64_t>> first;
+  by_target(0, '1', first);
+  const uint32_t nonzero = b.new_rule();
+  for (const auto& [digits, to] : first) b.add_alt(nonzero, {b.bytes(digits), GrammarBuilder::call(rem[size_t(to)])});
+  const uint32_t r = b.new_rule();
+  if (plus) b.add_alt(r, {GrammarBuilder::call(nonzero)});
+  if (minus) b.add_alt(r, {b.byte('-'), GrammarBuilder::call(nonzero)});
+  if (zero) b.add_alt(r, b.literal("0"));
+  if (zero && minus) b.add_alt(r, b.literal("-0"));
+  return r;
+}
+
 }  // namespace
+
+uint32_t add_multiple_of(GrammarBuilder& b, bool integer, const NumberBounds& n, double step) {
+  if (!std::isfinite(step) || !(step > 0)) throw InputError("JSON schema: 'multipleOf' must be a number above 0");
+  char shown[32];
+  std::snprintf(shown, sizeof shown, "%.15g", step);
+  // A step dividing 1 (0.5, 0.25, 0.1): every integer is a multiple.
+  const double per_unit = 1.0 / step;
+  if (integer && per_unit >= 1 && std::fabs(per_unit - std::round(per_unit)) < 1e-9) return add_number(b, true, n);
+  // A step of 10^-e: "number" with at most e decimals.
+  for (int e = 1; e <= 6; ++e) {
+    if (std::fabs(step * std::pow(10.0, e) - 1.0) > 1e-9) continue;
+    if (n.any()) throw InputError(std::string("JSON schema: 'multipleOf' ") + shown + " together with bounds is not supported");
+    RangeBuilder rb(b);
+    const uint32_t whole = b.rule_of({b.literal("0"), {b.bytes(digit_set('1', '9')), GrammarBuilder::call(b.star(rb.digit()))}});
+    const uint32_t frac = b.rule_of({{b.byte('.'), GrammarBuilder::call(b.repeat(rb.digit(), 1, e))}, {}});
+    return b.rule_of({{GrammarBuilder::call(b.rule_of({b.literal("-"), {}})), GrammarBuilder::call(whole), GrammarBuilder::call(frac)}});
+  }
+  if (step != std::floor(step) || step > kMaxBound)
+    throw InputError(std::string("JSON schema: 'multipleOf' ") + shown + " is not supported (an integer, or 0.1, 0.01, ... 1e-6)");
+  const auto k = static_cast<int64_t>(step);
+  // The integer bounds, as add_number reads them.
+  Bound lo, hi;
+  if (n.minimum) lo = checked(std::ceil(*n.minimum));
+  if (n.exclusive_minimum) lo = std::max(lo.value_or(INT64_MIN), checked(std::floor(*n.exclusive_minimum)) + 1);
+  if (n.maximum) hi = checked(std::floor(*n.maximum));
+  if (n.exclusive_maximum) hi = std::min(hi.value_or(INT64_MAX), checked(std::ceil(*n.exclusive_maximum)) - 1);
+  auto ceil_div = [](int64_t a, int64_t d) { return a >= 0 ? (a + d - 1) / d : -((-a) / d); };
+  auto floor_div = [](int64_t a, int64_t d) { return a >= 0 ? a / d : -((-a + d - 1) / d); };
+  if (lo && hi) {
+    const int64_t first = ceil_div(*lo, k), last = floor_div(*hi, k);
+    if (first > last) throw InputError("JSON schema: the numeric bounds admit no multiple of " + std::to_string(k));
+    if (last - first < kMaxListedMultiples) {
+      const uint32_t r = b.new_rule();
+      for (int64_t m = first; m <= last; ++m) b.add_alt(r, b.literal(std::to_string(m * k)));
+      return r;
+    }
+  }
+  if (k > kMaxModulus)
+    throw InputError("JSON schema: 'multipleOf' " + std::to_string(k) + " above " + std::to_string(kMaxModulus) +
+                     " is supported only between bounds holding at most " + std::to_string(kMaxListedMultiples) + " multiples");
+  if (!lo && !hi) return multiples_mod(b, k, true, true, true);
+  if (lo && !hi && *lo > -k && *lo <= k) return multiples_mod(b, k, *lo <= 0, true, false);
+  if (hi && !lo && *hi < k && *hi >= -k) return multiples_mod(b, k, *hi >= 0, false, true);
+  throw InputError("JSON schema: 'multipleOf' with these bounds is not supported: both bounds with at most " +
+                   std::to_string(kMaxListedMultiples) + " multiples between them, or a single bound within one step of 0");
+}
 
 uint32_t add_number(GrammarBuilder& b, bool integer, const NumberBounds& n) {
   RangeBuilder rb(b);

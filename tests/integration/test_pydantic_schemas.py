@@ -154,6 +154,13 @@ def pydantic_models():
         extra = "forbid" if i % 3 == 0 else "ignore"
         models.append(pydantic.create_model(f"Model{i}", __config__=ConfigDict(extra=extra), **fields))
 
+    class Quantities(BaseModel):  # multiple_of, as multipleOf: exact by remainder, listed, decimals
+        step5: conint(multiple_of=5)
+        batch: conint(gt=0, multiple_of=8)
+        tick: conint(ge=0, le=300, multiple_of=15)
+        cents: confloat(multiple_of=0.01)
+        halves: Optional[conint(multiple_of=2)] = None
+
     class Order(BaseModel):
         model_config = ConfigDict(extra="forbid")
         id: UUID4
@@ -171,7 +178,7 @@ def pydantic_models():
         pet: Pet
         tags: conlist(constr(max_length=10), max_length=3) = []
 
-    models += [Order, Profile, TreeNode]
+    models += [Order, Profile, TreeNode, Quantities]
     return models
 
 

@@ -533,3 +533,42 @@ TEST_CASE("a counted region far from its bounds reuses cached masks, and only th
   }
   CHECK(steps_near_limit > 10);
 }
+
+// multipleOf (pydantic's multiple_of): each accepted integer is a multiple, each multiple
+// in range is accepted; decimal steps limit the decimals; what cannot be exact is refused.
+TEST_CASE("multipleOf: integers by their remainder, listed between bounds, decimals by their places") {
+  auto table = byte_table();
+  for (int k : {1, 3, 5, 7, 12, 250}) {
+    CAPTURE(k);
+    auto any = schema_grammar(R"({"type":"integer","multipleOf":)" + std::to_string(k) + "}");
+    auto nonneg = schema_grammar(R"({"type":"integer","minimum":0,"multipleOf":)" + std::to_string(k) + "}");
+    auto positive = schema_grammar(R"({"type":"integer","exclusiveMinimum":0,"multipleOf":)" + std::to_string(k) + "}");
+    auto nonpos = schema_grammar(R"({"type":"integer","maximum":0,"multipleOf":)" + std::to_string(k) + "}");
+    for (int v = -3000; v <= 3000; v += (v > -40 && v < 40) ? 1 : 37) {
+      CAPTURE(v);
+      const bool multiple = v % k == 0;
+      CHECK(accepts(any, table, std::to_string(v)) == multiple);
+      CHECK(accepts(nonneg, table, std::to_string(v)) == (multiple && v >= 0));
+      CHECK(accepts(positive, table, std::to_string(v)) == (multiple && v > 0));
+      CHECK(accepts(nonpos, table, std::to_string(v)) == (multiple && v <= 0));
+    }
+    CHECK_FALSE(accepts(any, table, "0" + std::to_string(k)));  // no leading zeros
+    CHECK(accepts(any, table, "123456789012345") == (123456789012345LL % k == 0));
+  }
+  auto listed = schema_grammar(R"({"type":"integer","minimum":-17,"maximum":130,"multipleOf":5})");
+  for (int v = -40; v <= 160; ++v) CHECK(accepts(listed, table, std::to_string(v)) == (v % 5 == 0 && v >= -17 && v <= 130));
+  auto big = schema_grammar(R"({"type":"integer","minimum":0,"maximum":1000000,"multipleOf":100000})");
+  CHECK(accepts(big, table, "300000"));
+  CHECK_FALSE(accepts(big, table, "350000"));
+  auto cents = schema_grammar(R"({"type":"number","multipleOf":0.01})");
+  for (const char* ok : {"0", "12", "-3.5", "19.99", "0.01"}) CHECK(accepts(cents, table, ok));
+  for (const char* no : {"19.999", "1e3", "01.5", "1."}) CHECK_FALSE(accepts(cents, table, no));
+  CHECK(accepts(schema_grammar(R"({"type":"integer","minimum":2,"maximum":9,"multipleOf":0.5})"), table, "7"));
+  for (const char* bad : {R"({"type":"integer","multipleOf":0})", R"({"type":"number","multipleOf":0.25})",
+                          R"({"type":"integer","multipleOf":5000})", R"({"type":"integer","minimum":3,"maximum":4,"multipleOf":5})",
+                          R"({"type":"integer","minimum":12,"multipleOf":5})", R"({"type":"number","minimum":1,"multipleOf":0.1})",
+                          R"({"type":"integer","multipleOf":"5"})"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(schema_grammar(bad), InputError);
+  }
+}

@@ -143,6 +143,7 @@ std::unique_ptr<PeerHead> start_peer_head(const Config& config, const StagePlan&
   Welcome limits;
   limits.kv_blocks = blocks;
   limits.window_blocks = window_blocks;
+  limits.state_slots = state_slots_for(config.engine, spec, PipelineExecutor::kMicroBatches);
   limits.block_size = config.engine.block_size;
   limits.max_step_tokens = config.engine.max_num_batched_tokens;
   limits.max_step_seqs = config.engine.max_num_seqs;

@@ -79,6 +79,16 @@ SpeculationConfig speculation_for(const EngineConfig& e, const ModelSpec& spec) 
   return c;
 }
 
+}  // namespace
+
+int64_t state_slots_for(const EngineConfig& e, const ModelSpec& spec, size_t executor_slots) {
+  if (!spec.has_recurrent_layers()) return 0;
+  const auto slots = static_cast<int64_t>(executor_slots);
+  return std::max<int64_t>(1, (e.max_num_seqs + slots - 1) / slots) * slots;
+}
+
+namespace {
+
 // The sliding window the block manager keeps blocks for: the model's, when it has
 // sliding-window layers.
 int64_t sliding_window_of(const ModelSpec& spec) {
@@ -106,7 +116,7 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
   SchedulerConfig sc = scheduler_config(config.engine, admission_.max_model_len());
   sc.max_num_seqs = std::max<int64_t>(1, (sc.max_num_seqs + int64_t(slots) - 1) / int64_t(slots));
   // Recurrent state: each slot's scheduler hands out its own range of state slots.
-  const int64_t state_slots = spec.has_recurrent_layers() ? sc.max_num_seqs * int64_t(slots) : 0;
+  const int64_t state_slots = state_slots_for(config.engine, spec, slots);
   for (size_t i = 0; i < slots; ++i) {
     sc.first_state_slot = state_slots > 0 ? int64_t(i) * sc.max_num_seqs : -1;
     schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_));

@@ -48,6 +48,11 @@ class TokenDecoder {
 };
 using DecoderFactory = std::function<std::unique_ptr<TokenDecoder>(bool skip_special_tokens)>;
 
+// The recurrent state slots an engine keeps for a model (0 without recurrent layers): each
+// executor slot's scheduler runs its share of engine.max_num_seqs, rounded up, and holds a
+// state slot per running sequence. A pipeline's head tells its worker this count.
+int64_t state_slots_for(const EngineConfig& engine, const ModelSpec& spec, size_t executor_slots);
+
 // What the health endpoint and the service watchdog read.
 struct EngineState {
   bool alive = true;       // false after a backend failure or stop(); `reason` says which

@@ -73,6 +73,9 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   uint64_t fixed = p.weight_bytes + p.workspace_bytes + p.reserve_bytes + state_bytes;
   uint64_t left = p.budget_bytes > fixed ? p.budget_bytes - fixed : 0;
   p.kv_blocks = p.kv_block_bytes ? static_cast<int64_t>(left / p.kv_block_bytes) : 0;
+  // A stage of recurrent layers only (a hybrid split for peer mode) keeps no K or V: its
+  // block tables cost nothing, so every sequence may have its full length.
+  if (p.kv_block_bytes == 0 && fixed <= p.budget_bytes) p.kv_blocks = c.engine.max_num_seqs * p.blocks_per_sequence;
   p.kv_window_blocks = p.kv_blocks;
   const int64_t window_blocks =
       window_blocks_needed(p.sliding_window, p.block_size, c.engine.max_num_seqs, c.engine.max_num_batched_tokens);

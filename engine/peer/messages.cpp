@@ -1,6 +1,7 @@
 // messages.cpp — encoding and validating decoding of the peer protocol's payloads.
 #include "engine/peer/messages.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/peer/frame.h"
@@ -128,6 +129,7 @@ std::vector<uint8_t> encode_welcome(const Welcome& m) {
   w.u64(m.session);
   w.i64(m.kv_blocks);
   w.i64(m.window_blocks);
+  w.i64(m.state_slots);
   w.i64(m.block_size);
   w.i64(m.max_step_tokens);
   w.i64(m.max_step_seqs);
@@ -147,6 +149,7 @@ Welcome decode_welcome(const std::vector<uint8_t>& payload) {
   m.session = r.u64("session");
   m.kv_blocks = r.i64("kv_blocks");
   m.window_blocks = r.i64("window_blocks");
+  m.state_slots = r.i64("state_slots");
   m.block_size = r.i64("block_size");
   m.max_step_tokens = r.i64("max_step_tokens");
   m.max_step_seqs = r.i64("max_step_seqs");
@@ -168,6 +171,7 @@ Welcome decode_welcome(const std::vector<uint8_t>& payload) {
   in(m.block_size, 1, 1 << 16, "block_size");
   in(m.max_step_tokens, 1, int64_t(1) << 20, "max_step_tokens");
   in(m.max_step_seqs, 1, int64_t(1) << 16, "max_step_seqs");
+  in(m.state_slots, 0, 2 * m.max_step_seqs, "state_slots");
   in(m.max_model_len, 1, int64_t(1) << 24, "max_model_len");
   in(m.vocab_size, 1, int64_t(1) << 24, "vocab_size");
   in(m.hidden_size, 1, int64_t(1) << 20, "hidden_size");
@@ -202,6 +206,7 @@ std::vector<uint8_t> encode_plan(const MicroBatchPlan& p) {
   w.array(b.block_tables);
   w.array(b.logits_rows);
   w.array(b.hidden_rows);
+  w.array(b.state_slots);
   w.array(b.block_copies);
   w.array(p.sample_seq_ids);
   for (size_t i = 0; i < b.logits_rows.size(); ++i)
@@ -258,6 +263,14 @@ void check_batch(const Batch& b, const Welcome& s) {
   };
   check_rows(b.logits_rows, "logits_rows");
   check_rows(b.hidden_rows, "hidden_rows");
+  // One distinct state slot per sequence where the session keeps them, none otherwise.
+  if (int64_t(b.state_slots.size()) != (s.state_slots > 0 ? S : 0))
+    bad("state_slots does not have one entry per sequence (the session keeps " + std::to_string(s.state_slots) + ")");
+  std::vector<int32_t> slots = b.state_slots;
+  std::sort(slots.begin(), slots.end());
+  for (size_t i = 0; i < slots.size(); ++i)
+    if (slots[i] < 0 || slots[i] >= s.state_slots || (i > 0 && slots[i] == slots[i - 1]))
+      bad("state slot " + std::to_string(slots[i]) + " is outside [0, " + std::to_string(s.state_slots) + ") or taken twice");
 }
 
 MicroBatchPlan decode_plan(const std::vector<uint8_t>& payload, const Welcome& s) {
@@ -292,6 +305,7 @@ MicroBatchPlan decode_plan(const std::vector<uint8_t>& payload, const Welcome& s
   b.block_tables = r.array<int32_t>("block_tables", max_seqs * size_t(b.max_blocks_per_seq));
   b.logits_rows = r.array<int32_t>("logits_rows", max_seqs);
   b.hidden_rows = r.array<int32_t>("hidden_rows", max_rows);
+  b.state_slots = r.array<int32_t>("state_slots", max_seqs);
   b.block_copies = r.array<int32_t>("block_copies", 2 * size_t(s.kv_blocks));
   p.sample_seq_ids = r.array<int64_t>("sample_seq_ids", max_seqs);
   p.row_masks.resize(b.logits_rows.size());

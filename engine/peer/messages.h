@@ -38,6 +38,9 @@ struct Welcome {
   // layers' only (Backend::init_windowed_kv_cache); kv_blocks for a model without sliding
   // layers. A plan's block copies move a block from the first kind to the second.
   int64_t window_blocks = 0;
+  // Recurrent state slots (state_slots_for): each box keeps its own layers' states in its
+  // slots, and a plan names each sequence's slot (Batch::state_slots). 0: no recurrent layers.
+  int64_t state_slots = 0;
   int64_t block_size = 0;
   int64_t max_step_tokens = 0;  // engine.max_num_batched_tokens
   int64_t max_step_seqs = 0;    // engine.max_num_seqs

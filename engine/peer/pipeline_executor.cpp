@@ -21,11 +21,11 @@ PipelineExecutor::PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage
 
 void PipelineExecutor::prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
                                const std::vector<int32_t>& eos_token_ids, int64_t num_state_slots) {
-  if (num_state_slots > 0)
-    throw InputError("peer mode does not run models with recurrent layers yet: the worker keeps no state slots");
-  // The worker sizes its cache from the session (Welcome::window_blocks) and runs each
-  // plan's block copies on its own layers, as this stage's backend does on these.
+  // The worker sizes its cache and state slots from the session (Welcome::window_blocks,
+  // state_slots) and runs each plan's block copies and states on its own layers, as this
+  // stage's backend does on these.
   backend_->init_windowed_kv_cache(num_kv_blocks, num_window_blocks, block_size);
+  backend_->init_state_slots(num_state_slots);
   eos_ids_ = eos_token_ids;  // the masks' end-of-sequence ids (the worker samples with the same set)
 }
 

@@ -25,7 +25,9 @@ class PipelineExecutor : public StepExecutor {
   // `backend` holds the first layers; `remote` (which must outlive this) the rest.
   PipelineExecutor(std::unique_ptr<Backend> backend, RemoteStage& remote, int64_t hidden_size, int64_t vocab_size);
 
-  size_t num_slots() const override { return 2; }
+  // Two micro-batches in flight, one on each box.
+  static constexpr size_t kMicroBatches = 2;
+  size_t num_slots() const override { return kMicroBatches; }
   void prepare(int64_t num_kv_blocks, int64_t num_window_blocks, int64_t block_size,
                const std::vector<int32_t>& eos_token_ids, int64_t num_state_slots) override;
   Readiness readiness() override;

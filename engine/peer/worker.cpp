@@ -161,6 +161,18 @@ class Worker {
       log_info("peer: the session's KV cache: ", w.kv_blocks, " blocks, ", w.window_blocks, " of them in every layer (",
                format_bytes(needed), ")");
     }
+    // The state slots of this box's recurrent layers, as many as the head's engine keeps;
+    // a sequence's first rows (position 0) start its state fresh, so a new session needs
+    // new slots only when their count changes.
+    if ((w.state_slots > 0) != spec.has_recurrent_layers())
+      throw Refused("the head's session keeps " + std::to_string(w.state_slots) + " recurrent state slots, and " +
+                    spec.architecture + (spec.has_recurrent_layers() ? " has" : " has no") + " recurrent layers");
+    if (w.state_slots != state_slots_) {
+      backend_->init_state_slots(w.state_slots);
+      state_slots_ = w.state_slots;
+      log_info("peer: the session's recurrent state: ", w.state_slots, " slots (",
+               format_bytes(plan.state_bytes_per_sequence * uint64_t(w.state_slots)), ")");
+    }
     sampler_ = std::make_unique<Sampler>(spec.vocab_size, w.eos_token_ids);
     // The device sampler knows the EOS ids of this box's model files; the head's set (the
     // tokenizer's EOS added) decides min_tokens, so the device samples only when they agree.
@@ -326,7 +338,7 @@ class Worker {
   std::unique_ptr<LoadedStage> loaded_;
   Backend* backend_ = nullptr;
   PeerIdentity identity_;
-  int64_t kv_blocks_ = 0, window_blocks_ = 0;
+  int64_t kv_blocks_ = 0, window_blocks_ = 0, state_slots_ = 0;
   std::unique_ptr<Sampler> sampler_;
   bool device_sampling_ = false;
   std::unordered_map<int64_t, Shadow> shadows_;

@@ -242,3 +242,20 @@ TEST_CASE("memory plan: Qwen3-Next-80B-A3B's parameters, KV and recurrent state"
   CHECK(p.state_bytes_per_sequence == 36ull * ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 4);
   CHECK(p.state_slots == 8);
 }
+
+// A peer stage of DeltaNet layers only keeps no K or V: it fits whatever the context, with
+// block tables for every sequence's full length.
+TEST_CASE("memory plan: a stage of recurrent layers only needs no KV cache") {
+  Config c = config_for_model("tests/golden/configs/qwen3_5_35b_a3b");
+  c.model.load_format = "dummy";
+  c.model.max_model_len = 65536;
+  c.engine.max_num_seqs = 4;
+  ModelInfo info = inspect_model(c);
+  const LayerRange first_three{0, 3};  // layer 3 is the first attention layer
+  MemoryPlan p = plan_memory(info.spec, first_three, stage_footprint(c, info, first_three, "cuda"), c,
+                             MemoryBudget{100 * GiB, "test"});
+  CHECK(p.kv_bytes_per_token == 0);
+  CHECK(p.state_bytes_per_sequence == 3ull * ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 4);
+  CHECK(p.fits);
+  CHECK(p.kv_blocks == 4 * p.blocks_per_sequence);
+}

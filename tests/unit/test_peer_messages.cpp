@@ -119,6 +119,25 @@ TEST_CASE("plans that would touch memory outside the worker's cache are refused"
   refused([](MicroBatchPlan& p) { p.batch.block_copies = {4, 8}; }, "block copy 4 -> 8");
   refused([](MicroBatchPlan& p) { p.batch.block_copies = {-1, 7}; }, "block copy -1 -> 7");
   refused([](MicroBatchPlan& p) { p.batch.block_copies.assign(18, 0); }, "block_copies");
+  refused([](MicroBatchPlan& p) { p.batch.state_slots = {0, 1}; }, "the session keeps 0");
+}
+
+TEST_CASE("a hybrid's plans name one distinct state slot per sequence, inside the session's") {
+  Welcome s = session();
+  s.state_slots = 4;
+  MicroBatchPlan p = plan();
+  p.batch.state_slots = {3, 0};
+  CHECK(decode_plan(encode_plan(p), s).batch.state_slots == std::vector<int32_t>{3, 0});
+  CHECK(decode_welcome(encode_welcome(s)).state_slots == 4);
+  for (const auto& [slots, why] : std::vector<std::pair<std::vector<int32_t>, const char*>>{
+           {{}, "one entry per sequence"}, {{1}, "one entry per sequence"}, {{1, 4}, "state slot 4"},
+           {{-1, 2}, "state slot -1"}, {{2, 2}, "taken twice"}}) {
+    CAPTURE(why);
+    p.batch.state_slots = slots;
+    CHECK_THROWS_WITH_AS(decode_plan(encode_plan(p), s), doctest::Contains(why), InputError);
+  }
+  s.state_slots = 2 * s.max_step_seqs + 1;  // more than two micro-batches of sequences can hold
+  CHECK_THROWS_WITH_AS(decode_welcome(encode_welcome(s)), doctest::Contains("state_slots"), InputError);
 }
 
 TEST_CASE("frame headers: ours, this version, known types, within the reader's limit") {

@@ -35,7 +35,6 @@ gpu_logs.tar.xz (each program's whole output). Exit status: 0 when no row failed
 one did, 2 for a usage error or an unreadable bundle.
 """
 import argparse
-import io
 import json
 import os
 import pathlib
@@ -108,11 +107,11 @@ class Run:
         print(f"== {name} done in {wall:.0f} s", file=sys.stderr, flush=True)
 
 
-def run_program(cmd, log, until, env=None, cwd=None):
+def run_program(cmd, log, until, env=None):
     """Runs cmd until the deadline; returns (exit status or None when cut, output)."""
     timeout = max(1.0, until - time.monotonic())
     with open(log, "wb") as f:
-        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             rc = p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

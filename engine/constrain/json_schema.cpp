@@ -1,6 +1,7 @@
 // json_schema.cpp — the JSON Schema compiler (see json_schema.h for the policies).
 #include "engine/constrain/json_schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -25,7 +26,7 @@ const std::set<std::string> kHandled = {
     "type",     "properties", "required",  "additionalProperties", "enum",      "const",     "anyOf",
     "oneOf",    "allOf",      "$ref",      "items",                "prefixItems", "minItems", "maxItems",
     "minLength", "maxLength", "pattern",   "format",               "minimum",   "maximum",   "exclusiveMinimum",
-    "exclusiveMaximum", "nullable", "additionalItems", "multipleOf"};
+    "exclusiveMaximum", "nullable", "additionalItems", "multipleOf", "uniqueItems"};
 
 [[noreturn]] void refuse(const std::string& what) { throw InputError("JSON schema: " + what); }
 
@@ -82,7 +83,7 @@ class Compiler {
   static std::vector<std::string> implied_types(const J& s) {
     for (const char* k : {"properties", "required", "additionalProperties"})
       if (s.contains(k)) return {"object"};
-    for (const char* k : {"items", "prefixItems", "minItems", "maxItems", "additionalItems"})
+    for (const char* k : {"items", "prefixItems", "minItems", "maxItems", "additionalItems", "uniqueItems"})
       if (s.contains(k)) return {"array"};
     for (const char* k : {"minLength", "maxLength", "pattern", "format"})
       if (s.contains(k)) return {"string"};
@@ -247,6 +248,10 @@ class Compiler {
     const int64_t max = s.contains("maxItems") ? count(s, "maxItems") : -1;
     if (max > kMaxRepeat || min > kMaxRepeat)
       refuse("'maxItems' / 'minItems' above " + std::to_string(kMaxRepeat) + " is not supported");
+    if (s.contains("uniqueItems")) {
+      if (!s["uniqueItems"].is_boolean()) refuse("'uniqueItems' must be true or false");
+      if (s["uniqueItems"].get<bool>()) return compile_unique_array(s, min, max);
+    }
     std::vector<uint32_t> prefix;
     if (s.contains("prefixItems")) {
       if (!s["prefixItems"].is_array()) refuse("'prefixItems' must be an array of schemas");
@@ -281,6 +286,64 @@ class Compiler {
       }
     }
     return b_.rule_of({{b_.byte('['), GrammarBuilder::call(body), b_.byte(']')}});
+  }
+
+  // uniqueItems (pydantic's set[...] of an enum or literals): the items are drawn from a
+  // finite set of at most kMaxUniqueChoices values, each at most once. One rule per subset
+  // of values written so far, so the grammar holds 2^n rules, not n! orders. Items that are
+  // not such a set cannot be kept distinct by a grammar and are refused.
+  static constexpr size_t kMaxUniqueChoices = 8;
+  uint32_t compile_unique_array(const J& s, int64_t min, int64_t max) {
+    if (s.contains("prefixItems") || (s.contains("items") && s["items"].is_array()))
+      refuse_here("'uniqueItems' together with tuple items is not supported");
+    std::vector<std::string> values;  // the distinct items, as written
+    if (s.contains("items")) {
+      const J* items = &s["items"];
+      for (int hops = 0; items->is_object() && items->contains("$ref"); ++hops) {
+        if (hops > kMaxSchemaDepth) refuse("'$ref' cycles with no base case");
+        items = &resolve((*items)["$ref"]);
+      }
+      if (items->is_object() && items->contains("enum") && (*items)["enum"].is_array())
+        for (const auto& v : (*items)["enum"]) values.push_back(dump(v));
+      else if (items->is_object() && items->contains("const"))
+        values.push_back(dump((*items)["const"]));
+      else if (items->is_object() && items->value("type", J()) == "boolean")
+        values = {"true", "false"};
+    }
+    std::sort(values.begin(), values.end());
+    values.erase(std::unique(values.begin(), values.end()), values.end());
+    if (values.empty() || values.size() > kMaxUniqueChoices)
+      refuse_here("'uniqueItems' is supported for items drawn from an enum, a const or booleans of at most " +
+                  std::to_string(kMaxUniqueChoices) + " values (a grammar cannot keep other items distinct)");
+    const size_t n = values.size();
+    if (int64_t(n) < min) refuse_here("'minItems' " + std::to_string(min) + " exceeds the " + std::to_string(n) + " distinct items");
+    const int64_t most = max < 0 ? int64_t(n) : std::min<int64_t>(max, int64_t(n));
+    // after[S]: what may follow once the values in S are written (S non-empty): "]" when
+    // enough are, or "," and one more of the others while fewer than `most` are.
+    std::vector<uint32_t> after(size_t(1) << n);
+    for (auto& r : after) r = b_.new_rule();
+    for (uint32_t set = 1; set < after.size(); ++set) {
+      const auto written = int64_t(__builtin_popcount(set));
+      if (written >= min) b_.add_alt(after[set], {b_.byte(']')});
+      if (written < most)
+        for (size_t v = 0; v < n; ++v)
+          if (!(set & (1u << v))) {
+            std::vector<Elem> seq = {b_.byte(',')};
+            for (const Elem& e : b_.literal(values[v])) seq.push_back(e);
+            seq.push_back(GrammarBuilder::call(after[set | (1u << v)]));
+            b_.add_alt(after[set], seq);
+          }
+    }
+    const uint32_t r = b_.new_rule();
+    if (min == 0) b_.add_alt(r, b_.literal("[]"));
+    if (most > 0)
+      for (size_t v = 0; v < n; ++v) {
+        std::vector<Elem> seq = {b_.byte('[')};
+        for (const Elem& e : b_.literal(values[v])) seq.push_back(e);
+        seq.push_back(GrammarBuilder::call(after[size_t(1) << v]));
+        b_.add_alt(r, seq);
+      }
+    return r;
   }
 
   uint32_t compile_any_of(const J& s, const char* key, int depth) {

@@ -161,6 +161,12 @@ def pydantic_models():
         cents: confloat(multiple_of=0.01)
         halves: Optional[conint(multiple_of=2)] = None
 
+    class Labels(BaseModel):  # sets of an enum or literals, as uniqueItems
+        colors: set[Color]
+        levels: frozenset[Level]
+        sizes: Annotated[set[Literal["s", "m", "l", "xl"]], Field(min_length=1, max_length=3)]
+        flags: Optional[set[bool]] = None
+
     class Order(BaseModel):
         model_config = ConfigDict(extra="forbid")
         id: UUID4
@@ -178,7 +184,7 @@ def pydantic_models():
         pet: Pet
         tags: conlist(constr(max_length=10), max_length=3) = []
 
-    models += [Order, Profile, TreeNode, Quantities]
+    models += [Order, Profile, TreeNode, Quantities, Labels]
     return models
 
 

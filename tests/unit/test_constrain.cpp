@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <random>
 #include <regex>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -568,6 +569,44 @@ TEST_CASE("multipleOf: integers by their remainder, listed between bounds, decim
                           R"({"type":"integer","multipleOf":5000})", R"({"type":"integer","minimum":3,"maximum":4,"multipleOf":5})",
                           R"({"type":"integer","minimum":12,"multipleOf":5})", R"({"type":"number","minimum":1,"multipleOf":0.1})",
                           R"({"type":"integer","multipleOf":"5"})"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(schema_grammar(bad), InputError);
+  }
+}
+
+// uniqueItems over a finite set (pydantic's set[Enum]): every accepted array is distinct and
+// within the bounds, and every such array is accepted; free items are refused.
+TEST_CASE("uniqueItems: arrays of distinct values from an enum, within their bounds") {
+  auto table = byte_table();
+  const std::vector<std::string> values = {R"("a")", R"("b")", R"("c")", "7"};
+  auto g = schema_grammar(R"({"type":"array","items":{"enum":["a","b","c",7,"a"]},"uniqueItems":true,"minItems":1,"maxItems":3})");
+  auto ref = schema_grammar(R"({"$defs":{"L":{"enum":["a","b","c",7]}},"type":"array","items":{"$ref":"#/$defs/L"},"uniqueItems":true})");
+  int accepted = 0;
+  // Every sequence of up to 5 picks (repeats included) from the four values.
+  std::vector<int> pick;
+  std::function<void()> each = [&] {
+    std::string text = "[";
+    std::set<int> seen;
+    for (size_t i = 0; i < pick.size(); ++i) text += (i ? "," : "") + values[size_t(pick[i])], seen.insert(pick[i]);
+    text += "]";
+    const bool distinct = seen.size() == pick.size();
+    CAPTURE(text);
+    CHECK(accepts(g, table, text) == (distinct && !pick.empty() && pick.size() <= 3));
+    CHECK(accepts(ref, table, text) == distinct);
+    accepted += distinct ? 1 : 0;
+    if (pick.size() == 5) return;
+    for (int v = 0; v < 4; ++v) pick.push_back(v), each(), pick.pop_back();
+  };
+  each();
+  CHECK(accepted == 1 + 4 + 12 + 24 + 24);
+  auto flags = schema_grammar(R"({"type":"array","items":{"type":"boolean"},"uniqueItems":true})");
+  CHECK(accepts(flags, table, "[true,false]"));
+  CHECK_FALSE(accepts(flags, table, "[true,true]"));
+  CHECK(accepts(schema_grammar(R"({"type":"array","items":{"type":"string"},"uniqueItems":false})"), table, R"(["x","x"])"));
+  for (const char* bad : {R"({"type":"array","items":{"type":"string"},"uniqueItems":true})",
+                          R"({"type":"array","items":{"enum":[1,2,3,4,5,6,7,8,9]},"uniqueItems":true})",
+                          R"({"type":"array","items":{"enum":[1,2]},"uniqueItems":true,"minItems":3})",
+                          R"({"type":"array","items":{"enum":[1,2]},"uniqueItems":"yes"})"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(schema_grammar(bad), InputError);
   }

@@ -36,8 +36,6 @@ void read_moe(const ConfigReader& r, ModelSpec& s) {
   s.intermediate_size = r.integer_or("intermediate_size", 0, MAX_DIM, 0);
 }
 
-bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
 // Expert e's rows [first, first + rows) of a stacked [E, R, C] tensor, as a tensor of its own.
 Tensor expert_rows(const Tensor& stacked, int64_t e, int64_t first, int64_t rows, std::string name) {
   const int64_t R = stacked.shape[1], C = stacked.shape[2];
@@ -60,15 +58,15 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
   const int64_t E = spec.num_experts, I = spec.moe_intermediate_size, H = spec.hidden_size;
   for (const auto& [name, tensor] : file) {
     bool skip = false;
-    for (std::string_view p : kSkippedPrefixes) skip = skip || starts_with(name, p);
+    for (std::string_view p : kSkippedPrefixes) skip = skip || name.starts_with(p);
     if (skip) {
       ++skipped;
       continue;
     }
     Tensor t = tensor;
-    if (starts_with(name, kTextPrefix)) t.name = "model." + name.substr(kTextPrefix.size());
+    if (name.starts_with(kTextPrefix)) t.name = "model." + name.substr(kTextPrefix.size());
     constexpr std::string_view kLayers = "model.layers.", kExperts = ".mlp.experts.";
-    const size_t experts_at = starts_with(t.name, kLayers) ? t.name.find(kExperts) : std::string::npos;
+    const size_t experts_at = t.name.starts_with(kLayers) ? t.name.find(kExperts) : std::string::npos;
     const std::string tail = experts_at == std::string::npos ? "" : t.name.substr(experts_at + kExperts.size());
     if (tail == "gate_up_proj" || tail == "down_proj") {
       const std::string index = t.name.substr(kLayers.size(), experts_at - kLayers.size());

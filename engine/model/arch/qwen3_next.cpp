@@ -28,8 +28,6 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
   s.shared_expert_intermediate_size = r.integer_or("shared_expert_intermediate_size", 0, MAX_DIM, 0);
 }
 
-bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
 // One DeltaNet layer's fused projections, unfused into the table's parts. Per key-head
 // group g of the nk groups (r = num_v_heads / nk value heads each):
 //   in_proj_qkvz rows: q_g (dk), k_g (dk), v_g (r * dv), z_g (r * dv)
@@ -190,7 +188,7 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
   std::map<std::string, Tensor> out;
   size_t skipped = 0;
   for (const auto& [name, t] : file) {
-    if (starts_with(name, kMtpPrefix)) {
+    if (name.starts_with(kMtpPrefix)) {
       ++skipped;
       continue;
     }

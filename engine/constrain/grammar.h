@@ -128,6 +128,7 @@ class GrammarBuilder {
   std::pair<uint32_t, uint32_t> chars_of(uint32_t rule) const;
   Grammar finish(uint32_t root);
   size_t size() const { return g_.elems.size(); }
+  const Grammar& grammar() const { return g_; }  // as built so far
 
  private:
   void check_limits() const;

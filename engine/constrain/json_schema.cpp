@@ -145,15 +145,18 @@ class Compiler {
       if (min == 0 && max < 0) return b_.rule_of({{quote, GrammarBuilder::string_body(), quote}});
       return b_.rule_of({{quote, b_.string_body(uint32_t(min), max < 0 ? UINT32_MAX : uint32_t(max)), quote}});
     }
-    if (s.contains("format") && !any_format && s.contains("pattern")) refuse_here("'format' together with 'pattern' is not supported");
+    const bool format = s.contains("format") && !any_format, pattern = s.contains("pattern");
+    if (format && !s["format"].is_string()) refuse_here("'format' must be a string");
+    if (pattern && !s["pattern"].is_string()) refuse_here("'pattern' must be a string");
     std::string what;
     uint32_t inside;
-    if (s.contains("format") && !any_format) {
-      if (!s["format"].is_string()) refuse_here("'format' must be a string");
+    if (format && pattern) {
+      what = "format '" + s["format"].get<std::string>() + "' with its pattern";
+      inside = add_string_format_and_pattern(b_, s["format"].get<std::string>(), s["pattern"].get<std::string>());
+    } else if (format) {
       what = "format '" + s["format"].get<std::string>() + "'";
       inside = add_string_format(b_, s["format"].get<std::string>());
     } else {
-      if (!s["pattern"].is_string()) refuse_here("'pattern' must be a string");
       what = "pattern '" + s["pattern"].get<std::string>() + "'";
       inside = add_string_pattern(b_, s["pattern"].get<std::string>());
     }

@@ -35,9 +35,12 @@ uint32_t string_body_min_close(uint8_t state) {
   return state < kStringStates ? lengths[state] : kUnreachableBytes;
 }
 
-std::vector<uint32_t> min_rest_lengths(const Grammar& g) {
-  // Each alternative: its owner rule, the bytes of its terminals, and how many rule calls
-  // are still without a known shortest length.
+namespace {
+
+// The fewest bytes (weights null) or characters (a weight per BYTES position) each rule
+// derives. Each alternative: its owner rule, the length of its terminals, and how many rule
+// calls are still without a known shortest length.
+std::vector<uint32_t> shortest_rules(const Grammar& g, const std::vector<uint8_t>* weights) {
   struct Alt {
     uint32_t start, owner, sum = 0, pending = 0;
   };
@@ -50,7 +53,7 @@ std::vector<uint32_t> min_rest_lengths(const Grammar& g) {
       Alt a{start, r};
       for (uint32_t pos = start; g.elems[pos].kind != ElemKind::END; ++pos) {
         const Elem& e = g.elems[pos];
-        if (e.kind == ElemKind::BYTES) a.sum = add_lengths(a.sum, 1);
+        if (e.kind == ElemKind::BYTES) a.sum = add_lengths(a.sum, weights ? (*weights)[pos] : 1);
         if (e.kind == ElemKind::STRING_BODY) a.sum = add_lengths(a.sum, g.string_bounds[e.index].min);
         if (g.calls(e)) {
           ++a.pending;
@@ -78,20 +81,28 @@ std::vector<uint32_t> min_rest_lengths(const Grammar& g) {
       if (--a.pending == 0 && !done[a.owner]) queue.push({a.sum, a.owner});
     }
   }
+  return rule_min;
+}
+
+}  // namespace
+
+std::vector<uint32_t> min_rest_lengths(const Grammar& g) {
+  const std::vector<uint32_t> rule_min = shortest_rules(g, nullptr);
   std::vector<uint32_t> rest(g.elems.size(), 0);
-  for (const Alt& a : alts) {
-    uint32_t end = a.start;
-    while (g.elems[end].kind != ElemKind::END) ++end;
-    rest[end] = 0;
-    for (uint32_t pos = end; pos-- > a.start;) {
-      const Elem& e = g.elems[pos];
-      const uint32_t own = e.kind == ElemKind::BYTES ? 1
-                           : e.kind == ElemKind::RULE ? rule_min[e.index]
-                           : e.kind == ElemKind::COUNTED ? std::max(rule_min[g.counted[e.index].rule], g.counted[e.index].bounds.min)
-                                                      : g.string_bounds[e.index].min;  // a byte per character
-      rest[pos] = add_lengths(own, rest[pos + 1]);
+  for (const auto& starts : g.rules)
+    for (uint32_t start : starts) {
+      uint32_t end = start;
+      while (g.elems[end].kind != ElemKind::END) ++end;
+      rest[end] = 0;
+      for (uint32_t pos = end; pos-- > start;) {
+        const Elem& e = g.elems[pos];
+        const uint32_t own = e.kind == ElemKind::BYTES ? 1
+                             : e.kind == ElemKind::RULE ? rule_min[e.index]
+                             : e.kind == ElemKind::COUNTED ? std::max(rule_min[g.counted[e.index].rule], g.counted[e.index].bounds.min)
+                                                        : g.string_bounds[e.index].min;  // a byte per character
+        rest[pos] = add_lengths(own, rest[pos + 1]);
+      }
     }
-  }
   return rest;
 }
 
@@ -131,11 +142,12 @@ std::vector<uint8_t> char_weights(const Grammar& g) {
 struct CharRanges {
   const Grammar& g;
   const std::vector<uint8_t>& w;
-  std::vector<uint8_t> state;  // 0 new, 1 in progress, 2 done
-  std::vector<std::pair<uint32_t, uint32_t>> range;
+  const std::vector<uint32_t> fewest;  // per rule, from its shortest derivation
+  std::vector<uint8_t> state;          // 0 new, 1 in progress, 2 done
+  std::vector<uint32_t> most;
 
   CharRanges(const Grammar& grammar, const std::vector<uint8_t>& weights)
-      : g(grammar), w(weights), state(grammar.rules.size(), 0), range(grammar.rules.size()) {}
+      : g(grammar), w(weights), fewest(shortest_rules(grammar, &weights)), state(grammar.rules.size(), 0), most(grammar.rules.size()) {}
 
   static uint32_t add_max(uint32_t a, uint32_t b) {
     return a == kUnboundedChars || b == kUnboundedChars ? kUnboundedChars : uint32_t(std::min<uint64_t>(uint64_t(a) + b, kUnboundedChars - 1));
@@ -153,22 +165,22 @@ struct CharRanges {
     }
     return r;
   }
-  // A rule in progress (a cycle) is unbounded; the fewest never need a cycle.
+  // A rule met again while in progress lies on a cycle, which matches a character each time
+  // round: no most.
   std::pair<uint32_t, uint32_t> of_rule(uint32_t rule) {
-    if (state[rule] == 2) return range[rule];
-    if (state[rule] == 1) return {kUnreachableBytes, kUnboundedChars};
-    state[rule] = 1;
-    std::pair<uint32_t, uint32_t> best{kUnreachableBytes, 0};
-    for (uint32_t start : g.rules[rule]) {
-      uint32_t lo = 0, hi = 0;
-      for (uint32_t pos = start; g.elems[pos].kind != ElemKind::END; ++pos) {
-        const auto [a, b] = of(pos);
-        lo = add_lengths(lo, a), hi = add_max(hi, b);
+    if (state[rule] == 1) return {fewest[rule], kUnboundedChars};
+    if (state[rule] == 0) {
+      state[rule] = 1;
+      uint32_t best = 0;
+      for (uint32_t start : g.rules[rule]) {
+        uint32_t hi = 0;
+        for (uint32_t pos = start; g.elems[pos].kind != ElemKind::END; ++pos) hi = add_max(hi, of(pos).second);
+        best = std::max(best, hi);
       }
-      best.first = std::min(best.first, lo), best.second = std::max(best.second, hi);
+      state[rule] = 2;
+      most[rule] = best;
     }
-    state[rule] = 2;
-    return range[rule] = best;
+    return {fewest[rule], most[rule]};
   }
 };
 
@@ -194,7 +206,8 @@ void region_chars(Grammar& g) {
     for (uint32_t start : g.rules[r])
       for (uint32_t pos = start; g.elems[pos].kind != ElemKind::END; ++pos) {
         const Elem& e = g.elems[pos];
-        SPARK_CHECK(e.kind == ElemKind::BYTES || e.kind == ElemKind::RULE, "a counted region holds only bytes and rules");
+        SPARK_CHECK(e.kind == ElemKind::BYTES || e.kind == ElemKind::RULE,
+                    "a counted region holds only bytes and rules");
         g.in_region[pos] = 1;
         if (e.kind == ElemKind::RULE && !rule_in[e.index]) rule_in[e.index] = 1, worklist.push_back(e.index);
       }
@@ -224,7 +237,8 @@ void region_chars(Grammar& g) {
     for (uint32_t start : g.rules[r])
       for (uint32_t pos = start; g.elems[pos].kind != ElemKind::END; ++pos) {
         const Elem& e = g.elems[pos];
-        best = std::max(best, e.kind == ElemKind::RULE ? add_lengths(max_need(e.index), g.min_chars[pos + 1]) : g.min_chars[pos]);
+        best = std::max(
+            best, e.kind == ElemKind::RULE ? add_lengths(max_need(e.index), g.min_chars[pos + 1]) : g.min_chars[pos]);
       }
     state[r] = 2;
     return need[r] = best;

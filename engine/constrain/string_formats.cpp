@@ -2,7 +2,9 @@
 #include "engine/constrain/string_formats.h"
 
 #include <map>
+#include <vector>
 
+#include "engine/constrain/intersection.h"
 #include "engine/constrain/regex.h"
 #include "engine/util/check.h"
 
@@ -129,16 +131,71 @@ uint32_t add_string_format(GrammarBuilder& b, const std::string& format) {
   return add_regex(b, it->second, RegexContext::JSON_STRING);
 }
 
+namespace {
+
+// The index of the ')' closing the group opened at `open`, past escapes and classes.
+size_t group_end(std::string_view p, size_t open) {
+  int depth = 0;
+  for (size_t i = open; i < p.size(); ++i) {
+    if (p[i] == '\\') {
+      ++i;
+    } else if (p[i] == '[') {  // a class: a ']' right after '[' or '[^' is literal
+      i += p.substr(i + 1, 1) == "^" ? 2 : 1;
+      if (p.substr(i, 1) == "]") ++i;
+      for (; i < p.size() && p[i] != ']'; ++i)
+        if (p[i] == '\\') ++i;
+    } else if (p[i] == '(') {
+      ++depth;
+    } else if (p[i] == ')' && --depth == 0) {
+      return i;
+    }
+  }
+  throw InputError("regex '" + std::string(p.substr(0, 80)) + "': missing ')'");
+}
+
+bool ends_anchored(std::string_view p) { return p.size() >= 2 && p.back() == '$' && p[p.size() - 2] != '\\'; }
+
+}  // namespace
+
 // JSON Schema patterns search: without '^' any text may come first, without '$' any after.
+// Lookaheads right after '^' ((?=X) and (?!X), as zod writes e-mails) hold for the whole
+// string: it must, or must not, start with a match of X.
 uint32_t add_string_pattern(GrammarBuilder& b, std::string_view pattern) {
   const bool anchored_start = !pattern.empty() && pattern.front() == '^';
-  const bool anchored_end = pattern.size() >= 2 && pattern.back() == '$' && pattern[pattern.size() - 2] != '\\';
+  struct Lookahead {
+    bool negative;
+    std::string_view body;
+  };
+  std::vector<Lookahead> lookaheads;
+  std::string rest(pattern);
+  if (anchored_start) {
+    size_t i = 1;
+    while (pattern.substr(i, 3) == "(?=" || pattern.substr(i, 3) == "(?!") {
+      const size_t end = group_end(pattern, i);
+      lookaheads.push_back({pattern[i + 2] == '!', pattern.substr(i + 3, end - i - 3)});
+      i = end + 1;
+    }
+    rest = "^" + std::string(pattern.substr(i));
+  }
   std::vector<Elem> seq;
   const Elem any = GrammarBuilder::call(b.star(add_json_string_char(b)));
   if (!anchored_start) seq.push_back(any);
-  seq.push_back(GrammarBuilder::call(add_regex(b, pattern, RegexContext::JSON_STRING)));
-  if (!anchored_end) seq.push_back(any);
-  return b.rule_of({seq});
+  seq.push_back(GrammarBuilder::call(add_regex(b, rest, RegexContext::JSON_STRING)));
+  if (!ends_anchored(pattern)) seq.push_back(any);
+  uint32_t rule = b.rule_of({seq});
+  for (const Lookahead& l : lookaheads) {
+    std::vector<Elem> start{GrammarBuilder::call(add_regex(b, l.body, RegexContext::JSON_STRING))};
+    if (!ends_anchored(l.body)) start.push_back(any);
+    rule = add_intersection(b, rule, b.rule_of({start}), l.negative ? Combine::FIRST_NOT_SECOND : Combine::BOTH,
+                            "pattern '" + std::string(pattern.substr(0, 80)) + "'");
+  }
+  return rule;
+}
+
+uint32_t add_string_format_and_pattern(GrammarBuilder& b, const std::string& format, std::string_view pattern) {
+  const uint32_t f = add_string_format(b, format);
+  const uint32_t p = add_string_pattern(b, pattern);
+  return add_intersection(b, f, p, Combine::BOTH, "format '" + format + "' and pattern '" + std::string(pattern.substr(0, 80)) + "'");
 }
 
 }  // namespace spark::constrain

@@ -1,7 +1,8 @@
 // string_formats.h — the inside of JSON strings as grammar rules: one character (for
-// length bounds), a regex pattern (JSON Schema's search semantics), and the formats
-// date-time, date, time, duration, email, uuid, uri, ipv4, ipv6 and those pydantic writes
-// (string_formats.cpp); unknown formats are refused.
+// length bounds), a regex pattern (JSON Schema's search semantics, leading lookaheads too),
+// the formats date-time, date, time, duration, email, uuid, uri, ipv4, ipv6 and those
+// pydantic writes (string_formats.cpp; unknown formats are refused), and a format with a
+// pattern.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,5 +19,7 @@ uint32_t add_json_string_char(GrammarBuilder& b);
 // What may stand between the quotes of a string with this format / pattern.
 uint32_t add_string_format(GrammarBuilder& b, const std::string& format);
 uint32_t add_string_pattern(GrammarBuilder& b, std::string_view pattern);
+// The strings of both (JSON Schema's `format` beside a `pattern`, as zod writes them).
+uint32_t add_string_format_and_pattern(GrammarBuilder& b, const std::string& format, std::string_view pattern);
 
 }  // namespace spark::constrain

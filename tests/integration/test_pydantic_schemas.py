@@ -1,8 +1,8 @@
 """The JSON Schemas agent frameworks generate, through sparkd's constraint engine: pydantic v2
 models of the common field types (URLs, e-mails, UUIDs, dates and times, decimals, enums,
 literals, optional and nullable fields, discriminated unions, nested models, bounded lists,
-dicts, tuples, IP addresses, secrets) and a few schemas in zod-to-json-schema's shapes
-(draft-07 tuples, type arrays with null). Each must compile (no refusal), and random outputs
+dicts, tuples, IP addresses, secrets), a few schemas in zod-to-json-schema's shapes
+(draft-07 tuples, type arrays with null) and in zod 4's (a format beside its pattern). Each must compile (no refusal), and random outputs
 drawn through the matcher (build/constrain_tool sample: uniform over the allowed tokens of
 the Qwen3 vocabulary, under a token budget that makes every walk end complete) must
 validate with jsonschema, Draft 2020-12, formats checked (uri by rfc3986-validator,
@@ -206,6 +206,33 @@ ZOD = [
 ]
 
 
+# zod 4's z.toJSONSchema: string formats carry zod's own pattern beside `format` (the e-mail's
+# with lookaheads); the output must meet both, and the field's length bounds.
+ZOD4_DATE = (r"(?:(?:\d\d[2468][048]|\d\d[13579][26]|\d\d0[48]|[02468][048]00|[13579][26]00)-02-29|\d{4}-(?:(?:0[13578]|1[02])"
+             r"-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|(?:02)-(?:0[1-9]|1\d|2[0-8])))")
+ZOD4_EMAIL = r"^(?!\.)(?!.*\.\.)([A-Za-z0-9_'+\-\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\-]*\.)+[A-Za-z]{2,}$"
+ZOD4 = [
+    {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "additionalProperties": False,
+     "properties": {
+         "email": {"type": "string", "format": "email", "pattern": ZOD4_EMAIL},
+         "contact": {"type": "string", "maxLength": 24, "format": "email", "pattern": ZOD4_EMAIL},
+         "id": {"type": "string", "format": "uuid",
+                "pattern": r"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|"
+                           r"00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$"},
+         "when": {"type": "string", "format": "date-time",
+                  "pattern": "^" + ZOD4_DATE + r"T(?:(?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d+)?)?(?:Z))$"}},
+     "required": ["email", "contact", "id", "when"]},
+    {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "additionalProperties": False,
+     "properties": {
+         "day": {"type": "string", "format": "date", "pattern": "^" + ZOD4_DATE + "$"},
+         "ip": {"type": "string", "format": "ipv4",
+                "pattern": r"^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])$"},
+         "site": {"type": "string", "format": "uri"},
+         "secure": {"type": "string", "format": "uri", "pattern": "^https://", "maxLength": 40}},
+     "required": ["day", "ip", "site", "secure"]},
+]
+
+
 def tokenizer_dir():
     return FIXTURES / "tokenizers" / "qwen3"
 
@@ -241,7 +268,7 @@ def test_format_checker_checks_the_formats():
 def test_pydantic_and_zod_schemas_compile_and_every_output_validates():
     models = pydantic_models()
     assert len(models) >= 50
-    schemas = [m.model_json_schema() for m in models] + ZOD
+    schemas = [m.model_json_schema() for m in models] + ZOD + ZOD4
     results = sample(schemas)
     refused, invalid, unfinished, outputs = [], [], 0, 0
     for schema, result in zip(schemas, results):

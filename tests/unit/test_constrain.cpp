@@ -41,6 +41,16 @@ std::shared_ptr<const Grammar> schema_grammar(const std::string& schema) {
   return std::make_shared<const Grammar>(build_grammar(spec));
 }
 
+// Why a schema is refused ("" when it compiles).
+std::string refused(const std::string& schema) {
+  try {
+    schema_grammar(schema);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 bool accepts(const std::shared_ptr<const Grammar>& g, const std::shared_ptr<const TokenTable>& t, const std::string& text) {
   Matcher m(g, t);
   return m.advance_bytes(text) && m.accepting();
@@ -138,14 +148,6 @@ TEST_CASE("masks from the trie walk equal checking every token alone") {
 }
 
 TEST_CASE("hostile and unsupported schemas are refused with the reason") {
-  auto refused = [](const std::string& schema) {
-    try {
-      schema_grammar(schema);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   CHECK(refused(R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})").find("$ref") != std::string::npos);
   CHECK(refused(R"({"$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}},"$ref":"#/$defs/a"})")
             .find("no value") != std::string::npos);
@@ -309,6 +311,26 @@ size_t json_chars(const std::string& body) {
 
 std::string json_escape(const std::string& s) { return nlohmann::json(s).dump().substr(1); }  // with the closing quote
 
+// A random walk over the bytes a grammar allows, under a budget of `max_bytes` so that it
+// ends complete, stopping where it may with probability 1/stop_one_in ("" if it did not finish).
+std::string random_walk(const std::shared_ptr<const Grammar>& g, const std::shared_ptr<const TokenTable>& table, std::mt19937& rng,
+                        uint32_t max_bytes, unsigned stop_one_in) {
+  Matcher m(g, table);
+  std::vector<uint64_t> mask;
+  std::string text;
+  for (uint32_t step = 0; step < max_bytes; ++step) {
+    m.fill_mask(mask, max_bytes - 1 - step);  // the bytes left after this one
+    std::vector<int32_t> allowed;
+    for (int b = 0; b < 256; ++b)
+      if ((mask[size_t(b) / 64] >> (b % 64)) & 1) allowed.push_back(b);
+    if (allowed.empty() || (m.accepting() && rng() % stop_one_in == 0)) break;
+    const int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+    REQUIRE(m.advance(pick));
+    text += char(pick);
+  }
+  return m.accepting() ? text : std::string();
+}
+
 }  // namespace
 
 TEST_CASE("a pattern under minLength / maxLength: exactly the prefixes of valid strings, token by token") {
@@ -330,7 +352,11 @@ TEST_CASE("a pattern under minLength / maxLength: exactly the prefixes of valid 
                                         {"^[ab]+(-[ab]+)*$", "[ab]+(-[ab]+)*", true, 3, 6},
                                         {"b-", "b-", false, 3, 5},
                                         // After 'a' at most two characters remain: below minLength, so 'a' is refused.
-                                        {"^(a-?|b+)$", "(a-?|b+)", true, 3, 5}}) {
+                                        {"^(a-?|b+)$", "(a-?|b+)", true, 3, 5},
+                                        // Leading lookaheads, as zod writes e-mails: combined with the rest.
+                                        {"^(?!a)(?=.*\xC3\xA9)(a|b|\xC3\xA9|\\n|-)+$", "(?!a)(?=.*\xC3\xA9)(a|b|\xC3\xA9|\n|-)+", true, 1, 4},
+                                        {"^(?!.*--)(?!-)[ab-]+$", "(?!.*--)(?!-)[ab-]+", true, 0, 5},
+                                        {"^(?=.*b)a", "^(?=.*b)a", false, 2, 4}}) {
     CAPTURE(c.pattern);
     CAPTURE(c.min);
     CAPTURE(c.max);
@@ -399,22 +425,10 @@ TEST_CASE("a format under minLength / maxLength: the format's strings of those l
   CHECK(!accepts(url, table, R"("not a url")"));
   // Against the unbounded format and an independent count, on random strings of the format.
   std::mt19937 rng(3);
-  std::vector<uint64_t> mask;
   int seen_long = 0, seen_ok = 0;
   for (int walk = 0; walk < 300; ++walk) {
-    Matcher free_m(free_url, table);
-    std::string text;
-    for (int step = 0; step < 40; ++step) {
-      free_m.fill_mask(mask);
-      std::vector<int32_t> allowed;
-      for (int b = 0; b < 256; ++b)
-        if ((mask[size_t(b) / 64] >> (b % 64)) & 1) allowed.push_back(b);
-      if (allowed.empty() || (free_m.accepting() && rng() % 8 == 0)) break;
-      const int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
-      REQUIRE(free_m.advance(pick));
-      text += char(pick);
-    }
-    if (!free_m.accepting()) continue;
+    const std::string text = random_walk(free_url, table, rng, 40, 8);
+    if (text.empty()) continue;
     const size_t chars = json_chars(text.substr(1, text.size() - 2));
     CAPTURE(text);
     CHECK(accepts(url, table, text) == (chars >= 1 && chars <= 20));
@@ -436,19 +450,95 @@ TEST_CASE("a format under minLength / maxLength: the format's strings of those l
   CHECK(!accepts(email, table, R"("abcdefgh.ij")"));
 }
 
+TEST_CASE("a format with a pattern: exactly the strings of both, with the pattern's lookaheads") {
+  auto table = byte_table();
+  struct Case {
+    std::string format, pattern, std_regex;
+  };
+  const std::vector<Case> cases = {
+      {"ipv4", "^10\\.", "^10\\."},
+      // zod's uuid: versions 1-8 and the RFC 4122 variant, or the nil and max UUIDs.
+      {"uuid",
+       "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-"
+       "000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$",
+       "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-"
+       "000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$"},
+      // zod's e-mail: no leading dot and no two dots in a row, by lookaheads.
+      {"email", "^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$",
+       "^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"},
+      {"uri", "^https://", "^https://"},
+      {"date-time", "Z$", "Z$"},
+  };
+  std::mt19937 rng(41);
+  auto walk = [&](const std::shared_ptr<const Grammar>& g) { return random_walk(g, table, rng, 80, 6); };
+  for (const Case& c : cases) {
+    CAPTURE(c.format);
+    const nlohmann::json format_only = {{"type", "string"}, {"format", c.format}};
+    nlohmann::json both = format_only;
+    both["pattern"] = c.pattern;
+    auto g_format = schema_grammar(format_only.dump()), g_both = schema_grammar(both.dump());
+    const std::regex re(c.std_regex, std::regex::ECMAScript);
+    int walks = 0;
+    for (int i = 0; i < 400; ++i) {
+      // Sound: every string of the combination has the format and matches the pattern.
+      const std::string ours = walk(g_both);
+      if (!ours.empty()) {
+        CAPTURE(ours);
+        ++walks;
+        CHECK(accepts(g_format, table, ours));
+        CHECK(std::regex_search(nlohmann::json::parse(ours).get<std::string>(), re));
+      }
+      // Complete: a string of the format is kept exactly when it matches the pattern.
+      const std::string formatted = walk(g_format);
+      if (!formatted.empty()) {
+        CAPTURE(formatted);
+        const bool want = std::regex_search(nlohmann::json::parse(formatted).get<std::string>(), re);
+        CHECK(accepts(g_both, table, formatted) == want);
+      }
+    }
+    CHECK(walks == 400);
+  }
+  // Hand-picked strings at the edges of the lookaheads and the pattern's alternatives.
+  const nlohmann::json email = {{"type", "string"}, {"format", "email"}, {"pattern", cases[2].pattern}, {"maxLength", 12}};
+  auto g_email = schema_grammar(email.dump());
+  CHECK(accepts(g_email, table, R"("a.b@cd.ef")"));
+  CHECK(!accepts(g_email, table, R"(".ab@cd.ef")"));
+  CHECK(!accepts(g_email, table, R"("a..b@cd.ef")"));
+  CHECK(!accepts(g_email, table, R"("a.bcde@cd.efg")"));  // 13 characters
+  const nlohmann::json uuid = {{"type", "string"}, {"format", "uuid"}, {"pattern", cases[1].pattern}};
+  auto g_uuid = schema_grammar(uuid.dump());
+  CHECK(accepts(g_uuid, table, R"("123e4567-e89b-42d3-a456-426614174000")"));
+  CHECK(accepts(g_uuid, table, R"("00000000-0000-0000-0000-000000000000")"));
+  CHECK(!accepts(g_uuid, table, R"("123e4567-e89b-92d3-a456-426614174000")"));  // version 9
+  CHECK(!accepts(g_uuid, table, R"("123e4567-e89b-42d3-c456-426614174000")"));  // variant c
+  // Escapes through a combination count one character each, "\u0001" too (what follows an
+  // unanchored end may be any character).
+  auto g_controls = schema_grammar(R"j({"type":"string","pattern":"^(?!a)","maxLength":2})j");
+  CHECK(accepts(g_controls, table, R"("\u0001\n")"));
+  CHECK(accepts(g_controls, table, R"("b\u001f")"));
+  CHECK(!accepts(g_controls, table, R"("\u0001\u0002\u0003")"));
+  CHECK(!accepts(g_controls, table, R"("ab")"));
+}
+
+TEST_CASE("a format and a pattern no string meets both, and lookarounds elsewhere, are refused with the reason") {
+  // zod's time pattern has no offset; JSON Schema's time format requires one.
+  const std::string time = refused(R"j({"type":"string","format":"time","pattern":"^([01]\\d|2[0-3]):[0-5]\\d(?::[0-5]\\d(?:\\.\\d+)?)?$"})j");
+  CHECK(time.find("no string matches") != std::string::npos);
+  CHECK(time.find("format 'time'") != std::string::npos);
+  CHECK(refused(R"j({"type":"string","pattern":"^(?!a)(?!.*b)(?=b)"})j").find("no string matches") != std::string::npos);
+  CHECK(refused(R"j({"type":"string","pattern":"a(?!b)"})j").find("lookaround") != std::string::npos);
+  CHECK(refused(R"j({"type":"string","pattern":"(?=a)b"})j").find("lookaround") != std::string::npos);
+  CHECK(refused(R"j({"type":"string","pattern":"^(?=a"})j").find("')'") != std::string::npos);
+  CHECK(refused(R"j({"type":"string","format":"uuid","pattern":"^(?<=a)"})j").find("lookaround") != std::string::npos);
+  // A lookahead whose automaton must remember 30 characters: refused at the state limit.
+  CHECK(refused(R"j({"type":"string","pattern":"^(?!.*a[ab]{30})[ab]*$"})j").find("automaton states") != std::string::npos);
+}
+
 TEST_CASE("fixed-length formats inside the bounds compile as before; bounds no string meets are refused by name") {
   auto table = byte_table();
   auto uuid = schema_grammar(R"({"type":"string","format":"uuid","minLength":36,"maxLength":40})");
   CHECK(uuid->counted.empty());  // every uuid has 36 characters: nothing to count
   CHECK(accepts(uuid, table, R"("123e4567-e89b-12d3-a456-426614174000")"));
-  auto refused = [](const std::string& schema) {
-    try {
-      schema_grammar(schema);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   const std::string short_uuid = refused(R"({"type":"object","properties":{"id":{"type":"string","format":"uuid","maxLength":10}}})");
   CHECK(short_uuid.find("'id'") != std::string::npos);
   CHECK(short_uuid.find("maxLength") != std::string::npos);

@@ -3,12 +3,9 @@
 // What tool_choice enforces: "none" hides the tools from the template and parses no calls;
 // "auto" offers them and parses what the model writes; "required" and a named function add
 // a system instruction and, for models that are not thinking and whose format can open a
-// call in the prompt (Hermes, Llama 3.1: ChatFormat::force_call), put the opening of the
-// call into the prompt, so the answer starts as a call (to that function when named).
-// Qwen3-Coder's XML format (qwen3_xml.cpp) neither opens a call in the prompt nor holds one
-// to a grammar: its forced calls rest on the instruction alone.
-// Arguments are not constrained: without structured output a model can still write
-// arguments that are not JSON; such text stays content.
+// call in the prompt (Hermes, Llama 3.1, Qwen3-Coder's XML: ChatFormat::force_call), put
+// the opening of the call into the prompt, so the answer starts as a call (to that function
+// when named); the rest of the call is held to its grammar (structured_output.cpp).
 #include "web/chat_prompt.h"
 
 #include "engine/template/chat_template.h"

@@ -8,6 +8,7 @@
 
 #include "engine/constrain/json_schema.h"
 #include "engine/constrain/regex.h"
+#include "engine/constrain/xml_parameters.h"
 #include "engine/util/check.h"
 
 namespace spark::constrain {
@@ -55,12 +56,15 @@ Grammar build_grammar(const ConstraintSpec& spec) {
       for (const auto& c : spec.choices) b.add_alt(root, b.literal(c));
       break;
     }
-    case ConstraintSpec::Kind::TOOL_CALL: {
+    case ConstraintSpec::Kind::TOOL_CALL:
+    case ConstraintSpec::Kind::XML_TOOL_CALL: {
       if (spec.tools.empty()) throw InputError("tool call: no function to call");
       root = b.new_rule();
       for (const auto& [opening, params] : spec.tools) {
         std::vector<Elem> seq = b.literal(opening);
-        seq.push_back(GrammarBuilder::call(add_json_schema(b, parse_schema(params))));
+        const auto schema = parse_schema(params);
+        seq.push_back(GrammarBuilder::call(spec.kind == ConstraintSpec::Kind::TOOL_CALL ? add_json_schema(b, schema)
+                                                                                          : add_xml_parameters(b, schema)));
         for (const Elem& e : b.literal(spec.closing)) seq.push_back(e);
         b.add_alt(root, seq);
       }

@@ -20,18 +20,20 @@ constexpr size_t kMaxThreads = 4096;  // call stacks in one automaton state
 constexpr int kDead = -1;
 
 // Bytes that every reachable byte set treats alike share a class, so each state is stepped
-// once per class, not once per byte. '\' always stands alone: escapes are written whole.
+// once per class, not once per byte. Inside JSON strings '\' stands alone: escapes are
+// written whole.
 struct ByteClasses {
   std::array<uint16_t, 256> of{};
   std::vector<uint8_t> first;  // a byte of each class
   std::vector<ByteSet> members;
 
-  ByteClasses(const Grammar& g, const std::vector<uint32_t>& rules) {
+  ByteClasses(const Grammar& g, const std::vector<uint32_t>& rules, bool backslash_alone) {
     std::vector<char> seen_rule(g.rules.size(), 0), seen_set(g.byte_sets.size(), 0);
     std::vector<uint32_t> todo = rules;
     ByteSet backslash;
     backslash.add('\\');
-    std::vector<const ByteSet*> sets{&backslash};
+    std::vector<const ByteSet*> sets;
+    if (backslash_alone) sets.push_back(&backslash);
     while (!todo.empty()) {
       const uint32_t r = todo.back();
       todo.pop_back();
@@ -164,10 +166,11 @@ class RuleAutomaton {
 
 }  // namespace
 
-uint32_t add_intersection(GrammarBuilder& b, uint32_t first, uint32_t second, Combine how, const std::string& what) {
+uint32_t add_intersection(GrammarBuilder& b, uint32_t first, uint32_t second, Combine how, const std::string& what,
+                          bool json_string) {
   // Explore the pairs first: the builder's grammar must not grow while the automata read it.
   const Grammar& g = b.grammar();
-  const ByteClasses classes(g, {first, second});
+  const ByteClasses classes(g, {first, second}, json_string);
   RuleAutomaton a(g, first, classes, what), c(g, second, classes, what);
   const bool both = how == Combine::BOTH;
   std::map<std::pair<int, int>, uint32_t> ids;
@@ -264,7 +267,7 @@ uint32_t add_intersection(GrammarBuilder& b, uint32_t first, uint32_t second, Co
     emit.pop_back();
     const uint32_t rule = uint32_t(rule_of[p]);
     for (auto& [to, set] : targets(p)) {
-      if (set.has('\\')) {
+      if (json_string && set.has('\\')) {
         std::vector<Elem> seq{b.byte('\\')};
         escape(rule, to, seq, -1);
         set.remove('\\');

@@ -120,7 +120,13 @@ uint32_t add_json_string_char(GrammarBuilder& b) {
   });
 }
 
-uint32_t add_string_format(GrammarBuilder& b, const std::string& format) {
+uint32_t add_text_char(GrammarBuilder& b) {
+  ByteSet plain = range(0x20, 0x7E);
+  plain.add('\t'), plain.add('\n'), plain.add('\r');
+  return b.rule_of({{b.bytes(plain)}, {GrammarBuilder::call(add_utf8_multibyte_char(b))}});
+}
+
+uint32_t add_string_format(GrammarBuilder& b, const std::string& format, RegexContext context) {
   const auto& patterns = format_patterns();
   auto it = patterns.find(format);
   if (it == patterns.end()) {
@@ -128,7 +134,7 @@ uint32_t add_string_format(GrammarBuilder& b, const std::string& format) {
     for (const auto& [name, _] : patterns) known += (known.empty() ? "" : ", ") + name;
     throw InputError("JSON schema: unsupported format '" + format + "' (supported: " + known + ")");
   }
-  return add_regex(b, it->second, RegexContext::JSON_STRING);
+  return add_regex(b, it->second, context);
 }
 
 namespace {
@@ -160,7 +166,7 @@ bool ends_anchored(std::string_view p) { return p.size() >= 2 && p.back() == '$'
 // JSON Schema patterns search: without '^' any text may come first, without '$' any after.
 // Lookaheads right after '^' ((?=X) and (?!X), as zod writes e-mails) hold for the whole
 // string: it must, or must not, start with a match of X.
-uint32_t add_string_pattern(GrammarBuilder& b, std::string_view pattern) {
+uint32_t add_string_pattern(GrammarBuilder& b, std::string_view pattern, RegexContext context) {
   const bool anchored_start = !pattern.empty() && pattern.front() == '^';
   struct Lookahead {
     bool negative;
@@ -178,24 +184,27 @@ uint32_t add_string_pattern(GrammarBuilder& b, std::string_view pattern) {
     rest = "^" + std::string(pattern.substr(i));
   }
   std::vector<Elem> seq;
-  const Elem any = GrammarBuilder::call(b.star(add_json_string_char(b)));
+  const bool json = context == RegexContext::JSON_STRING;
+  const Elem any = GrammarBuilder::call(b.star(json ? add_json_string_char(b) : add_text_char(b)));
   if (!anchored_start) seq.push_back(any);
-  seq.push_back(GrammarBuilder::call(add_regex(b, rest, RegexContext::JSON_STRING)));
+  seq.push_back(GrammarBuilder::call(add_regex(b, rest, context)));
   if (!ends_anchored(pattern)) seq.push_back(any);
   uint32_t rule = b.rule_of({seq});
   for (const Lookahead& l : lookaheads) {
-    std::vector<Elem> start{GrammarBuilder::call(add_regex(b, l.body, RegexContext::JSON_STRING))};
+    std::vector<Elem> start{GrammarBuilder::call(add_regex(b, l.body, context))};
     if (!ends_anchored(l.body)) start.push_back(any);
     rule = add_intersection(b, rule, b.rule_of({start}), l.negative ? Combine::FIRST_NOT_SECOND : Combine::BOTH,
-                            "pattern '" + std::string(pattern.substr(0, 80)) + "'");
+                            "pattern '" + std::string(pattern.substr(0, 80)) + "'", json);
   }
   return rule;
 }
 
-uint32_t add_string_format_and_pattern(GrammarBuilder& b, const std::string& format, std::string_view pattern) {
-  const uint32_t f = add_string_format(b, format);
-  const uint32_t p = add_string_pattern(b, pattern);
-  return add_intersection(b, f, p, Combine::BOTH, "format '" + format + "' and pattern '" + std::string(pattern.substr(0, 80)) + "'");
+uint32_t add_string_format_and_pattern(GrammarBuilder& b, const std::string& format, std::string_view pattern,
+                                       RegexContext context) {
+  const uint32_t f = add_string_format(b, format, context);
+  const uint32_t p = add_string_pattern(b, pattern, context);
+  return add_intersection(b, f, p, Combine::BOTH, "format '" + format + "' and pattern '" + std::string(pattern.substr(0, 80)) + "'",
+                          context == RegexContext::JSON_STRING);
 }
 
 }  // namespace spark::constrain

@@ -1,9 +1,10 @@
 """A model served with Qwen3-Coder's chat template (tests/fixtures/templates/qwen3_coder) gets the
 qwen3_xml tool-call format: tool_choice auto, required and a named function are all answered,
-streaming and not, with the tools listed in the prompt and no output constraint (the format's
-calls have no grammar: the output stays free and a forced call rests on the prompt)."""
+streaming and not, with the tools listed in the prompt; a forced call opens in the prompt and
+its rest is held to the grammar, so its arguments follow the function's schema."""
 import json
 
+import jsonschema
 import pytest
 import requests
 
@@ -35,17 +36,23 @@ def chat(url, **kw):
 
 
 @pytest.mark.parametrize("tool_choice", ["auto", "required", {"type": "function", "function": {"name": "list_dir"}}])
-def test_tool_choices_answer_unconstrained(coder_server, tool_choice):
+def test_tool_choices_are_answered_and_forced_calls_follow_the_schema(coder_server, tool_choice):
     before = constraint_requests(coder_server.url)
-    r = chat(coder_server.url, tools=TOOLS, tool_choice=tool_choice)
+    forced = tool_choice != "auto"
+    r = chat(coder_server.url, tools=TOOLS, tool_choice=tool_choice, max_tokens=120 if forced else 8)
     assert r.status_code == 200, r.text
     message = r.json()["choices"][0]["message"]
     assert message["role"] == "assistant"
     for call in message.get("tool_calls") or []:  # whatever the tiny model writes must be well formed
         assert call["function"]["name"] and isinstance(json.loads(call["function"]["arguments"]), dict)
+    if forced:  # held to the grammar: a call to list_dir whose arguments follow its schema
+        assert r.json()["choices"][0]["finish_reason"] == "tool_calls", r.text
+        (call,) = message["tool_calls"]
+        assert call["function"]["name"] == "list_dir"
+        jsonschema.validate(json.loads(call["function"]["arguments"]), TOOLS[0]["function"]["parameters"])
     stream = chat(coder_server.url, tools=TOOLS, tool_choice=tool_choice, stream=True)
     assert stream.status_code == 200 and stream.text.rstrip().endswith("data: [DONE]"), stream.text
-    assert constraint_requests(coder_server.url) == before
+    assert constraint_requests(coder_server.url) == before + 2  # auto: each call the model opens
 
 
 def test_tools_are_listed_in_the_prompt(coder_server):

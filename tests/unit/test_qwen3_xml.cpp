@@ -1,18 +1,21 @@
 // test_qwen3_xml.cpp — the Qwen3-Coder / Qwen3.5 / Qwen3.6 XML tool-call format: detection
 // from the template (the real Qwen3-Coder one among them), calls read into OpenAI's form with
-// each value typed by its declared schema, every split into deltas, reasoning first,
-// malformed and unterminated calls kept as text, linear time on hostile text, and a call the
-// model's own template renders read back as the same call.
+// each value typed by its declared schema, forced calls held to their grammar, every split
+// into deltas, reasoning first, malformed and unterminated calls kept as text, linear time on
+// hostile text, and a call the model's own template renders read back as the same call.
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/constrain/constraint.h"
 #include "engine/template/chat_template.h"
+#include "engine/util/check.h"
 #include "tests/unit/fixture_files.h"
 #include "tests/unit/output_events.h"
 #include "web/chat_format/chat_format.h"
@@ -72,13 +75,71 @@ TEST_CASE("qwen3_xml: detected from <function= and <parameter= before Hermes' <t
   CHECK(!template_thinks(TemplateText{coder, coder}));
 }
 
-TEST_CASE("qwen3_xml: no grammar holds its calls; a forced call is asked for in the prompt only") {
+TEST_CASE("qwen3_xml: a forced call opens in the prompt, and every call its grammar allows reads back typed as declared") {
   const ChatFormat& f = *find_chat_format("qwen3_xml");
-  const std::string named = "list_dir";
-  CHECK(!f.force_call(kTools, nullptr));
-  CHECK(!f.force_call(kTools, &named));
-  CHECK(f.auto_trigger(kTools, nullptr) == nullptr);
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
+  const auto table = std::make_shared<const constrain::TokenTable>(bytes);
+  CHECK(f.auto_trigger(kTools, table) != nullptr);
   CHECK(!f.reads_special_tokens());
+  std::mt19937 rng(37);
+  std::vector<uint64_t> mask;
+  const std::string named = "list_dir";
+  for (const std::string* name : {static_cast<const std::string*>(nullptr), &named}) {
+    const auto call = f.force_call(kTools, name);
+    REQUIRE(call);
+    CHECK(call->prefill == (name ? "<tool_call>\n<function=list_dir>\n" : "<tool_call>\n<function="));
+    const auto c = constrain::compile_constraint(call->rest, table);
+    for (int walk = 0; walk < 200; ++walk) {
+      auto m = c->new_matcher();
+      std::string text = call->prefill;
+      for (uint32_t left = 600; left > 0 && !(m->accepting() && m->finished()); --left) {
+        m->fill_mask(mask, left - 1);
+        std::vector<int32_t> allowed;
+        for (int b = 0; b < 256; ++b)
+          if ((mask[size_t(b) / 64] >> (b % 64)) & 1) allowed.push_back(b);
+        if (allowed.empty()) break;
+        const int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+        REQUIRE(m->advance(pick));
+        text += char(pick);
+      }
+      CAPTURE(text);
+      REQUIRE(m->accepting());
+      Parsed p = parse_whole(text, qwen());
+      CHECK(p.content.empty());
+      REQUIRE(p.calls.size() == 1);
+      if (name) CHECK(p.calls[0].name == named);
+      const nlohmann::json args = args_of(p.calls[0]);
+      for (const auto& [key, value] : args.items()) {
+        CAPTURE(key);
+        if (key == "mode") CHECK(value.is_number_integer());
+        else if (key == "ratio") CHECK(value.is_number());
+        else if (key == "overwrite") CHECK(value.is_boolean());
+        else if (key == "meta") CHECK(value.is_object());
+        else if (key == "tags") CHECK(value.is_array());
+        else if (key == "limit") CHECK((value.is_number_integer() || value.is_null()));
+        else if (key == "note") CHECK((value.is_string() || value.is_null()));
+        else CHECK(value.is_string());
+      }
+    }
+  }
+}
+
+TEST_CASE("qwen3_xml: names the format cannot write, and enums bare text cannot tell apart, are refused") {
+  const ChatFormat& f = *find_chat_format("qwen3_xml");
+  const auto refusal = [&](const char* tools) {
+    try {
+      constrain::build_grammar(f.force_call(J::parse(tools), nullptr)->rest);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(refusal(R"([{"type":"function","function":{"name":"a","parameters":{"type":"object","properties":{"x>y":{"type":"string"}}}}}])")
+            .find("'x>y'") != std::string::npos);
+  CHECK(refusal(R"([{"type":"function","function":{"name":"a","parameters":{"type":"object","properties":{"x":{"type":"string","enum":["1",1]}}}}}])")
+            .find("'x'") != std::string::npos);
+  CHECK_THROWS_AS(f.force_call(J::parse(R"([{"type":"function","function":{"name":"a>b"}}])"), nullptr), InputError);
 }
 
 TEST_CASE("qwen3_xml: one call becomes a name and a JSON object of typed arguments") {

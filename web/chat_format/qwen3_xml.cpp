@@ -11,11 +11,15 @@
 // string when they do not read as that type; null / None is null where the type is not
 // string or the schema allows null). A value ends at the first </parameter>
 // that the next parameter, </function> or the body's end follows, so the tag itself may
-// appear inside a value. The calls are not held to a grammar (auto_trigger).
+// appear inside a value. Calls are held to a grammar (engine/constrain/xml_parameters.h):
+// forced ones from the prompt's "<tool_call>\n<function=", under "auto" from the model's
+// <tool_call>.
 #include <map>
 #include <memory>
 #include <string>
 
+#include "engine/constrain/xml_parameters.h"
+#include "engine/util/check.h"
 #include "web/chat_format/json_call.h"
 #include "web/chat_format/tagged_call.h"
 
@@ -57,37 +61,11 @@ bool is_null_word(std::string_view s) {
   return l == "null" || l == "none";
 }
 
-// The type a parameter's schema declares: its "type" (the first but "null" of a list), or
-// the first of its anyOf / oneOf branches that names one; "" when none does. `nullable`:
-// null is among them.
-std::string declared_type(const J& schema, bool& nullable) {
-  nullable = false;
-  std::string first;
-  auto consider = [&](const J& type) {
-    if (!type.is_string()) return;
-    const std::string t = type.get<std::string>();
-    if (t == "null") nullable = true;
-    else if (first.empty()) first = t;
-  };
-  auto types_of = [&](const J& s) {
-    if (!s.is_object() || !s.contains("type")) return;
-    if (s["type"].is_array())
-      for (const auto& t : s["type"]) consider(t);
-    else
-      consider(s["type"]);
-  };
-  types_of(schema);
-  for (const char* key : {"anyOf", "oneOf"})
-    if (schema.is_object() && schema.contains(key) && schema[key].is_array())
-      for (const auto& branch : schema[key]) types_of(branch);
-  return first.empty() && nullable ? "null" : first;
-}
-
 // A value as its parameter's schema types it (null schema: not declared, kept as text).
 J typed_value(std::string_view raw, const J* schema) {
   if (!schema) return std::string(raw);
   bool nullable = false;
-  const std::string type = declared_type(*schema, nullable);
+  const std::string type = constrain::xml_value_type(*schema, nullable);
   const std::string_view text = trim(raw);
   if (nullable && is_null_word(text)) return nullptr;
   if (type.empty() || type == "string") return std::string(raw);
@@ -198,12 +176,36 @@ class Qwen3Xml : public ChatFormat {
   bool detect(const TemplateText& text) const override {
     return contains(text.with_tools, kFunctionOpen) && contains(text.with_tools, kParameterOpen);
   }
-  // Each value is bare text ended by a tag, under a schema of its own: engine/constrain has
-  // no grammar for that shape, so a forced call is asked for in the prompt only.
-  std::optional<ForcedCall> force_call(const J&, const std::string*) const override { return std::nullopt; }
+  std::optional<ForcedCall> force_call(const J& tools, const std::string* named) const override {
+    ForcedCall f;
+    f.prefill = std::string(kToolCallOpen) + "\n" + std::string(kFunctionOpen);
+    if (named) f.prefill += *named + ">\n";
+    f.rest = call_spec(tools, "", named);
+    return f;
+  }
   std::shared_ptr<constrain::ToolTrigger> auto_trigger(
-      const J&, const std::shared_ptr<const constrain::TokenTable>&) const override {
-    return nullptr;
+      const J& tools, const std::shared_ptr<const constrain::TokenTable>& table) const override {
+    auto trigger = std::make_shared<constrain::ToolTrigger>();
+    trigger->format = constrain::ToolTrigger::Format::TAG;
+    trigger->opening = std::string(kToolCallOpen);
+    trigger->call = constrain::compile_constraint(call_spec(tools, "\n" + std::string(kFunctionOpen), nullptr), table);
+    return trigger;
+  }
+  // The call after `before_name`: each declared function's name (unless `named`), its
+  // parameters, and the closing tags.
+  static constrain::ConstraintSpec call_spec(const J& tools, const std::string& before_name, const std::string* named) {
+    constrain::ConstraintSpec s;
+    s.kind = constrain::ConstraintSpec::Kind::XML_TOOL_CALL;
+    s.closing = std::string(kFunctionClose) + "\n" + std::string(kToolCallClose);
+    for (const auto& t : tools) {
+      const J& fn = t["function"];
+      const std::string name = fn["name"].get<std::string>();
+      if (named && name != *named) continue;
+      if (name.find_first_of(">\n") != std::string::npos)
+        throw InputError("tool call: Qwen3-Coder's XML cannot write the function name '" + name + "' ('>' or a newline)");
+      s.tools.emplace_back(named ? "" : before_name + name + ">\n", function_parameters(fn).dump());
+    }
+    return s;
   }
   std::unique_ptr<OutputParser> make_parser(const OutputParserOptions& options) const override {
     if (!options.tools) return think_then(options, content_only());

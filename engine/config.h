@@ -34,6 +34,8 @@ struct EngineConfig {
   int64_t num_speculative_tokens = 4;
   int64_t prompt_lookup_min = 2;
   int64_t prompt_lookup_max = 4;
+
+  bool speculates() const { return speculative == "ngram" && num_speculative_tokens > 0; }
 };
 
 struct ServerConfig {

@@ -60,23 +60,14 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// A recurrent layer's state holds the whole prefix at one position: a cached KV prefix or
-// a draft the state has already taken in cannot be reused or rolled back. Until state
-// checkpoints exist, a model with recurrent layers runs without prefix caching and
-// speculation.
+// A recurrent layer's state holds the whole prefix at one position: a cached KV prefix
+// cannot be reused without the state at its end. Until state checkpoints exist, a model
+// with recurrent layers runs without prefix caching. (Drafts it took in are rolled back
+// from a snapshot: Batch::state_copies.)
 bool prefix_caching_for(const EngineConfig& e, const ModelSpec& spec) {
   if (e.enable_prefix_caching && spec.has_recurrent_layers())
     log_warn("engine: prefix caching is off for a model with recurrent layers (", spec.architecture, ")");
   return e.enable_prefix_caching && !spec.has_recurrent_layers();
-}
-
-SpeculationConfig speculation_for(const EngineConfig& e, const ModelSpec& spec) {
-  SpeculationConfig c = SpeculationConfig::from(e);
-  if (c.num_tokens > 0 && spec.has_recurrent_layers()) {
-    log_warn("engine: speculative decoding is off for a model with recurrent layers (", spec.architecture, ")");
-    c.num_tokens = 0;
-  }
-  return c;
 }
 
 }  // namespace
@@ -84,7 +75,9 @@ SpeculationConfig speculation_for(const EngineConfig& e, const ModelSpec& spec) 
 int64_t state_slots_for(const EngineConfig& e, const ModelSpec& spec, size_t executor_slots) {
   if (!spec.has_recurrent_layers()) return 0;
   const auto slots = static_cast<int64_t>(executor_slots);
-  return std::max<int64_t>(1, (e.max_num_seqs + slots - 1) / slots) * slots;
+  const int64_t running = std::max<int64_t>(1, (e.max_num_seqs + slots - 1) / slots) * slots;
+  // With drafts, each running sequence's slot has a snapshot slot, above them all.
+  return e.speculates() ? 2 * running : running;
 }
 
 namespace {
@@ -108,7 +101,7 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
       admission_(spec.vocab_size, resolve_max_model_len(config, spec, num_kv_blocks)),
       blocks_(num_kv_blocks, config.engine.block_size, prefix_caching_for(config.engine, spec),
               {sliding_window_of(spec), num_window_blocks}),
-      speculator_(speculation_for(config.engine, spec)) {
+      speculator_(SpeculationConfig::from(config.engine)) {
   SPARK_CHECK(executor_ != nullptr && decoders_ != nullptr, "an engine needs an executor and a decoder factory");
   // Each micro-batch slot gets its share of the sequences, so that decode-only traffic
   // fills every slot.
@@ -119,6 +112,7 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
   const int64_t state_slots = state_slots_for(config.engine, spec, slots);
   for (size_t i = 0; i < slots; ++i) {
     sc.first_state_slot = state_slots > 0 ? int64_t(i) * sc.max_num_seqs : -1;
+    sc.snapshot_offset = state_slots > 0 && speculator_.enabled() ? state_slots / 2 : -1;
     schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_));
   }
   executor_->prepare(num_kv_blocks, blocks_.num_window_blocks(), config.engine.block_size, eos_ids_, state_slots);

@@ -50,7 +50,8 @@ using DecoderFactory = std::function<std::unique_ptr<TokenDecoder>(bool skip_spe
 
 // The recurrent state slots an engine keeps for a model (0 without recurrent layers): each
 // executor slot's scheduler runs its share of engine.max_num_seqs, rounded up, and holds a
-// state slot per running sequence. A pipeline's head tells its worker this count.
+// state slot per running sequence; with speculation, a snapshot slot for each as well
+// (Batch::state_copies). A pipeline's head tells its worker this count.
 int64_t state_slots_for(const EngineConfig& engine, const ModelSpec& spec, size_t executor_slots);
 
 // What the health endpoint and the service watchdog read.

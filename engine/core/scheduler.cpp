@@ -67,6 +67,7 @@ void Scheduler::preempt(Sequence* seq) {
   blocks_.free(*seq);
   seq->draft_tokens.clear();
   seq->num_computed_tokens = 0;
+  seq->restore_state = false;  // recomputed from position 0, from a zero state
   seq->status = SeqStatus::PREEMPTED;
   ++seq->num_preemptions;
   ++num_preemptions_;
@@ -140,6 +141,13 @@ ScheduledStep Scheduler::schedule() {
   // Copies recorded while planning run before this step writes; with no step they wait
   // for the next one (a cached destination must get its K/V before anyone reads it).
   if (!step.empty()) step.batch.block_copies = blocks_.take_copies();
+  if (config_.snapshot_offset >= 0)
+    for (const StepEntry& e : step.entries) {
+      const auto slot = e.seq->state_slot, snapshot = static_cast<int32_t>(slot + config_.snapshot_offset);
+      if (e.seq->restore_state) step.batch.state_copies.insert(step.batch.state_copies.end(), {snapshot, slot});
+      else if (e.num_draft_tokens > 0) step.batch.state_copies.insert(step.batch.state_copies.end(), {slot, snapshot});
+      e.seq->restore_state = false;
+    }
   return step;
 }
 
@@ -201,8 +209,11 @@ std::vector<int64_t> Scheduler::update(const ScheduledStep& step, const std::vec
     }
     const int32_t* samples = sampled.data() + e.logits_row;
     const size_t accepted = accepted_drafts(seq->draft_tokens, samples);
-    // The rows of the rejected drafts computed nothing that stays.
-    seq->num_computed_tokens += e.num_new_tokens - e.num_draft_tokens + static_cast<int64_t>(accepted);
+    // The rows of the rejected drafts computed nothing that stays. A recurrent state took
+    // them in, though: it goes back to its snapshot, and the step's tokens are computed
+    // again (with the accepted drafts and the new token, as one chunk).
+    if (config_.snapshot_offset >= 0 && static_cast<int64_t>(accepted) < e.num_draft_tokens) seq->restore_state = true;
+    else seq->num_computed_tokens += e.num_new_tokens - e.num_draft_tokens + static_cast<int64_t>(accepted);
     seq->draft_tokens.clear();
     blocks_.trim(*seq);
     for (size_t j = 0; j <= accepted; ++j) seq->append_token(samples[j]);

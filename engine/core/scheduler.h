@@ -19,6 +19,9 @@ struct SchedulerConfig {
   // A model with recurrent layers: each running sequence holds one of the state slots
   // [first_state_slot, first_state_slot + max_num_seqs) (Batch::state_slots); -1: none.
   int64_t first_state_slot = -1;
+  // With drafts on a model with recurrent layers: each state slot's snapshot is the slot
+  // this far above it (Batch::state_copies); -1: none.
+  int64_t snapshot_offset = -1;
 };
 
 // One sequence's part of a step: num_new_tokens rows of the batch, in entry order; when

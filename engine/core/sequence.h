@@ -59,6 +59,9 @@ struct Sequence {
 
   // Its recurrent state's slot while it runs (a model with recurrent layers); -1 otherwise.
   int32_t state_slot = -1;
+  // Drafts were rejected after the recurrent state took them in: the next step restores
+  // the state from before them (its snapshot slot) and recomputes the accepted tokens.
+  bool restore_state = false;
 
   std::vector<int32_t> block_table;  // KV block ids, one per block_size tokens
   // Chained hashes of the first block_hashes.size() full blocks of token_ids. They depend

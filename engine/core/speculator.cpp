@@ -17,7 +17,7 @@ constexpr int64_t kPauseTokens = 32;
 
 SpeculationConfig SpeculationConfig::from(const EngineConfig& e) {
   SpeculationConfig c;
-  c.num_tokens = e.speculative == "ngram" ? int(e.num_speculative_tokens) : 0;
+  c.num_tokens = e.speculates() ? int(e.num_speculative_tokens) : 0;
   c.lookup_min = int(e.prompt_lookup_min);
   c.lookup_max = int(e.prompt_lookup_max);
   return c;

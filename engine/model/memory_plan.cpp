@@ -60,7 +60,9 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   p.workspace_bytes = f.workspace_bytes;
   p.reserve_bytes = f.reserve_bytes;
   p.state_bytes_per_sequence = f.state_bytes_per_sequence;
-  p.state_slots = p.state_bytes_per_sequence > 0 ? c.engine.max_num_seqs : 0;
+  // With drafts, each sequence's state has a snapshot beside it (Batch::state_copies).
+  p.state_snapshots = p.state_bytes_per_sequence > 0 && c.engine.speculates();
+  p.state_slots = p.state_bytes_per_sequence > 0 ? c.engine.max_num_seqs * (p.state_snapshots ? 2 : 1) : 0;
   const uint64_t state_bytes = p.state_bytes_per_sequence * uint64_t(p.state_slots);
 
   p.available_bytes = budget.available_bytes;
@@ -158,7 +160,8 @@ std::string describe_plan(const MemoryPlan& p) {
   }
   if (p.state_slots > 0)
     o << "  recurrent state  " << format_bytes(p.state_bytes_per_sequence) << " per sequence x " << p.state_slots
-      << " (engine.max_num_seqs) = " << format_bytes(p.state_bytes_per_sequence * uint64_t(p.state_slots))
+      << (p.state_snapshots ? " (engine.max_num_seqs, each with its snapshot for drafts) = " : " (engine.max_num_seqs) = ")
+      << format_bytes(p.state_bytes_per_sequence * uint64_t(p.state_slots))
       << ", beside the KV cache\n";
   o << "  workspace        " << format_bytes(p.workspace_bytes) << " activations + "
     << format_bytes(p.reserve_bytes) << " reserve\n";

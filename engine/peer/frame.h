@@ -12,7 +12,7 @@
 namespace spark {
 
 inline constexpr uint32_t kPeerMagic = 0x444b5053;  // "SPKD" as little-endian bytes
-inline constexpr uint16_t kPeerProtocolVersion = 1;
+inline constexpr uint16_t kPeerProtocolVersion = 2;  // 2: plans carry state_copies
 inline constexpr size_t kFrameHeaderBytes = 16;
 inline constexpr size_t kMaxControlPayload = 64 << 10;  // handshake, heartbeats, probes
 

@@ -171,7 +171,7 @@ Welcome decode_welcome(const std::vector<uint8_t>& payload) {
   in(m.block_size, 1, 1 << 16, "block_size");
   in(m.max_step_tokens, 1, int64_t(1) << 20, "max_step_tokens");
   in(m.max_step_seqs, 1, int64_t(1) << 16, "max_step_seqs");
-  in(m.state_slots, 0, 2 * m.max_step_seqs, "state_slots");
+  in(m.state_slots, 0, 4 * m.max_step_seqs, "state_slots");  // rounded up per micro-batch slot, and snapshots
   in(m.max_model_len, 1, int64_t(1) << 24, "max_model_len");
   in(m.vocab_size, 1, int64_t(1) << 24, "vocab_size");
   in(m.hidden_size, 1, int64_t(1) << 20, "hidden_size");
@@ -207,6 +207,7 @@ std::vector<uint8_t> encode_plan(const MicroBatchPlan& p) {
   w.array(b.logits_rows);
   w.array(b.hidden_rows);
   w.array(b.state_slots);
+  w.array(b.state_copies);
   w.array(b.block_copies);
   w.array(p.sample_seq_ids);
   for (size_t i = 0; i < b.logits_rows.size(); ++i)
@@ -271,6 +272,14 @@ void check_batch(const Batch& b, const Welcome& s) {
   for (size_t i = 0; i < slots.size(); ++i)
     if (slots[i] < 0 || slots[i] >= s.state_slots || (i > 0 && slots[i] == slots[i - 1]))
       bad("state slot " + std::to_string(slots[i]) + " is outside [0, " + std::to_string(s.state_slots) + ") or taken twice");
+  // A snapshot before drafts, or its restore: between two distinct slots of the session.
+  if (b.state_copies.size() % 2 != 0) bad("state_copies does not hold (source, destination) pairs");
+  for (size_t i = 0; i < b.state_copies.size(); i += 2) {
+    const int32_t src = b.state_copies[i], dst = b.state_copies[i + 1];
+    if (src < 0 || src >= s.state_slots || dst < 0 || dst >= s.state_slots || src == dst)
+      bad("state copy " + std::to_string(src) + " -> " + std::to_string(dst) + " is not between two slots of [0, " +
+          std::to_string(s.state_slots) + ")");
+  }
 }
 
 MicroBatchPlan decode_plan(const std::vector<uint8_t>& payload, const Welcome& s) {
@@ -306,6 +315,7 @@ MicroBatchPlan decode_plan(const std::vector<uint8_t>& payload, const Welcome& s
   b.logits_rows = r.array<int32_t>("logits_rows", max_seqs);
   b.hidden_rows = r.array<int32_t>("hidden_rows", max_rows);
   b.state_slots = r.array<int32_t>("state_slots", max_seqs);
+  b.state_copies = r.array<int32_t>("state_copies", 2 * max_seqs);
   b.block_copies = r.array<int32_t>("block_copies", 2 * size_t(s.kv_blocks));
   p.sample_seq_ids = r.array<int64_t>("sample_seq_ids", max_seqs);
   p.row_masks.resize(b.logits_rows.size());

@@ -32,6 +32,12 @@ struct Batch {
   // reads and updates (Backend::init_state_slots). A sequence whose rows start at
   // position 0 starts from a zero state. Empty for a model without recurrent layers.
   std::vector<int32_t> state_slots;
+  // [2 * C] (source, destination) state slot pairs: before anything else, each recurrent
+  // layer copies the source slot's state to the destination. A step that verifies drafts
+  // keeps the state it started from in the sequence's snapshot slot; when drafts were
+  // rejected, the next step restores it and recomputes the accepted tokens
+  // (engine/core/scheduler.h).
+  std::vector<int32_t> state_copies;
   // [2 * C] (source, destination) block pairs: before anything else, each full-attention
   // layer copies the source block's K and V to the destination block (a block that left
   // the sliding window moving to a full-only block, engine/core/block_manager.h).

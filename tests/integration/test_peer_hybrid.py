@@ -22,16 +22,16 @@ PROMPTS = [[3, 17, 42, 99, 7], [250, 1, 1, 1], [5] * 12, list(range(30, 100)), [
            list(range(200, 140, -1)), [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]]
 
 
-def greedy(url, prompt):
-    r = requests.post(url + "/v1/completions", timeout=120, json={
-        "prompt": prompt, "max_tokens": 12, "temperature": 0, "ignore_eos": True})
+def greedy(url, prompt, max_tokens=12):
+    r = requests.post(url + "/v1/completions", timeout=300, json={
+        "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
     assert r.status_code == 200, r.text
     return r.json()["choices"][0]["text"]
 
 
-def run_all(url):
-    with ThreadPoolExecutor(len(PROMPTS)) as pool:
-        return list(pool.map(lambda p: greedy(url, p), PROMPTS))
+def run_all(url, prompts=PROMPTS, max_tokens=12):
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(lambda p: greedy(url, p, max_tokens), prompts))
 
 
 @pytest.fixture(scope="module", params=["qwen3_5_moe", "qwen3_next"])

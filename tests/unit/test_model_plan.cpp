@@ -223,6 +223,12 @@ TEST_CASE("memory plan: a hybrid counts KV for its attention layers and a recurr
   MemoryPlan cpu = plan_memory(info.spec, all, stage_footprint(c, info, all, "cpu"), c, MemoryBudget{100 * GiB, "test"});
   CHECK(cpu.kv_bytes_per_token == 10ull * 2 * 2 * 256 * 4);
   CHECK(cpu.state_bytes_per_sequence == p.state_bytes_per_sequence);
+  // With speculation each sequence's state has a snapshot beside it: twice the slots.
+  c.engine.speculative = "ngram";
+  MemoryPlan spec = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{100 * GiB, "test"});
+  CHECK(spec.state_slots == 32);
+  CHECK(spec.kv_blocks < p.kv_blocks);
+  CHECK(describe_plan(spec).find("x 32 (engine.max_num_seqs, each with its snapshot for drafts)") != std::string::npos);
 }
 
 // Qwen3-Next-80B-A3B's shape (tests/golden/configs/qwen3_next_80b_a3b: transformers'

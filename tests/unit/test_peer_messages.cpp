@@ -136,7 +136,18 @@ TEST_CASE("a hybrid's plans name one distinct state slot per sequence, inside th
     p.batch.state_slots = slots;
     CHECK_THROWS_WITH_AS(decode_plan(encode_plan(p), s), doctest::Contains(why), InputError);
   }
-  s.state_slots = 2 * s.max_step_seqs + 1;  // more than two micro-batches of sequences can hold
+  // Snapshots before drafts and their restores: pairs of distinct slots of the session.
+  p.batch.state_slots = {3, 0};
+  p.batch.state_copies = {3, 1, 2, 0};
+  CHECK(decode_plan(encode_plan(p), s).batch.state_copies == std::vector<int32_t>{3, 1, 2, 0});
+  for (const auto& [copies, why] : std::vector<std::pair<std::vector<int32_t>, const char*>>{
+           {{3}, "pairs"}, {{3, 4}, "state copy 3 -> 4"}, {{-1, 0}, "state copy -1 -> 0"}, {{2, 2}, "state copy 2 -> 2"}}) {
+    CAPTURE(why);
+    p.batch.state_copies = copies;
+    CHECK_THROWS_WITH_AS(decode_plan(encode_plan(p), s), doctest::Contains(why), InputError);
+  }
+  // More than two micro-batches of sequences, each with a snapshot, can hold.
+  s.state_slots = 4 * s.max_step_seqs + 1;
   CHECK_THROWS_WITH_AS(decode_welcome(encode_welcome(s)), doctest::Contains("state_slots"), InputError);
 }
 

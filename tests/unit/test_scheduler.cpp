@@ -178,6 +178,43 @@ TEST_CASE("scheduler: out of blocks the newest is preempted, then resumes by rec
   CHECK_FALSE(sched.has_work());
 }
 
+TEST_CASE("scheduler: with recurrent state, drafts are verified from a snapshot, and rejected ones restore it") {
+  BlockManager bm(32, 4, false);
+  SchedulerConfig c = config(2, 64, 64);
+  c.first_state_slot = 0;
+  c.snapshot_offset = 2;
+  Scheduler sched(c, bm);
+  auto a = make_seq(1, 1, 5, 20, sched);
+  sched.add(a.get());
+  ScheduledStep prefill = run_step(sched, 50);  // prompt [1..5], then 50
+  CHECK(prefill.batch.state_copies.empty());
+  const int32_t slot = a->state_slot, snapshot = slot + 2;
+  // Three drafts, all kept: the snapshot is taken and not needed.
+  a->draft_tokens = {51, 52, 53};
+  ScheduledStep verify = sched.schedule();
+  CHECK(verify.batch.state_copies == std::vector<int32_t>{slot, snapshot});
+  sched.update(verify, {51, 52, 53, 54});
+  CHECK(a->num_computed_tokens == 9);  // 1..5, 50, 51, 52, 53; 54 is next
+  CHECK(!a->restore_state);
+  // Three drafts, the second rejected: the state goes back and the kept tokens are redone.
+  a->draft_tokens = {55, 56, 57};
+  verify = sched.schedule();
+  CHECK(verify.batch.state_copies == std::vector<int32_t>{slot, snapshot});
+  sched.update(verify, {55, 60, 61, 62});  // 55 kept, 60 instead of 56
+  CHECK(a->restore_state);
+  CHECK(a->num_computed_tokens == 9);  // nothing of the step stays computed
+  CHECK(a->token_ids.back() == 60);
+  ScheduledStep redo = sched.schedule();
+  CHECK(redo.batch.state_copies == std::vector<int32_t>{snapshot, slot});
+  CHECK(new_tokens_of(redo) == std::vector<int64_t>{3});  // 54, 55 and 60 as one chunk
+  CHECK(std::vector<int32_t>(redo.batch.token_ids) == std::vector<int32_t>{54, 55, 60});
+  sched.update(redo, {70});
+  CHECK(!a->restore_state);
+  CHECK(a->num_computed_tokens == 12);
+  sched.finish(a.get(), FinishReason::ABORT);
+  CHECK(bm.num_free_blocks() == 32);
+}
+
 TEST_CASE("scheduler: abort in every state frees blocks and forgets the sequence") {
   BlockManager bm(8, 2, true);
   Scheduler sched(config(4, 4, 12), bm);

@@ -210,6 +210,14 @@ void CpuBackend::prepare_states(const Batch& batch) {
     throw InputError("invalid batch: " + std::to_string(batch.state_slots.size()) + " state slots for " +
                      std::to_string(S) + " sequences");
   const auto per_slot = size_t(num_recurrent_ * spec_.delta_net.state_values());
+  if (batch.state_copies.size() % 2 != 0) throw InputError("invalid batch: state_copies must hold (source, destination) pairs");
+  for (size_t i = 0; i < batch.state_copies.size(); i += 2) {
+    const int32_t src = batch.state_copies[i], dst = batch.state_copies[i + 1];
+    if (src < 0 || src >= num_state_slots_ || dst < 0 || dst >= num_state_slots_ || src == dst)
+      throw InputError("invalid batch: state copy " + std::to_string(src) + " -> " + std::to_string(dst) + " outside [0, " +
+                       std::to_string(num_state_slots_) + ")");
+    std::copy_n(states_.begin() + std::ptrdiff_t(size_t(src) * per_slot), per_slot, states_.begin() + std::ptrdiff_t(size_t(dst) * per_slot));
+  }
   for (int64_t s = 0; s < S; ++s) {
     const int32_t slot = batch.state_slots[size_t(s)];
     if (slot < 0 || slot >= num_state_slots_)

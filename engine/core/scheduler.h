@@ -81,6 +81,7 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
   BlockManager& blocks() { return blocks_; }
   int64_t num_preemptions() const { return num_preemptions_; }
+  int64_t num_free_state_slots() const { return static_cast<int64_t>(free_state_slots_.size()); }
 
  private:
   void preempt(Sequence* seq);

@@ -1,6 +1,7 @@
 // test_block_manager_property.cpp — randomized operations (add, step, finish, abort,
 // preemption, prefix hits, speculative drafts rolled back, blocks leaving a sliding
-// window) checked for leaked or double-freed KV blocks after each one.
+// window, recurrent states restored from their snapshots) checked for leaked or
+// double-freed KV blocks and state slots after each one.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -68,19 +69,48 @@ struct Cache {
   SlidingKv sliding;
 };
 
+// A hybrid's recurrent states as the tokens each state slot has taken in: a step's state
+// copies run first, a sequence whose rows start at position 0 starts from nothing, and every
+// row adds its token. A running sequence's state must hold exactly its computed tokens (or,
+// with a restore pending, its snapshot must).
+struct SlotStates {
+  std::vector<std::vector<int32_t>> taken;
+  int64_t snapshot_offset = 0;
+  void write(const Batch& b) {
+    for (size_t i = 0; i < b.state_copies.size(); i += 2)
+      taken.at(static_cast<size_t>(b.state_copies[i + 1])) = taken.at(static_cast<size_t>(b.state_copies[i]));
+    for (int32_t s = 0; s < b.num_seqs(); ++s) {
+      auto& state = taken.at(static_cast<size_t>(b.state_slots.at(static_cast<size_t>(s))));
+      if (b.positions[static_cast<size_t>(b.query_start[static_cast<size_t>(s)])] == 0) state.clear();
+      for (int32_t t = b.query_start[static_cast<size_t>(s)]; t < b.query_start[static_cast<size_t>(s) + 1]; ++t)
+        state.push_back(b.token_ids[static_cast<size_t>(t)]);
+    }
+  }
+  void check(const Sequence& s) const {
+    const int32_t slot = s.restore_state ? s.state_slot + static_cast<int32_t>(snapshot_offset) : s.state_slot;
+    const std::vector<int32_t> computed(s.token_ids.begin(), s.token_ids.begin() + s.num_computed_tokens);
+    REQUIRE(taken.at(static_cast<size_t>(slot)) == computed);
+  }
+};
+
 // speculative: before each step a decoding sequence may get drafts, which the "model"
 // accepts in part (its samples follow the drafts for a random length, then differ).
-void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative = false, Cache cache = {}) {
+// recurrent: a hybrid's scheduler (state slots with snapshots, no prefix caching).
+void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative = false, Cache cache = {},
+                  bool recurrent = false) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
 
-  BlockManager bm(cache.num_blocks, 4, true, cache.sliding);
+  BlockManager bm(cache.num_blocks, 4, !recurrent, cache.sliding);
   SchedulerConfig cfg;
   cfg.max_num_seqs = 6;
   cfg.max_num_batched_tokens = chunked ? 12 : 40;
   cfg.max_model_len = 40;
   cfg.enable_chunked_prefill = chunked;
+  if (recurrent) cfg.first_state_slot = 0, cfg.snapshot_offset = cfg.max_num_seqs;
   Scheduler sched(cfg, bm);
+  SlotStates states{std::vector<std::vector<int32_t>>(2 * static_cast<size_t>(cfg.max_num_seqs)), cfg.max_num_seqs};
+  int64_t restores = 0;
 
   // Prompts share a few prefixes so that prefix hits happen often.
   std::vector<std::vector<int32_t>> prefixes;
@@ -124,13 +154,22 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
   };
   auto check_live = [&] {
     check_accounting(bm, live);
+    std::vector<int32_t> slots;
     for (const auto& s : live) {
       if (s->status != SeqStatus::RUNNING) continue;
       kv.check(*s);
+      if (recurrent) {
+        states.check(*s);
+        slots.push_back(s->state_slot);
+      }
       // No block held past the computed tokens: rejected drafts' blocks went back.
       REQUIRE(static_cast<int64_t>(s->block_table.size()) == (s->num_computed_tokens + bm.block_size() - 1) / bm.block_size());
       REQUIRE(s->draft_tokens.empty());
     }
+    // One distinct slot per running sequence, the rest free.
+    std::sort(slots.begin(), slots.end());
+    REQUIRE(std::adjacent_find(slots.begin(), slots.end()) == slots.end());
+    if (recurrent) REQUIRE(sched.num_free_state_slots() + static_cast<int64_t>(slots.size()) == cfg.max_num_seqs);
   };
   auto forget = [&](Sequence* s) {
     live.erase(std::find_if(live.begin(), live.end(), [&](const auto& p) { return p.get() == s; }));
@@ -155,6 +194,9 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
       REQUIRE(step.batch.num_seqs() <= cfg.max_num_seqs);
       copied += static_cast<int64_t>(step.batch.block_copies.size()) / 2;
       kv.write(step.batch);
+      if (recurrent) states.write(step.batch);
+      for (size_t i = 0; i < step.batch.state_copies.size(); i += 2)
+        restores += step.batch.state_copies[i] >= cfg.snapshot_offset;
       sched.update(step, sample(step));
       ++steps;
       for (const StepEntry& e : step.entries) {
@@ -181,6 +223,7 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
     ScheduledStep step = sched.schedule();
     REQUIRE_FALSE(step.empty());
     kv.write(step.batch);
+    if (recurrent) states.write(step.batch);
     sched.update(step, sample(step));
     for (const StepEntry& e : step.entries) {
       Sequence* s = e.seq;
@@ -192,6 +235,10 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
     check_live();
   }
   CHECK(bm.num_free_blocks() == bm.num_blocks());
+  if (recurrent) {
+    CHECK(sched.num_free_state_slots() == cfg.max_num_seqs);
+    CHECK(restores > 300);
+  }
   if (speculative) {
     CHECK(next_id > 1000);  // requests
     CHECK(drafted > 1000);
@@ -201,7 +248,7 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
   CHECK(finished > 100);
   CHECK(aborted > 100);
   CHECK(sched.num_preemptions() > 10);
-  CHECK(bm.prefix_cache_hits() > 100);
+  if (!recurrent) CHECK(bm.prefix_cache_hits() > 100);
   if (bm.num_window_blocks() < bm.num_blocks()) CHECK(copied > 500);
 }
 
@@ -232,4 +279,8 @@ TEST_CASE("block manager property: sliding-window blocks move out of the window,
 
 TEST_CASE("block manager property: sliding-window blocks move out of the window, drafts rolled back") {
   run_property(31337, true, 12000, true, kSliding);
+}
+
+TEST_CASE("block manager property: a hybrid's states, drafts rolled back from their snapshots, preemption") {
+  run_property(8080, true, 12000, true, {}, true);
 }

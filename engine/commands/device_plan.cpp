@@ -80,7 +80,9 @@ std::string device_plan_report(const Config& config, const StagePlan& stage, con
   // What a batch-1 decode step reads: as the CUDA backend counts it, else (a build without
   // CUDA) the file's tensors it reads scaled by the file's ratio of device to file bytes.
   const double ratio = file.total > 0 ? device_weights / file.total : 1.0;
-  const double read = plan.weight_bytes_per_token ? double(plan.weight_bytes_per_token) : file.read_per_token * ratio;
+  const double weights_read = plan.weight_bytes_per_token ? double(plan.weight_bytes_per_token) : file.read_per_token * ratio;
+  // A hybrid's step also reads and writes the sequence's recurrent state once.
+  const double read = weights_read + 2.0 * double(plan.state_bytes_per_sequence);
   std::ostringstream o;
   o << "device plan (" << device.name << ", a projection: no GPU is used)\n";
   o << "  device           " << device.about << "\n";
@@ -91,9 +93,10 @@ std::string device_plan_report(const Config& config, const StagePlan& stage, con
     o << r;
   }
   o << "\n" << describe_plan(plan);
-  char line[160];
-  std::snprintf(line, sizeof line, "  decode (proj.)   ~%.0f tokens/s at batch 1: %s read a token / %.0f GB/s\n",
-                device.copy_gb_per_s * 1e9 / read, format_bytes(uint64_t(read)).c_str(), device.copy_gb_per_s);
+  char line[200];
+  std::snprintf(line, sizeof line, "  decode (proj.)   ~%.0f tokens/s at batch 1: %s read a token / %.0f GB/s%s\n",
+                device.copy_gb_per_s * 1e9 / read, format_bytes(uint64_t(read)).c_str(), device.copy_gb_per_s,
+                plan.state_bytes_per_sequence ? " (the weights, and the recurrent state read and written)" : "");
   o << line;
   return o.str();
 }

@@ -256,15 +256,17 @@ std::optional<std::string> gguf_to_hf_name(const std::string& name,
   for (char c : layer)
     if (c < '0' || c > '9') return std::nullopt;
   if (layer.size() > 1 && layer[0] == '0') return std::nullopt;
+  // A part the table gives no kind (A_log, dt_bias) may stand bare or with either suffix:
+  // llama.cpp writes "ssm_a" and "ssm_dt.bias".
   std::string rest = name.substr(dot + 1);
   size_t last = rest.rfind('.');
-  if (last == std::string::npos) return std::nullopt;
-  std::string base = rest.substr(0, last), kind = rest.substr(last + 1);
-  if (kind != "weight" && kind != "bias") return std::nullopt;
+  std::string base = last == std::string::npos ? rest : rest.substr(0, last);
+  std::string kind = last == std::string::npos ? "" : rest.substr(last + 1);
+  if (!kind.empty() && kind != "weight" && kind != "bias") return std::nullopt;
   for (const auto& [alias, table_name] : aliases)
     if (base == alias) base = table_name;
   for (size_t i = kFirstLayerPart; i < kNumParts; ++i)
-    if (base == kNames[i].gguf && (kind == kNames[i].kind || (!*kNames[i].kind && kind == "weight")))
+    if (base == kNames[i].gguf && (kind == kNames[i].kind || !*kNames[i].kind))
       return "model.layers." + layer + "." + kNames[i].hf + (*kNames[i].kind ? "." + kind : "");
   return std::nullopt;
 }

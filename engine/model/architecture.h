@@ -45,6 +45,8 @@ struct Architecture {
   // llama.cpp's converter interleaves the Q and K rows of each head for its RoPE: the
   // loader puts them back (gguf_unpermute_rows).
   bool gguf_qk_rows_permuted = false;
+  // RoPE may rotate fewer dimensions than a head has (rope.dimension_count, Qwen3.5).
+  bool gguf_partial_rotary = false;
   // YaRN as the GGUF stores it rounds the blended band to whole dimensions unless the
   // architecture's own config says otherwise (gpt-oss: truncate false).
   bool gguf_yarn_truncates = true;

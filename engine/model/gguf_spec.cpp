@@ -91,8 +91,13 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   if (!(s.rms_norm_eps > 0)) m.fail(*arch + ".attention.layer_norm_rms_epsilon", "must be positive");
   s.rope_theta = m.number("rope.freq_base", 10000.0);
   if (!(s.rope_theta > 0)) m.fail(*arch + ".rope.freq_base", "must be positive");
-  if (m.integer("rope.dimension_count", 1, MAX_DIM, s.head_dim) != s.head_dim)
-    m.fail(*arch + ".rope.dimension_count", "differs from the head size (partial rotary is not supported)");
+  if (const int64_t rotary = m.integer("rope.dimension_count", 1, MAX_DIM, s.head_dim); rotary != s.head_dim) {
+    if (!s.arch->gguf_partial_rotary || rotary > s.head_dim || rotary % 2 != 0)
+      m.fail(*arch + ".rope.dimension_count", "= " + std::to_string(rotary) + " is not the head size " +
+                                                  std::to_string(s.head_dim) +
+                                                  (s.arch->gguf_partial_rotary ? " nor an even part of it" : " (partial rotary is not supported)"));
+    s.rotary_dim = rotary;
+  }
   s.max_position_embeddings = m.integer("context_length", 1, 1ll << 26, 2048);
 
   // The vocabulary size is the embedding's row count: the authority the weights obey.

@@ -64,6 +64,10 @@ struct ModelSpec {
     int64_t num_k_heads = 0, num_v_heads = 0;  // a key head serves num_v_heads / num_k_heads value heads
     int64_t k_head_dim = 0, v_head_dim = 0;
     int64_t conv_kernel = 0;  // the depthwise causal conv1d over the q, k and v channels
+    // How the value heads follow the key heads. Grouped (Hugging Face): the value heads
+    // of key head k are k * per_key ... (k + 1) * per_key - 1. Tiled (llama.cpp's GGUF):
+    // value head h reads key head h % num_k_heads.
+    bool value_heads_tiled = false;
     int64_t key_dim() const { return num_k_heads * k_head_dim; }
     int64_t value_dim() const { return num_v_heads * v_head_dim; }
     int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }

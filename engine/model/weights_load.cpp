@@ -36,10 +36,28 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
   return w;
 }
 
+namespace {
+
+// The layer a "blk.N." name belongs to; -1 for other names.
+int64_t gguf_layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos || dot == 4 || dot - 4 > 6 || name.find_first_not_of("0123456789", 4) != dot) return -1;
+  return std::stoll(name.substr(4, dot - 4));
+}
+
+bool ends_with(const std::string& s, std::string_view tail) { return s.size() >= tail.size() && s.ends_with(tail); }
+
+}  // namespace
+
 std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec& spec) {
   std::map<std::string, Tensor> out;
+  // llama.cpp counts a multi-token-prediction block among the layers (after them); the
+  // model's layers end before it.
+  const int64_t file_blocks = f.get_int(spec.arch->gguf_name + std::string(".block_count")).value_or(spec.num_layers);
   for (const GgufTensorInfo& info : f.tensors) {
     if (info.name == "rope_freqs.weight") continue;  // folded into the spec's RopeScaling
+    if (const int64_t layer = gguf_layer_of(info.name); layer >= spec.num_layers && layer < file_blocks) continue;
     auto hf = gguf_to_hf_name(info.name, spec.arch->gguf_aliases);
     if (!hf) throw InputError("GGUF file '" + f.source + "': tensor '" + info.name + "' is not part of any supported architecture");
     Tensor t;
@@ -49,6 +67,10 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
       t.name = *hf;
       t.shape = info.shape;
       t.nbytes = info.nbytes;
+      // Squeezed by llama.cpp: the conv1d kernel ([channels, 1, kernel]) and the shared
+      // expert's gate ([1, hidden]).
+      if (t.shape.size() == 2 && ends_with(t.name, "linear_attn.conv1d.weight")) t.shape.insert(t.shape.begin() + 1, 1);
+      if (t.shape.size() == 1 && ends_with(t.name, "mlp.shared_expert_gate.weight")) t.shape.insert(t.shape.begin(), 1);
       if (!out.emplace(t.name, t).second) throw InputError("GGUF file '" + f.source + "': tensor '" + t.name + "' appears twice");
       continue;
     }
@@ -110,6 +132,28 @@ Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange r
     Tensor t = all.at(ts.name);
     check_block_scales(t, f.source);
     const bool q_or_k = ts.part == Part::Q || ts.part == Part::K || ts.part == Part::Q_BIAS || ts.part == Part::K_BIAS;
+    // llama.cpp stores zero-centred norms with the one added, and -exp(A_log) for A_log.
+    const bool offset_norm = spec.norm_plus_one && part_is_norm(ts.part) && ts.part != Part::LIN_NORM;
+    if (offset_norm || ts.part == Part::LIN_A_LOG) {
+      if (t.dtype != DType::F32)
+        throw InputError("GGUF file '" + f.source + "': tensor '" + t.name + "' is " + std::string(dtype_name(t.dtype)) +
+                         "; llama.cpp writes it in F32");
+      auto buf = std::make_shared<std::vector<uint8_t>>(t.nbytes);
+      const auto* src = static_cast<const float*>(t.data);
+      auto* dst = reinterpret_cast<float*>(buf->data());
+      for (size_t i = 0; i < t.nbytes / 4; ++i) {
+        if (offset_norm) {
+          dst[i] = src[i] - 1.0f;
+        } else {
+          if (!(src[i] < 0) || !std::isfinite(src[i]))
+            throw InputError("GGUF file '" + f.source + "': tensor '" + t.name + "' (ssm_a, -exp(A_log)) holds " +
+                             std::to_string(src[i]) + "; every value must be negative");
+          dst[i] = std::log(-src[i]);
+        }
+      }
+      t.data = buf->data();
+      w.keep_alive(std::move(buf));
+    }
     if (spec.arch->gguf_qk_rows_permuted && q_or_k) {
       int64_t rows = t.shape[0];
       if (t.shape.size() == 1 && dtype_is_quantized(t.dtype))

@@ -20,6 +20,10 @@ constexpr const char* LLAMA3_REGEX =
 constexpr const char* QWEN2_REGEX =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
+// Qwen3.5's: letters keep their combining marks (\p{M}) in one piece.
+constexpr const char* QWEN35_REGEX =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr const char* O200K_REGEX =
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
@@ -46,6 +50,7 @@ std::unique_ptr<PreTokenizer> gpt2_pre_tokenizer(const std::string& pre) {
   if (pre == "llama-bpe" || pre == "llama3" || pre == "dbrx" || pre == "smaug-bpe" || pre == "falcon3")
     return split_then_bytes(LLAMA3_REGEX);
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "megrez") return split_then_bytes(QWEN2_REGEX);
+  if (pre == "qwen35") return split_then_bytes(QWEN35_REGEX);
   if (pre == "gpt-4o" || pre == "o200k" || pre == "gpt-oss") return split_then_bytes(O200K_REGEX);
   if (pre == "tekken") return split_then_bytes(TEKKEN_REGEX);
   if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "codeshell") {
@@ -60,7 +65,7 @@ std::unique_ptr<PreTokenizer> gpt2_pre_tokenizer(const std::string& pre) {
     return split_then_bytes(DEEPSEEK_V3_REGEX);
   }
   throw InputError("GGUF tokenizer: unsupported pre-tokenizer '" + pre +
-                   "' (supported: default, gpt2, llama-bpe, llama3, qwen2, deepseek-r1-qwen, gpt-4o, tekken, smollm, "
+                   "' (supported: default, gpt2, llama-bpe, llama3, qwen2, qwen35, deepseek-r1-qwen, gpt-4o, tekken, smollm, "
                    "starcoder, refact, deepseek-v3, ...)");
 }
 

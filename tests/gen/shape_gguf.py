@@ -56,36 +56,100 @@ def tensors(shape):
     return out
 
 
+# Gated DeltaNet hybrids (llama.cpp's qwen35moe / qwen35): every full_attention_interval-th
+# layer attends (q_proj twice as wide: query and gate), the others are DeltaNet layers; one
+# multi-token-prediction block after the layers (block_count counts it).
+HYBRIDS = {
+    "qwen3.6-35b-a3b": dict(arch="qwen35moe", layers=40, hidden=2048, heads=16, kv=2, head_dim=256, vocab=248320,
+                            experts=256, used=8, expert_ffn=512, shared_ffn=512, ffn=0, k_heads=16, v_heads=32,
+                            k_dim=128, v_dim=128, conv=4, interval=4, rotary=64, mtp=1),
+    "qwen3.5-27b": dict(arch="qwen35", layers=64, hidden=5120, heads=24, kv=4, head_dim=256, vocab=248320,
+                        experts=0, used=0, expert_ffn=0, shared_ffn=0, ffn=17408, k_heads=16, v_heads=48,
+                        k_dim=128, v_dim=128, conv=4, interval=4, rotary=64, mtp=1),
+}
+
+
+def hybrid_tensors(m):
+    h, hd, vh, vd = m["hidden"], m["head_dim"], m["v_heads"], m["v_dim"]
+    conv_dim = 2 * m["k_heads"] * m["k_dim"] + vh * vd
+    out = [("token_embd.weight", (m["vocab"], h), None), ("output_norm.weight", (h,), None),
+           ("output.weight", (m["vocab"], h), None)]
+    for i in range(m["layers"] + m["mtp"]):
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (h,), i), (b + "post_attention_norm.weight", (h,), i)]
+        if (i + 1) % m["interval"] == 0 or i >= m["layers"]:
+            out += [(b + "attn_q.weight", (2 * m["heads"] * hd, h), i), (b + "attn_k.weight", (m["kv"] * hd, h), i),
+                    (b + "attn_v.weight", (m["kv"] * hd, h), i), (b + "attn_output.weight", (h, m["heads"] * hd), i),
+                    (b + "attn_q_norm.weight", (hd,), i), (b + "attn_k_norm.weight", (hd,), i)]
+        else:
+            out += [(b + "attn_qkv.weight", (conv_dim, h), i), (b + "attn_gate.weight", (vh * vd, h), i),
+                    (b + "ssm_beta.weight", (vh, h), i), (b + "ssm_alpha.weight", (vh, h), i),
+                    (b + "ssm_conv1d.weight", (conv_dim, m["conv"]), i), (b + "ssm_a", (vh,), i),
+                    (b + "ssm_dt.bias", (vh,), i), (b + "ssm_norm.weight", (vd,), i),
+                    (b + "ssm_out.weight", (h, vh * vd), i)]
+        if m["experts"]:
+            e, eff, sff = m["experts"], m["expert_ffn"], m["shared_ffn"]
+            out += [(b + "ffn_gate_inp.weight", (e, h), i), (b + "ffn_gate_exps.weight", (e, eff, h), i),
+                    (b + "ffn_up_exps.weight", (e, eff, h), i), (b + "ffn_down_exps.weight", (e, h, eff), i),
+                    (b + "ffn_gate_shexp.weight", (sff, h), i), (b + "ffn_up_shexp.weight", (sff, h), i),
+                    (b + "ffn_down_shexp.weight", (h, sff), i), (b + "ffn_gate_inp_shexp.weight", (h,), i)]
+        else:
+            out += [(b + "ffn_gate.weight", (m["ffn"], h), i), (b + "ffn_up.weight", (m["ffn"], h), i),
+                    (b + "ffn_down.weight", (h, m["ffn"]), i)]
+        if i >= m["layers"]:
+            out += [(b + "nextn.eh_proj.weight", (h, 2 * h), i), (b + "nextn.enorm.weight", (h,), i),
+                    (b + "nextn.hnorm.weight", (h,), i), (b + "nextn.shared_head_norm.weight", (h,), i)]
+    return out
+
+
 def stored_type(name, dims, layer, layers, qtype):
     if len(dims) == 1 or name.endswith("ffn_gate_inp.weight"):
         return Q.F32  # norms, biases and the router stay f32, as llama-quantize leaves them
+    if dims[-1] % 256:
+        return Q.F32  # rows shorter than a block (the conv1d kernel)
     if qtype == "Q4_K_M":
         return q4_k_m(name, layer, layers)
-    return {"Q8_0": Q.Q8_0, "F16": Q.F16}[qtype]
+    return {"Q8_0": Q.Q8_0, "F16": Q.F16, "Q6_K": Q.Q6_K}[qtype]
 
 
 def write(path, model, qtype):
-    """Writes `model` (a SHAPES key) stored as `qtype` ("Q4_K_M", "Q8_0" or "F16") to path;
-    returns the bytes of its tensors (the weights a full file would hold)."""
-    shape = SHAPES[model]
-    arch, n, h, ff, heads, kv, hd, vocab, ne, used, eff = shape[:11]
+    """Writes `model` (a SHAPES or HYBRIDS key) stored as `qtype` ("Q4_K_M", "Q6_K", "Q8_0" or
+    "F16") to path; returns the bytes of its tensors (the weights a full file would hold)."""
+    hybrid = HYBRIDS.get(model)
+    if hybrid:
+        arch, n, h, heads, kv, hd, vocab = (hybrid[k] for k in ("arch", "layers", "hidden", "heads", "kv", "head_dim", "vocab"))
+        ff, ne, used, eff = hybrid["ffn"], hybrid["experts"], hybrid["used"], hybrid["expert_ffn"]
+    else:
+        arch, n, h, ff, heads, kv, hd, vocab, ne, used, eff = SHAPES[model][:11]
     wr = gguf.GGUFWriter(str(path), arch)
-    wr.add_block_count(n)
-    wr.add_context_length(131072 if arch == "llama" else 32768)
+    wr.add_block_count(n + (hybrid["mtp"] if hybrid else 0))
+    wr.add_context_length(262144 if hybrid else 131072 if arch == "llama" else 32768)
     wr.add_embedding_length(h)
-    wr.add_feed_forward_length(ff)
+    if ff:
+        wr.add_feed_forward_length(ff)
     wr.add_head_count(heads)
     wr.add_head_count_kv(kv)
     wr.add_key_length(hd)
     wr.add_value_length(hd)
-    wr.add_rope_dimension_count(hd)
-    wr.add_rope_freq_base(500000.0 if arch == "llama" else 1000000.0)
+    wr.add_rope_dimension_count(hybrid["rotary"] if hybrid else hd)
+    wr.add_rope_freq_base(10000000.0 if hybrid else 500000.0 if arch == "llama" else 1000000.0)
     wr.add_layer_norm_rms_eps(1e-5 if arch == "llama" else 1e-6)
-    wr.add_file_type({"Q4_K_M": 15, "Q8_0": 7, "F16": 1}[qtype])
+    wr.add_file_type({"Q4_K_M": 15, "Q6_K": 18, "Q8_0": 7, "F16": 1}[qtype])
     if ne:
         wr.add_expert_count(ne)
         wr.add_expert_used_count(used)
         wr.add_expert_feed_forward_length(eff)
+    if hybrid:
+        wr.add_uint32(f"{arch}.nextn_predict_layers", hybrid["mtp"])
+        wr.add_full_attention_interval(hybrid["interval"])
+        wr.add_rope_dimension_sections([11, 11, 10, 0])
+        wr.add_ssm_conv_kernel(hybrid["conv"])
+        wr.add_ssm_state_size(hybrid["k_dim"])
+        wr.add_ssm_group_count(hybrid["k_heads"])
+        wr.add_ssm_time_step_rank(hybrid["v_heads"])
+        wr.add_ssm_inner_size(hybrid["v_heads"] * hybrid["v_dim"])
+        if ne:
+            wr.add_expert_shared_feed_forward_length(hybrid["shared_ffn"])
     tokens = ["<s>", "</s>"] + [f"t{i}" for i in range(vocab - 2)]
     wr.add_tokenizer_model("gpt2")
     wr.add_tokenizer_pre("default")
@@ -96,7 +160,7 @@ def write(path, model, qtype):
     wr.add_eos_token_id(1)
     wr.add_chat_template("{% for m in messages %}{{ m['content'] }}{% endfor %}")
     sizes = []
-    for name, dims, layer in tensors(shape):
+    for name, dims, layer in hybrid_tensors(hybrid) if hybrid else tensors(SHAPES[model]):
         t = stored_type(name, dims, layer, n, qtype)
         block, type_bytes = gguf.GGML_QUANT_SIZES[t]
         nbytes = int(np.prod(dims)) // block * type_bytes

@@ -43,3 +43,38 @@ def test_check_device_plans_a_quantized_file(tmp_path, model, qtype, lo_gb, hi_g
         assert read < device / 4  # a decode step reads the routed experts, not all 128
     else:
         assert read < device  # the embedding table is gathered, not read whole
+
+
+# The hybrids of the Spark playbooks as llama.cpp writes them (qwen35moe, qwen35; the MTP
+# block after the layers): Qwen3.6-35B-A3B in Q6_K, which llama.cpp decodes at 56.9 tokens/s
+# at batch 1 on a Spark, and Qwen3.5-27B in Q4_K_M. (model, type, file GB range, recurrent
+# state a sequence, KV bytes a token: 10 or 16 attention layers x K and V x kv heads x 256
+# x bf16, llama.cpp's measured rate or None)
+HYBRID_CASES = [("qwen3.6-35b-a3b", "Q6_K", 28.5, 30.0, "62.8 MiB", 10 * 2 * 2 * 256 * 2, 56.9),
+                ("qwen3.5-27b", "Q4_K_M", 16.0, 17.0, "149.6 MiB", 16 * 2 * 4 * 256 * 2, None)]
+
+
+@pytest.mark.parametrize("model,qtype,lo_gb,hi_gb,state,kv_per_token,peer", HYBRID_CASES)
+def test_check_device_plans_a_hybrid_file(tmp_path, model, qtype, lo_gb, hi_gb, state, kv_per_token, peer):
+    path = tmp_path / f"{model}-{qtype}.gguf"
+    file_bytes = shape_gguf.write(path, model, qtype)
+    assert lo_gb < file_bytes / 1e9 < hi_gb
+    r = run_sparkd("check", "--model", path, "--device", "gb10")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout[r.stdout.index("device plan"):]
+    print(f"\n{model} {qtype}:\n" + out)
+    assert f"recurrent state  {state} per sequence" in out
+    assert f"{kv_per_token} bytes/token" in out
+    assert "fits             yes" in out
+    fit = re.search(r"\((\d+) blocks per full sequence, (\d+) fit at once\)", out)
+    assert fit and int(fit.group(2)) >= 1
+    m = re.search(r"weights +([\d.]+) GiB on the device \(the file's tensors: ([\d.]+) GiB", out)
+    # Packed as in the file; the MTP block is in the file but not read.
+    assert 1.0 <= float(m.group(1)) / float(m.group(2)) <= 1.02
+    assert float(m.group(2)) < file_bytes / GIB
+    rate = re.search(r"decode \(proj\.\) +~(\d+) tokens/s at batch 1: ([\d.]+) GiB read a token / 218 GB/s "
+                     r"\(the weights, and the recurrent state read and written\)", out)
+    assert rate, out
+    assert abs(int(rate.group(1)) - GB10_COPY / (float(rate.group(2)) * GIB)) <= 1
+    if peer:
+        print(f"{model} {qtype}: projected {rate.group(1)} tokens/s at batch 1, llama.cpp measured {peer}")

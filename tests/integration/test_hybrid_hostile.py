@@ -139,3 +139,56 @@ def test_qwen3_next_fp8_scales(tmp_path):
                      config={"quantization_config": {"quant_method": "fp8", "weight_block_size": [32, 16]}})
     refused(bad, "model.layers.0.linear_attn.in_proj_qkv.weight would take rows of two 32-row scale blocks",
             "do not align with weight_block_size")
+
+
+GGUF = REPO / "tests" / "golden" / "models" / "qwen3_5_moe.gguf"
+
+
+def gguf_copy(tmp_path, tensors=None, drop_keys=()):
+    """The Qwen3.5-MoE GGUF rewritten with tensors changed (name -> function of the array)
+    and metadata keys left out, by the gguf package."""
+    import gguf
+    reader = gguf.GGUFReader(str(GGUF))
+    path = tmp_path / "model.gguf"
+    writer = gguf.GGUFWriter(str(path), "qwen35moe")
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture" or field.name in drop_keys:
+            continue
+        value = field.contents()
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.ARRAY:
+            writer.add_key_value(field.name, value, kind, sub_type=field.types[-1])
+        else:
+            writer.add_key_value(field.name, value, kind)
+    for t in reader.tensors:
+        a = np.array(t.data).reshape([int(d) for d in reversed(t.shape)])
+        change = (tensors or {}).get(t.name)
+        writer.add_tensor(t.name, change(a) if change else a)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def generate(path):
+    return run_sparkd("generate", "--model", path, "--prompt", "hi", "--max-tokens", "1")
+
+
+def test_the_unchanged_gguf_loads(tmp_path):
+    r = generate(gguf_copy(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "gated deltanet   3 of 4 layers" in run_sparkd("check", "--model", GGUF).stdout
+
+
+def test_gguf_with_a_positive_ssm_a_or_a_f16_norm_is_refused(tmp_path):
+    r = generate(gguf_copy(tmp_path, {"blk.1.ssm_a": lambda a: -a}))
+    assert r.returncode == 2 and "model.layers.1.linear_attn.A_log" in r.stderr and "negative" in r.stderr, r.stderr
+    r = generate(gguf_copy(tmp_path, {"blk.0.attn_norm.weight": lambda a: a.astype(np.float16)}))
+    assert r.returncode == 2 and "model.layers.0.input_layernorm.weight" in r.stderr and "F32" in r.stderr, r.stderr
+
+
+def test_gguf_keys_and_tensors_that_disagree_are_refused(tmp_path):
+    refused(gguf_copy(tmp_path, drop_keys=("qwen35moe.full_attention_interval",)), "qwen35moe.full_attention_interval")
+    refused(gguf_copy(tmp_path, {"blk.0.ssm_conv1d.weight": lambda a: a[:, :3]}), "model.layers.0.linear_attn.conv1d.weight")
+    refused(gguf_copy(tmp_path, {"blk.2.ssm_a": lambda a: a[:3]}), "model.layers.2.linear_attn.A_log")

@@ -181,13 +181,15 @@ TEST_CASE("cpu forward: hidden rows are the final hidden states transformers' lo
 // from fused DeltaNet projections and per-expert tensors, two MoE layers and two dense
 // ones, value heads narrower than key heads; and as an FP8 checkpoint with 16x16 block
 // scales, its fused projections' scales unfused with them (golden logits from transformers
-// over e4m3 x scale). Sequences of 1, 7, 70 and 130 tokens.
-const char* kHybrids[] = {"qwen3_5_moe", "qwen3_5", "qwen3_next", "qwen3_next_fp8"};
+// over e4m3 x scale). And the Qwen3.5 models as llama.cpp's converter writes them
+// (tests/gen/gen_qwen3_5_gguf.py: qwen35moe, qwen35; norms offset by one, ssm_a, value heads
+// tiled), against the same golden logits. Sequences of 1, 7, 70 and 130 tokens.
+const char* kHybrids[] = {"qwen3_5_moe", "qwen3_5", "qwen3_next", "qwen3_next_fp8", "qwen3_5_moe.gguf", "qwen3_5.gguf"};
 
 TEST_CASE("cpu forward: Qwen3.5 and Qwen3-Next hybrids match transformers' logits within 1e-4, whole and in chunks of 1, 7, 64, 100") {
   for (const std::string name : kHybrids) {
     CAPTURE(name);
-    const Golden g = read_golden(std::string(kGoldenDir) + name);
+    const Golden g = read_golden(std::string(kGoldenDir) + name.substr(0, name.find(".gguf")));
     LoadedModel m = load(name);
     CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
     backend.init_kv_cache(kNumBlocks, kBlockSize);

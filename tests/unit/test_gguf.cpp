@@ -195,6 +195,11 @@ TEST_CASE("gguf: tensor names map to Hugging Face names") {
   CHECK_FALSE(gguf_to_hf_name("blk.01.attn_q.weight").has_value());
   CHECK_FALSE(gguf_to_hf_name("blk.1.attn_q.scale").has_value());
   CHECK_FALSE(gguf_to_hf_name("rope_freqs.weight").has_value());
+  // llama.cpp's Gated DeltaNet parts: A (its -exp) bare, the dt bias as a bias.
+  CHECK(gguf_to_hf_name("blk.2.ssm_a") == "model.layers.2.linear_attn.A_log");
+  CHECK(gguf_to_hf_name("blk.2.ssm_dt.bias") == "model.layers.2.linear_attn.dt_bias");
+  CHECK(gguf_to_hf_name("blk.2.attn_qkv.weight") == "model.layers.2.linear_attn.in_proj_qkv.weight");
+  CHECK_FALSE(gguf_to_hf_name("blk.2.attn_qkv").has_value());  // a part with a kind needs it
 }
 
 TEST_CASE("gguf: strings past the end of the file or over 16 MiB") {

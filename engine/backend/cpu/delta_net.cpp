@@ -90,7 +90,7 @@ void delta_net(ThreadPool& pool, const ModelSpec::DeltaNet& d, const DeltaNetWei
   pool.parallel_for(S * Hv, 1, [&](int64_t j0, int64_t j1) {
     std::vector<float> kv(static_cast<size_t>(dv));
     for (int64_t j = j0; j < j1; ++j) {
-      const int64_t seq = j / Hv, h = j % Hv, kh = h / heads_per_key;
+      const int64_t seq = j / Hv, h = j % Hv, kh = d.value_heads_tiled ? h % d.num_k_heads : h / heads_per_key;
       float* M = states[size_t(seq)] + conv_state + h * dk * dv;  // [dk][dv]
       for (int64_t r = batch.query_start[size_t(seq)]; r < batch.query_start[size_t(seq) + 1]; ++r) {
         const float* row = s.conv_out.data() + r * C;

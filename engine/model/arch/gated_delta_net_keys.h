@@ -11,5 +11,9 @@ namespace spark {
 // which layers are DeltaNet ones (layer_types, or every full_attention_interval-th layer
 // attending); the DeltaNet head counts and sizes and its conv kernel.
 void read_gated_delta_net_hybrid(const ConfigReader& config, ModelSpec& spec);
+// The same from llama.cpp's GGUF keys (full_attention_interval, ssm.*; the rotary
+// dimensions are the shared rope.dimension_count). The file's layers end before its
+// multi-token-prediction block (nextn_predict_layers), and its value heads are tiled.
+void read_gated_delta_net_hybrid(const GgufMetaReader& meta, ModelSpec& spec);
 
 }  // namespace spark

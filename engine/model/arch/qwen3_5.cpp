@@ -4,6 +4,8 @@
 // RMSNorm; a dense MLP, or routed experts beside a sigmoid-gated shared expert. The
 // checkpoints are multimodal: the text model's settings sit under "text_config" and its
 // weights under "model.language_model."; the vision tower and the MTP head are not read.
+// GGUF files (llama.cpp's qwen35, qwen35moe) are read too: the loader undoes llama.cpp's
+// norm offset and ssm_a, and the value heads stay tiled as the file has them.
 #include <string_view>
 
 #include "engine/model/arch.h"
@@ -25,15 +27,35 @@ void read_dense(const ConfigReader& r, ModelSpec& s) {
   read_dense_mlp(r, s);
 }
 
+void read_dense_gguf(const GgufMetaReader& m, ModelSpec& s) {
+  read_gated_delta_net_hybrid(m, s);
+  read_dense_mlp(m, s);
+}
+
+// Every layer's routed experts (the router always renormalises its top k) and the shared
+// expert; a dense MLP's width only where a file gives one.
+void set_experts(ModelSpec& s, int64_t experts, int64_t used, int64_t width, int64_t shared_width, int64_t dense_width) {
+  s.num_experts = experts;
+  s.num_experts_per_tok = used;
+  s.moe_intermediate_size = width;
+  s.shared_expert_intermediate_size = shared_width;
+  s.norm_topk_prob = true;
+  s.decoder_sparse_step = 1;
+  s.intermediate_size = dense_width;
+}
+
 void read_moe(const ConfigReader& r, ModelSpec& s) {
   read_gated_delta_net_hybrid(r, s);
-  s.num_experts = r.integer("num_experts", 1, MAX_EXPERTS);
-  s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, s.num_experts);
-  s.moe_intermediate_size = r.integer("moe_intermediate_size", 1, MAX_DIM);
-  s.shared_expert_intermediate_size = r.integer_or("shared_expert_intermediate_size", 0, MAX_DIM, 0);
-  s.norm_topk_prob = true;  // the router always renormalises its top k
-  s.decoder_sparse_step = 1;
-  s.intermediate_size = r.integer_or("intermediate_size", 0, MAX_DIM, 0);
+  const int64_t experts = r.integer("num_experts", 1, MAX_EXPERTS);
+  set_experts(s, experts, r.integer("num_experts_per_tok", 1, experts), r.integer("moe_intermediate_size", 1, MAX_DIM),
+              r.integer_or("shared_expert_intermediate_size", 0, MAX_DIM, 0), r.integer_or("intermediate_size", 0, MAX_DIM, 0));
+}
+
+void read_moe_gguf(const GgufMetaReader& m, ModelSpec& s) {
+  read_gated_delta_net_hybrid(m, s);
+  const int64_t experts = m.integer("expert_count", 1, MAX_EXPERTS);
+  set_experts(s, experts, m.integer("expert_used_count", 1, experts), m.integer("expert_feed_forward_length", 1, MAX_DIM),
+              m.integer("expert_shared_feed_forward_length", 0, MAX_DIM, 0), m.integer("feed_forward_length", 0, MAX_DIM, 0));
 }
 
 // Expert e's rows [first, first + rows) of a stacked [E, R, C] tensor, as a tensor of its own.
@@ -103,25 +125,32 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
   return out;
 }
 
+// llama.cpp's names: the MLP's norm is post_attention_norm (the table's ffn_norm).
+const std::vector<std::pair<const char*, const char*>> kGgufAliases = {{"post_attention_norm", "ffn_norm"}};
+
 }  // namespace
 
 extern const Architecture kQwen3_5{
     .hf_class = "Qwen3_5ForConditionalGeneration",
-    .gguf_name = nullptr,
+    .gguf_name = "qwen35",
     .text_config = "text_config",
     .read_config = read_dense,
-    .read_gguf = nullptr,
+    .read_gguf = read_dense_gguf,
     .convert_checkpoint = convert,
+    .gguf_aliases = kGgufAliases,
+    .gguf_partial_rotary = true,
     .needs_bf16_activations = true,
 };
 
 extern const Architecture kQwen3_5Moe{
     .hf_class = "Qwen3_5MoeForConditionalGeneration",
-    .gguf_name = nullptr,
+    .gguf_name = "qwen35moe",
     .text_config = "text_config",
     .read_config = read_moe,
-    .read_gguf = nullptr,
+    .read_gguf = read_moe_gguf,
     .convert_checkpoint = convert,
+    .gguf_aliases = kGgufAliases,
+    .gguf_partial_rotary = true,
     .needs_bf16_activations = true,
 };
 

@@ -2,7 +2,6 @@
 #include "engine/constrain/intersection.h"
 
 #include <array>
-#include <deque>
 #include <functional>
 #include <map>
 #include <set>

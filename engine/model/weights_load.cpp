@@ -46,8 +46,6 @@ int64_t gguf_layer_of(const std::string& name) {
   return std::stoll(name.substr(4, dot - 4));
 }
 
-bool ends_with(const std::string& s, std::string_view tail) { return s.size() >= tail.size() && s.ends_with(tail); }
-
 }  // namespace
 
 std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec& spec) {
@@ -57,7 +55,8 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
   const int64_t file_blocks = f.get_int(spec.arch->gguf_name + std::string(".block_count")).value_or(spec.num_layers);
   for (const GgufTensorInfo& info : f.tensors) {
     if (info.name == "rope_freqs.weight") continue;  // folded into the spec's RopeScaling
-    if (const int64_t layer = gguf_layer_of(info.name); layer >= spec.num_layers && layer < file_blocks) continue;
+    const int64_t layer = gguf_layer_of(info.name);
+    if (layer >= spec.num_layers && layer < file_blocks) continue;
     auto hf = gguf_to_hf_name(info.name, spec.arch->gguf_aliases);
     if (!hf) throw InputError("GGUF file '" + f.source + "': tensor '" + info.name + "' is not part of any supported architecture");
     Tensor t;
@@ -69,8 +68,8 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
       t.nbytes = info.nbytes;
       // Squeezed by llama.cpp: the conv1d kernel ([channels, 1, kernel]) and the shared
       // expert's gate ([1, hidden]).
-      if (t.shape.size() == 2 && ends_with(t.name, "linear_attn.conv1d.weight")) t.shape.insert(t.shape.begin() + 1, 1);
-      if (t.shape.size() == 1 && ends_with(t.name, "mlp.shared_expert_gate.weight")) t.shape.insert(t.shape.begin(), 1);
+      if (t.shape.size() == 2 && t.name == tensor_name(Part::LIN_CONV, layer)) t.shape.insert(t.shape.begin() + 1, 1);
+      if (t.shape.size() == 1 && t.name == tensor_name(Part::SHARED_EXPERT_GATE, layer)) t.shape.insert(t.shape.begin(), 1);
       if (!out.emplace(t.name, t).second) throw InputError("GGUF file '" + f.source + "': tensor '" + t.name + "' appears twice");
       continue;
     }

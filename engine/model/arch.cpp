@@ -245,17 +245,21 @@ int64_t expected_tensor_count(const ModelSpec& s, LayerRange range) {
   return count(s, range).tensors;
 }
 
+int64_t gguf_layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos || dot == 4 || dot - 4 > 6 || name.find_first_not_of("0123456789", 4) != dot) return -1;
+  if (dot - 4 > 1 && name[4] == '0') return -1;  // "blk.01." is no layer's name
+  return std::stoll(name.substr(4, dot - 4));
+}
+
 std::optional<std::string> gguf_to_hf_name(const std::string& name,
                                            const std::vector<std::pair<const char*, const char*>>& aliases) {
   for (size_t i = 0; i < kFirstLayerPart; ++i)
     if (name == gguf_tensor_name(static_cast<Part>(i))) return tensor_name(static_cast<Part>(i));
-  if (name.rfind("blk.", 0) != 0) return std::nullopt;
-  size_t dot = name.find('.', 4);
-  if (dot == std::string::npos || dot == 4 || dot - 4 > 6) return std::nullopt;
-  std::string layer = name.substr(4, dot - 4);
-  for (char c : layer)
-    if (c < '0' || c > '9') return std::nullopt;
-  if (layer.size() > 1 && layer[0] == '0') return std::nullopt;
+  if (gguf_layer_of(name) < 0) return std::nullopt;
+  const size_t dot = name.find('.', 4);
+  const std::string layer = name.substr(4, dot - 4);
   // A part the table gives no kind (A_log, dt_bias) may stand bare or with either suffix:
   // llama.cpp writes "ssm_a" and "ssm_dt.bias".
   std::string rest = name.substr(dot + 1);

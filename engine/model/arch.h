@@ -84,6 +84,8 @@ int64_t expected_tensor_count(const ModelSpec& spec, LayerRange range);
 std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name,
                                            const std::vector<std::pair<const char*, const char*>>& aliases = {});
 bool gguf_is_stacked_experts(const std::string& gguf_name);
+// The layer a "blk.N." name belongs to; -1 for names outside the layers.
+int64_t gguf_layer_of(const std::string& gguf_name);
 std::string gguf_expert_name(const std::string& hf_pattern, int64_t expert);
 
 // gpt-oss checkpoints (GptOssForCausalLM) call the router mlp.router and store each

@@ -36,18 +36,6 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
   return w;
 }
 
-namespace {
-
-// The layer a "blk.N." name belongs to; -1 for other names.
-int64_t gguf_layer_of(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return -1;
-  const size_t dot = name.find('.', 4);
-  if (dot == std::string::npos || dot == 4 || dot - 4 > 6 || name.find_first_not_of("0123456789", 4) != dot) return -1;
-  return std::stoll(name.substr(4, dot - 4));
-}
-
-}  // namespace
-
 std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec& spec) {
   std::map<std::string, Tensor> out;
   // llama.cpp counts a multi-token-prediction block among the layers (after them); the

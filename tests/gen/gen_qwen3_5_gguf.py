@@ -14,7 +14,8 @@ llama.cpp's layout, as transformers' GGUF conversion mapping for qwen35 describe
   columns of ssm_out;
 - the shared expert's gate as a vector.
 
-Run where torch is installed (CI has no torch, so the files are committed):
+Run where torch, and accelerate (transformers' GGUF loading needs it), are installed; CI
+has neither, so the files are committed:
   python tests/gen/gen_qwen3_5_gguf.py [--out tests/golden/models]
 """
 import argparse

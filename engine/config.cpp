@@ -70,6 +70,7 @@ const std::vector<KeySpec>& key_specs() {
       {"engine", "num_speculative_tokens", KeyType::INT, {}, 1, 16, setter(&C::engine, &EngineConfig::num_speculative_tokens)},
       {"engine", "prompt_lookup_min", KeyType::INT, {}, 1, 64, setter(&C::engine, &EngineConfig::prompt_lookup_min)},
       {"engine", "prompt_lookup_max", KeyType::INT, {}, 1, 64, setter(&C::engine, &EngineConfig::prompt_lookup_max)},
+      {"engine", "state_checkpoints", KeyType::INT, {}, -1, 8192, setter(&C::engine, &EngineConfig::state_checkpoints)},
 
       {"server", "host", KeyType::STRING, {}, 0, 0, setter(&C::server, &ServerConfig::host)},
       {"server", "port", KeyType::INT, {}, 0, 65535, setter(&C::server, &ServerConfig::port)},

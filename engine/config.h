@@ -34,8 +34,16 @@ struct EngineConfig {
   int64_t num_speculative_tokens = 4;
   int64_t prompt_lookup_min = 2;
   int64_t prompt_lookup_max = 4;
+  // A model with recurrent layers resumes prompts from saved states
+  // (engine/core/state_checkpoints.h): how many it keeps; -1 = twice max_num_seqs, 0 = none.
+  int64_t state_checkpoints = -1;
 
   bool speculates() const { return speculative == "ngram" && num_speculative_tokens > 0; }
+  // The state checkpoints kept for a model with recurrent layers (none without prefix caching).
+  int64_t checkpoint_slots() const {
+    if (!enable_prefix_caching) return 0;
+    return state_checkpoints < 0 ? 2 * max_num_seqs : state_checkpoints;
+  }
 };
 
 struct ServerConfig {

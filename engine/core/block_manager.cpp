@@ -249,7 +249,7 @@ bool BlockManager::allocate(Sequence& seq, int64_t num_new_tokens, const PrefixH
   bool admitting = seq.block_table.empty();
   SPARK_CHECK(admitting || hit == nullptr || hit->blocks.empty(), "a prefix hit is claimed only at admission");
   if (!admitting) move_behind_window(seq);
-  if (!admitting || (hit && hit->blocks.empty())) hit = nullptr;
+  if (!admitting || (hit && hit->num_tokens == 0)) hit = nullptr;
   auto need_for = [&](const PrefixHit* h) {
     const int64_t computed = admitting ? (h ? h->num_tokens : 0) : seq.num_computed_tokens;
     const int64_t have = admitting ? (h ? static_cast<int64_t>(h->blocks.size()) : 0)
@@ -283,8 +283,23 @@ bool BlockManager::allocate(Sequence& seq, int64_t num_new_tokens, const PrefixH
     }
   }
   for (int64_t i = 0; i < need; ++i) seq.block_table.push_back(allocate_block(0));
+  if (hit && hit->tail_block >= 0) {
+    SPARK_CHECK(hit->num_tokens > static_cast<int64_t>(hit->blocks.size()) * block_size_ &&
+                    hit->num_tokens < static_cast<int64_t>(hit->blocks.size() + 1) * block_size_ &&
+                    ref_count(hit->tail_block) > 0,
+                "a prefix hit's tail block must hold its last partial block");
+    copies_.push_back(hit->tail_block);
+    copies_.push_back(seq.block_table[hit->blocks.size()]);
+  }
   return true;
 }
+
+void BlockManager::pin(int32_t block_id) {
+  SPARK_CHECK(block_id >= 0 && block_id < static_cast<int32_t>(blocks_.size()), "block id out of range");
+  claim(block_id);
+}
+
+void BlockManager::unpin(int32_t block_id) { release_block(block_id); }
 
 void BlockManager::trim(Sequence& seq) {
   const auto keep = static_cast<size_t>(cdiv(seq.num_computed_tokens, block_size_));

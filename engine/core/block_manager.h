@@ -10,10 +10,14 @@
 
 namespace spark {
 
-// Blocks of a sequence's prompt found in the prefix cache, not yet referenced.
+// Blocks of a sequence's prompt found in the prefix cache, not yet referenced. With
+// num_tokens beyond the full blocks (a recurrent state's checkpoint,
+// engine/core/state_checkpoints.h), tail_block holds the rest: the sequence gets a fresh
+// block with a copy of its K/V.
 struct PrefixHit {
   std::vector<int32_t> blocks;
   int64_t num_tokens = 0;
+  int32_t tail_block = -1;
 };
 
 // Sliding-window layers (gpt-oss) read only the last `window` tokens, so only the first
@@ -51,7 +55,8 @@ class BlockManager {
 
   // Makes room for num_new_tokens tokens after the computed ones. For a sequence without
   // blocks, `hit` (from find_cached_prefix, may be null) is claimed first: its blocks are
-  // referenced and seq.num_computed_tokens / num_cached_tokens are set to its length.
+  // referenced (its tail block copied, take_copies) and seq.num_computed_tokens /
+  // num_cached_tokens are set to its length.
   // Returns false and changes nothing when the free blocks do not suffice. The new tokens
   // may run on into seq.draft_tokens (speculative rows). A running sequence's blocks
   // behind its window move to full-only blocks first (that is not undone on false). With
@@ -69,6 +74,11 @@ class BlockManager {
   // Drops seq's references and clears its block table.
   void free(Sequence& seq);
 
+  // A reference held by something other than a sequence (a checkpoint's tail block): the
+  // block stays out of the free queue until unpinned.
+  void pin(int32_t block_id);
+  void unpin(int32_t block_id);
+
   int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   int64_t block_size() const { return block_size_; }
   int64_t num_window_blocks() const { return num_window_blocks_; }
@@ -84,7 +94,8 @@ class BlockManager {
   bool is_cached(int32_t block_id) const;
   std::vector<int32_t> free_queue() const;  // head (allocated next) first; window blocks first
   // The (source, destination) block pairs whose full-attention K/V the next step copies
-  // before it writes (Batch::block_copies), flattened; taking them clears them.
+  // before it writes (Batch::block_copies: a block leaving the sliding window, a hit's
+  // tail block), flattened; taking them clears them.
   std::vector<int32_t> take_copies();
 
   // Prefix-cache counters in tokens: tokens looked up at admission, tokens found.

@@ -64,10 +64,12 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 // cannot be reused without the state at its end. Until state checkpoints exist, a model
 // with recurrent layers runs without prefix caching. (Drafts it took in are rolled back
 // from a snapshot: Batch::state_copies.)
+// A model with recurrent layers reuses cached blocks only through state checkpoints.
 bool prefix_caching_for(const EngineConfig& e, const ModelSpec& spec) {
-  if (e.enable_prefix_caching && spec.has_recurrent_layers())
-    log_warn("engine: prefix caching is off for a model with recurrent layers (", spec.architecture, ")");
-  return e.enable_prefix_caching && !spec.has_recurrent_layers();
+  if (e.enable_prefix_caching && spec.has_recurrent_layers() && e.checkpoint_slots() == 0)
+    log_warn("engine: prefix caching is off for a model with recurrent layers (", spec.architecture,
+             ") without engine.state_checkpoints");
+  return e.enable_prefix_caching && (!spec.has_recurrent_layers() || e.checkpoint_slots() > 0);
 }
 
 }  // namespace
@@ -76,8 +78,9 @@ int64_t state_slots_for(const EngineConfig& e, const ModelSpec& spec, size_t exe
   if (!spec.has_recurrent_layers()) return 0;
   const auto slots = static_cast<int64_t>(executor_slots);
   const int64_t running = std::max<int64_t>(1, (e.max_num_seqs + slots - 1) / slots) * slots;
-  // With drafts, each running sequence's slot has a snapshot slot, above them all.
-  return e.speculates() ? 2 * running : running;
+  // With drafts, each running sequence's slot has a snapshot slot, above them all; the
+  // checkpoints come last.
+  return (e.speculates() ? 2 * running : running) + e.checkpoint_slots();
 }
 
 namespace {
@@ -110,10 +113,13 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
   sc.max_num_seqs = std::max<int64_t>(1, (sc.max_num_seqs + int64_t(slots) - 1) / int64_t(slots));
   // Recurrent state: each slot's scheduler hands out its own range of state slots.
   const int64_t state_slots = state_slots_for(config.engine, spec, slots);
+  const int64_t checkpoints = state_slots > 0 ? config.engine.checkpoint_slots() : 0;
+  if (checkpoints > 0)
+    checkpoints_ = std::make_unique<StateCheckpoints>(state_slots - checkpoints, checkpoints, blocks_, config.engine.block_size);
   for (size_t i = 0; i < slots; ++i) {
     sc.first_state_slot = state_slots > 0 ? int64_t(i) * sc.max_num_seqs : -1;
-    sc.snapshot_offset = state_slots > 0 && speculator_.enabled() ? state_slots / 2 : -1;
-    schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_));
+    sc.snapshot_offset = state_slots > 0 && speculator_.enabled() ? (state_slots - checkpoints) / 2 : -1;
+    schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_, checkpoints_.get()));
   }
   executor_->prepare(num_kv_blocks, blocks_.num_window_blocks(), config.engine.block_size, eos_ids_, state_slots);
   executor_->set_metrics(&metrics_);
@@ -271,7 +277,7 @@ void Engine::turn() {
   const StepExecutor::Readiness r = executor_->readiness();
   if (r.state_lost) {
     if (!r.lost_why.empty()) lose_executor_state(r.lost_why);
-    blocks_.forget_cached();
+    forget_cached();
   }
   if (!r.ready) {
     if (!live_.empty()) lose_executor_state(executor_->problem());
@@ -418,7 +424,9 @@ void Engine::publish_gauges() {
     running += static_cast<int64_t>(s->running().size());
     waiting += static_cast<int64_t>(s->waiting().size());
   }
-  metrics_.set_gauges(running, waiting, blocks_.num_used_blocks(), blocks_.num_blocks());
+  // Blocks only checkpoints hold are cache, given back on demand, like cached free blocks.
+  const int64_t cache_only = checkpoints_ ? checkpoints_->evictable_blocks() : 0;
+  metrics_.set_gauges(running, waiting, blocks_.num_used_blocks() - cache_only, blocks_.num_blocks());
 }
 
 RequestOutput Engine::new_output(const Live& live) const {
@@ -510,8 +518,13 @@ void Engine::lose_executor_state(const std::string& why) {
   if (!live_.empty()) log_error("the pipeline lost its state with ", live_.size() - finished_.size(), " requests live: ", why);
   end_all(FinishReason::ERROR, why, false);
   executor_->forget_all();
-  blocks_.forget_cached();
+  forget_cached();
   publish_gauges();
+}
+
+void Engine::forget_cached() {
+  blocks_.forget_cached();
+  if (checkpoints_) checkpoints_->forget_all();
 }
 
 void Engine::fail_all(const std::string& error) { end_all(FinishReason::ERROR, "engine step failed: " + error, true); }

@@ -51,7 +51,8 @@ using DecoderFactory = std::function<std::unique_ptr<TokenDecoder>(bool skip_spe
 // The recurrent state slots an engine keeps for a model (0 without recurrent layers): each
 // executor slot's scheduler runs its share of engine.max_num_seqs, rounded up, and holds a
 // state slot per running sequence; with speculation, a snapshot slot for each as well
-// (Batch::state_copies). A pipeline's head tells its worker this count.
+// (Batch::state_copies); then the state checkpoints (EngineConfig::checkpoint_slots). A
+// pipeline's head tells its worker this count.
 int64_t state_slots_for(const EngineConfig& engine, const ModelSpec& spec, size_t executor_slots);
 
 // What the health endpoint and the service watchdog read.
@@ -140,6 +141,7 @@ class Engine {
   void abort_all();
   void end_all(FinishReason reason, const std::string& error, bool engine_dead);
   void publish_gauges();
+  void forget_cached();  // the cached blocks and state checkpoints, when the states are lost
   RequestOutput new_output(const Live& live) const;
 
   const ModelSpec spec_;
@@ -148,6 +150,7 @@ class Engine {
   std::vector<int32_t> eos_ids_;
   Admission admission_;
   BlockManager blocks_;
+  std::unique_ptr<StateCheckpoints> checkpoints_;  // a model with recurrent layers; shared by the slots
   std::vector<std::unique_ptr<Scheduler>> schedulers_;  // one per micro-batch slot
   Speculator speculator_;
   Metrics metrics_;

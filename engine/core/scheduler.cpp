@@ -9,7 +9,8 @@
 
 namespace spark {
 
-Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : config_(config), blocks_(blocks) {
+Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks, StateCheckpoints* checkpoints)
+    : config_(config), blocks_(blocks), checkpoints_(checkpoints) {
   auto need = [](bool ok, const std::string& msg) {
     if (!ok) throw InputError(msg);
   };
@@ -19,6 +20,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : conf
            ") must be >= engine.max_num_seqs (" + std::to_string(config_.max_num_seqs) +
            ") so every running sequence can decode each step");
   need(config_.max_model_len >= 1, "max_model_len must be >= 1");
+  SPARK_CHECK(!checkpoints_ || config_.first_state_slot >= 0, "state checkpoints without state slots");
   need(config_.enable_chunked_prefill || config_.max_num_batched_tokens >= config_.max_model_len,
        "engine.max_num_batched_tokens (" + std::to_string(config_.max_num_batched_tokens) +
            ") must be >= max_model_len (" + std::to_string(config_.max_model_len) +
@@ -59,15 +61,27 @@ void Scheduler::release_state_slot(Sequence* seq) {
   seq->state_slot = -1;
 }
 
+void Scheduler::save_state(const Sequence& seq, bool shared) {
+  if (!checkpoints_ || seq.state_slot < 0) return;
+  // With drafts rejected, the state after the computed tokens is the snapshot's.
+  checkpoints_->save(seq, seq.restore_state ? static_cast<int32_t>(seq.state_slot + config_.snapshot_offset) : seq.state_slot,
+                     shared);
+}
+
+int64_t Scheduler::up_to_checkpoint(const Sequence& seq, int64_t n) const {
+  return seq.checkpoint_at > seq.num_computed_tokens ? std::min(n, seq.checkpoint_at - seq.num_computed_tokens) : n;
+}
+
 void Scheduler::preempt(Sequence* seq) {
   auto it = std::find(running_.begin(), running_.end(), seq);
   SPARK_CHECK(it != running_.end(), "preempting a sequence that is not running");
   running_.erase(it);
+  save_state(*seq);  // it resumes from here, unless the cache needs the room first
   release_state_slot(seq);
   blocks_.free(*seq);
   seq->draft_tokens.clear();
   seq->num_computed_tokens = 0;
-  seq->restore_state = false;  // recomputed from position 0, from a zero state
+  seq->restore_state = false;  // recomputed from a checkpoint or position 0
   seq->status = SeqStatus::PREEMPTED;
   ++seq->num_preemptions;
   ++num_preemptions_;
@@ -109,9 +123,10 @@ ScheduledStep Scheduler::schedule() {
       }
       seq->draft_tokens.clear();
     }
-    int64_t n = std::min(remaining, budget);
+    int64_t n = up_to_checkpoint(*seq, std::min(remaining, budget));
     if (!config_.enable_chunked_prefill && n < remaining) continue;
     while (!blocks_.allocate(*seq, n)) {
+      if (checkpoints_ && checkpoints_->evict_pinned()) continue;  // cache before anyone's blocks
       Sequence* victim = running_.back();  // the newest request loses its blocks
       unplan(victim);
       preempt(victim);
@@ -126,14 +141,21 @@ ScheduledStep Scheduler::schedule() {
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     PrefixHit hit = blocks_.find_cached_prefix(*seq);
+    const int32_t checkpoint = checkpoints_ ? checkpoints_->resume(*seq, hit) : -1;
+    if (checkpoints_ && config_.enable_chunked_prefill) seq->checkpoint_at = checkpoints_->shared_prefix(*seq, hit.num_tokens);
     int64_t remaining = seq->num_tokens() - hit.num_tokens;
     int64_t n = std::min(remaining, budget);
     if (!config_.enable_chunked_prefill && n < remaining) break;
-    if (!blocks_.allocate(*seq, n, &hit)) break;
+    if (seq->checkpoint_at > hit.num_tokens) n = std::min(n, seq->checkpoint_at - hit.num_tokens);
+    if (!blocks_.allocate(*seq, n, &hit)) {
+      if (checkpoints_ && checkpoints_->evict_pinned()) continue;  // look again: the hit may have changed
+      break;
+    }
     waiting_.pop_front();
     seq->status = SeqStatus::RUNNING;
     running_.push_back(seq);
     take_state_slot(seq);
+    if (checkpoint >= 0) checkpoints_->copy_state(checkpoint, seq->state_slot);
     plan(seq, n);
   }
 
@@ -141,6 +163,7 @@ ScheduledStep Scheduler::schedule() {
   // Copies recorded while planning run before this step writes; with no step they wait
   // for the next one (a cached destination must get its K/V before anyone reads it).
   if (!step.empty()) step.batch.block_copies = blocks_.take_copies();
+  if (!step.empty() && checkpoints_) step.batch.state_copies = checkpoints_->take_copies();
   if (config_.snapshot_offset >= 0)
     for (const StepEntry& e : step.entries) {
       const auto slot = e.seq->state_slot, snapshot = static_cast<int32_t>(slot + config_.snapshot_offset);
@@ -205,6 +228,8 @@ std::vector<int64_t> Scheduler::update(const ScheduledStep& step, const std::vec
     if (e.logits_row < 0) {
       seq->num_computed_tokens += e.num_new_tokens;
       blocks_.cache_full_blocks(*seq);
+      if (seq->num_computed_tokens == seq->checkpoint_at || seq->num_computed_tokens == seq->num_prompt_tokens)
+        save_state(*seq, seq->num_computed_tokens == seq->checkpoint_at);
       continue;
     }
     const int32_t* samples = sampled.data() + e.logits_row;
@@ -218,6 +243,7 @@ std::vector<int64_t> Scheduler::update(const ScheduledStep& step, const std::vec
     blocks_.trim(*seq);
     for (size_t j = 0; j <= accepted; ++j) seq->append_token(samples[j]);
     blocks_.cache_full_blocks(*seq);
+    if (seq->num_computed_tokens == seq->num_prompt_tokens) save_state(*seq);  // the end of its prompt
     appended[i] = static_cast<int64_t>(accepted) + 1;
   }
   return appended;
@@ -232,6 +258,9 @@ void Scheduler::finish(Sequence* seq, FinishReason reason) {
   } else {
     return;
   }
+  // The end of an answer: the next turn of the conversation starts with these tokens.
+  // (Not after a failure, whose state may be anything, nor a cancel.)
+  if (reason == FinishReason::STOP || reason == FinishReason::LENGTH) save_state(*seq);
   release_state_slot(seq);
   blocks_.free(*seq);
   seq->status = SeqStatus::FINISHED;

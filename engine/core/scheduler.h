@@ -7,6 +7,7 @@
 
 #include "engine/core/block_manager.h"
 #include "engine/core/sequence.h"
+#include "engine/core/state_checkpoints.h"
 #include "engine/step/step.h"
 
 namespace spark {
@@ -49,9 +50,15 @@ struct ScheduledStep {
 
 // Sequences are owned by the caller; the scheduler keeps pointers until they finish or
 // are aborted. Not thread-safe: one engine thread owns it.
+//
+// With `checkpoints` (a model with recurrent layers and prefix caching), a waiting
+// sequence resumes from the longest checkpoint its tokens start with, and checkpoints are
+// saved at the end of each prompt, of each answer (finished by a stop or its length), at
+// a preemption, and where a prompt leaves an earlier checkpoint's tokens: its prefill
+// then stops there for one step (Sequence::checkpoint_at).
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, BlockManager& blocks);
+  Scheduler(const SchedulerConfig& config, BlockManager& blocks, StateCheckpoints* checkpoints = nullptr);
 
   // Queues a sequence (status WAITING) at the back of the waiting queue.
   void add(Sequence* seq);
@@ -90,9 +97,14 @@ class Scheduler {
   // stops (preempted: it starts again from position 0, and a fresh state).
   void take_state_slot(Sequence* seq);
   void release_state_slot(Sequence* seq);
+  // Saves seq's state after its computed tokens (a checkpoint), from the slot that holds it.
+  void save_state(const Sequence& seq, bool shared = false);
+  // n new tokens for seq, cut to end at its checkpoint_at.
+  int64_t up_to_checkpoint(const Sequence& seq, int64_t n) const;
 
   SchedulerConfig config_;
   BlockManager& blocks_;
+  StateCheckpoints* checkpoints_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order: the back is the newest
   int64_t num_preemptions_ = 0;

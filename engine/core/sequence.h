@@ -62,6 +62,9 @@ struct Sequence {
   // Drafts were rejected after the recurrent state took them in: the next step restores
   // the state from before them (its snapshot slot) and recomputes the accepted tokens.
   bool restore_state = false;
+  // A prefill position where a state checkpoint is saved (engine/core/state_checkpoints.h):
+  // the chunk that reaches it ends there. 0: none.
+  int64_t checkpoint_at = 0;
 
   std::vector<int32_t> block_table;  // KV block ids, one per block_size tokens
   // Chained hashes of the first block_hashes.size() full blocks of token_ids. They depend

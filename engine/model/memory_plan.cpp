@@ -62,7 +62,9 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   p.state_bytes_per_sequence = f.state_bytes_per_sequence;
   // With drafts, each sequence's state has a snapshot beside it (Batch::state_copies).
   p.state_snapshots = p.state_bytes_per_sequence > 0 && c.engine.speculates();
-  p.state_slots = p.state_bytes_per_sequence > 0 ? c.engine.max_num_seqs * (p.state_snapshots ? 2 : 1) : 0;
+  p.state_checkpoints = p.state_bytes_per_sequence > 0 ? c.engine.checkpoint_slots() : 0;
+  p.state_slots =
+      p.state_bytes_per_sequence > 0 ? c.engine.max_num_seqs * (p.state_snapshots ? 2 : 1) + p.state_checkpoints : 0;
   const uint64_t state_bytes = p.state_bytes_per_sequence * uint64_t(p.state_slots);
 
   p.available_bytes = budget.available_bytes;
@@ -160,7 +162,8 @@ std::string describe_plan(const MemoryPlan& p) {
   }
   if (p.state_slots > 0)
     o << "  recurrent state  " << format_bytes(p.state_bytes_per_sequence) << " per sequence x " << p.state_slots
-      << (p.state_snapshots ? " (engine.max_num_seqs, each with its snapshot for drafts) = " : " (engine.max_num_seqs) = ")
+      << (p.state_snapshots ? " (engine.max_num_seqs, each with its snapshot for drafts" : " (engine.max_num_seqs")
+      << (p.state_checkpoints > 0 ? ", + " + std::to_string(p.state_checkpoints) + " engine.state_checkpoints) = " : ") = ")
       << format_bytes(p.state_bytes_per_sequence * uint64_t(p.state_slots))
       << ", beside the KV cache\n";
   o << "  workspace        " << format_bytes(p.workspace_bytes) << " activations + "

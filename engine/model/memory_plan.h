@@ -60,10 +60,12 @@ struct MemoryPlan {
   int64_t kv_window_blocks = 0;
   // Recurrent layers (hybrids): the state each running sequence holds, kept for
   // engine.max_num_seqs sequences beside the KV cache, twice with speculation (each
-  // sequence's snapshot from before its drafts).
+  // sequence's snapshot from before its drafts), and state_checkpoints more for prompts
+  // that resume (engine/core/state_checkpoints.h).
   uint64_t state_bytes_per_sequence = 0;
   int64_t state_slots = 0;
   bool state_snapshots = false;
+  int64_t state_checkpoints = 0;
   uint64_t workspace_bytes = 0;  // activations of one max_num_batched_tokens step + logits
   uint64_t reserve_bytes = 0;    // runtime, allocator slack, CUDA graph pools
   uint64_t available_bytes = 0;

@@ -12,7 +12,8 @@
 namespace spark {
 
 inline constexpr uint32_t kPeerMagic = 0x444b5053;  // "SPKD" as little-endian bytes
-inline constexpr uint16_t kPeerProtocolVersion = 2;  // 2: plans carry state_copies
+// 2: plans carry state_copies; 3: state checkpoints (more state copies, tail block copies)
+inline constexpr uint16_t kPeerProtocolVersion = 3;
 inline constexpr size_t kFrameHeaderBytes = 16;
 inline constexpr size_t kMaxControlPayload = 64 << 10;  // handshake, heartbeats, probes
 

@@ -171,7 +171,8 @@ Welcome decode_welcome(const std::vector<uint8_t>& payload) {
   in(m.block_size, 1, 1 << 16, "block_size");
   in(m.max_step_tokens, 1, int64_t(1) << 20, "max_step_tokens");
   in(m.max_step_seqs, 1, int64_t(1) << 16, "max_step_seqs");
-  in(m.state_slots, 0, 4 * m.max_step_seqs, "state_slots");  // rounded up per micro-batch slot, and snapshots
+  // Rounded up per micro-batch slot, snapshots, and the checkpoints (engine.state_checkpoints <= 8192).
+  in(m.state_slots, 0, 4 * m.max_step_seqs + 8192, "state_slots");
   in(m.max_model_len, 1, int64_t(1) << 24, "max_model_len");
   in(m.vocab_size, 1, int64_t(1) << 24, "vocab_size");
   in(m.hidden_size, 1, int64_t(1) << 20, "hidden_size");
@@ -248,13 +249,18 @@ void check_batch(const Batch& b, const Welcome& s) {
         bad("row " + std::to_string(i) + " writes a KV slot outside its block table");
     }
   }
-  // A copy moves a block that left a sliding window to a block only full-attention layers hold.
+  // A copy moves a block that left a sliding window to a block only full-attention layers
+  // hold; without sliding layers, it gives a resumed sequence its checkpoint's tail block.
   if (b.block_copies.size() % 2 != 0) bad("block_copies does not hold (source, destination) pairs");
+  const bool sliding = s.window_blocks < s.kv_blocks;
   for (size_t i = 0; i < b.block_copies.size(); i += 2) {
     const int32_t src = b.block_copies[i], dst = b.block_copies[i + 1];
-    if (src < 0 || src >= s.window_blocks || dst < s.window_blocks || dst >= s.kv_blocks)
+    if (sliding && (src < 0 || src >= s.window_blocks || dst < s.window_blocks || dst >= s.kv_blocks))
       bad("block copy " + std::to_string(src) + " -> " + std::to_string(dst) + " is not from [0, " +
           std::to_string(s.window_blocks) + ") to [" + std::to_string(s.window_blocks) + ", " +
+          std::to_string(s.kv_blocks) + ")");
+    if (!sliding && (src < 0 || src >= s.kv_blocks || dst < 0 || dst >= s.kv_blocks || src == dst))
+      bad("block copy " + std::to_string(src) + " -> " + std::to_string(dst) + " is not between two blocks of [0, " +
           std::to_string(s.kv_blocks) + ")");
   }
   auto check_rows = [T](const std::vector<int32_t>& rows, const char* name) {
@@ -315,7 +321,9 @@ MicroBatchPlan decode_plan(const std::vector<uint8_t>& payload, const Welcome& s
   b.logits_rows = r.array<int32_t>("logits_rows", max_seqs);
   b.hidden_rows = r.array<int32_t>("hidden_rows", max_rows);
   b.state_slots = r.array<int32_t>("state_slots", max_seqs);
-  b.state_copies = r.array<int32_t>("state_copies", 2 * max_seqs);
+  // Per sequence: a snapshot or a restore, a resume, and the checkpoints saved since the
+  // last step (a prompt's end, an answer's end, a preemption).
+  b.state_copies = r.array<int32_t>("state_copies", 2 * 8 * max_seqs);
   b.block_copies = r.array<int32_t>("block_copies", 2 * size_t(s.kv_blocks));
   p.sample_seq_ids = r.array<int64_t>("sample_seq_ids", max_seqs);
   p.row_masks.resize(b.logits_rows.size());

@@ -64,5 +64,6 @@ def test_hybrid_pair_matches_single_process(model, split):
     assert got == single, f"split at layer {split}: pair {got!r} != single {single!r}"
     assert second == single
     assert all(len(t) > 0 for t in got)
-    # 7 sequences over two micro-batch slots: 4 each, so 8 state slots on either box.
-    assert "the session's recurrent state: 8 slots" in worker_log
+    # 7 sequences over two micro-batch slots: 4 each, so 8 state slots on either box, and
+    # 14 state checkpoints (twice engine.max_num_seqs).
+    assert "the session's recurrent state: 22 slots" in worker_log

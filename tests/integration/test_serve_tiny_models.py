@@ -59,7 +59,7 @@ def served_copy(name, tmp_path):
     return d
 
 
-def recurrent_state_bytes(name, max_num_seqs):
+def recurrent_state_bytes(name, slots):
     """A hybrid's state slots from its config alone: per DeltaNet layer, the conv's last
     (kernel - 1) inputs of its q, k and v channels and a dk x dv state per value head, f32."""
     cfg = json.loads((MODELS / name / "config.json").read_text())
@@ -68,7 +68,7 @@ def recurrent_state_bytes(name, max_num_seqs):
     dk, dv = c["linear_key_head_dim"], c["linear_value_head_dim"]
     per_layer = (c["linear_conv_kernel_dim"] - 1) * (2 * nk * dk + nv * dv) + nv * dk * dv
     layers = sum(t == "linear_attention" for t in c["layer_types"])
-    return layers * per_layer * 4 * max_num_seqs
+    return layers * per_layer * 4 * slots
 
 
 def eos_id(name):
@@ -140,7 +140,8 @@ def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
             while not (series := requests.get(s.url + "/api/snapshot", timeout=10).json()["series"]).get("t"):
                 assert time.time() < deadline, "no dashboard point within 10 s"
                 time.sleep(0.2)
-            assert series["mem_state"][-1] == recurrent_state_bytes(name, 8)
+            # 8 running sequences and 16 state checkpoints (twice engine.max_num_seqs).
+            assert series["mem_state"][-1] == recurrent_state_bytes(name, 8 + 16)
             assert series["mem_kv"][-1] > 0 and series["mem_weights"][-1] > 0
     finally:
         s.stop()

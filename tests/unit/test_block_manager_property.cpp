@@ -1,7 +1,7 @@
 // test_block_manager_property.cpp — randomized operations (add, step, finish, abort,
 // preemption, prefix hits, speculative drafts rolled back, blocks leaving a sliding
-// window, recurrent states restored from their snapshots) checked for leaked or
-// double-freed KV blocks and state slots after each one.
+// window, recurrent states restored from their snapshots, resumed from checkpoints)
+// checked for leaked or double-freed KV blocks and state slots after each one.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,18 +11,24 @@
 #include "engine/core/admission.h"
 #include "engine/core/block_manager.h"
 #include "engine/core/scheduler.h"
+#include "engine/core/state_checkpoints.h"
 
 using namespace spark;
 
 namespace {
 
-// Every block's ref count must equal the number of live block tables naming it, and
-// every unreferenced block must be free: nothing leaked, nothing freed twice.
-void check_accounting(const BlockManager& bm, const std::vector<std::unique_ptr<Sequence>>& live) {
+// Every block's ref count must equal the number of live block tables (and checkpoints)
+// naming it, and every unreferenced block must be free: nothing leaked, nothing freed twice.
+void check_accounting(const BlockManager& bm, const std::vector<std::unique_ptr<Sequence>>& live,
+                      const StateCheckpoints* checkpoints) {
   bm.check_invariants();
   std::vector<int32_t> refs(static_cast<size_t>(bm.num_blocks()), 0);
   for (const auto& seq : live)
     for (int32_t id : seq->block_table) ++refs[static_cast<size_t>(id)];
+  if (checkpoints) {
+    checkpoints->check_invariants();
+    for (int32_t id : checkpoints->tail_blocks()) ++refs[static_cast<size_t>(id)];
+  }
   int64_t used = 0;
   for (int32_t id = 0; id < bm.num_blocks(); ++id) {
     REQUIRE(bm.ref_count(id) == refs[static_cast<size_t>(id)]);
@@ -95,22 +101,26 @@ struct SlotStates {
 
 // speculative: before each step a decoding sequence may get drafts, which the "model"
 // accepts in part (its samples follow the drafts for a random length, then differ).
-// recurrent: a hybrid's scheduler (state slots with snapshots, no prefix caching).
+// recurrent: a hybrid's scheduler (state slots with snapshots); with `checkpoints` > 0,
+// that many state checkpoints and prefix caching, otherwise no prefix caching.
 void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative = false, Cache cache = {},
-                  bool recurrent = false) {
+                  bool recurrent = false, int64_t checkpoints = 0) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
 
-  BlockManager bm(cache.num_blocks, 4, !recurrent, cache.sliding);
+  BlockManager bm(cache.num_blocks, 4, !recurrent || checkpoints > 0, cache.sliding);
   SchedulerConfig cfg;
   cfg.max_num_seqs = 6;
   cfg.max_num_batched_tokens = chunked ? 12 : 40;
   cfg.max_model_len = 40;
   cfg.enable_chunked_prefill = chunked;
   if (recurrent) cfg.first_state_slot = 0, cfg.snapshot_offset = cfg.max_num_seqs;
-  Scheduler sched(cfg, bm);
-  SlotStates states{std::vector<std::vector<int32_t>>(2 * static_cast<size_t>(cfg.max_num_seqs)), cfg.max_num_seqs};
-  int64_t restores = 0;
+  const int64_t first_checkpoint = 2 * cfg.max_num_seqs;
+  std::unique_ptr<StateCheckpoints> saved;
+  if (checkpoints > 0) saved = std::make_unique<StateCheckpoints>(first_checkpoint, checkpoints, bm, bm.block_size());
+  Scheduler sched(cfg, bm, saved.get());
+  SlotStates states{std::vector<std::vector<int32_t>>(static_cast<size_t>(first_checkpoint + checkpoints)), cfg.max_num_seqs};
+  int64_t restores = 0, resumes = 0;
 
   // Prompts share a few prefixes so that prefix hits happen often.
   std::vector<std::vector<int32_t>> prefixes;
@@ -121,6 +131,7 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
   }
 
   std::vector<std::unique_ptr<Sequence>> live;
+  std::vector<std::vector<int32_t>> turns(4);  // finished sequences' tokens, when short enough to go on
   int64_t next_id = 1, steps = 0, finished = 0, aborted = 0, drafted = 0, rejected = 0;
   SlotTokens kv{std::vector<int32_t>(static_cast<size_t>(bm.num_blocks() * bm.block_size()), -1),
                 std::vector<int32_t>(static_cast<size_t>(bm.num_window_blocks() * bm.block_size()), -1), bm.block_size(),
@@ -153,7 +164,7 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
     return sampled;
   };
   auto check_live = [&] {
-    check_accounting(bm, live);
+    check_accounting(bm, live, saved.get());
     std::vector<int32_t> slots;
     for (const auto& s : live) {
       if (s->status != SeqStatus::RUNNING) continue;
@@ -179,10 +190,12 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
     const int64_t kind = pick(10);
     if (kind < 3 && live.size() < 16) {  // add
       std::vector<int32_t> prompt = prefixes[static_cast<size_t>(pick(3))];
-      const int64_t extra = pick(8);
+      // Or the next turn of a finished conversation: its prompt and answer, and more.
+      if (!turns.empty() && pick(2) == 0) prompt = turns[static_cast<size_t>(pick(static_cast<int64_t>(turns.size())))];
+      const int64_t extra = 1 + pick(8);
       for (int64_t i = 0; i < extra; ++i) prompt.push_back(static_cast<int32_t>(pick(50)));
       SamplingParams params;
-      params.max_tokens = 1 + pick(16);
+      params.max_tokens = 1 + pick(std::min<int64_t>(16, cfg.max_model_len - static_cast<int64_t>(prompt.size())));
       auto seq = std::make_unique<Sequence>(next_id++, prompt, params);
       seq->max_tokens = Admission(1 << 20, cfg.max_model_len).check(prompt, params);
       sched.add(seq.get());
@@ -195,14 +208,19 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
       copied += static_cast<int64_t>(step.batch.block_copies.size()) / 2;
       kv.write(step.batch);
       if (recurrent) states.write(step.batch);
-      for (size_t i = 0; i < step.batch.state_copies.size(); i += 2)
-        restores += step.batch.state_copies[i] >= cfg.snapshot_offset;
+      for (size_t i = 0; i < step.batch.state_copies.size(); i += 2) {
+        restores += step.batch.state_copies[i] >= cfg.snapshot_offset && step.batch.state_copies[i] < first_checkpoint;
+        resumes += step.batch.state_copies[i] >= first_checkpoint;
+      }
       sched.update(step, sample(step));
       ++steps;
       for (const StepEntry& e : step.entries) {
         Sequence* s = e.seq;
-        if (e.logits_row >= 0 && s->num_output_tokens() >= s->max_tokens) {
-          sched.finish(s, FinishReason::LENGTH);
+        // A stop token may come right after rejected drafts (its state is the snapshot's).
+        const bool stop = s->restore_state && pick(2) == 0;
+        if (e.logits_row >= 0 && (s->num_output_tokens() >= s->max_tokens || stop)) {
+          sched.finish(s, stop ? FinishReason::STOP : FinishReason::LENGTH);
+          if (s->num_tokens() + 9 < cfg.max_model_len) turns[static_cast<size_t>(finished % 4)] = s->token_ids;
           forget(s);
           ++finished;
         }
@@ -234,10 +252,16 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
     }
     check_live();
   }
+  if (saved) {  // checkpoints hold their tail blocks until evicted
+    CHECK(resumes > 100);
+    CHECK(bm.prefix_cache_hits() > 1000);
+    CHECK(saved->size() == checkpoints);
+    saved->forget_all();
+  }
   CHECK(bm.num_free_blocks() == bm.num_blocks());
   if (recurrent) {
     CHECK(sched.num_free_state_slots() == cfg.max_num_seqs);
-    CHECK(restores > 300);
+    if (speculative) CHECK(restores > 300);
   }
   if (speculative) {
     CHECK(next_id > 1000);  // requests
@@ -248,7 +272,7 @@ void run_property(uint64_t seed, bool chunked, int64_t num_ops, bool speculative
   CHECK(finished > 100);
   CHECK(aborted > 100);
   CHECK(sched.num_preemptions() > 10);
-  if (!recurrent) CHECK(bm.prefix_cache_hits() > 100);
+  if (!recurrent || checkpoints > 0) CHECK(bm.prefix_cache_hits() > 100);
   if (bm.num_window_blocks() < bm.num_blocks()) CHECK(copied > 500);
 }
 
@@ -283,4 +307,12 @@ TEST_CASE("block manager property: sliding-window blocks move out of the window,
 
 TEST_CASE("block manager property: a hybrid's states, drafts rolled back from their snapshots, preemption") {
   run_property(8080, true, 12000, true, {}, true);
+}
+
+TEST_CASE("block manager property: a hybrid resumed from state checkpoints (evicted, pinning blocks), drafts, preemption") {
+  run_property(6060, true, 12000, true, {}, true, 5);
+}
+
+TEST_CASE("block manager property: a hybrid resumed from state checkpoints, whole prompts") {
+  run_property(5150, false, 12000, false, {}, true, 3);
 }

@@ -202,7 +202,8 @@ TEST_CASE("memory plan: the CUDA compute type follows the checkpoint, FP16 for G
 // Qwen3.5-35B-A3B's shape (tests/golden/configs/qwen3_5_35b_a3b: transformers'
 // Qwen3_5MoeConfig, whose defaults are that model, with its published context and RoPE
 // base): 40 layers of which every 4th attends. Only those keep K and V; the 30 Gated
-// DeltaNet layers hold a state per sequence, which the plan keeps for max_num_seqs.
+// DeltaNet layers hold a state per sequence, which the plan keeps for max_num_seqs, and as
+// many state checkpoints as engine.state_checkpoints asks (twice max_num_seqs by default).
 TEST_CASE("memory plan: a hybrid counts KV for its attention layers and a recurrent state per sequence") {
   Config c = config_for_model("tests/golden/configs/qwen3_5_35b_a3b");
   c.model.load_format = "dummy";
@@ -215,20 +216,29 @@ TEST_CASE("memory plan: a hybrid counts KV for its attention layers and a recurr
   CHECK(p.kv_bytes_per_token == 10ull * 2 * 2 * 256 * 2);
   // 30 layers x (conv state: (2 x 16 x 128 + 32 x 128) channels x 3 taps + 32 heads x 128 x 128) x f32.
   CHECK(p.state_bytes_per_sequence == 30ull * ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 4);
-  CHECK(p.state_slots == 16);
-  const uint64_t fixed = p.weight_bytes + p.workspace_bytes + p.reserve_bytes + 16 * p.state_bytes_per_sequence;
+  CHECK(p.state_checkpoints == 32);
+  CHECK(p.state_slots == 16 + 32);
+  const uint64_t fixed = p.weight_bytes + p.workspace_bytes + p.reserve_bytes + 48 * p.state_bytes_per_sequence;
   CHECK(static_cast<uint64_t>(p.kv_blocks) * p.kv_block_bytes <= p.budget_bytes - fixed);
   CHECK(static_cast<uint64_t>(p.kv_blocks + 1) * p.kv_block_bytes > p.budget_bytes - fixed);
-  CHECK(describe_plan(p).find("recurrent state  62.8 MiB per sequence x 16") != std::string::npos);
+  CHECK(describe_plan(p).find("recurrent state  62.8 MiB per sequence x 48 (engine.max_num_seqs, + 32 engine.state_checkpoints)") !=
+        std::string::npos);
+  c.engine.state_checkpoints = 0;  // none: the running sequences' states alone
+  MemoryPlan bare = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{100 * GiB, "test"});
+  CHECK(bare.state_slots == 16);
+  CHECK(bare.kv_blocks > p.kv_blocks);
+  CHECK(describe_plan(bare).find("x 16 (engine.max_num_seqs) = ") != std::string::npos);
+  c.engine.state_checkpoints = -1;
   MemoryPlan cpu = plan_memory(info.spec, all, stage_footprint(c, info, all, "cpu"), c, MemoryBudget{100 * GiB, "test"});
   CHECK(cpu.kv_bytes_per_token == 10ull * 2 * 2 * 256 * 4);
   CHECK(cpu.state_bytes_per_sequence == p.state_bytes_per_sequence);
   // With speculation each sequence's state has a snapshot beside it: twice the slots.
   c.engine.speculative = "ngram";
   MemoryPlan spec = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{100 * GiB, "test"});
-  CHECK(spec.state_slots == 32);
+  CHECK(spec.state_slots == 32 + 32);
   CHECK(spec.kv_blocks < p.kv_blocks);
-  CHECK(describe_plan(spec).find("x 32 (engine.max_num_seqs, each with its snapshot for drafts)") != std::string::npos);
+  CHECK(describe_plan(spec).find("x 64 (engine.max_num_seqs, each with its snapshot for drafts, + 32 engine.state_checkpoints)") !=
+        std::string::npos);
 }
 
 // Qwen3-Next-80B-A3B's shape (tests/golden/configs/qwen3_next_80b_a3b: transformers'
@@ -246,7 +256,7 @@ TEST_CASE("memory plan: Qwen3-Next-80B-A3B's parameters, KV and recurrent state"
   MemoryPlan p = plan_memory(info.spec, all, stage_footprint(c, info, all, "cuda"), c, MemoryBudget{200 * GiB, "test"});
   CHECK(p.kv_bytes_per_token == 12ull * 2 * 2 * 256 * 2);
   CHECK(p.state_bytes_per_sequence == 36ull * ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 4);
-  CHECK(p.state_slots == 8);
+  CHECK(p.state_slots == 8 + 16);
 }
 
 // A peer stage of DeltaNet layers only keeps no K or V: it fits whatever the context, with

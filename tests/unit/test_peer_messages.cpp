@@ -146,8 +146,21 @@ TEST_CASE("a hybrid's plans name one distinct state slot per sequence, inside th
     p.batch.state_copies = copies;
     CHECK_THROWS_WITH_AS(decode_plan(encode_plan(p), s), doctest::Contains(why), InputError);
   }
-  // More than two micro-batches of sequences, each with a snapshot, can hold.
-  s.state_slots = 4 * s.max_step_seqs + 1;
+  // Without sliding layers, a resumed sequence's copy of its checkpoint's tail block goes
+  // between any two distinct blocks.
+  p.batch.state_copies.clear();
+  p.batch.block_copies = {7, 4};
+  CHECK_THROWS_WITH_AS(decode_plan(encode_plan(p), s), doctest::Contains("block copy 7 -> 4"), InputError);
+  s.window_blocks = s.kv_blocks;
+  CHECK(decode_plan(encode_plan(p), s).batch.block_copies == std::vector<int32_t>{7, 4});
+  for (const auto& [copies, why] : std::vector<std::pair<std::vector<int32_t>, const char*>>{
+           {{4, 4}, "block copy 4 -> 4"}, {{4, 8}, "block copy 4 -> 8"}, {{-1, 2}, "block copy -1 -> 2"}}) {
+    CAPTURE(why);
+    p.batch.block_copies = copies;
+    CHECK_THROWS_WITH_AS(decode_plan(encode_plan(p), s), doctest::Contains(why), InputError);
+  }
+  // More than two micro-batches of sequences, each with a snapshot, and the most checkpoints can hold.
+  s.state_slots = 4 * s.max_step_seqs + 8192 + 1;
   CHECK_THROWS_WITH_AS(decode_welcome(encode_welcome(s)), doctest::Contains("state_slots"), InputError);
 }
 

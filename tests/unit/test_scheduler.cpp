@@ -7,6 +7,7 @@
 
 #include "engine/core/admission.h"
 #include "engine/core/scheduler.h"
+#include "engine/core/state_checkpoints.h"
 #include "engine/util/check.h"
 
 using namespace spark;
@@ -213,6 +214,115 @@ TEST_CASE("scheduler: with recurrent state, drafts are verified from a snapshot,
   CHECK(a->num_computed_tokens == 12);
   sched.finish(a.get(), FinishReason::ABORT);
   CHECK(bm.num_free_blocks() == 32);
+}
+
+TEST_CASE("scheduler: state checkpoints resume each turn at its exact token, and shared prompts where they part") {
+  BlockManager bm(64, 4, true);
+  SchedulerConfig c = config(2, 64, 128);
+  c.first_state_slot = 0;
+  StateCheckpoints saved(2, 8, bm, 4);  // state slots 2..9
+  Scheduler sched(c, bm, &saved);
+  auto run = [&](Sequence* seq, int32_t token) {  // to its end; the first step's plan
+    sched.add(seq);
+    ScheduledStep first = run_step(sched, token);
+    while (!seq->is_finished()) run_step(sched, ++token);
+    return first;
+  };
+  auto copy_of = [](const ScheduledStep& step, int32_t to) {  // the slot copied to `to`, -1: none
+    int32_t from = -1;
+    for (size_t i = 0; i < step.batch.state_copies.size(); i += 2)
+      if (step.batch.state_copies[i + 1] == to) from = step.batch.state_copies[i];
+    return from;
+  };
+
+  // Turn 1: prompt 1..10, answer 50 51 52. Checkpoints at the prompt's end (10 tokens) and
+  // the answer's (12: 52 is never fed back).
+  auto a = make_seq(1, 1, 10, 3, sched);
+  CHECK(run(a.get(), 50).entries[0].num_new_tokens == 10);
+  CHECK(saved.size() == 2);
+  // Turn 2 continues it: it resumes after 12 tokens, three whole blocks, from the answer's state.
+  std::vector<int32_t> turn2 = a->token_ids;
+  turn2.insert(turn2.end(), {60, 61});
+  auto b = std::make_unique<Sequence>(2, turn2, a->params);
+  b->max_tokens = 2;
+  ScheduledStep resumed = run(b.get(), 70);
+  CHECK(b->num_cached_tokens == 12);
+  CHECK(new_tokens_of(resumed) == std::vector<int64_t>{3});  // 52 60 61
+  CHECK(resumed.batch.positions.front() == 12);
+  CHECK(copy_of(resumed, resumed.batch.state_slots[0]) >= 2);  // from a checkpoint
+  CHECK(resumed.batch.block_copies.empty());
+  // A branch after turn 1's prompt resumes at token 10, mid-block: its third block is a copy
+  // of the block the checkpoint pins.
+  std::vector<int32_t> branch(a->token_ids.begin(), a->token_ids.begin() + 10);
+  branch.insert(branch.end(), {80, 81, 82});
+  auto d = std::make_unique<Sequence>(3, branch, a->params);
+  d->max_tokens = 2;
+  sched.add(d.get());
+  ScheduledStep mid = sched.schedule();
+  CHECK(d->num_cached_tokens == 10);
+  CHECK(mid.batch.positions.front() == 10);
+  REQUIRE(mid.batch.block_copies.size() == 2);
+  CHECK(mid.batch.block_copies[1] == d->block_table[2]);
+  CHECK(bm.ref_count(mid.batch.block_copies[0]) == 1);  // held by the checkpoint alone
+  CHECK(copy_of(mid, d->state_slot) >= 2);
+  sched.update(mid, {90});
+  while (!d->is_finished()) run_step(sched, 91);
+
+  // A shared system prompt: x leaves checkpoints whose tokens y shares for 20; y's prefill
+  // stops there for a step and saves one, which z then resumes from.
+  auto with_system = [](int64_t id, std::vector<int32_t> tail) {
+    std::vector<int32_t> t(20);
+    std::iota(t.begin(), t.end(), 100);
+    t.insert(t.end(), tail.begin(), tail.end());
+    auto seq = std::make_unique<Sequence>(id, t, SamplingParams{});
+    seq->max_tokens = 2;
+    return seq;
+  };
+  auto x = with_system(4, {1, 2, 3, 4, 5}), y = with_system(5, {6, 7, 8, 9, 10}), z = with_system(6, {11, 12, 13});
+  run(x.get(), 30);
+  const ScheduledStep y_first = run(y.get(), 30);
+  CHECK(y->num_cached_tokens == 0);
+  CHECK(new_tokens_of(y_first) == std::vector<int64_t>{20});
+  CHECK(y_first.batch.logits_rows.empty());
+  run(z.get(), 30);
+  CHECK(z->num_cached_tokens == 20);
+
+  // Every block comes back once the checkpoints go.
+  CHECK(bm.num_free_blocks() < 64);
+  saved.check_invariants();
+  saved.forget_all();
+  CHECK(bm.num_free_blocks() == 64);
+  CHECK(sched.num_free_state_slots() == 2);
+}
+
+TEST_CASE("scheduler: a full checkpoint pool evicts a conversation's superseded prompt end before any answer end") {
+  BlockManager bm(64, 4, true);
+  SchedulerConfig c = config(2, 64, 128);
+  c.first_state_slot = 0;
+  StateCheckpoints saved(2, 2, bm, 4);
+  Scheduler sched(c, bm, &saved);
+  auto finish_turn = [&](Sequence* seq) {
+    sched.add(seq);
+    while (!seq->is_finished()) run_step(sched, 40);
+  };
+  auto a = make_seq(1, 1, 10, 3, sched), b = make_seq(2, 101, 10, 3, sched);
+  // a's prompt end, superseded by its answer end; b's prompt end takes its slot, and b's
+  // answer end takes b's superseded prompt end's rather than a's answer end (the least
+  // recently used).
+  finish_turn(a.get());
+  finish_turn(b.get());
+  auto next_of = [&](const Sequence& prev, int64_t id) {
+    std::vector<int32_t> t = prev.token_ids;
+    t.push_back(7);
+    auto seq = std::make_unique<Sequence>(id, t, prev.params);
+    seq->max_tokens = 1;
+    return seq;
+  };
+  auto a2 = next_of(*a, 3);
+  finish_turn(a2.get());
+  CHECK(a2->num_cached_tokens == a->num_tokens() - 1);
+  saved.forget_all();
+  CHECK(bm.num_free_blocks() == 64);
 }
 
 TEST_CASE("scheduler: abort in every state frees blocks and forgets the sequence") {

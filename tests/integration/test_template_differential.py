@@ -183,6 +183,9 @@ def shipped_templates():
         template = jinja_file.read_text(encoding="utf-8") if jinja_file.exists() else config.get("chat_template")
         if isinstance(template, str):
             out.append((folder.name, template, special_tokens(config)))
+    for folder in sorted((golden.fixtures_dir() / "templates").iterdir()):  # templates without a tokenizer
+        if (folder / "chat_template.jinja").exists():
+            out.append((folder.name, (folder / "chat_template.jinja").read_text(encoding="utf-8"), {}))
     for name, source in golden.TEMPLATE_SOURCES.items():
         if source["kind"] == "inline":
             out.append((name, source["template"], {k: v for k, v in source.items() if k.endswith("_token")}))
@@ -256,7 +259,7 @@ def model_folder(tmp_path, name, template, special):
 
 def test_shipped_templates_with_omitted_fields_match_jinja2(tmp_path):
     templates = shipped_templates()
-    assert {"qwen3", "llama3_1", "gemma3", "gptoss"} <= {name for name, _, _ in templates}
+    assert {"qwen3", "llama3_1", "gemma3", "gptoss", "qwen3_coder", "qwen3_5"} <= {name for name, _, _ in templates}
     requests = shaped_conversations()
     cases, expected = [], []
     for name, template, special in templates:

@@ -335,3 +335,46 @@ TEST_CASE("qwen3_xml: a call rendered by Qwen3-Coder's own template reads back a
   CHECK(args_of(p.calls[1]) == nlohmann::json(second));
   check_all_splits(answer, qwen());
 }
+
+TEST_CASE("qwen3_xml: calls rendered by Qwen3.5's own template (thinking, Python-style scalars) read back as the same calls") {
+  const std::string source = read_file(fixtures_dir() + "/templates/qwen3_5/chat_template.jinja");
+  CHECK(std::string(detect_chat_format(TemplateText{source, source}).name()) == "qwen3_xml");
+  ChatTemplate tmpl = ChatTemplate::from_source(source, "", "<|im_end|>");
+  const J first = J::parse(R"({"path": "src/main.py", "content": "def f(a, b):\n    return a < b\n",
+                               "mode": 420, "ratio": 0.5, "overwrite": true, "meta": {"k": [1, "two"]},
+                               "tags": ["x", "y"], "limit": null})");
+  const J second = J::parse(R"({"path": "src"})");
+  J messages = J::array();
+  messages.push_back({{"role", "user"}, {"content", "Write it, then list."}});
+  messages.push_back({{"role", "assistant"},
+                      {"content", "Writing the file."},
+                      {"reasoning_content", "The user wants a file."},
+                      {"tool_calls", J::array({J{{"id", "call_1"}, {"type", "function"},
+                                                 {"function", {{"name", "write_file"}, {"arguments", first}}}},
+                                               J{{"id", "call_2"}, {"type", "function"},
+                                                 {"function", {{"name", "list_dir"}, {"arguments", second}}}}})}});
+  messages.push_back({{"role", "tool"}, {"content", "ok"}, {"tool_call_id", "call_1"}});
+  const std::string prompt = tmpl.render(messages, kTools, false);
+  const std::string open = "<|im_start|>assistant\n";
+  const size_t start = prompt.rfind(open);
+  REQUIRE(start != std::string::npos);
+  const size_t end = prompt.find("<|im_end|>", start);
+  REQUIRE(end != std::string::npos);
+  const std::string answer = prompt.substr(start + open.size(), end - start - open.size());
+  CAPTURE(answer);
+  // The template writes scalars as Python prints them (True, None): the declared types read them.
+  CHECK(answer.find("<parameter=overwrite>\nTrue\n") != std::string::npos);
+  CHECK(answer.find("<parameter=limit>\nNone\n") != std::string::npos);
+
+  OutputParserOptions thinking = qwen();
+  thinking.reasoning = true;
+  Parsed p = parse_whole(answer, thinking);
+  CHECK(p.reasoning == "\nThe user wants a file.\n");  // as written between the tags
+  CHECK(p.content == "Writing the file.\n\n");
+  REQUIRE(p.calls.size() == 2);
+  CHECK(p.calls[0].name == "write_file");
+  CHECK(args_of(p.calls[0]) == nlohmann::json(first));
+  CHECK(p.calls[1].name == "list_dir");
+  CHECK(args_of(p.calls[1]) == nlohmann::json(second));
+  check_all_splits(answer, thinking);
+}

@@ -176,6 +176,50 @@ TEST_CASE("engine + CPU backend: a cached prefix reproduces the cold run's logit
   }
 }
 
+// A hybrid resumes from state checkpoints, at the exact token: a prompt continuing an
+// earlier one's prompt resumes after all of it, the next turn of a conversation after its
+// prompt and answer (less the answer's last token, never fed back). Logits as cold.
+TEST_CASE("engine + CPU backend: a hybrid resumes the next turn from a state checkpoint with the cold run's logits") {
+  auto request = [](const std::string& id, std::vector<int32_t> prompt) {
+    Request r;
+    r.request_id = id;
+    r.prompt_ids = std::move(prompt);
+    r.params.temperature = 0;
+    r.params.max_tokens = 5;
+    r.params.ignore_eos = true;
+    r.params.logprobs = true;
+    r.params.top_logprobs = 20;
+    return r;
+  };
+  std::vector<int32_t> prompt;
+  for (int t = 0; t < 37; ++t) prompt.push_back(3 + (t * 11) % 250);
+  auto me = make(kTinyHybrid, 8192, true, 64);
+  me->engine->start();
+  const RequestOutput first = collect(*me->engine->submit(request("first", prompt)));
+  std::vector<int32_t> longer = prompt, next_turn = prompt;
+  longer.push_back(77);
+  next_turn.insert(next_turn.end(), first.token_ids.begin(), first.token_ids.end());
+  next_turn.insert(next_turn.end(), {78, 79});
+  const RequestOutput extended = collect(*me->engine->submit(request("longer", longer)));
+  const RequestOutput turn = collect(*me->engine->submit(request("turn", next_turn)));
+  CHECK(first.num_cached_tokens == 0);
+  CHECK(extended.num_cached_tokens == 37);  // not a whole number of blocks
+  CHECK(turn.num_cached_tokens == 37 + 5 - 1);
+  for (const auto& [warm, ids] : {std::pair{extended, longer}, std::pair{turn, next_turn}}) {
+    const RequestOutput cold = run(kTinyHybrid, 8192, 64, {request("cold", ids)}, /*prefix_caching=*/false)[0];
+    CHECK(warm.token_ids == cold.token_ids);
+    REQUIRE(warm.logprobs.size() == cold.logprobs.size());
+    for (size_t i = 0; i < warm.logprobs.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(warm.logprobs[i].top.size() == 20);
+      for (size_t k = 0; k < 20; ++k) {
+        CHECK(warm.logprobs[i].top[k].first == cold.logprobs[i].top[k].first);
+        CHECK(warm.logprobs[i].top[k].second == doctest::Approx(cold.logprobs[i].top[k].second).epsilon(1e-5));
+      }
+    }
+  }
+}
+
 // Last-token pooling through the whole engine: the prompt runs in chunks beside requests
 // that sample, and the result is the backend's final hidden state of the last prompt
 // token (test_cpu_forward ties that to transformers' logits), cold and from the cache.

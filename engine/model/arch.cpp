@@ -254,7 +254,8 @@ int64_t gguf_layer_of(const std::string& name) {
 }
 
 std::optional<std::string> gguf_to_hf_name(const std::string& name,
-                                           const std::vector<std::pair<const char*, const char*>>& aliases) {
+                                           const std::vector<std::pair<const char*, const char*>>& aliases,
+                                           const std::vector<std::pair<const char*, const char*>>& fused) {
   for (size_t i = 0; i < kFirstLayerPart; ++i)
     if (name == gguf_tensor_name(static_cast<Part>(i))) return tensor_name(static_cast<Part>(i));
   if (gguf_layer_of(name) < 0) return std::nullopt;
@@ -267,6 +268,8 @@ std::optional<std::string> gguf_to_hf_name(const std::string& name,
   std::string base = last == std::string::npos ? rest : rest.substr(0, last);
   std::string kind = last == std::string::npos ? "" : rest.substr(last + 1);
   if (!kind.empty() && kind != "weight" && kind != "bias") return std::nullopt;
+  for (const auto& [gguf, hf] : fused)
+    if (base == gguf && !kind.empty()) return "model.layers." + layer + "." + hf + "." + kind;
   for (const auto& [alias, table_name] : aliases)
     if (base == alias) base = table_name;
   for (size_t i = kFirstLayerPart; i < kNumParts; ++i)

@@ -78,11 +78,13 @@ int64_t expected_tensor_count(const ModelSpec& spec, LayerRange range);
 // llama.cpp's tensor names (gguf-py TENSOR_NAMES) as Hugging Face names: "blk.12.attn_q.weight"
 // -> "model.layers.12.self_attn.q_proj.weight"; nullopt for names with no HF counterpart.
 // `aliases` are an architecture's other names for layer parts ({its base name, the
-// table's}: Architecture::gguf_aliases).
+// table's}: Architecture::gguf_aliases), `fused` its tensors that hold several parts ({its
+// base name, the checkpoint's name in the layer}: Architecture::gguf_fused).
 // Stacked expert tensors ("blk.N.ffn_up_exps.weight") map to a pattern,
 // "model.layers.N.mlp.experts.{E}.up_proj.weight"; gguf_expert_name() fills it in.
 std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name,
-                                           const std::vector<std::pair<const char*, const char*>>& aliases = {});
+                                           const std::vector<std::pair<const char*, const char*>>& aliases = {},
+                                           const std::vector<std::pair<const char*, const char*>>& fused = {});
 bool gguf_is_stacked_experts(const std::string& gguf_name);
 // The layer a "blk.N." name belongs to; -1 for names outside the layers.
 int64_t gguf_layer_of(const std::string& gguf_name);

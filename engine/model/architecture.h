@@ -42,6 +42,14 @@ struct Architecture {
   // Other names llama.cpp gives a layer part in this architecture's GGUF files
   // ({llama.cpp base name, the shared table's base name}).
   std::vector<std::pair<const char*, const char*>> gguf_aliases = {};
+  // Layer tensors llama.cpp keeps fused where the table has parts ({llama.cpp base name,
+  // the Hugging Face checkpoint's name within the layer}): they go under that name to
+  // convert_gguf, which splits them as it splits the checkpoint's.
+  std::vector<std::pair<const char*, const char*>> gguf_fused = {};
+  // convert_checkpoint's counterpart for GGUF files, over their tensors under Hugging Face
+  // names; nullptr when those match the table.
+  std::map<std::string, Tensor> (*convert_gguf)(const std::map<std::string, Tensor>& file, const ModelSpec& spec,
+                                                LayerRange range, Weights* keep, const std::string& source) = nullptr;
   // llama.cpp's converter interleaves the Q and K rows of each head for its RoPE: the
   // loader puts them back (gguf_unpermute_rows).
   bool gguf_qk_rows_permuted = false;

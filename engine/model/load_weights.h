@@ -30,7 +30,10 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
 Weights load_gguf_weights(const GgufFile& file, const ModelSpec& spec, LayerRange range);
 // Every tensor of the file under its Hugging Face name, shapes only, data pointing into
 // the file as stored (experts split, no unpermuting): what check_tensor_set compares.
-std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& file, const ModelSpec& spec);
+// Tensors the architecture converts (Architecture::convert_gguf) get their bytes, for the
+// layers of `range`, only with `keep`, which holds them.
+std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& file, const ModelSpec& spec, LayerRange range = {},
+                                              Weights* keep = nullptr);
 
 // llama.cpp's converter stores the Q/K rows of each head of a llama-architecture model
 // interleaved (row 2i = HF row i, row 2i+1 = HF row i + head_dim/2) so that its RoPE can

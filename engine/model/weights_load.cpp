@@ -36,7 +36,7 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
   return w;
 }
 
-std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec& spec) {
+std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec& spec, LayerRange range, Weights* keep) {
   std::map<std::string, Tensor> out;
   // llama.cpp counts a multi-token-prediction block among the layers (after them); the
   // model's layers end before it.
@@ -45,7 +45,7 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
     if (info.name == "rope_freqs.weight") continue;  // folded into the spec's RopeScaling
     const int64_t layer = gguf_layer_of(info.name);
     if (layer >= spec.num_layers && layer < file_blocks) continue;
-    auto hf = gguf_to_hf_name(info.name, spec.arch->gguf_aliases);
+    auto hf = gguf_to_hf_name(info.name, spec.arch->gguf_aliases, spec.arch->gguf_fused);
     if (!hf) throw InputError("GGUF file '" + f.source + "': tensor '" + info.name + "' is not part of any supported architecture");
     Tensor t;
     t.dtype = info.dtype;
@@ -78,6 +78,7 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
       if (!out.emplace(x.name, x).second) throw InputError("GGUF file '" + f.source + "': tensor '" + x.name + "' appears twice");
     }
   }
+  if (spec.arch->convert_gguf) return spec.arch->convert_gguf(out, spec, range, keep, "GGUF file '" + f.source + "'");
   return out;
 }
 
@@ -110,10 +111,10 @@ void check_block_scales(const Tensor& t, const std::string& source) {
 }  // namespace
 
 Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange range) {
-  std::map<std::string, Tensor> all = gguf_hf_tensors(f, spec);
-  std::vector<TensorSpec> need = check_tensor_set(all, spec, range, "GGUF file '" + f.source + "'");
   Weights w;
   w.set_range(range);
+  std::map<std::string, Tensor> all = gguf_hf_tensors(f, spec, range, &w);
+  std::vector<TensorSpec> need = check_tensor_set(all, spec, range, "GGUF file '" + f.source + "'");
   if (f.mapping()) w.keep_alive(f.mapping());
   for (const TensorSpec& ts : need) {
     Tensor t = all.at(ts.name);

@@ -183,8 +183,11 @@ TEST_CASE("cpu forward: hidden rows are the final hidden states transformers' lo
 // scales, its fused projections' scales unfused with them (golden logits from transformers
 // over e4m3 x scale). And the Qwen3.5 models as llama.cpp's converter writes them
 // (tests/gen/gen_qwen3_5_gguf.py: qwen35moe, qwen35; norms offset by one, ssm_a, value heads
-// tiled), against the same golden logits. Sequences of 1, 7, 70 and 130 tokens.
-const char* kHybrids[] = {"qwen3_5_moe", "qwen3_5", "qwen3_next", "qwen3_next_fp8", "qwen3_5_moe.gguf", "qwen3_5.gguf"};
+// tiled) and Qwen3-Next as it writes qwen3next (tests/gen/gen_qwen3_next_gguf.py: in_proj_qkvz
+// split, ssm_ba fused, dense layers without a router), against the same golden logits.
+// Sequences of 1, 7, 70 and 130 tokens.
+const char* kHybrids[] = {"qwen3_5_moe",      "qwen3_5",      "qwen3_next",      "qwen3_next_fp8",
+                          "qwen3_5_moe.gguf", "qwen3_5.gguf", "qwen3_next.gguf"};
 
 TEST_CASE("cpu forward: Qwen3.5 and Qwen3-Next hybrids match transformers' logits within 1e-4, whole and in chunks of 1, 7, 64, 100") {
   for (const std::string name : kHybrids) {

@@ -4,7 +4,10 @@
 // RMSNorm). What differs is the checkpoint: settings at config.json's top level, experts
 // stored one by one (the shared table's names), dense layers where mlp_only_layers says,
 // and each DeltaNet layer's input projections fused per key-head group, which the
-// conversion below unfuses. The MTP head is not read.
+// conversion below unfuses. The MTP head is not read. GGUF files (llama.cpp's qwen3next)
+// are read too: llama.cpp splits in_proj_qkvz into the table's parts itself and keeps
+// in_proj_ba fused (ssm_ba), which the same conversion splits; the value heads stay
+// grouped by key head, and a layer without a router is one of mlp_only_layers.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -28,6 +31,21 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
   s.shared_expert_intermediate_size = r.integer_or("shared_expert_intermediate_size", 0, MAX_DIM, 0);
 }
 
+void read_gguf(const GgufMetaReader& m, ModelSpec& s) {
+  read_gated_delta_net_hybrid(m, s);
+  s.delta_net.value_heads_tiled = false;  // llama.cpp reorders them for qwen35 only
+  s.num_experts = m.integer("expert_count", 1, MAX_EXPERTS);
+  s.num_experts_per_tok = m.integer("expert_used_count", 1, s.num_experts);
+  s.moe_intermediate_size = m.integer("expert_feed_forward_length", 1, MAX_DIM);
+  s.shared_expert_intermediate_size = m.integer("expert_shared_feed_forward_length", 0, MAX_DIM, 0);
+  s.norm_topk_prob = true;
+  s.decoder_sparse_step = 1;
+  for (int64_t l = 0; l < s.num_layers; ++l)
+    if (!m.f.find_tensor(gguf_tensor_name(Part::ROUTER, l))) s.mlp_only_layers.push_back(l);
+  s.intermediate_size = m.integer("feed_forward_length", 1, MAX_DIM, s.mlp_only_layers.empty() ? std::optional<int64_t>(0)
+                                                                                                  : std::nullopt);
+}
+
 // One DeltaNet layer's fused projections, unfused into the table's parts. Per key-head
 // group g of the nk groups (r = num_v_heads / nk value heads each):
 //   in_proj_qkvz rows: q_g (dk), k_g (dk), v_g (r * dv), z_g (r * dv)
@@ -46,11 +64,12 @@ class FusedProjections {
                    const std::string& source)
       : file_(file), spec_(spec), d_(spec.delta_net), h_(spec.hidden_size), layer_(layer), source_(source) {}
 
-  void convert(const Tensor& qkvz, const Tensor& ba, Weights* keep, std::map<std::string, Tensor>& out) {
+  // Either may be null: a GGUF file keeps only in_proj_ba fused.
+  void convert(const Tensor* qkvz, const Tensor* ba, Weights* keep, std::map<std::string, Tensor>& out) {
     const int64_t nk = d_.num_k_heads, r = d_.num_v_heads / d_.num_k_heads, dk = d_.k_head_dim, dv = d_.v_head_dim;
     const int64_t group_qkvz = 2 * dk + 2 * r * dv, group_ba = 2 * r;
-    check(qkvz, nk * group_qkvz);
-    check(ba, nk * group_ba);
+    if (qkvz) check(*qkvz, nk * group_qkvz);
+    if (ba) check(*ba, nk * group_ba);
     // Each part: its source, and the runs (rows per group, offset within the group) it takes.
     struct Piece {
       Part part;
@@ -59,14 +78,15 @@ class FusedProjections {
       std::vector<std::pair<int64_t, int64_t>> runs;
     };
     const Piece pieces[] = {
-        {Part::LIN_QKV, &qkvz, group_qkvz, {{dk, 0}, {dk, dk}, {r * dv, 2 * dk}}},
-        {Part::LIN_Z, &qkvz, group_qkvz, {{r * dv, 2 * dk + r * dv}}},
-        {Part::LIN_B, &ba, group_ba, {{r, 0}}},
-        {Part::LIN_A, &ba, group_ba, {{r, r}}},
+        {Part::LIN_QKV, qkvz, group_qkvz, {{dk, 0}, {dk, dk}, {r * dv, 2 * dk}}},
+        {Part::LIN_Z, qkvz, group_qkvz, {{r * dv, 2 * dk + r * dv}}},
+        {Part::LIN_B, ba, group_ba, {{r, 0}}},
+        {Part::LIN_A, ba, group_ba, {{r, r}}},
     };
     std::vector<std::pair<Tensor, const Tensor*>> made;  // (tensor without bytes yet, its source)
     std::vector<std::vector<int64_t>> rows_of;           // the source row of each row made
     for (const Piece& p : pieces) {
+      if (!p.src) continue;
       std::vector<int64_t> rows;
       for (const auto& [n, offset] : p.runs)
         for (int64_t g = 0; g < nk; ++g)
@@ -106,12 +126,16 @@ class FusedProjections {
   }
 
  private:
-  size_t row_bytes(const Tensor& t) const { return size_t(h_) * size_t(dtype_block_bytes(t.dtype)); }
+  // A row in the tensor's own blocks (a GGUF file's may be block-quantized).
+  size_t row_bytes(const Tensor& t) const {
+    return size_t(h_ / dtype_block_elems(t.dtype)) * size_t(dtype_block_bytes(t.dtype));
+  }
 
   void check(const Tensor& t, int64_t rows) const {
-    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::F8_E4M3)
+    const bool floats = t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F8_E4M3;
+    if (!floats && !(dtype_is_quantized(t.dtype) && h_ % dtype_block_elems(t.dtype) == 0))
       throw InputError(source_ + ": tensor " + t.name + " has dtype " + std::string(dtype_name(t.dtype)) +
-                       "; the fused DeltaNet projections must be F32, F16, BF16 or F8_E4M3");
+                       "; the fused DeltaNet projections must be F32, F16, BF16, F8_E4M3 or whole quantized blocks a row");
     if (t.shape != std::vector<int64_t>{rows, h_})
       throw InputError(source_ + ": tensor " + t.name + " has shape " + shape_str(t.shape) + ", the config (" +
                        std::to_string(d_.num_k_heads) + " key heads of " + std::to_string(d_.k_head_dim) + ", " +
@@ -199,26 +223,41 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
   for (int64_t l = 0; l < spec.num_layers; ++l) {
     if (!spec.layer_is_recurrent(l)) continue;
     const std::string base = "model.layers." + std::to_string(l) + ".linear_attn.";
-    const auto qkvz = file.find(base + "in_proj_qkvz.weight"), ba = file.find(base + "in_proj_ba.weight");
-    if (qkvz == file.end() || ba == file.end())
-      throw InputError(source + ": tensor " + (qkvz == file.end() ? base + "in_proj_qkvz.weight" : base + "in_proj_ba.weight") +
-                       " is missing (layer " + std::to_string(l) + " is a linear_attention layer)");
+    // Fused, or already split into the table's parts (a GGUF file's attn_qkv and attn_gate).
+    auto fused = [&](const char* name, Part split) -> const Tensor* {
+      const auto it = file.find(base + name);
+      if (it != file.end()) return &it->second;
+      if (file.count(tensor_name(split, l))) return nullptr;
+      throw InputError(source + ": tensor " + base + name + " is missing (layer " + std::to_string(l) +
+                       " is a linear_attention layer)");
+    };
+    const Tensor* qkvz = fused("in_proj_qkvz.weight", Part::LIN_QKV);
+    const Tensor* ba = fused("in_proj_ba.weight", Part::LIN_B);
     const bool load = keep && l >= range.first_layer && l < range.last_layer;
-    FusedProjections(file, spec, l, source).convert(qkvz->second, ba->second, load ? keep : nullptr, out);
+    FusedProjections(file, spec, l, source).convert(qkvz, ba, load ? keep : nullptr, out);
   }
   if (skipped > 0 && !keep)  // said once, when the model is inspected
     log_info("model: ", skipped, " tensors of the MTP head are not loaded");
   return out;
 }
 
+// llama.cpp's names: the MLP's norm is post_attention_norm (the table's ffn_norm), and
+// in_proj_ba stays fused as ssm_ba.
+const std::vector<std::pair<const char*, const char*>> kGgufAliases = {{"post_attention_norm", "ffn_norm"}};
+const std::vector<std::pair<const char*, const char*>> kGgufFused = {{"ssm_ba", "linear_attn.in_proj_ba"}};
+
 }  // namespace
 
 extern const Architecture kQwen3Next{
     .hf_class = "Qwen3NextForCausalLM",
-    .gguf_name = nullptr,
+    .gguf_name = "qwen3next",
     .read_config = read_config,
-    .read_gguf = nullptr,
+    .read_gguf = read_gguf,
     .convert_checkpoint = convert,
+    .gguf_aliases = kGgufAliases,
+    .gguf_fused = kGgufFused,
+    .convert_gguf = convert,
+    .gguf_partial_rotary = true,
     .needs_bf16_activations = true,
 };
 

@@ -85,7 +85,7 @@ def test_the_unchanged_qwen3_next_folder_passes(tmp_path):
     ({"model.layers.1.linear_attn.in_proj_qkvz.weight": lambda w: w[:120].copy()}, None,
      ["in_proj_qkvz.weight has shape [120, 64]", "implies [128, 64]"]),
     ({"model.layers.2.linear_attn.in_proj_qkvz.weight": lambda w: w.astype(np.int32)}, None,
-     ["in_proj_qkvz.weight has dtype I32", "must be F32, F16, BF16 or F8_E4M3"]),
+     ["in_proj_qkvz.weight has dtype I32", "must be F32, F16, BF16, F8_E4M3 or whole quantized blocks"]),
     (None, {"linear_value_head_dim": 16},  # the value heads' width: the fused rows no longer add up
      ["in_proj_qkvz.weight has shape [128, 64]", "4 value heads of 16", "implies [192, 64]"]),
     (None, {"mlp_only_layers": [1, 4]}, ['"mlp_only_layers" holds 4, not a layer index']),
@@ -144,13 +144,13 @@ def test_qwen3_next_fp8_scales(tmp_path):
 GGUF = REPO / "tests" / "golden" / "models" / "qwen3_5_moe.gguf"
 
 
-def gguf_copy(tmp_path, tensors=None, drop_keys=()):
-    """The Qwen3.5-MoE GGUF rewritten with tensors changed (name -> function of the array)
-    and metadata keys left out, by the gguf package."""
+def gguf_copy(tmp_path, tensors=None, drop_keys=(), source=GGUF, arch="qwen35moe"):
+    """A hybrid GGUF (the Qwen3.5-MoE's by default) rewritten with tensors changed (name ->
+    function of the array) and metadata keys left out, by the gguf package."""
     import gguf
-    reader = gguf.GGUFReader(str(GGUF))
+    reader = gguf.GGUFReader(str(source))
     path = tmp_path / "model.gguf"
-    writer = gguf.GGUFWriter(str(path), "qwen35moe")
+    writer = gguf.GGUFWriter(str(path), arch)
     for field in reader.fields.values():
         if field.name.startswith("GGUF.") or field.name == "general.architecture" or field.name in drop_keys:
             continue
@@ -192,3 +192,15 @@ def test_gguf_keys_and_tensors_that_disagree_are_refused(tmp_path):
     refused(gguf_copy(tmp_path, drop_keys=("qwen35moe.full_attention_interval",)), "qwen35moe.full_attention_interval")
     refused(gguf_copy(tmp_path, {"blk.0.ssm_conv1d.weight": lambda a: a[:, :3]}), "model.layers.0.linear_attn.conv1d.weight")
     refused(gguf_copy(tmp_path, {"blk.2.ssm_a": lambda a: a[:3]}), "model.layers.2.linear_attn.A_log")
+
+
+def test_qwen3next_gguf_with_a_fused_projection_of_the_wrong_shape_is_refused(tmp_path):
+    """llama.cpp keeps Qwen3-Next's b/a projection fused (ssm_ba): its rows must be the key-head
+    groups' 2 x value heads per group, or nothing loads."""
+    source = REPO / "tests" / "golden" / "models" / "qwen3_next.gguf"
+    r = generate(gguf_copy(tmp_path, source=source, arch="qwen3next"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    refused(gguf_copy(tmp_path, {"blk.1.ssm_ba.weight": lambda a: a[:6]}, source=source, arch="qwen3next"),
+            "model.layers.1.linear_attn.in_proj_ba.weight has shape [6, 64]")
+    refused(gguf_copy(tmp_path, drop_keys=("qwen3next.ssm.group_count",), source=source, arch="qwen3next"),
+            "qwen3next.ssm.group_count")

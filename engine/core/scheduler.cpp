@@ -68,8 +68,8 @@ void Scheduler::save_state(const Sequence& seq, bool shared) {
                      shared);
 }
 
-int64_t Scheduler::up_to_checkpoint(const Sequence& seq, int64_t n) const {
-  return seq.checkpoint_at > seq.num_computed_tokens ? std::min(n, seq.checkpoint_at - seq.num_computed_tokens) : n;
+int64_t Scheduler::up_to_checkpoint(const Sequence& seq, int64_t computed, int64_t n) {
+  return seq.checkpoint_at > computed ? std::min(n, seq.checkpoint_at - computed) : n;
 }
 
 void Scheduler::preempt(Sequence* seq) {
@@ -123,7 +123,7 @@ ScheduledStep Scheduler::schedule() {
       }
       seq->draft_tokens.clear();
     }
-    int64_t n = up_to_checkpoint(*seq, std::min(remaining, budget));
+    int64_t n = up_to_checkpoint(*seq, seq->num_computed_tokens, std::min(remaining, budget));
     if (!config_.enable_chunked_prefill && n < remaining) continue;
     while (!blocks_.allocate(*seq, n)) {
       if (checkpoints_ && checkpoints_->evict_pinned()) continue;  // cache before anyone's blocks
@@ -146,7 +146,7 @@ ScheduledStep Scheduler::schedule() {
     int64_t remaining = seq->num_tokens() - hit.num_tokens;
     int64_t n = std::min(remaining, budget);
     if (!config_.enable_chunked_prefill && n < remaining) break;
-    if (seq->checkpoint_at > hit.num_tokens) n = std::min(n, seq->checkpoint_at - hit.num_tokens);
+    n = up_to_checkpoint(*seq, hit.num_tokens, n);
     if (!blocks_.allocate(*seq, n, &hit)) {
       if (checkpoints_ && checkpoints_->evict_pinned()) continue;  // look again: the hit may have changed
       break;

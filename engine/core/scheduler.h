@@ -99,8 +99,8 @@ class Scheduler {
   void release_state_slot(Sequence* seq);
   // Saves seq's state after its computed tokens (a checkpoint), from the slot that holds it.
   void save_state(const Sequence& seq, bool shared = false);
-  // n new tokens for seq, cut to end at its checkpoint_at.
-  int64_t up_to_checkpoint(const Sequence& seq, int64_t n) const;
+  // n new tokens for seq after its first `computed`, cut to end at its checkpoint_at.
+  static int64_t up_to_checkpoint(const Sequence& seq, int64_t computed, int64_t n);
 
   SchedulerConfig config_;
   BlockManager& blocks_;

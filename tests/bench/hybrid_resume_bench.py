@@ -20,13 +20,14 @@ import argparse
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+from spec_bench import free_port, wait_ready
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BASE = 0x4E00  # token i is the character U+4E00 + i
@@ -61,26 +62,6 @@ def model_folder(d):
     for name, body in files.items():
         with open(os.path.join(d, name), "w") as f:
             json.dump(body, f)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url, proc, timeout=300):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit("sparkd serve exited early")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except Exception:
-            time.sleep(0.5)
-    sys.exit("sparkd serve did not become ready")
 
 
 def stream(url, prompt, max_tokens):
@@ -137,7 +118,7 @@ def main():
     fresh = lambda n: [rng.randrange(3, VOCAB) for _ in range(n)]  # noqa: E731
     rows = []
     try:
-        wait_ready(url, proc)
+        wait_ready(url, proc, timeout=300)
         stream(url, fresh(64), 4)  # first touches of weights and workspace, outside the timings
         print(f"{args.prompt_len}-token prompts, {args.answer_len}-token answers, {args.new_tokens} new tokens "
               f"a turn, {args.threads} threads (load average {os.getloadavg()[0]:.2f})", flush=True)

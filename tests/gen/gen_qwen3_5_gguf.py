@@ -47,6 +47,86 @@ def tiled(a, num_k, per_k, dim, offset=0):
     return out
 
 
+def f32(a):
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def add_hybrid_keys(w, c, dense_ffn, rope_sections, experts, tokenizer_pre):
+    """The metadata llama.cpp's converter writes for both hybrids (c: the text config), and a
+    byte-level tokenizer (each of the 256 ids one byte, as GPT-2 spells bytes) under
+    `tokenizer_pre`, so that any text encodes; the golden tests feed ids."""
+    nk, nv, dk, dv = (c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"],
+                      c["linear_value_head_dim"])
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(c["hidden_size"])
+    if dense_ffn:
+        w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_key_length(c["head_dim"])
+    w.add_value_length(c["head_dim"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    rope = c["rope_parameters"]
+    w.add_rope_freq_base(rope["rope_theta"])
+    w.add_rope_dimension_count(int(c["head_dim"] * rope["partial_rotary_factor"]))
+    if rope_sections:
+        w.add_rope_dimension_sections(list(rope["mrope_section"]) + [0] * (4 - len(rope["mrope_section"])))
+    interval = c["layer_types"].index("full_attention") + 1
+    assert all((t_ == "full_attention") == ((i + 1) % interval == 0) for i, t_ in enumerate(c["layer_types"]))
+    w.add_full_attention_interval(interval)
+    w.add_ssm_conv_kernel(c["linear_conv_kernel_dim"])
+    w.add_ssm_state_size(dk)
+    w.add_ssm_group_count(nk)
+    w.add_ssm_time_step_rank(nv)
+    w.add_ssm_inner_size(nv * dv)
+    if experts:
+        w.add_expert_count(c["num_experts"])
+        w.add_expert_used_count(c["num_experts_per_tok"])
+        w.add_expert_feed_forward_length(c["moe_intermediate_size"])
+        w.add_expert_shared_feed_forward_length(c["shared_expert_intermediate_size"])
+    w.add_file_type(0)  # ALL_F32
+    assert c["vocab_size"] == 256
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(tokenizer_pre)
+    w.add_token_list([byte_char(b) for b in range(256)])
+    w.add_token_types([3 if i in (c["bos_token_id"], c["eos_token_id"]) else 1 for i in range(256)])
+    w.add_token_merges([])
+    w.add_bos_token_id(c["bos_token_id"])
+    w.add_eos_token_id(c["eos_token_id"])
+
+
+def add_outer_tensors(w, t):
+    """The embedding, the LM head when untied, and the final norm (t: text-model tensors
+    without their "model." prefix)."""
+    w.add_tensor("token_embd.weight", f32(t["embed_tokens.weight"]))
+    if "lm_head.weight" in t:
+        w.add_tensor("output.weight", f32(t["lm_head.weight"]))
+    w.add_tensor("output_norm.weight", f32(t["norm.weight"] + 1))
+
+
+def add_norms_and_attention(w, t, c, layer):
+    """A layer's two norms and, in a full-attention layer, its attention; whether it was one."""
+    p, b = f"layers.{layer}.", f"blk.{layer}."
+    w.add_tensor(b + "attn_norm.weight", f32(t[p + "input_layernorm.weight"] + 1))
+    w.add_tensor(b + "post_attention_norm.weight", f32(t[p + "post_attention_layernorm.weight"] + 1))
+    if c["layer_types"][layer] != "full_attention":
+        return False
+    for hf, ll in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
+        w.add_tensor(b + ll + ".weight", f32(t[p + "self_attn." + hf + ".weight"]))
+    w.add_tensor(b + "attn_q_norm.weight", f32(t[p + "self_attn.q_norm.weight"] + 1))
+    w.add_tensor(b + "attn_k_norm.weight", f32(t[p + "self_attn.k_norm.weight"] + 1))
+    return True
+
+
+def add_shared_expert(w, t, layer):
+    """A layer's shared expert, its gate as a vector."""
+    p, b = f"layers.{layer}.", f"blk.{layer}."
+    for hf, ll in (("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"), ("down_proj", "ffn_down_shexp")):
+        w.add_tensor(b + ll + ".weight", f32(t[p + "mlp.shared_expert." + hf + ".weight"]))
+    w.add_tensor(b + "ffn_gate_inp_shexp.weight", f32(t[p + "mlp.shared_expert_gate.weight"][0]))
+
+
 def write(src, path, arch):
     with open(os.path.join(src, "config.json")) as f:
         c = json.load(f)["text_config"]
@@ -58,61 +138,12 @@ def write(src, path, arch):
     moe = arch == "qwen35moe"
 
     w = gguf.GGUFWriter(path, arch)
-    w.add_block_count(c["num_hidden_layers"])
-    w.add_context_length(c["max_position_embeddings"])
-    w.add_embedding_length(c["hidden_size"])
-    if not moe:
-        w.add_feed_forward_length(c["intermediate_size"])
-    w.add_head_count(c["num_attention_heads"])
-    w.add_head_count_kv(c["num_key_value_heads"])
-    w.add_key_length(c["head_dim"])
-    w.add_value_length(c["head_dim"])
-    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
-    rope = c["rope_parameters"]
-    w.add_rope_freq_base(rope["rope_theta"])
-    w.add_rope_dimension_count(int(c["head_dim"] * rope["partial_rotary_factor"]))
-    w.add_rope_dimension_sections(list(rope["mrope_section"]) + [0] * (4 - len(rope["mrope_section"])))
-    interval = c["layer_types"].index("full_attention") + 1
-    assert all((t_ == "full_attention") == ((i + 1) % interval == 0) for i, t_ in enumerate(c["layer_types"]))
-    w.add_full_attention_interval(interval)
-    w.add_ssm_conv_kernel(c["linear_conv_kernel_dim"])
-    w.add_ssm_state_size(dk)
-    w.add_ssm_group_count(nk)
-    w.add_ssm_time_step_rank(nv)
-    w.add_ssm_inner_size(nv * dv)
-    if moe:
-        w.add_expert_count(c["num_experts"])
-        w.add_expert_used_count(c["num_experts_per_tok"])
-        w.add_expert_feed_forward_length(c["moe_intermediate_size"])
-        w.add_expert_shared_feed_forward_length(c["shared_expert_intermediate_size"])
-    w.add_file_type(0)  # ALL_F32
-    # A byte-level tokenizer (each of the 256 ids one byte, as GPT-2 spells bytes) with
-    # Qwen3.5's pre-tokenizer name, so that any text encodes; the golden tests feed ids.
-    assert c["vocab_size"] == 256
-    tokens = [byte_char(b) for b in range(256)]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen35")
-    w.add_token_list(tokens)
-    w.add_token_types([3 if i in (c["bos_token_id"], c["eos_token_id"]) else 1 for i in range(256)])
-    w.add_token_merges([])
-    w.add_bos_token_id(c["bos_token_id"])
-    w.add_eos_token_id(c["eos_token_id"])
+    add_hybrid_keys(w, c, dense_ffn=not moe, rope_sections=True, experts=moe, tokenizer_pre="qwen35")
 
-    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
-    w.add_tensor("token_embd.weight", f32(t["embed_tokens.weight"]))
-    if "lm_head.weight" in t:
-        w.add_tensor("output.weight", f32(t["lm_head.weight"]))
-    w.add_tensor("output_norm.weight", f32(t["norm.weight"] + 1))
+    add_outer_tensors(w, t)
     for layer in range(c["num_hidden_layers"]):
         p, b = f"layers.{layer}.", f"blk.{layer}."
-        w.add_tensor(b + "attn_norm.weight", f32(t[p + "input_layernorm.weight"] + 1))
-        w.add_tensor(b + "post_attention_norm.weight", f32(t[p + "post_attention_layernorm.weight"] + 1))
-        if c["layer_types"][layer] == "full_attention":
-            for hf, ll in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
-                w.add_tensor(b + ll + ".weight", f32(t[p + "self_attn." + hf + ".weight"]))
-            w.add_tensor(b + "attn_q_norm.weight", f32(t[p + "self_attn.q_norm.weight"] + 1))
-            w.add_tensor(b + "attn_k_norm.weight", f32(t[p + "self_attn.k_norm.weight"] + 1))
-        else:
+        if not add_norms_and_attention(w, t, c, layer):
             la = p + "linear_attn."
             w.add_tensor(b + "attn_qkv.weight", f32(tiled(t[la + "in_proj_qkv.weight"], nk, per_k, dv, key_rows)))
             w.add_tensor(b + "attn_gate.weight", f32(tiled(t[la + "in_proj_z.weight"], nk, per_k, dv)))
@@ -130,9 +161,7 @@ def write(src, path, arch):
             w.add_tensor(b + "ffn_gate_exps.weight", f32(gate_up[:, :inter]))
             w.add_tensor(b + "ffn_up_exps.weight", f32(gate_up[:, inter:]))
             w.add_tensor(b + "ffn_down_exps.weight", f32(t[p + "mlp.experts.down_proj"]))
-            for hf, ll in (("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"), ("down_proj", "ffn_down_shexp")):
-                w.add_tensor(b + ll + ".weight", f32(t[p + "mlp.shared_expert." + hf + ".weight"]))
-            w.add_tensor(b + "ffn_gate_inp_shexp.weight", f32(t[p + "mlp.shared_expert_gate.weight"][0]))
+            add_shared_expert(w, t, layer)
         else:
             for hf, ll in (("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"), ("down_proj", "ffn_down")):
                 w.add_tensor(b + ll + ".weight", f32(t[p + "mlp." + hf + ".weight"]))

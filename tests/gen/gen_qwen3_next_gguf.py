@@ -23,7 +23,7 @@ import gguf
 import numpy as np
 from safetensors.numpy import load_file
 
-from gen_qwen3_5_gguf import byte_char
+from gen_qwen3_5_gguf import add_hybrid_keys, add_norms_and_attention, add_outer_tensors, add_shared_expert, f32
 
 
 def write(src, path):
@@ -37,54 +37,11 @@ def write(src, path):
     dense = set(c.get("mlp_only_layers", []))
 
     w = gguf.GGUFWriter(path, "qwen3next")
-    w.add_block_count(c["num_hidden_layers"])
-    w.add_context_length(c["max_position_embeddings"])
-    w.add_embedding_length(c["hidden_size"])
-    w.add_feed_forward_length(c["intermediate_size"])
-    w.add_head_count(c["num_attention_heads"])
-    w.add_head_count_kv(c["num_key_value_heads"])
-    w.add_key_length(c["head_dim"])
-    w.add_value_length(c["head_dim"])
-    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
-    rope = c["rope_parameters"]
-    w.add_rope_freq_base(rope["rope_theta"])
-    w.add_rope_dimension_count(int(c["head_dim"] * rope["partial_rotary_factor"]))
-    interval = c["layer_types"].index("full_attention") + 1
-    assert all((t_ == "full_attention") == ((i + 1) % interval == 0) for i, t_ in enumerate(c["layer_types"]))
-    w.add_full_attention_interval(interval)
-    w.add_ssm_conv_kernel(c["linear_conv_kernel_dim"])
-    w.add_ssm_state_size(dk)
-    w.add_ssm_group_count(nk)
-    w.add_ssm_time_step_rank(nv)
-    w.add_ssm_inner_size(nv * dv)
-    w.add_expert_count(c["num_experts"])
-    w.add_expert_used_count(c["num_experts_per_tok"])
-    w.add_expert_feed_forward_length(c["moe_intermediate_size"])
-    w.add_expert_shared_feed_forward_length(c["shared_expert_intermediate_size"])
-    w.add_file_type(0)  # ALL_F32
-    assert c["vocab_size"] == 256
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list([byte_char(b) for b in range(256)])
-    w.add_token_types([3 if i in (c["bos_token_id"], c["eos_token_id"]) else 1 for i in range(256)])
-    w.add_token_merges([])
-    w.add_bos_token_id(c["bos_token_id"])
-    w.add_eos_token_id(c["eos_token_id"])
-
-    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
-    w.add_tensor("token_embd.weight", f32(t["embed_tokens.weight"]))
-    w.add_tensor("output.weight", f32(t["lm_head.weight"]))
-    w.add_tensor("output_norm.weight", f32(t["norm.weight"] + 1))
+    add_hybrid_keys(w, c, dense_ffn=True, rope_sections=False, experts=True, tokenizer_pre="qwen2")
+    add_outer_tensors(w, t)
     for layer in range(c["num_hidden_layers"]):
         p, b = f"layers.{layer}.", f"blk.{layer}."
-        w.add_tensor(b + "attn_norm.weight", f32(t[p + "input_layernorm.weight"] + 1))
-        w.add_tensor(b + "post_attention_norm.weight", f32(t[p + "post_attention_layernorm.weight"] + 1))
-        if c["layer_types"][layer] == "full_attention":
-            for hf, ll in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
-                w.add_tensor(b + ll + ".weight", f32(t[p + "self_attn." + hf + ".weight"]))
-            w.add_tensor(b + "attn_q_norm.weight", f32(t[p + "self_attn.q_norm.weight"] + 1))
-            w.add_tensor(b + "attn_k_norm.weight", f32(t[p + "self_attn.k_norm.weight"] + 1))
-        else:
+        if not add_norms_and_attention(w, t, c, layer):
             la = p + "linear_attn."
             qkvz = t[la + "in_proj_qkvz.weight"].reshape(nk, 2 * dk + 2 * per_k * dv, -1)
             q, k = qkvz[:, :dk], qkvz[:, dk:2 * dk]
@@ -106,9 +63,7 @@ def write(src, path):
         for hf, ll in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
             w.add_tensor(b + ll + ".weight",
                          f32(np.stack([t[f"{p}mlp.experts.{e}.{hf}.weight"] for e in range(c["num_experts"])])))
-        for hf, ll in (("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"), ("down_proj", "ffn_down_shexp")):
-            w.add_tensor(b + ll + ".weight", f32(t[p + "mlp.shared_expert." + hf + ".weight"]))
-        w.add_tensor(b + "ffn_gate_inp_shexp.weight", f32(t[p + "mlp.shared_expert_gate.weight"][0]))
+        add_shared_expert(w, t, layer)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -75,6 +75,21 @@ std::vector<RequestOutput> run(const std::string& path, int64_t budget, int64_t 
   return outs;
 }
 
+// A cached run against a cold one: the same tokens, and at each the same 20 most likely
+// tokens with their logprobs within 1e-5.
+void check_same_tokens_and_top_logprobs(const RequestOutput& warm, const RequestOutput& cold) {
+  CHECK(warm.token_ids == cold.token_ids);
+  REQUIRE(warm.logprobs.size() == cold.logprobs.size());
+  for (size_t i = 0; i < warm.logprobs.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(warm.logprobs[i].top.size() == 20);
+    for (size_t k = 0; k < 20; ++k) {
+      CHECK(warm.logprobs[i].top[k].first == cold.logprobs[i].top[k].first);
+      CHECK(warm.logprobs[i].top[k].second == doctest::Approx(cold.logprobs[i].top[k].second).epsilon(1e-5));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("engine + CPU backend: greedy output alone equals output among 31 others, chunked at several budgets") {
@@ -161,16 +176,7 @@ TEST_CASE("engine + CPU backend: a cached prefix reproduces the cold run's logit
     CHECK(first.num_cached_tokens == 0);
     CHECK(extended.num_cached_tokens == 36);
     CHECK(warm.num_cached_tokens == 36);
-    CHECK(warm.token_ids == cold.token_ids);
-    REQUIRE(warm.logprobs.size() == cold.logprobs.size());
-    for (size_t i = 0; i < warm.logprobs.size(); ++i) {
-      CAPTURE(i);
-      REQUIRE(warm.logprobs[i].top.size() == 20);
-      for (size_t k = 0; k < 20; ++k) {
-        CHECK(warm.logprobs[i].top[k].first == cold.logprobs[i].top[k].first);
-        CHECK(warm.logprobs[i].top[k].second == doctest::Approx(cold.logprobs[i].top[k].second).epsilon(1e-5));
-      }
-    }
+    check_same_tokens_and_top_logprobs(warm, cold);
     MetricsSnapshot m = me->engine->metrics();
     CHECK(m.prefix_cache_hits == 72);
   }
@@ -207,16 +213,7 @@ TEST_CASE("engine + CPU backend: a hybrid resumes the next turn from a state che
   CHECK(turn.num_cached_tokens == 37 + 5 - 1);
   for (const auto& [warm, ids] : {std::pair{extended, longer}, std::pair{turn, next_turn}}) {
     const RequestOutput cold = run(kTinyHybrid, 8192, 64, {request("cold", ids)}, /*prefix_caching=*/false)[0];
-    CHECK(warm.token_ids == cold.token_ids);
-    REQUIRE(warm.logprobs.size() == cold.logprobs.size());
-    for (size_t i = 0; i < warm.logprobs.size(); ++i) {
-      CAPTURE(i);
-      REQUIRE(warm.logprobs[i].top.size() == 20);
-      for (size_t k = 0; k < 20; ++k) {
-        CHECK(warm.logprobs[i].top[k].first == cold.logprobs[i].top[k].first);
-        CHECK(warm.logprobs[i].top[k].second == doctest::Approx(cold.logprobs[i].top[k].second).epsilon(1e-5));
-      }
-    }
+    check_same_tokens_and_top_logprobs(warm, cold);
   }
 }
 

@@ -301,66 +301,65 @@ TEST_CASE("qwen3_xml: 1 MB of hostile text parses in linear time") {
   CHECK(p.content == tags + body);  // nothing the model wrote is lost
 }
 
-TEST_CASE("qwen3_xml: a call rendered by Qwen3-Coder's own template reads back as the same call") {
-  const std::string source = read_file(fixtures_dir() + "/templates/qwen3_coder/chat_template.jinja");
-  ChatTemplate tmpl = ChatTemplate::from_source(source, "", "<|im_end|>");
-  // Arguments as the request reader hands them to templates: objects (openai_request.cpp).
-  const J first = J::parse(R"({"path": "src/main.py", "content": "def f(a, b):\n    return a < b\n",
-                               "mode": 420, "ratio": 0.5, "overwrite": true, "meta": {"k": [1, "two"]},
-                               "tags": ["x", "y"], "limit": null})");
-  const J second = J::parse(R"({"path": "src"})");
-  J messages = J::array();
-  messages.push_back({{"role", "user"}, {"content", "Write it, then list."}});
-  messages.push_back({{"role", "assistant"},
-                      {"content", "Writing the file."},
-                      {"tool_calls", J::array({J{{"id", "call_1"}, {"type", "function"},
-                                                 {"function", {{"name", "write_file"}, {"arguments", first}}}},
-                                               J{{"id", "call_2"}, {"type", "function"},
-                                                 {"function", {{"name", "list_dir"}, {"arguments", second}}}}})}});
-  const std::string prompt = tmpl.render(messages, kTools, false);
-  const std::string open = "<|im_start|>assistant";
+namespace {
+
+// Arguments as the request reader hands them to templates: objects (openai_request.cpp),
+// every JSON type among them.
+const J kWriteArgs = J::parse(R"({"path": "src/main.py", "content": "def f(a, b):\n    return a < b\n",
+                                  "mode": 420, "ratio": 0.5, "overwrite": true, "meta": {"k": [1, "two"]},
+                                  "tags": ["x", "y"], "limit": null})");
+const J kListArgs = J::parse(R"({"path": "src"})");
+
+// A user message, then `assistant` (its text fields) calling write_file and list_dir.
+J conversation_with_calls(J assistant) {
+  assistant["role"] = "assistant";
+  assistant["tool_calls"] = J::array({J{{"id", "call_1"}, {"type", "function"},
+                                        {"function", {{"name", "write_file"}, {"arguments", kWriteArgs}}}},
+                                      J{{"id", "call_2"}, {"type", "function"},
+                                        {"function", {{"name", "list_dir"}, {"arguments", kListArgs}}}}});
+  return J::array({J{{"role", "user"}, {"content", "Write it, then list."}}, assistant});
+}
+
+// The text of the last turn opened by `open` in a rendered prompt, up to its <|im_end|>.
+std::string last_turn(const std::string& prompt, const std::string& open) {
   const size_t start = prompt.rfind(open);
   REQUIRE(start != std::string::npos);
   const size_t end = prompt.find("<|im_end|>", start);
   REQUIRE(end != std::string::npos);
-  const std::string answer = prompt.substr(start + open.size(), end - start - open.size());
+  return prompt.substr(start + open.size(), end - start - open.size());
+}
+
+// The two calls read back, split at every delta size as whole.
+void check_calls(const std::string& answer, const OutputParserOptions& options, const Parsed& p) {
+  REQUIRE(p.calls.size() == 2);
+  CHECK(p.calls[0].name == "write_file");
+  CHECK(args_of(p.calls[0]) == nlohmann::json(kWriteArgs));
+  CHECK(p.calls[1].name == "list_dir");
+  CHECK(args_of(p.calls[1]) == nlohmann::json(kListArgs));
+  check_all_splits(answer, options);
+}
+
+}  // namespace
+
+TEST_CASE("qwen3_xml: a call rendered by Qwen3-Coder's own template reads back as the same call") {
+  const std::string source = read_file(fixtures_dir() + "/templates/qwen3_coder/chat_template.jinja");
+  ChatTemplate tmpl = ChatTemplate::from_source(source, "", "<|im_end|>");
+  const J messages = conversation_with_calls({{"content", "Writing the file."}});
+  const std::string answer = last_turn(tmpl.render(messages, kTools, false), "<|im_start|>assistant");
   CAPTURE(answer);
 
   Parsed p = parse_whole(answer, qwen());
   CHECK(p.content == "\nWriting the file.\n\n");
-  REQUIRE(p.calls.size() == 2);
-  CHECK(p.calls[0].name == "write_file");
-  CHECK(args_of(p.calls[0]) == nlohmann::json(first));
-  CHECK(p.calls[1].name == "list_dir");
-  CHECK(args_of(p.calls[1]) == nlohmann::json(second));
-  check_all_splits(answer, qwen());
+  check_calls(answer, qwen(), p);
 }
 
 TEST_CASE("qwen3_xml: calls rendered by Qwen3.5's own template (thinking, Python-style scalars) read back as the same calls") {
   const std::string source = read_file(fixtures_dir() + "/templates/qwen3_5/chat_template.jinja");
   CHECK(std::string(detect_chat_format(TemplateText{source, source}).name()) == "qwen3_xml");
   ChatTemplate tmpl = ChatTemplate::from_source(source, "", "<|im_end|>");
-  const J first = J::parse(R"({"path": "src/main.py", "content": "def f(a, b):\n    return a < b\n",
-                               "mode": 420, "ratio": 0.5, "overwrite": true, "meta": {"k": [1, "two"]},
-                               "tags": ["x", "y"], "limit": null})");
-  const J second = J::parse(R"({"path": "src"})");
-  J messages = J::array();
-  messages.push_back({{"role", "user"}, {"content", "Write it, then list."}});
-  messages.push_back({{"role", "assistant"},
-                      {"content", "Writing the file."},
-                      {"reasoning_content", "The user wants a file."},
-                      {"tool_calls", J::array({J{{"id", "call_1"}, {"type", "function"},
-                                                 {"function", {{"name", "write_file"}, {"arguments", first}}}},
-                                               J{{"id", "call_2"}, {"type", "function"},
-                                                 {"function", {{"name", "list_dir"}, {"arguments", second}}}}})}});
+  J messages = conversation_with_calls({{"content", "Writing the file."}, {"reasoning_content", "The user wants a file."}});
   messages.push_back({{"role", "tool"}, {"content", "ok"}, {"tool_call_id", "call_1"}});
-  const std::string prompt = tmpl.render(messages, kTools, false);
-  const std::string open = "<|im_start|>assistant\n";
-  const size_t start = prompt.rfind(open);
-  REQUIRE(start != std::string::npos);
-  const size_t end = prompt.find("<|im_end|>", start);
-  REQUIRE(end != std::string::npos);
-  const std::string answer = prompt.substr(start + open.size(), end - start - open.size());
+  const std::string answer = last_turn(tmpl.render(messages, kTools, false), "<|im_start|>assistant\n");
   CAPTURE(answer);
   // The template writes scalars as Python prints them (True, None): the declared types read them.
   CHECK(answer.find("<parameter=overwrite>\nTrue\n") != std::string::npos);
@@ -371,10 +370,5 @@ TEST_CASE("qwen3_xml: calls rendered by Qwen3.5's own template (thinking, Python
   Parsed p = parse_whole(answer, thinking);
   CHECK(p.reasoning == "\nThe user wants a file.\n");  // as written between the tags
   CHECK(p.content == "Writing the file.\n\n");
-  REQUIRE(p.calls.size() == 2);
-  CHECK(p.calls[0].name == "write_file");
-  CHECK(args_of(p.calls[0]) == nlohmann::json(first));
-  CHECK(p.calls[1].name == "list_dir");
-  CHECK(args_of(p.calls[1]) == nlohmann::json(second));
-  check_all_splits(answer, thinking);
+  check_calls(answer, thinking, p);
 }

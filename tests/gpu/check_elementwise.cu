@@ -1,7 +1,7 @@
 // check_elementwise.cu — checks the element-wise CUDA kernels (embedding gather, add +
-// RMSNorm, qkv bias/norm/RoPE + paged KV write, SwiGLU) against the CPU reference, in
-// both compute types (bf16 and f16), and times them at Llama-3.1-8B shapes. Also the
-// pipeline stage boundary's f32 <-> 16-bit conversions.
+// RMSNorm, qkv bias/norm/RoPE + paged KV write, SwiGLU, the sigmoid output gates) against
+// the CPU reference or a host computation, in both compute types (bf16 and f16), and times
+// them at Llama-3.1-8B shapes. Also the pipeline stage boundary's f32 <-> 16-bit conversions.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "engine/backend/cpu/ops.h"
 #include "engine/backend/cuda/boundary.h"
 #include "engine/backend/cuda/embedding.h"
+#include "engine/backend/cuda/output_gate.h"
 #include "engine/backend/cuda/rms_norm.h"
 #include "engine/backend/cuda/rope_kv.h"
 #include "engine/backend/cuda/swiglu.h"
@@ -141,7 +142,9 @@ struct RopeCase {
   bool bias, qk_norm;
   std::string scaling;  // "", "llama3", "linear"
   double theta;
-  cuda::KvDtype dtype;  // FP8, or the compute type's own (BF16 for bf16, F16 for f16)
+  cuda::KvDtype dtype;     // FP8, or the compute type's own (BF16 for bf16, F16 for f16)
+  int32_t rotary_dim = 0;  // 0: the whole head (ModelSpec::rotary_dim)
+  int32_t extra_cols = 0;  // qkv rows carry this many more values (NaN) after v: qkv_stride
 };
 
 ModelSpec rope_spec(const RopeCase& c) {
@@ -150,6 +153,7 @@ ModelSpec rope_spec(const RopeCase& c) {
   spec.num_heads = c.num_heads;
   spec.num_kv_heads = c.num_kv_heads;
   spec.rope_theta = c.theta;
+  spec.rotary_dim = c.rotary_dim;
   spec.rope_scaling.type = c.scaling;
   if (c.scaling == "llama3") {
     spec.rope_scaling.factor = 8.0;
@@ -191,12 +195,15 @@ template <typename T>
 void check_rope(const RopeCase& c, uint64_t seed) {
   const int32_t rows = 37, nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
   const int32_t heads = nh + 2 * nkv;
+  const int64_t width = int64_t(heads) * hd, stride = width + c.extra_cols;
   const float eps = 1e-6f;
   const bool fp8 = c.dtype == cuda::KvDtype::FP8;
   const ModelSpec spec = rope_spec(c);
   const cpu::Rope rope(spec);
 
-  const std::vector<float> qkv = round_half<T>(random_floats(size_t(rows) * heads * hd, seed, -2.0f, 2.0f));
+  // The columns past v hold NaN: any of them read into q, k or v makes its row non-finite.
+  std::vector<float> qkv = round_half<T>(random_floats(size_t(rows * stride), seed, -2.0f, 2.0f));
+  for (int32_t t = 0; t < rows; ++t) std::fill_n(qkv.begin() + t * stride + width, c.extra_cols, NAN);
   const std::vector<float> bias = random_floats(size_t(heads) * hd, seed + 1, -0.5f, 0.5f);
   const std::vector<float> q_norm = random_floats(size_t(hd), seed + 2, 0.5f, 1.5f);
   const std::vector<float> k_norm = random_floats(size_t(hd), seed + 3, 0.5f, 1.5f);
@@ -232,15 +239,16 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   cuda::RopeArgs rope_args;
   rope_args.inv_freq = d_inv_freq.get();
   rope_args.position_scale = rope.position_scale();
+  rope_args.rotary_dim = c.rotary_dim;
   cuda::qkv_rope_kv_write(d_qkv.get(), c.bias ? d_bias.get() : nullptr, c.qk_norm ? d_qn.get() : nullptr,
-                          c.qk_norm ? d_kn.get() : nullptr, eps, d_pos.get(), d_slots.get(), rows, nh, rope_args, kv,
-                          layer, d_q.get(), nullptr);
+                          c.qk_norm ? d_kn.get() : nullptr, eps, d_pos.get(), d_slots.get(), rows, nh,
+                          c.extra_cols ? int32_t(stride) : 0, rope_args, kv, layer, d_q.get(), nullptr);
   sync();
 
   // The CPU backend's order (run_layer): bias, per-head norm, RoPE.
   std::vector<float> q_ref(size_t(rows) * nh * hd), k_ref(size_t(rows) * nkv * hd), v_ref(size_t(rows) * nkv * hd);
   for (int32_t t = 0; t < rows; ++t) {
-    std::vector<float> r(qkv.begin() + int64_t(t) * heads * hd, qkv.begin() + int64_t(t + 1) * heads * hd);
+    std::vector<float> r(qkv.begin() + t * stride, qkv.begin() + t * stride + width);
     if (c.bias)
       for (size_t i = 0; i < r.size(); ++i) r[i] += bias[i];
     float* q = r.data();
@@ -351,6 +359,73 @@ void check_swiglu(int32_t rows, int32_t inter, uint64_t seed, bool spikes = fals
     for (float& v : ref) v = std::clamp(v, -65504.0f, 65504.0f);
   error_row(kCheck, "swiglu " + shape(rows, inter) + tag<T>() + (spikes ? " with outputs past 65504" : ""),
             rel_error(ref, from_half(d_out.download())), half_limit<T>());
+}
+
+// ---- sigmoid output gates (Qwen3.5/3.6, Qwen3-Next) --------------------------------------
+
+double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// The gate is a slice of a wider fused row (columns gate_col .. gate_col + width of rows
+// gate_stride apart), as when it trails q, k and v in one projection. Some gate values are
+// +-100 (sigmoid exactly 1 and 0 in f32). attn has one more row, poisoned: it must stay so.
+template <typename T>
+void check_output_gate(int32_t rows, int32_t width, int32_t gate_col, int32_t gate_stride, uint64_t seed) {
+  std::vector<float> proj = round_half<T>(random_floats(size_t(rows) * gate_stride, seed, -8.0f, 8.0f));
+  for (int32_t t = 0; t < rows; ++t) {
+    proj[size_t(t) * gate_stride + gate_col + size_t(t) % width] = -100.0f;
+    proj[size_t(t) * gate_stride + gate_col + size_t(t * 7 + 3) % width] = 100.0f;
+  }
+  const std::vector<float> attn = round_half<T>(random_floats(size_t(rows) * width, seed + 1, -4.0f, 4.0f));
+  DeviceArray<T> d_proj(to_half<T>(proj)), d_attn(size_t(rows + 1) * width);
+  d_attn.poison();
+  d_attn.upload(to_half<T>(attn));
+  cuda::apply_output_gate(d_attn.get(), d_proj.get() + gate_col, gate_stride, rows, width, nullptr);
+  sync();
+
+  std::vector<float> ref(attn.size());
+  for (int32_t t = 0; t < rows; ++t)
+    for (int32_t i = 0; i < width; ++i)
+      ref[size_t(t) * width + i] =
+          float(attn[size_t(t) * width + i] * sigmoid_ref(proj[size_t(t) * gate_stride + gate_col + i]));
+  const std::vector<T> got = d_attn.download();
+  const std::vector<T> got_rows(got.begin(), got.begin() + int64_t(rows) * width);
+  const bool vectors = width % 8 == 0 && gate_col % 8 == 0 && gate_stride % 8 == 0;
+  const std::string what = "output_gate " + shape(rows, width) + " gate at col " + std::to_string(gate_col) + " of " +
+                           std::to_string(gate_stride) + (vectors ? "" : " (single values)") + tag<T>();
+  error_row(kCheck, what, rel_error(ref, from_half(got_rows)), half_limit<T>());
+  row(kCheck, what + ": past the rows untouched", "checked", "poison kept",
+      all_poison(got.data() + int64_t(rows) * width, size_t(width)));
+}
+
+// out += sigmoid(logit) * y in f32; the logit is column 1 of a [rows, logit_stride] matrix
+// (column 0 of the next row when the stride is 1), some at +-100. out has one more row, poisoned.
+void check_gated_rows(int32_t rows, int32_t width, int32_t logit_stride, uint64_t seed) {
+  const std::vector<float> out0 = random_floats(size_t(rows) * width, seed, -3.0f, 3.0f);
+  const std::vector<float> y = random_floats(size_t(rows) * width, seed + 1, -3.0f, 3.0f);
+  std::vector<float> logits = random_floats(size_t(rows) * logit_stride + 1, seed + 2, -6.0f, 6.0f);
+  logits[1] = -100.0f;
+  if (rows > 1) logits[1 + size_t(logit_stride)] = 100.0f;
+  DeviceArray<float> d_out(size_t(rows + 1) * width), d_y(y), d_logits(logits);
+  d_out.poison();
+  d_out.upload(out0);
+  cuda::add_gated_rows(d_out.get(), d_y.get(), d_logits.get() + 1, logit_stride, rows, width, nullptr);
+  sync();
+
+  std::vector<float> ref(out0.size());
+  for (int32_t t = 0; t < rows; ++t) {
+    const double g = sigmoid_ref(logits[1 + size_t(t) * logit_stride]);
+    for (int32_t i = 0; i < width; ++i) {
+      const size_t k = size_t(t) * width + i;
+      ref[k] = float(out0[k] + g * y[k]);
+    }
+  }
+  const std::vector<float> got = d_out.download();
+  const std::string what = "add_gated_rows " + shape(rows, width) + " logit stride " + std::to_string(logit_stride) +
+                           (width % 4 == 0 ? "" : " (single values)");
+  error_row(kCheck, what, rel_error(ref, std::vector<float>(got.begin(), got.begin() + int64_t(rows) * width)),
+            kF32Limit);
+  row(kCheck, what + ": past the rows untouched", "checked", "poison kept",
+      all_poison(got.data() + int64_t(rows) * width, size_t(width)));
 }
 
 // ---- benchmarks (Llama-3.1-8B shapes) ----------------------------------------------------
@@ -470,8 +545,8 @@ void bench_all(const T* table) {
       const double ms = time_ms([&] {
         const int c = it++ % n;
         cuda::qkv_rope_kv_write(qkv.get() + c * qkv_elems, nullptr, nullptr, nullptr, 1e-5f,
-                                d_pos.get() + int64_t(c) * rows, d_slots.get() + int64_t(c) * rows, rows, kHeads, args,
-                                kv, layer, q.get() + c * q_elems, nullptr);
+                                d_pos.get() + int64_t(c) * rows, d_slots.get() + int64_t(c) * rows, rows, kHeads, 0,
+                                args, kv, layer, q.get() + c * q_elems, nullptr);
       });
       const std::string cache = fp8 ? "fp8" + tag<T>() : std::is_same_v<T, f16> ? "f16" : "bf16";
       report("rope_kv " + cache, rows, bytes, ms);
@@ -519,6 +594,17 @@ void run_cases() {
       {"hd256 8/4 qk-norm linear4 fp8", 8, 4, 256, false, true, "linear", 10000.0, KvDtype::FP8},
       {"hd80 (scalar path) 8/2 bias+norm bf16", 8, 2, 80, true, true, "", 10000.0, KvDtype::BF16},
       {"hd80 (scalar path) 8/2 bias+norm fp8", 8, 2, 80, true, true, "", 10000.0, KvDtype::FP8},
+      // Qwen3.5 / Qwen3-Next: 64 of 256 values rotate; the fused projection carries the
+      // attention output gate (num_heads * head_dim values) after v.
+      {"qwen3.5 hd256 16/2 rot64 qk-norm +gate cols bf16", 16, 2, 256, false, true, "", 1e7, KvDtype::BF16, 64,
+       16 * 256},
+      {"qwen3.5 hd256 16/2 rot64 qk-norm +gate cols fp8", 16, 2, 256, false, true, "", 1e7, KvDtype::FP8, 64, 16 * 256},
+      // Rows 3 values longer than q, k and v are not 16-byte aligned: single values.
+      {"hd256 8/2 rot64 qk-norm +3 cols (scalar path) bf16", 8, 2, 256, false, true, "", 1e7, KvDtype::BF16, 64, 3},
+      {"hd256 8/2 rot64 qk-norm +3 cols (scalar path) fp8", 8, 2, 256, false, true, "", 1e7, KvDtype::FP8, 64, 3},
+      {"qwen3 hd128 32/8 qk-norm +gate cols bf16", 32, 8, 128, false, true, "", 1000000.0, KvDtype::BF16, 0, 32 * 128},
+      {"qwen3 hd128 32/8 qk-norm +3 cols (scalar path) fp8", 32, 8, 128, false, true, "", 1000000.0, KvDtype::FP8, 0,
+       3},
   };
   uint64_t seed = 1000;
   for (RopeCase c : cases) {
@@ -538,6 +624,10 @@ void run_cases() {
   check_swiglu<T>(2, 24, 203);
   check_swiglu<T>(3, 256, 204, true);
 
+  // Qwen3.5: 16 heads of 256 gated, the gate after q, k and v (20 heads) in each row.
+  check_output_gate<T>(7, 16 * 256, 20 * 256, 36 * 256, 401);
+  check_output_gate<T>(3, 100, 3, 207, 402);
+
   check_boundary<T>(7, 4096, 301);
   check_boundary<T>(3, 64, 302);
 }
@@ -545,6 +635,8 @@ void run_cases() {
 void run() {
   run_cases<bf16>();
   run_cases<f16>();
+  check_gated_rows(7, 2048, 5, 501);
+  check_gated_rows(3, 30, 1, 502);
 
   if (emulated()) return;  // benchmarks mean nothing on the CPU emulator
 

@@ -32,10 +32,13 @@ struct Params {
   float eps;
   float position_scale;
   float attention_scale;
+  int64_t qkv_stride;  // values from one qkv row to the next
   int32_t num_heads;
   int32_t num_kv_heads;
   int32_t head_dim;
-  int32_t group;  // lanes per head vector: a power of two <= 32
+  int32_t rot_half;   // rotary_dim / 2: the pairs that rotate
+  int32_t pass_half;  // (head_dim - rotary_dim) / 2: the pairs that pass through
+  int32_t group;      // lanes per head vector: a power of two <= 32
   bool fp8;
 };
 
@@ -95,9 +98,24 @@ __device__ __forceinline__ float group_max(float v, unsigned mask, int group) {
   return v;
 }
 
-// Loads head h's share of one lane (bias added): a[it][j] is element (it * group + lane) * V + j
-// of the head, b[it][j] its rotate_half partner `half` further on; lanes past the half get zeros.
-template <int V, int kIters, typename T>
+// A head of head_dim values is head_dim / 2 pairs. Pair i < rot_half is the rotate_half pair
+// (i, i + rot_half); with partial rotary the values past rotary_dim pass through and are
+// paired (i + rot_half, i + rot_half + pass_half) only so that every lane keeps the same
+// share of the head (and the same code) as in the whole-head case. A vector of V pairs never
+// straddles the two kinds: V = 8 needs rot_half and pass_half multiples of 8.
+struct Pair {
+  int a, b;  // offsets of the two values in the head
+  bool rotates;
+};
+template <bool kPartial>
+__device__ __forceinline__ Pair pair_at(int i, int rot_half, int pass_half) {
+  if (!kPartial || i < rot_half) return {i, i + rot_half, true};
+  return {i + rot_half, i + rot_half + pass_half, false};
+}
+
+// Loads head h's share of one lane (bias added): a[it][j] and b[it][j] are the values of pair
+// (it * group + lane) * V + j; lanes past the head_dim / 2 pairs get zeros.
+template <int V, int kIters, bool kPartial, typename T>
 __device__ __forceinline__ void load_head(const Params<T>& p, const T* src_row, int h, int lane, float (&a)[kIters][V],
                                           float (&b)[kIters][V]) {
   const int hd = p.head_dim, half = hd / 2;
@@ -105,12 +123,13 @@ __device__ __forceinline__ void load_head(const Params<T>& p, const T* src_row, 
   for (int it = 0; it < kIters; ++it) {
     const int i0 = (it * p.group + lane) * V;
     if (i0 < half) {
-      load_half<V>(src_row + h * hd + i0, a[it]);
-      load_half<V>(src_row + h * hd + half + i0, b[it]);
+      const Pair pr = pair_at<kPartial>(i0, p.rot_half, p.pass_half);
+      load_half<V>(src_row + h * hd + pr.a, a[it]);
+      load_half<V>(src_row + h * hd + pr.b, b[it]);
       if (p.bias) {
         float ba[V], bb[V];
-        load_f32<V>(p.bias + h * hd + i0, ba);
-        load_f32<V>(p.bias + h * hd + half + i0, bb);
+        load_f32<V>(p.bias + h * hd + pr.a, ba);
+        load_f32<V>(p.bias + h * hd + pr.b, bb);
 #pragma unroll
         for (int j = 0; j < V; ++j) a[it][j] += ba[j], b[it][j] += bb[j];
       }
@@ -124,22 +143,25 @@ __device__ __forceinline__ void load_head(const Params<T>& p, const T* src_row, 
 // One CTA per row: its cos/sin table is computed once into shared memory (positions reach
 // 128k, so the accurate sincosf, which is not cheap) and shared by every q and k head.
 // A group of `group` lanes takes one head vector at a time: lane l holds V consecutive
-// values of the first half starting at (it * group + l) * V and their rotate_half partners
-// half further on, so RoPE needs no exchange between lanes and each access is one 16-byte
-// vector when V = 8. Only the q/k norm and the FP8 amax reduce over the group.
-template <typename T, int V, int kIters>
+// pairs starting at (it * group + l) * V (pair_at: with the whole head rotating, V values of
+// the first half and their rotate_half partners half further on), so RoPE needs no exchange
+// between lanes and each access is one 16-byte vector when V = 8. Only the q/k norm and the
+// FP8 amax reduce over the group. kPartial: rotary_dim < head_dim (Qwen3.5: 64 of 256), a
+// separate instantiation so the whole-head path keeps its code.
+template <typename T, int V, int kIters, bool kPartial>
 __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T> p) {
-  __shared__ __align__(16) float trig[kMaxHeadDim];  // cos in [0, half), sin in [half, 2 * half)
+  __shared__ __align__(16) float trig[kMaxHeadDim];  // cos in [0, rot_half), sin in [rot_half, 2 * rot_half)
   wait_then_allow_next_kernel();
   const int64_t row = blockIdx.x;
   const int hd = p.head_dim, half = hd / 2;
+  const int rot_half = kPartial ? p.rot_half : half, pass_half = kPartial ? p.pass_half : 0;
   const int64_t slot = p.slot_mapping[row];
   const bool write_kv = slot >= 0 && slot < p.num_slots;
   const int group = p.group;
   const int lane = threadIdx.x & (group - 1);
   const unsigned mask = group == 32 ? 0xffffffffu : ((1u << group) - 1u) << ((threadIdx.x & 31) & ~(group - 1));
   const int heads = p.num_heads + 2 * p.num_kv_heads;
-  const T* src_row = p.qkv + row * heads * hd;
+  const T* src_row = p.qkv + row * p.qkv_stride;
   const int first = threadIdx.x / group, step = blockDim.x / group;
   // k and v heads of a padded row (slot < 0) are neither read nor written.
   auto skipped = [&](int h) { return h >= p.num_heads && !write_kv; };
@@ -147,14 +169,14 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
   // The first head's loads go out before the table and its barrier, so they are in flight
   // while sincosf runs (for most models each group has exactly one head).
   float a[kIters][V], b[kIters][V];
-  if (first < heads && !skipped(first)) load_head<V, kIters, T>(p, src_row, first, lane, a, b);
+  if (first < heads && !skipped(first)) load_head<V, kIters, kPartial, T>(p, src_row, first, lane, a, b);
   {
     const float pos = float(p.positions[row]) * p.position_scale;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    for (int i = threadIdx.x; i < rot_half; i += blockDim.x) {
       float s, c;
       sincosf(pos * p.inv_freq[i], &s, &c);
       trig[i] = c * p.attention_scale;
-      trig[half + i] = s * p.attention_scale;
+      trig[rot_half + i] = s * p.attention_scale;
     }
   }
   __syncthreads();
@@ -163,7 +185,7 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
     if (skipped(h)) continue;  // the whole group skips: h is the group's
     const int kind = h < p.num_heads ? 0 : h < p.num_heads + p.num_kv_heads ? 1 : 2;  // q, k, v
     const int hh = kind == 0 ? h : kind == 1 ? h - p.num_heads : h - p.num_heads - p.num_kv_heads;
-    if (h != first) load_head<V, kIters, T>(p, src_row, h, lane, a, b);
+    if (h != first) load_head<V, kIters, kPartial, T>(p, src_row, h, lane, a, b);
 
     if (kind != 2) {
       const float* norm_w = kind == 0 ? p.q_norm : p.k_norm;
@@ -179,9 +201,10 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
         for (int it = 0; it < kIters; ++it) {
           const int i0 = (it * group + lane) * V;
           if (i0 >= half) continue;
+          const Pair pr = pair_at<kPartial>(i0, rot_half, pass_half);
           float wa[V], wb[V];
-          load_f32<V>(norm_w + i0, wa);
-          load_f32<V>(norm_w + half + i0, wb);
+          load_f32<V>(norm_w + pr.a, wa);
+          load_f32<V>(norm_w + pr.b, wb);
 #pragma unroll
           for (int j = 0; j < V; ++j) {
             a[it][j] = wa[j] * (a[it][j] * inv);
@@ -192,10 +215,10 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int i0 = (it * group + lane) * V;
-        if (i0 >= half) continue;
+        if (i0 >= half || !pair_at<kPartial>(i0, rot_half, pass_half).rotates) continue;
         float c[V], s[V];
         load_f32<V>(trig + i0, c);
-        load_f32<V>(trig + half + i0, s);
+        load_f32<V>(trig + rot_half + i0, s);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float x = a[it][j], y = b[it][j];
@@ -211,8 +234,9 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
       for (int it = 0; it < kIters; ++it) {
         const int i0 = (it * group + lane) * V;
         if (i0 >= half) continue;
-        store_half<V>(dst + i0, a[it]);
-        store_half<V>(dst + half + i0, b[it]);
+        const Pair pr = pair_at<kPartial>(i0, rot_half, pass_half);
+        store_half<V>(dst + pr.a, a[it]);
+        store_half<V>(dst + pr.b, b[it]);
       }
       continue;
     }
@@ -225,8 +249,9 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
       for (int it = 0; it < kIters; ++it) {
         const int i0 = (it * group + lane) * V;
         if (i0 >= half) continue;
-        store_half<V>(dst + i0, a[it]);
-        store_half<V>(dst + half + i0, b[it]);
+        const Pair pr = pair_at<kPartial>(i0, rot_half, pass_half);
+        store_half<V>(dst + pr.a, a[it]);
+        store_half<V>(dst + pr.b, b[it]);
       }
       continue;
     }
@@ -244,8 +269,9 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
     for (int it = 0; it < kIters; ++it) {
       const int i0 = (it * group + lane) * V;
       if (i0 >= half) continue;
-      store_fp8<V>(dst + i0, a[it], inv_scale);
-      store_fp8<V>(dst + half + i0, b[it], inv_scale);
+      const Pair pr = pair_at<kPartial>(i0, rot_half, pass_half);
+      store_fp8<V>(dst + pr.a, a[it], inv_scale);
+      store_fp8<V>(dst + pr.b, b[it], inv_scale);
     }
     if (lane == 0) (kind == 1 ? p.k_scale : p.v_scale)[vec] = e;
   }
@@ -258,11 +284,17 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 template <typename T>
 void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
                        const int32_t* positions, const int32_t* slot_mapping, int32_t rows, int32_t num_heads,
-                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out, cudaStream_t stream,
-                       bool programmatic) {
+                       int32_t qkv_stride, const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out,
+                       cudaStream_t stream, bool programmatic) {
   const int hd = kv.head_dim;
   SPARK_CHECK(rows >= 0 && num_heads > 0 && kv.num_kv_heads > 0, "qkv_rope_kv_write: bad head counts");
   SPARK_CHECK(hd >= 2 && hd % 2 == 0 && hd <= kMaxHeadDim, "qkv_rope_kv_write: head_dim must be even and <= 256");
+  const int rotary_dim = rope.rotary_dim == 0 ? hd : rope.rotary_dim;
+  SPARK_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= hd,
+              "qkv_rope_kv_write: rotary_dim must be even and within head_dim");
+  const int heads = num_heads + 2 * kv.num_kv_heads;
+  const int64_t stride = qkv_stride == 0 ? int64_t(heads) * hd : qkv_stride;
+  SPARK_CHECK(stride >= int64_t(heads) * hd, "qkv_rope_kv_write: qkv_stride is shorter than the q, k and v heads");
   SPARK_CHECK(kv.num_slots > 0, "qkv_rope_kv_write: KvShape.num_slots is not set");
   if (rows == 0) return;
   const bool fp8 = kv.dtype == KvDtype::FP8;
@@ -293,14 +325,20 @@ void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, con
   p.num_heads = num_heads;
   p.num_kv_heads = kv.num_kv_heads;
   p.head_dim = hd;
+  p.qkv_stride = stride;
+  p.rot_half = rotary_dim / 2;
+  p.pass_half = (hd - rotary_dim) / 2;
   p.fp8 = fp8;
 
   const int half = hd / 2;
-  const int heads = num_heads + 2 * kv.num_kv_heads;
-  // Vectors of 8 when every head's halves start on a 16-byte boundary (head_dim a multiple
-  // of 16: 64, 128, 256, ...); otherwise (80, 96 with odd halves, ...) single values over a full warp.
-  const bool vec8 = half % 8 == 0 && aligned16(qkv) && aligned16(q_out) && aligned16(cache.k) && aligned16(cache.v) &&
-                    aligned16(bias) && aligned16(q_norm) && aligned16(k_norm) && aligned16(rope.inv_freq);
+  const bool partial = rotary_dim < hd;
+  // Vectors of 8 when every run of pairs starts on a 16-byte boundary (head_dim a multiple of
+  // 16: 64, 128, 256, ...; with partial rotary both rotary_dim and the rest multiples of 16;
+  // rows a multiple of 8 values apart); otherwise (80, 96 with odd halves, ...) single values
+  // over a full warp.
+  const bool vec8 = p.rot_half % 8 == 0 && p.pass_half % 8 == 0 && stride % 8 == 0 && aligned16(qkv) &&
+                    aligned16(q_out) && aligned16(cache.k) && aligned16(cache.v) && aligned16(bias) &&
+                    aligned16(q_norm) && aligned16(k_norm) && aligned16(rope.inv_freq);
   int group = 32;
   if (vec8) {
     group = 1;
@@ -308,16 +346,19 @@ void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, con
   }
   p.group = group;
   const int threads = int(std::min<int64_t>(kMaxThreads, ceil_div(int64_t(heads) * group, 32) * 32));
-  const auto kernel = vec8 ? qkv_rope_kv_kernel<T, 8, 1> : qkv_rope_kv_kernel<T, 1, kMaxHeadDim / 2 / 32>;
+  constexpr int kScalarIters = kMaxHeadDim / 2 / 32;
+  const auto kernel =
+      vec8 ? (partial ? qkv_rope_kv_kernel<T, 8, 1, true> : qkv_rope_kv_kernel<T, 8, 1, false>)
+           : (partial ? qkv_rope_kv_kernel<T, 1, kScalarIters, true> : qkv_rope_kv_kernel<T, 1, kScalarIters, false>);
   launch_kernel("qkv_rope_kv_kernel", programmatic, kernel, dim3(unsigned(rows)), dim3(unsigned(threads)), 0, stream,
                 p);
 }
 
 template void qkv_rope_kv_write<bf16>(const bf16*, const float*, const float*, const float*, float, const int32_t*,
-                                      const int32_t*, int32_t, int32_t, const RopeArgs&, const KvShape&, KvLayer, bf16*,
-                                      cudaStream_t, bool);
+                                      const int32_t*, int32_t, int32_t, int32_t, const RopeArgs&, const KvShape&,
+                                      KvLayer, bf16*, cudaStream_t, bool);
 template void qkv_rope_kv_write<f16>(const f16*, const float*, const float*, const float*, float, const int32_t*,
-                                     const int32_t*, int32_t, int32_t, const RopeArgs&, const KvShape&, KvLayer, f16*,
-                                     cudaStream_t, bool);
+                                     const int32_t*, int32_t, int32_t, int32_t, const RopeArgs&, const KvShape&,
+                                     KvLayer, f16*, cudaStream_t, bool);
 
 }  // namespace spark::cuda

@@ -12,17 +12,22 @@
 namespace spark::cuda {
 
 struct RopeArgs {
-  const float* inv_freq = nullptr;  // [head_dim / 2] in device memory (cpu::Rope's, llama3 scaling applied)
+  const float* inv_freq = nullptr;  // [rotary_dim / 2] in device memory (cpu::Rope's, llama3 scaling applied)
   float position_scale = 1.0f;      // linear scaling: angle = (position * position_scale) * inv_freq[i]
   float attention_scale = 1.0f;     // YaRN: cos and sin are multiplied by its attention factor
+  int32_t rotary_dim = 0;           // values of each q/k head that rotate (even, <= head_dim); 0: all of them
 };
 
-// qkv is the fused projection output, [rows, (num_heads + 2 * num_kv_heads) * head_dim]
-// T (the compute type, __nv_bfloat16 or __half): q heads, then k heads, then v heads.
+// qkv is the fused projection output, rows of T (the compute type, __nv_bfloat16 or __half)
+// qkv_stride values apart: q heads, then k heads, then v heads, (num_heads + 2 * num_kv_heads)
+// * head_dim values, and after them whatever else the projection carries (Qwen3.5's attention
+// output gate), which is not read. qkv_stride 0: exactly the q, k and v heads.
 // For each row t:
-//   - adds bias (same layout, f32) when bias is not null (Qwen2);
-//   - applies the per-head RMSNorm with q_norm / k_norm ([head_dim] f32, eps) when not null (Qwen3);
-//   - rotates q and k by positions[t] (rotate_half convention: pairs (i, i + head_dim/2));
+//   - adds bias ([(num_heads + 2 * num_kv_heads) * head_dim] f32) when bias is not null (Qwen2);
+//   - applies the per-head RMSNorm with q_norm / k_norm ([head_dim] f32, eps) over the whole
+//     head when not null (Qwen3, Qwen3.5);
+//   - rotates the first rotary_dim values of each q and k head by positions[t] (rotate_half
+//     convention: pairs (i, i + rotary_dim/2) with inv_freq[i]); the rest pass through;
 //   - writes q to q_out [rows, num_heads * head_dim] T;
 //   - writes k and v to the cache at slot_mapping[t] (nothing when it is negative). A 16-bit
 //     cache holds T, so kv.dtype must be T's (BF16 for __nv_bfloat16, F16 for __half); FP8
@@ -33,7 +38,7 @@ struct RopeArgs {
 template <typename T>
 void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
                        const int32_t* positions, const int32_t* slot_mapping, int32_t rows, int32_t num_heads,
-                       const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out, cudaStream_t stream,
-                       bool programmatic = false);
+                       int32_t qkv_stride, const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out,
+                       cudaStream_t stream, bool programmatic = false);
 
 }  // namespace spark::cuda

@@ -88,7 +88,7 @@ void plan_cuda_layout(const Config& c, const ModelInfo& info, LayerRange range, 
   };
   f.weight_bytes = CudaBackend::weight_bytes(s, range, stored);
   f.weight_bytes_per_token = CudaBackend::weight_bytes_per_token(s, range, stored);
-  f.kv_bytes_per_token = uint64_t(range.last_layer - range.first_layer) * CudaBackend::kv_bytes_per_token_layer(s, fp8);
+  f.kv_bytes_per_token = uint64_t(attention_layer_count(s, range)) * CudaBackend::kv_bytes_per_token_layer(s, fp8);
   f.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
   f.reserve_bytes = kCudaReserveBytes;
 }
@@ -115,17 +115,14 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
   f.kv_dtype = fp8 ? "fp8" : compute_dtype_name(c, s, backend);
   f.sliding_kv_window_only = true;  // CudaBackend::init_windowed_kv_cache
 #if SPARKD_CUDA
-  // The CUDA backend has no recurrent layers yet: a hybrid is planned as stored, below.
-  if (!s.has_recurrent_layers()) {
-    plan_cuda_layout(c, info, range, fp8, f);
-    return f;
-  }
-#endif
+  plan_cuda_layout(c, info, range, fp8, f);
+#else
   // Without the CUDA backend's own layout: weights as stored, 16-bit or FP8 KV.
   f.weight_bytes = stage_weight_bytes(info, range);
   f.kv_bytes_per_token = 2ull * uint64_t(layers) * uint64_t(s.num_kv_heads * s.head_dim) * (fp8 ? 1 : 2);
   f.workspace_bytes = CpuBackend::workspace_bytes(s, range, c.engine.max_num_batched_tokens, c.engine.max_num_seqs);
   f.reserve_bytes = kCpuReserveBytes;
+#endif
   return f;
 }
 

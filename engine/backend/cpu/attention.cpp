@@ -246,6 +246,28 @@ void validate_batch(const Batch& b, const KvGeometry& g) {
   check_rows(b.hidden_rows, "hidden_rows");
 }
 
+void validate_state_slots(const Batch& b, int64_t num_slots) {
+  auto fail = [](const std::string& m) { throw InputError("invalid batch: " + m); };
+  const int32_t S = b.num_seqs();
+  if (static_cast<int64_t>(b.state_slots.size()) != S)
+    fail(std::to_string(b.state_slots.size()) + " state slots for " + std::to_string(S) + " sequences");
+  auto in_range = [&](int32_t slot) { return slot >= 0 && slot < num_slots; };
+  if (b.state_copies.size() % 2 != 0) fail("state_copies must hold (source, destination) pairs");
+  for (size_t i = 0; i < b.state_copies.size(); i += 2) {
+    const int32_t src = b.state_copies[i], dst = b.state_copies[i + 1];
+    if (!in_range(src) || !in_range(dst) || src == dst)
+      fail("state copy " + std::to_string(src) + " -> " + std::to_string(dst) + " outside [0, " +
+           std::to_string(num_slots) + ")");
+  }
+  for (int32_t s = 0; s < S; ++s) {
+    const int32_t slot = b.state_slots[static_cast<size_t>(s)];
+    if (!in_range(slot))
+      fail("state slot " + std::to_string(slot) + " outside [0, " + std::to_string(num_slots) + ")");
+    for (int32_t o = 0; o < s; ++o)
+      if (b.state_slots[static_cast<size_t>(o)] == slot) fail("two sequences share a state slot");
+  }
+}
+
 void KvBuffer::allocate(size_t floats) {
   data_.reset(static_cast<float*>(std::calloc(floats, sizeof(float))));
   if (!data_) throw RuntimeError("cannot allocate a KV cache of " + std::to_string(floats * sizeof(float)) + " bytes");

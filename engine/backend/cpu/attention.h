@@ -62,5 +62,9 @@ void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_
 // Checks that the batch's sequence layout, slots and block tables fit the cache;
 // aborts (SPARK_CHECK) on the first problem: batches come from the scheduler or a validated peer frame.
 void validate_batch(const Batch& batch, const KvGeometry& g);
+// Checks the batch's state slots and state copies against `num_slots` (engine/step/step.h):
+// one slot a sequence, distinct, in range; copies in (source, destination) pairs of two
+// slots in range. Throws InputError naming the first problem.
+void validate_state_slots(const Batch& batch, int64_t num_slots);
 
 }  // namespace spark::cpu

@@ -205,26 +205,14 @@ cpu::KvGeometry CpuBackend::layer_kv(int64_t index) const {
 
 void CpuBackend::prepare_states(const Batch& batch) {
   if (num_recurrent_ == 0) return;
-  const int64_t S = batch.num_seqs();
-  if (static_cast<int64_t>(batch.state_slots.size()) != S)
-    throw InputError("invalid batch: " + std::to_string(batch.state_slots.size()) + " state slots for " +
-                     std::to_string(S) + " sequences");
+  cpu::validate_state_slots(batch, num_state_slots_);
   const auto per_slot = size_t(num_recurrent_ * spec_.delta_net.state_values());
-  if (batch.state_copies.size() % 2 != 0) throw InputError("invalid batch: state_copies must hold (source, destination) pairs");
   for (size_t i = 0; i < batch.state_copies.size(); i += 2) {
     const int32_t src = batch.state_copies[i], dst = batch.state_copies[i + 1];
-    if (src < 0 || src >= num_state_slots_ || dst < 0 || dst >= num_state_slots_ || src == dst)
-      throw InputError("invalid batch: state copy " + std::to_string(src) + " -> " + std::to_string(dst) + " outside [0, " +
-                       std::to_string(num_state_slots_) + ")");
     std::copy_n(states_.begin() + std::ptrdiff_t(size_t(src) * per_slot), per_slot, states_.begin() + std::ptrdiff_t(size_t(dst) * per_slot));
   }
-  for (int64_t s = 0; s < S; ++s) {
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     const int32_t slot = batch.state_slots[size_t(s)];
-    if (slot < 0 || slot >= num_state_slots_)
-      throw InputError("invalid batch: state slot " + std::to_string(slot) + " outside [0, " +
-                       std::to_string(num_state_slots_) + ")");
-    for (int64_t o = 0; o < s; ++o)
-      if (batch.state_slots[size_t(o)] == slot) throw InputError("invalid batch: two sequences share a state slot");
     if (batch.positions[size_t(batch.query_start[size_t(s)])] == 0)
       std::fill_n(states_.begin() + std::ptrdiff_t(size_t(slot) * per_slot), per_slot, 0.0f);
   }

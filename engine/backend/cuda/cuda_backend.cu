@@ -16,6 +16,7 @@
 #include "engine/backend/cuda/boundary.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/decode_graphs.h"
+#include "engine/backend/cuda/delta_net.h"
 #include "engine/backend/cuda/device_info.h"
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/embedding.h"
@@ -25,6 +26,7 @@
 #include "engine/backend/cuda/kv_block_copy.h"
 #include "engine/backend/cuda/bias.h"
 #include "engine/backend/cuda/moe.h"
+#include "engine/backend/cuda/output_gate.h"
 #include "engine/backend/cuda/rms_norm.h"
 #include "engine/backend/cuda/rope_kv.h"
 #include "engine/backend/cuda/sampling.h"
@@ -61,6 +63,10 @@ struct Activations {
   float* inv_freq = nullptr;  // [head_dim / 2]
   int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
   void* moe = nullptr;        // MoeScratch, when the stage holds an MoE layer
+  // f32 scratch of the hybrids' layers: a DeltaNet layer's q/k/v, z, b and a projections
+  // ([T, conv_dim], [T, value_dim], [T, v_heads] twice), or the shared expert's output
+  // [T, H] and gate logits [T].
+  float* aux = nullptr;
   // [T, H] BF16 hidden states a pipeline stage sends or receives. BF16 whatever the compute
   // type: x is f32 because massive activations can exceed FP16's range, and so can this.
   void* boundary = nullptr;
@@ -70,6 +76,7 @@ struct Activations {
 // reads the current step's values.
 struct BatchLayout {
   int64_t tokens = 0, positions = 0, slots = 0, query_start = 0, context_lens = 0, block_tables = 0, logits_rows = 0;
+  int64_t state_slots = 0;
   int64_t total = 0;
   BatchLayout(int64_t max_tokens, int64_t max_seqs, int64_t stride, int64_t max_rows) {
     positions = max_tokens;
@@ -78,7 +85,8 @@ struct BatchLayout {
     context_lens = query_start + max_seqs + 1;
     block_tables = context_lens + max_seqs;
     logits_rows = block_tables + max_seqs * stride;
-    total = logits_rows + max_rows;
+    state_slots = logits_rows + max_rows;
+    total = state_slots + max_seqs;
   }
 };
 
@@ -99,36 +107,74 @@ bool range_has_moe(const ModelSpec& s, LayerRange r) {
   return false;
 }
 
+bool range_has_recurrent(const ModelSpec& s, LayerRange r) {
+  for (int64_t l = r.first_layer; l < r.last_layer; ++l)
+    if (s.layer_is_recurrent(l)) return true;
+  return false;
+}
+
+// The fused q/k/v projection's width: with an output gate, the gates follow v.
+int64_t qkv_width(const ModelSpec& s) {
+  return (s.num_heads * (s.attn_output_gate ? 2 : 1) + 2 * s.num_kv_heads) * s.head_dim;
+}
+
+cuda::DeltaNetShape delta_net_shape(const ModelSpec& s) {
+  const ModelSpec::DeltaNet& d = s.delta_net;
+  return {int32_t(d.num_k_heads), int32_t(d.num_v_heads), int32_t(d.k_head_dim), int32_t(d.v_head_dim),
+          int32_t(d.conv_kernel), d.value_heads_tiled, float(s.rms_norm_eps)};
+}
+
+// What the DeltaNet kernels take (delta_net.h), as an InputError naming the config fields.
+void check_delta_net_config(const ModelSpec& s) {
+  const ModelSpec::DeltaNet& d = s.delta_net;
+  constexpr int64_t kMaxHeadDim = 256, kMaxConvKernel = 8;
+  auto dim_ok = [](int64_t v) { return v > 0 && v % 8 == 0 && v <= kMaxHeadDim; };
+  if (!dim_ok(d.k_head_dim) || !dim_ok(d.v_head_dim) || d.conv_kernel < 1 || d.conv_kernel > kMaxConvKernel ||
+      d.num_k_heads < 1 || d.num_v_heads % d.num_k_heads != 0)
+    throw InputError("model config: linear_key_head_dim = " + std::to_string(d.k_head_dim) +
+                     ", linear_value_head_dim = " + std::to_string(d.v_head_dim) + ", linear_conv_kernel_dim = " +
+                     std::to_string(d.conv_kernel) + "; the CUDA backend takes head dims that are multiples of 8 up to " +
+                     std::to_string(kMaxHeadDim) + ", a kernel of 1 to " + std::to_string(kMaxConvKernel) +
+                     " taps, and value heads a multiple of key heads");
+}
+
 struct Sizes {
   int64_t max_tokens, max_seqs, max_rows, stride;
-  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints, moe, boundary;
+  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints, moe, aux, boundary;
   Sizes(const ModelSpec& s, const CudaOptions& o, int64_t largest_bucket, LayerRange range) {
     const bool has_head = range.last_layer == s.num_layers, whole = has_head && range.first_layer == 0;
     max_seqs = std::max<int64_t>(o.max_num_seqs, largest_bucket);
     max_tokens = std::max<int64_t>(o.max_num_batched_tokens, max_seqs);
     max_rows = max_seqs;
     stride = (o.max_model_len + o.block_size - 1) / o.block_size;
-    const int64_t H = s.hidden_size, qd = s.num_heads * s.head_dim, kvd = s.num_kv_heads * s.head_dim;
+    const int64_t H = s.hidden_size, qd = s.num_heads * s.head_dim;
     // A dense MLP's width, when the range holds one (Qwen3-30B-A3B's config names an
     // intermediate_size that none of its all-MoE layers uses).
     bool any_dense = false;
     for (int64_t l = range.first_layer; l < range.last_layer; ++l) any_dense = any_dense || !s.layer_is_moe(l);
     const int64_t I = any_dense ? s.intermediate_size : 0;
+    const bool moe_here = range_has_moe(s, range), recurrent = range_has_recurrent(s, range);
+    const int64_t shared_i = moe_here ? s.shared_expert_intermediate_size : 0;
+    const ModelSpec::DeltaNet& d = s.delta_net;
+    const int64_t value_dim = recurrent ? d.value_dim() : 0;
     x = aligned(size_t(max_tokens * H) * 4);
     normed = aligned(size_t(max_tokens * H) * 2);
-    wide = aligned(size_t(max_tokens * std::max(qd + 2 * kvd, 2 * I)) * 2);
+    wide = aligned(size_t(max_tokens * std::max({qkv_width(s), 2 * I, 2 * shared_i})) * 2);
     q = aligned(size_t(max_tokens * qd) * 2);
-    mid = aligned(size_t(max_tokens * std::max(qd, I)) * 2);
+    mid = aligned(size_t(max_tokens * std::max({qd, I, shared_i, value_dim})) * 2);
+    const int64_t aux_values = std::max(recurrent ? d.conv_dim() + value_dim + 2 * d.num_v_heads : 0,
+                                        shared_i > 0 ? H + 1 : 0);
+    aux = aligned(size_t(max_tokens * aux_values) * 4);
     proj = aligned(size_t(max_tokens * H) * 4);
     head_in = has_head ? aligned(size_t(max_rows * H) * 2) : 0;
     logits = has_head ? aligned(size_t(max_rows * s.vocab_size) * 4) : 0;
     inv_freq = aligned(size_t(s.head_dim / 2) * 4);
     ints = aligned(size_t(BatchLayout(max_tokens, max_seqs, stride, max_rows).total) * 4);
-    moe = range_has_moe(s, range) ? aligned(cuda::MoeScratch::bytes(moe_config(s))) : 0;
+    moe = moe_here ? aligned(cuda::MoeScratch::bytes(moe_config(s))) : 0;
     boundary = whole ? 0 : aligned(size_t(max_tokens * H) * 2);
   }
   size_t total() const {
-    return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints + moe + boundary;
+    return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints + moe + aux + boundary;
   }
 };
 
@@ -216,6 +262,12 @@ struct CudaBackend::Impl {
   // boundary_input() was called: the next run starts from act.boundary.
   bool boundary_in = false;
   CudaStepCounts counts;
+  // The recurrent layers' states (init_state_slots): per slot, each recurrent layer's
+  // DeltaNet::state_values() f32 values in layer order (as the CPU backend keeps them).
+  int64_t num_recurrent = 0;
+  std::vector<int64_t> recurrent_index;  // per layer of the stage: its place among the recurrent ones, or -1
+  float* states = nullptr;
+  int64_t num_state_slots = 0;
 
   Impl(const ModelSpec& s, const CudaOptions& o, LayerRange r)
       : spec(s),
@@ -233,6 +285,7 @@ struct CudaBackend::Impl {
     gemm.reset();
     weights.reset();
     if (kv_arena) cudaFree(kv_arena);
+    if (states) cudaFree(states);
     if (act_arena) cudaFree(act_arena);
     if (host_ints) cudaFreeHost(host_ints);
     if (stream) cudaStreamDestroy(stream);
@@ -246,6 +299,7 @@ struct CudaBackend::Impl {
     b.query_start = act.ints + layout.query_start;
     b.context_lens = act.ints + layout.context_lens;
     b.block_tables = act.ints + layout.block_tables;
+    b.state_slots = act.ints + layout.state_slots;
     b.max_blocks_per_seq = int32_t(sizes.stride);
     b.num_tokens = tokens;
     b.num_seqs = seqs;
@@ -254,6 +308,9 @@ struct CudaBackend::Impl {
 
   void check_batch(const Batch& b, bool needs_ids) const;
   bool sliding(size_t l) const { return shapes[l].window > 0; }
+  bool recurrent(size_t l) const { return shapes[l].mixer == Mixer::RECURRENT; }
+  int64_t state_slot_values() const { return num_recurrent * spec.delta_net.state_values(); }
+  void copy_states(const Batch& b);
   Batch padded(const Batch& b, int32_t bucket) const;
   static Batch rows_as_sequences(const Batch& b);
   void count(bool multi_row, std::optional<cuda::DecodeGraphs::Use> use);
@@ -281,6 +338,7 @@ void CudaBackend::Impl::check_batch(const Batch& b, bool needs_ids) const {
       fail("a context of " + std::to_string(c) +
            " tokens exceeds max_model_len = " + std::to_string(opt.max_model_len));
   if (window_blocks < num_blocks) check_window_blocks(b, window_blocks, opt.block_size, spec.sliding_window);
+  if (num_recurrent > 0) cpu::validate_state_slots(b, num_state_slots);
   if (needs_ids)
     for (int32_t id : b.token_ids)
       if (id < 0 || id >= spec.vocab_size)
@@ -300,6 +358,7 @@ Batch CudaBackend::Impl::padded(const Batch& b, int32_t bucket) const {
   p.query_start.resize(size_t(bucket) + 1);
   for (int32_t i = n; i <= bucket; ++i) p.query_start[size_t(i)] = i;
   p.block_tables.resize(size_t(bucket) * size_t(std::max(b.max_blocks_per_seq, 0)), 0);
+  if (num_recurrent > 0) p.state_slots.resize(size_t(bucket), -1);  // no state (delta_net.h)
   return p;
 }
 
@@ -354,6 +413,7 @@ void CudaBackend::Impl::upload(const Batch& b) {
   std::copy(b.query_start.begin(), b.query_start.end(), h + layout.query_start);
   std::copy(b.context_lens.begin(), b.context_lens.end(), h + layout.context_lens);
   std::copy(b.logits_rows.begin(), b.logits_rows.end(), h + layout.logits_rows);
+  std::copy(b.state_slots.begin(), b.state_slots.end(), h + layout.state_slots);
   // Block tables: only the blocks the longest context uses, restrided to the fixed stride.
   int64_t used = 0;
   for (int32_t c : b.context_lens) used = std::max<int64_t>(used, (c + opt.block_size - 1) / opt.block_size);
@@ -370,6 +430,7 @@ void CudaBackend::Impl::upload(const Batch& b) {
   copy(layout.query_start, S + 1);
   copy(layout.context_lens, S);
   copy(layout.logits_rows, R);
+  copy(layout.state_slots, int64_t(b.state_slots.size()));
   if (used > 0 && S > 0)
     CUDA_CHECK(cudaMemcpy2DAsync(act.ints + layout.block_tables, size_t(sizes.stride) * 4, h + layout.block_tables,
                                  size_t(sizes.stride) * 4, size_t(used) * 4, size_t(S), cudaMemcpyHostToDevice,
@@ -381,47 +442,91 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
   const int32_t rows = db.num_tokens, H = int32_t(spec.hidden_size), hd = int32_t(spec.head_dim);
   const int32_t nh = int32_t(spec.num_heads), nkv = int32_t(spec.num_kv_heads), I = int32_t(spec.intermediate_size);
   const float eps = float(spec.rms_norm_eps);
-  const int32_t qkv_n = (nh + 2 * nkv) * hd;
+  const int32_t qkv_n = int32_t(qkv_width(spec)), gate_at = (nh + 2 * nkv) * hd;
   auto as_t = [](void* p) { return static_cast<T*>(p); };
   auto linear = [&](const void* x, int32_t k, const cuda::DeviceMatrix& w, int32_t n, void* y, cuda::GemmOut out) {
     gemm->linear(half(), x, rows, k, w, n, y, out, stream, cuda::GemmPath::AUTO, programmatic);
+  };
+  // A gated MLP on the normed rows: silu(gate) * up through `down`, into `out` (f32).
+  auto mlp = [&](const cuda::DeviceMatrix& gate_up, int32_t inter, const cuda::DeviceMatrix& down, float* out) {
+    if (rows <= cuda::kGemvMaxRows && cuda::gate_up_fusable(gate_up, inter, H)) {  // packed: one pass
+      cuda::gate_up_swiglu_gemv(half(), act.normed, rows, H, gate_up, inter, act.mid, stream, programmatic);
+    } else {
+      linear(act.normed, H, gate_up, 2 * inter, act.wide, cuda::GemmOut::HALF);
+      cuda::swiglu<T>(as_t(act.wide), rows, inter, as_t(act.mid), stream, programmatic);
+    }
+    linear(act.mid, inter, down, H, out, cuda::GemmOut::F32);
   };
   for (size_t l = 0; l < weights->layers.size(); ++l) {
     const cuda::DeviceLayer& L = weights->layers[l];
     const LayerShape& shape = shapes[l];
     cuda::add_rms_norm<T>(act.x, l == 0 ? nullptr : act.proj, L.attn_norm, rows, H, eps, as_t(act.normed), stream,
                           programmatic);
-    linear(act.normed, H, L.qkv, qkv_n, act.wide, cuda::GemmOut::HALF);
-    cuda::KvShape layer_kv = kv;  // a sliding layer holds the window blocks only
-    layer_kv.num_slots = cache[l].num_blocks * kv.block_size;
-    cuda::qkv_rope_kv_write<T>(as_t(act.wide), L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping, rows,
-                               nh, rope, layer_kv, cache[l], as_t(act.q), stream, programmatic);
-    attention->run(db, cache[l], act.q, act.mid, stream, programmatic,
-                   {int32_t(shape.window), L.sinks});
-    linear(act.mid, nh * hd, L.o, H, act.proj, cuda::GemmOut::F32);
-    if (L.o_bias) cuda::add_bias_f32(act.proj, L.o_bias, rows, H, stream, programmatic);
+    if (L.is_recurrent()) {
+      // The Gated DeltaNet: its four projections in f32 (the recurrence accumulates them),
+      // the mixer over each sequence's state slot, then out_proj.
+      const ModelSpec::DeltaNet& d = spec.delta_net;
+      const int32_t C = int32_t(d.conv_dim()), vd = int32_t(d.value_dim()), hv = int32_t(d.num_v_heads);
+      float* qkv = act.aux;
+      float* z = qkv + int64_t(rows) * C;
+      float* b = z + int64_t(rows) * vd;
+      float* a = b + int64_t(rows) * hv;
+      linear(act.normed, H, L.lin_qkv, C, qkv, cuda::GemmOut::F32);
+      linear(act.normed, H, L.lin_z, vd, z, cuda::GemmOut::F32);
+      linear(act.normed, H, L.lin_b, hv, b, cuda::GemmOut::F32);
+      linear(act.normed, H, L.lin_a, hv, a, cuda::GemmOut::F32);
+      const cuda::DeltaNetStates states_of{states, state_slot_values(), recurrent_index[l] * d.state_values(),
+                                           db.state_slots};
+      cuda::delta_net_mix<T>(delta_net_shape(spec), {L.lin_conv, L.lin_neg_exp_a, L.lin_dt_bias, L.lin_norm},
+                             states_of, db.query_start, db.positions, db.num_seqs, rows, qkv, z, b, a,
+                             as_t(act.mid), stream, programmatic);
+      linear(act.mid, vd, L.lin_out, H, act.proj, cuda::GemmOut::F32);
+    } else {
+      linear(act.normed, H, L.qkv, qkv_n, act.wide, cuda::GemmOut::HALF);
+      cuda::KvShape layer_kv = kv;  // a sliding layer holds the window blocks only
+      layer_kv.num_slots = cache[l].num_blocks * kv.block_size;
+      cuda::qkv_rope_kv_write<T>(as_t(act.wide), L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping,
+                                 rows, nh, qkv_n, rope, layer_kv, cache[l], as_t(act.q), stream, programmatic);
+      attention->run(db, cache[l], act.q, act.mid, stream, programmatic, {int32_t(shape.window), L.sinks});
+      // The gates sit after v in each qkv row, untouched until gate_up overwrites them.
+      if (shape.output_gate)
+        cuda::apply_output_gate<T>(as_t(act.mid), as_t(act.wide) + gate_at, qkv_n, rows, nh * hd, stream, programmatic);
+      linear(act.mid, nh * hd, L.o, H, act.proj, cuda::GemmOut::F32);
+      if (L.o_bias) cuda::add_bias_f32(act.proj, L.o_bias, rows, H, stream, programmatic);
+    }
     cuda::add_rms_norm<T>(act.x, act.proj, L.ffn_norm, rows, H, eps, as_t(act.normed), stream, programmatic);
-    if (L.is_moe()) {
-      const bool clamped = shape.activation == Activation::CLAMPED_SWIGLU;
-      const cuda::ExpertExtras extras{L.expert_gate_up_bias, L.expert_down_bias,
-                                      clamped ? shape.swiglu_limit : 0.0f, shape.swiglu_alpha};
-      const cuda::MoeLayerWeights moe_w{L.ffn_norm, L.router, L.router_bias, {L.expert_gate_up, L.expert_down, extras}};
-      cuda::moe_forward(half(), moe_config(spec), moe_w, act.x, eps, act.normed, rows, *moe, act.proj, stream,
-                        programmatic);
+    if (!L.is_moe()) {
+      mlp(L.gate_up, I, L.down, act.proj);
       continue;
     }
-    if (rows <= cuda::kGemvMaxRows && cuda::gate_up_fusable(L.gate_up, I, H)) {  // packed: one pass
-      cuda::gate_up_swiglu_gemv(half(), act.normed, rows, H, L.gate_up, I, act.mid, stream, programmatic);
-    } else {
-      linear(act.normed, H, L.gate_up, 2 * I, act.wide, cuda::GemmOut::HALF);
-      cuda::swiglu<T>(as_t(act.wide), rows, I, as_t(act.mid), stream, programmatic);
+    const bool clamped = shape.activation == Activation::CLAMPED_SWIGLU;
+    const cuda::ExpertExtras extras{L.expert_gate_up_bias, L.expert_down_bias, clamped ? shape.swiglu_limit : 0.0f,
+                                    shape.swiglu_alpha};
+    const cuda::MoeLayerWeights moe_w{L.ffn_norm, L.router, L.router_bias, {L.expert_gate_up, L.expert_down, extras}};
+    cuda::moe_forward(half(), moe_config(spec), moe_w, act.x, eps, act.normed, rows, *moe, act.proj, stream,
+                      programmatic);
+    if (shape.shared_expert) {  // proj += sigmoid(shared_expert_gate . h) * the shared expert's output
+      float* shared = act.aux;
+      float* logit = act.aux + int64_t(rows) * H;
+      mlp(L.shared_gate_up, int32_t(spec.shared_expert_intermediate_size), L.shared_down, shared);
+      linear(act.normed, H, L.shared_expert_gate, 1, logit, cuda::GemmOut::F32);
+      cuda::add_gated_rows(act.proj, shared, logit, 1, rows, H, stream, programmatic);
     }
-    linear(act.mid, I, L.down, H, act.proj, cuda::GemmOut::F32);
   }
   // The last layer's MLP output joins the residual stream here (the next stage, or the
   // final norm, reads x).
   if (!weights->layers.empty())
     cuda::add_rms_norm<T>(act.x, act.proj, nullptr, rows, H, eps, static_cast<T*>(nullptr), stream, programmatic);
+}
+
+// Each (source, destination) state copy of the step, before anything of the step reads a
+// state (outside a graph: the pairs change every step).
+void CudaBackend::Impl::copy_states(const Batch& b) {
+  const auto bytes = size_t(state_slot_values()) * 4;
+  for (size_t i = 0; i + 1 < b.state_copies.size(); i += 2)
+    CUDA_CHECK(cudaMemcpyAsync(states + size_t(b.state_copies[i + 1]) * bytes / 4,
+                               states + size_t(b.state_copies[i]) * bytes / 4, bytes, cudaMemcpyDeviceToDevice,
+                               stream));
 }
 
 // Runs the held layers (and the LM head on the last stage); returns the logits rows left
@@ -437,7 +542,8 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   // A small step with a sequence of several rows (drafts to verify) replays a graph too.
   const bool multi_row = S > 0 && !decode_only && batch.num_tokens() <= cuda::kGemvMaxRows;
   std::optional<Batch> flat;
-  if (graphs && multi_row) flat = rows_as_sequences(batch);
+  // (Not on hybrids: a recurrent layer must see a sequence's rows in order, as one.)
+  if (graphs && multi_row && num_recurrent == 0) flat = rows_as_sequences(batch);
   const int32_t bucket = graphs && (decode_only || flat) ? graphs->bucket_for(batch.num_tokens()) : 0;
   std::optional<Batch> grown;
   if (bucket > 0) grown = padded(flat ? *flat : batch, bucket);
@@ -446,6 +552,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   // Before anything of the step writes KV (a block moved out may take new tokens now),
   // and outside a graph and the retry below (kv_block_copy.cu says why).
   cuda::copy_kv_blocks(batch.block_copies, full_layers, num_full_layers, kv, stream);
+  copy_states(batch);
   const bool graph_safe = attention->prepare(b, stream);
   const int32_t T = b.num_tokens();
   const int32_t H = int32_t(spec.hidden_size);
@@ -531,13 +638,24 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
         "the CUDA backend needs hidden_size, intermediate_size and num_heads x head_dim to be "
         "multiples of 8");
   m.shapes = layer_shapes(spec, r);
-  require_cases(m.shapes, spec, LayerCases{.backend = "the CUDA backend"});
+  require_cases(m.shapes, spec,
+                LayerCases{.backend = "the CUDA backend",
+                           .mixers = {Mixer::ATTENTION, Mixer::RECURRENT},
+                           .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE},
+                           .partial_rotary = true,
+                           .output_gate = true,
+                           .shared_expert = true});
   if (range_has_moe(spec, r)) check_moe_config(spec);
+  for (const LayerShape& shape : m.shapes)
+    m.recurrent_index.push_back(shape.mixer == Mixer::RECURRENT ? m.num_recurrent++ : -1);
+  if (m.num_recurrent > 0) check_delta_net_config(spec);
   m.has_embedding = r.first_layer == 0;
   m.has_head = r.last_layer == spec.num_layers;
   if (m.has_head && weights.final_norm) {
     m.final_norm.resize(size_t(spec.hidden_size));
     cpu::decode_row(*weights.final_norm, 0, m.final_norm.data());
+    if (spec.norm_plus_one)
+      for (float& w : m.final_norm) w += 1.0f;
   }
 
   std::string why;
@@ -548,7 +666,9 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   m.device_name = devices[size_t(options.device)].name;
   m.cc_major = devices[size_t(options.device)].cc_major;
   m.cc_minor = devices[size_t(options.device)].cc_minor;
-  m.programmatic = options.programmatic_launch && m.cc_major >= 9;
+  // Not on hybrids: a refused launch retries the step from its input (run()), and the
+  // recurrent states the failed attempt updated in place would be updated twice.
+  m.programmatic = options.programmatic_launch && m.cc_major >= 9 && m.num_recurrent == 0;
   CUDA_CHECK(cudaSetDevice(options.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
 
@@ -581,11 +701,13 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   m.act.ints = reinterpret_cast<int32_t*>(take(m.sizes.ints));
   m.act.moe = take(m.sizes.moe);
   if (m.sizes.moe) m.moe.emplace(moe_config(spec), m.act.moe);
+  m.act.aux = reinterpret_cast<float*>(take(m.sizes.aux));
   m.act.boundary = take(m.sizes.boundary);
   CUDA_CHECK(cudaMemcpy(m.act.inv_freq, rope.inv_freq().data(), rope.inv_freq().size() * 4, cudaMemcpyHostToDevice));
   m.rope.inv_freq = m.act.inv_freq;
   m.rope.position_scale = rope.position_scale();
   m.rope.attention_scale = rope.attention_scale();
+  m.rope.rotary_dim = int32_t(spec.rotary_dim > 0 ? spec.rotary_dim : spec.head_dim);
   CUDA_CHECK(cudaMallocHost(&m.host_ints, size_t(m.layout.total) * 4));
   std::fill(m.host_ints, m.host_ints + m.layout.total, 0);
   // Block-table rows are read only up to each context's length, but start them valid.
@@ -614,7 +736,7 @@ uint64_t CudaBackend::kv_bytes_per_token_layer(const ModelSpec& spec, bool fp8_k
 
 size_t CudaBackend::kv_block_bytes(int64_t block_size) const {
   const Impl& m = *impl_;
-  return size_t(m.range.last_layer - m.range.first_layer) * size_t(block_size) *
+  return size_t(attention_layer_count(m.spec, m.range)) * size_t(block_size) *
          kv_bytes_per_token_layer(m.spec, m.opt.fp8_kv);
 }
 
@@ -650,7 +772,7 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
   m.kv.num_slots = num_blocks * block_size;
   const size_t layers = size_t(m.range.last_layer - m.range.first_layer);
   std::vector<int64_t> held(layers);
-  for (size_t l = 0; l < layers; ++l) held[l] = m.sliding(l) ? m.window_blocks : num_blocks;
+  for (size_t l = 0; l < layers; ++l) held[l] = m.recurrent(l) ? 0 : m.sliding(l) ? m.window_blocks : num_blocks;
   auto value_bytes = [&](int64_t blocks) {
     const size_t values = size_t(blocks * block_size) * size_t(m.spec.num_kv_heads * m.spec.head_dim);
     return aligned(values * (m.opt.fp8_kv ? 1 : 2));
@@ -678,7 +800,7 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
     }
     c.num_blocks = held[l];
     m.cache.push_back(c);
-    if (!m.sliding(l)) full.push_back(c);
+    if (!m.sliding(l) && !m.recurrent(l)) full.push_back(c);
     p += 2 * (values + scales);
   }
   auto* table = reinterpret_cast<cuda::KvLayer*>(static_cast<char*>(m.kv_arena) + table_offset);
@@ -687,6 +809,26 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
   m.full_layers = table;
   m.num_full_layers = int32_t(full.size());
   CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream zeroing and upload, unordered with the compute stream
+}
+
+// One allocation of every slot's states, zeroed (a sequence starting at position 0 ignores
+// its slot's contents, delta_net.h, but a stale read must see finite values).
+void CudaBackend::init_state_slots(int64_t num_slots) {
+  Impl& m = *impl_;
+  SPARK_CHECK(num_slots >= 0, "init_state_slots: a negative count");
+  CUDA_CHECK(cudaSetDevice(m.opt.device));
+  if (m.states) {  // a pipeline worker's next session
+    CUDA_CHECK(cudaStreamSynchronize(m.stream));
+    if (m.graphs) m.graphs = std::make_unique<cuda::DecodeGraphs>(graph_rows(m.opt));  // they hold the old states
+    CUDA_CHECK(cudaFree(m.states));
+    m.states = nullptr;
+  }
+  m.num_state_slots = m.num_recurrent > 0 ? num_slots : 0;
+  if (m.num_state_slots == 0) return;
+  const size_t bytes = size_t(m.num_state_slots) * size_t(m.state_slot_values()) * 4;
+  CUDA_CHECK(cudaMalloc(&m.states, bytes));
+  CUDA_CHECK(cudaMemset(m.states, 0, bytes));
+  CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream zeroing, unordered with the compute stream
 }
 
 void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardResult& out) {

@@ -1,6 +1,7 @@
 // cuda_backend.h — the GPU backend: BF16 or FP16 weights in device memory, a paged KV
 // cache in that type or FP8, cuBLASLt GEMMs, fused kernels, CUDA graphs for decode steps, and sampling on
-// the device. Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE (moe.h). No CUDA headers here.
+// the device. Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE (moe.h), gpt-oss, and the hybrids
+// Qwen3.5/3.6 and Qwen3-Next (Gated DeltaNet layers, delta_net.h). No CUDA headers here.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -53,6 +54,8 @@ class CudaBackend : public Backend {
   // Sliding-window layers hold the first num_window_blocks blocks; Batch::block_copies run
   // in the full-attention layers before the step (kv_block_copy.h).
   void init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_blocks, int64_t block_size) override;
+  // The hybrids' recurrent states, f32 in device memory (Gated DeltaNet, delta_net.h).
+  void init_state_slots(int64_t num_slots) override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
   bool samples_on_device() const override;
   int64_t rows_at_decode_cost() const override;

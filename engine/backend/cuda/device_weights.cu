@@ -5,6 +5,7 @@
 #include "engine/backend/cuda/device_weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <optional>
@@ -29,6 +30,9 @@ constexpr int64_t kQ8Block = 32;
 size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
 enum class Layout : uint8_t { F32_VECTOR, HALF_MATRIX, PACKED_MATRIX };
+// What an f32 vector's values become on the way up: a zero-centred norm's weight w is used
+// as 1 + w, a DeltaNet layer's A_log as the decay's factor -exp(A_log).
+enum class VectorMap : uint8_t { AS_STORED, PLUS_ONE, NEG_EXP };
 
 // Consecutive sources of a packed matrix stored in one format: one DeviceMatrix of the
 // chain (kernel_args.h), at `offset` bytes from the piece's start.
@@ -64,6 +68,7 @@ struct Piece {
   Layout layout = Layout::HALF_MATRIX;
   std::vector<WeightFormat> formats;  // PACKED_MATRIX: each source's
   const void** dst = nullptr;       // vectors
+  VectorMap map = VectorMap::AS_STORED;  // vectors
   DeviceMatrix* matrix = nullptr;  // matrices
   size_t offset = 0;
   int64_t fp8_block_rows = 0, fp8_block_cols = 0;  // the spec's FP8 scale blocks
@@ -116,11 +121,34 @@ const void** slot(const T*& p) {
   return reinterpret_cast<const void**>(&p);
 }
 
+// Rows [r0, r0 + n) of t as a tensor of their own (whole rows: every format's blocks run
+// along a row). An FP8 view keeps the scales of its rows: one per tensor as it is, a grid
+// only when the range starts and ends on its block rows.
+Tensor row_range(const Tensor& t, int64_t r0, int64_t n) {
+  const size_t row_bytes = t.nbytes / size_t(t.rows());
+  Tensor v = t;
+  v.name = t.name + " rows " + std::to_string(r0) + ".." + std::to_string(r0 + n);
+  v.shape = {n, t.cols()};
+  v.data = static_cast<const char*>(t.data) + size_t(r0) * row_bytes;
+  v.nbytes = size_t(n) * row_bytes;
+  if (t.scale && t.scale_block_rows >= t.rows()) {
+    v.scale_block_rows = n;
+  } else if (t.scale) {
+    if (r0 % t.scale_block_rows != 0 || n % t.scale_block_rows != 0)
+      throw InputError("FP8 tensor " + t.name + ": its scale blocks of " + std::to_string(t.scale_block_rows) +
+                       " rows split rows " + std::to_string(r0) + ".." + std::to_string(r0 + n) +
+                       ", which the CUDA backend reads apart (the attention output gate's)");
+    v.scale = t.scale + (r0 / t.scale_block_rows) * t.scale_grid_cols();
+  }
+  return v;
+}
+
 // The pieces of `range` in upload order, formats chosen from `stored`. With `stage` and
 // `w`, the pieces carry their source tensors and `w` receives the device pointers; with
-// both null only the sizes matter (the memory plan).
+// both null only the sizes matter (the memory plan). `views` keeps the row ranges some
+// pieces are made of.
 std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDType& stored, const StageWeights* stage,
-                          DeviceWeights* w) {
+                          DeviceWeights* w, std::deque<Tensor>* views) {
   static const void* sink = nullptr;
   static DeviceMatrix matrix_sink;
   const int64_t H = s.hidden_size, hd = s.head_dim, nh = s.num_heads, nkv = s.num_kv_heads, I = s.intermediate_size;
@@ -144,14 +172,17 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     const bool packed = formats.size() == parts.size();
     if (!packed) formats.clear();
     out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(rows), cols,
-                        packed ? Layout::PACKED_MATRIX : Layout::HALF_MATRIX, std::move(formats), nullptr, d});
+                        packed ? Layout::PACKED_MATRIX : Layout::HALF_MATRIX, std::move(formats), nullptr,
+                        VectorMap::AS_STORED, d});
     out.back().fp8_block_rows = s.fp8_block_rows;
     out.back().fp8_block_cols = s.fp8_block_cols;
   };
-  auto vec = [&](std::vector<const Tensor*> from, std::vector<int64_t> lengths, const void** d) {
+  auto vec = [&](std::vector<const Tensor*> from, std::vector<int64_t> lengths, const void** d,
+                 VectorMap map = VectorMap::AS_STORED) {
     out.push_back(Piece{stage ? std::move(from) : std::vector<const Tensor*>{}, std::move(lengths), 1,
-                        Layout::F32_VECTOR, {}, d, nullptr});
+                        Layout::F32_VECTOR, {}, d, map, nullptr});
   };
+  const VectorMap norm_map = s.norm_plus_one ? VectorMap::PLUS_ONE : VectorMap::AS_STORED;
   if (range.first_layer == 0) {
     matrix({stage ? stage->embedding : nullptr}, {Part::EMBEDDING}, -1, {s.vocab_size}, H,
            w ? &w->embedding : &matrix_sink);
@@ -164,20 +195,54 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     auto m = [&](DeviceMatrix DeviceLayer::*member) { return L ? &(L->*member) : &matrix_sink; };
     auto v = [&](const float* DeviceLayer::*member) { return L ? slot(L->*member) : &sink; };
     auto t = [&](Part part) { return stage ? stage->layers[index].find(part) : nullptr; };
-    matrix({t(Part::Q), t(Part::K), t(Part::V)}, {Part::Q, Part::K, Part::V}, l, {nh * hd, nkv * hd, nkv * hd}, H,
-           m(&DeviceLayer::qkv));
-    if (s.attention_bias)
-      vec({t(Part::Q_BIAS), t(Part::K_BIAS), t(Part::V_BIAS)}, {nh * hd, nkv * hd, nkv * hd},
-          v(&DeviceLayer::qkv_bias));
-    if (s.qk_norm) {
-      vec({t(Part::Q_NORM)}, {hd}, v(&DeviceLayer::q_norm));
-      vec({t(Part::K_NORM)}, {hd}, v(&DeviceLayer::k_norm));
+    vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm), norm_map);
+    vec({t(Part::FFN_NORM)}, {H}, v(&DeviceLayer::ffn_norm), norm_map);
+    if (s.layer_is_recurrent(l)) {
+      const ModelSpec::DeltaNet& d = s.delta_net;
+      matrix({t(Part::LIN_QKV)}, {Part::LIN_QKV}, l, {d.conv_dim()}, H, m(&DeviceLayer::lin_qkv));
+      matrix({t(Part::LIN_Z)}, {Part::LIN_Z}, l, {d.value_dim()}, H, m(&DeviceLayer::lin_z));
+      matrix({t(Part::LIN_B)}, {Part::LIN_B}, l, {d.num_v_heads}, H, m(&DeviceLayer::lin_b));
+      matrix({t(Part::LIN_A)}, {Part::LIN_A}, l, {d.num_v_heads}, H, m(&DeviceLayer::lin_a));
+      matrix({t(Part::LIN_OUT)}, {Part::LIN_OUT}, l, {H}, d.value_dim(), m(&DeviceLayer::lin_out));
+      vec({t(Part::LIN_CONV)}, {d.conv_dim() * d.conv_kernel}, v(&DeviceLayer::lin_conv));
+      vec({t(Part::LIN_A_LOG)}, {d.num_v_heads}, v(&DeviceLayer::lin_neg_exp_a), VectorMap::NEG_EXP);
+      vec({t(Part::LIN_DT_BIAS)}, {d.num_v_heads}, v(&DeviceLayer::lin_dt_bias));
+      vec({t(Part::LIN_NORM)}, {d.v_head_dim}, v(&DeviceLayer::lin_norm));
+    } else if (s.attn_output_gate) {
+      // q_proj yields per head the query, then the gate: the queries go first and the gates
+      // after v, so that q, k and v keep their places (rope_kv.h reads them so).
+      std::vector<const Tensor*> from;
+      std::vector<int64_t> rows;
+      std::vector<Part> parts;
+      for (int half = 0; half < 2; ++half) {
+        for (int64_t h = 0; h < nh; ++h) {
+          if (stage) from.push_back(&views->emplace_back(row_range(*t(Part::Q), (2 * h + half) * hd, hd)));
+          rows.push_back(hd);
+          parts.push_back(Part::Q);
+        }
+        if (half == 0) {
+          from.insert(from.end(), {t(Part::K), t(Part::V)});
+          rows.insert(rows.end(), {nkv * hd, nkv * hd});
+          parts.insert(parts.end(), {Part::K, Part::V});
+        }
+      }
+      matrix(std::move(from), std::move(parts), l, std::move(rows), H, m(&DeviceLayer::qkv));
+    } else {
+      matrix({t(Part::Q), t(Part::K), t(Part::V)}, {Part::Q, Part::K, Part::V}, l, {nh * hd, nkv * hd, nkv * hd}, H,
+             m(&DeviceLayer::qkv));
     }
-    vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm));
-    vec({t(Part::FFN_NORM)}, {H}, v(&DeviceLayer::ffn_norm));
-    matrix({t(Part::O)}, {Part::O}, l, {H}, nh * hd, m(&DeviceLayer::o));
-    if (s.o_bias) vec({t(Part::O_BIAS)}, {H}, v(&DeviceLayer::o_bias));
-    if (s.attention_sinks) vec({t(Part::SINKS)}, {nh}, v(&DeviceLayer::sinks));
+    if (!s.layer_is_recurrent(l)) {
+      if (s.attention_bias)
+        vec({t(Part::Q_BIAS), t(Part::K_BIAS), t(Part::V_BIAS)}, {nh * hd, nkv * hd, nkv * hd},
+            v(&DeviceLayer::qkv_bias));
+      if (s.qk_norm) {
+        vec({t(Part::Q_NORM)}, {hd}, v(&DeviceLayer::q_norm), norm_map);
+        vec({t(Part::K_NORM)}, {hd}, v(&DeviceLayer::k_norm), norm_map);
+      }
+      matrix({t(Part::O)}, {Part::O}, l, {H}, nh * hd, m(&DeviceLayer::o));
+      if (s.o_bias) vec({t(Part::O_BIAS)}, {H}, v(&DeviceLayer::o_bias));
+      if (s.attention_sinks) vec({t(Part::SINKS)}, {nh}, v(&DeviceLayer::sinks));
+    }
     if (!s.layer_is_moe(l)) {
       matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
       matrix({t(Part::DOWN)}, {Part::DOWN}, l, {H}, I, m(&DeviceLayer::down));
@@ -210,6 +275,13 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     };
     experts(gate_up, {Part::EXPERT_GATE, Part::EXPERT_UP}, mi, H, m(&DeviceLayer::expert_gate_up));
     experts(down, {Part::EXPERT_DOWN}, H, mi, m(&DeviceLayer::expert_down));
+    if (const int64_t si = s.shared_expert_intermediate_size; si > 0) {
+      matrix({t(Part::SHARED_GATE), t(Part::SHARED_UP)}, {Part::SHARED_GATE, Part::SHARED_UP}, l, {si, si}, H,
+             m(&DeviceLayer::shared_gate_up));
+      matrix({t(Part::SHARED_DOWN)}, {Part::SHARED_DOWN}, l, {H}, si, m(&DeviceLayer::shared_down));
+      matrix({t(Part::SHARED_EXPERT_GATE)}, {Part::SHARED_EXPERT_GATE}, l, {1}, H,
+             m(&DeviceLayer::shared_expert_gate));
+    }
     if (s.gptoss_moe) {  // the biases in the experts' row order
       std::vector<const Tensor*> gate_up_bias, down_bias;
       for (int64_t e = 0; e < E && stage; ++e) {
@@ -224,7 +296,7 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     }
   }
   if (range.last_layer == s.num_layers) {
-    vec({stage ? stage->final_norm : nullptr}, {H}, w ? slot(w->final_norm) : &sink);
+    vec({stage ? stage->final_norm : nullptr}, {H}, w ? slot(w->final_norm) : &sink, norm_map);
     // Tied models reuse the embedding; a stage without layer 0 loads it as its head.
     if (!s.tie_word_embeddings || range.first_layer != 0)
       matrix({stage ? stage->lm_head : nullptr}, {s.tie_word_embeddings ? Part::EMBEDDING : Part::LM_HEAD}, -1,
@@ -261,6 +333,14 @@ void upload_as(const Tensor& t, char* dst, ThreadPool& pool) {
                           cudaMemcpyHostToDevice));
     release_mapped_pages(static_cast<const char*>(t.data) + size_t(r0) * row_bytes, size_t(n) * row_bytes);
   }
+}
+
+// An f32 vector with its values mapped (VectorMap); vectors are small, so in one go.
+void upload_mapped(const Tensor& t, VectorMap map, char* dst) {
+  std::vector<float> f(size_t(t.numel()));
+  for (int64_t r = 0; r < t.rows(); ++r) dequantize_tensor_row(t, r, f.data() + r * t.cols());
+  for (float& x : f) x = map == VectorMap::PLUS_ONE ? 1.0f + x : -std::exp(x);
+  CUDA_CHECK(cudaMemcpy(dst, f.data(), f.size() * 4, cudaMemcpyHostToDevice));
 }
 
 void upload(const Tensor& t, bool f32, HalfType type, char* dst, ThreadPool& pool) {
@@ -355,7 +435,7 @@ StoredDType stored_in(const StageWeights& stage) {
 }  // namespace
 
 uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored) {
-  const std::vector<Piece> pieces = layout(spec, range, stored, nullptr, nullptr);
+  const std::vector<Piece> pieces = layout(spec, range, stored, nullptr, nullptr, nullptr);
   uint64_t total = 0;
   for (const Piece& p : pieces) total += p.bytes();
   return total;
@@ -363,7 +443,7 @@ uint64_t DeviceWeights::bytes(const ModelSpec& spec, LayerRange range, const Sto
 
 uint64_t DeviceWeights::bytes_per_token(const ModelSpec& spec, LayerRange range, const StoredDType& stored) {
   double total = 0;
-  for (const Piece& p : layout(spec, range, stored, nullptr, nullptr)) total += double(p.bytes()) * p.read_per_token;
+  for (const Piece& p : layout(spec, range, stored, nullptr, nullptr, nullptr)) total += double(p.bytes()) * p.read_per_token;
   return uint64_t(total);
 }
 
@@ -374,7 +454,7 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
     if (!dequant_supported(t->dtype))
       throw InputError("tensor " + t->name + " has dtype " + std::string(dtype_name(t->dtype)) +
                        ", which the CUDA backend cannot read");
-  std::vector<Piece> pieces = layout(spec, range, stored_in(stage), &stage, this);
+  std::vector<Piece> pieces = layout(spec, range, stored_in(stage), &stage, this, &row_views_);
   for (const Piece& p : pieces) check_fp8_stack(p);
   const size_t total = pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes();
   // Loading and checking the file (block scales, headers, readahead) left pages of it in
@@ -412,7 +492,10 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
     for (const Tensor* t : p.sources) {
       SPARK_CHECK(t != nullptr, "a device piece lacks a bound tensor");
       const size_t elem = p.layout == Layout::F32_VECTOR ? 4 : 2;
-      upload(*t, p.layout == Layout::F32_VECTOR, type, dst + row0 * size_t(p.cols) * elem, pool);
+      if (p.map != VectorMap::AS_STORED)
+        upload_mapped(*t, p.map, dst + row0 * size_t(p.cols) * elem);
+      else
+        upload(*t, p.layout == Layout::F32_VECTOR, type, dst + row0 * size_t(p.cols) * elem, pool);
       row0 += size_t(t->numel() / p.cols);
     }
   }

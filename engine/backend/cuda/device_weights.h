@@ -15,7 +15,10 @@
 namespace spark::cuda {
 
 struct DeviceLayer {
-  DeviceMatrix qkv;                 // [(heads + 2 kv_heads) * head_dim, hidden]: q rows, k rows, v rows
+  // [(heads + 2 kv_heads) * head_dim, hidden]: q rows, k rows, v rows; with an attention
+  // output gate (Qwen3.5/3.6) the gate rows follow, so the rows of q, k and v stay as
+  // without it (q_proj yields each head's query, then its gate: they are split at upload).
+  DeviceMatrix qkv;
   const float* qkv_bias = nullptr;  // same rows; null without attention bias
   const float* q_norm = nullptr;    // [head_dim]; null without qk_norm
   const float* k_norm = nullptr;
@@ -36,7 +39,23 @@ struct DeviceLayer {
   const float* router_bias = nullptr;
   const float* expert_gate_up_bias = nullptr;  // [experts * 2 * moe_intermediate]
   const float* expert_down_bias = nullptr;     // [experts * hidden]
+  // The shared expert beside the routed ones (Qwen3.5/3.6-MoE), or none: its gate and up
+  // rows, its down projection, and the one-row gate whose sigmoid scales it.
+  DeviceMatrix shared_gate_up;     // [2 * shared_intermediate, hidden]
+  DeviceMatrix shared_down;        // [hidden, shared_intermediate]
+  DeviceMatrix shared_expert_gate; // [1, hidden]
+  // A Gated DeltaNet layer (ModelSpec::layer_is_recurrent) has these instead of attention.
+  DeviceMatrix lin_qkv;  // [conv_dim, hidden]
+  DeviceMatrix lin_z;    // [value_dim, hidden]
+  DeviceMatrix lin_b;    // [v_heads, hidden]
+  DeviceMatrix lin_a;    // [v_heads, hidden]
+  DeviceMatrix lin_out;  // [hidden, value_dim]
+  const float* lin_conv = nullptr;       // [conv_dim * conv_kernel]
+  const float* lin_neg_exp_a = nullptr;  // [v_heads]: -exp(A_log), taken at upload
+  const float* lin_dt_bias = nullptr;    // [v_heads]
+  const float* lin_norm = nullptr;       // [v_head_dim]: the gated norm's weight, as stored
   bool is_moe() const { return router != nullptr; }
+  bool is_recurrent() const { return lin_conv != nullptr; }
 };
 
 class DeviceWeights {
@@ -44,7 +63,8 @@ class DeviceWeights {
   // Checks every tensor's dtype (InputError naming it), then allocates
   // bytes(spec, stage.range, ...) once and uploads: a matrix whose parts are all in packed
   // formats (whole blocks) stays packed (see DeviceMatrix); any other matrix is converted
-  // to `type` (a tensor already in `type` is copied as is); vectors to f32.
+  // to `type` (a tensor already in `type` is copied as is); vectors to f32 (zero-centred
+  // norms as 1 + w, ModelSpec::norm_plus_one; A_log as -exp(A_log)).
   DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType type);
   ~DeviceWeights();
   DeviceWeights(const DeviceWeights&) = delete;
@@ -67,6 +87,7 @@ class DeviceWeights {
  private:
   void* arena_ = nullptr;
   std::deque<DeviceMatrix> tails_;  // the second and later parts of chained matrices
+  std::deque<Tensor> row_views_;    // ranges of rows of the stage's tensors (the split q_proj)
 };
 
 }  // namespace spark::cuda

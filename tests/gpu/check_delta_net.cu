@@ -1,0 +1,412 @@
+// check_delta_net.cu — checks the Gated DeltaNet token mixer on CUDA (delta_net_mix)
+// against cpu::delta_net, in both compute types: mixed batches (fresh prefills into dirty
+// slots, decodes and prefill chunks continuing a state, a padding sequence, a sequence
+// without rows, rows past the last sequence) over three calls, grouped and tiled value
+// heads, tiny and real head dims; the last call as a captured graph of programmatic
+// launches. Also the bytes a decode call reads, beside their formula (emulator only).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/delta_net.h"
+#include "engine/backend/cuda/delta_net.h"
+#include "tests/gpu/gpu_check.h"
+
+namespace spark::gpu_check {
+namespace {
+
+using cuda::bf16;
+using cuda::f16;
+constexpr const char* kCheck = "delta_net";
+// f32 state and f32 arithmetic on both sides; only the summation order differs.
+constexpr double kStateLimit = 1e-4;
+
+void sync() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+struct Case {
+  std::string name;
+  int32_t num_k_heads, num_v_heads, k_head_dim, v_head_dim, conv_kernel;
+  bool tiled;
+};
+
+// A row-major f32 matrix as the CPU backend's weight Tensor.
+Tensor f32_tensor(const std::vector<float>& data, int64_t rows, int64_t cols) {
+  Tensor t;
+  t.name = "w";
+  t.dtype = DType::F32;
+  t.shape = {rows, cols};
+  t.data = data.data();
+  t.nbytes = data.size() * sizeof(float);
+  return t;
+}
+
+// One layer on both sides. cpu::delta_net computes its projections from a hidden state x;
+// here x carries the projections' outputs themselves ([qkv | z | b | a]) and every
+// projection selects its columns (weights 0 and 1), so both sides see the same numbers
+// exactly; out_proj likewise copies the core output into the first value_dim columns.
+struct Layer {
+  ModelSpec::DeltaNet spec;
+  cuda::DeltaNetShape shape;
+  int64_t hidden = 0;
+  std::vector<float> w_qkv, w_z, w_b, w_a, w_out;
+  Tensor t_qkv, t_z, t_b, t_a, t_out;
+  cpu::DeltaNetWeights cpu_w;
+  DeviceArray<float> conv, neg_exp_a, dt_bias, norm;
+
+  // with_cpu false: the device weights only (the byte count, at shapes whose selector
+  // matrices would take gigabytes).
+  Layer(const Case& c, uint64_t seed, bool with_cpu = true) {
+    spec.num_k_heads = c.num_k_heads;
+    spec.num_v_heads = c.num_v_heads;
+    spec.k_head_dim = c.k_head_dim;
+    spec.v_head_dim = c.v_head_dim;
+    spec.conv_kernel = c.conv_kernel;
+    spec.value_heads_tiled = c.tiled;
+    shape = {c.num_k_heads, c.num_v_heads, c.k_head_dim, c.v_head_dim, c.conv_kernel, c.tiled, 1e-6f};
+    const int64_t C = spec.conv_dim(), V = spec.value_dim(), H = spec.num_v_heads;
+    hidden = C + V + 2 * H;
+    cpu_w.conv = random_floats(size_t(C * spec.conv_kernel), seed, -0.7f, 0.7f);
+    cpu_w.neg_exp_a = random_floats(size_t(H), seed + 1, -1.0f, 1.5f);
+    for (float& v : cpu_w.neg_exp_a) v = -std::exp(v);
+    cpu_w.dt_bias = random_floats(size_t(H), seed + 2, -1.0f, 1.0f);
+    cpu_w.norm = random_floats(size_t(spec.v_head_dim), seed + 3, 0.5f, 1.5f);
+    conv = DeviceArray<float>(cpu_w.conv);
+    neg_exp_a = DeviceArray<float>(cpu_w.neg_exp_a);
+    dt_bias = DeviceArray<float>(cpu_w.dt_bias);
+    norm = DeviceArray<float>(cpu_w.norm);
+    if (!with_cpu) return;
+    auto selector = [&](int64_t rows, int64_t first_col) {
+      std::vector<float> w(size_t(rows * hidden), 0.0f);
+      for (int64_t r = 0; r < rows; ++r) w[size_t(r * hidden + first_col + r)] = 1.0f;
+      return w;
+    };
+    w_qkv = selector(C, 0);
+    w_z = selector(V, C);
+    w_b = selector(H, C + V);
+    w_a = selector(H, C + V + H);
+    w_out.assign(size_t(hidden * V), 0.0f);  // [hidden, value_dim]: row o copies column o
+    for (int64_t o = 0; o < V; ++o) w_out[size_t(o * V + o)] = 1.0f;
+    t_qkv = f32_tensor(w_qkv, C, hidden);
+    t_z = f32_tensor(w_z, V, hidden);
+    t_b = f32_tensor(w_b, H, hidden);
+    t_a = f32_tensor(w_a, H, hidden);
+    t_out = f32_tensor(w_out, hidden, V);
+    cpu_w.qkv = &t_qkv;
+    cpu_w.z = &t_z;
+    cpu_w.b = &t_b;
+    cpu_w.a = &t_a;
+    cpu_w.out = &t_out;
+  }
+  cuda::DeltaNetLayerWeights device() const { return {conv.get(), neg_exp_a.get(), dt_bias.get(), norm.get()}; }
+};
+
+struct Seq {
+  int32_t slot;      // -1: padding
+  int32_t position;  // of its first row
+  int32_t rows;
+};
+
+// The slot pool: two recurrent layers a slot, this one second at an offset that is not a
+// multiple of 4 floats, so nothing may assume aligned states.
+struct Pool {
+  int64_t state_values, layer_offset, slot_stride;
+  int32_t num_slots = 8;
+  std::vector<float> host;  // the CPU side's states (and the expected device contents)
+  DeviceArray<float> device;
+  explicit Pool(int64_t sv, uint64_t seed)
+      : state_values(sv),
+        layer_offset(sv + 5),
+        slot_stride(2 * sv + 7),
+        host(random_floats(size_t(8 * (2 * sv + 7)), seed, -1.0f, 1.0f)),
+        device(host) {}
+  float* state(int32_t slot) { return host.data() + slot * slot_stride + layer_offset; }
+};
+
+std::string seq_list(const std::vector<Seq>& seqs) {
+  std::string s;
+  for (const Seq& q : seqs) {
+    if (!s.empty()) s += ",";
+    s += q.slot < 0 ? std::string("pad") : std::to_string(q.rows) + "@" + std::to_string(q.position);
+  }
+  return s;
+}
+
+// One call on both sides; rows past the sequences: `extra_rows`. Rows the conv_dim rows of
+// x: random, with a few `a` values past softplus's threshold (20).
+template <typename T>
+void run_call(const Case& c, Layer& L, Pool& pool, const std::vector<Seq>& seqs, int32_t extra_rows, uint64_t seed,
+              bool graph, const std::string& label) {
+  const ModelSpec::DeltaNet& d = L.spec;
+  const int64_t C = d.conv_dim(), V = d.value_dim(), H = d.num_v_heads, sv = d.state_values();
+  std::vector<int32_t> query_start = {0}, positions;
+  for (const Seq& s : seqs) {
+    query_start.push_back(query_start.back() + s.rows);
+    for (int32_t i = 0; i < s.rows; ++i) positions.push_back(s.position + i);
+  }
+  const int32_t seq_rows = query_start.back(), tokens = seq_rows + extra_rows, S = int32_t(seqs.size());
+  for (int32_t i = 0; i < extra_rows; ++i) positions.push_back(0);
+
+  std::vector<float> x(size_t(tokens * L.hidden));
+  const std::vector<float> qkv_v = random_floats(size_t(tokens * C), seed, -2.0f, 2.0f);
+  const std::vector<float> z_v = random_floats(size_t(tokens * V), seed + 1, -3.0f, 3.0f);
+  std::vector<float> b_v = random_floats(size_t(tokens * H), seed + 2, -3.0f, 3.0f);
+  std::vector<float> a_v = random_floats(size_t(tokens * H), seed + 3, -3.0f, 3.0f);
+  // Past softplus's threshold (20, the linear branch) on the first row of the second
+  // sequence, head 1: in calls 2 and 3 a row that continues a state.
+  if (seqs.size() > 1 && seqs[1].rows > 0) a_v[size_t(query_start[1] * H + 1)] = 24.0f;
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* row = x.data() + t * L.hidden;
+    std::copy_n(qkv_v.begin() + t * C, C, row);
+    std::copy_n(z_v.begin() + t * V, V, row + C);
+    std::copy_n(b_v.begin() + t * H, H, row + C + V);
+    std::copy_n(a_v.begin() + t * H, H, row + C + V + H);
+  }
+
+  // CPU: fresh sequences start from zeros; a padding sequence gets a throwaway state.
+  std::vector<float> throwaway(size_t(sv), 0.0f);
+  std::vector<float*> states;
+  std::vector<bool> written(size_t(pool.num_slots), false);
+  for (const Seq& s : seqs) {
+    if (s.slot < 0) {
+      states.push_back(throwaway.data());
+      continue;
+    }
+    if (s.rows > 0 && s.position == 0) std::fill_n(pool.state(s.slot), sv, 0.0f);
+    if (s.rows > 0) written[size_t(s.slot)] = true;
+    states.push_back(pool.state(s.slot));
+  }
+  Batch batch;
+  batch.token_ids.assign(size_t(seq_rows), 1);
+  batch.query_start = query_start;
+  ThreadPool threads(2);
+  cpu::DeltaNetScratch scratch;
+  std::vector<float> cpu_out(size_t(seq_rows * L.hidden));
+  cpu::delta_net(threads, d, L.cpu_w, L.shape.eps, batch, states, x.data(), scratch, cpu_out.data());
+  std::vector<float> want(size_t(tokens * V), 0.0f);
+  std::vector<bool> zero_row(size_t(tokens), true);
+  for (int32_t s = 0; s < S; ++s)
+    for (int32_t t = query_start[size_t(s)]; t < query_start[size_t(s) + 1]; ++t)
+      if (seqs[size_t(s)].slot >= 0) {
+        zero_row[size_t(t)] = false;
+        std::copy_n(cpu_out.begin() + t * L.hidden, V, want.begin() + t * V);
+      }
+
+  // Device.
+  const std::vector<float> before = pool.device.download();
+  std::vector<int32_t> slots;
+  for (const Seq& s : seqs) slots.push_back(s.slot);
+  DeviceArray<int32_t> d_qs(query_start), d_pos(positions), d_slots(slots);
+  DeviceArray<float> d_qkv(qkv_v), d_z(z_v), d_b(b_v), d_a(a_v);
+  DeviceArray<T> d_out(size_t(tokens * V));
+  d_out.poison();
+  const cuda::DeltaNetStates st{pool.device.get(), pool.slot_stride, pool.layer_offset, d_slots.get()};
+  auto launch = [&](cudaStream_t stream, bool programmatic) {
+    cuda::delta_net_mix<T>(L.shape, L.device(), st, d_qs.get(), d_pos.get(), S, tokens, d_qkv.get(), d_z.get(),
+                           d_b.get(), d_a.get(), d_out.get(), stream, programmatic);
+  };
+  if (graph) {  // capturable: no sync, allocation or host read inside; programmatic launches
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    launch(stream, true);
+    CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+  } else {
+    launch(nullptr, false);
+  }
+  sync();
+
+  const std::string what = c.name + " " + half_name<T>() + " " + label + " [" + seq_list(seqs) +
+                           (extra_rows ? "+" + std::to_string(extra_rows) + " spare" : "") + "]";
+  const std::vector<float> got = from_half(d_out.download());
+  std::vector<float> want_live, got_live;
+  int64_t nonzero = 0;
+  for (int32_t t = 0; t < tokens; ++t) {
+    const auto w0 = want.cbegin() + t * V, g0 = got.cbegin() + t * V;
+    if (zero_row[size_t(t)])
+      nonzero += std::count_if(g0, g0 + V, [](float v) { return v != 0.0f; });
+    else {
+      want_live.insert(want_live.end(), w0, w0 + V);
+      got_live.insert(got_live.end(), g0, g0 + V);
+    }
+  }
+  error_row(kCheck, what + ": out", rel_error(want_live, got_live), half_limit<T>());
+  if (nonzero || std::count(zero_row.begin(), zero_row.end(), true))
+    row(kCheck, what + ": padding and spare rows zero", std::to_string(nonzero) + " nonzero", "0", nonzero == 0);
+
+  // States: the written slots' conv and matrix parts within the limit, every other float
+  // of the pool (other slots, the other layer, slots of padding or row-less sequences)
+  // bit-identical to what it was. Each side continues from its own states, as a server would.
+  const std::vector<float> dev = pool.device.download();
+  const int64_t conv_values = d.conv_dim() * (d.conv_kernel - 1);
+  std::vector<float> conv_want, conv_got, mat_want, mat_got;
+  int64_t changed = 0;
+  for (int32_t slot = 0; slot < pool.num_slots; ++slot)
+    for (int64_t i = 0; i < pool.slot_stride; ++i) {
+      const size_t at = size_t(slot * pool.slot_stride + i);
+      const int64_t in_layer = i - pool.layer_offset;
+      if (written[size_t(slot)] && in_layer >= 0 && in_layer < sv) {
+        (in_layer < conv_values ? conv_want : mat_want).push_back(pool.host[at]);
+        (in_layer < conv_values ? conv_got : mat_got).push_back(dev[at]);
+      } else {
+        changed += std::memcmp(&before[at], &dev[at], sizeof(float)) != 0;
+      }
+    }
+  if (!conv_want.empty()) error_row(kCheck, what + ": conv states", rel_error(conv_want, conv_got), kStateLimit);
+  error_row(kCheck, what + ": recurrent states", rel_error(mat_want, mat_got), kStateLimit);
+  row(kCheck, what + ": other state untouched", std::to_string(changed) + " floats changed", "0", changed == 0);
+}
+
+template <typename T>
+void check_case(const Case& c, uint64_t seed) {
+  Layer L(c, seed);
+  Pool pool(L.spec.state_values(), seed + 10);
+  // An earlier call leaves states in slots 6 and 1 (both from position 0, dirty slots).
+  run_call<T>(c, L, pool, {{6, 0, 3}, {1, 0, 1}}, 0, seed + 20, false, "call 1");
+  // The mixed batch: a fresh prefill into dirty slot 5, decodes and prefill chunks
+  // continuing call 1's states and random ones (slots 3, 0), a padding sequence.
+  run_call<T>(c, L, pool, {{5, 0, 5}, {6, 3, 1}, {-1, 0, 1}, {1, 1, 4}, {3, 11, 1}, {0, 40, 2}}, 0, seed + 30, false,
+              "call 2");
+  // Every state continues; slot 2 has a sequence without rows (its state must stay), one
+  // spare row past the last sequence; as a graph of programmatic launches.
+  run_call<T>(c, L, pool, {{0, 42, 1}, {3, 12, 1}, {-1, 0, 1}, {6, 4, 2}, {2, 9, 0}, {1, 5, 1}, {5, 5, 3}}, 1,
+              seed + 40, true, "call 3 graph");
+}
+
+// The bytes a decode call of B sequences (one row each, continuing their states) must
+// move in this design: per sequence the state matrices Hv dk dv 4 and the conv state
+// C (K-1) 4, read and written; qkv C 4 read and written by the conv, then q, k, v
+// (2 key_dim + value_dim) 4 read and o value_dim 4 written by the delta rule; o and z
+// 2 value_dim 4 read and out value_dim 2 written by the norm; a and b 2 Hv 4 read. Per
+// call the conv weights C K 4, neg_exp_a, dt_bias and the norm weight.
+struct DecodeBytes {
+  double read, written;
+};
+DecodeBytes decode_bytes(const ModelSpec::DeltaNet& d, int64_t B) {
+  const double C = double(d.conv_dim()), V = double(d.value_dim()), H = double(d.num_v_heads),
+               K = double(d.conv_kernel);
+  const double matrices = H * double(d.k_head_dim) * double(d.v_head_dim);
+  const double per_seq_read = 4.0 * (matrices + C * (K - 1) + C + 2.0 * double(d.key_dim()) + V + 2 * V + 2 * H);
+  const double per_call_read = 4.0 * (C * K + 2 * H + double(d.v_head_dim));
+  const double per_seq_written = 4.0 * (matrices + C * (K - 1) + C + V) + 2.0 * V;
+  return {double(B) * per_seq_read + per_call_read, double(B) * per_seq_written};
+}
+
+#if SPARK_CUDA_EMU
+// The bytes one decode call reads, as the emulator counts them (state, qkv and o loads
+// every time, __ldg sectors once), against decode_bytes. Integers and partly read sectors
+// are the margin, 1%: small enough that a second read of the conv state or of v fails.
+void check_decode_bytes(const Case& c, int64_t B) {
+  Layer L(c, 901, false);
+  const ModelSpec::DeltaNet& d = L.spec;
+  const int64_t C = d.conv_dim(), V = d.value_dim(), H = d.num_v_heads, sv = d.state_values();
+  const int64_t matrices = H * d.k_head_dim * d.v_head_dim;
+  std::vector<int32_t> slots(static_cast<size_t>(B)), query_start(size_t(B + 1)), positions(static_cast<size_t>(B));
+  for (int64_t s = 0; s < B; ++s) {
+    slots[size_t(s)] = int32_t((s * 3 + 1) % B);  // a permutation: every slot once
+    query_start[size_t(s + 1)] = int32_t(s + 1);
+    positions[size_t(s)] = int32_t(7 + 13 * s);
+  }
+  DeviceArray<float> states(random_floats(size_t(B * sv), 902));
+  DeviceArray<int32_t> d_slots(slots), d_qs(query_start), d_pos(positions);
+  DeviceArray<float> qkv(random_floats(size_t(B * C), 903)), z(random_floats(size_t(B * V), 904)),
+      b(random_floats(size_t(B * H), 905)), a(random_floats(size_t(B * H), 906));
+  DeviceArray<bf16> out(size_t(B * V));
+  ::emu::global_reads_begin();
+  cuda::delta_net_mix<bf16>(L.shape, L.device(), {states.get(), sv, 0, d_slots.get()}, d_qs.get(), d_pos.get(),
+                            int32_t(B), int32_t(B), qkv.get(), z.get(), b.get(), a.get(), out.get(), nullptr);
+  sync();
+  const double reads = double(::emu::global_reads_end().total());
+  const DecodeBytes want = decode_bytes(d, B);
+  const double ratio = reads / want.read;
+  const std::string what = "bytes decode b" + std::to_string(B) + " " + c.name + " bf16";
+  row(kCheck, what + ": read", fmt("%.4f", ratio) + fmt(" (%.0f KiB)", reads / 1024),
+      fmt("1 .. 1.01 of %.0f KiB", want.read / 1024), ratio >= 1.0 && ratio <= 1.01);
+  const double matrix_bytes = 2.0 * double(B) * 4.0 * double(matrices);
+  info(kCheck, what + ": written (formula)", fmt("%.0f KiB", want.written / 1024),
+       fmt("state matrices %.1f%% of read + written", 100.0 * matrix_bytes / (want.read + want.written)));
+}
+#endif
+
+// Decode at Qwen3.6-35B-A3B's shape (16/32 heads of 128, conv_kernel 4), one row a
+// sequence, against the bytes it must move (the byte rows' formula, read + written): the
+// gap to the copy bandwidth says how far from the floor it is. The states rotate through
+// enough copies (one per "layer" of the slot) to miss the L2, as 30 layers' states do.
+void bench_decode() {
+  const Case c{"16/32 hd128", 16, 32, 128, 128, 4, false};
+  Layer L(c, 950, false);
+  const ModelSpec::DeltaNet& d = L.spec;
+  const int64_t C = d.conv_dim(), V = d.value_dim(), H = d.num_v_heads, sv = d.state_values();
+  const double copy_gbs = copy_bandwidth_gbs();
+  for (int64_t B : {1, 4, 16, 64}) {
+    const DecodeBytes bytes = decode_bytes(d, B);
+    const double moved = bytes.read + bytes.written;
+    const int copies = int(std::clamp(std::ceil(150e6 / (double(B) * sv * 4)), 1.0, 64.0));
+    std::vector<int32_t> slots(static_cast<size_t>(B)), query_start(size_t(B + 1)), positions(static_cast<size_t>(B));
+    for (int64_t s = 0; s < B; ++s) {
+      slots[size_t(s)] = int32_t(s);
+      query_start[size_t(s + 1)] = int32_t(s + 1);
+      positions[size_t(s)] = int32_t(100 + s);
+    }
+    DeviceArray<float> states(random_floats(size_t(B * copies * sv), 951, -0.1f, 0.1f));
+    DeviceArray<int32_t> d_slots(slots), d_qs(query_start), d_pos(positions);
+    DeviceArray<float> qkv(random_floats(size_t(B * C), 952)), z(random_floats(size_t(B * V), 953)),
+        b(random_floats(size_t(B * H), 954)), a(random_floats(size_t(B * H), 955));
+    DeviceArray<bf16> out(size_t(B * V));
+    int it = 0;
+    const double ms = time_ms([&] {
+      const cuda::DeltaNetStates st{states.get(), copies * sv, (it++ % copies) * sv, d_slots.get()};
+      // qkv is overwritten in place each run: its contents do not change the time.
+      cuda::delta_net_mix<bf16>(L.shape, L.device(), st, d_qs.get(), d_pos.get(), int32_t(B), int32_t(B), qkv.get(),
+                                z.get(), b.get(), a.get(), out.get(), nullptr);
+    });
+    info(kCheck, "bench decode b" + std::to_string(B) + " " + c.name + " bf16",
+         fmt("%.1f us", ms * 1e3) + fmt(", %.0f GB/s", moved / (ms * 1e-3) / 1e9),
+         fmt("%.1f MB moved, ", moved / 1e6) + fmt("floor %.1f us at copy bandwidth", moved / (copy_gbs * 1e9) * 1e6));
+  }
+}
+
+void run() {
+  const std::vector<Case> cases = {
+      {"2/4 hd16 grouped", 2, 4, 16, 16, 4, false},
+      {"2/4 hd16 tiled", 2, 4, 16, 16, 4, true},
+      {"2/2 hd8", 2, 2, 8, 8, 4, false},
+      {"3/6 dk24 dv40 k3 tiled", 3, 6, 24, 40, 3, true},
+      {"1/2 dk256 dv64 k2", 1, 2, 256, 64, 2, false},
+      {"2/4 hd128 grouped", 2, 4, 128, 128, 4, false},
+      {"2/4 hd128 tiled", 2, 4, 128, 128, 4, true},
+  };
+  uint64_t seed = 100;
+  for (const Case& c : cases) {
+    run_part(kCheck, c.name + " bf16", [&] { check_case<bf16>(c, seed); });
+    run_part(kCheck, c.name + " f16", [&] { check_case<f16>(c, seed + 1000); });
+    seed += 100;
+  }
+#if SPARK_CUDA_EMU
+  run_part(kCheck, "bytes decode 2/4 hd128", [] { check_decode_bytes({"2/4 hd128", 2, 4, 128, 128, 4, false}, 4); });
+  run_part(kCheck, "bytes decode Qwen3.6-35B-A3B", [] {
+    check_decode_bytes({"16/32 hd128 (Qwen3.6-35B-A3B)", 16, 32, 128, 128, 4, false}, 2);
+  });
+#else
+  skip_row(kCheck, "bytes decode", "counted by the emulator only");
+#endif
+  if (emulated()) return;  // benchmarks mean nothing on the CPU emulator
+  run_part(kCheck, "bench decode", bench_decode);
+}
+
+}  // namespace
+}  // namespace spark::gpu_check
+
+int main() {
+  return spark::gpu_check::run_main("delta_net", [] { spark::gpu_check::run(); });
+}

@@ -122,7 +122,9 @@ bool cpu_near_tie(const std::string& path, const std::vector<int32_t>& tokens) {
   CpuBackend cpu(m.info.spec, bind_stage(m.info.spec, m.weights), 0);
   const int32_t blocks = int32_t(tokens.size() / 16 + 1);
   cpu.init_kv_cache(blocks, 16);
+  cpu.init_state_slots(1);
   Batch b;
+  if (m.info.spec.has_recurrent_layers()) b.state_slots = {0};
   for (size_t i = 0; i < tokens.size(); ++i) {
     b.token_ids.push_back(tokens[i]);
     b.positions.push_back(int32_t(i));
@@ -292,5 +294,9 @@ int main() {
       verification_logits(name);
       check(name);
     }
+    // A hybrid: a verifying step keeps each sequence's recurrent state in its snapshot slot
+    // and rejected drafts restore it (state copies on the device), while the rows still run
+    // as one-row sequences through the decode graphs.
+    check("qwen3_5");
   });
 }

@@ -1,4 +1,5 @@
-"""Prefix reuse on a hybrid (the tiny Qwen3.5-MoE and Qwen3-Next, CPU backend). A recurrent
+"""Prefix reuse on a hybrid (the tiny Qwen3.5-MoE and Qwen3-Next; the test marked cuda_path
+on the emulated CUDA server too). A recurrent
 layer's state holds the whole prefix at one position, so a cached KV prefix is worth nothing
 without the state at its end: the engine keeps state checkpoints (engine.state_checkpoints)
 at the end of every prompt, at the end of every answer (the state after prompt and answer
@@ -19,10 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from conftest import EMULATED_GPU, Server, wait_engine_idle
-from test_serve_tiny_models import BASE, HYBRID_CPU_ONLY, served_copy
+from conftest import Server, wait_engine_idle
+from test_serve_tiny_models import BASE, served_copy
 
-pytestmark = pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY)
 
 # The tiny models have 256 positions: conversation c's first prompt has 24 + 2c tokens and
 # grows by at most 12 answer + 6 new tokens a turn, so 16 conversations of 10 turns end
@@ -112,6 +112,7 @@ def test_agent_turns_resume_from_the_last_answer(model):
                       f"answer (conversation, turn, cached_tokens, at least): {short[:6]}"
 
 
+@pytest.mark.cuda_path  # state and tail-block copies on the device too
 def test_prompts_sharing_a_system_prompt_resume_where_they_part(model):
     """A = S + a, then B = S + b, then C = S + c: B leaves A's path after S and keeps a
     checkpoint there, from which C resumes."""

@@ -15,10 +15,9 @@ import openai
 import pytest
 import requests
 
-from conftest import EMULATED_GPU, REPO, Server
-from test_serve_tiny_models import BASE, HYBRID_CPU_ONLY, eos_id
+from conftest import REPO, Server
+from test_serve_tiny_models import BASE, eos_id
 
-pytestmark = pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY)
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
                                            "c": {"enum": ["x", "y"]}, "ok": {"type": "boolean"}},

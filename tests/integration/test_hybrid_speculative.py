@@ -8,11 +8,10 @@ the metrics show drafts both kept and rolled back.
 """
 import pytest
 
-from conftest import EMULATED_GPU, Server, free_port, wait_engine_idle
+from conftest import Server, free_port, wait_engine_idle
 from test_peer_hybrid import COMMON, PROMPTS, greedy, run_all
-from test_serve_tiny_models import HYBRID_CPU_ONLY, served_copy
+from test_serve_tiny_models import served_copy
 
-pytestmark = pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY)
 
 SPECULATIVE = {"engine.speculative": "ngram", "engine.num_speculative_tokens": 4, "engine.prompt_lookup_min": 1}
 # Random weights seldom repeat themselves: long answers, and prompts whose answers do now

@@ -11,10 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from conftest import EMULATED_GPU, Server, free_port
-from test_serve_tiny_models import HYBRID_CPU_ONLY, served_copy
+from conftest import Server, free_port
+from test_serve_tiny_models import served_copy
 
-pytestmark = pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY)
 
 COMMON = {"engine.cpu_threads": 1, "engine.max_num_seqs": 7, "model.max_model_len": 256}
 # Token-id prompts, more than one box's share of the sequences, run concurrently.

@@ -28,7 +28,9 @@ TIE_MARGIN = 1e-3  # logits closer than this may swap under f32 rounding of anot
 # The CUDA backend computes Qwen models in BF16 and the others in FP16: a top-2 margin below
 # twice the logits error that precision allows (max |logit| x limit, the limits of
 # tests/gpu/check_model.cu) may swap there.
-CUDA_LOGITS_LIMIT = {"llama": 3e-3, "qwen3": 2e-2, "qwen3_moe": 2e-2, "gpt_oss_separated": 3e-3}
+# The tiny Qwen3.5's measured BF16 logits error against the CPU was 2.9e-2 (check_model
+# compares the hybrids in FP16, with the weights rounded on both sides).
+CUDA_LOGITS_LIMIT = {"llama": 3e-3, "qwen3": 2e-2, "qwen3_moe": 2e-2, "gpt_oss_separated": 3e-3, "qwen3_5": 5e-2}
 
 
 def tie_margin(name, row):
@@ -96,19 +98,17 @@ def golden_rows(name):
 # the same weights with separated routing (gpt_oss_separated, tests/gen/gen_gptoss.py) run
 # on every backend instead.
 GPTOSS_16BIT = "16-bit weights flip this tiny model's near-uniform router; gpt_oss_separated runs instead"
-# Gated DeltaNet layers run on the CPU backend only so far; the CUDA one refuses them by name
-# (test_cuda_backend_refuses_a_hybrid_by_name).
-HYBRID_CPU_ONLY = "the CUDA backend has no recurrent layers yet"
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen3", pytest.param("qwen3_moe", marks=pytest.mark.skipif(
-    EMULATED_GPU, reason="16-bit activations flip this tiny model's near-uniform router on ~1 row in 28; "
-                         "check_model holds the device MoE path to its own rule")),
+# 16-bit activations tip these tiny models' near-uniform routers on a few rows in 80; check_model
+# holds the device MoE path to its own rule.
+ROUTER_FLIPS = pytest.mark.skipif(EMULATED_GPU, reason="16-bit activations flip this tiny model's near-uniform router")
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", pytest.param("qwen3_moe", marks=ROUTER_FLIPS),
     pytest.param("gpt_oss", marks=pytest.mark.skipif(
         EMULATED_GPU, reason=GPTOSS_16BIT)), "gpt_oss_separated",
-    pytest.param("qwen3_5_moe", marks=pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY)),
-    pytest.param("qwen3_5", marks=pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY)),
-    pytest.param("qwen3_next", marks=pytest.mark.skipif(EMULATED_GPU, reason=HYBRID_CPU_ONLY))])
+    pytest.param("qwen3_5_moe", marks=ROUTER_FLIPS), "qwen3_5", pytest.param("qwen3_next", marks=ROUTER_FLIPS)])
 def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
     rows = golden_rows(name)
     assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"
@@ -174,13 +174,3 @@ def test_gptoss_greedy_tokens_among_31_other_requests(name, tmp_path):
         s.stop()
 
 
-@pytest.mark.emulated_gpu_only
-def test_cuda_backend_refuses_a_hybrid_by_name(tmp_path):
-    """A model the CUDA backend cannot run yet stops the server at load with what is missing."""
-    s = Server(model=served_copy("qwen3_5_moe", tmp_path), settings={"model.max_model_len": 256})
-    try:
-        s.proc.wait(timeout=120)
-        assert s.proc.returncode != 0
-        assert "the CUDA backend has no case for layer 0's token mixer 'recurrent state'" in s.output()
-    finally:
-        s.stop()

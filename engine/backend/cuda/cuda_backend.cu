@@ -76,7 +76,7 @@ struct Activations {
 // reads the current step's values.
 struct BatchLayout {
   int64_t tokens = 0, positions = 0, slots = 0, query_start = 0, context_lens = 0, block_tables = 0, logits_rows = 0;
-  int64_t state_slots = 0;
+  int64_t state_slots = 0, state_query_start = 0;
   int64_t total = 0;
   BatchLayout(int64_t max_tokens, int64_t max_seqs, int64_t stride, int64_t max_rows) {
     positions = max_tokens;
@@ -86,7 +86,8 @@ struct BatchLayout {
     block_tables = context_lens + max_seqs;
     logits_rows = block_tables + max_seqs * stride;
     state_slots = logits_rows + max_rows;
-    total = state_slots + max_seqs;
+    state_query_start = state_slots + max_seqs;
+    total = state_query_start + max_seqs + 1;
   }
 };
 
@@ -300,6 +301,7 @@ struct CudaBackend::Impl {
     b.context_lens = act.ints + layout.context_lens;
     b.block_tables = act.ints + layout.block_tables;
     b.state_slots = act.ints + layout.state_slots;
+    b.state_query_start = act.ints + layout.state_query_start;
     b.max_blocks_per_seq = int32_t(sizes.stride);
     b.num_tokens = tokens;
     b.num_seqs = seqs;
@@ -314,7 +316,7 @@ struct CudaBackend::Impl {
   Batch padded(const Batch& b, int32_t bucket) const;
   static Batch rows_as_sequences(const Batch& b);
   void count(bool multi_row, std::optional<cuda::DecodeGraphs::Use> use);
-  void upload(const Batch& b);
+  void upload(const Batch& b, const Batch& step);
   HalfType half() const { return half_type(opt); }
   template <typename T>
   void run_layers(const cuda::DeviceBatch& db);
@@ -358,7 +360,6 @@ Batch CudaBackend::Impl::padded(const Batch& b, int32_t bucket) const {
   p.query_start.resize(size_t(bucket) + 1);
   for (int32_t i = n; i <= bucket; ++i) p.query_start[size_t(i)] = i;
   p.block_tables.resize(size_t(bucket) * size_t(std::max(b.max_blocks_per_seq, 0)), 0);
-  if (num_recurrent > 0) p.state_slots.resize(size_t(bucket), -1);  // no state (delta_net.h)
   return p;
 }
 
@@ -402,7 +403,10 @@ void CudaBackend::Impl::count(bool multi_row, std::optional<cuda::DecodeGraphs::
   if (u == Use::EAGER) ++(multi_row ? counts.multi_row_eager : counts.decode_eager);
 }
 
-void CudaBackend::Impl::upload(const Batch& b) {
+// b is the step as the kernels run it (rows_as_sequences, padded to a graph bucket); the
+// recurrent layers read `step`'s own sequences, padded to b's count with sequences of no
+// rows and no state (delta_net.h).
+void CudaBackend::Impl::upload(const Batch& b, const Batch& step) {
   const int32_t T = b.num_tokens(), S = b.num_seqs(), R = int32_t(b.logits_rows.size());
   int32_t* h = host_ints;
   // The previous step's copies read this pinned buffer; they are done once its forward
@@ -413,7 +417,14 @@ void CudaBackend::Impl::upload(const Batch& b) {
   std::copy(b.query_start.begin(), b.query_start.end(), h + layout.query_start);
   std::copy(b.context_lens.begin(), b.context_lens.end(), h + layout.context_lens);
   std::copy(b.logits_rows.begin(), b.logits_rows.end(), h + layout.logits_rows);
-  std::copy(b.state_slots.begin(), b.state_slots.end(), h + layout.state_slots);
+  const bool states = num_recurrent > 0;
+  if (states) {
+    std::copy(step.state_slots.begin(), step.state_slots.end(), h + layout.state_slots);
+    std::fill(h + layout.state_slots + step.num_seqs(), h + layout.state_slots + S, -1);
+    std::copy(step.query_start.begin(), step.query_start.end(), h + layout.state_query_start);
+    std::fill(h + layout.state_query_start + step.num_seqs() + 1, h + layout.state_query_start + S + 1,
+              step.num_tokens());
+  }
   // Block tables: only the blocks the longest context uses, restrided to the fixed stride.
   int64_t used = 0;
   for (int32_t c : b.context_lens) used = std::max<int64_t>(used, (c + opt.block_size - 1) / opt.block_size);
@@ -430,7 +441,10 @@ void CudaBackend::Impl::upload(const Batch& b) {
   copy(layout.query_start, S + 1);
   copy(layout.context_lens, S);
   copy(layout.logits_rows, R);
-  copy(layout.state_slots, int64_t(b.state_slots.size()));
+  if (states) {
+    copy(layout.state_slots, S);
+    copy(layout.state_query_start, S + 1);
+  }
   if (used > 0 && S > 0)
     CUDA_CHECK(cudaMemcpy2DAsync(act.ints + layout.block_tables, size_t(sizes.stride) * 4, h + layout.block_tables,
                                  size_t(sizes.stride) * 4, size_t(used) * 4, size_t(S), cudaMemcpyHostToDevice,
@@ -478,7 +492,7 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
       const cuda::DeltaNetStates states_of{states, state_slot_values(), recurrent_index[l] * d.state_values(),
                                            db.state_slots};
       cuda::delta_net_mix<T>(delta_net_shape(spec), {L.lin_conv, L.lin_neg_exp_a, L.lin_dt_bias, L.lin_norm},
-                             states_of, db.query_start, db.positions, db.num_seqs, rows, qkv, z, b, a,
+                             states_of, db.state_query_start, db.positions, db.num_seqs, rows, qkv, z, b, a,
                              as_t(act.mid), stream, programmatic);
       linear(act.mid, vd, L.lin_out, H, act.proj, cuda::GemmOut::F32);
     } else {
@@ -522,11 +536,10 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
 // Each (source, destination) state copy of the step, before anything of the step reads a
 // state (outside a graph: the pairs change every step).
 void CudaBackend::Impl::copy_states(const Batch& b) {
-  const auto bytes = size_t(state_slot_values()) * 4;
+  const auto values = size_t(state_slot_values());
   for (size_t i = 0; i + 1 < b.state_copies.size(); i += 2)
-    CUDA_CHECK(cudaMemcpyAsync(states + size_t(b.state_copies[i + 1]) * bytes / 4,
-                               states + size_t(b.state_copies[i]) * bytes / 4, bytes, cudaMemcpyDeviceToDevice,
-                               stream));
+    CUDA_CHECK(cudaMemcpyAsync(states + size_t(b.state_copies[i + 1]) * values, states + size_t(b.state_copies[i]) * values,
+                               values * 4, cudaMemcpyDeviceToDevice, stream));
 }
 
 // Runs the held layers (and the LM head on the last stage); returns the logits rows left
@@ -542,13 +555,13 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   // A small step with a sequence of several rows (drafts to verify) replays a graph too.
   const bool multi_row = S > 0 && !decode_only && batch.num_tokens() <= cuda::kGemvMaxRows;
   std::optional<Batch> flat;
-  // (Not on hybrids: a recurrent layer must see a sequence's rows in order, as one.)
-  if (graphs && multi_row && num_recurrent == 0) flat = rows_as_sequences(batch);
+  // (A recurrent layer still reads each sequence's rows in order, as one: upload.)
+  if (graphs && multi_row) flat = rows_as_sequences(batch);
   const int32_t bucket = graphs && (decode_only || flat) ? graphs->bucket_for(batch.num_tokens()) : 0;
   std::optional<Batch> grown;
   if (bucket > 0) grown = padded(flat ? *flat : batch, bucket);
   const Batch& b = grown ? *grown : batch;
-  upload(b);
+  upload(b, batch);
   // Before anything of the step writes KV (a block moved out may take new tokens now),
   // and outside a graph and the retry below (kv_block_copy.cu says why).
   cuda::copy_kv_blocks(batch.block_copies, full_layers, num_full_layers, kv, stream);

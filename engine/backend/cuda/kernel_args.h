@@ -86,7 +86,10 @@ struct DeviceBatch {
   const int32_t* query_start = nullptr;   // [num_seqs + 1]
   const int32_t* context_lens = nullptr;  // [num_seqs]
   const int32_t* block_tables = nullptr;  // [num_seqs * max_blocks_per_seq]
-  const int32_t* state_slots = nullptr;   // [num_seqs] with recurrent layers (Batch::state_slots; -1: padding)
+  // With recurrent layers, the step's own sequences (before rows_as_sequences made each row
+  // one), padded to num_seqs with sequences of no rows: their state slots (-1: none) and rows.
+  const int32_t* state_slots = nullptr;        // [num_seqs]
+  const int32_t* state_query_start = nullptr;  // [num_seqs + 1]
   int32_t max_blocks_per_seq = 0;
   int32_t num_tokens = 0;
   int32_t num_seqs = 0;

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,6 +25,7 @@
 #include "engine/model/arch.h"
 #include "engine/model/dummy.h"
 #include "engine/model/fp8_weights.h"
+#include "engine/model/layer_shape.h"
 #include "engine/model/memory_plan.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/quant.h"
@@ -495,6 +497,59 @@ void llama8b_benchmarks() {
     return p == Part::V || p == Part::DOWN || p == Part::LM_HEAD ? DType::Q6_K : DType::Q4_K;
   }, copy_gbs);
   llama8b_quantized_decode("Q8_0", [](Part) { return DType::Q8_0; }, copy_gbs);
+}
+
+// Qwen3.6-35B-A3B-shaped (tests/golden/configs/qwen3_5_35b_a3b: 40 layers, 3 Gated
+// DeltaNet to 1 attention, 256 experts of which 8 and a shared one a token) with dummy
+// weights in `dtype`: decode tok/s at batch 1, 16 and 64 (context 512) and prefill tok/s
+// (one 2,048-token prompt). So that the host's dummy generation stays short, the 40 layers
+// are measured as two models of 4 and 8 layers (each 3 DeltaNet + 1 attention, repeated):
+// a layer costs their difference over 4, and the embedding, LM head and sampling what the
+// 4-layer model leaves, each counted once. The batch-1 bound is the copy bandwidth over
+// what a token reads: the weights (top 8 experts) and the recurrent state, read and written.
+void qwen3_6_benchmarks(DType dtype, double copy_gbs) {
+  Config c = config_for_model("tests/golden/configs/qwen3_5_35b_a3b");
+  c.model.load_format = "dummy";
+  const ModelSpec full = inspect_model(c).spec;
+  const int max_seqs = 64, blocks_per_seq = 2048 / kBlock;
+  CudaOptions o;
+  o.max_num_seqs = max_seqs;
+  o.max_num_batched_tokens = 2048;
+  o.max_model_len = blocks_per_seq * kBlock;
+  o.block_size = kBlock;
+  // Step times of the model cut to `layers` layers: decode at 1, 16, 64, then the prefill.
+  auto times = [&](int64_t layers) {
+    ModelSpec spec = full;
+    spec.num_layers = layers;
+    std::unique_ptr<CudaBackend> gpu;
+    {
+      const Weights w = make_dummy_weights(spec, full_range(spec), dtype);
+      gpu = std::make_unique<CudaBackend>(spec, bind_stage(spec, w), o);
+    }
+    gpu->init_kv_cache(int64_t(max_seqs) * blocks_per_seq, kBlock);
+    gpu->init_state_slots(max_seqs);
+    std::vector<double> ms;
+    for (int B : {1, 16, 64}) ms.push_back(step_ms(*gpu, decode_batch(B, 512, blocks_per_seq, kBlock)));
+    ms.push_back(step_ms(*gpu, prefill_batch(2048, blocks_per_seq), 3));
+    return ms;
+  };
+  const std::vector<double> four = times(4), eight = times(8);
+  auto whole = [&](size_t i) { return eight[i] + double(full.num_layers - 8) * (eight[i] - four[i]) / 4.0; };
+  std::map<std::string, DType> dtypes;  // as make_dummy_weights stores each tensor
+  for (const TensorSpec& t : expected_tensors(full, full_range(full))) dtypes.emplace(t.name, dummy_tensor_dtype(full, t, dtype));
+  const StoredDType stored = [&dtypes](Part p, int64_t layer) {
+    return dtypes.at(tensor_name(p, layer, part_is_per_expert(p) ? 0 : -1));
+  };
+  const double per_token = double(CudaBackend::weight_bytes_per_token(full, full_range(full), stored)) +
+                           2.0 * double(recurrent_state_bytes(full, full_range(full)));
+  const std::string label = "Qwen3.6-35B-A3B " + std::string(dtype_name(dtype));
+  const int batches[] = {1, 16, 64};
+  for (size_t i = 0; i < 3; ++i)
+    info("bench", label + " decode b=" + std::to_string(batches[i]),
+         fmt("%.0f tok/s", batches[i] / (whole(i) * 1e-3)) + fmt(" (%.2f ms/step, 40 layers from 4 and 8)", whole(i)),
+         fmt("copy %.0f GB/s; b=1 bound ", copy_gbs) + fmt("%.0f tok/s", copy_gbs * 1e9 / per_token));
+  info("bench", label + " prefill 2048 tok", fmt("%.0f tok/s", 2048 / (whole(3) * 1e-3)) + fmt(" (%.1f ms)", whole(3)),
+       "DeltaNet prefill: the exact recurrence, token by token");
 }
 
 std::string tiny_model_path(const std::string& name) { return "tests/golden/models/" + name; }
@@ -985,5 +1040,10 @@ int main() {
     // Emulated, with EMU_SMOLLM2=1: the GPU's full greedy rows as well (tens of minutes).
     run_part("model", "smollm2 device greedy", [] { smollm2_device_greedy(8, SIZE_MAX, 32); });
     if (!emulated()) run_part("model", "llama 8b", llama8b_benchmarks);
+    if (!emulated())
+      run_part("model", "qwen3.6 35b", [] {
+        const double copy_gbs = copy_bandwidth_gbs();
+        for (DType dtype : {DType::Q4_K, DType::BF16}) qwen3_6_benchmarks(dtype, copy_gbs);
+      });
   });
 }

@@ -16,7 +16,8 @@
 namespace spark::gpu_check {
 
 // A decode step of `seqs` sequences at context `ctx`, one row each; sequence s owns blocks
-// [s * blocks_per_seq, (s + 1) * blocks_per_seq) of `block` tokens.
+// [s * blocks_per_seq, (s + 1) * blocks_per_seq) of `block` tokens, and state slot s (read
+// by a hybrid's recurrent layers only).
 inline Batch decode_batch(int seqs, int ctx, int blocks_per_seq, int block) {
   Batch b;
   b.max_blocks_per_seq = blocks_per_seq;
@@ -30,11 +31,12 @@ inline Batch decode_batch(int seqs, int ctx, int blocks_per_seq, int block) {
     b.context_lens.push_back(ctx);
     for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(s * blocks_per_seq + k);
     b.logits_rows.push_back(s);
+    b.state_slots.push_back(s);
   }
   return b;
 }
 
-// One sequence's prefill of `tokens` tokens over blocks [0, blocks_per_seq).
+// One sequence's prefill of `tokens` tokens over blocks [0, blocks_per_seq) and state slot 0.
 inline Batch prefill_batch(int tokens, int blocks_per_seq) {
   Batch b;
   b.max_blocks_per_seq = blocks_per_seq;
@@ -47,6 +49,7 @@ inline Batch prefill_batch(int tokens, int blocks_per_seq) {
   }
   for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(k);
   b.logits_rows = {tokens - 1};
+  b.state_slots = {0};
   return b;
 }
 

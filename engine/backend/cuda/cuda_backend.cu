@@ -534,8 +534,10 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
 }
 
 // Each (source, destination) state copy of the step, before anything of the step reads a
-// state (outside a graph: the pairs change every step).
+// state (outside a graph: the pairs change every step). A pipeline stage without recurrent
+// layers holds no states: the head's copies are for the other stage's.
 void CudaBackend::Impl::copy_states(const Batch& b) {
+  if (num_recurrent == 0) return;
   const auto values = size_t(state_slot_values());
   for (size_t i = 0; i + 1 < b.state_copies.size(); i += 2)
     CUDA_CHECK(cudaMemcpyAsync(states + size_t(b.state_copies[i + 1]) * values, states + size_t(b.state_copies[i]) * values,

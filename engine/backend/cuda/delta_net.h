@@ -65,4 +65,9 @@ void delta_net_mix(const DeltaNetShape& shape, const DeltaNetLayerWeights& w, co
                    float* qkv, const float* z, const float* b, const float* a, T* out, cudaStream_t stream,
                    bool programmatic = false);
 
+// Sequences with at least `rows` rows in a call take the chunked form of the delta rule,
+// shorter ones the token-by-token recurrence (default 16). For checks that force one
+// path; process-wide, read at each delta_net_mix call. Returns the previous value.
+int32_t delta_net_set_chunk_min_rows(int32_t rows);
+
 }  // namespace spark::cuda

@@ -128,14 +128,14 @@ cuda::DeltaNetShape delta_net_shape(const ModelSpec& s) {
 // What the DeltaNet kernels take (delta_net.h), as an InputError naming the config fields.
 void check_delta_net_config(const ModelSpec& s) {
   const ModelSpec::DeltaNet& d = s.delta_net;
-  constexpr int64_t kMaxHeadDim = 256, kMaxConvKernel = 8;
-  auto dim_ok = [](int64_t v) { return v > 0 && v % 8 == 0 && v <= kMaxHeadDim; };
-  if (!dim_ok(d.k_head_dim) || !dim_ok(d.v_head_dim) || d.conv_kernel < 1 || d.conv_kernel > kMaxConvKernel ||
+  auto dim_ok = [](int64_t v) { return v > 0 && v % 8 == 0 && v <= cuda::kDeltaNetMaxHeadDim; };
+  if (!dim_ok(d.k_head_dim) || !dim_ok(d.v_head_dim) || d.conv_kernel < 1 || d.conv_kernel > cuda::kDeltaNetMaxConvKernel ||
       d.num_k_heads < 1 || d.num_v_heads % d.num_k_heads != 0)
     throw InputError("model config: linear_key_head_dim = " + std::to_string(d.k_head_dim) +
                      ", linear_value_head_dim = " + std::to_string(d.v_head_dim) + ", linear_conv_kernel_dim = " +
                      std::to_string(d.conv_kernel) + "; the CUDA backend takes head dims that are multiples of 8 up to " +
-                     std::to_string(kMaxHeadDim) + ", a kernel of 1 to " + std::to_string(kMaxConvKernel) +
+                     std::to_string(cuda::kDeltaNetMaxHeadDim) + ", a kernel of 1 to " +
+                     std::to_string(cuda::kDeltaNetMaxConvKernel) +
                      " taps, and value heads a multiple of key heads");
 }
 

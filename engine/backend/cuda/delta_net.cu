@@ -39,8 +39,8 @@
 namespace spark::cuda {
 namespace {
 
-constexpr int kMaxHeadDim = 256;
-constexpr int kMaxConvKernel = 8;
+constexpr int kMaxHeadDim = kDeltaNetMaxHeadDim;
+constexpr int kMaxConvKernel = kDeltaNetMaxConvKernel;
 constexpr int kConvThreads = 128;
 constexpr int kNormWarps = 4;
 constexpr int kNormValuesPerLane = kMaxHeadDim / 32;

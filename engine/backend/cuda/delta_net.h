@@ -14,6 +14,9 @@ namespace spark::cuda {
 // ModelSpec::DeltaNet's numbers, plus the gated RMSNorm's eps. Accepted: key and value
 // head dims multiples of 8 in [8, 256], num_v_heads a multiple of num_k_heads,
 // conv_kernel in [1, 8].
+inline constexpr int32_t kDeltaNetMaxHeadDim = 256;  // key and value head dims
+inline constexpr int32_t kDeltaNetMaxConvKernel = 8;
+
 struct DeltaNetShape {
   int32_t num_k_heads = 0, num_v_heads = 0, k_head_dim = 0, v_head_dim = 0, conv_kernel = 0;
   bool value_heads_tiled = false;  // value head h reads key head h % num_k_heads (else h / (num_v / num_k))

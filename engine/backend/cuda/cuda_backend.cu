@@ -29,6 +29,7 @@
 #include "engine/backend/cuda/output_gate.h"
 #include "engine/backend/cuda/rms_norm.h"
 #include "engine/backend/cuda/rope_kv.h"
+#include "engine/backend/cuda/step_buffers.h"
 #include "engine/backend/cuda/sampling.h"
 #include "engine/backend/cuda/swiglu.h"
 #include "engine/model/layer_shape.h"
@@ -37,87 +38,16 @@
 
 namespace spark {
 
+using cuda::Activations;
+using cuda::aligned;
+using cuda::BatchLayout;
 using cuda::HalfType;
+using cuda::moe_config;
+using cuda::qkv_width;
+using cuda::range_has;
+using cuda::Sizes;
 
 namespace {
-
-constexpr size_t kAlign = 256;
-
-size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-// The activation buffers of the largest step, carved out of one allocation. Buffers
-// whose lives do not overlap share memory: the qkv output is consumed (rope) before
-// gate/up is produced, the attention output (o_proj) before the SwiGLU output.
-// The 16-bit buffers are `void*` in the compute type (BF16 or FP16). The projections that
-// feed the residual stream write f32: a llama-family model's few massive activations come
-// out of a down projection and can exceed FP16's range.
-struct Activations {
-  float* x = nullptr;         // [T, H] f32 residual stream
-  void* normed = nullptr;     // [T, H] RMSNorm output, GEMM input
-  void* wide = nullptr;       // [T, max(qkv, 2 I)]
-  void* q = nullptr;          // [T, heads * head_dim] roped queries
-  void* mid = nullptr;        // [T, max(heads * head_dim, I)]: attention output, then SwiGLU output
-  float* proj = nullptr;      // [T, H] f32 o_proj / down_proj output, added to x by the next norm
-  void* head_in = nullptr;    // [R, H] final-normed rows for the LM head
-  float* logits = nullptr;    // [R, vocab]
-  float* inv_freq = nullptr;  // [head_dim / 2]
-  int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
-  void* moe = nullptr;        // MoeScratch, when the stage holds an MoE layer
-  // f32 scratch of the hybrids' layers: a DeltaNet layer's q/k/v, z, b and a projections
-  // ([T, conv_dim], [T, value_dim], [T, v_heads] twice), or the shared expert's output
-  // [T, H] and gate logits [T].
-  float* aux = nullptr;
-  // [T, H] BF16 hidden states a pipeline stage sends or receives. BF16 whatever the compute
-  // type: x is f32 because massive activations can exceed FP16's range, and so can this.
-  void* boundary = nullptr;
-};
-
-// Where each index array of a step lives, at fixed offsets so that a captured graph
-// reads the current step's values.
-struct BatchLayout {
-  int64_t tokens = 0, positions = 0, slots = 0, query_start = 0, context_lens = 0, block_tables = 0, logits_rows = 0;
-  int64_t state_slots = 0, state_query_start = 0;
-  int64_t total = 0;
-  BatchLayout(int64_t max_tokens, int64_t max_seqs, int64_t stride, int64_t max_rows) {
-    positions = max_tokens;
-    slots = 2 * max_tokens;
-    query_start = 3 * max_tokens;
-    context_lens = query_start + max_seqs + 1;
-    block_tables = context_lens + max_seqs;
-    logits_rows = block_tables + max_seqs * stride;
-    state_slots = logits_rows + max_rows;
-    state_query_start = state_slots + max_seqs;
-    total = state_query_start + max_seqs + 1;
-  }
-};
-
-// The MoE block's shape and rule (Qwen3-MoE: softmax, top-k, renormalised by
-// norm_topk_prob; gpt-oss: top-k of the biased logits, then softmax over those k).
-cuda::MoeConfig moe_config(const ModelSpec& s) {
-  cuda::MoeConfig c;
-  c.shape = {int32_t(s.num_experts), int32_t(s.hidden_size), int32_t(s.moe_intermediate_size)};
-  c.top_k = int32_t(s.num_experts_per_tok);
-  c.rule = s.gptoss_moe ? cuda::RouterRule::TOPK_SOFTMAX : cuda::RouterRule::SOFTMAX_TOPK;
-  c.normalize = s.norm_topk_prob && !s.gptoss_moe;
-  return c;
-}
-
-bool range_has_moe(const ModelSpec& s, LayerRange r) {
-  for (int64_t l = r.first_layer; l < r.last_layer; ++l)
-    if (s.layer_is_moe(l)) return true;
-  return false;
-}
-
-bool range_has_recurrent(const ModelSpec& s, LayerRange r) {
-  for (int64_t l = r.first_layer; l < r.last_layer; ++l)
-    if (s.layer_is_recurrent(l)) return true;
-  return false;
-}
-
-// The fused q/k/v projection's width: with an output gate, the gates follow v.
-int64_t qkv_width(const ModelSpec& s) {
-  return (s.num_heads * (s.attn_output_gate ? 2 : 1) + 2 * s.num_kv_heads) * s.head_dim;
-}
 
 cuda::DeltaNetShape delta_net_shape(const ModelSpec& s) {
   const ModelSpec::DeltaNet& d = s.delta_net;
@@ -138,46 +68,6 @@ void check_delta_net_config(const ModelSpec& s) {
                      std::to_string(cuda::kDeltaNetMaxConvKernel) +
                      " taps, and value heads a multiple of key heads");
 }
-
-struct Sizes {
-  int64_t max_tokens, max_seqs, max_rows, stride;
-  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints, moe, aux, boundary;
-  Sizes(const ModelSpec& s, const CudaOptions& o, int64_t largest_bucket, LayerRange range) {
-    const bool has_head = range.last_layer == s.num_layers, whole = has_head && range.first_layer == 0;
-    max_seqs = std::max<int64_t>(o.max_num_seqs, largest_bucket);
-    max_tokens = std::max<int64_t>(o.max_num_batched_tokens, max_seqs);
-    max_rows = max_seqs;
-    stride = (o.max_model_len + o.block_size - 1) / o.block_size;
-    const int64_t H = s.hidden_size, qd = s.num_heads * s.head_dim;
-    // A dense MLP's width, when the range holds one (Qwen3-30B-A3B's config names an
-    // intermediate_size that none of its all-MoE layers uses).
-    bool any_dense = false;
-    for (int64_t l = range.first_layer; l < range.last_layer; ++l) any_dense = any_dense || !s.layer_is_moe(l);
-    const int64_t I = any_dense ? s.intermediate_size : 0;
-    const bool moe_here = range_has_moe(s, range), recurrent = range_has_recurrent(s, range);
-    const int64_t shared_i = moe_here ? s.shared_expert_intermediate_size : 0;
-    const ModelSpec::DeltaNet& d = s.delta_net;
-    const int64_t value_dim = recurrent ? d.value_dim() : 0;
-    x = aligned(size_t(max_tokens * H) * 4);
-    normed = aligned(size_t(max_tokens * H) * 2);
-    wide = aligned(size_t(max_tokens * std::max({qkv_width(s), 2 * I, 2 * shared_i})) * 2);
-    q = aligned(size_t(max_tokens * qd) * 2);
-    mid = aligned(size_t(max_tokens * std::max({qd, I, shared_i, value_dim})) * 2);
-    const int64_t aux_values = std::max(recurrent ? d.conv_dim() + value_dim + 2 * d.num_v_heads : 0,
-                                        shared_i > 0 ? H + 1 : 0);
-    aux = aligned(size_t(max_tokens * aux_values) * 4);
-    proj = aligned(size_t(max_tokens * H) * 4);
-    head_in = has_head ? aligned(size_t(max_rows * H) * 2) : 0;
-    logits = has_head ? aligned(size_t(max_rows * s.vocab_size) * 4) : 0;
-    inv_freq = aligned(size_t(s.head_dim / 2) * 4);
-    ints = aligned(size_t(BatchLayout(max_tokens, max_seqs, stride, max_rows).total) * 4);
-    moe = moe_here ? aligned(cuda::MoeScratch::bytes(moe_config(s))) : 0;
-    boundary = whole ? 0 : aligned(size_t(max_tokens * H) * 2);
-  }
-  size_t total() const {
-    return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints + moe + aux + boundary;
-  }
-};
 
 HalfType half_type(const CudaOptions& o) { return o.f16 ? HalfType::F16 : HalfType::BF16; }
 
@@ -417,8 +307,8 @@ void CudaBackend::Impl::upload(const Batch& b, const Batch& step) {
   std::copy(b.query_start.begin(), b.query_start.end(), h + layout.query_start);
   std::copy(b.context_lens.begin(), b.context_lens.end(), h + layout.context_lens);
   std::copy(b.logits_rows.begin(), b.logits_rows.end(), h + layout.logits_rows);
-  const bool states = num_recurrent > 0;
-  if (states) {
+  const bool has_states = num_recurrent > 0;
+  if (has_states) {
     std::copy(step.state_slots.begin(), step.state_slots.end(), h + layout.state_slots);
     std::fill(h + layout.state_slots + step.num_seqs(), h + layout.state_slots + S, -1);
     std::copy(step.query_start.begin(), step.query_start.end(), h + layout.state_query_start);
@@ -441,7 +331,7 @@ void CudaBackend::Impl::upload(const Batch& b, const Batch& step) {
   copy(layout.query_start, S + 1);
   copy(layout.context_lens, S);
   copy(layout.logits_rows, R);
-  if (states) {
+  if (has_states) {
     copy(layout.state_slots, S);
     copy(layout.state_query_start, S + 1);
   }
@@ -660,7 +550,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
                            .partial_rotary = true,
                            .output_gate = true,
                            .shared_expert = true});
-  if (range_has_moe(spec, r)) check_moe_config(spec);
+  if (range_has(spec, r, &ModelSpec::layer_is_moe)) check_moe_config(spec);
   for (const LayerShape& shape : m.shapes)
     m.recurrent_index.push_back(shape.mixer == Mixer::RECURRENT ? m.num_recurrent++ : -1);
   if (m.num_recurrent > 0) check_delta_net_config(spec);

@@ -1,0 +1,130 @@
+// step_buffers.h — the CUDA backend's device memory for one step: the activation buffers
+// of the largest step the options allow, carved out of one allocation, and the batch's
+// index arrays at fixed offsets (a captured graph reads the current step's values there),
+// with the model facts their sizes follow.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/moe.h"
+#include "engine/model/model_spec.h"
+
+namespace spark::cuda {
+
+inline constexpr size_t kStepAlign = 256;
+
+inline size_t aligned(size_t bytes) { return (bytes + kStepAlign - 1) / kStepAlign * kStepAlign; }
+
+// The activation buffers of the largest step, carved out of one allocation. Buffers
+// whose lives do not overlap share memory: the qkv output is consumed (rope) before
+// gate/up is produced, the attention output (o_proj) before the SwiGLU output.
+// The 16-bit buffers are `void*` in the compute type (BF16 or FP16). The projections that
+// feed the residual stream write f32: a llama-family model's few massive activations come
+// out of a down projection and can exceed FP16's range.
+struct Activations {
+  float* x = nullptr;         // [T, H] f32 residual stream
+  void* normed = nullptr;     // [T, H] RMSNorm output, GEMM input
+  void* wide = nullptr;       // [T, max(qkv, 2 I)]
+  void* q = nullptr;          // [T, heads * head_dim] roped queries
+  void* mid = nullptr;        // [T, max(heads * head_dim, I)]: attention output, then SwiGLU output
+  float* proj = nullptr;      // [T, H] f32 o_proj / down_proj output, added to x by the next norm
+  void* head_in = nullptr;    // [R, H] final-normed rows for the LM head
+  float* logits = nullptr;    // [R, vocab]
+  float* inv_freq = nullptr;  // [head_dim / 2]
+  int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
+  void* moe = nullptr;        // MoeScratch, when the stage holds an MoE layer
+  // f32 scratch of the hybrids' layers: a DeltaNet layer's q/k/v, z, b and a projections
+  // ([T, conv_dim], [T, value_dim], [T, v_heads] twice), or the shared expert's output
+  // [T, H] and gate logits [T].
+  float* aux = nullptr;
+  // [T, H] BF16 hidden states a pipeline stage sends or receives. BF16 whatever the compute
+  // type: x is f32 because massive activations can exceed FP16's range, and so can this.
+  void* boundary = nullptr;
+};
+
+// Where each index array of a step lives, at fixed offsets so that a captured graph
+// reads the current step's values.
+struct BatchLayout {
+  int64_t tokens = 0, positions = 0, slots = 0, query_start = 0, context_lens = 0, block_tables = 0, logits_rows = 0;
+  int64_t state_slots = 0, state_query_start = 0;
+  int64_t total = 0;
+  BatchLayout(int64_t max_tokens, int64_t max_seqs, int64_t stride, int64_t max_rows) {
+    positions = max_tokens;
+    slots = 2 * max_tokens;
+    query_start = 3 * max_tokens;
+    context_lens = query_start + max_seqs + 1;
+    block_tables = context_lens + max_seqs;
+    logits_rows = block_tables + max_seqs * stride;
+    state_slots = logits_rows + max_rows;
+    state_query_start = state_slots + max_seqs;
+    total = state_query_start + max_seqs + 1;
+  }
+};
+
+// The MoE block's shape and rule (Qwen3-MoE: softmax, top-k, renormalised by
+// norm_topk_prob; gpt-oss: top-k of the biased logits, then softmax over those k).
+inline MoeConfig moe_config(const ModelSpec& s) {
+  MoeConfig c;
+  c.shape = {int32_t(s.num_experts), int32_t(s.hidden_size), int32_t(s.moe_intermediate_size)};
+  c.top_k = int32_t(s.num_experts_per_tok);
+  c.rule = s.gptoss_moe ? RouterRule::TOPK_SOFTMAX : RouterRule::SOFTMAX_TOPK;
+  c.normalize = s.norm_topk_prob && !s.gptoss_moe;
+  return c;
+}
+
+// Whether a layer of `r` is one `is` names (ModelSpec::layer_is_moe, layer_is_recurrent).
+inline bool range_has(const ModelSpec& s, LayerRange r, bool (ModelSpec::*is)(int64_t) const) {
+  for (int64_t l = r.first_layer; l < r.last_layer; ++l)
+    if ((s.*is)(l)) return true;
+  return false;
+}
+
+// The fused q/k/v projection's width: with an output gate, the gates follow v.
+inline int64_t qkv_width(const ModelSpec& s) {
+  return (s.num_heads * (s.attn_output_gate ? 2 : 1) + 2 * s.num_kv_heads) * s.head_dim;
+}
+
+struct Sizes {
+  int64_t max_tokens, max_seqs, max_rows, stride;
+  size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints, moe, aux, boundary;
+  Sizes(const ModelSpec& s, const CudaOptions& o, int64_t largest_bucket, LayerRange range) {
+    const bool has_head = range.last_layer == s.num_layers, whole = has_head && range.first_layer == 0;
+    max_seqs = std::max<int64_t>(o.max_num_seqs, largest_bucket);
+    max_tokens = std::max<int64_t>(o.max_num_batched_tokens, max_seqs);
+    max_rows = max_seqs;
+    stride = (o.max_model_len + o.block_size - 1) / o.block_size;
+    const int64_t H = s.hidden_size, qd = s.num_heads * s.head_dim;
+    // A dense MLP's width, when the range holds one (Qwen3-30B-A3B's config names an
+    // intermediate_size that none of its all-MoE layers uses).
+    bool any_dense = false;
+    for (int64_t l = range.first_layer; l < range.last_layer; ++l) any_dense = any_dense || !s.layer_is_moe(l);
+    const int64_t I = any_dense ? s.intermediate_size : 0;
+    const bool moe_here = range_has(s, range, &ModelSpec::layer_is_moe),
+               recurrent = range_has(s, range, &ModelSpec::layer_is_recurrent);
+    const int64_t shared_i = moe_here ? s.shared_expert_intermediate_size : 0;
+    const ModelSpec::DeltaNet& d = s.delta_net;
+    const int64_t value_dim = recurrent ? d.value_dim() : 0;
+    x = aligned(size_t(max_tokens * H) * 4);
+    normed = aligned(size_t(max_tokens * H) * 2);
+    wide = aligned(size_t(max_tokens * std::max({qkv_width(s), 2 * I, 2 * shared_i})) * 2);
+    q = aligned(size_t(max_tokens * qd) * 2);
+    mid = aligned(size_t(max_tokens * std::max({qd, I, shared_i, value_dim})) * 2);
+    const int64_t aux_values = std::max(recurrent ? d.conv_dim() + value_dim + 2 * d.num_v_heads : 0,
+                                        shared_i > 0 ? H + 1 : 0);
+    aux = aligned(size_t(max_tokens * aux_values) * 4);
+    proj = aligned(size_t(max_tokens * H) * 4);
+    head_in = has_head ? aligned(size_t(max_rows * H) * 2) : 0;
+    logits = has_head ? aligned(size_t(max_rows * s.vocab_size) * 4) : 0;
+    inv_freq = aligned(size_t(s.head_dim / 2) * 4);
+    ints = aligned(size_t(BatchLayout(max_tokens, max_seqs, stride, max_rows).total) * 4);
+    moe = moe_here ? aligned(MoeScratch::bytes(moe_config(s))) : 0;
+    boundary = whole ? 0 : aligned(size_t(max_tokens * H) * 2);
+  }
+  size_t total() const {
+    return x + normed + wide + q + mid + proj + head_in + logits + inv_freq + ints + moe + aux + boundary;
+  }
+};
+
+}  // namespace spark::cuda

@@ -188,6 +188,14 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
     executor = std::make_unique<LocalExecutor>(std::move(parts->stage->backend), info.spec.vocab_size);
   }
   parts->engine = std::make_unique<Engine>(config, std::move(executor), info.spec, *parts->tokenizer, blocks, window_blocks);
+  if (parts->stage->draft_backend) {
+    const ModelInfo& draft = *stage.draft;
+    require_same_vocabulary(*parts->tokenizer, *Tokenizer::load(draft.tokenizer_path));
+    log_info("speculative decoding with the draft model ", draft.path, " (", draft.spec.architecture, ", ",
+             parts->stage->draft_backend->describe(), ")");
+    parts->engine->attach_drafter(std::make_unique<DraftModel>(std::move(parts->stage->draft_backend),
+                                                               draft.spec.vocab_size, config.engine.max_num_batched_tokens));
+  }
   parts->engine->start();
   return parts;
 }

@@ -58,13 +58,49 @@ LayerRange stage_range(const Config& config, const ModelInfo& info) {
   return config.peer.role == "worker" ? LayerRange{split, info.spec.num_layers} : LayerRange{0, split};
 }
 
+Config draft_model_config(const Config& config) {
+  Config c = config;
+  c.model = ModelConfig{};
+  c.model.path = config.engine.speculative_model;
+  c.model.max_model_len = config.model.max_model_len;
+  return c;
+}
+
+namespace {
+
+// The draft must cover the model's context, and propose ids the model has; its state
+// could not follow rejected drafts back (the draft's KV does, by its block tables).
+void check_draft_model(const ModelSpec& model, int64_t max_model_len, const ModelSpec& draft, const std::string& path) {
+  const std::string what = "engine.speculative_model (" + path + ", " + draft.architecture + ")";
+  if (draft.vocab_size > model.vocab_size)
+    throw InputError(what + " has " + std::to_string(draft.vocab_size) + " token ids, the model " +
+                     std::to_string(model.vocab_size) + ": a draft model shares the model's tokenizer");
+  if (draft.max_position_embeddings > 0 && draft.max_position_embeddings < max_model_len)
+    throw InputError(what + " has " + std::to_string(draft.max_position_embeddings) +
+                     " positions, fewer than the model's context of " + std::to_string(max_model_len) +
+                     ": lower model.max_model_len or pick another draft");
+  if (draft.has_recurrent_layers())
+    throw InputError(what + " has recurrent layers, which a draft model cannot have yet: use a transformer draft");
+}
+
+}  // namespace
+
 StagePlan plan_stage(const Config& config) {
   StagePlan p;
   p.info = inspect_model(config);
   p.range = stage_range(config, p.info);
   p.backend = resolve_backend(config);
-  p.memory = plan_memory(p.info.spec, p.range, stage_footprint(config, p.info, p.range, p.backend), config,
-                         memory_budget(p.backend));
+  StageFootprint footprint = stage_footprint(config, p.info, p.range, p.backend);
+  if (config.engine.speculative == "draft" && !(config.peer.enabled && config.peer.role == "worker")) {
+    const Config dc = draft_model_config(config);
+    p.draft = inspect_model(dc);
+    check_draft_model(p.info.spec, effective_max_model_len(config, p.info.spec), p.draft->spec, dc.model.path);
+    const StageFootprint d = stage_footprint(dc, *p.draft, full_range(p.draft->spec), p.backend);
+    footprint.draft_weight_bytes = d.weight_bytes;
+    footprint.draft_kv_bytes_per_token = d.kv_bytes_per_token;
+    footprint.draft_workspace_bytes = d.workspace_bytes + d.reserve_bytes;
+  }
+  p.memory = plan_memory(p.info.spec, p.range, footprint, config, memory_budget(p.backend));
   return p;
 }
 
@@ -78,6 +114,12 @@ std::unique_ptr<LoadedStage> load_stage(const Config& config, StagePlan plan) {
   s->weights = load_stage_weights(s->plan.info, s->plan.range);
   s->stage = bind_stage(spec, s->weights);
   s->backend = make_backend(config, spec, s->stage);
+  if (s->plan.draft) {
+    const ModelInfo& draft = *s->plan.draft;
+    s->draft_weights = load_stage_weights(draft, full_range(draft.spec));
+    s->draft_stage = bind_stage(draft.spec, s->draft_weights);
+    s->draft_backend = make_backend(draft_model_config(config), draft.spec, s->draft_stage);
+  }
   return s;
 }
 

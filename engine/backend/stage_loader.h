@@ -4,6 +4,7 @@
 // them, build the backend.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/backend/backend.h"
@@ -23,12 +24,18 @@ int64_t resolve_layer_split(const Config& config, const ModelInfo& info);
 // This box's layers: all of them, or its half of the pair.
 LayerRange stage_range(const Config& config, const ModelInfo& info);
 
+// speculative = "draft": the config the draft model loads with (its path as model.path,
+// the model's max_model_len, the engine settings shared).
+Config draft_model_config(const Config& config);
+
 // Everything known before a weight byte is read.
 struct StagePlan {
   ModelInfo info;
   LayerRange range;
   std::string backend;  // resolve_backend(config)
-  MemoryPlan memory;
+  MemoryPlan memory;    // with the draft model's part, when there is one
+  // speculative = "draft" on the box that runs the engine (not a pipeline's worker).
+  std::optional<ModelInfo> draft;
 };
 // inspect -> range -> plan. Does not require that the plan fits (`sparkd check` prints
 // one that does not); load_stage does.
@@ -39,6 +46,10 @@ struct LoadedStage {
   Weights weights;             // the storage the bound tensors point into
   StageWeights stage;          // bound once; the backend reads these
   std::unique_ptr<Backend> backend;
+  // The draft model's, when the plan has one (on the same backend).
+  Weights draft_weights;
+  StageWeights draft_stage;
+  std::unique_ptr<Backend> draft_backend;
 };
 // plan_stage, require_fits, load the range's weights, bind them and build the backend.
 std::unique_ptr<LoadedStage> load_stage(const Config& config);

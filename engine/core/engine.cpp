@@ -140,9 +140,17 @@ Engine::Engine(const Config& config, std::unique_ptr<Backend> backend, const Mod
 
 Engine::~Engine() { stop(); }
 
+void Engine::attach_drafter(std::unique_ptr<DraftModel> drafter) {
+  std::lock_guard lock(mu_);
+  SPARK_CHECK(!thread_.joinable() && drafter != nullptr, "a draft model is attached before the engine starts");
+  drafter->prepare(blocks_.num_blocks(), blocks_.block_size());
+  drafter_ = std::move(drafter);
+}
+
 void Engine::start() {
   std::lock_guard lock(mu_);
   SPARK_CHECK(!thread_.joinable() && !stopping_, "the engine starts once");
+  SPARK_CHECK(!speculator_.drafts_from_model() || drafter_ != nullptr, "speculative = \"draft\" without a draft model");
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -313,6 +321,7 @@ void Engine::launch(size_t slot) {
     return;
   }
   admit(plan);
+  if (drafter_) drafter_->draft(plan);
   for (const StepEntry& e : plan.entries) live_.at(e.seq->seq_id).in_flight = true;
   in_flight_.push_back({slot, std::move(plan)});
   {
@@ -509,6 +518,7 @@ void Engine::retire_finished() {
   for (int64_t seq_id : finished_) {
     live_.erase(seq_id);
     speculator_.retire(seq_id);
+    if (drafter_) drafter_->retire(seq_id);
     executor_->retire(seq_id);
   }
   finished_.clear();
@@ -518,6 +528,7 @@ void Engine::lose_executor_state(const std::string& why) {
   if (!live_.empty()) log_error("the pipeline lost its state with ", live_.size() - finished_.size(), " requests live: ", why);
   end_all(FinishReason::ERROR, why, false);
   executor_->forget_all();
+  if (drafter_) drafter_->forget_all();
   forget_cached();
   publish_gauges();
 }

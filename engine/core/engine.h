@@ -17,6 +17,7 @@
 #include "engine/config.h"
 #include "engine/core/admission.h"
 #include "engine/core/block_manager.h"
+#include "engine/core/draft_model.h"
 #include "engine/core/metrics.h"
 #include "engine/core/request_stream.h"
 #include "engine/core/scheduler.h"
@@ -85,6 +86,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // speculative = "draft": the draft model that fills the drafts, its KV cache sized like
+  // the engine's; before start().
+  void attach_drafter(std::unique_ptr<DraftModel> drafter);
   void start();  // starts the engine thread; requests submitted before wait for it
   // Stops the thread after the current step; requests still live finish with "abort".
   void stop();
@@ -153,6 +157,7 @@ class Engine {
   std::unique_ptr<StateCheckpoints> checkpoints_;  // a model with recurrent layers; shared by the slots
   std::vector<std::unique_ptr<Scheduler>> schedulers_;  // one per micro-batch slot
   Speculator speculator_;
+  std::unique_ptr<DraftModel> drafter_;  // speculative = "draft"
   Metrics metrics_;
   int64_t next_seq_id_ = 1;  // guarded by mu_
   std::unordered_map<int64_t, Live> live_;  // by seq id; engine thread only

@@ -20,6 +20,7 @@ SpeculationConfig SpeculationConfig::from(const EngineConfig& e) {
   c.num_tokens = e.speculates() ? int(e.num_speculative_tokens) : 0;
   c.lookup_min = int(e.prompt_lookup_min);
   c.lookup_max = int(e.prompt_lookup_max);
+  c.from_model = e.speculative == "draft";
   return c;
 }
 
@@ -90,9 +91,13 @@ void Speculator::propose(const Scheduler& scheduler, int64_t row_budget) {
       if (seq->num_tokens() < st.paused_until) continue;
       st.k = 1;
     }
-    st.index.extend(seq->token_ids);
     const int k = int(std::min<int64_t>({st.k, room, budget}));
-    seq->draft_tokens = st.index.propose(seq->token_ids, k);
+    if (config_.from_model) {
+      seq->draft_tokens.assign(size_t(k), seq->last_token());
+    } else {
+      st.index.extend(seq->token_ids);
+      seq->draft_tokens = st.index.propose(seq->token_ids, k);
+    }
     budget -= int64_t(seq->draft_tokens.size());
   }
 }

@@ -1,6 +1,7 @@
-// speculator.h — n-gram (prompt-lookup) speculative decoding: which sequences get drafts
-// in the next step and how many, and the rule that turns a verified step's samples into
-// accepted tokens.
+// speculator.h — speculative decoding: which sequences get drafts in the next step and
+// how many, the n-gram (prompt-lookup) drafts themselves, and the rule that turns a
+// verified step's samples into accepted tokens. A draft model's drafts are filled in
+// after the step is planned (engine/core/draft_model.h).
 //
 // A sequence with d drafts puts 1 + d rows in the step (its last token, then the drafts)
 // and gets a sample for each: row i samples the token after context + drafts[0, i) as
@@ -10,7 +11,8 @@
 // is rejection sampling for a point-mass draft: a draft survives with probability p(d)
 // = min(1, p(d)/q(d)), and when it does not, the sample is distributed as p without d,
 // which is the residual norm(max(0, p - q)). So the output distribution is the model's,
-// and a seeded request gives exactly the tokens it gives with speculation off.
+// and a seeded request gives exactly the tokens it gives with speculation off. A draft
+// model's greedy tokens are such point masses too.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -28,6 +30,9 @@ struct SpeculationConfig {
   int num_tokens = 0;  // most drafts per sequence and step; 0 = off
   int lookup_min = 2;  // n-gram lengths matched against earlier text
   int lookup_max = 4;
+  // The drafts come from a draft model: propose plans how many, as placeholders that
+  // DraftModel::draft replaces once the step's blocks are allocated.
+  bool from_model = false;
 
   static SpeculationConfig from(const EngineConfig& e);
 };
@@ -50,10 +55,11 @@ class Speculator {
   explicit Speculator(SpeculationConfig config);
 
   bool enabled() const { return config_.num_tokens > 0; }
+  bool drafts_from_model() const { return enabled() && config_.from_model; }
 
   // Sets seq->draft_tokens for the scheduler's next step: a decoding sequence that may
-  // speculate (not opted out, room under max_tokens)
-  // gets up to its current k drafts, while the step's rows stay within `row_budget`
+  // speculate (not opted out, room under max_tokens) gets up to its current k drafts (a
+  // draft model's: exactly k placeholders), while the step's rows stay within `row_budget`
   // (the rows the executor runs at about the cost of one: past that the step is
   // compute-bound and drafts would slow everyone). Every other sequence gets none.
   void propose(const Scheduler& scheduler, int64_t row_budget);

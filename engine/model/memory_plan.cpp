@@ -54,9 +54,14 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   }
   p.block_size = c.engine.block_size;
   SPARK_CHECK(p.block_size > 0, "block_size validated by the config");
-  p.kv_block_bytes = p.kv_bytes_per_token * static_cast<uint64_t>(p.block_size);
+  p.draft_weight_bytes = f.draft_weight_bytes;
+  p.draft_kv_bytes_per_token = f.draft_kv_bytes_per_token;
+  p.draft_workspace_bytes = f.draft_workspace_bytes;
+  p.kv_block_bytes = (p.kv_bytes_per_token + p.draft_kv_bytes_per_token) * static_cast<uint64_t>(p.block_size);
   p.kv_sliding_block_bytes = p.kv_bytes_per_token_sliding * static_cast<uint64_t>(p.block_size);
-  p.window_only = f.sliding_kv_window_only && p.sliding_layers > 0 && p.kv_sliding_block_bytes < p.kv_block_bytes;
+  const bool drafts = p.draft_weight_bytes > 0;
+  p.window_only =
+      f.sliding_kv_window_only && !drafts && p.sliding_layers > 0 && p.kv_sliding_block_bytes < p.kv_block_bytes;
   p.workspace_bytes = f.workspace_bytes;
   p.reserve_bytes = f.reserve_bytes;
   p.state_bytes_per_sequence = f.state_bytes_per_sequence;
@@ -74,7 +79,8 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   p.max_model_len = effective_max_model_len(c, s);
   p.blocks_per_sequence = (p.max_model_len + p.block_size - 1) / p.block_size;
 
-  uint64_t fixed = p.weight_bytes + p.workspace_bytes + p.reserve_bytes + state_bytes;
+  uint64_t fixed =
+      p.weight_bytes + p.workspace_bytes + p.reserve_bytes + state_bytes + p.draft_weight_bytes + p.draft_workspace_bytes;
   uint64_t left = p.budget_bytes > fixed ? p.budget_bytes - fixed : 0;
   p.kv_blocks = p.kv_block_bytes ? static_cast<int64_t>(left / p.kv_block_bytes) : 0;
   // A stage of recurrent layers only (a hybrid split for peer mode) keeps no K or V: its
@@ -97,6 +103,9 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
       << format_bytes(p.weight_bytes) << " - workspace " << format_bytes(p.workspace_bytes) << " - reserve "
       << format_bytes(p.reserve_bytes);
     if (state_bytes > 0) m << " - recurrent state " << format_bytes(state_bytes);
+    if (drafts)
+      m << " - draft model " << format_bytes(p.draft_weight_bytes) << " weights, "
+        << format_bytes(p.draft_workspace_bytes) << " workspace";
     if (fixed > p.budget_bytes) {
       m << " leaves nothing for the KV cache (short by " << format_bytes(fixed - p.budget_bytes)
         << "); use a smaller or more quantized model, raise engine.memory_fraction, lower "
@@ -166,6 +175,10 @@ std::string describe_plan(const MemoryPlan& p) {
       << (p.state_checkpoints > 0 ? ", + " + std::to_string(p.state_checkpoints) + " engine.state_checkpoints) = " : ") = ")
       << format_bytes(p.state_bytes_per_sequence * uint64_t(p.state_slots))
       << ", beside the KV cache\n";
+  if (p.draft_weight_bytes > 0)
+    o << "  draft model      " << format_bytes(p.draft_weight_bytes) << " weights, "
+      << format_bytes(p.draft_workspace_bytes) << " workspace, " << p.draft_kv_bytes_per_token
+      << " bytes/token of K and V in every block beside the model's\n";
   o << "  workspace        " << format_bytes(p.workspace_bytes) << " activations + "
     << format_bytes(p.reserve_bytes) << " reserve\n";
   o << "  budget           " << format_bytes(p.budget_bytes) << " = " << format_bytes(p.available_bytes) << " "

@@ -32,6 +32,11 @@ struct StageFootprint {
   // The backend keeps sliding-window layers' K and V for the window blocks only
   // (Backend::init_windowed_kv_cache, Batch::block_copies).
   bool sliding_kv_window_only = false;
+  // speculative = "draft" (engine/core/draft_model.h): the draft model beside this stage
+  // as its backend allocates it. Its KV cache has as many blocks as this stage's.
+  uint64_t draft_weight_bytes = 0;
+  uint64_t draft_kv_bytes_per_token = 0;
+  uint64_t draft_workspace_bytes = 0;  // activations and reserve
 };
 
 struct MemoryPlan {
@@ -50,7 +55,7 @@ struct MemoryPlan {
   int64_t sliding_window = 0;
   uint64_t kv_bytes_per_token_sliding = 0;
   int64_t block_size = 0;
-  uint64_t kv_block_bytes = 0;   // one block in every held layer
+  uint64_t kv_block_bytes = 0;   // one block in every held layer (and the draft model's)
   // With window_only (a backend that can, some held layers full-attention), the
   // sliding layers hold only the first kv_window_blocks blocks: enough for the windows
   // of max_num_seqs sequences and one step's tokens (BlockManager); the others cost
@@ -66,6 +71,11 @@ struct MemoryPlan {
   int64_t state_slots = 0;
   bool state_snapshots = false;
   int64_t state_checkpoints = 0;
+  // A draft model beside the stage (StageFootprint): every block holds its K and V too,
+  // and every sliding layer keeps all blocks (the draft's cache follows the block tables).
+  uint64_t draft_weight_bytes = 0;
+  uint64_t draft_kv_bytes_per_token = 0;
+  uint64_t draft_workspace_bytes = 0;
   uint64_t workspace_bytes = 0;  // activations of one max_num_batched_tokens step + logits
   uint64_t reserve_bytes = 0;    // runtime, allocator slack, CUDA graph pools
   uint64_t available_bytes = 0;

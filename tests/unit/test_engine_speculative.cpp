@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/stage_loader.h"
 #include "engine/constrain/constraint.h"
 #include "engine/core/engine.h"
 #include "engine/core/local_executor.h"
@@ -47,13 +48,15 @@ struct Outcome {
   MetricsSnapshot metrics;
 };
 
-Config engine_config(const std::string& path, bool speculative, int64_t budget) {
+// speculative: drafts by prompt lookup, or from the model at `draft` when one is named.
+Config engine_config(const std::string& path, bool speculative, int64_t budget, const std::string& draft = "") {
   Config config;
   config.model.path = path;
   config.engine.block_size = 4;
   config.engine.max_num_seqs = 128;  // every wave of up to 64 requests runs at once
   config.engine.max_num_batched_tokens = budget;
-  config.engine.speculative = speculative ? "ngram" : "none";
+  config.engine.speculative = !speculative ? "none" : draft.empty() ? "ngram" : "draft";
+  config.engine.speculative_model = draft;
   config.engine.num_speculative_tokens = 4;
   return config;
 }
@@ -63,13 +66,20 @@ int64_t vocab_of(const std::string& path) { return inspect_model(engine_config(p
 // One engine over `path` runs each wave of requests in turn (a wave is submitted at once,
 // so it batches; the next waits for it to finish). Outputs in submission order.
 Outcome run_waves(const std::string& path, const std::vector<std::vector<Request>>& waves, bool speculative,
-                  int64_t budget = 8192) {
-  const Config config = engine_config(path, speculative, budget);
+                  int64_t budget = 8192, const std::string& draft = "") {
+  const Config config = engine_config(path, speculative, budget, draft);
   LoadedModel model = load_model(config);
   const ModelSpec& spec = model.info.spec;
   auto backend = std::make_unique<WideCpuBackend>(spec, bind_stage(spec, model.weights), 1);
+  std::optional<LoadedModel> draft_model;
   Engine engine(config, std::make_unique<LocalExecutor>(std::move(backend), spec.vocab_size), spec,
                 [](bool) { return std::make_unique<IdDecoder>(); }, 1024);
+  if (speculative && !draft.empty()) {
+    draft_model = load_model(draft_model_config(config));
+    const ModelSpec& ds = draft_model->info.spec;
+    engine.attach_drafter(std::make_unique<DraftModel>(
+        std::make_unique<WideCpuBackend>(ds, bind_stage(ds, draft_model->weights), 1), ds.vocab_size, budget));
+  }
   engine.start();
   Outcome o;
   for (const auto& wave : waves) {
@@ -184,6 +194,53 @@ TEST_CASE("speculative engine: 64 mixed requests give the same outputs with spec
       CAPTURE(i);
       check_same(run(path, {reqs[i]}, true).outs, {off.outs[i]});
     }
+  }
+}
+
+TEST_CASE("draft model: 64 mixed requests give the same outputs with a draft model as without drafts") {
+  // Drafts from the model itself (greedy drafts all hold), from a lower-bit copy of it,
+  // and from another architecture's random weights (most fail), at two step budgets (the
+  // second splits the draft's catch-up over several of its forwards).
+  const int64_t vocab = vocab_of(kTinyLlama);
+  auto reqs = mixed_requests(64, vocab, 11, 24);
+  const Outcome off = run(kTinyLlama, reqs, false);
+  for (const char* draft : {kTinyLlama, "tests/golden/models/llama_q8_0.gguf", "tests/golden/models/qwen3"}) {
+    for (int64_t budget : {8192, 136}) {
+      CAPTURE(draft);
+      CAPTURE(budget);
+      const Outcome on = run_waves(kTinyLlama, {reqs}, true, budget, draft);
+      check_same(on.outs, off.outs);
+      const MetricsSnapshot& m = on.metrics;
+      MESSAGE(std::string(draft), " budget ", budget, ": ", m.spec_num_accepted_tokens, " of ", m.spec_num_draft_tokens,
+              " drafts accepted");
+      CHECK(m.spec_num_draft_tokens > 0);
+      CHECK(m.generation_tokens == off.metrics.generation_tokens);
+    }
+  }
+  // The model as its own draft, greedy: every draft holds, which it does only when the
+  // draft's KV is right after rejections elsewhere, catch-ups split over forwards, and
+  // drafts at every position.
+  std::vector<Request> greedy = reqs;
+  for (Request& r : greedy) {
+    r.params = SamplingParams{};
+    r.params.temperature = 0.0;
+    r.params.ignore_eos = true;
+    r.params.max_tokens = 24;
+  }
+  for (int64_t budget : {8192, 136}) {
+    CAPTURE(budget);
+    const MetricsSnapshot m = run_waves(kTinyLlama, {greedy}, true, budget, kTinyLlama).metrics;
+    CHECK(m.spec_num_draft_tokens > 64 * 4);
+    CHECK(m.spec_num_accepted_tokens == m.spec_num_draft_tokens);
+  }
+  // Alone, one request after the other in one engine: the draft's KV of a finished
+  // sequence's blocks is never taken for a later one's.
+  std::vector<std::vector<Request>> waves;
+  for (size_t i = 0; i < reqs.size(); i += 7) waves.push_back({reqs[i]});
+  const Outcome alone = run_waves(kTinyLlama, waves, true, 8192, "tests/golden/models/llama_q8_0.gguf");
+  for (size_t w = 0; w < waves.size(); ++w) {
+    CAPTURE(w);
+    check_same({alone.outs[w]}, {off.outs[w * 7]});
   }
 }
 

@@ -1,0 +1,134 @@
+// draft_model.cpp — the draft model's catch-up and draft rows, and what its KV holds.
+#include "engine/core/draft_model.h"
+
+#include <algorithm>
+
+#include "engine/util/check.h"
+
+namespace spark {
+
+void require_same_vocabulary(const Tokenizer& model, const Tokenizer& draft) {
+  if (draft.vocab_size() > model.vocab_size())
+    throw InputError("the draft model's tokenizer has " + std::to_string(draft.vocab_size()) + " tokens, the model's " +
+                     std::to_string(model.vocab_size()) + ": a draft model needs the model's tokenizer");
+  for (int32_t id = 0; id < draft.vocab_size(); ++id)
+    if (draft.token_text(id) != model.token_text(id))
+      throw InputError("the draft model's tokenizer differs from the model's: token " + std::to_string(id) + " is \"" +
+                       draft.token_text(id) + "\" there and \"" + model.token_text(id) +
+                       "\" here; a draft model needs the model's tokenizer");
+}
+
+DraftModel::DraftModel(std::unique_ptr<Backend> backend, int64_t vocab_size, int64_t max_step_tokens)
+    : backend_(std::move(backend)), vocab_size_(vocab_size), max_step_tokens_(max_step_tokens) {
+  SPARK_CHECK(backend_ != nullptr && vocab_size_ > 0 && max_step_tokens_ > 0, "a draft model needs a backend and a budget");
+  greedy_.temperature = 0.0;
+}
+
+void DraftModel::prepare(int64_t num_kv_blocks, int64_t block_size) {
+  backend_->init_kv_cache(num_kv_blocks, block_size);
+  block_size_ = block_size;
+  held_.clear();
+}
+
+int64_t DraftModel::held_prefix(const Sequence& seq) const {
+  const auto it = held_.find(seq.seq_id);
+  if (it == held_.end() || it->second.preemptions != seq.num_preemptions) return 0;
+  const Held& h = it->second;
+  int64_t n = std::min(h.tokens, seq.num_tokens());
+  for (const int32_t d : h.drafts) {  // the drafts held that the sequence accepted
+    if (n >= seq.num_tokens() || seq.token_ids[size_t(n)] != d) break;
+    ++n;
+  }
+  // K and V written into a block the sequence no longer has are not its.
+  for (int64_t b = 0; b * block_size_ < n; ++b)
+    if (size_t(b) >= h.blocks.size() || size_t(b) >= seq.block_table.size() || h.blocks[size_t(b)] != seq.block_table[size_t(b)]) {
+      n = b * block_size_;
+      break;
+    }
+  // The last token's row is run again in any case: its logits give the first draft.
+  return std::min(n, seq.num_tokens() - 1);
+}
+
+void DraftModel::draft(ScheduledStep& step) {
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < step.entries.size(); ++i) {
+    const StepEntry& e = step.entries[i];
+    if (e.num_draft_tokens == 0 || e.logits_row < 0) continue;
+    jobs.push_back({e.seq, i, e.num_draft_tokens, {}, held_prefix(*e.seq)});
+  }
+  std::vector<Job*> pending;
+  for (Job& j : jobs) pending.push_back(&j);
+  while (!pending.empty()) {
+    forward(pending);
+    std::erase_if(pending, [](const Job* j) { return int64_t(j->drafts.size()) == j->wanted; });
+  }
+  for (Job& j : jobs) {
+    Sequence& seq = *step.entries[j.entry].seq;
+    seq.draft_tokens = j.drafts;
+    // The entry's last rows are its last token, then the drafts.
+    const int32_t end = step.batch.query_start[j.entry + 1];
+    std::copy(seq.draft_tokens.begin(), seq.draft_tokens.end(),
+              step.batch.token_ids.begin() + std::ptrdiff_t(end - j.wanted));
+    // Every draft but the last has its K and V in the draft's cache.
+    Held& h = held_[seq.seq_id];
+    h.tokens = seq.num_tokens();
+    h.drafts.assign(j.drafts.begin(), j.drafts.end() - 1);
+    h.blocks = seq.block_table;
+    h.preemptions = seq.num_preemptions;
+  }
+}
+
+void DraftModel::forward(std::vector<Job*>& jobs) {
+  Batch& b = batch_;
+  b = Batch{};
+  size_t max_blocks = 0;
+  for (const Job* j : jobs) max_blocks = std::max(max_blocks, j->seq->block_table.size());
+  b.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+  b.query_start.push_back(0);
+  std::vector<Job*> sampled;  // the jobs whose last row has logits, in row order
+  int64_t budget = max_step_tokens_;
+  for (Job* j : jobs) {
+    if (budget == 0) break;
+    const Sequence& seq = *j->seq;
+    const int64_t end = std::min(j->known(), j->computed + budget);
+    for (int64_t pos = j->computed; pos < end; ++pos) {
+      b.token_ids.push_back(j->token_at(pos));
+      b.positions.push_back(static_cast<int32_t>(pos));
+      b.slot_mapping.push_back(static_cast<int32_t>(seq.block_table[size_t(pos / block_size_)] * block_size_ + pos % block_size_));
+    }
+    budget -= end - j->computed;
+    j->computed = end;
+    b.query_start.push_back(b.num_tokens());
+    b.context_lens.push_back(static_cast<int32_t>(end));
+    b.block_tables.insert(b.block_tables.end(), seq.block_table.begin(), seq.block_table.end());
+    b.block_tables.resize(b.block_tables.size() + (max_blocks - seq.block_table.size()), 0);
+    if (end == j->known()) {
+      b.logits_rows.push_back(b.num_tokens() - 1);
+      sampled.push_back(j);
+    }
+  }
+  if (sampled.empty()) {  // a long catch-up filled the whole step
+    backend_->forward(b, nullptr, result_);
+    ++forwards_;
+    return;
+  }
+  std::vector<int32_t> tokens(sampled.size());
+  if (backend_->samples_on_device()) {
+    std::vector<SampleRow> rows;
+    for (const Job* j : sampled) rows.push_back({&greedy_, j->seq->token_ids, j->seq->num_prompt_tokens, 0, 0});
+    backend_->forward_sample(b, nullptr, rows, samples_);
+    for (size_t r = 0; r < sampled.size(); ++r) tokens[r] = samples_.samples[r].token;
+  } else {
+    backend_->forward(b, nullptr, result_);
+    const auto vocab = static_cast<size_t>(vocab_size_);
+    SPARK_CHECK(result_.logits.size() == sampled.size() * vocab, "the draft model returned the wrong number of logits");
+    for (size_t r = 0; r < sampled.size(); ++r) {
+      const float* row = result_.logits.data() + r * vocab;
+      tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+  }
+  ++forwards_;
+  for (size_t r = 0; r < sampled.size(); ++r) sampled[r]->drafts.push_back(tokens[r]);
+}
+
+}  // namespace spark

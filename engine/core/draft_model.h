@@ -1,0 +1,91 @@
+// draft_model.h — speculative decoding with a separate, smaller model of the same
+// tokenizer ([engine] speculative = "draft", speculative_model): it proposes each
+// sequence's drafts by greedy decoding, one token after the other, before the target
+// verifies them in its step (engine/core/speculator.h: a greedy draft is a point mass,
+// so the target's outputs, seeded ones included, are exactly those without drafts).
+//
+// The draft's KV cache has as many blocks as the target's and a sequence's draft K and V
+// live in the blocks of its own block table: the scheduler allocates the drafts'
+// positions for the target's verification rows anyway, so the draft needs no block
+// manager of its own and the memory plan counts its KV per block beside the target's.
+// The draft runs a sequence's tokens lazily: at each step, what its KV does not hold yet
+// (the whole prompt at the first, then the accepted drafts and the token after them),
+// then one row per further draft. It remembers which tokens its KV holds in which blocks,
+// so rejected drafts are run again and a preempted sequence starts over.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/core/scheduler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace spark {
+
+// InputError unless every token id of the draft's tokenizer is the model's, as the same
+// text: drafts are token ids, so both must read them alike.
+void require_same_vocabulary(const Tokenizer& model, const Tokenizer& draft);
+
+class DraftModel {
+ public:
+  // `backend` holds all of the draft's layers; each of its forwards has at most
+  // max_step_tokens rows (the target's step budget, which sized both backends).
+  DraftModel(std::unique_ptr<Backend> backend, int64_t vocab_size, int64_t max_step_tokens);
+
+  // Sizes the draft's KV cache like the target's; once, before any draft.
+  void prepare(int64_t num_kv_blocks, int64_t block_size);
+
+  // Replaces the placeholder drafts of every entry of `step` that verifies some (planned
+  // by the Speculator for a draft model) by the draft model's greedy tokens, in
+  // seq->draft_tokens and in the step's rows.
+  void draft(ScheduledStep& step);
+
+  void retire(int64_t seq_id) { held_.erase(seq_id); }
+  void forget_all() { held_.clear(); }
+
+  int64_t forwards() const { return forwards_; }  // tests: draft forwards run so far
+
+ private:
+  // What the draft's KV holds for one sequence: K and V of its first `tokens` tokens
+  // (which never change) and then of `drafts`, in the blocks `blocks` named when they
+  // were written.
+  struct Held {
+    int64_t tokens = 0;
+    std::vector<int32_t> drafts;
+    std::vector<int32_t> blocks;
+    int64_t preemptions = 0;
+  };
+  // One sequence being drafted for: its known tokens are its context, then the drafts so
+  // far; the draft's KV holds the first `computed` of them.
+  struct Job {
+    const Sequence* seq;
+    size_t entry;
+    int64_t wanted;  // drafts to make
+    std::vector<int32_t> drafts;
+    int64_t computed;
+
+    int64_t known() const { return seq->num_tokens() + int64_t(drafts.size()); }
+    int32_t token_at(int64_t pos) const {
+      return pos < seq->num_tokens() ? seq->token_ids[size_t(pos)] : drafts[size_t(pos - seq->num_tokens())];
+    }
+  };
+  int64_t held_prefix(const Sequence& seq) const;
+  // One forward over the next rows of `jobs` (as many as the step budget takes); the jobs
+  // whose rows reached their last known token get the draft's greedy token appended.
+  void forward(std::vector<Job*>& jobs);
+
+  std::unique_ptr<Backend> backend_;
+  int64_t vocab_size_;
+  int64_t max_step_tokens_;
+  int64_t block_size_ = 0;
+  SamplingParams greedy_;
+  std::unordered_map<int64_t, Held> held_;
+  Batch batch_;
+  ForwardResult result_;
+  StepOutput samples_;
+  int64_t forwards_ = 0;
+};
+
+}  // namespace spark

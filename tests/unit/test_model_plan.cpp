@@ -275,3 +275,53 @@ TEST_CASE("memory plan: a stage of recurrent layers only needs no KV cache") {
   CHECK(p.fits);
   CHECK(p.kv_blocks == 4 * p.blocks_per_sequence);
 }
+
+TEST_CASE("memory plan: a draft model's weights, workspace and K and V per block are planned beside the model's") {
+  // The tiny gpt-oss model drafted for by the tiny Llama (4 layers, 2 KV heads of 16, f32
+  // on the CPU): every block holds both models' K and V, and the sliding layers keep
+  // every block, since the draft's cache follows the block tables.
+  Config c = config_for_model("tests/golden/models/gpt_oss");
+  c.engine.backend = "cpu";
+  c.model.max_model_len = 64;
+  const MemoryPlan alone = plan_stage(c).memory;
+  c.engine.speculative = "draft";
+  c.engine.speculative_model = "tests/golden/models/llama";
+  auto loaded = load_stage(c);
+  const MemoryPlan& p = loaded->plan.memory;
+  REQUIRE(loaded->draft_backend != nullptr);
+  const ModelInfo draft = inspect_model(draft_model_config(c));
+  CHECK(p.draft_weight_bytes == stage_weight_bytes(draft, full_range(draft.spec)));
+  CHECK(p.draft_kv_bytes_per_token == uint64_t(draft.spec.num_layers * 2 * draft.spec.num_kv_heads * draft.spec.head_dim * 4));
+  CHECK(p.kv_block_bytes ==
+        loaded->backend->kv_block_bytes(c.engine.block_size) + loaded->draft_backend->kv_block_bytes(c.engine.block_size));
+  CHECK(p.draft_workspace_bytes > 0);
+  CHECK(alone.window_only);
+  CHECK(!p.window_only);
+  CHECK(p.kv_window_blocks == p.kv_blocks);
+  CHECK(describe_plan(p).find("draft model") != std::string::npos);
+
+  // A budget that holds the model and its cache but not the draft besides is refused
+  // with the draft's part named.
+  const StageFootprint f = stage_footprint(c, loaded->plan.info, full_range(loaded->plan.info.spec), "cpu");
+  StageFootprint with_draft = f;
+  with_draft.draft_weight_bytes = p.draft_weight_bytes;
+  with_draft.draft_kv_bytes_per_token = p.draft_kv_bytes_per_token;
+  with_draft.draft_workspace_bytes = 64 * GiB;
+  const MemoryPlan big = plan_memory(loaded->plan.info.spec, full_range(loaded->plan.info.spec), with_draft, c,
+                                     MemoryBudget{GiB, "t"});
+  CHECK(!big.fits);
+  CHECK(big.problem.find("draft model") != std::string::npos);
+
+  // Drafts from a model with recurrent layers, or with fewer positions than the context,
+  // are refused before anything loads.
+  c.engine.speculative_model = "tests/golden/models/qwen3_5";
+  CHECK_THROWS_WITH_AS(plan_stage(c), doctest::Contains("recurrent layers"), InputError);
+  Config smol = config_for_model("models/SmolLM2-135M-Instruct.Q4_1.gguf");  // 8192 positions
+  smol.engine.backend = "cpu";
+  smol.engine.speculative = "draft";
+  smol.engine.speculative_model = "tests/golden/models/llama";  // 256
+  CHECK_THROWS_WITH_AS(plan_stage(smol), doctest::Contains("256 positions, fewer than the model's context of 8192"),
+                       InputError);
+  smol.model.max_model_len = 256;
+  CHECK(plan_stage(smol).draft.has_value());
+}

@@ -163,6 +163,13 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   const ModelInfo& info = stage.info;
   const MemoryPlan& plan = stage.memory;
   parts->tokenizer = Tokenizer::load(info.tokenizer_path);
+  if (stage.draft) {  // its errors name it: the path alone may read as the model's
+    try {
+      require_same_vocabulary(*parts->tokenizer, *Tokenizer::load(stage.draft->tokenizer_path));
+    } catch (const InputError& e) {
+      throw InputError("engine.speculative_model: " + std::string(e.what()));
+    }
+  }
   try {
     parts->chat_template = std::make_unique<ChatTemplate>(ChatTemplate::from_model(info.path, info.chat_template_path));
   } catch (const InputError& e) {
@@ -190,7 +197,6 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   parts->engine = std::make_unique<Engine>(config, std::move(executor), info.spec, *parts->tokenizer, blocks, window_blocks);
   if (parts->stage->draft_backend) {
     const ModelInfo& draft = *stage.draft;
-    require_same_vocabulary(*parts->tokenizer, *Tokenizer::load(draft.tokenizer_path));
     log_info("speculative decoding with the draft model ", draft.path, " (", draft.spec.architecture, ", ",
              parts->stage->draft_backend->describe(), ")");
     parts->engine->attach_drafter(std::make_unique<DraftModel>(std::move(parts->stage->draft_backend),

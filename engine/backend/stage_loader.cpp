@@ -93,7 +93,12 @@ StagePlan plan_stage(const Config& config) {
   StageFootprint footprint = stage_footprint(config, p.info, p.range, p.backend);
   if (config.engine.speculative == "draft" && !(config.peer.enabled && config.peer.role == "worker")) {
     const Config dc = draft_model_config(config);
-    p.draft = inspect_model(dc);
+    // The draft's errors name it: "model path ... does not exist" alone points at model.path.
+    try {
+      p.draft = inspect_model(dc);
+    } catch (const InputError& e) {
+      throw InputError("engine.speculative_model: " + std::string(e.what()));
+    }
     check_draft_model(p.info.spec, effective_max_model_len(config, p.info.spec), p.draft->spec, dc.model.path);
     const StageFootprint d = stage_footprint(dc, *p.draft, full_range(p.draft->spec), p.backend);
     footprint.draft_weight_bytes = d.weight_bytes;

@@ -2,6 +2,7 @@
 #include "engine/core/draft_model.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "engine/util/check.h"
 
@@ -56,6 +57,8 @@ void DraftModel::draft(ScheduledStep& step) {
     if (e.num_draft_tokens == 0 || e.logits_row < 0) continue;
     jobs.push_back({e.seq, i, e.num_draft_tokens, {}, held_prefix(*e.seq)});
   }
+  round_seconds_ = 0;
+  rounds_ = 0;
   std::vector<Job*> pending;
   for (Job& j : jobs) pending.push_back(&j);
   while (!pending.empty()) {
@@ -112,6 +115,7 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
     ++forwards_;
     return;
   }
+  const auto started = std::chrono::steady_clock::now();
   std::vector<int32_t> tokens(sampled.size());
   if (backend_->samples_on_device()) {
     std::vector<SampleRow> rows;
@@ -128,6 +132,10 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
     }
   }
   ++forwards_;
+  if (b.num_tokens() == int32_t(sampled.size())) {  // one row a sequence: a draft round
+    round_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    ++rounds_;
+  }
   for (size_t r = 0; r < sampled.size(); ++r) sampled[r]->drafts.push_back(tokens[r]);
 }
 

@@ -45,7 +45,10 @@ class DraftModel {
   void retire(int64_t seq_id) { held_.erase(seq_id); }
   void forget_all() { held_.clear(); }
 
-  int64_t forwards() const { return forwards_; }  // tests: draft forwards run so far
+  int64_t forwards() const { return forwards_; }  // draft forwards run so far
+  // The last draft()'s mean time of a forward of one row per sequence (what each further
+  // draft costs; the catch-ups are left out); 0 when it ran none.
+  double seconds_per_round() const { return rounds_ > 0 ? round_seconds_ / double(rounds_) : 0.0; }
 
  private:
   // What the draft's KV holds for one sequence: K and V of its first `tokens` tokens
@@ -86,6 +89,8 @@ class DraftModel {
   ForwardResult result_;
   StepOutput samples_;
   int64_t forwards_ = 0;
+  double round_seconds_ = 0;
+  int64_t rounds_ = 0;
 };
 
 }  // namespace spark

@@ -126,6 +126,10 @@ class Engine {
   struct InFlight {
     size_t slot = 0;
     ScheduledStep plan;
+    // A draft model's share: its time per forward for this step's drafts (0: none), and
+    // the time the engine thread spent in the executor for the step.
+    double draft_seconds_per_forward = 0;
+    double step_seconds = 0;
   };
 
   void loop();

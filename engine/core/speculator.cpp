@@ -12,6 +12,13 @@ namespace {
 // A sequence whose k fell to 0 tries one draft again after this many tokens: text turns
 // repetitive (a quoted block, a list) after starting not to be.
 constexpr int64_t kPauseTokens = 32;
+// A new sequence's acceptance before its drafts are seen, and the weight of each draft's
+// outcome in the running average.
+constexpr double kPriorAcceptance = 0.7;
+constexpr double kAcceptanceWeight = 0.1;
+constexpr double kCostWeight = 0.1;
+// Proposals after which a draft cost that was not measured again is forgotten.
+constexpr int64_t kCostLifetime = 1024;
 
 }  // namespace
 
@@ -45,6 +52,18 @@ void verification_rows(const SamplingParams& params, std::span<const int32_t> to
                counter + i};
 }
 
+int paying_drafts(double acceptance, double cost, int k_max) {
+  int best = 0;
+  double best_rate = 1.0, tokens = 1.0, held = 1.0;
+  for (int k = 1; k <= k_max; ++k) {
+    held *= acceptance;
+    tokens += held;
+    const double rate = tokens / (1.0 + k * cost);
+    if (rate > best_rate) best = k, best_rate = rate;
+  }
+  return best;
+}
+
 Speculator::Speculator(SpeculationConfig config) : config_(config) {
   SPARK_CHECK(config_.num_tokens >= 0, "num_speculative_tokens must not be negative");
   if (enabled())
@@ -54,7 +73,10 @@ Speculator::Speculator(SpeculationConfig config) : config_(config) {
 Speculator::State& Speculator::state_of(const Sequence& seq) {
   auto it = states_.find(seq.seq_id);
   if (it == states_.end())
-    it = states_.emplace(seq.seq_id, State{NgramIndex(config_.lookup_min, config_.lookup_max), config_.num_tokens}).first;
+    it = states_
+             .emplace(seq.seq_id, State{NgramIndex(config_.lookup_min, config_.lookup_max), config_.num_tokens, 0,
+                                        kPriorAcceptance})
+             .first;
   return it->second;
 }
 
@@ -67,6 +89,7 @@ void Speculator::propose(const Scheduler& scheduler, int64_t row_budget) {
   const auto& running = scheduler.running();
   for (Sequence* seq : running) seq->draft_tokens.clear();
   if (!enabled()) return;
+  if (draft_cost_ > 0 && ++proposals_since_cost_ > kCostLifetime) draft_cost_ = 0;
   // The rows the step will hold without drafts: every running sequence's uncomputed
   // tokens, and the prompts that may be admitted, within the step's token budget.
   int64_t rows = 0;
@@ -91,7 +114,15 @@ void Speculator::propose(const Scheduler& scheduler, int64_t row_budget) {
       if (seq->num_tokens() < st.paused_until) continue;
       st.k = 1;
     }
-    const int k = int(std::min<int64_t>({st.k, room, budget}));
+    int k = int(std::min<int64_t>({st.k, room, budget}));
+    if (draft_cost_ > 0) {
+      k = std::min(k, paying_drafts(st.acceptance, draft_cost_, config_.num_tokens));
+      if (k == 0) {
+        st.k = 0;
+        st.paused_until = INT64_MAX;
+        continue;
+      }
+    }
     if (config_.from_model) {
       seq->draft_tokens.assign(size_t(k), seq->last_token());
     } else {
@@ -102,9 +133,20 @@ void Speculator::propose(const Scheduler& scheduler, int64_t row_budget) {
   }
 }
 
+void Speculator::observe_draft_cost(double seconds_per_forward, double step_seconds) {
+  if (!(seconds_per_forward > 0) || !(step_seconds > 0)) return;
+  const double cost = seconds_per_forward / step_seconds;
+  proposals_since_cost_ = 0;
+  draft_cost_ = draft_cost_ > 0 ? draft_cost_ + kCostWeight * (cost - draft_cost_) : cost;
+}
+
 void Speculator::observe(const Sequence& seq, size_t drafted, size_t accepted) {
   if (drafted == 0) return;
   State& st = state_of(seq);
+  // Each held draft is a success, the first that failed (if one did) a failure; the
+  // drafts after it were never tried.
+  for (size_t i = 0; i < accepted; ++i) st.acceptance += kAcceptanceWeight * (1.0 - st.acceptance);
+  if (accepted < drafted) st.acceptance -= kAcceptanceWeight * st.acceptance;
   if (accepted == drafted) {
     st.k = std::min(st.k + 1, config_.num_tokens);
   } else if (accepted == 0) {

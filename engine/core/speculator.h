@@ -42,6 +42,12 @@ struct SpeculationConfig {
 // sampled[0, accepted] to its sequence.
 size_t accepted_drafts(std::span<const int32_t> drafts, const int32_t* sampled);
 
+// The number of drafts, at most k_max, that makes the most tokens per unit of time when
+// each draft holds with probability `acceptance` (given the ones before it held) and
+// costs `cost` of a step (a draft model's forward over the model's step): k drafts give
+// (1 - a^(k+1)) / (1 - a) tokens in 1 + k * cost. 0 when no k beats decoding without.
+int paying_drafts(double acceptance, double cost, int k_max);
+
 // The sample rows verifying `drafts` after `tokens` (prompt + output so far): rows[i]
 // samples output token (tokens.size() - num_prompt_tokens) + i after tokens + drafts[0, i).
 // `context` receives tokens + drafts (when there are drafts) and must stay alive while
@@ -69,6 +75,15 @@ class Speculator {
   // hold drafts more.
   void observe(const Sequence& seq, size_t drafted, size_t accepted);
 
+  // A draft model's forwards cost time the steps do not show: the engine reports each
+  // step's draft time over its forwards and the step's own time. With that cost, a
+  // sequence drafts only as many tokens as pay for themselves at its acceptance
+  // (paying_drafts), and none for the rest of its life when none do: it would have to
+  // catch the draft up on everything it wrote meanwhile to try again. A cost not measured
+  // for a while is forgotten (the load changes it), so that new sequences measure again.
+  void observe_draft_cost(double seconds_per_forward, double step_seconds);
+  double draft_cost() const { return draft_cost_; }  // a draft forward over a step, averaged
+
   void retire(int64_t seq_id) { states_.erase(seq_id); }
   void forget_all() { states_.clear(); }
   int current_k(int64_t seq_id) const;  // tests
@@ -78,11 +93,14 @@ class Speculator {
     NgramIndex index;
     int k;
     int64_t paused_until = 0;  // k is 0: the token count at which one draft is tried again
+    double acceptance;         // a draft's chance to hold, averaged over its recent drafts
   };
   State& state_of(const Sequence& seq);
 
   SpeculationConfig config_;
   std::unordered_map<int64_t, State> states_;
+  double draft_cost_ = 0;  // 0: not measured yet, or drafts by lookup (free)
+  int64_t proposals_since_cost_ = 0;
 };
 
 }  // namespace spark

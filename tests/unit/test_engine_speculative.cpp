@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,18 @@ class WideCpuBackend : public CpuBackend {
   int64_t rows_at_decode_cost() const override { return 1024; }
 };
 
+// A model that costs far more than the other: each forward takes 3 ms more. As the target,
+// it is one 10x its draft's size; as the draft, one that does not pay for its drafts
+// (the engine stops drafting then: Speculator::observe_draft_cost).
+class SlowCpuBackend : public WideCpuBackend {
+ public:
+  using WideCpuBackend::WideCpuBackend;
+  void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    WideCpuBackend::forward(batch, hidden_in, out);
+  }
+};
+
 struct Outcome {
   std::vector<RequestOutput> outs;
   MetricsSnapshot metrics;
@@ -66,19 +79,24 @@ int64_t vocab_of(const std::string& path) { return inspect_model(engine_config(p
 // One engine over `path` runs each wave of requests in turn (a wave is submitted at once,
 // so it batches; the next waits for it to finish). Outputs in submission order.
 Outcome run_waves(const std::string& path, const std::vector<std::vector<Request>>& waves, bool speculative,
-                  int64_t budget = 8192, const std::string& draft = "") {
+                  int64_t budget = 8192, const std::string& draft = "", bool slow_target = false,
+                  bool slow_draft = false) {
   const Config config = engine_config(path, speculative, budget, draft);
   LoadedModel model = load_model(config);
   const ModelSpec& spec = model.info.spec;
-  auto backend = std::make_unique<WideCpuBackend>(spec, bind_stage(spec, model.weights), 1);
+  std::unique_ptr<Backend> backend = slow_target
+                                         ? std::make_unique<SlowCpuBackend>(spec, bind_stage(spec, model.weights), 1)
+                                         : std::make_unique<WideCpuBackend>(spec, bind_stage(spec, model.weights), 1);
   std::optional<LoadedModel> draft_model;
   Engine engine(config, std::make_unique<LocalExecutor>(std::move(backend), spec.vocab_size), spec,
                 [](bool) { return std::make_unique<IdDecoder>(); }, 1024);
   if (speculative && !draft.empty()) {
     draft_model = load_model(draft_model_config(config));
     const ModelSpec& ds = draft_model->info.spec;
-    engine.attach_drafter(std::make_unique<DraftModel>(
-        std::make_unique<WideCpuBackend>(ds, bind_stage(ds, draft_model->weights), 1), ds.vocab_size, budget));
+    std::unique_ptr<Backend> draft_backend =
+        slow_draft ? std::make_unique<SlowCpuBackend>(ds, bind_stage(ds, draft_model->weights), 1)
+                   : std::make_unique<WideCpuBackend>(ds, bind_stage(ds, draft_model->weights), 1);
+    engine.attach_drafter(std::make_unique<DraftModel>(std::move(draft_backend), ds.vocab_size, budget));
   }
   engine.start();
   Outcome o;
@@ -208,7 +226,7 @@ TEST_CASE("draft model: 64 mixed requests give the same outputs with a draft mod
     for (int64_t budget : {8192, 136}) {
       CAPTURE(draft);
       CAPTURE(budget);
-      const Outcome on = run_waves(kTinyLlama, {reqs}, true, budget, draft);
+      const Outcome on = run_waves(kTinyLlama, {reqs}, true, budget, draft, true);
       check_same(on.outs, off.outs);
       const MetricsSnapshot& m = on.metrics;
       MESSAGE(std::string(draft), " budget ", budget, ": ", m.spec_num_accepted_tokens, " of ", m.spec_num_draft_tokens,
@@ -229,15 +247,24 @@ TEST_CASE("draft model: 64 mixed requests give the same outputs with a draft mod
   }
   for (int64_t budget : {8192, 136}) {
     CAPTURE(budget);
-    const MetricsSnapshot m = run_waves(kTinyLlama, {greedy}, true, budget, kTinyLlama).metrics;
-    CHECK(m.spec_num_draft_tokens > 64 * 4);
+    const MetricsSnapshot m = run_waves(kTinyLlama, {greedy}, true, budget, kTinyLlama, true).metrics;
+    CHECK(m.spec_num_draft_tokens > 64 * 8);
     CHECK(m.spec_num_accepted_tokens == m.spec_num_draft_tokens);
   }
+  // The same draft when a forward of it costs far more than the model's step: even drafts
+  // that all hold do not pay, and after the first request's first measured step the
+  // engine stops making them. The outputs stay the same.
+  std::vector<std::vector<Request>> one_by_one;
+  for (size_t i = 0; i < 8; ++i) one_by_one.push_back({greedy[i]});
+  const Outcome costly = run_waves(kTinyLlama, one_by_one, true, 8192, kTinyLlama, false, true);
+  MESSAGE("a draft costlier than the model: ", costly.metrics.spec_num_draft_tokens, " drafts in 8 x 24 tokens");
+  CHECK(costly.metrics.spec_num_draft_tokens <= 12);
+  check_same(costly.outs, run(kTinyLlama, {greedy.begin(), greedy.begin() + 8}, false).outs);
   // Alone, one request after the other in one engine: the draft's KV of a finished
   // sequence's blocks is never taken for a later one's.
   std::vector<std::vector<Request>> waves;
   for (size_t i = 0; i < reqs.size(); i += 7) waves.push_back({reqs[i]});
-  const Outcome alone = run_waves(kTinyLlama, waves, true, 8192, "tests/golden/models/llama_q8_0.gguf");
+  const Outcome alone = run_waves(kTinyLlama, waves, true, 8192, "tests/golden/models/llama_q8_0.gguf", true);
   for (size_t w = 0; w < waves.size(); ++w) {
     CAPTURE(w);
     check_same({alone.outs[w]}, {off.outs[w * 7]});

@@ -235,3 +235,17 @@ TEST_CASE("speculation: a verified step appends the accepted drafts and rolls th
   CHECK(a->draft_tokens.empty());
   f.blocks.check_invariants();
 }
+
+TEST_CASE("speculation: a draft model drafts only as many tokens as pay for their cost") {
+  // Free drafts (lookup) always pay; k drafts at acceptance a give (1 - a^(k+1)) / (1 - a)
+  // tokens in 1 + k * cost steps.
+  CHECK(paying_drafts(0.5, 0.0, 4) == 4);
+  CHECK(paying_drafts(1.0, 1.0, 4) == 0);  // as costly as the model: never faster
+  CHECK(paying_drafts(0.9, 0.05, 8) == 8);
+  CHECK(paying_drafts(0.5, 0.5, 4) == 0);  // 1.5 tokens in 1.5 steps at best
+  // a = 0.8, cost 0.1: rates 1.64, 2.03, 2.27, 2.40 (k = 1..4) keep rising; with cost 0.3:
+  // 1.385, 1.525, 1.554, 1.528: three.
+  CHECK(paying_drafts(0.8, 0.1, 4) == 4);
+  CHECK(paying_drafts(0.8, 0.3, 8) == 3);
+  CHECK(paying_drafts(0.0, 0.01, 4) == 0);
+}

@@ -9,15 +9,27 @@
 // (a row's bf16 rounding depends on the kernel a step's shape picks), so, as in
 // check_model, a prompt may differ from where the CPU's greedy choice is a near-tie: its
 // top-2 logit margin below twice the bf16 logits limit (2e-2 of the largest logit).
+//
+// With a draft model (speculative = "draft") on a second CUDA backend in the same process
+// (its own stream, graphs, KV cache and sampler): tiny llama itself and its Q8_0 GGUF as
+// drafts of tiny llama, the greedy tokens equal those with speculation off, four at once
+// and among 31 others; the model as its own draft has over 90% of its drafts accepted
+// (every one on the emulator; on a GPU the draft's catch-up over more than 8 rows runs the
+// prefill kernels where the model's verification runs the decode ones, and a near-tie may
+// round apart).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/stage_loader.h"
+#include "engine/core/draft_model.h"
 #include "engine/core/engine.h"
 #include "engine/core/local_executor.h"
 #include "engine/model/model_loader.h"
@@ -42,24 +54,41 @@ std::vector<std::vector<int32_t>> prompts() {
           {100, 3, 57, 21, 88, 64, 5}};
 }
 
+// What a run submits: prompt i for max_tokens[i] new tokens, greedy, ignoring EOS.
+struct Work {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> max_tokens;
+};
+
+Work four_prompts(int max_tokens) { return {prompts(), std::vector<int>(prompts().size(), max_tokens)}; }
+
 struct Run {
+  std::vector<std::vector<int32_t>> prompts;  // the work's
   std::vector<std::vector<int32_t>> tokens;
   MetricsSnapshot metrics;
   CudaStepCounts steps;
+  int64_t draft_forwards = 0;  // with a draft model: its forwards, and its CUDA backend's steps
+  CudaStepCounts draft_steps;
 };
 
 enum class Path { GRAPHS, EAGER, CPU };
 
 // The engine over a CUDA backend with the device sampler (decode graphs on or off) or over
 // the CPU backend, greedy; `together`: every prompt submitted before the engine starts
-// (they batch, max_num_seqs 8), else one at a time (max_num_seqs 1).
-Run run(const std::string& path, bool speculative, bool together, Path on = Path::GRAPHS) {
+// (they batch, max_num_seqs 8 or one per prompt), else one at a time (max_num_seqs 1).
+// `draft`: speculative = "draft" with the model there on a backend of its own, made as the
+// model's is; `work`: empty for the four prompts at 24 tokens.
+Run run(const std::string& path, bool speculative, bool together, Path on = Path::GRAPHS, const std::string& draft = "",
+        Work work = {}) {
+  if (work.prompts.empty()) work = four_prompts(24);
+  const auto n = int64_t(work.prompts.size());
   Config config = config_for_model(path);
   config.model.max_model_len = 128;
   config.engine.block_size = 16;
-  config.engine.max_num_seqs = together ? 8 : 1;
+  config.engine.max_num_seqs = together ? std::max<int64_t>(8, n) : 1;
   config.engine.max_num_batched_tokens = 512;
-  config.engine.speculative = speculative ? "ngram" : "none";
+  config.engine.speculative = !speculative ? "none" : draft.empty() ? "ngram" : "draft";
+  config.engine.speculative_model = draft;
   config.engine.prompt_lookup_min = 1;
   LoadedModel m = load_model(config);
   const ModelSpec& spec = m.info.spec;
@@ -69,23 +98,37 @@ Run run(const std::string& path, bool speculative, bool together, Path on = Path
   o.max_model_len = config.model.max_model_len;
   o.block_size = config.engine.block_size;
   o.cuda_graphs = on == Path::GRAPHS;
-  std::unique_ptr<Backend> backend;
-  CudaBackend* cuda = nullptr;  // owned by the engine, which outlives its use here
-  if (on == Path::CPU) {
-    backend = std::make_unique<CpuBackend>(spec, bind_stage(spec, m.weights), 0);
-  } else {
-    auto b = std::make_unique<CudaBackend>(spec, bind_stage(spec, m.weights), o);
+  // The model's backend, or the draft's: `cuda` is set to it on the CUDA paths (owned by
+  // the engine, which outlives its use here).
+  auto make_backend = [&](const ModelSpec& s, const Weights& w, CudaBackend*& cuda) -> std::unique_ptr<Backend> {
+    if (on == Path::CPU) return std::make_unique<CpuBackend>(s, bind_stage(s, w), 0);
+    auto b = std::make_unique<CudaBackend>(s, bind_stage(s, w), o);
     cuda = b.get();
-    backend = std::move(b);
+    return b;
+  };
+  CudaBackend* cuda = nullptr;
+  CudaBackend* draft_cuda = nullptr;
+  DraftModel* drafter = nullptr;
+  std::unique_ptr<Backend> backend = make_backend(spec, m.weights, cuda);
+  // 64 blocks hold the four prompts' (2 each); 3 a prompt for more.
+  Engine engine(
+      config, std::make_unique<LocalExecutor>(std::move(backend), spec.vocab_size), spec,
+      [](bool) { return std::make_unique<IdDecoder>(); }, std::max<int64_t>(64, 3 * n));
+  std::optional<LoadedModel> dm;  // the draft's weights, which its backend reads
+  if (speculative && !draft.empty()) {
+    dm = load_model(draft_model_config(config));
+    const ModelSpec& ds = dm->info.spec;
+    auto d = std::make_unique<DraftModel>(make_backend(ds, dm->weights, draft_cuda), ds.vocab_size,
+                                          config.engine.max_num_batched_tokens);
+    drafter = d.get();
+    engine.attach_drafter(std::move(d));
   }
-  Engine engine(config, std::make_unique<LocalExecutor>(std::move(backend), spec.vocab_size), spec,
-                [](bool) { return std::make_unique<IdDecoder>(); }, 64);
-  auto request = [](const std::vector<int32_t>& prompt, size_t i) {
+  auto request = [&work](const std::vector<int32_t>& prompt, size_t i) {
     Request r;
     r.request_id = "p" + std::to_string(i);
     r.prompt_ids = prompt;
     r.params.temperature = 0.0;
-    r.params.max_tokens = 24;
+    r.params.max_tokens = work.max_tokens[i];
     r.params.ignore_eos = true;
     return r;
   };
@@ -100,7 +143,8 @@ Run run(const std::string& path, bool speculative, bool together, Path on = Path
     throw std::runtime_error("a request did not finish");
   };
   Run r;
-  const auto ps = prompts();
+  const auto& ps = work.prompts;
+  r.prompts = ps;
   if (together) {
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (size_t i = 0; i < ps.size(); ++i) streams.push_back(engine.submit(request(ps[i], i)));
@@ -113,6 +157,8 @@ Run run(const std::string& path, bool speculative, bool together, Path on = Path
   engine.stop();
   r.metrics = engine.metrics();
   if (cuda) r.steps = cuda->step_counts();
+  if (drafter) r.draft_forwards = drafter->forwards();
+  if (draft_cuda) r.draft_steps = draft_cuda->step_counts();
   return r;
 }
 
@@ -147,7 +193,7 @@ bool cpu_near_tie(const std::string& path, const std::vector<int32_t>& tokens) {
 // A row: each prompt's tokens in `a` equal those in `b`, or first differ where the CPU's
 // greedy choice is a near-tie.
 void same_row(const std::string& path, const std::string& what, const Run& a, const Run& b) {
-  const auto ps = prompts();
+  const auto& ps = a.prompts;
   int same = 0, ties = 0;
   for (size_t i = 0; i < a.tokens.size(); ++i) {
     if (a.tokens[i] == b.tokens[i]) {
@@ -286,17 +332,72 @@ void check(const std::string& name) {
   }
 }
 
+// 32 requests at once: the four prompts for `tokens` tokens among 28 others (the prompts
+// with another last token) for 1 to 4: no sequence drafts while the step's rows exceed the
+// budget (rows_at_decode_cost(), 8 rows), so the four get drafts once the others are done,
+// the draft catching up on all they wrote meanwhile.
+Work crowd(int tokens, int64_t vocab) {
+  Work w = four_prompts(tokens);
+  for (int i = 4; i < 32; ++i) {
+    std::vector<int32_t> p = w.prompts[size_t(i) % 4];
+    p.back() = int32_t((p.back() + i) % vocab);
+    w.prompts.push_back(std::move(p));
+    w.max_tokens.push_back(1 + i % 4);
+  }
+  return w;
+}
+
+// Speculative decoding with a draft model, the draft on a CUDA backend of its own beside
+// the model's (graphs on in both): the model itself and its Q8_0 GGUF as drafts, the four
+// prompts batched and among 31 others, against speculation off (see the top for the
+// acceptance). Short outputs: the emulator runs it in CI.
+void check_draft(const std::string& name) {
+  const std::string path = "tests/golden/models/" + name;
+  const int tokens = 12;
+  const Work four = four_prompts(tokens), many = crowd(tokens, inspect_model(config_for_model(path)).spec.vocab_size);
+  const Run off = run(path, false, true, Path::GRAPHS, "", four),
+            off_many = run(path, false, true, Path::GRAPHS, "", many);
+  for (const std::string& draft : {path, std::string("tests/golden/models/llama_q8_0.gguf")}) {
+    const bool self = draft == path;
+    const std::string what = name + " draft " + (self ? "itself" : std::filesystem::path(draft).filename().string());
+    for (bool among : {false, true}) {
+      const std::string how = among ? " (among 31 others)" : " (4 batched)";
+      const Run on = run(path, true, true, Path::GRAPHS, draft, among ? many : four);
+      same_row(path, what + ": greedy " + std::to_string(tokens) + " tok: speculation on == off" + how,
+               among ? off_many : off, on);
+      const MetricsSnapshot& m = on.metrics;
+      const uint64_t drafted = m.spec_num_draft_tokens, accepted = m.spec_num_accepted_tokens;
+      row("speculative", what + ": drafts verified, accepted" + how,
+          std::to_string(drafted) + ", " + std::to_string(accepted) + " (" +
+              fmt("%.1f%%", drafted ? 100.0 * double(accepted) / double(drafted) : 0.0) + ")",
+          self ? "> 0, > 90%" : "> 0, -", drafted > 0 && (!self || 10 * accepted > 9 * drafted));
+      // The draft's own graphs, captured and replayed on its stream between the model's.
+      const CudaStepCounts& d = on.draft_steps;
+      const int64_t captured = d.decode_captured + d.multi_row_captured,
+                    replayed = d.decode_replayed + d.multi_row_replayed;
+      row("speculative", what + ": draft forwards; its graphs captured, replayed" + how,
+          std::to_string(on.draft_forwards) + "; " + std::to_string(captured) + ", " + std::to_string(replayed),
+          "> 0; sum > 0", on.draft_forwards > 0 && captured + replayed > 0);
+      row("speculative", what + ": KV blocks free after" + how, std::to_string(m.kv_blocks_used), "0",
+          m.kv_blocks_used == 0);
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
   return run_main("speculative", [] {
     for (const char* name : {"llama", "qwen3"}) {
-      verification_logits(name);
-      check(name);
+      const std::string n = name;
+      run_part("speculative", n + " verification step", [n] { verification_logits(n); });
+      run_part("speculative", n + " ngram", [n] { check(n); });
     }
     // A hybrid: a verifying step keeps each sequence's recurrent state in its snapshot slot
     // and rejected drafts restore it (state copies on the device), while the rows still run
     // as one-row sequences through the decode graphs.
-    check("qwen3_5");
+    run_part("speculative", "qwen3_5 ngram", [] { check("qwen3_5"); });
+    // Two CUDA backends in one process: the model's and its draft model's.
+    run_part("speculative", "llama draft model", [] { check_draft("llama"); });
   });
 }

@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
 """Speculative decoding on the CPU backend with SmolLM2: on vs off, side by side, one run.
 
-Starts `sparkd serve` with [engine] speculative = "ngram" and runs
-`sparkd bench --compare-speculative` (passes on, off, off, on over the same prompts; the
-off passes opt out per request) on four workloads:
+Starts `sparkd serve` with [engine] speculative = "ngram" (or "draft", with --draft) and
+runs `sparkd bench --compare-speculative` (passes on, off, off, on over the same prompts;
+the off passes opt out per request) on these workloads:
 
   code-edit       a source file of this repository in the prompt, "rewrite it with one
                   change" (the answer quotes most of the file), batch 1
   summarise       a section of README.md, "summarise it", batch 1
   non-repetitive  random words (the bench's own prompts), sampled at temperature 1, batch 1
   concurrency-32  the random prompts at 32 in flight (adaptivity: no worse than off)
+  free-text-0, free-text-0.7
+                  the random prompts at batch 1, greedy and at temperature 0.7
 
   python tests/bench/spec_bench.py [--build build] [--model models/...gguf] [--threads 1]
+                                   [--draft PATH | --draft-pair] [--workloads a,b]
+
+--draft-pair: the target is SmolLM2 dequantized to F16 (tests/bench/dequantize_gguf.py,
+written under the build folder), the draft the 4-bit file it came from: a model four
+times the draft's bytes whose draft agrees with it more than a real quantization would.
 """
 import argparse
 import json
@@ -82,14 +89,25 @@ def main():
     # core, and sharing both made the on/off ratios swing by +-15% between runs.
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--workloads", default="code-edit,non-repetitive,concurrency-32,summarise")
+    ap.add_argument("--draft", help="speculate with this draft model instead of prompt lookup")
+    ap.add_argument("--draft-pair", action="store_true", help="SmolLM2 F16 as the model, its 4-bit file as the draft")
     args = ap.parse_args()
     sparkd = os.path.join(ROOT, args.build, "sparkd")
+    if args.draft_pair:
+        args.draft = args.model
+        args.model = os.path.join(ROOT, args.build, "bench", "SmolLM2-135M-Instruct.F16.gguf")
+        if not os.path.exists(args.model):
+            os.makedirs(os.path.dirname(args.model), exist_ok=True)
+            subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "dequantize_gguf.py"), args.draft,
+                            args.model], check=True)
+    method = f'speculative = "draft"\nspeculative_model = "{args.draft}"' if args.draft else 'speculative = "ngram"'
+    print(f"model {args.model}\n{method}", flush=True)
     tmp = tempfile.mkdtemp(prefix="spec-bench-")
     port = free_port()
     config = os.path.join(tmp, "spark.toml")
     with open(config, "w") as f:
         f.write(f'[model]\npath = "{args.model}"\n[engine]\nbackend = "cpu"\ncpu_threads = {args.threads}\n'
-                f'speculative = "ngram"\nnum_speculative_tokens = 4\nmax_num_seqs = 64\n'
+                f'{method}\nnum_speculative_tokens = 4\nmax_num_seqs = 64\n'
                 f'[server]\nport = {port}\n[log]\nlevel = "warn"\n')
     datasets = {}
     for name, lines in (("code-edit", code_edit_lines()), ("summarise", summarise_lines())):
@@ -108,6 +126,9 @@ def main():
                 # greedy continuations of random words fall into loops that lookup predicts.
                 extra = ["--num-prompts", "4", "--input-len", "128", "--output-len", "96", "--concurrency", "1",
                          "--temperature", "1"]
+            elif w.startswith("free-text-"):
+                extra = ["--num-prompts", "4", "--input-len", "128", "--output-len", "96", "--concurrency", "1",
+                         "--temperature", w[len("free-text-"):]]
             elif w == "concurrency-32":
                 # Two waves of 32, long enough that a pass is not dominated by its first prefill.
                 extra = ["--num-prompts", "64", "--input-len", "64", "--output-len", "64", "--concurrency", "32"]

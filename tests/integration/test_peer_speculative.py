@@ -50,3 +50,19 @@ def test_pair_with_speculation_matches_single_process_without(single_off):
         assert m["sparkd_kv_blocks_used"] == 0
     finally:
         pair.stop()
+
+
+def test_pair_with_a_draft_model_matches_single_process_without(single_off):
+    # The head runs the draft model (here the model itself, on the head's CPU): the worker
+    # sees only verification rows, as with lookup drafts.
+    draft = {"engine.speculative": "draft", "engine.speculative_model": str(MODEL), "engine.num_speculative_tokens": 3}
+    pair = Pair(head=draft).wait_ready()
+    try:
+        expected, _, _ = run_all(single_off.url, PROMPTS[:4], max_tokens=24)
+        got = [run_all(pair.head.url, [p], max_tokens=24)[0][0] for p in PROMPTS[:4]]
+        assert got == expected
+        m = wait_engine_idle(pair.head.url)
+        assert m["vllm:spec_decode_num_draft_tokens_total"] > 0
+        assert m["sparkd_kv_blocks_used"] == 0
+    finally:
+        pair.stop()

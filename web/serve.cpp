@@ -199,8 +199,8 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
     const ModelInfo& draft = *stage.draft;
     log_info("speculative decoding with the draft model ", draft.path, " (", draft.spec.architecture, ", ",
              parts->stage->draft_backend->describe(), ")");
-    parts->engine->attach_drafter(std::make_unique<DraftModel>(std::move(parts->stage->draft_backend),
-                                                               draft.spec.vocab_size, config.engine.max_num_batched_tokens));
+    parts->engine->attach_drafter(std::make_unique<DraftModel>(std::move(parts->stage->draft_backend), draft.spec,
+                                                               config.engine.max_num_batched_tokens));
   }
   parts->engine->start();
   return parts;

@@ -68,8 +68,7 @@ Config draft_model_config(const Config& config) {
 
 namespace {
 
-// The draft must cover the model's context, and propose ids the model has; its state
-// could not follow rejected drafts back (the draft's KV does, by its block tables).
+// The draft must cover the model's context, and propose ids the model has.
 void check_draft_model(const ModelSpec& model, int64_t max_model_len, const ModelSpec& draft, const std::string& path) {
   const std::string what = "engine.speculative_model (" + path + ", " + draft.architecture + ")";
   if (draft.vocab_size > model.vocab_size)
@@ -79,8 +78,6 @@ void check_draft_model(const ModelSpec& model, int64_t max_model_len, const Mode
     throw InputError(what + " has " + std::to_string(draft.max_position_embeddings) +
                      " positions, fewer than the model's context of " + std::to_string(max_model_len) +
                      ": lower model.max_model_len or pick another draft");
-  if (draft.has_recurrent_layers())
-    throw InputError(what + " has recurrent layers, which a draft model cannot have yet: use a transformer draft");
 }
 
 }  // namespace
@@ -103,7 +100,10 @@ StagePlan plan_stage(const Config& config) {
     const StageFootprint d = stage_footprint(dc, *p.draft, full_range(p.draft->spec), p.backend);
     footprint.draft_weight_bytes = d.weight_bytes;
     footprint.draft_kv_bytes_per_token = d.kv_bytes_per_token;
-    footprint.draft_workspace_bytes = d.workspace_bytes + d.reserve_bytes;
+    // With recurrent layers, each running sequence's state and its snapshot
+    // (engine/core/draft_model.h).
+    footprint.draft_workspace_bytes =
+        d.workspace_bytes + d.reserve_bytes + 2 * uint64_t(config.engine.max_num_seqs) * d.state_bytes_per_sequence;
   }
   p.memory = plan_memory(p.info.spec, p.range, footprint, config, memory_budget(p.backend));
   return p;

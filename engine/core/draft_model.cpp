@@ -19,22 +19,48 @@ void require_same_vocabulary(const Tokenizer& model, const Tokenizer& draft) {
                        "\" here; a draft model needs the model's tokenizer");
 }
 
-DraftModel::DraftModel(std::unique_ptr<Backend> backend, int64_t vocab_size, int64_t max_step_tokens)
-    : backend_(std::move(backend)), vocab_size_(vocab_size), max_step_tokens_(max_step_tokens) {
+DraftModel::DraftModel(std::unique_ptr<Backend> backend, const ModelSpec& spec, int64_t max_step_tokens)
+    : backend_(std::move(backend)),
+      vocab_size_(spec.vocab_size),
+      recurrent_(spec.has_recurrent_layers()),
+      max_step_tokens_(max_step_tokens) {
   SPARK_CHECK(backend_ != nullptr && vocab_size_ > 0 && max_step_tokens_ > 0, "a draft model needs a backend and a budget");
   greedy_.temperature = 0.0;
 }
 
-void DraftModel::prepare(int64_t num_kv_blocks, int64_t block_size) {
+void DraftModel::prepare(int64_t num_kv_blocks, int64_t block_size, int64_t max_running) {
   backend_->init_kv_cache(num_kv_blocks, block_size);
   block_size_ = block_size;
-  held_.clear();
+  max_running_ = max_running;
+  if (recurrent_) backend_->init_state_slots(2 * max_running);
+  forget_all();
 }
 
-int64_t DraftModel::held_prefix(const Sequence& seq) const {
-  const auto it = held_.find(seq.seq_id);
-  if (it == held_.end() || it->second.preemptions != seq.num_preemptions) return 0;
-  const Held& h = it->second;
+void DraftModel::retire(int64_t seq_id) {
+  const auto it = held_.find(seq_id);
+  if (it == held_.end()) return;
+  if (it->second.slot >= 0) free_slots_.push_back(it->second.slot);
+  held_.erase(it);
+}
+
+void DraftModel::forget_all() {
+  held_.clear();
+  free_slots_.clear();
+  if (recurrent_)
+    for (auto s = int32_t(max_running_); s-- > 0;) free_slots_.push_back(s);
+}
+
+void DraftModel::resume(Job& job) {
+  const Sequence& seq = *job.seq;
+  job.computed = 0;
+  Held& h = held_[seq.seq_id];
+  if (recurrent_ && h.slot < 0) {
+    SPARK_CHECK(!free_slots_.empty(), "more drafting sequences than the draft model has state slots for");
+    h.slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  job.slot = h.slot;
+  if (h.preemptions != seq.num_preemptions) return;
   int64_t n = std::min(h.tokens, seq.num_tokens());
   for (const int32_t d : h.drafts) {  // the drafts held that the sequence accepted
     if (n >= seq.num_tokens() || seq.token_ids[size_t(n)] != d) break;
@@ -47,7 +73,20 @@ int64_t DraftModel::held_prefix(const Sequence& seq) const {
       break;
     }
   // The last token's row is run again in any case: its logits give the first draft.
-  return std::min(n, seq.num_tokens() - 1);
+  n = std::min(n, seq.num_tokens() - 1);
+  if (!recurrent_) {
+    job.computed = n;
+    return;
+  }
+  // A state holds every token it took in: it goes on where it stands, or back to the
+  // snapshot of the sequence's tokens, or it starts over.
+  const int64_t state_at = h.tokens + int64_t(h.drafts.size());
+  if (n == state_at) {
+    job.computed = n;
+  } else if (!h.drafts.empty() && n >= h.tokens) {
+    job.computed = h.tokens;
+    job.restore = true;
+  }
 }
 
 void DraftModel::draft(ScheduledStep& step) {
@@ -55,7 +94,8 @@ void DraftModel::draft(ScheduledStep& step) {
   for (size_t i = 0; i < step.entries.size(); ++i) {
     const StepEntry& e = step.entries[i];
     if (e.num_draft_tokens == 0 || e.logits_row < 0) continue;
-    jobs.push_back({e.seq, i, e.num_draft_tokens, {}, held_prefix(*e.seq)});
+    jobs.push_back({e.seq, i, e.num_draft_tokens, {}, 0});
+    resume(jobs.back());
   }
   round_seconds_ = 0;
   rounds_ = 0;
@@ -73,7 +113,7 @@ void DraftModel::draft(ScheduledStep& step) {
     std::copy(seq.draft_tokens.begin(), seq.draft_tokens.end(),
               step.batch.token_ids.begin() + std::ptrdiff_t(end - j.wanted));
     // Every draft but the last has its K and V in the draft's cache.
-    Held& h = held_[seq.seq_id];
+    Held& h = held_.at(seq.seq_id);
     h.tokens = seq.num_tokens();
     h.drafts.assign(j.drafts.begin(), j.drafts.end() - 1);
     h.blocks = seq.block_table;
@@ -94,6 +134,14 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
     if (budget == 0) break;
     const Sequence& seq = *j->seq;
     const int64_t end = std::min(j->known(), j->computed + budget);
+    if (j->slot >= 0) {
+      b.state_slots.push_back(j->slot);
+      const auto snapshot = static_cast<int32_t>(j->slot + max_running_);
+      if (j->restore) b.state_copies.insert(b.state_copies.end(), {snapshot, j->slot});
+      // The state holds exactly the sequence's tokens before its first draft row.
+      if (j->computed == j->seq->num_tokens()) b.state_copies.insert(b.state_copies.end(), {j->slot, snapshot});
+      j->restore = false;
+    }
     for (int64_t pos = j->computed; pos < end; ++pos) {
       b.token_ids.push_back(j->token_at(pos));
       b.positions.push_back(static_cast<int32_t>(pos));

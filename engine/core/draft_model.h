@@ -12,6 +12,11 @@
 // (the whole prompt at the first, then the accepted drafts and the token after them),
 // then one row per further draft. It remembers which tokens its KV holds in which blocks,
 // so rejected drafts are run again and a preempted sequence starts over.
+//
+// A draft with recurrent layers (a small hybrid for a large one) keeps two state slots per
+// sequence: its state, and a snapshot taken before its first draft row, when the state
+// holds exactly the sequence's tokens. Drafts the model rejected are undone by copying
+// the snapshot back (Batch::state_copies), then the accepted ones are run again.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,6 +25,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/core/scheduler.h"
+#include "engine/model/model_spec.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace spark {
@@ -30,20 +36,21 @@ void require_same_vocabulary(const Tokenizer& model, const Tokenizer& draft);
 
 class DraftModel {
  public:
-  // `backend` holds all of the draft's layers; each of its forwards has at most
+  // `backend` holds all of the draft's layers (`spec`); each of its forwards has at most
   // max_step_tokens rows (the target's step budget, which sized both backends).
-  DraftModel(std::unique_ptr<Backend> backend, int64_t vocab_size, int64_t max_step_tokens);
+  DraftModel(std::unique_ptr<Backend> backend, const ModelSpec& spec, int64_t max_step_tokens);
 
-  // Sizes the draft's KV cache like the target's; once, before any draft.
-  void prepare(int64_t num_kv_blocks, int64_t block_size);
+  // Sizes the draft's KV cache like the target's, and with recurrent layers the states of
+  // max_running sequences; once, before any draft.
+  void prepare(int64_t num_kv_blocks, int64_t block_size, int64_t max_running);
 
   // Replaces the placeholder drafts of every entry of `step` that verifies some (planned
   // by the Speculator for a draft model) by the draft model's greedy tokens, in
   // seq->draft_tokens and in the step's rows.
   void draft(ScheduledStep& step);
 
-  void retire(int64_t seq_id) { held_.erase(seq_id); }
-  void forget_all() { held_.clear(); }
+  void retire(int64_t seq_id);
+  void forget_all();
 
   int64_t forwards() const { return forwards_; }  // draft forwards run so far
   // The last draft()'s mean time of a forward of one row per sequence (what each further
@@ -59,6 +66,7 @@ class DraftModel {
     std::vector<int32_t> drafts;
     std::vector<int32_t> blocks;
     int64_t preemptions = 0;
+    int32_t slot = -1;  // recurrent layers: its state slot; the snapshot is max_running_ above
   };
   // One sequence being drafted for: its known tokens are its context, then the drafts so
   // far; the draft's KV holds the first `computed` of them.
@@ -68,19 +76,25 @@ class DraftModel {
     int64_t wanted;  // drafts to make
     std::vector<int32_t> drafts;
     int64_t computed;
+    int32_t slot = -1;
+    bool restore = false;  // the state goes back to the snapshot before its first row
 
     int64_t known() const { return seq->num_tokens() + int64_t(drafts.size()); }
     int32_t token_at(int64_t pos) const {
       return pos < seq->num_tokens() ? seq->token_ids[size_t(pos)] : drafts[size_t(pos - seq->num_tokens())];
     }
   };
-  int64_t held_prefix(const Sequence& seq) const;
+  // Where the draft's cache and state let `job` start, and whether from the snapshot.
+  void resume(Job& job);
   // One forward over the next rows of `jobs` (as many as the step budget takes); the jobs
   // whose rows reached their last known token get the draft's greedy token appended.
   void forward(std::vector<Job*>& jobs);
 
   std::unique_ptr<Backend> backend_;
   int64_t vocab_size_;
+  bool recurrent_;
+  int64_t max_running_ = 0;
+  std::vector<int32_t> free_slots_;
   int64_t max_step_tokens_;
   int64_t block_size_ = 0;
   SamplingParams greedy_;

@@ -36,7 +36,7 @@ struct StageFootprint {
   // as its backend allocates it. Its KV cache has as many blocks as this stage's.
   uint64_t draft_weight_bytes = 0;
   uint64_t draft_kv_bytes_per_token = 0;
-  uint64_t draft_workspace_bytes = 0;  // activations and reserve
+  uint64_t draft_workspace_bytes = 0;  // activations, reserve, and any recurrent states
 };
 
 struct MemoryPlan {

@@ -118,7 +118,7 @@ Run run(const std::string& path, bool speculative, bool together, Path on = Path
   if (speculative && !draft.empty()) {
     dm = load_model(draft_model_config(config));
     const ModelSpec& ds = dm->info.spec;
-    auto d = std::make_unique<DraftModel>(make_backend(ds, dm->weights, draft_cuda), ds.vocab_size,
+    auto d = std::make_unique<DraftModel>(make_backend(ds, dm->weights, draft_cuda), ds,
                                           config.engine.max_num_batched_tokens);
     drafter = d.get();
     engine.attach_drafter(std::move(d));

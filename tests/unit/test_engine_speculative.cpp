@@ -96,7 +96,7 @@ Outcome run_waves(const std::string& path, const std::vector<std::vector<Request
     std::unique_ptr<Backend> draft_backend =
         slow_draft ? std::make_unique<SlowCpuBackend>(ds, bind_stage(ds, draft_model->weights), 1)
                    : std::make_unique<WideCpuBackend>(ds, bind_stage(ds, draft_model->weights), 1);
-    engine.attach_drafter(std::make_unique<DraftModel>(std::move(draft_backend), ds.vocab_size, budget));
+    engine.attach_drafter(std::make_unique<DraftModel>(std::move(draft_backend), ds, budget));
   }
   engine.start();
   Outcome o;

@@ -312,10 +312,14 @@ TEST_CASE("memory plan: a draft model's weights, workspace and K and V per block
   CHECK(!big.fits);
   CHECK(big.problem.find("draft model") != std::string::npos);
 
-  // Drafts from a model with recurrent layers, or with fewer positions than the context,
-  // are refused before anything loads.
+  // A draft with recurrent layers plans a state and a snapshot per running sequence.
   c.engine.speculative_model = "tests/golden/models/qwen3_5";
-  CHECK_THROWS_WITH_AS(plan_stage(c), doctest::Contains("recurrent layers"), InputError);
+  const StagePlan hybrid = plan_stage(c);
+  const StageFootprint hf = stage_footprint(draft_model_config(c), *hybrid.draft, full_range(hybrid.draft->spec), "cpu");
+  CHECK(hf.state_bytes_per_sequence > 0);
+  CHECK(hybrid.memory.draft_workspace_bytes ==
+        hf.workspace_bytes + hf.reserve_bytes + 2 * uint64_t(c.engine.max_num_seqs) * hf.state_bytes_per_sequence);
+  // A draft with fewer positions than the context is refused before anything loads.
   Config smol = config_for_model("models/SmolLM2-135M-Instruct.Q4_1.gguf");  // 8192 positions
   smol.engine.backend = "cpu";
   smol.engine.speculative = "draft";

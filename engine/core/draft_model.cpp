@@ -25,10 +25,16 @@ DraftModel::DraftModel(std::unique_ptr<Backend> backend, const ModelSpec& spec, 
       recurrent_(spec.has_recurrent_layers()),
       max_step_tokens_(max_step_tokens) {
   SPARK_CHECK(backend_ != nullptr && vocab_size_ > 0 && max_step_tokens_ > 0, "a draft model needs a backend and a budget");
-  greedy_.temperature = 0.0;
 }
 
-void DraftModel::prepare(int64_t num_kv_blocks, int64_t block_size, int64_t max_running) {
+void DraftModel::prepare(int64_t num_kv_blocks, int64_t block_size, int64_t max_running,
+                         const std::vector<int32_t>& eos_token_ids) {
+  // A draft may have fewer ids than the model (its vocabulary padded less): ids it lacks
+  // are left out of what it samples with.
+  std::vector<int32_t> eos;
+  for (const int32_t id : eos_token_ids)
+    if (id < vocab_size_) eos.push_back(id);
+  sampler_.emplace(vocab_size_, eos);
   backend_->init_kv_cache(num_kv_blocks, block_size);
   block_size_ = block_size;
   max_running_ = max_running;
@@ -94,8 +100,16 @@ void DraftModel::draft(ScheduledStep& step) {
   for (size_t i = 0; i < step.entries.size(); ++i) {
     const StepEntry& e = step.entries[i];
     if (e.num_draft_tokens == 0 || e.logits_row < 0) continue;
-    jobs.push_back({e.seq, i, e.num_draft_tokens, {}, 0});
-    resume(jobs.back());
+    Job& j = jobs.emplace_back(Job{e.seq, i, e.num_draft_tokens, {}});
+    j.params = e.seq->params;
+    j.params.logprobs = false;
+    j.params.top_logprobs = 0;
+    std::erase_if(j.params.logit_bias, [this](const auto& bias) { return bias.first >= vocab_size_; });
+    std::erase_if(j.params.stop_token_ids, [this](int32_t id) { return id >= vocab_size_; });
+    const SamplingParams& p = j.params;
+    if (p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 || p.min_tokens > 0)
+      j.context = e.seq->token_ids;
+    resume(j);
   }
   round_seconds_ = 0;
   rounds_ = 0;
@@ -164,10 +178,17 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
     return;
   }
   const auto started = std::chrono::steady_clock::now();
+  // Draft i of a sequence is drawn as the model draws output token n + i, n being the
+  // sequence's next output index (speculator.h: verification_rows).
+  std::vector<SampleRow> rows;
+  for (const Job* j : sampled) {
+    const Sequence& seq = *j->seq;
+    const auto counter = uint64_t(seq.num_output_tokens() + int64_t(j->drafts.size()));
+    rows.push_back({&j->params, j->context.empty() ? std::span<const int32_t>(seq.token_ids) : j->context,
+                    seq.num_prompt_tokens, seq.seed, counter});
+  }
   std::vector<int32_t> tokens(sampled.size());
   if (backend_->samples_on_device()) {
-    std::vector<SampleRow> rows;
-    for (const Job* j : sampled) rows.push_back({&greedy_, j->seq->token_ids, j->seq->num_prompt_tokens, 0, 0});
     backend_->forward_sample(b, nullptr, rows, samples_);
     for (size_t r = 0; r < sampled.size(); ++r) tokens[r] = samples_.samples[r].token;
   } else {
@@ -175,8 +196,9 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
     const auto vocab = static_cast<size_t>(vocab_size_);
     SPARK_CHECK(result_.logits.size() == sampled.size() * vocab, "the draft model returned the wrong number of logits");
     for (size_t r = 0; r < sampled.size(); ++r) {
-      const float* row = result_.logits.data() + r * vocab;
-      tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      const SampleRow& q = rows[r];
+      tokens[r] = sampler_->sample(result_.logits.data() + r * vocab, *q.params, q.context, q.num_prompt_tokens, q.seed,
+                                   q.counter).token;
     }
   }
   ++forwards_;
@@ -184,7 +206,11 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
     round_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     ++rounds_;
   }
-  for (size_t r = 0; r < sampled.size(); ++r) sampled[r]->drafts.push_back(tokens[r]);
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    Job& j = *sampled[r];
+    j.drafts.push_back(tokens[r]);
+    if (!j.context.empty()) j.context.push_back(tokens[r]);
+  }
 }
 
 }  // namespace spark

@@ -1,8 +1,12 @@
 // draft_model.h — speculative decoding with a separate, smaller model of the same
 // tokenizer ([engine] speculative = "draft", speculative_model): it proposes each
-// sequence's drafts by greedy decoding, one token after the other, before the target
-// verifies them in its step (engine/core/speculator.h: a greedy draft is a point mass,
-// so the target's outputs, seeded ones included, are exactly those without drafts).
+// sequence's drafts one token after the other, before the target verifies them in its
+// step. Each draft is sampled with the request's own parameters and the very draw the
+// model's sample at that position uses (uniform01(seed, output index), engine/core/
+// sampler.h): the draft is a point mass (engine/core/speculator.h), so the outputs,
+// seeded ones included, are exactly those without drafts, and a draft holds whenever the
+// two models' inverse-CDF draws agree: always for greedy requests whose top tokens agree,
+// and at temperature about as often as their distributions overlap.
 //
 // The draft's KV cache has as many blocks as the target's and a sequence's draft K and V
 // live in the blocks of its own block table: the scheduler allocates the drafts'
@@ -20,10 +24,12 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/core/sampler.h"
 #include "engine/core/scheduler.h"
 #include "engine/model/model_spec.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -41,8 +47,8 @@ class DraftModel {
   DraftModel(std::unique_ptr<Backend> backend, const ModelSpec& spec, int64_t max_step_tokens);
 
   // Sizes the draft's KV cache like the target's, and with recurrent layers the states of
-  // max_running sequences; once, before any draft.
-  void prepare(int64_t num_kv_blocks, int64_t block_size, int64_t max_running);
+  // max_running sequences; the EOS ids min_tokens masks. Once, before any draft.
+  void prepare(int64_t num_kv_blocks, int64_t block_size, int64_t max_running, const std::vector<int32_t>& eos_token_ids);
 
   // Replaces the placeholder drafts of every entry of `step` that verifies some (planned
   // by the Speculator for a draft model) by the draft model's greedy tokens, in
@@ -75,9 +81,13 @@ class DraftModel {
     size_t entry;
     int64_t wanted;  // drafts to make
     std::vector<int32_t> drafts;
-    int64_t computed;
+    int64_t computed = 0;
     int32_t slot = -1;
     bool restore = false;  // the state goes back to the snapshot before its first row
+    // What the draft samples with: the request's parameters without logprobs, and its
+    // context with the drafts when penalties or min_tokens read it.
+    SamplingParams params;
+    std::vector<int32_t> context;
 
     int64_t known() const { return seq->num_tokens() + int64_t(drafts.size()); }
     int32_t token_at(int64_t pos) const {
@@ -97,7 +107,7 @@ class DraftModel {
   std::vector<int32_t> free_slots_;
   int64_t max_step_tokens_;
   int64_t block_size_ = 0;
-  SamplingParams greedy_;
+  std::optional<Sampler> sampler_;  // a backend that returns logits
   std::unordered_map<int64_t, Held> held_;
   Batch batch_;
   ForwardResult result_;

@@ -144,7 +144,7 @@ void Engine::attach_drafter(std::unique_ptr<DraftModel> drafter) {
   std::lock_guard lock(mu_);
   SPARK_CHECK(!thread_.joinable() && drafter != nullptr, "a draft model is attached before the engine starts");
   drafter->prepare(blocks_.num_blocks(), blocks_.block_size(),
-                   int64_t(schedulers_.size()) * schedulers_.front()->config().max_num_seqs);
+                   int64_t(schedulers_.size()) * schedulers_.front()->config().max_num_seqs, eos_ids_);
   drafter_ = std::move(drafter);
 }
 

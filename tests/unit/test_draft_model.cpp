@@ -30,7 +30,7 @@ Drafters drafters(const std::string& path, int64_t num_blocks, int64_t budget) {
   for (auto* m : {&d.live, &d.scratch}) {
     *m = std::make_unique<DraftModel>(std::make_unique<CpuBackend>(spec, bind_stage(spec, d.model.weights), 1), spec,
                                       budget);
-    (*m)->prepare(num_blocks, kBlockSize, kMaxSeqs);
+    (*m)->prepare(num_blocks, kBlockSize, kMaxSeqs, {});
   }
   return d;
 }

@@ -14,11 +14,12 @@ the off passes opt out per request) on these workloads:
                   the random prompts at batch 1, greedy and at temperature 0.7
 
   python tests/bench/spec_bench.py [--build build] [--model models/...gguf] [--threads 1]
-                                   [--draft PATH | --draft-pair] [--workloads a,b]
+                                   [--draft PATH | --draft-pair f16|q8_0] [--workloads a,b]
 
---draft-pair: the target is SmolLM2 dequantized to F16 (tests/bench/dequantize_gguf.py,
-written under the build folder), the draft the 4-bit file it came from: a model four
-times the draft's bytes whose draft agrees with it more than a real quantization would.
+--draft-pair f16|q8_0: the target is SmolLM2 dequantized to F16 or requantized to Q8_0
+(tests/bench/dequantize_gguf.py, written under the build folder), the draft the 4-bit
+file it came from: a model about 3x (F16) or 1.5x (Q8_0) the draft's bytes, whose draft
+agrees with it more than a quantization of the original weights would.
 """
 import argparse
 import json
@@ -90,16 +91,17 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--workloads", default="code-edit,non-repetitive,concurrency-32,summarise")
     ap.add_argument("--draft", help="speculate with this draft model instead of prompt lookup")
-    ap.add_argument("--draft-pair", action="store_true", help="SmolLM2 F16 as the model, its 4-bit file as the draft")
+    ap.add_argument("--draft-pair", choices=["f16", "q8_0"],
+                    help="SmolLM2 dequantized to F16 or requantized to Q8_0 as the model, its 4-bit file as the draft")
     args = ap.parse_args()
     sparkd = os.path.join(ROOT, args.build, "sparkd")
     if args.draft_pair:
         args.draft = args.model
-        args.model = os.path.join(ROOT, args.build, "bench", "SmolLM2-135M-Instruct.F16.gguf")
+        args.model = os.path.join(ROOT, args.build, "bench", f"SmolLM2-135M-Instruct.{args.draft_pair.upper()}.gguf")
         if not os.path.exists(args.model):
             os.makedirs(os.path.dirname(args.model), exist_ok=True)
             subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "dequantize_gguf.py"), args.draft,
-                            args.model], check=True)
+                            args.model, "--type", args.draft_pair], check=True)
     method = f'speculative = "draft"\nspeculative_model = "{args.draft}"' if args.draft else 'speculative = "ngram"'
     print(f"model {args.model}\n{method}", flush=True)
     tmp = tempfile.mkdtemp(prefix="spec-bench-")

@@ -183,7 +183,7 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   log_info("memory plan:\n", describe_plan(plan), "  kv blocks used   ", blocks, " (",
            format_bytes(kv_cache_bytes(plan, blocks)), ")");
   parts->backend_description = parts->stage->backend->describe();
-  parts->weight_bytes = plan.weight_bytes;
+  parts->weight_bytes = plan.weight_bytes + plan.draft_weight_bytes;  // with a draft model, both
   parts->kv_cache_bytes = kv_cache_bytes(plan, blocks);
   parts->state_bytes = plan.state_bytes_per_sequence * uint64_t(plan.state_slots);
   std::unique_ptr<StepExecutor> executor;

@@ -2,7 +2,6 @@
 #include "engine/core/draft_model.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "engine/util/check.h"
 
@@ -111,8 +110,6 @@ void DraftModel::draft(ScheduledStep& step) {
       j.context = e.seq->token_ids;
     resume(j);
   }
-  round_seconds_ = 0;
-  rounds_ = 0;
   std::vector<Job*> pending;
   for (Job& j : jobs) pending.push_back(&j);
   while (!pending.empty()) {
@@ -177,7 +174,6 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
     ++forwards_;
     return;
   }
-  const auto started = std::chrono::steady_clock::now();
   // Draft i of a sequence is drawn as the model draws output token n + i, n being the
   // sequence's next output index (speculator.h: verification_rows).
   std::vector<SampleRow> rows;
@@ -202,10 +198,6 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
     }
   }
   ++forwards_;
-  if (b.num_tokens() == int32_t(sampled.size())) {  // one row a sequence: a draft round
-    round_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    ++rounds_;
-  }
   for (size_t r = 0; r < sampled.size(); ++r) {
     Job& j = *sampled[r];
     j.drafts.push_back(tokens[r]);

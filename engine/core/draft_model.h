@@ -51,7 +51,7 @@ class DraftModel {
   void prepare(int64_t num_kv_blocks, int64_t block_size, int64_t max_running, const std::vector<int32_t>& eos_token_ids);
 
   // Replaces the placeholder drafts of every entry of `step` that verifies some (planned
-  // by the Speculator for a draft model) by the draft model's greedy tokens, in
+  // by the Speculator for a draft model) by the draft model's samples, in
   // seq->draft_tokens and in the step's rows.
   void draft(ScheduledStep& step);
 
@@ -59,9 +59,6 @@ class DraftModel {
   void forget_all();
 
   int64_t forwards() const { return forwards_; }  // draft forwards run so far
-  // The last draft()'s mean time of a forward of one row per sequence (what each further
-  // draft costs; the catch-ups are left out); 0 when it ran none.
-  double seconds_per_round() const { return rounds_ > 0 ? round_seconds_ / double(rounds_) : 0.0; }
 
  private:
   // What the draft's KV holds for one sequence: K and V of its first `tokens` tokens
@@ -97,7 +94,7 @@ class DraftModel {
   // Where the draft's cache and state let `job` start, and whether from the snapshot.
   void resume(Job& job);
   // One forward over the next rows of `jobs` (as many as the step budget takes); the jobs
-  // whose rows reached their last known token get the draft's greedy token appended.
+  // whose rows reached their last known token get the draft's sample appended.
   void forward(std::vector<Job*>& jobs);
 
   std::unique_ptr<Backend> backend_;
@@ -113,8 +110,6 @@ class DraftModel {
   ForwardResult result_;
   StepOutput samples_;
   int64_t forwards_ = 0;
-  double round_seconds_ = 0;
-  int64_t rounds_ = 0;
 };
 
 }  // namespace spark

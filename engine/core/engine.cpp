@@ -322,23 +322,21 @@ void Engine::launch(size_t slot) {
     return;
   }
   admit(plan);
-  double draft_seconds_per_forward = 0;
-  if (drafter_) {
-    drafter_->draft(plan);
-    // Weighed against decode steps only: a prefill chunk's time is not what a draft saves.
-    const bool decode_only = std::all_of(plan.entries.begin(), plan.entries.end(),
-                                         [](const StepEntry& e) { return e.num_new_tokens == 1 + e.num_draft_tokens; });
-    if (decode_only) draft_seconds_per_forward = drafter_->seconds_per_round();
-  }
-  for (const StepEntry& e : plan.entries) live_.at(e.seq->seq_id).in_flight = true;
-  in_flight_.push_back({slot, std::move(plan), draft_seconds_per_forward, 0});
   const auto started = Clock::now();
+  if (drafter_) drafter_->draft(plan);
+  // Only decode steps are timed for the draft cost: a prefill chunk's time is not what a
+  // draft saves.
+  const bool timed = drafter_ && std::all_of(plan.entries.begin(), plan.entries.end(), [](const StepEntry& e) {
+    return e.num_new_tokens == 1 + e.num_draft_tokens;
+  });
+  for (const StepEntry& e : plan.entries) live_.at(e.seq->seq_id).in_flight = true;
+  in_flight_.push_back({slot, std::move(plan)});
   {
     std::lock_guard lock(mu_);
-    state_.step_started = started;
+    state_.step_started = Clock::now();
   }
   executor_->launch(in_flight_.back().plan);
-  in_flight_.back().step_seconds = seconds_between(started, Clock::now());
+  if (timed) in_flight_.back().seconds = seconds_between(started, Clock::now());
   std::lock_guard lock(mu_);
   state_.step_started = {};
   ++state_.steps;
@@ -349,8 +347,11 @@ void Engine::complete_oldest() {
   const StepOutput out = executor_->finish_oldest();
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
-  f.step_seconds += seconds_between(started, Clock::now());
-  if (f.draft_seconds_per_forward > 0) speculator_.observe_draft_cost(f.draft_seconds_per_forward, f.step_seconds);
+  if (f.seconds >= 0) {
+    int64_t drafts = 0;
+    for (const StepEntry& e : f.plan.entries) drafts += e.num_draft_tokens;
+    speculator_.observe_step(int64_t(f.plan.entries.size()), drafts, f.seconds + seconds_between(started, Clock::now()));
+  }
   for (const StepEntry& e : f.plan.entries) live_.at(e.seq->seq_id).in_flight = false;
   emit_all(f.slot, f.plan, out);
 }

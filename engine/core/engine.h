@@ -126,10 +126,9 @@ class Engine {
   struct InFlight {
     size_t slot = 0;
     ScheduledStep plan;
-    // A draft model's share: its time per forward for this step's drafts (0: none), and
-    // the time the engine thread spent in the executor for the step.
-    double draft_seconds_per_forward = 0;
-    double step_seconds = 0;
+    // With a draft model, a decode-only step's time from its first draft forward through
+    // the executor (the engine thread's share of it); -1 for other steps.
+    double seconds = -1;
   };
 
   void loop();

@@ -2,6 +2,7 @@
 #include "engine/core/speculator.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "engine/util/check.h"
 
@@ -19,6 +20,10 @@ constexpr double kAcceptanceWeight = 0.1;
 constexpr double kCostWeight = 0.1;
 // Proposals after which a draft cost that was not measured again is forgotten.
 constexpr int64_t kCostLifetime = 1024;
+// With a draft model, one decode step in this many makes no drafts, to time a plain step.
+constexpr int64_t kPlainEvery = 64;
+
+size_t batch_bucket(int64_t seqs) { return std::min<size_t>(15, size_t(std::bit_width(uint64_t(std::max<int64_t>(seqs, 1)))) - 1); }
 
 }  // namespace
 
@@ -90,6 +95,17 @@ void Speculator::propose(const Scheduler& scheduler, int64_t row_budget) {
   for (Sequence* seq : running) seq->draft_tokens.clear();
   if (!enabled()) return;
   if (draft_cost_ > 0 && ++proposals_since_cost_ > kCostLifetime) draft_cost_ = 0;
+  if (config_.from_model) {
+    if (++proposals_ % kPlainEvery == 0) plain_due_ = true;
+    // A plain step is timed on a decode-only step: every running sequence decodes.
+    const bool decode_only = scheduler.waiting().empty() && !running.empty() &&
+                             std::all_of(running.begin(), running.end(),
+                                         [](const Sequence* s) { return s->num_uncomputed_tokens() == 1; });
+    if (plain_due_ && decode_only) {
+      plain_due_ = false;
+      return;
+    }
+  }
   // The rows the step will hold without drafts: every running sequence's uncomputed
   // tokens, and the prompts that may be admitted, within the step's token budget.
   int64_t rows = 0;
@@ -133,9 +149,16 @@ void Speculator::propose(const Scheduler& scheduler, int64_t row_budget) {
   }
 }
 
-void Speculator::observe_draft_cost(double seconds_per_forward, double step_seconds) {
-  if (!(seconds_per_forward > 0) || !(step_seconds > 0)) return;
-  const double cost = seconds_per_forward / step_seconds;
+void Speculator::observe_step(int64_t seqs, int64_t drafts, double seconds) {
+  if (!config_.from_model || seqs <= 0 || !(seconds > 0)) return;
+  double& plain = plain_seconds_[batch_bucket(seqs)];
+  if (drafts == 0) {
+    plain = plain > 0 ? plain + kCostWeight * (seconds - plain) : seconds;
+    return;
+  }
+  if (plain == 0) return;
+  // Per draft a sequence made, what the step cost beyond a plain one; never quite free.
+  const double cost = std::max(0.001, (seconds - plain) / plain * double(seqs) / double(drafts));
   proposals_since_cost_ = 0;
   draft_cost_ = draft_cost_ > 0 ? draft_cost_ + kCostWeight * (cost - draft_cost_) : cost;
 }

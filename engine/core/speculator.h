@@ -14,6 +14,7 @@
 // and a seeded request gives exactly the tokens it gives with speculation off. A draft
 // model's greedy tokens are such point masses too.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 #include <unordered_map>
@@ -44,8 +45,9 @@ size_t accepted_drafts(std::span<const int32_t> drafts, const int32_t* sampled);
 
 // The number of drafts, at most k_max, that makes the most tokens per unit of time when
 // each draft holds with probability `acceptance` (given the ones before it held) and
-// costs `cost` of a step (a draft model's forward over the model's step): k drafts give
-// (1 - a^(k+1)) / (1 - a) tokens in 1 + k * cost. 0 when no k beats decoding without.
+// costs `cost` of a step without drafts (its draft model forward and its verification
+// row): k drafts give (1 - a^(k+1)) / (1 - a) tokens in 1 + k * cost steps. 0 when no k
+// beats decoding without.
 int paying_drafts(double acceptance, double cost, int k_max);
 
 // The sample rows verifying `drafts` after `tokens` (prompt + output so far): rows[i]
@@ -75,14 +77,17 @@ class Speculator {
   // hold drafts more.
   void observe(const Sequence& seq, size_t drafted, size_t accepted);
 
-  // A draft model's forwards cost time the steps do not show: the engine reports each
-  // step's draft time over its forwards and the step's own time. With that cost, a
-  // sequence drafts only as many tokens as pay for themselves at its acceptance
-  // (paying_drafts), and none for the rest of its life when none do: it would have to
-  // catch the draft up on everything it wrote meanwhile to try again. A cost not measured
-  // for a while is forgotten (the load changes it), so that new sequences measure again.
-  void observe_draft_cost(double seconds_per_forward, double step_seconds);
-  double draft_cost() const { return draft_cost_; }  // a draft forward over a step, averaged
+  // A draft model's drafts cost its forwards and the verification rows. The engine reports
+  // every decode-only step: its sequences, the drafts it verified, and its time from the
+  // first draft forward to the step's end. Steps without drafts give the time of a plain
+  // step at that batch size (with a draft model, one in kPlainEvery steps is kept plain
+  // for it); steps with drafts, what a draft costs beyond it. With that cost, a sequence
+  // drafts only as many tokens as pay for themselves at its acceptance (paying_drafts),
+  // and none for the rest of its life when none do: it would have to catch the draft up
+  // on everything it wrote meanwhile to try again. A cost not measured for a while is
+  // forgotten (the load changes it), so that new sequences measure again.
+  void observe_step(int64_t seqs, int64_t drafts, double seconds);
+  double draft_cost() const { return draft_cost_; }  // a draft over a plain step, averaged
 
   void retire(int64_t seq_id) { states_.erase(seq_id); }
   void forget_all() { states_.clear(); }
@@ -101,6 +106,11 @@ class Speculator {
   std::unordered_map<int64_t, State> states_;
   double draft_cost_ = 0;  // 0: not measured yet, or drafts by lookup (free)
   int64_t proposals_since_cost_ = 0;
+  int64_t proposals_ = 0;
+  bool plain_due_ = true;  // a draft model: the next decode-only step makes no drafts
+  // A plain decode step's seconds by batch size (bucket log2 of the sequences), averaged;
+  // 0: not measured.
+  std::array<double, 16> plain_seconds_{};
 };
 
 }  // namespace spark

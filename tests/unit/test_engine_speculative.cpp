@@ -44,14 +44,14 @@ class WideCpuBackend : public CpuBackend {
   int64_t rows_at_decode_cost() const override { return 1024; }
 };
 
-// A model that costs far more than the other: each forward takes 3 ms more. As the target,
+// A model that costs far more than the other: each forward takes 10 ms more. As the target,
 // it is one 10x its draft's size; as the draft, one that does not pay for its drafts
-// (the engine stops drafting then: Speculator::observe_draft_cost).
+// (the engine stops drafting then: Speculator::observe_step).
 class SlowCpuBackend : public WideCpuBackend {
  public:
   using WideCpuBackend::WideCpuBackend;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
     WideCpuBackend::forward(batch, hidden_in, out);
   }
 };

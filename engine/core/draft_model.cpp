@@ -110,6 +110,8 @@ void DraftModel::draft(ScheduledStep& step) {
       j.context = e.seq->token_ids;
     resume(j);
   }
+  max_catch_up_ = 0;
+  for (const Job& j : jobs) max_catch_up_ = std::max(max_catch_up_, j.seq->num_tokens() - j.computed);
   std::vector<Job*> pending;
   for (Job& j : jobs) pending.push_back(&j);
   while (!pending.empty()) {

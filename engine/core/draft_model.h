@@ -59,6 +59,9 @@ class DraftModel {
   void forget_all();
 
   int64_t forwards() const { return forwards_; }  // draft forwards run so far
+  // The most tokens the last draft() ran for a sequence before its first draft: 1 or 2
+  // in the steady state, a whole prompt for a sequence's first drafts.
+  int64_t max_catch_up() const { return max_catch_up_; }
 
  private:
   // What the draft's KV holds for one sequence: K and V of its first `tokens` tokens
@@ -110,6 +113,7 @@ class DraftModel {
   ForwardResult result_;
   StepOutput samples_;
   int64_t forwards_ = 0;
+  int64_t max_catch_up_ = 0;
 };
 
 }  // namespace spark

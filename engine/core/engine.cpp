@@ -325,10 +325,11 @@ void Engine::launch(size_t slot) {
   const auto started = Clock::now();
   if (drafter_) drafter_->draft(plan);
   // Only decode steps are timed for the draft cost: a prefill chunk's time is not what a
-  // draft saves.
-  const bool timed = drafter_ && std::all_of(plan.entries.begin(), plan.entries.end(), [](const StepEntry& e) {
-    return e.num_new_tokens == 1 + e.num_draft_tokens;
-  });
+  // draft saves, nor is the draft's own catch-up on a prompt (once per sequence), which
+  // would make drafting look costlier than it is at every step after.
+  const bool timed = drafter_ && drafter_->max_catch_up() <= 1 + speculator_.max_drafts() &&
+                     std::all_of(plan.entries.begin(), plan.entries.end(),
+                                 [](const StepEntry& e) { return e.num_new_tokens == 1 + e.num_draft_tokens; });
   for (const StepEntry& e : plan.entries) live_.at(e.seq->seq_id).in_flight = true;
   in_flight_.push_back({slot, std::move(plan)});
   {

@@ -64,6 +64,7 @@ class Speculator {
 
   bool enabled() const { return config_.num_tokens > 0; }
   bool drafts_from_model() const { return enabled() && config_.from_model; }
+  int64_t max_drafts() const { return config_.num_tokens; }
 
   // Sets seq->draft_tokens for the scheduler's next step: a decoding sequence that may
   // speculate (not opted out, room under max_tokens) gets up to its current k drafts (a

@@ -99,7 +99,10 @@ void DraftModel::draft(ScheduledStep& step) {
   for (size_t i = 0; i < step.entries.size(); ++i) {
     const StepEntry& e = step.entries[i];
     if (e.num_draft_tokens == 0 || e.logits_row < 0) continue;
-    Job& j = jobs.emplace_back(Job{e.seq, i, e.num_draft_tokens, {}});
+    Job& j = jobs.emplace_back();
+    j.seq = e.seq;
+    j.entry = i;
+    j.wanted = e.num_draft_tokens;
     j.params = e.seq->params;
     j.params.logprobs = false;
     j.params.top_logprobs = 0;

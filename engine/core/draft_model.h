@@ -77,9 +77,9 @@ class DraftModel {
   // One sequence being drafted for: its known tokens are its context, then the drafts so
   // far; the draft's KV holds the first `computed` of them.
   struct Job {
-    const Sequence* seq;
-    size_t entry;
-    int64_t wanted;  // drafts to make
+    const Sequence* seq = nullptr;
+    size_t entry = 0;
+    int64_t wanted = 0;  // drafts to make
     std::vector<int32_t> drafts;
     int64_t computed = 0;
     int32_t slot = -1;

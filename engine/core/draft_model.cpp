@@ -65,6 +65,14 @@ void DraftModel::resume(Job& job) {
     free_slots_.pop_back();
   }
   job.slot = h.slot;
+  if (!h.params) {
+    SamplingParams& p = h.params.emplace(seq.params);
+    p.logprobs = false;
+    p.top_logprobs = 0;
+    std::erase_if(p.logit_bias, [this](const auto& bias) { return bias.first >= vocab_size_; });
+    std::erase_if(p.stop_token_ids, [this](int32_t id) { return id >= vocab_size_; });
+  }
+  job.params = &*h.params;
   if (h.preemptions != seq.num_preemptions) return;
   int64_t n = std::min(h.tokens, seq.num_tokens());
   for (const int32_t d : h.drafts) {  // the drafts held that the sequence accepted
@@ -103,15 +111,10 @@ void DraftModel::draft(ScheduledStep& step) {
     j.seq = e.seq;
     j.entry = i;
     j.wanted = e.num_draft_tokens;
-    j.params = e.seq->params;
-    j.params.logprobs = false;
-    j.params.top_logprobs = 0;
-    std::erase_if(j.params.logit_bias, [this](const auto& bias) { return bias.first >= vocab_size_; });
-    std::erase_if(j.params.stop_token_ids, [this](int32_t id) { return id >= vocab_size_; });
-    const SamplingParams& p = j.params;
+    resume(j);
+    const SamplingParams& p = *j.params;
     if (p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 || p.min_tokens > 0)
       j.context = e.seq->token_ids;
-    resume(j);
   }
   max_catch_up_ = 0;
   for (const Job& j : jobs) max_catch_up_ = std::max(max_catch_up_, j.seq->num_tokens() - j.computed);
@@ -185,7 +188,7 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
   for (const Job* j : sampled) {
     const Sequence& seq = *j->seq;
     const auto counter = uint64_t(seq.num_output_tokens() + int64_t(j->drafts.size()));
-    rows.push_back({&j->params, j->context.empty() ? std::span<const int32_t>(seq.token_ids) : j->context,
+    rows.push_back({j->params, j->context.empty() ? std::span<const int32_t>(seq.token_ids) : j->context,
                     seq.num_prompt_tokens, seq.seed, counter});
   }
   std::vector<int32_t> tokens(sampled.size());

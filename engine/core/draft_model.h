@@ -73,6 +73,9 @@ class DraftModel {
     std::vector<int32_t> blocks;
     int64_t preemptions = 0;
     int32_t slot = -1;  // recurrent layers: its state slot; the snapshot is max_running_ above
+    // What the draft samples with, made once per sequence: the request's parameters
+    // without logprobs and without ids the draft lacks.
+    std::optional<SamplingParams> params;
   };
   // One sequence being drafted for: its known tokens are its context, then the drafts so
   // far; the draft's KV holds the first `computed` of them.
@@ -84,17 +87,16 @@ class DraftModel {
     int64_t computed = 0;
     int32_t slot = -1;
     bool restore = false;  // the state goes back to the snapshot before its first row
-    // What the draft samples with: the request's parameters without logprobs, and its
-    // context with the drafts when penalties or min_tokens read it.
-    SamplingParams params;
-    std::vector<int32_t> context;
+    const SamplingParams* params = nullptr;  // Held::params
+    std::vector<int32_t> context;  // its context and drafts, when penalties or min_tokens read them
 
     int64_t known() const { return seq->num_tokens() + int64_t(drafts.size()); }
     int32_t token_at(int64_t pos) const {
       return pos < seq->num_tokens() ? seq->token_ids[size_t(pos)] : drafts[size_t(pos - seq->num_tokens())];
     }
   };
-  // Where the draft's cache and state let `job` start, and whether from the snapshot.
+  // Where the draft's cache and state let `job` start, whether from the snapshot, and
+  // what it samples with.
   void resume(Job& job);
   // One forward over the next rows of `jobs` (as many as the step budget takes); the jobs
   // whose rows reached their last known token get the draft's sample appended.

@@ -23,7 +23,14 @@ constexpr int64_t kCostLifetime = 1024;
 // With a draft model, one decode step in this many makes no drafts, to time a plain step.
 constexpr int64_t kPlainEvery = 64;
 
-size_t batch_bucket(int64_t seqs) { return std::min<size_t>(15, size_t(std::bit_width(uint64_t(std::max<int64_t>(seqs, 1)))) - 1); }
+size_t batch_bucket(int64_t seqs) {
+  return std::min<size_t>(15, size_t(std::bit_width(uint64_t(std::max<int64_t>(seqs, 1)))) - 1);
+}
+
+// A running average of timings; 0 stands for none yet, so the first sample sets it.
+void add_sample(double& average, double sample) {
+  average = average > 0 ? average + kCostWeight * (sample - average) : sample;
+}
 
 }  // namespace
 
@@ -153,14 +160,14 @@ void Speculator::observe_step(int64_t seqs, int64_t drafts, double seconds) {
   if (!config_.from_model || seqs <= 0 || !(seconds > 0)) return;
   double& plain = plain_seconds_[batch_bucket(seqs)];
   if (drafts == 0) {
-    plain = plain > 0 ? plain + kCostWeight * (seconds - plain) : seconds;
+    add_sample(plain, seconds);
     return;
   }
   if (plain == 0) return;
   // Per draft a sequence made, what the step cost beyond a plain one; never quite free.
   const double cost = std::max(0.001, (seconds - plain) / plain * double(seqs) / double(drafts));
   proposals_since_cost_ = 0;
-  draft_cost_ = draft_cost_ > 0 ? draft_cost_ + kCostWeight * (cost - draft_cost_) : cost;
+  add_sample(draft_cost_, cost);
 }
 
 void Speculator::observe(const Sequence& seq, size_t drafted, size_t accepted) {

@@ -12,7 +12,7 @@
 // = min(1, p(d)/q(d)), and when it does not, the sample is distributed as p without d,
 // which is the residual norm(max(0, p - q)). So the output distribution is the model's,
 // and a seeded request gives exactly the tokens it gives with speculation off. A draft
-// model's greedy tokens are such point masses too.
+// model's drafts are such point masses too (each the draft's own draw, DraftModel).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -88,7 +88,6 @@ class Speculator {
   // on everything it wrote meanwhile to try again. A cost not measured for a while is
   // forgotten (the load changes it), so that new sequences measure again.
   void observe_step(int64_t seqs, int64_t drafts, double seconds);
-  double draft_cost() const { return draft_cost_; }  // a draft over a plain step, averaged
 
   void retire(int64_t seq_id) { states_.erase(seq_id); }
   void forget_all() { states_.clear(); }
@@ -105,7 +104,7 @@ class Speculator {
 
   SpeculationConfig config_;
   std::unordered_map<int64_t, State> states_;
-  double draft_cost_ = 0;  // 0: not measured yet, or drafts by lookup (free)
+  double draft_cost_ = 0;  // a draft over a plain step, averaged; 0: not measured, or lookup drafts
   int64_t proposals_since_cost_ = 0;
   int64_t proposals_ = 0;
   bool plain_due_ = true;  // a draft model: the next decode-only step makes no drafts

@@ -66,7 +66,7 @@ const std::vector<KeySpec>& key_specs() {
       {"engine", "enable_chunked_prefill", KeyType::BOOL, {}, 0, 0, setter(&C::engine, &EngineConfig::enable_chunked_prefill)},
       {"engine", "cuda_graphs", KeyType::BOOL, {}, 0, 0, setter(&C::engine, &EngineConfig::cuda_graphs)},
       {"engine", "cpu_threads", KeyType::INT, {}, 0, 1024, setter(&C::engine, &EngineConfig::cpu_threads)},
-      {"engine", "speculative", KeyType::STRING, {"none", "ngram", "draft"}, 0, 0, setter(&C::engine, &EngineConfig::speculative)},
+      {"engine", "speculative", KeyType::STRING, {"none", "ngram", "draft", "mtp"}, 0, 0, setter(&C::engine, &EngineConfig::speculative)},
       {"engine", "speculative_model", KeyType::STRING, {}, 0, 0, setter(&C::engine, &EngineConfig::speculative_model)},
       {"engine", "num_speculative_tokens", KeyType::INT, {}, 1, 16, setter(&C::engine, &EngineConfig::num_speculative_tokens)},
       {"engine", "prompt_lookup_min", KeyType::INT, {}, 1, 64, setter(&C::engine, &EngineConfig::prompt_lookup_min)},
@@ -299,6 +299,10 @@ void validate_whole(const Config& c, const Origins& origins) {
         std::to_string(c.engine.prompt_lookup_max) + ")", {"engine.prompt_lookup_min", "engine.prompt_lookup_max"});
   if (c.engine.speculative == "draft" && c.engine.speculative_model.empty())
     bad("[engine] speculative = \"draft\" needs speculative_model, the draft model's folder or .gguf",
+        {"engine.speculative", "engine.speculative_model"});
+  if (c.engine.speculative != "draft" && !c.engine.speculative_model.empty())
+    bad("[engine] speculative_model names a draft model, which only speculative = \"draft\" runs (speculative is \"" +
+            c.engine.speculative + "\")",
         {"engine.speculative", "engine.speculative_model"});
   if (c.server.dashboard_auth == "api_key" && c.server.api_keys.empty() && c.server.api_key_file.empty())
     bad("[server] dashboard_auth = \"api_key\" but no api_keys or api_key_file is set", {"server.dashboard_auth"});

@@ -30,8 +30,9 @@ struct EngineConfig {
   // Speculative decoding (engine/core/speculator.h): "ngram" drafts up to
   // num_speculative_tokens tokens per step by prompt lookup, matching the context's last
   // prompt_lookup_max..prompt_lookup_min tokens against earlier text; "draft" runs the
-  // model at speculative_model (same tokenizer) for them (engine/core/draft_model.h).
-  std::string speculative = "none";  // "none" | "ngram" | "draft"
+  // model at speculative_model (same tokenizer) for them, "mtp" the model's own
+  // multi-token-prediction head (engine/core/draft_model.h).
+  std::string speculative = "none";  // "none" | "ngram" | "draft" | "mtp"
   std::string speculative_model;     // the draft model's folder or .gguf
   int64_t num_speculative_tokens = 4;
   int64_t prompt_lookup_min = 2;
@@ -40,7 +41,9 @@ struct EngineConfig {
   // (engine/core/state_checkpoints.h): how many it keeps; -1 = twice max_num_seqs, 0 = none.
   int64_t state_checkpoints = -1;
 
-  bool speculates() const { return (speculative == "ngram" || speculative == "draft") && num_speculative_tokens > 0; }
+  bool speculates() const { return speculative != "none" && num_speculative_tokens > 0; }
+  // Drafts come from a model run beside the target (a draft model or the MTP head).
+  bool drafts_from_model() const { return speculative == "draft" || speculative == "mtp"; }
   // The state checkpoints kept for a model with recurrent layers (none without prefix caching).
   int64_t checkpoint_slots() const {
     if (!enable_prefix_caching) return 0;

@@ -163,7 +163,7 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   const ModelInfo& info = stage.info;
   const MemoryPlan& plan = stage.memory;
   parts->tokenizer = Tokenizer::load(info.tokenizer_path);
-  if (stage.draft) {  // its errors name it: the path alone may read as the model's
+  if (stage.draft && !stage.draft->spec.mtp_head) {  // its errors name it: the path alone may read as the model's
     try {
       require_same_vocabulary(*parts->tokenizer, *Tokenizer::load(stage.draft->tokenizer_path));
     } catch (const InputError& e) {
@@ -197,8 +197,8 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
   parts->engine = std::make_unique<Engine>(config, std::move(executor), info.spec, *parts->tokenizer, blocks, window_blocks);
   if (parts->stage->draft_backend) {
     const ModelInfo& draft = *stage.draft;
-    log_info("speculative decoding with the draft model ", draft.path, " (", draft.spec.architecture, ", ",
-             parts->stage->draft_backend->describe(), ")");
+    log_info("speculative decoding with ", draft.spec.mtp_head ? "the model's MTP head" : "the draft model " + draft.path,
+             " (", draft.spec.architecture, ", ", parts->stage->draft_backend->describe(), ")");
     parts->engine->attach_drafter(std::make_unique<DraftModel>(std::move(parts->stage->draft_backend), draft.spec,
                                                                config.engine.max_num_batched_tokens));
   }

@@ -88,15 +88,17 @@ StagePlan plan_stage(const Config& config) {
   p.range = stage_range(config, p.info);
   p.backend = resolve_backend(config);
   StageFootprint footprint = stage_footprint(config, p.info, p.range, p.backend);
-  if (config.engine.speculative == "draft" && !(config.peer.enabled && config.peer.role == "worker")) {
-    const Config dc = draft_model_config(config);
+  const bool engine_box = !(config.peer.enabled && config.peer.role == "worker");
+  if (config.engine.drafts_from_model() && engine_box) {
+    const bool mtp = config.engine.speculative == "mtp";
+    const Config dc = mtp ? config : draft_model_config(config);
     // The draft's errors name it: "model path ... does not exist" alone points at model.path.
     try {
-      p.draft = inspect_model(dc);
+      p.draft = mtp ? mtp_head_info(p.info) : inspect_model(dc);
     } catch (const InputError& e) {
-      throw InputError("engine.speculative_model: " + std::string(e.what()));
+      throw InputError(std::string(mtp ? "engine.speculative = \"mtp\": " : "engine.speculative_model: ") + e.what());
     }
-    check_draft_model(p.info.spec, effective_max_model_len(config, p.info.spec), p.draft->spec, dc.model.path);
+    if (!mtp) check_draft_model(p.info.spec, effective_max_model_len(config, p.info.spec), p.draft->spec, dc.model.path);
     const StageFootprint d = stage_footprint(dc, *p.draft, full_range(p.draft->spec), p.backend);
     footprint.draft_weight_bytes = d.weight_bytes;
     footprint.draft_kv_bytes_per_token = d.kv_bytes_per_token;
@@ -123,7 +125,7 @@ std::unique_ptr<LoadedStage> load_stage(const Config& config, StagePlan plan) {
     const ModelInfo& draft = *s->plan.draft;
     s->draft_weights = load_stage_weights(draft, full_range(draft.spec));
     s->draft_stage = bind_stage(draft.spec, s->draft_weights);
-    s->draft_backend = make_backend(draft_model_config(config), draft.spec, s->draft_stage);
+    s->draft_backend = make_backend(draft.spec.mtp_head ? config : draft_model_config(config), draft.spec, s->draft_stage);
   }
   return s;
 }

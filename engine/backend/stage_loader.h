@@ -34,7 +34,8 @@ struct StagePlan {
   LayerRange range;
   std::string backend;  // resolve_backend(config)
   MemoryPlan memory;    // with the draft model's part, when there is one
-  // speculative = "draft" on the box that runs the engine (not a pipeline's worker).
+  // speculative = "draft" (the draft model) or "mtp" (the model's MTP head, read from its
+  // files: mtp_head_info) on the box that runs the engine (not a pipeline's worker).
   std::optional<ModelInfo> draft;
 };
 // inspect -> range -> plan. Does not require that the plan fits (`sparkd check` prints

@@ -21,6 +21,19 @@
 // sequence: its state, and a snapshot taken before its first draft row, when the state
 // holds exactly the sequence's tokens. Drafts the model rejected are undone by copying
 // the snapshot back (Batch::state_copies), then the accepted ones are run again.
+//
+// The model's own MTP head ([engine] speculative = "mtp", ModelSpec::mtp_head) is run the
+// same way, with one difference: its row at position p reads the token at p + 1 and the
+// model's final hidden state at p, and predicts the token at p + 2. So it runs one row
+// fewer than the sequence has tokens, and each row needs the model's hidden state there:
+// the scheduler makes every row of a sequence that may draft a hidden row
+// (SchedulerConfig::hidden_for_drafts), observe() keeps those the step's accepted tokens
+// leave valid, and the next draft() feeds them to the head, eagerly, whether or not the
+// sequence drafts in that step (so a long prompt's rows are not held for long). Draft
+// rows read the head's own hidden state from the row before, as the head was trained;
+// they are never kept, since the model's hidden state replaces the head's once the
+// drafts are verified. Rows in prefix-cached blocks keep the head's K and V written by
+// the sequence that filled them (the model computes no hidden state there).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -55,6 +68,12 @@ class DraftModel {
   // seq->draft_tokens and in the step's rows.
   void draft(ScheduledStep& step);
 
+  // An MTP head: the step ran, the engine appended the accepted tokens, and `hidden` holds
+  // the step's hidden rows (StepEntry::draft_hidden_row); those of positions whose tokens
+  // all stand are kept for the next draft().
+  bool reads_model_hidden() const { return mtp_; }
+  void observe(const ScheduledStep& step, const std::vector<float>& hidden);
+
   void retire(int64_t seq_id);
   void forget_all();
 
@@ -64,9 +83,9 @@ class DraftModel {
   int64_t max_catch_up() const { return max_catch_up_; }
 
  private:
-  // What the draft's KV holds for one sequence: K and V of its first `tokens` tokens
+  // What the draft's KV holds for one sequence: K and V of its first `tokens` rows
   // (which never change) and then of `drafts`, in the blocks `blocks` named when they
-  // were written.
+  // were written. A draft model's row p is token p; an MTP head's, token p + 1.
   struct Held {
     int64_t tokens = 0;
     std::vector<int32_t> drafts;
@@ -76,15 +95,23 @@ class DraftModel {
     // What the draft samples with, made once per sequence: the request's parameters
     // without logprobs and without ids the draft lacks.
     std::optional<SamplingParams> params;
+    // An MTP head: the model's final hidden states of positions [hidden_from, +rows) not
+    // yet run, [rows x hidden_size].
+    int64_t hidden_from = 0;
+    std::vector<float> hidden;
+    int64_t hidden_end(int64_t H) const { return hidden_from + int64_t(hidden.size()) / H; }
   };
   // One sequence being drafted for: its known tokens are its context, then the drafts so
   // far; the draft's KV holds the first `computed` of them.
   struct Job {
     const Sequence* seq = nullptr;
     size_t entry = 0;
-    int64_t wanted = 0;  // drafts to make
+    int64_t wanted = 0;  // drafts to make; 0: an MTP head catching up on hidden states
     std::vector<int32_t> drafts;
-    int64_t computed = 0;
+    int64_t computed = 0;  // rows
+    bool mtp = false;
+    Held* held = nullptr;
+    std::vector<float> head_hidden;  // an MTP head: its own final hidden state at its last row
     int32_t slot = -1;
     bool restore = false;  // the state goes back to the snapshot before its first row
     const SamplingParams* params = nullptr;  // Held::params
@@ -94,6 +121,12 @@ class DraftModel {
     int32_t token_at(int64_t pos) const {
       return pos < seq->num_tokens() ? seq->token_ids[size_t(pos)] : drafts[size_t(pos - seq->num_tokens())];
     }
+    // Rows its tokens (and drafts) allow, and the token row `row` reads.
+    int64_t rows() const { return known() - (mtp ? 1 : 0); }
+    int32_t row_token(int64_t row) const { return token_at(mtp ? row + 1 : row); }
+    // The last row it may run now: an MTP head's rows before its drafts need the model's
+    // hidden states, which may not have come yet (a prompt's later chunks).
+    int64_t row_end(int64_t H) const;
   };
   // Where the draft's cache and state let `job` start, whether from the snapshot, and
   // what it samples with.
@@ -102,9 +135,16 @@ class DraftModel {
   // whose rows reached their last known token get the draft's sample appended.
   void forward(std::vector<Job*>& jobs);
 
+  // What the draft holds for `seq` (an MTP head's: nothing once the sequence was preempted).
+  Held& held_of(const Sequence& seq);
+  // The hidden state MTP row `row` of `job` reads.
+  const float* row_hidden(const Job& job, int64_t row) const;
+
   std::unique_ptr<Backend> backend_;
   int64_t vocab_size_;
+  int64_t hidden_size_;
   bool recurrent_;
+  bool mtp_;
   int64_t max_running_ = 0;
   std::vector<int32_t> free_slots_;
   int64_t max_step_tokens_;
@@ -112,6 +152,7 @@ class DraftModel {
   std::optional<Sampler> sampler_;  // a backend that returns logits
   std::unordered_map<int64_t, Held> held_;
   Batch batch_;
+  std::vector<float> hidden_in_;  // an MTP head's: [rows x hidden_size] for batch_
   ForwardResult result_;
   StepOutput samples_;
   int64_t forwards_ = 0;

@@ -119,6 +119,7 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
   for (size_t i = 0; i < slots; ++i) {
     sc.first_state_slot = state_slots > 0 ? int64_t(i) * sc.max_num_seqs : -1;
     sc.snapshot_offset = state_slots > 0 && speculator_.enabled() ? (state_slots - checkpoints) / 2 : -1;
+    sc.hidden_for_drafts = speculator_.enabled() && config.engine.speculative == "mtp";
     schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_, checkpoints_.get()));
   }
   executor_->prepare(num_kv_blocks, blocks_.num_window_blocks(), config.engine.block_size, eos_ids_, state_slots);
@@ -151,7 +152,7 @@ void Engine::attach_drafter(std::unique_ptr<DraftModel> drafter) {
 void Engine::start() {
   std::lock_guard lock(mu_);
   SPARK_CHECK(!thread_.joinable() && !stopping_, "the engine starts once");
-  SPARK_CHECK(!speculator_.drafts_from_model() || drafter_ != nullptr, "speculative = \"draft\" without a draft model");
+  SPARK_CHECK(!speculator_.drafts_from_model() || drafter_ != nullptr, "drafts from a model without one attached");
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -355,6 +356,7 @@ void Engine::complete_oldest() {
   }
   for (const StepEntry& e : f.plan.entries) live_.at(e.seq->seq_id).in_flight = false;
   emit_all(f.slot, f.plan, out);
+  if (drafter_) drafter_->observe(f.plan, out.hidden);
 }
 
 // First-time bookkeeping for the sequences a plan admits.

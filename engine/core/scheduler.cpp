@@ -196,6 +196,10 @@ void Scheduler::build_batch(ScheduledStep& step) const {
     SPARK_CHECK(entry.num_draft_tokens == static_cast<int64_t>(entry.num_draft_tokens ? seq.draft_tokens.size() : 0) &&
                     end <= known && static_cast<int64_t>(seq.block_table.size()) * bs >= end,
                 "plan exceeds blocks");
+    if (config_.hidden_for_drafts && !seq.returns_hidden && seq.params.speculative && !seq.no_more_drafts) {
+      entry.draft_hidden_row = static_cast<int32_t>(b.hidden_rows.size());
+      for (int64_t r = 0; r < end - start; ++r) b.hidden_rows.push_back(static_cast<int32_t>(b.token_ids.size() + r));
+    }
     for (int64_t pos = start; pos < end; ++pos) {
       b.token_ids.push_back(pos < seq.num_tokens() ? seq.token_ids[pos] : seq.draft_tokens[pos - seq.num_tokens()]);
       b.positions.push_back(static_cast<int32_t>(pos));

@@ -23,6 +23,9 @@ struct SchedulerConfig {
   // With drafts on a model with recurrent layers: each state slot's snapshot is the slot
   // this far above it (Batch::state_copies); -1: none.
   int64_t snapshot_offset = -1;
+  // Drafts from an MTP head, which reads the model's final hidden state at every position:
+  // each row of a sequence that may draft is a hidden row (StepEntry::draft_hidden_row).
+  bool hidden_for_drafts = false;
 };
 
 // One sequence's part of a step: num_new_tokens rows of the batch, in entry order; when
@@ -31,13 +34,16 @@ struct SchedulerConfig {
 // seq->draft_tokens, and its last 1 + num_draft_tokens rows each get a logits row
 // (consecutive, from logits_row). A sequence that returns its hidden state instead
 // (Sequence::returns_hidden) gets hidden_row >= 0 on the chunk that ends its prompt:
-// its last row is batch.hidden_rows[hidden_row].
+// its last row is batch.hidden_rows[hidden_row]. With SchedulerConfig::hidden_for_drafts,
+// a sequence that may draft gets draft_hidden_row >= 0: its rows are the hidden rows from
+// there on, in order.
 struct StepEntry {
   Sequence* seq = nullptr;
   int64_t num_new_tokens = 0;
   int32_t logits_row = -1;
   int64_t num_draft_tokens = 0;
   int32_t hidden_row = -1;
+  int32_t draft_hidden_row = -1;
 };
 
 struct ScheduledStep {

@@ -52,6 +52,9 @@ struct Sequence {
   // Drafts for the next step to verify (engine/core/speculator.h): planned as extra rows
   // after the last token. Set before each schedule; the step's outcome clears them.
   std::vector<int32_t> draft_tokens;
+  // The speculator found that no drafts pay for this sequence: it drafts no more, and an
+  // MTP head stops taking its hidden states.
+  bool no_more_drafts = false;
 
   // Prompt only: the final hidden state of its last prompt token is its result, and it
   // samples nothing (Request::last_hidden_state).

@@ -39,7 +39,7 @@ SpeculationConfig SpeculationConfig::from(const EngineConfig& e) {
   c.num_tokens = e.speculates() ? int(e.num_speculative_tokens) : 0;
   c.lookup_min = int(e.prompt_lookup_min);
   c.lookup_max = int(e.prompt_lookup_max);
-  c.from_model = e.speculative == "draft";
+  c.from_model = e.drafts_from_model();
   return c;
 }
 
@@ -143,6 +143,7 @@ void Speculator::propose(const Scheduler& scheduler, int64_t row_budget) {
       if (k == 0) {
         st.k = 0;
         st.paused_until = INT64_MAX;
+        seq->no_more_drafts = true;
         continue;
       }
     }

@@ -22,6 +22,9 @@ constexpr PartNames kNames[kNumParts] = {
     {"model.embed_tokens", "token_embd", "weight"},
     {"model.norm", "output_norm", "weight"},
     {"lm_head", "output", "weight"},
+    {"mtp.fc", "nextn.eh_proj", "weight"},
+    {"mtp.pre_fc_norm_embedding", "nextn.enorm", "weight"},
+    {"mtp.pre_fc_norm_hidden", "nextn.hnorm", "weight"},
     {"input_layernorm", "attn_norm", "weight"},
     {"self_attn.q_proj", "attn_q", "weight"},
     {"self_attn.k_proj", "attn_k", "weight"},
@@ -100,7 +103,7 @@ Counts count(const ModelSpec& s, LayerRange range) {
 
 bool part_is_norm(Part p) {
   return p == Part::FINAL_NORM || p == Part::ATTN_NORM || p == Part::FFN_NORM || p == Part::Q_NORM ||
-         p == Part::K_NORM || p == Part::LIN_NORM;
+         p == Part::K_NORM || p == Part::LIN_NORM || p == Part::MTP_EMBED_NORM || p == Part::MTP_HIDDEN_NORM;
 }
 
 bool part_is_per_expert(Part p) {
@@ -185,6 +188,8 @@ std::vector<PartSpec> outer_parts(const ModelSpec& s, LayerRange range) {
   const bool last_stage = range.last_layer == s.num_layers;
   std::vector<PartSpec> out;
   if (range.first_layer == 0 || (last_stage && s.tie_word_embeddings)) out.push_back({Part::EMBEDDING, {s.vocab_size, h}});
+  if (s.mtp_head && range.first_layer == 0)
+    out.insert(out.end(), {{Part::MTP_FC, {h, 2 * h}}, {Part::MTP_EMBED_NORM, {h}}, {Part::MTP_HIDDEN_NORM, {h}}});
   if (last_stage) {
     out.push_back({Part::FINAL_NORM, {h}});
     if (!s.tie_word_embeddings) out.push_back({Part::LM_HEAD, {s.vocab_size, h}});

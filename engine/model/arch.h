@@ -16,6 +16,8 @@ namespace spark {
 // The parts of a decoder-only model, whatever a file calls them.
 enum class Part : uint8_t {
   EMBEDDING, FINAL_NORM, LM_HEAD,  // outside the layers
+  // An MTP head's input (ModelSpec::mtp_head): the fc over the normed embedding and hidden state.
+  MTP_FC, MTP_EMBED_NORM, MTP_HIDDEN_NORM,
   ATTN_NORM, Q, K, V, O, Q_BIAS, K_BIAS, V_BIAS, Q_NORM, K_NORM,
   FFN_NORM, GATE, UP, DOWN,                    // dense MLP
   ROUTER, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN,  // mixture of experts; EXPERT_* once per expert

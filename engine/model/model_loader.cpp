@@ -85,6 +85,22 @@ ModelInfo inspect_model(const Config& c) {
   return info;
 }
 
+ModelInfo mtp_head_info(const ModelInfo& model) {
+  if (model.spec.mtp_layers <= 0)
+    throw InputError("model '" + model.path + "' (" + model.spec.architecture +
+                     ") has no MTP head: its config names no mtp_num_hidden_layers");
+  if (model.format == ModelFormat::GGUF)
+    throw InputError("model '" + model.path + "': MTP heads are read from Hugging Face folders, not GGUF files");
+  ModelInfo head = model;
+  head.spec = mtp_head_spec(model.spec);
+  if (model.format == ModelFormat::DUMMY) return head;
+  const std::string source = "model folder '" + model.path + "' (MTP head)";
+  head.tensors = head.spec.arch->convert_checkpoint(model.safetensors->tensors, head.spec, full_range(head.spec),
+                                                    nullptr, source);
+  check_tensor_set(head.tensors, head.spec, full_range(head.spec), source);
+  return head;
+}
+
 uint64_t stage_weight_bytes(const ModelInfo& info, LayerRange range) {
   if (info.format == ModelFormat::DUMMY) return dummy_weight_bytes(info.spec, range, info.weight_dtype);
   uint64_t total = 0;

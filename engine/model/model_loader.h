@@ -39,6 +39,12 @@ struct ModelInfo {
 // missing path, bad files, or an unsupported architecture.
 ModelInfo inspect_model(const Config& config);
 
+// The MTP head of a model whose spec has one (ModelSpec::mtp_layers), read from the same
+// files: its spec (mtp_head_spec) and tensors. Throws InputError when the files hold no
+// such head or one of the wrong shapes, and for GGUF files (heads are read from Hugging
+// Face folders).
+ModelInfo mtp_head_info(const ModelInfo& model);
+
 // Bytes of the weights a stage holding `range` keeps (as stored, or as dummy dtype).
 uint64_t stage_weight_bytes(const ModelInfo& info, LayerRange range);
 

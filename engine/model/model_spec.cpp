@@ -153,6 +153,21 @@ bool ModelSpec::layer_is_moe(int64_t layer) const {
   return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
 
+ModelSpec mtp_head_spec(const ModelSpec& model) {
+  SPARK_CHECK(model.mtp_layers > 0 && !model.mtp_head, "mtp_head_spec of a model without an MTP head");
+  ModelSpec s = model;
+  s.architecture = model.architecture + " (MTP head)";
+  s.num_layers = 1;
+  s.layer_recurrent.clear();
+  s.layer_sliding.clear();
+  s.sliding_window = 0;
+  s.mlp_only_layers.clear();
+  s.decoder_sparse_step = 1;
+  s.mtp_layers = 0;
+  s.mtp_head = true;
+  return s;
+}
+
 bool ModelSpec::layer_is_recurrent(int64_t layer) const {
   return layer >= 0 && layer < static_cast<int64_t>(layer_recurrent.size()) && layer_recurrent[size_t(layer)] != 0;
 }

@@ -106,6 +106,14 @@ struct ModelSpec {
   // MXFP4 blocks (what a dummy of the model is planned with; real files say it per tensor).
   bool mxfp4_experts = false;
 
+  // Multi-token prediction: the decoder layers of a draft head the checkpoint carries
+  // beside the model (Qwen3.5/3.6's `mtp.*`, mtp_num_hidden_layers); 0 when it has none.
+  int64_t mtp_layers = 0;
+  // This spec describes such a head rather than the model (mtp_head_spec): one decoder
+  // layer whose input is fc([norm(embedding of a token); norm(the model's final hidden
+  // state at the position before it)]), and the model's LM head.
+  bool mtp_head = false;
+
   bool layer_is_moe(int64_t layer) const;
   bool layer_is_sliding(int64_t layer) const;
   bool layer_is_recurrent(int64_t layer) const;
@@ -123,5 +131,10 @@ ModelSpec parse_hf_config(const std::string& config_json, const std::string& gen
                           const std::string& source);
 // The same from a model folder (config.json required, generation_config.json optional).
 ModelSpec load_hf_spec(const std::string& dir);
+
+// The MTP head of `model` (model.mtp_layers > 0) as a model of its own: its first MTP
+// layer, a full-attention layer shaped as the model's (the same MLP or experts), the
+// model's embedding and LM head, and the head's own norm as the final norm.
+ModelSpec mtp_head_spec(const ModelSpec& model);
 
 }  // namespace spark

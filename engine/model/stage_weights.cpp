@@ -45,6 +45,9 @@ StageWeights bind_stage(const ModelSpec& spec, const Weights& weights) {
     const Tensor* t = need(weights, p.part, p.shape, -1, -1);
     if (p.part == Part::EMBEDDING) stage.embedding = t;
     else if (p.part == Part::FINAL_NORM) stage.final_norm = t;
+    else if (p.part == Part::MTP_FC) stage.mtp_fc = t;
+    else if (p.part == Part::MTP_EMBED_NORM) stage.mtp_embed_norm = t;
+    else if (p.part == Part::MTP_HIDDEN_NORM) stage.mtp_hidden_norm = t;
     else stage.lm_head = t;
   }
   if (stage.final_norm && !stage.lm_head) stage.lm_head = stage.embedding;  // tied
@@ -71,6 +74,9 @@ std::vector<const Tensor*> all_tensors(const StageWeights& stage) {
     if (t) out.push_back(t);
   };
   add(stage.embedding);
+  add(stage.mtp_fc);
+  add(stage.mtp_embed_norm);
+  add(stage.mtp_hidden_norm);
   for (const LayerWeights& l : stage.layers) {
     for (const Tensor* t : l.parts) add(t);
     for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down, &l.expert_gate_bias, &l.expert_up_bias,

@@ -30,6 +30,10 @@ struct StageWeights {
   const Tensor* embedding = nullptr;   // when the stage starts at layer 0
   const Tensor* final_norm = nullptr;  // when the stage ends at the last layer
   const Tensor* lm_head = nullptr;     // likewise; the embedding tensor itself when tied
+  // An MTP head's input (ModelSpec::mtp_head): fc [H, 2H] over [norm(embedding); norm(hidden)].
+  const Tensor* mtp_fc = nullptr;
+  const Tensor* mtp_embed_norm = nullptr;
+  const Tensor* mtp_hidden_norm = nullptr;
   std::vector<LayerWeights> layers;    // [range.last_layer - range.first_layer]
 
   bool has_embedding() const { return range.first_layer == 0; }

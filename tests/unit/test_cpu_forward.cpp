@@ -186,8 +186,9 @@ TEST_CASE("cpu forward: hidden rows are the final hidden states transformers' lo
 // tiled) and Qwen3-Next as it writes qwen3next (tests/gen/gen_qwen3_next_gguf.py: in_proj_qkvz
 // split, ssm_ba fused, dense layers without a router), against the same golden logits.
 // Sequences of 1, 7, 70 and 130 tokens.
+// qwen3_5_moe_mtp is qwen3_5_moe with an MTP head, which the model's loader leaves out.
 const char* kHybrids[] = {"qwen3_5_moe",      "qwen3_5",      "qwen3_next",      "qwen3_next_fp8",
-                          "qwen3_5_moe.gguf", "qwen3_5.gguf", "qwen3_next.gguf"};
+                          "qwen3_5_moe.gguf", "qwen3_5.gguf", "qwen3_next.gguf", "qwen3_5_moe_mtp"};
 
 TEST_CASE("cpu forward: Qwen3.5 and Qwen3-Next hybrids match transformers' logits within 1e-4, whole and in chunks of 1, 7, 64, 100") {
   for (const std::string name : kHybrids) {
@@ -216,6 +217,53 @@ TEST_CASE("cpu forward: Qwen3.5 and Qwen3-Next hybrids match transformers' logit
       CHECK(rel_error(got.data(), g.logits[3].data(), got.size()) < 1e-4);
     }
   }
+}
+
+TEST_CASE("cpu forward: a Qwen3.5 MTP head matches the numpy reference within 1e-4, whole and row by row") {
+  // tests/gen/gen_qwen3_5_mtp.py: rows of (token, incoming hidden state), the head's own
+  // forward (fc over the normed embedding and hidden state, one gated attention + MoE
+  // layer, its norm, the model's LM head) in float64 numpy.
+  const std::string dir = std::string(kGoldenDir) + "qwen3_5_moe_mtp";
+  std::ifstream f(dir + "/mtp_golden.json");
+  REQUIRE(f.good());
+  const auto j = nlohmann::json::parse(f);
+  const LoadedModel model = load("qwen3_5_moe_mtp");
+  const ModelInfo head = mtp_head_info(model.info);
+  const Weights w = load_stage_weights(head, full_range(head.spec));
+  CpuBackend backend(head.spec, bind_stage(head.spec, w), 2);
+  backend.init_kv_cache(kNumBlocks, kBlockSize);
+  const auto H = size_t(head.spec.hidden_size), V = size_t(head.spec.vocab_size);
+  auto read = [&](const std::string& name, size_t n) {
+    std::ifstream in(dir + "/" + name, std::ios::binary);
+    std::vector<float> v(n);
+    in.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
+    REQUIRE(in.gcount() == std::streamsize(n * 4));
+    return v;
+  };
+  for (size_t s = 0; s < j["sequences"].size(); ++s) {
+    CAPTURE(s);
+    const auto seq = j["sequences"][s].get<std::vector<int32_t>>();
+    const auto len = int32_t(seq.size());
+    const std::vector<float> hidden = read(j["hidden"][s].get<std::string>(), seq.size() * H);
+    const std::vector<float> want = read(j["logits"][s].get<std::string>(), seq.size() * V);
+    ForwardResult out;
+    backend.forward(make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true), hidden.data(), out);
+    const double whole = rel_error(out.logits.data(), want.data(), want.size());
+    std::vector<float> stepped;
+    for (int32_t r = 0; r < len; ++r) {
+      backend.forward(make_batch({{&seq, r, r + 1, blocks_for(len, 30)}}, true), hidden.data() + size_t(r) * H, out);
+      stepped.insert(stepped.end(), out.logits.begin(), out.logits.end());
+    }
+    const double rows = rel_error(stepped.data(), want.data(), want.size());
+    MESSAGE("MTP head, " << len << " rows: max relative logit error " << whole << " whole, " << rows << " row by row");
+    CHECK(whole < 1e-4);
+    CHECK(rows < 1e-4);
+  }
+  // Without hidden states the head has nothing to run on.
+  const std::vector<int32_t> one{5};
+  ForwardResult out;
+  CHECK_THROWS_WITH_AS(backend.forward(make_batch({{&one, 0, 1, blocks_for(1, 30)}}, true), nullptr, out),
+                       doctest::Contains("MTP head"), InputError);
 }
 
 TEST_CASE("cpu forward: a hybrid's sequences keep their own states, side by side and in a reused slot") {

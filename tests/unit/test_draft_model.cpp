@@ -1,9 +1,10 @@
-// test_draft_model.cpp — the draft model's bookkeeping against a recomputation: at every
-// step, whatever the verification accepted before, preemptions included, its drafts equal
-// those of a draft model that runs every sequence from its first token.
+// test_draft_model.cpp — the draft model's and the MTP head's bookkeeping against a
+// recomputation: at every step, whatever the verification accepted before, preemptions
+// included, their drafts equal those of one that runs every sequence from its first token.
 #include <doctest/doctest.h>
 
 #include <random>
+#include <span>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/admission.h"
@@ -105,4 +106,141 @@ TEST_CASE("draft model: drafts equal a recomputation from the first token after 
     CHECK(restarts > 0);
     CHECK(blocks.num_free_blocks() == num_blocks);
   }
+}
+
+namespace {
+
+// What a causal model's final hidden state at a position is a function of: the tokens up
+// to it. A stand-in for the model, so that the MTP head's bookkeeping can be checked
+// against a recomputation without running the model.
+std::vector<float> hidden_after(std::span<const int32_t> tokens, int64_t H) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (const int32_t t : tokens) h = (h ^ uint64_t(t)) * 0x100000001b3ull;
+  std::vector<float> v(static_cast<size_t>(H));
+  for (float& x : v) {
+    h = h * 6364136223846793005ull + 1442695040888963407ull;
+    x = float(int64_t(h >> 40) % 2001 - 1000) / 400.0f;
+  }
+  return v;
+}
+
+// The step's hidden rows as the model would return them: row r's state after the tokens
+// up to its position (the sequence's, then its drafts).
+std::vector<float> model_hidden(const ScheduledStep& step, int64_t H) {
+  std::vector<float> out;
+  for (size_t i = 0; i < step.entries.size(); ++i) {
+    const StepEntry& e = step.entries[i];
+    if (e.draft_hidden_row < 0) continue;
+    std::vector<int32_t> tokens = e.seq->token_ids;
+    tokens.insert(tokens.end(), e.seq->draft_tokens.begin(), e.seq->draft_tokens.begin() + e.num_draft_tokens);
+    const int64_t end = step.batch.context_lens[i];
+    for (int64_t p = end - e.num_new_tokens; p < end; ++p) {
+      const std::vector<float> h = hidden_after(std::span(tokens).first(size_t(p) + 1), H);
+      out.insert(out.end(), h.begin(), h.end());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("MTP head: drafts equal a recomputation from the first position after any acceptance and preemption") {
+  // The head of the tiny Qwen3.5-MoE; the model's hidden states are stood in for. The
+  // recomputation gets every position's hidden state at once and runs the head over the
+  // whole sequence; the live head gets them step by step, through observe().
+  const int64_t num_blocks = 72, budget = 24;
+  const LoadedModel model = load_model(config_for_model("tests/golden/models/qwen3_5_moe_mtp"));
+  const ModelInfo head = mtp_head_info(model.info);
+  const Weights w = load_stage_weights(head, full_range(head.spec));
+  const int64_t H = head.spec.hidden_size;
+  auto make = [&] {
+    auto m = std::make_unique<DraftModel>(std::make_unique<CpuBackend>(head.spec, bind_stage(head.spec, w), 1),
+                                          head.spec, budget);
+    m->prepare(num_blocks, kBlockSize, kMaxSeqs, {});
+    return m;
+  };
+  std::unique_ptr<DraftModel> live = make(), scratch = make();
+  REQUIRE(live->reads_model_hidden());
+  BlockManager blocks(num_blocks, kBlockSize, false);
+  SchedulerConfig sc;
+  sc.max_num_seqs = kMaxSeqs;
+  sc.max_num_batched_tokens = budget;
+  sc.max_model_len = 256;
+  sc.hidden_for_drafts = true;
+  Scheduler sched(sc, blocks);
+  std::mt19937 rng(5);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (int i = 0; i < int(kMaxSeqs); ++i) {
+    std::vector<int32_t> prompt(1 + rng() % 40);
+    for (auto& t : prompt) t = int32_t(3 + rng() % 253);
+    SamplingParams p;
+    p.max_tokens = 60;
+    seqs.push_back(std::make_unique<Sequence>(i + 1, prompt, p));
+    seqs.back()->max_tokens = 60;
+    sched.add(seqs.back().get());
+  }
+  int64_t compared = 0, restarts = 0;
+  while (sched.has_work()) {
+    for (Sequence* s : sched.running())
+      if (s->num_uncomputed_tokens() == 1 && s->num_output_tokens() + 5 < s->max_tokens)
+        s->draft_tokens.assign(1 + rng() % 4, s->last_token());
+    ScheduledStep step = sched.schedule();
+    restarts += int64_t(step.preempted.size());
+    // The recomputation: every hidden state up to the sequence's second-to-last token, as
+    // one step of all of them would give.
+    ScheduledStep copy = step;
+    scratch->forget_all();
+    ScheduledStep whole;
+    for (const StepEntry& e : step.entries) {
+      if (e.num_draft_tokens == 0 || e.seq->num_tokens() < 2) continue;
+      StepEntry all = e;
+      all.num_new_tokens = e.seq->num_tokens();
+      all.num_draft_tokens = 0;
+      all.draft_hidden_row = 0;
+      ScheduledStep one;
+      one.entries = {all};
+      one.batch.context_lens = {int32_t(all.num_new_tokens)};
+      std::vector<float> h;
+      for (int64_t p = 0; p < all.num_new_tokens; ++p) {
+        const std::vector<float> row = hidden_after(std::span(e.seq->token_ids).first(size_t(p) + 1), H);
+        h.insert(h.end(), row.begin(), row.end());
+      }
+      scratch->observe(one, h);
+    }
+    scratch->draft(copy);
+    std::vector<std::vector<int32_t>> want;
+    for (const StepEntry& e : step.entries) want.push_back(e.seq->draft_tokens);
+    live->draft(step);
+    for (size_t i = 0; i < step.entries.size(); ++i) {
+      CAPTURE(i);
+      CHECK(step.entries[i].seq->draft_tokens == want[i]);
+      compared += int64_t(want[i].size());
+    }
+    CHECK(step.batch.token_ids == copy.batch.token_ids);
+    // Verification: each sequence keeps a random number of its drafts and a token that
+    // differs from the next one; the model's hidden states of the step go to the head.
+    const std::vector<float> hidden = model_hidden(step, H);
+    REQUIRE(hidden.size() == step.batch.hidden_rows.size() * size_t(H));
+    std::vector<int32_t> sampled(step.batch.logits_rows.size());
+    for (const StepEntry& e : step.entries) {
+      if (e.logits_row < 0) continue;
+      const auto keep = int64_t(rng() % uint32_t(e.num_draft_tokens + 1));
+      for (int64_t j = 0; j <= e.num_draft_tokens; ++j) {
+        int32_t t = j < keep ? e.seq->draft_tokens[size_t(j)] : int32_t(3 + rng() % 253);
+        if (j < e.num_draft_tokens && j >= keep && t == e.seq->draft_tokens[size_t(j)]) t = 3 + (t - 2) % 253;
+        sampled[size_t(e.logits_row + j)] = t;
+      }
+    }
+    sched.update(step, sampled);
+    live->observe(step, hidden);
+    for (const StepEntry& e : step.entries)
+      if (e.logits_row >= 0 && e.seq->num_output_tokens() >= e.seq->max_tokens) {
+        live->retire(e.seq->seq_id);
+        sched.finish(e.seq, FinishReason::LENGTH);
+      }
+  }
+  MESSAGE("MTP head: ", compared, " drafts compared, ", restarts, " preemptions, ", live->forwards(), " forwards");
+  CHECK(compared > 200);
+  CHECK(restarts > 0);
+  CHECK(blocks.num_free_blocks() == num_blocks);
 }

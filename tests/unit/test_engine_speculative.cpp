@@ -61,15 +61,18 @@ struct Outcome {
   MetricsSnapshot metrics;
 };
 
-// speculative: drafts by prompt lookup, or from the model at `draft` when one is named.
+// speculative: drafts by prompt lookup, or from the model at `draft` when one is named
+// (kMtp: the model's own MTP head).
+const std::string kMtp = "mtp";
+
 Config engine_config(const std::string& path, bool speculative, int64_t budget, const std::string& draft = "") {
   Config config;
   config.model.path = path;
   config.engine.block_size = 4;
   config.engine.max_num_seqs = 128;  // every wave of up to 64 requests runs at once
   config.engine.max_num_batched_tokens = budget;
-  config.engine.speculative = !speculative ? "none" : draft.empty() ? "ngram" : "draft";
-  config.engine.speculative_model = draft;
+  config.engine.speculative = !speculative ? "none" : draft.empty() ? "ngram" : draft == kMtp ? "mtp" : "draft";
+  if (draft != kMtp) config.engine.speculative_model = draft;
   config.engine.num_speculative_tokens = 4;
   return config;
 }
@@ -91,7 +94,13 @@ Outcome run_waves(const std::string& path, const std::vector<std::vector<Request
   Engine engine(config, std::make_unique<LocalExecutor>(std::move(backend), spec.vocab_size), spec,
                 [](bool) { return std::make_unique<IdDecoder>(); }, 1024);
   if (speculative && !draft.empty()) {
-    draft_model = load_model(draft_model_config(config));
+    if (draft == kMtp) {
+      ModelInfo head = mtp_head_info(model.info);
+      Weights w = load_stage_weights(head, full_range(head.spec));
+      draft_model = LoadedModel{std::move(head), std::move(w)};
+    } else {
+      draft_model = load_model(draft_model_config(config));
+    }
     const ModelSpec& ds = draft_model->info.spec;
     std::unique_ptr<Backend> draft_backend =
         slow_draft ? std::make_unique<SlowCpuBackend>(ds, bind_stage(ds, draft_model->weights), 1)
@@ -268,6 +277,33 @@ TEST_CASE("draft model: 64 mixed requests give the same outputs with a draft mod
   std::vector<std::vector<Request>> waves;
   for (size_t i = 0; i < reqs.size(); i += 7) waves.push_back({reqs[i]});
   const Outcome alone = run_waves(kTinyLlama, waves, true, 8192, "tests/golden/models/llama_q8_0.gguf", true);
+  for (size_t w = 0; w < waves.size(); ++w) {
+    CAPTURE(w);
+    check_same({alone.outs[w]}, {off.outs[w * 7]});
+  }
+}
+
+TEST_CASE("MTP head: 64 mixed requests give the same outputs with the model's MTP head drafting as without drafts") {
+  // The tiny Qwen3.5-MoE with a random MTP layer (most drafts fail): each step's hidden
+  // states feed the head, which catches up on prompts chunk by chunk (budget 136 splits
+  // them) and on prefix-cached blocks, and its drafts roll the model's recurrent state
+  // back. Together, and one request at a time in one engine.
+  const char* path = "tests/golden/models/qwen3_5_moe_mtp";
+  const int64_t vocab = vocab_of(path);
+  auto reqs = mixed_requests(64, vocab, 17, 24);
+  const Outcome off = run(path, reqs, false);
+  for (int64_t budget : {8192, 136}) {
+    CAPTURE(budget);
+    const Outcome on = run_waves(path, {reqs}, true, budget, kMtp);
+    check_same(on.outs, off.outs);
+    MESSAGE("MTP budget ", budget, ": ", on.metrics.spec_num_accepted_tokens, " of ", on.metrics.spec_num_draft_tokens,
+            " drafts accepted");
+    CHECK(on.metrics.spec_num_draft_tokens > 64 * 2);
+    CHECK(on.metrics.generation_tokens == off.metrics.generation_tokens);
+  }
+  std::vector<std::vector<Request>> waves;
+  for (size_t i = 0; i < reqs.size(); i += 7) waves.push_back({reqs[i]});
+  const Outcome alone = run_waves(path, waves, true, 8192, kMtp);
   for (size_t w = 0; w < waves.size(); ++w) {
     CAPTURE(w);
     check_same({alone.outs[w]}, {off.outs[w * 7]});

@@ -65,6 +65,11 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
   embedding_ = weights.embedding;
   lm_head_ = weights.lm_head;
   final_norm_ = norm_f32(weights.final_norm);
+  if (spec.mtp_head) {
+    mtp_fc_ = weights.mtp_fc;
+    mtp_embed_norm_ = norm_f32(weights.mtp_embed_norm);
+    mtp_hidden_norm_ = norm_f32(weights.mtp_hidden_norm);
+  }
   for (const LayerWeights& w : weights.layers) {
     const LayerShape& shape = shapes[layers_.size()];
     Layer L;
@@ -326,6 +331,24 @@ void CpuBackend::feed_forward(const Layer& L, float* h, int64_t T, float* x) {
   for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
 }
 
+// An MTP head's layer input, row by row: fc([norm(embedding of the row's token);
+// norm(the model's hidden state the row comes with)]).
+void CpuBackend::embed_mtp_input(const Batch& batch, const float* hidden_in, float* x) {
+  if (!hidden_in) throw InputError("an MTP head runs on the model's hidden states, and none came with the batch");
+  const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
+  const auto eps = static_cast<float>(spec_.rms_norm_eps);
+  grow(mtp_in_, T * 2 * H);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = batch.token_ids[static_cast<size_t>(t)];
+    SPARK_CHECK(id >= 0 && id < spec_.vocab_size, "token id outside the vocabulary: admission checks prompts");
+    float* row = mtp_in_.data() + t * 2 * H;
+    cpu::decode_row(*embedding_, id, x + t * H);
+    cpu::rms_norm(x + t * H, mtp_embed_norm_.data(), H, eps, row);
+    cpu::rms_norm(hidden_in + t * H, mtp_hidden_norm_.data(), H, eps, row + H);
+  }
+  cpu::matmul(*pool_, mtp_in_.data(), T, *mtp_fc_, x);
+}
+
 void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResult& out) {
   SPARK_CHECK(!cache_.empty(), "forward before init_kv_cache");
   cpu::validate_batch(batch, kv_);
@@ -353,7 +376,9 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
   grow(up_, T * inter);
 
   float* x = x_.data();
-  if (hidden_in) {
+  if (mtp_fc_) {
+    embed_mtp_input(batch, hidden_in, x);
+  } else if (hidden_in) {
     std::copy(hidden_in, hidden_in + T * H, x);
   } else {
     if (!has_embedding_) throw InputError("this pipeline stage needs hidden states from the previous stage");

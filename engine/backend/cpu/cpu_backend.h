@@ -68,6 +68,7 @@ class CpuBackend : public Backend {
   void attend(int64_t index, const Batch& batch, float* h);
   // The MLP (dense, or routed and shared experts) of `L` on h; adds its output to x.
   void feed_forward(const Layer& L, float* h, int64_t T, float* x);
+  void embed_mtp_input(const Batch& batch, const float* hidden_in, float* x);
   // Checks the batch's state slots and zeroes the states of sequences starting afresh;
   // one state pointer per sequence for held recurrent layer `r`.
   void prepare_states(const Batch& batch);
@@ -82,6 +83,10 @@ class CpuBackend : public Backend {
   const Tensor* embedding_ = nullptr;
   const Tensor* lm_head_ = nullptr;
   std::vector<float> final_norm_;
+  // An MTP head's input (ModelSpec::mtp_head): fc over [norm(embedding); norm(hidden_in)].
+  const Tensor* mtp_fc_ = nullptr;
+  std::vector<float> mtp_embed_norm_, mtp_hidden_norm_;
+  std::vector<float> mtp_in_;  // [T x 2H]
   std::vector<Layer> layers_;
   cpu::Rope rope_;
   std::unique_ptr<ThreadPool> pool_;

@@ -3,9 +3,12 @@
 // layers with an output gate, q/k norm and partial rotary embeddings; zero-centred
 // RMSNorm; a dense MLP, or routed experts beside a sigmoid-gated shared expert. The
 // checkpoints are multimodal: the text model's settings sit under "text_config" and its
-// weights under "model.language_model."; the vision tower and the MTP head are not read.
+// weights under "model.language_model."; the vision tower is not read, and the MTP head
+// ("mtp.*") only into the head's own spec (mtp_head_spec), which reads nothing else but
+// the embedding and the LM head.
 // GGUF files (llama.cpp's qwen35, qwen35moe) are read too: the loader undoes llama.cpp's
 // norm offset and ssm_a, and the value heads stay tiled as the file has them.
+#include <algorithm>
 #include <string_view>
 
 #include "engine/model/arch.h"
@@ -19,11 +22,32 @@ namespace spark {
 namespace {
 
 constexpr std::string_view kTextPrefix = "model.language_model.";
-// What the text model does not use: the vision tower, and the multi-token-prediction head.
-constexpr std::string_view kSkippedPrefixes[] = {"model.visual.", "mtp."};
+constexpr std::string_view kMtpPrefix = "mtp.";
+
+// A file tensor's name in the shared table for `spec` (the text model or its MTP head),
+// or "" when that spec does not read it: the vision tower, the head's tensors for the
+// model, and everything but the embedding and the LM head for the head.
+std::string table_name(const std::string& name, const ModelSpec& spec) {
+  std::string text = name.starts_with(kTextPrefix) ? "model." + name.substr(kTextPrefix.size()) : name;
+  if (text.starts_with("model.visual.")) return "";
+  if (!spec.mtp_head) return name.starts_with(kMtpPrefix) ? "" : text;
+  if (text == tensor_name(Part::EMBEDDING) || text == tensor_name(Part::LM_HEAD)) return text;
+  if (!name.starts_with(kMtpPrefix)) return "";
+  // mtp.layers.0.* and mtp.norm are the head's layer and final norm (further MTP layers,
+  // which no published Qwen3.5 has, are not read); mtp.fc and the pre-fc norms are its own
+  // parts, named so in the table.
+  if (name.starts_with("mtp.layers."))
+    return name.starts_with("mtp.layers.0.") ? "model." + name.substr(kMtpPrefix.size()) : "";
+  if (name.starts_with("mtp.norm.")) return "model." + name.substr(kMtpPrefix.size());
+  return name;
+}
+
+// The MTP head's layers, which the head's spec (mtp_head_spec) reads from "mtp.*".
+void read_mtp(const ConfigReader& r, ModelSpec& s) { s.mtp_layers = r.integer_or("mtp_num_hidden_layers", 0, 16, 0); }
 
 void read_dense(const ConfigReader& r, ModelSpec& s) {
   read_gated_delta_net_hybrid(r, s);
+  read_mtp(r, s);
   read_dense_mlp(r, s);
 }
 
@@ -46,6 +70,7 @@ void set_experts(ModelSpec& s, int64_t experts, int64_t used, int64_t width, int
 
 void read_moe(const ConfigReader& r, ModelSpec& s) {
   read_gated_delta_net_hybrid(r, s);
+  read_mtp(r, s);
   const int64_t experts = r.integer("num_experts", 1, MAX_EXPERTS);
   set_experts(s, experts, r.integer("num_experts_per_tok", 1, experts), r.integer("moe_intermediate_size", 1, MAX_DIM),
               r.integer_or("shared_expert_intermediate_size", 0, MAX_DIM, 0), r.integer_or("intermediate_size", 0, MAX_DIM, 0));
@@ -70,8 +95,8 @@ Tensor expert_rows(const Tensor& stacked, int64_t e, int64_t first, int64_t rows
   return t;
 }
 
-// The file's text-model tensors under the shared table's names: the prefix dropped, the
-// vision tower and MTP head left out, and stacked experts ([E, 2I, H] gate then up rows,
+// The file's tensors `spec` reads under the shared table's names (table_name), and stacked
+// experts ([E, 2I, H] gate then up rows,
 // [E, H, I] down) split into views of each expert's rows, which need no copy.
 std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec& spec,
                                       LayerRange, Weights* keep, const std::string& source) {
@@ -79,14 +104,12 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
   size_t skipped = 0;
   const int64_t E = spec.num_experts, I = spec.moe_intermediate_size, H = spec.hidden_size;
   for (const auto& [name, tensor] : file) {
-    bool skip = false;
-    for (std::string_view p : kSkippedPrefixes) skip = skip || name.starts_with(p);
-    if (skip) {
+    Tensor t = tensor;
+    t.name = table_name(name, spec);
+    if (t.name.empty()) {
       ++skipped;
       continue;
     }
-    Tensor t = tensor;
-    if (name.starts_with(kTextPrefix)) t.name = "model." + name.substr(kTextPrefix.size());
     constexpr std::string_view kLayers = "model.layers.", kExperts = ".mlp.experts.";
     const size_t experts_at = t.name.starts_with(kLayers) ? t.name.find(kExperts) : std::string::npos;
     const std::string tail = experts_at == std::string::npos ? "" : t.name.substr(experts_at + kExperts.size());
@@ -120,8 +143,10 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
     }
     if (!out.emplace(t.name, t).second) throw InputError(source + ": tensor " + t.name + " appears twice");
   }
-  if (skipped > 0 && !keep)  // said once, when the model is inspected
-    log_info("model: ", skipped, " tensors of the vision tower and the MTP head are not loaded (text only)");
+  if (spec.mtp_head && std::none_of(file.begin(), file.end(), [](const auto& t) { return t.first.starts_with(kMtpPrefix); }))
+    throw InputError(source + " holds no MTP head tensors (mtp.*), though its config names mtp_num_hidden_layers");
+  if (skipped > 0 && !keep && !spec.mtp_head)  // said once, when the model is inspected
+    log_info("model: ", skipped, " tensors of the vision tower and the MTP head are not loaded with the model");
   return out;
 }
 

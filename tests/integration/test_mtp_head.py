@@ -1,0 +1,138 @@
+"""Speculative decoding with the model's own MTP head ([engine] speculative = "mtp") through
+the real server on the CPU backend, and the configs it must refuse.
+
+The fixture is the tiny Qwen3.5-MoE with a random MTP layer (tests/gen/gen_qwen3_5_mtp.py):
+its drafts mostly fail, which exercises the head's rows after rejections and the model's
+recurrent state rolled back, while the head's drafts, being point masses, leave every
+greedy answer and its logprobs exactly those of a server without speculation, the oracle.
+The head's own logits are checked against numpy in the unit tests (test_cpu_forward.cpp).
+"""
+import json
+import re
+
+import pytest
+import requests
+
+from conftest import Server, run_sparkd, to_toml, wait_engine_idle
+from test_peer_hybrid import PROMPTS, greedy, run_all
+from test_serve_tiny_models import served_copy
+
+MAX_TOKENS = 24
+SETTINGS = {"engine.max_num_seqs": 8, "model.max_model_len": 256}
+MTP = {"engine.speculative": "mtp", "engine.num_speculative_tokens": 3}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    model = served_copy("qwen3_5_moe_mtp", tmp_path_factory.mktemp("mtp"))
+    off = Server(SETTINGS, model=model)
+    on = Server({**SETTINGS, **MTP}, model=model)
+    try:
+        yield off.wait_ready(), on.wait_ready()
+    finally:
+        off.stop()
+        on.stop()
+
+
+def drafts(url):
+    m = wait_engine_idle(url)
+    return m.get("vllm:spec_decode_num_draft_tokens_total", 0), m.get("vllm:spec_decode_num_accepted_tokens_total", 0)
+
+
+def completion(url, prompt):
+    r = requests.post(url + "/v1/completions", timeout=300, json={
+        "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True, "logprobs": 2})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    return choice["text"], choice["logprobs"]
+
+
+def test_greedy_answers_and_logprobs_equal_those_without_drafts(pair):
+    """One request at a time: the CPU backend drafts only while a step holds fewer rows
+    than rows_at_decode_cost (4). The random head's drafts fail, so the draft cost model
+    soon stops them (Speculator::observe_step); the first ones are made and verified."""
+    off, on = pair
+    want = [completion(off.url, p) for p in PROMPTS]
+    got = [completion(on.url, p) for p in PROMPTS]
+    assert got == want
+    drafted, accepted = drafts(on.url)
+    assert drafted > 0
+    assert drafted > accepted  # rejected drafts: the head's rows are run again on the model's states
+
+
+def test_concurrent_answers_equal_those_without_drafts(pair):
+    off, on = pair
+    assert run_all(on.url, PROMPTS, MAX_TOKENS) == run_all(off.url, PROMPTS, MAX_TOKENS)
+
+
+def test_server_logs_the_mtp_head(pair):
+    off, on = pair
+    log = on.output()
+    assert "speculative decoding with the model's MTP head" in log, log
+    assert re.search(r"draft model\s+[\d.]+ KiB weights", log), log
+    assert "speculative decoding" not in off.output()
+
+
+# ---- configs that must be refused ------------------------------------------------------------
+
+def refused(tmp_path, settings, *words):
+    p = tmp_path / "spark.toml"
+    p.write_text(to_toml({"engine.cpu_threads": 2, "server.port": 0, **settings}))
+    r = run_sparkd("check", "--config", p, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    for w in words:
+        assert w in r.stderr, f"{w!r} not in: {r.stderr}"
+    assert "Aborted" not in r.stderr and "terminate" not in r.stderr
+
+
+def test_mtp_on_a_model_without_a_head(tmp_path):
+    model = served_copy("qwen3_5_moe", tmp_path)
+    refused(tmp_path, {"model.path": str(model), **MTP}, 'speculative = "mtp"', "has no MTP head",
+            "mtp_num_hidden_layers")
+
+
+def test_mtp_head_named_by_the_config_but_missing_from_the_files(tmp_path):
+    model = served_copy("qwen3_5_moe", tmp_path)
+    config = json.loads((model / "config.json").read_text())
+    config["text_config"]["mtp_num_hidden_layers"] = 1
+    (model / "config.json").write_text(json.dumps(config))
+    refused(tmp_path, {"model.path": str(model), **MTP}, 'speculative = "mtp"', "no MTP head tensors (mtp.*)",
+            "mtp_num_hidden_layers")
+
+
+def test_mtp_with_a_draft_model_named(tmp_path):
+    model = served_copy("qwen3_5_moe_mtp", tmp_path)
+    refused(tmp_path, {"model.path": str(model), **MTP, "engine.speculative_model": str(model)},
+            "speculative_model", 'only speculative = "draft"')
+
+
+def test_check_prints_the_heads_memory(tmp_path):
+    model = served_copy("qwen3_5_moe_mtp", tmp_path)
+    p = tmp_path / "spark.toml"
+    p.write_text(to_toml({"engine.cpu_threads": 2, "server.port": 0, "model.path": str(model), **SETTINGS, **MTP}))
+    r = run_sparkd("check", "--config", p, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # One attention layer's K and V in f32: 2 x kv heads x head_dim x 4 bytes a token.
+    c = json.loads((model / "config.json").read_text())["text_config"]
+    kv = 2 * c["num_key_value_heads"] * c["head_dim"] * 4
+    assert re.search(rf"^  draft model\s+.* weights, .*, {kv} bytes/token of K and V in every block", r.stdout, re.M), r.stdout
+
+
+def test_pair_with_the_mtp_head_on_the_head_box(pair, tmp_path):
+    """Peer mode: the head box runs the MTP head, the worker's last stage returns the
+    model's hidden states with its samples, and the answers stay those of one process
+    without drafts."""
+    from test_peer import Pair
+    off, _ = pair
+    model = served_copy("qwen3_5_moe_mtp", tmp_path)
+    settings = {**SETTINGS, "model.path": str(model)}
+    two = Pair(head={**settings, **MTP}, worker=settings, worker_model=model).wait_ready()
+    try:
+        got = [greedy(two.head.url, p, MAX_TOKENS) for p in PROMPTS[:4]]
+        drafted, _ = drafts(two.head.url)
+        log = two.head.output()
+    finally:
+        two.stop()
+    assert got == [greedy(off.url, p, MAX_TOKENS) for p in PROMPTS[:4]]
+    assert drafted > 0
+    assert "speculative decoding with the model's MTP head" in log

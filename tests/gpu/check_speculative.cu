@@ -17,6 +17,10 @@
 // (every one on the emulator; on a GPU the draft's catch-up over more than 8 rows runs the
 // prefill kernels where the model's verification runs the decode ones, and a near-tie may
 // round apart).
+//
+// With the model's MTP head (speculative = "mtp") on a second CUDA backend: the tiny
+// Qwen3.5-MoE with a random head, greedy tokens equal to those with speculation off, four
+// at once and among 31 others, the head's forwards run on the model's hidden states.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -77,7 +81,10 @@ enum class Path { GRAPHS, EAGER, CPU };
 // the CPU backend, greedy; `together`: every prompt submitted before the engine starts
 // (they batch, max_num_seqs 8 or one per prompt), else one at a time (max_num_seqs 1).
 // `draft`: speculative = "draft" with the model there on a backend of its own, made as the
-// model's is; `work`: empty for the four prompts at 24 tokens.
+// model's is (kMtp: speculative = "mtp", the model's MTP head); `work`: empty for the four
+// prompts at 24 tokens.
+const std::string kMtp = "mtp";
+
 Run run(const std::string& path, bool speculative, bool together, Path on = Path::GRAPHS, const std::string& draft = "",
         Work work = {}) {
   if (work.prompts.empty()) work = four_prompts(24);
@@ -87,8 +94,8 @@ Run run(const std::string& path, bool speculative, bool together, Path on = Path
   config.engine.block_size = 16;
   config.engine.max_num_seqs = together ? std::max<int64_t>(8, n) : 1;
   config.engine.max_num_batched_tokens = 512;
-  config.engine.speculative = !speculative ? "none" : draft.empty() ? "ngram" : "draft";
-  config.engine.speculative_model = draft;
+  config.engine.speculative = !speculative ? "none" : draft.empty() ? "ngram" : draft == kMtp ? "mtp" : "draft";
+  if (draft != kMtp) config.engine.speculative_model = draft;
   config.engine.prompt_lookup_min = 1;
   LoadedModel m = load_model(config);
   const ModelSpec& spec = m.info.spec;
@@ -116,7 +123,13 @@ Run run(const std::string& path, bool speculative, bool together, Path on = Path
       [](bool) { return std::make_unique<IdDecoder>(); }, std::max<int64_t>(64, 3 * n));
   std::optional<LoadedModel> dm;  // the draft's weights, which its backend reads
   if (speculative && !draft.empty()) {
-    dm = load_model(draft_model_config(config));
+    if (draft == kMtp) {
+      ModelInfo head = mtp_head_info(m.info);
+      Weights w = load_stage_weights(head, full_range(head.spec));
+      dm = LoadedModel{std::move(head), std::move(w)};
+    } else {
+      dm = load_model(draft_model_config(config));
+    }
     const ModelSpec& ds = dm->info.spec;
     auto d = std::make_unique<DraftModel>(make_backend(ds, dm->weights, draft_cuda), ds,
                                           config.engine.max_num_batched_tokens);
@@ -384,6 +397,26 @@ void check_draft(const std::string& name) {
   }
 }
 
+// The model's MTP head on a CUDA backend of its own (graphs on in both), the four prompts
+// batched and among 31 others, against speculation off. A random head: most drafts fail.
+void check_mtp(const std::string& name) {
+  const std::string path = "tests/golden/models/" + name;
+  const int tokens = 12;
+  const Work four = four_prompts(tokens), many = crowd(tokens, inspect_model(config_for_model(path)).spec.vocab_size);
+  for (bool among : {false, true}) {
+    const std::string how = among ? " (among 31 others)" : " (4 batched)";
+    const Work& work = among ? many : four;
+    const Run off = run(path, false, true, Path::GRAPHS, "", work), on = run(path, true, true, Path::GRAPHS, kMtp, work);
+    same_row(path, name + " MTP head: greedy " + std::to_string(tokens) + " tok: speculation on == off" + how, off, on);
+    const MetricsSnapshot& m = on.metrics;
+    row("speculative", name + " MTP head: drafts verified; head forwards" + how,
+        std::to_string(m.spec_num_draft_tokens) + "; " + std::to_string(on.draft_forwards), "> 0; > 0",
+        m.spec_num_draft_tokens > 0 && on.draft_forwards > 0);
+    row("speculative", name + " MTP head: KV blocks free after" + how, std::to_string(m.kv_blocks_used), "0",
+        m.kv_blocks_used == 0);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -399,5 +432,6 @@ int main() {
     run_part("speculative", "qwen3_5 ngram", [] { check("qwen3_5"); });
     // Two CUDA backends in one process: the model's and its draft model's.
     run_part("speculative", "llama draft model", [] { check_draft("llama"); });
+    run_part("speculative", "qwen3_5_moe_mtp MTP head", [] { check_mtp("qwen3_5_moe_mtp"); });
   });
 }

@@ -1,6 +1,7 @@
-// cuda_backend.cu — the decoder forward pass on the GPU: batch upload, the layer loop
-// (fused kernels around cuBLASLt GEMMs), decode steps through CUDA graphs, the LM head,
-// and logits or device-sampled tokens back to the host.
+// cuda_backend.cu — the decoder forward pass on the GPU: batch upload, the embedding (an
+// MTP head's input stage after it, mtp_input.h), the layer loop (fused kernels around
+// cuBLASLt GEMMs), decode steps through CUDA graphs, the LM head, and logits or
+// device-sampled tokens back to the host.
 #include "engine/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "engine/backend/cuda/kv_block_copy.h"
 #include "engine/backend/cuda/bias.h"
 #include "engine/backend/cuda/moe.h"
+#include "engine/backend/cuda/mtp_input.h"
 #include "engine/backend/cuda/output_gate.h"
 #include "engine/backend/cuda/rms_norm.h"
 #include "engine/backend/cuda/rope_kv.h"
@@ -138,6 +140,7 @@ struct CudaBackend::Impl {
   std::unique_ptr<cuda::DecodeGraphs> graphs;
   std::optional<cuda::MoeScratch> moe;
   cuda::RopeArgs rope;
+  cuda::MtpInput mtp;  // an MTP head's input stage (ModelSpec::mtp_head); unset otherwise
   void* act_arena = nullptr;
   Activations act;
   int32_t* host_ints = nullptr;  // pinned, BatchLayout
@@ -439,7 +442,10 @@ void CudaBackend::Impl::copy_states(const Batch& b) {
 int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   CUDA_CHECK(cudaSetDevice(opt.device));
   const bool from_boundary = std::exchange(boundary_in, false) && !hidden_in && !has_embedding;
-  check_batch(batch, hidden_in == nullptr && !from_boundary);
+  // An MTP head embeds the batch's tokens and takes hidden_in beside them (mtp_input.h).
+  check_batch(batch, spec.mtp_head || (hidden_in == nullptr && !from_boundary));
+  if (spec.mtp_head && !hidden_in)
+    throw InputError("an MTP head runs on the model's hidden states, and none came with the batch");
   if (!hidden_in && !has_embedding && !from_boundary)
     throw InputError("this pipeline stage needs hidden states from the previous stage");
   const int32_t S = batch.num_seqs();
@@ -469,7 +475,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   auto step = [&] {
     cuda::with_half_type(half(), [&](auto tag) {
       using Half = decltype(tag);
-      if (hidden_in)
+      if (hidden_in && !spec.mtp_head)
         CUDA_CHECK(cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice,
                                    stream));
       else if (from_boundary)
@@ -482,6 +488,11 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
       else
         cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding.data),
                                      spec.vocab_size, H, act.x, stream);
+      // Outside any graph, as the gather: hidden_in changes every step. Padding rows (past
+      // the batch's own) get a zero hidden half.
+      if (spec.mtp_head)
+        cuda::mtp_input(*gemm, half(), mtp, hidden_in, batch.num_tokens(), T, act.x, act.proj, act.wide, stream,
+                        programmatic);
       if (bucket > 0 && graph_safe)
         use = graphs->run(bucket, stream, [&] { run_layers<Half>(db); });
       else
@@ -579,6 +590,9 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
 
   cpu::Rope rope(spec);  // throws for a rope_scaling type no backend supports
   m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half());
+  if (spec.mtp_head)
+    m.mtp = {&m.weights->mtp_fc, m.weights->mtp_embed_norm, m.weights->mtp_hidden_norm, int32_t(spec.hidden_size),
+             float(spec.rms_norm_eps)};
   m.gemm = std::make_unique<cuda::Gemm>();
   m.attention = std::make_unique<cuda::Attention>(attention_shape(spec, options, m.sizes));
   if (m.has_head)

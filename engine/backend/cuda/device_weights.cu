@@ -187,6 +187,11 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     matrix({stage ? stage->embedding : nullptr}, {Part::EMBEDDING}, -1, {s.vocab_size}, H,
            w ? &w->embedding : &matrix_sink);
     if (!s.tie_word_embeddings || range.last_layer != s.num_layers) out.back().read_per_token = 0;  // one row a token
+    if (s.mtp_head) {  // the head's input stage (mtp_input.h)
+      matrix({stage ? stage->mtp_fc : nullptr}, {Part::MTP_FC}, -1, {H}, 2 * H, w ? &w->mtp_fc : &matrix_sink);
+      vec({stage ? stage->mtp_embed_norm : nullptr}, {H}, w ? slot(w->mtp_embed_norm) : &sink, norm_map);
+      vec({stage ? stage->mtp_hidden_norm : nullptr}, {H}, w ? slot(w->mtp_hidden_norm) : &sink, norm_map);
+    }
   }
   if (w) w->layers.assign(size_t(range.last_layer - range.first_layer), DeviceLayer{});
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
@@ -425,6 +430,7 @@ StoredDType stored_in(const StageWeights& stage) {
       return experts->empty() ? DType::F32 : experts->front()->dtype;
     }
     const Tensor* t = lw                                        ? lw->find(part)
+                      : part == Part::MTP_FC                       ? stage.mtp_fc
                       : part == Part::EMBEDDING && stage.embedding ? stage.embedding
                                                                    : stage.lm_head;
     SPARK_CHECK(t != nullptr, "a device matrix lacks a bound tensor");

@@ -82,6 +82,10 @@ class DeviceWeights {
   DeviceMatrix embedding;             // [vocab, hidden]; no data unless the stage holds layer 0
   DeviceMatrix lm_head;               // [vocab, hidden]; the embedding when tied
   const float* final_norm = nullptr;  // [hidden]; null unless the stage holds the last layer
+  // An MTP head's input (ModelSpec::mtp_head, mtp_input.h); no data otherwise.
+  DeviceMatrix mtp_fc;                     // [hidden, 2 * hidden]: over [normed embedding; normed hidden]
+  const float* mtp_embed_norm = nullptr;   // [hidden], as used (1 + w for zero-centred norms)
+  const float* mtp_hidden_norm = nullptr;  // [hidden]
   std::vector<DeviceLayer> layers;
 
  private:

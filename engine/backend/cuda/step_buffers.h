@@ -26,10 +26,12 @@ inline size_t aligned(size_t bytes) { return (bytes + kStepAlign - 1) / kStepAli
 struct Activations {
   float* x = nullptr;         // [T, H] f32 residual stream
   void* normed = nullptr;     // [T, H] RMSNorm output, GEMM input
-  void* wide = nullptr;       // [T, max(qkv, 2 I)]
+  // [T, max(qkv, 2 I)]; an MTP head's normed [embedding; hidden] pairs [T, 2 H] before its layer (mtp_input.h)
+  void* wide = nullptr;
   void* q = nullptr;          // [T, heads * head_dim] roped queries
   void* mid = nullptr;        // [T, max(heads * head_dim, I)]: attention output, then SwiGLU output
-  float* proj = nullptr;      // [T, H] f32 o_proj / down_proj output, added to x by the next norm
+  float* proj = nullptr;      // [T, H] f32 o_proj / down_proj output, added to x by the next norm;
+                              // an MTP head's hidden_in rows before its layer (mtp_input.h)
   void* head_in = nullptr;    // [R, H] final-normed rows for the LM head
   float* logits = nullptr;    // [R, vocab]
   float* inv_freq = nullptr;  // [head_dim / 2]
@@ -108,7 +110,7 @@ struct Sizes {
     const int64_t value_dim = recurrent ? d.value_dim() : 0;
     x = aligned(size_t(max_tokens * H) * 4);
     normed = aligned(size_t(max_tokens * H) * 2);
-    wide = aligned(size_t(max_tokens * std::max({qkv_width(s), 2 * I, 2 * shared_i})) * 2);
+    wide = aligned(size_t(max_tokens * std::max({qkv_width(s), 2 * I, 2 * shared_i, s.mtp_head ? 2 * H : 0})) * 2);
     q = aligned(size_t(max_tokens * qd) * 2);
     mid = aligned(size_t(max_tokens * std::max({qd, I, shared_i, value_dim})) * 2);
     const int64_t aux_values = std::max(recurrent ? d.conv_dim() + value_dim + 2 * d.num_v_heads : 0,

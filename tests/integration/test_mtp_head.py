@@ -47,6 +47,7 @@ def completion(url, prompt):
     return choice["text"], choice["logprobs"]
 
 
+@pytest.mark.cuda_path
 def test_greedy_answers_and_logprobs_equal_those_without_drafts(pair):
     """One request at a time: the CPU backend drafts only while a step holds fewer rows
     than rows_at_decode_cost (4). The random head's drafts fail, so the draft cost model
@@ -60,6 +61,7 @@ def test_greedy_answers_and_logprobs_equal_those_without_drafts(pair):
     assert drafted > accepted  # rejected drafts: the head's rows are run again on the model's states
 
 
+@pytest.mark.cuda_path
 def test_concurrent_answers_equal_those_without_drafts(pair):
     off, on = pair
     assert run_all(on.url, PROMPTS, MAX_TOKENS) == run_all(off.url, PROMPTS, MAX_TOKENS)

@@ -3,13 +3,12 @@
 // hidden_norm)], the embedding half first.
 //
 // Cost per row, beside the embedding gather before it: hidden_in's H f32 values are copied in
-// (4H bytes, from pageable host memory as every hidden_in does); the norm kernel reads the
-// embedded row and the hidden row (8H bytes) and writes 2H 16-bit values (4H bytes); the fc
-// GEMM reads those (4H bytes) and writes H f32 values (4H bytes). Per step, the fc matrix,
-// H x 2H (4H² bytes in BF16: 16 MiB at H = 2048), is read once for up to kGemvMaxRows rows
-// (the GEMV), as every matrix of the head's layer and its LM head are. The norm
-// kernel is one launch of 2 x rows CTAs (ptxas: 54 registers on sm_90, 56 on sm_121, no
-// spills, 128 bytes of shared memory).
+// (4H bytes, from pageable host memory as every hidden_in does); the two norms (rms_norm.h's
+// kernel, a launch each) read the embedded row and the hidden row (8H bytes) and write 2H
+// 16-bit values (4H bytes); the fc GEMM reads those (4H bytes) and writes H f32 values (4H
+// bytes). Per step, the fc matrix, H x 2H (4H² bytes in BF16: 16 MiB at H = 2048), is read
+// once for up to kGemvMaxRows rows (the GEMV), as every matrix of the head's layer and its
+// LM head are.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -33,14 +32,8 @@ struct MtpInput {
 // hidden_in [hidden_rows, H] f32 on the host is copied into `scratch` (f32, rows x H);
 // the rows after hidden_rows (a padded batch's padding) get a zero hidden half. `pair`
 // [rows, 2H] in the compute type `type` takes the normed halves. Launches on `stream`;
-// programmatic as Gemm::linear takes it (the norm kernel is a normal launch).
+// programmatic as Gemm::linear takes it (the norms are normal launches).
 void mtp_input(Gemm& gemm, HalfType type, const MtpInput& w, const float* hidden_in, int32_t hidden_rows, int32_t rows,
                float* x, float* scratch, void* pair, cudaStream_t stream, bool programmatic);
-
-// The norm kernel alone: pair[r] = [rmsnorm(x[r], embed_norm); rmsnorm(hidden[r], hidden_norm)]
-// (zeros for the hidden half of rows >= hidden_rows), rounded to T (__nv_bfloat16 or __half).
-template <typename T>
-void mtp_input_norms(const float* x, const float* hidden, int32_t hidden_rows, int32_t rows, const float* embed_norm,
-                     const float* hidden_norm, int32_t H, float eps, T* pair, cudaStream_t stream);
 
 }  // namespace spark::cuda

@@ -13,12 +13,14 @@ constexpr int kChunksPerThread = 4;
 constexpr int kMaxHidden = 8 * kChunksPerThread * 1024;
 
 // One CTA per row; thread i owns chunks i, i + blockDim, ... (coalesced 16-byte accesses).
-// Row r reads x row row_ids[r] (r itself when row_ids is null) and writes out row r.
+// Row r reads x row row_ids[r] (r itself when row_ids is null) and writes out row r, which
+// starts out_stride values after row r - 1's.
 // x is written only when delta is not null; rms_norm_rows passes a const x that way.
 template <typename T>
 __global__ void __launch_bounds__(1024)
     add_rms_norm_kernel(float* __restrict__ x, const int32_t* __restrict__ row_ids, const float* __restrict__ delta,
-                        const float* __restrict__ weight, int32_t hidden, float eps, T* __restrict__ out) {
+                        const float* __restrict__ weight, int32_t hidden, float eps, T* __restrict__ out,
+                        int64_t out_stride) {
   __shared__ float scratch[32];
   wait_then_allow_next_kernel();
   const int64_t r = blockIdx.x;
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(1024)
     float o[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) o[j] = w[j] * (v[k][j] * inv);  // the CPU's order: weight * (x * inv)
-    store8(out + r * hidden + c * 8, o);
+    store8(out + r * out_stride + c * 8, o);
   }
 }
 
@@ -70,18 +72,19 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <typename T>
 void launch(float* x, const int32_t* row_ids, const float* delta, const float* weight, int32_t rows, int32_t hidden,
-            float eps, T* out, cudaStream_t stream, bool programmatic) {
+            float eps, T* out, int64_t out_stride, cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(rows >= 0, "rms_norm: negative rows");
   SPARK_CHECK(hidden > 0 && hidden % 8 == 0 && hidden <= kMaxHidden,
               "rms_norm: hidden must be a positive multiple of 8, at most 32768");
   if (rows == 0 || (!delta && !out)) return;
   SPARK_CHECK(x && (!out || weight), "rms_norm: x or weight is null");
-  SPARK_CHECK(aligned16(x) && aligned16(delta) && aligned16(weight) && aligned16(out),
-              "rms_norm: pointers must be 16-byte aligned");
+  SPARK_CHECK(aligned16(x) && aligned16(delta) && aligned16(weight) && aligned16(out) && out_stride % 8 == 0 &&
+                  out_stride >= hidden,
+              "rms_norm: pointers must be 16-byte aligned, and output rows a multiple of 8 values apart");
   const int64_t chunks = hidden / 8;
   const int threads = int(ceil_div(ceil_div(chunks, kChunksPerThread), 32) * 32);
   launch_kernel("add_rms_norm_kernel", programmatic, add_rms_norm_kernel<T>, dim3(unsigned(rows)),
-                dim3(unsigned(threads)), 0, stream, x, row_ids, delta, weight, hidden, eps, out);
+                dim3(unsigned(threads)), 0, stream, x, row_ids, delta, weight, hidden, eps, out, out_stride);
 }
 
 }  // namespace
@@ -89,7 +92,7 @@ void launch(float* x, const int32_t* row_ids, const float* delta, const float* w
 template <typename T>
 void add_rms_norm(float* x, const float* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
                   cudaStream_t stream, bool programmatic) {
-  launch<T>(x, nullptr, delta, weight, rows, hidden, eps, out, stream, programmatic);
+  launch<T>(x, nullptr, delta, weight, rows, hidden, eps, out, hidden, stream, programmatic);
 }
 
 template <typename T>
@@ -97,7 +100,14 @@ void rms_norm_rows(const float* x, const int32_t* row_ids, int32_t rows, const f
                    T* out, cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(rows == 0 || (out && row_ids), "rms_norm_rows: out and row_ids are required");
   // The kernel writes x only when given a delta; none here, so the cast never writes.
-  launch<T>(const_cast<float*>(x), row_ids, nullptr, weight, rows, hidden, eps, out, stream, programmatic);
+  launch<T>(const_cast<float*>(x), row_ids, nullptr, weight, rows, hidden, eps, out, hidden, stream, programmatic);
+}
+
+template <typename T>
+void rms_norm_strided(const float* x, int32_t rows, const float* weight, int32_t hidden, float eps, T* out,
+                      int64_t out_stride, cudaStream_t stream, bool programmatic) {
+  SPARK_CHECK(rows == 0 || out, "rms_norm_strided: out is required");
+  launch<T>(const_cast<float*>(x), nullptr, nullptr, weight, rows, hidden, eps, out, out_stride, stream, programmatic);
 }
 
 template void add_rms_norm<bf16>(float*, const float*, const float*, int32_t, int32_t, float, bf16*, cudaStream_t,
@@ -107,5 +117,9 @@ template void rms_norm_rows<bf16>(const float*, const int32_t*, int32_t, const f
                                   cudaStream_t, bool);
 template void rms_norm_rows<f16>(const float*, const int32_t*, int32_t, const float*, int32_t, float, f16*,
                                  cudaStream_t, bool);
+template void rms_norm_strided<bf16>(const float*, int32_t, const float*, int32_t, float, bf16*, int64_t, cudaStream_t,
+                                     bool);
+template void rms_norm_strided<f16>(const float*, int32_t, const float*, int32_t, float, f16*, int64_t, cudaStream_t,
+                                    bool);
 
 }  // namespace spark::cuda

@@ -1,4 +1,4 @@
-// rms_norm.h — launchers for the fused residual add + RMSNorm.
+// rms_norm.h — launchers for the fused residual add + RMSNorm, and plain RMSNorms of rows.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -23,5 +23,11 @@ void add_rms_norm(float* x, const float* delta, const float* weight, int32_t row
 template <typename T>
 void rms_norm_rows(const float* x, const int32_t* row_ids, int32_t rows, const float* weight, int32_t hidden, float eps,
                    T* out, cudaStream_t stream, bool programmatic = false);
+
+// out[r] = rmsnorm(x[r]) with out's rows out_stride values apart (a multiple of 8): the
+// norm into one part of wider rows (an MTP head's [embedding; hidden] pairs, mtp_input.h).
+template <typename T>
+void rms_norm_strided(const float* x, int32_t rows, const float* weight, int32_t hidden, float eps, T* out,
+                      int64_t out_stride, cudaStream_t stream, bool programmatic = false);
 
 }  // namespace spark::cuda

@@ -96,8 +96,8 @@ Tensor expert_rows(const Tensor& stacked, int64_t e, int64_t first, int64_t rows
 }
 
 // The file's tensors `spec` reads under the shared table's names (table_name), and stacked
-// experts ([E, 2I, H] gate then up rows,
-// [E, H, I] down) split into views of each expert's rows, which need no copy.
+// experts ([E, 2I, H] gate then up rows, [E, H, I] down) split into views of each expert's
+// rows, which need no copy.
 std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec& spec,
                                       LayerRange, Weights* keep, const std::string& source) {
   std::map<std::string, Tensor> out;

@@ -129,6 +129,12 @@ __device__ __forceinline__ void store8(T* p, const float (&f)[8]) {
   *reinterpret_cast<uint4*>(p) = raw;
 }
 
+// f32 rows: eight values are two 16-byte stores.
+__device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+
 // Calls f(T{}) with T the C++ type of `type` (f: a generic lambda taking `auto tag`, using
 // T = decltype(tag)), so a launcher taking a HalfType dispatches once to its template.
 template <typename F>

@@ -122,9 +122,6 @@ struct CudaBackend::Impl {
   LayerRange range;
   std::vector<LayerShape> shapes;  // the stage's layers, as layer_shape.h describes them
   bool has_embedding = false, has_head = false;
-  // The final norm's weight in f32 on the host: hidden rows are normed there, in f32
-  // (the LM head's input is normed on the device and rounded to 16 bits).
-  std::vector<float> final_norm;
   std::string device_name;
   int cc_major = 0, cc_minor = 0;
   // Decode-step kernels start while the one before them finishes (launch_kernel in
@@ -522,19 +519,24 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
 }
 
 // The batch's hidden rows after run(): the span of the residual stream that holds them
-// comes to the host (one copy), and each row goes through the final norm there.
+// goes through the final norm on the device, in f32 (the LM head's input is rounded to 16
+// bits, these are not), and comes to the host in one copy.
 void CudaBackend::Impl::copy_final_hidden(const Batch& batch, std::vector<float>& out) {
   out.clear();
   if (!has_head || batch.hidden_rows.empty()) return;
   const auto H = size_t(spec.hidden_size);
   const auto first = size_t(batch.hidden_rows.front()), span = size_t(batch.hidden_rows.back()) - first + 1;
+  // act.proj is free once the step has run (the last layer's output is in x).
+  cuda::rms_norm_strided<float>(act.x + first * H, int32_t(span), weights->final_norm, int32_t(H),
+                                float(spec.rms_norm_eps), act.proj, int64_t(H), stream);
   std::vector<float> rows(span * H);
-  CUDA_CHECK(cudaMemcpyAsync(rows.data(), act.x + first * H, rows.size() * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(rows.data(), act.proj, rows.size() * 4, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   out.resize(batch.hidden_rows.size() * H);
-  for (size_t r = 0; r < batch.hidden_rows.size(); ++r)
-    cpu::rms_norm(rows.data() + (size_t(batch.hidden_rows[r]) - first) * H, final_norm.data(), int64_t(H),
-                  float(spec.rms_norm_eps), out.data() + r * H);
+  for (size_t r = 0; r < batch.hidden_rows.size(); ++r) {
+    const float* row = rows.data() + (size_t(batch.hidden_rows[r]) - first) * H;
+    std::copy(row, row + H, out.begin() + std::ptrdiff_t(r * H));
+  }
 }
 
 CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, const CudaOptions& options)
@@ -567,12 +569,6 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   if (m.num_recurrent > 0) check_delta_net_config(spec);
   m.has_embedding = r.first_layer == 0;
   m.has_head = r.last_layer == spec.num_layers;
-  if (m.has_head && weights.final_norm) {
-    m.final_norm.resize(size_t(spec.hidden_size));
-    cpu::decode_row(*weights.final_norm, 0, m.final_norm.data());
-    if (spec.norm_plus_one)
-      for (float& w : m.final_norm) w += 1.0f;
-  }
 
   std::string why;
   auto devices = cuda_devices(&why);

@@ -121,5 +121,7 @@ template void rms_norm_strided<bf16>(const float*, int32_t, const float*, int32_
                                      bool);
 template void rms_norm_strided<f16>(const float*, int32_t, const float*, int32_t, float, f16*, int64_t, cudaStream_t,
                                     bool);
+template void rms_norm_strided<float>(const float*, int32_t, const float*, int32_t, float, float*, int64_t,
+                                      cudaStream_t, bool);
 
 }  // namespace spark::cuda

@@ -25,7 +25,8 @@ void rms_norm_rows(const float* x, const int32_t* row_ids, int32_t rows, const f
                    T* out, cudaStream_t stream, bool programmatic = false);
 
 // out[r] = rmsnorm(x[r]) with out's rows out_stride values apart (a multiple of 8): the
-// norm into one part of wider rows (an MTP head's [embedding; hidden] pairs, mtp_input.h).
+// norm into one part of wider rows (an MTP head's [embedding; hidden] pairs, mtp_input.h);
+// T may be float too (the final hidden rows a step returns).
 template <typename T>
 void rms_norm_strided(const float* x, int32_t rows, const float* weight, int32_t hidden, float eps, T* out,
                       int64_t out_stride, cudaStream_t stream, bool programmatic = false);

@@ -127,4 +127,10 @@ LoadedModel load_model(const Config& config, LayerRange range) {
   return m;
 }
 
+LoadedModel load_mtp_head(const ModelInfo& model) {
+  LoadedModel head{mtp_head_info(model), Weights{}};
+  head.weights = load_stage_weights(head.info, full_range(head.info.spec));
+  return head;
+}
+
 }  // namespace spark

@@ -57,5 +57,7 @@ struct LoadedModel {
 };
 // inspect_model + load_stage_weights. A range with last_layer == 0 means every layer.
 LoadedModel load_model(const Config& config, LayerRange range = {});
+// mtp_head_info + load_stage_weights: the whole MTP head of `model`.
+LoadedModel load_mtp_head(const ModelInfo& model);
 
 }  // namespace spark

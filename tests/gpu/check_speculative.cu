@@ -123,13 +123,7 @@ Run run(const std::string& path, bool speculative, bool together, Path on = Path
       [](bool) { return std::make_unique<IdDecoder>(); }, std::max<int64_t>(64, 3 * n));
   std::optional<LoadedModel> dm;  // the draft's weights, which its backend reads
   if (speculative && !draft.empty()) {
-    if (draft == kMtp) {
-      ModelInfo head = mtp_head_info(m.info);
-      Weights w = load_stage_weights(head, full_range(head.spec));
-      dm = LoadedModel{std::move(head), std::move(w)};
-    } else {
-      dm = load_model(draft_model_config(config));
-    }
+    dm = draft == kMtp ? load_mtp_head(m.info) : load_model(draft_model_config(config));
     const ModelSpec& ds = dm->info.spec;
     auto d = std::make_unique<DraftModel>(make_backend(ds, dm->weights, draft_cuda), ds,
                                           config.engine.max_num_batched_tokens);

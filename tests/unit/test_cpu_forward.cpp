@@ -227,12 +227,11 @@ TEST_CASE("cpu forward: a Qwen3.5 MTP head matches the numpy reference within 1e
   std::ifstream f(dir + "/mtp_golden.json");
   REQUIRE(f.good());
   const auto j = nlohmann::json::parse(f);
-  const LoadedModel model = load("qwen3_5_moe_mtp");
-  const ModelInfo head = mtp_head_info(model.info);
-  const Weights w = load_stage_weights(head, full_range(head.spec));
-  CpuBackend backend(head.spec, bind_stage(head.spec, w), 2);
+  const LoadedModel head = load_mtp_head(load("qwen3_5_moe_mtp").info);
+  const ModelSpec& spec = head.info.spec;
+  CpuBackend backend(spec, bind_stage(spec, head.weights), 2);
   backend.init_kv_cache(kNumBlocks, kBlockSize);
-  const auto H = size_t(head.spec.hidden_size), V = size_t(head.spec.vocab_size);
+  const auto H = size_t(spec.hidden_size), V = size_t(spec.vocab_size);
   auto read = [&](const std::string& name, size_t n) {
     std::ifstream in(dir + "/" + name, std::ios::binary);
     std::vector<float> v(n);

@@ -19,6 +19,61 @@ namespace {
 constexpr int64_t kBlockSize = 4;
 constexpr int64_t kMaxSeqs = 6;
 
+// The token ids [lo, lo + span) the tests draw from.
+struct TokenRange {
+  int32_t lo, span;
+  int32_t draw(std::mt19937& rng) const { return lo + int32_t(rng() % uint32_t(span)); }
+  int32_t after(int32_t t) const { return lo + (t - lo + 1) % span; }  // another id of the range
+};
+
+// kMaxSeqs sequences of up to max_prompt random tokens, each to make 60, added to `sched`.
+std::vector<std::unique_ptr<Sequence>> add_sequences(Scheduler& sched, std::mt19937& rng, uint32_t max_prompt,
+                                                     TokenRange ids) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (int i = 0; i < int(kMaxSeqs); ++i) {
+    std::vector<int32_t> prompt(1 + rng() % max_prompt);
+    for (auto& t : prompt) t = ids.draw(rng);
+    SamplingParams p;
+    p.max_tokens = 60;
+    seqs.push_back(std::make_unique<Sequence>(i + 1, prompt, p));
+    seqs.back()->max_tokens = 60;
+    sched.add(seqs.back().get());
+  }
+  return seqs;
+}
+
+// 1 to 4 placeholder drafts for each decoding sequence with room for them.
+void plan_drafts(const Scheduler& sched, std::mt19937& rng) {
+  for (Sequence* s : sched.running())
+    if (s->num_uncomputed_tokens() == 1 && s->num_output_tokens() + 5 < s->max_tokens)
+      s->draft_tokens.assign(1 + rng() % 4, s->last_token());
+}
+
+// Verification: each sequence keeps a random number of its drafts and a token that
+// differs from the next one.
+std::vector<int32_t> random_verification(const ScheduledStep& step, std::mt19937& rng, TokenRange ids) {
+  std::vector<int32_t> sampled(step.batch.logits_rows.size());
+  for (const StepEntry& e : step.entries) {
+    if (e.logits_row < 0) continue;
+    const auto keep = int64_t(rng() % uint32_t(e.num_draft_tokens + 1));
+    for (int64_t j = 0; j <= e.num_draft_tokens; ++j) {
+      int32_t t = j < keep ? e.seq->draft_tokens[size_t(j)] : ids.draw(rng);
+      if (j < e.num_draft_tokens && j >= keep && t == e.seq->draft_tokens[size_t(j)]) t = ids.after(t);
+      sampled[size_t(e.logits_row + j)] = t;
+    }
+  }
+  return sampled;
+}
+
+// The sequences of `step` that reached max_tokens finish, and `drafter` forgets them.
+void finish_full(const ScheduledStep& step, Scheduler& sched, DraftModel& drafter) {
+  for (const StepEntry& e : step.entries)
+    if (e.logits_row >= 0 && e.seq->num_output_tokens() >= e.seq->max_tokens) {
+      drafter.retire(e.seq->seq_id);
+      sched.finish(e.seq, FinishReason::LENGTH);
+    }
+}
+
 struct Drafters {
   LoadedModel model;
   std::unique_ptr<DraftModel> live, scratch;
@@ -53,21 +108,11 @@ TEST_CASE("draft model: drafts equal a recomputation from the first token after 
     sc.max_model_len = 256;
     Scheduler sched(sc, blocks);
     std::mt19937 rng(3);
-    std::vector<std::unique_ptr<Sequence>> seqs;
-    for (int i = 0; i < int(kMaxSeqs); ++i) {
-      std::vector<int32_t> prompt(1 + rng() % 30);
-      for (auto& t : prompt) t = int32_t(rng() % 256);
-      SamplingParams p;
-      p.max_tokens = 60;
-      seqs.push_back(std::make_unique<Sequence>(i + 1, prompt, p));
-      seqs.back()->max_tokens = 60;
-      sched.add(seqs.back().get());
-    }
+    const TokenRange ids{0, 256};
+    const auto seqs = add_sequences(sched, rng, 30, ids);
     int64_t compared = 0, restarts = 0;
     while (sched.has_work()) {
-      for (Sequence* s : sched.running())
-        if (s->num_uncomputed_tokens() == 1 && s->num_output_tokens() + 5 < s->max_tokens)
-          s->draft_tokens.assign(1 + rng() % 4, s->last_token());
+      plan_drafts(sched, rng);
       ScheduledStep step = sched.schedule();
       restarts += int64_t(step.preempted.size());
       ScheduledStep copy = step;
@@ -82,24 +127,8 @@ TEST_CASE("draft model: drafts equal a recomputation from the first token after 
         compared += int64_t(want[i].size());
       }
       CHECK(step.batch.token_ids == copy.batch.token_ids);
-      // Verification: each sequence keeps a random number of its drafts and a token that
-      // differs from the next one.
-      std::vector<int32_t> sampled(step.batch.logits_rows.size());
-      for (const StepEntry& e : step.entries) {
-        if (e.logits_row < 0) continue;
-        const auto keep = int64_t(rng() % uint32_t(e.num_draft_tokens + 1));
-        for (int64_t j = 0; j <= e.num_draft_tokens; ++j) {
-          int32_t t = j < keep ? e.seq->draft_tokens[size_t(j)] : int32_t(rng() % 256);
-          if (j < e.num_draft_tokens && j >= keep && t == e.seq->draft_tokens[size_t(j)]) t = (t + 1) % 256;
-          sampled[size_t(e.logits_row + j)] = t;
-        }
-      }
-      sched.update(step, sampled);
-      for (const StepEntry& e : step.entries)
-        if (e.logits_row >= 0 && e.seq->num_output_tokens() >= e.seq->max_tokens) {
-          d.live->retire(e.seq->seq_id);
-          sched.finish(e.seq, FinishReason::LENGTH);
-        }
+      sched.update(step, random_verification(step, rng, ids));
+      finish_full(step, sched, *d.live);
     }
     MESSAGE(std::string(path), ": ", compared, " drafts compared, ", restarts, " preemptions");
     CHECK(compared > 200);
@@ -149,13 +178,12 @@ TEST_CASE("MTP head: drafts equal a recomputation from the first position after 
   // recomputation gets every position's hidden state at once and runs the head over the
   // whole sequence; the live head gets them step by step, through observe().
   const int64_t num_blocks = 72, budget = 24;
-  const LoadedModel model = load_model(config_for_model("tests/golden/models/qwen3_5_moe_mtp"));
-  const ModelInfo head = mtp_head_info(model.info);
-  const Weights w = load_stage_weights(head, full_range(head.spec));
-  const int64_t H = head.spec.hidden_size;
+  const LoadedModel head = load_mtp_head(inspect_model(config_for_model("tests/golden/models/qwen3_5_moe_mtp")));
+  const ModelSpec& spec = head.info.spec;
+  const int64_t H = spec.hidden_size;
   auto make = [&] {
-    auto m = std::make_unique<DraftModel>(std::make_unique<CpuBackend>(head.spec, bind_stage(head.spec, w), 1),
-                                          head.spec, budget);
+    auto m = std::make_unique<DraftModel>(std::make_unique<CpuBackend>(spec, bind_stage(spec, head.weights), 1), spec,
+                                          budget);
     m->prepare(num_blocks, kBlockSize, kMaxSeqs, {});
     return m;
   };
@@ -169,28 +197,17 @@ TEST_CASE("MTP head: drafts equal a recomputation from the first position after 
   sc.hidden_for_drafts = true;
   Scheduler sched(sc, blocks);
   std::mt19937 rng(5);
-  std::vector<std::unique_ptr<Sequence>> seqs;
-  for (int i = 0; i < int(kMaxSeqs); ++i) {
-    std::vector<int32_t> prompt(1 + rng() % 40);
-    for (auto& t : prompt) t = int32_t(3 + rng() % 253);
-    SamplingParams p;
-    p.max_tokens = 60;
-    seqs.push_back(std::make_unique<Sequence>(i + 1, prompt, p));
-    seqs.back()->max_tokens = 60;
-    sched.add(seqs.back().get());
-  }
+  const TokenRange ids{3, 253};
+  const auto seqs = add_sequences(sched, rng, 40, ids);
   int64_t compared = 0, restarts = 0;
   while (sched.has_work()) {
-    for (Sequence* s : sched.running())
-      if (s->num_uncomputed_tokens() == 1 && s->num_output_tokens() + 5 < s->max_tokens)
-        s->draft_tokens.assign(1 + rng() % 4, s->last_token());
+    plan_drafts(sched, rng);
     ScheduledStep step = sched.schedule();
     restarts += int64_t(step.preempted.size());
     // The recomputation: every hidden state up to the sequence's second-to-last token, as
     // one step of all of them would give.
     ScheduledStep copy = step;
     scratch->forget_all();
-    ScheduledStep whole;
     for (const StepEntry& e : step.entries) {
       if (e.num_draft_tokens == 0 || e.seq->num_tokens() < 2) continue;
       StepEntry all = e;
@@ -217,27 +234,12 @@ TEST_CASE("MTP head: drafts equal a recomputation from the first position after 
       compared += int64_t(want[i].size());
     }
     CHECK(step.batch.token_ids == copy.batch.token_ids);
-    // Verification: each sequence keeps a random number of its drafts and a token that
-    // differs from the next one; the model's hidden states of the step go to the head.
+    // The model's hidden states of the step go to the head once the verification ran.
     const std::vector<float> hidden = model_hidden(step, H);
     REQUIRE(hidden.size() == step.batch.hidden_rows.size() * size_t(H));
-    std::vector<int32_t> sampled(step.batch.logits_rows.size());
-    for (const StepEntry& e : step.entries) {
-      if (e.logits_row < 0) continue;
-      const auto keep = int64_t(rng() % uint32_t(e.num_draft_tokens + 1));
-      for (int64_t j = 0; j <= e.num_draft_tokens; ++j) {
-        int32_t t = j < keep ? e.seq->draft_tokens[size_t(j)] : int32_t(3 + rng() % 253);
-        if (j < e.num_draft_tokens && j >= keep && t == e.seq->draft_tokens[size_t(j)]) t = 3 + (t - 2) % 253;
-        sampled[size_t(e.logits_row + j)] = t;
-      }
-    }
-    sched.update(step, sampled);
+    sched.update(step, random_verification(step, rng, ids));
     live->observe(step, hidden);
-    for (const StepEntry& e : step.entries)
-      if (e.logits_row >= 0 && e.seq->num_output_tokens() >= e.seq->max_tokens) {
-        live->retire(e.seq->seq_id);
-        sched.finish(e.seq, FinishReason::LENGTH);
-      }
+    finish_full(step, sched, *live);
   }
   MESSAGE("MTP head: ", compared, " drafts compared, ", restarts, " preemptions, ", live->forwards(), " forwards");
   CHECK(compared > 200);

@@ -94,13 +94,7 @@ Outcome run_waves(const std::string& path, const std::vector<std::vector<Request
   Engine engine(config, std::make_unique<LocalExecutor>(std::move(backend), spec.vocab_size), spec,
                 [](bool) { return std::make_unique<IdDecoder>(); }, 1024);
   if (speculative && !draft.empty()) {
-    if (draft == kMtp) {
-      ModelInfo head = mtp_head_info(model.info);
-      Weights w = load_stage_weights(head, full_range(head.spec));
-      draft_model = LoadedModel{std::move(head), std::move(w)};
-    } else {
-      draft_model = load_model(draft_model_config(config));
-    }
+    draft_model = draft == kMtp ? load_mtp_head(model.info) : load_model(draft_model_config(config));
     const ModelSpec& ds = draft_model->info.spec;
     std::unique_ptr<Backend> draft_backend =
         slow_draft ? std::make_unique<SlowCpuBackend>(ds, bind_stage(ds, draft_model->weights), 1)

@@ -65,6 +65,31 @@ std::vector<int32_t> random_verification(const ScheduledStep& step, std::mt19937
   return sampled;
 }
 
+// A scheduler's settings for these tests: a step budget of `budget` rows.
+SchedulerConfig small_steps(int64_t budget) {
+  SchedulerConfig sc;
+  sc.max_num_seqs = kMaxSeqs;
+  sc.max_num_batched_tokens = budget;
+  sc.max_model_len = 256;
+  return sc;
+}
+
+// `live` drafts for `step`, whose sequences hold the drafts of the recomputation (made on
+// `copy`): the same drafts, in the same rows. Returns how many were compared.
+int64_t same_drafts(ScheduledStep& step, const ScheduledStep& copy, DraftModel& live) {
+  std::vector<std::vector<int32_t>> want;
+  for (const StepEntry& e : step.entries) want.push_back(e.seq->draft_tokens);
+  live.draft(step);
+  int64_t compared = 0;
+  for (size_t i = 0; i < step.entries.size(); ++i) {
+    CAPTURE(i);
+    CHECK(step.entries[i].seq->draft_tokens == want[i]);
+    compared += int64_t(want[i].size());
+  }
+  CHECK(step.batch.token_ids == copy.batch.token_ids);
+  return compared;
+}
+
 // The sequences of `step` that reached max_tokens finish, and `drafter` forgets them.
 void finish_full(const ScheduledStep& step, Scheduler& sched, DraftModel& drafter) {
   for (const StepEntry& e : step.entries)
@@ -102,11 +127,7 @@ TEST_CASE("draft model: drafts equal a recomputation from the first token after 
     const int64_t num_blocks = 72, budget = 24;
     Drafters d = drafters(path, num_blocks, budget);
     BlockManager blocks(num_blocks, kBlockSize, false);
-    SchedulerConfig sc;
-    sc.max_num_seqs = kMaxSeqs;
-    sc.max_num_batched_tokens = budget;
-    sc.max_model_len = 256;
-    Scheduler sched(sc, blocks);
+    Scheduler sched(small_steps(budget), blocks);
     std::mt19937 rng(3);
     const TokenRange ids{0, 256};
     const auto seqs = add_sequences(sched, rng, 30, ids);
@@ -118,15 +139,7 @@ TEST_CASE("draft model: drafts equal a recomputation from the first token after 
       ScheduledStep copy = step;
       d.scratch->forget_all();
       d.scratch->draft(copy);
-      std::vector<std::vector<int32_t>> want;
-      for (const StepEntry& e : step.entries) want.push_back(e.seq->draft_tokens);
-      d.live->draft(step);
-      for (size_t i = 0; i < step.entries.size(); ++i) {
-        CAPTURE(i);
-        CHECK(step.entries[i].seq->draft_tokens == want[i]);
-        compared += int64_t(want[i].size());
-      }
-      CHECK(step.batch.token_ids == copy.batch.token_ids);
+      compared += same_drafts(step, copy, *d.live);
       sched.update(step, random_verification(step, rng, ids));
       finish_full(step, sched, *d.live);
     }
@@ -190,10 +203,7 @@ TEST_CASE("MTP head: drafts equal a recomputation from the first position after 
   std::unique_ptr<DraftModel> live = make(), scratch = make();
   REQUIRE(live->reads_model_hidden());
   BlockManager blocks(num_blocks, kBlockSize, false);
-  SchedulerConfig sc;
-  sc.max_num_seqs = kMaxSeqs;
-  sc.max_num_batched_tokens = budget;
-  sc.max_model_len = 256;
+  SchedulerConfig sc = small_steps(budget);
   sc.hidden_for_drafts = true;
   Scheduler sched(sc, blocks);
   std::mt19937 rng(5);
@@ -225,15 +235,7 @@ TEST_CASE("MTP head: drafts equal a recomputation from the first position after 
       scratch->observe(one, h);
     }
     scratch->draft(copy);
-    std::vector<std::vector<int32_t>> want;
-    for (const StepEntry& e : step.entries) want.push_back(e.seq->draft_tokens);
-    live->draft(step);
-    for (size_t i = 0; i < step.entries.size(); ++i) {
-      CAPTURE(i);
-      CHECK(step.entries[i].seq->draft_tokens == want[i]);
-      compared += int64_t(want[i].size());
-    }
-    CHECK(step.batch.token_ids == copy.batch.token_ids);
+    compared += same_drafts(step, copy, *live);
     // The model's hidden states of the step go to the head once the verification ran.
     const std::vector<float> hidden = model_hidden(step, H);
     REQUIRE(hidden.size() == step.batch.hidden_rows.size() * size_t(H));

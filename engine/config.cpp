@@ -55,6 +55,8 @@ const std::vector<KeySpec>& key_specs() {
       {"model", "max_model_len", KeyType::INT, {}, 0, 16 << 20, setter(&C::model, &ModelConfig::max_model_len)},
       {"model", "chat_template", KeyType::STRING, {}, 0, 0, setter(&C::model, &ModelConfig::chat_template)},
       {"model", "tokenizer", KeyType::STRING, {}, 0, 0, setter(&C::model, &ModelConfig::tokenizer)},
+      {"model", "quantize", KeyType::STRING, {"none", "fp8", "q8_0"}, 0, 0, setter(&C::model, &ModelConfig::quantize)},
+      {"model", "quantize_keep", KeyType::STRING_LIST, {}, 0, 0, setter(&C::model, &ModelConfig::quantize_keep)},
 
       {"engine", "backend", KeyType::STRING, {"auto", "cuda", "cpu"}, 0, 0, setter(&C::engine, &EngineConfig::backend)},
       {"engine", "max_num_seqs", KeyType::INT, {}, 1, 4096, setter(&C::engine, &EngineConfig::max_num_seqs)},
@@ -315,6 +317,11 @@ void validate_whole(const Config& c, const Origins& origins) {
     bad("[peer] enabled = true needs head_addr (host:port of the head's control channel)", {"peer.enabled"});
   if (c.peer.enabled && c.peer.transport == "nccl" && c.engine.backend == "cpu")
     bad("[peer] transport = \"nccl\" needs the CUDA backend, but [engine] backend = \"cpu\"; use transport = \"tcp\"", {"peer.transport", "engine.backend"});
+  for (const std::string& part : c.model.quantize_keep)
+    if (part != "attention" && part != "mlp" && part != "experts" && part != "lm_head" && part != "embedding")
+      bad("[model] quantize_keep: \"" + part +
+              "\" is not one of \"attention\", \"mlp\", \"experts\", \"lm_head\", \"embedding\"",
+          {"model.quantize_keep"});
   if (c.model.load_format != "dummy" && c.model.path.empty())
     bad("[model] path is empty: set it to a Hugging Face model folder or a .gguf file", {"model.path", "model"});
 }

@@ -14,6 +14,11 @@ struct ModelConfig {
   int64_t max_model_len = 0;     // tokens; 0 = the model's own limit
   std::string chat_template;     // path override; "" = the model's own
   std::string tokenizer;         // path override; "" = from the model
+  // 16-bit (and f32) weight matrices quantized as they load: "none" | "fp8" | "q8_0"; the
+  // parts named in quantize_keep ("attention", "mlp", "experts", "lm_head", "embedding")
+  // stay as stored (engine/model/load_quantization.h).
+  std::string quantize = "none";
+  std::vector<std::string> quantize_keep;
 };
 
 struct EngineConfig {

@@ -86,8 +86,9 @@ void plan_cuda_layout(const Config& c, const ModelInfo& info, LayerRange range, 
     const std::string name = tensor_name(part, layer, part_is_per_expert(part) ? 0 : -1);  // expert 0 for all
     return info.format == ModelFormat::DUMMY ? dummy_dtypes.at(name) : info.tensors.at(name).dtype;
   };
-  f.weight_bytes = CudaBackend::weight_bytes(s, range, stored);
-  f.weight_bytes_per_token = CudaBackend::weight_bytes_per_token(s, range, stored);
+  const StoredDType served = served_dtypes(stored, info.quantize, s);
+  f.weight_bytes = CudaBackend::weight_bytes(s, range, served);
+  f.weight_bytes_per_token = CudaBackend::weight_bytes_per_token(s, range, served);
   f.kv_bytes_per_token = uint64_t(attention_layer_count(s, range)) * CudaBackend::kv_bytes_per_token_layer(s, fp8);
   f.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
   f.reserve_bytes = kCudaReserveBytes;
@@ -145,6 +146,7 @@ CudaOptions cuda_options(const Config& config, const ModelSpec& spec) {
   o.max_num_batched_tokens = config.engine.max_num_batched_tokens;
   o.max_model_len = effective_max_model_len(config, spec);
   o.block_size = config.engine.block_size;
+  o.quantize = weight_quantization(config.model);
   return o;
 }
 #endif

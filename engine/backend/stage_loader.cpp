@@ -63,6 +63,8 @@ Config draft_model_config(const Config& config) {
   c.model = ModelConfig{};
   c.model.path = config.engine.speculative_model;
   c.model.max_model_len = config.model.max_model_len;
+  c.model.quantize = config.model.quantize;  // a draft's 16-bit weights are quantized as the model's
+  c.model.quantize_keep = config.model.quantize_keep;
   return c;
 }
 
@@ -119,11 +121,15 @@ std::unique_ptr<LoadedStage> load_stage(const Config& config, StagePlan plan) {
   s->plan = std::move(plan);
   const ModelSpec& spec = s->plan.info.spec;
   s->weights = load_stage_weights(s->plan.info, s->plan.range);
+  // The CUDA backend quantizes on its way to the device (device_weights.cu).
+  const bool cpu = s->plan.backend == "cpu";
+  if (cpu) quantize_weights(s->weights, spec, s->plan.info.quantize);
   s->stage = bind_stage(spec, s->weights);
   s->backend = make_backend(config, spec, s->stage);
   if (s->plan.draft) {
     const ModelInfo& draft = *s->plan.draft;
     s->draft_weights = load_stage_weights(draft, full_range(draft.spec));
+    if (cpu) quantize_weights(s->draft_weights, draft.spec, draft.quantize);
     s->draft_stage = bind_stage(draft.spec, s->draft_weights);
     s->draft_backend = make_backend(draft.spec.mtp_head ? config : draft_model_config(config), draft.spec, s->draft_stage);
   }

@@ -82,6 +82,7 @@ ModelInfo inspect_model(const Config& c) {
   }
   info.format = dummy ? ModelFormat::DUMMY : info.gguf ? ModelFormat::GGUF : ModelFormat::SAFETENSORS;
   info.weight_dtype = weight_dtype_for(c, info.spec);
+  info.quantize = weight_quantization(c.model);
   return info;
 }
 
@@ -102,10 +103,26 @@ ModelInfo mtp_head_info(const ModelInfo& model) {
 }
 
 uint64_t stage_weight_bytes(const ModelInfo& info, LayerRange range) {
-  if (info.format == ModelFormat::DUMMY) return dummy_weight_bytes(info.spec, range, info.weight_dtype);
+  const ModelSpec& s = info.spec;
+  if (info.format == ModelFormat::DUMMY && !info.quantize.active()) return dummy_weight_bytes(s, range, info.weight_dtype);
   uint64_t total = 0;
-  for (const TensorSpec& t : expected_tensors(info.spec, range))
-    total += info.tensors.at(t.name).nbytes;  // present: inspect_model checked the set
+  for (const TensorSpec& t : expected_tensors(s, range)) {
+    // present: inspect_model checked the set
+    const DType stored = info.format == ModelFormat::DUMMY ? dummy_tensor_dtype(s, t, info.weight_dtype)
+                                                           : info.tensors.at(t.name).dtype;
+    const int64_t cols = t.shape.back(), rows = t.shape.size() == 2 ? t.shape[0] : 1;
+    const DType served = t.shape.size() == 2 ? served_dtype(info.quantize, s, t.part, stored, cols) : stored;
+    if (served == stored && info.format != ModelFormat::DUMMY) {
+      total += info.tensors.at(t.name).nbytes;
+    } else {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      total += dtype_nbytes(served, n, cols);
+      if (served != stored && served == DType::F8_E4M3)  // the f32 scales
+        total += 4 * uint64_t((rows + fp8_load_block_rows(s) - 1) / fp8_load_block_rows(s) *
+                              ((cols + fp8_load_block_cols(s, cols) - 1) / fp8_load_block_cols(s, cols)));
+    }
+  }
   return total;
 }
 

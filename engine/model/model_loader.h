@@ -7,6 +7,7 @@
 
 #include "engine/config.h"
 #include "engine/model/gguf.h"
+#include "engine/model/load_quantization.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
@@ -29,6 +30,7 @@ struct ModelInfo {
   std::string tokenizer_path;
   std::string chat_template_path;  // model.chat_template override, "" = the model's own
   DType weight_dtype = DType::BF16;  // dummy weights are made in this dtype
+  WeightQuantization quantize;       // [model] quantize: what the weights become as they load
   std::map<std::string, Tensor> tensors;  // empty for dummy
   std::shared_ptr<const GgufFile> gguf;
   std::shared_ptr<const SafetensorsModel> safetensors;
@@ -45,10 +47,12 @@ ModelInfo inspect_model(const Config& config);
 // Face folders).
 ModelInfo mtp_head_info(const ModelInfo& model);
 
-// Bytes of the weights a stage holding `range` keeps (as stored, or as dummy dtype).
+// Bytes of the weights a stage holding `range` keeps: as stored (or as dummy weights are
+// made), as [model] quantize makes them (FP8 scales included).
 uint64_t stage_weight_bytes(const ModelInfo& info, LayerRange range);
 
-// The weights of `range`: views into the mapped files, or allocated dummy weights.
+// The weights of `range`: views into the mapped files, or allocated dummy weights; as
+// stored (quantize_weights applies [model] quantize where the CPU backend runs them).
 Weights load_stage_weights(const ModelInfo& info, LayerRange range);
 
 struct LoadedModel {

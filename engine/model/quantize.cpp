@@ -26,13 +26,15 @@ void quantize_q8_0(const float* x, void* dst, int64_t n) {
   SPARK_CHECK(n % 32 == 0, "quantize_q8_0: length not a multiple of 32");
   auto* out = static_cast<BlockQ8_0*>(dst);
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    // llama.cpp's rule (ggml's quantize_row_q8_0_ref, gguf's Q8_0): the values are divided by
+    // the f32 step before it is rounded to the stored f16, then rounded half away from zero;
+    // so a model quantized here holds the bytes llama-quantize would write.
     const float amax = abs_max(x, 32);
-    const uint16_t d = f32_to_f16(amax / 127.0f);
-    const float step = f16_to_f32(d);  // the scale the decoder will apply
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
     BlockQ8_0 blk;
-    blk.d = d;
-    for (int i = 0; i < 32; ++i)
-      blk.qs[i] = static_cast<int8_t>(step > 0 ? std::clamp<long>(std::lround(x[i] / step), -127, 127) : 0);
+    blk.d = f32_to_f16(d);
+    for (int i = 0; i < 32; ++i) blk.qs[i] = static_cast<int8_t>(std::clamp(std::round(x[i] * id), -127.0f, 127.0f));
     std::memcpy(out + b, &blk, sizeof blk);
   }
 }

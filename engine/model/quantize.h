@@ -1,13 +1,15 @@
 // quantize.h — f32 rows into GGML Q8_0, Q4_K and MXFP4 blocks (the layouts of quant.h) and
-// into FP8 e4m3 with f32 block scales (tensor.h), for dummy weights in those formats: benchmarks and memory plans of quantized models that
-// need no file. Not llama.cpp's quantizers (no importance weights, no search over
-// scales): round to nearest on each block's own range, which is what a dummy needs.
+// into FP8 e4m3 with f32 block scales (tensor.h): dummy weights in those formats (benchmarks
+// and memory plans of quantized models that need no file) and weights quantized at load
+// ([model] quantize, load_quantization.h). Not llama.cpp's K-quant search (no importance
+// weights, no search over scales): round to nearest on each block's own range.
 #pragma once
 #include <cstdint>
 
 namespace spark {
 
-// n f32 values (a multiple of 32) -> n / 32 BlockQ8_0 at dst: d = max|x| / 127.
+// n f32 values (a multiple of 32) -> n / 32 BlockQ8_0 at dst: d = max|x| / 127, as llama.cpp
+// quantizes (the same bytes).
 void quantize_q8_0(const float* x, void* dst, int64_t n);
 // n f32 values (a multiple of 256) -> n / 256 BlockQ4_K at dst: each sub-block of 32 maps
 // [min(x, 0), max(x)] onto 0..15 with a 6-bit scale and min under the block's d and dmin.

@@ -35,6 +35,12 @@ void Weights::add(Tensor t) {
   SPARK_CHECK(inserted, "tensor added twice: " + name);
 }
 
+void Weights::replace(Tensor t) {
+  const auto it = tensors_.find(t.name);
+  SPARK_CHECK(it != tensors_.end(), "replacing a tensor that is not there: " + t.name);
+  it->second = std::move(t);
+}
+
 namespace {
 
 // Names checkpoints carry that the model does not use and Transformers ignores too.

@@ -31,6 +31,9 @@ class Weights {
 
   // Used by the loaders.
   void add(Tensor t);
+  // The tensor of t's name becomes t, at the same address (bound tables keep pointing at
+  // it): a tensor quantized at load (load_quantization.h).
+  void replace(Tensor t);
   void keep_alive(std::shared_ptr<const void> storage) { storage_.push_back(std::move(storage)); }
   void set_range(LayerRange r) { range_ = r; }
 

@@ -585,7 +585,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
 
   cpu::Rope rope(spec);  // throws for a rope_scaling type no backend supports
-  m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half());
+  m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half(), options.quantize);
   if (spec.mtp_head)
     m.mtp = {&m.weights->mtp_fc, m.weights->mtp_embed_norm, m.weights->mtp_hidden_norm, int32_t(spec.hidden_size),
              float(spec.rms_norm_eps)};

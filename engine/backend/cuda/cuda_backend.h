@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/model/load_quantization.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/stage_weights.h"
 
@@ -27,6 +28,7 @@ struct CudaOptions {
   int64_t max_num_batched_tokens = 8192;
   int64_t max_model_len = 4096;
   int64_t block_size = 16;
+  WeightQuantization quantize;  // [model] quantize: matrices packed as Q8_0 or FP8 on the way up
 };
 
 // How the steps ran (for checks): decode steps (one row per sequence) and small steps

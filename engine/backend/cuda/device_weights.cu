@@ -16,6 +16,7 @@
 #include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/mxfp4.h"
 #include "engine/backend/cuda/q8_0.h"
+#include "engine/model/load_quantization.h"
 #include "engine/model/quant.h"
 #include "engine/util/mmap.h"
 #include "engine/util/thread_pool.h"
@@ -359,9 +360,52 @@ void upload(const Tensor& t, bool f32, HalfType type, char* dst, ThreadPool& poo
   upload_as<bf16>(t, dst, pool);
 }
 
+// A 16-bit or f32 matrix quantized to Q8_0 or FP8 ([model] quantize) on its way up: bands
+// of rows quantized on the host (load_quantization.h) and uploaded as a file's Q8_0 or FP8
+// rows would be, each band's file pages dropped behind it; no copy of the whole matrix.
+void upload_quantized(const Tensor& t, const ModelSpec& spec, DType to, char* data, char* scales, ThreadPool& pool) {
+  const int64_t rows = t.rows(), cols = t.cols();
+  const int64_t band = to == DType::F8_E4M3 ? fp8_load_block_rows(spec) : 1;
+  const int64_t block_cols = fp8_load_block_cols(spec, cols), grid_cols = ceil_div(cols, block_cols);
+  const int64_t chunk = std::max<int64_t>(1, int64_t(kUploadChunk) / (cols * 4) / band) * band;
+  const size_t row_bytes = dtype_nbytes(to, cols, cols), src_row_bytes = t.nbytes / size_t(rows);
+  std::vector<uint8_t> q(size_t(std::min(chunk, rows)) * row_bytes);
+  std::vector<float> s(size_t(ceil_div(std::min(chunk, rows), band) * grid_cols));
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0);
+    pool.parallel_for(ceil_div(n, band), 1, [&](int64_t begin, int64_t end) {
+      const int64_t a = begin * band, b = std::min(end * band, n);
+      quantize_rows(t, spec, r0 + a, b - a, to, q.data() + size_t(a) * row_bytes, s.data() + (a / band) * grid_cols);
+    });
+    Tensor v;
+    v.name = t.name;
+    v.dtype = to;
+    v.shape = {n, cols};
+    v.data = q.data();
+    v.nbytes = size_t(n) * row_bytes;
+    if (to == DType::Q8_0) {
+      upload_q8_0(v, data + r0 * cols, scales + r0 * (cols / kQ8Block) * 2);
+    } else {
+      v.scale = s.data();
+      v.scale_block_rows = band;
+      v.scale_block_cols = block_cols;
+      upload_fp8(v, data + r0 * cols, scales + (r0 / band) * grid_cols * 4);
+    }
+    release_mapped_pages(static_cast<const char*>(t.data) + size_t(r0) * src_row_bytes, size_t(n) * src_row_bytes);
+  }
+}
+
+// The FP8 scale blocks of a source: its own, or those it is quantized with at load.
+std::pair<int64_t, int64_t> fp8_blocks(const Tensor& t, const ModelSpec& spec) {
+  if (t.dtype == DType::F8_E4M3) return {t.scale_block_rows, t.scale_block_cols};
+  return {fp8_load_block_rows(spec), fp8_load_block_cols(spec, t.cols())};
+}
+
 // Each segment of a packed piece (Piece::segments) becomes one DeviceMatrix of the chain
-// that starts at `head`; the tails are kept in `tails` (stable addresses).
-void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<DeviceMatrix>& tails) {
+// that starts at `head`; the tails are kept in `tails` (stable addresses). Sources in F32,
+// F16 or BF16 in a Q8_0 or FP8 segment are quantized on the way (upload_quantized).
+void upload_packed(const Piece& p, const ModelSpec& spec, char* dst, DeviceMatrix& head,
+                   std::deque<DeviceMatrix>& tails, ThreadPool& pool) {
   DeviceMatrix* m = &head;
   const std::vector<Segment> segs = p.segments();
   for (size_t i = 0; i < segs.size(); ++i) {
@@ -376,20 +420,30 @@ void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<Dev
     for (size_t s = seg.first; s < seg.first + seg.count; ++s) {
       const Tensor* t = p.sources[s];
       SPARK_CHECK(t != nullptr, "a device piece lacks a bound tensor");
+      const bool quantize = t->dtype == DType::F32 || t->dtype == DType::F16 || t->dtype == DType::BF16;
       if (seg.format == WeightFormat::Q8_0) {
-        upload_q8_0(*t, base + row0 * p.cols, base + scales_offset(seg.rows, p.cols) + row0 * (p.cols / kQ8Block) * 2);
+        char* scales = base + scales_offset(seg.rows, p.cols) + row0 * (p.cols / kQ8Block) * 2;
+        if (quantize)
+          upload_quantized(*t, spec, DType::Q8_0, base + row0 * p.cols, scales, pool);
+        else
+          upload_q8_0(*t, base + row0 * p.cols, scales);
       } else if (seg.format == WeightFormat::FP8) {  // one source, or a stack of equal matrices
+        const auto [block_rows, block_cols] = fp8_blocks(*t, spec);
         if (s == seg.first) {
-          m->scale_block_rows = int32_t(t->scale_block_rows);
-          m->scale_block_cols = int32_t(t->scale_block_cols);
+          m->scale_block_rows = int32_t(block_rows);
+          m->scale_block_cols = int32_t(block_cols);
         }
-        SPARK_CHECK(t->rows() == seg.rows / int64_t(seg.count) && t->scale_block_rows == m->scale_block_rows &&
-                        t->scale_block_cols == m->scale_block_cols,
+        SPARK_CHECK(t->rows() == seg.rows / int64_t(seg.count) && block_rows == m->scale_block_rows &&
+                        block_cols == m->scale_block_cols,
                     "FP8 expert " + t->name + ": checked by check_fp8_stack");
-        SPARK_CHECK(scale_at + fp8_scale_bytes(*t) <= p.segment_bytes(seg),
+        const size_t scale_bytes = size_t(ceil_div(t->rows(), block_rows) * ceil_div(t->cols(), block_cols)) * 4;
+        SPARK_CHECK(scale_at + scale_bytes <= p.segment_bytes(seg),
                     "FP8 " + t->name + ": its scale grid is larger than the spec's blocks allow");
-        upload_fp8(*t, base + row0 * p.cols, base + scale_at);
-        scale_at += fp8_scale_bytes(*t);
+        if (quantize)
+          upload_quantized(*t, spec, DType::F8_E4M3, base + row0 * p.cols, base + scale_at, pool);
+        else
+          upload_fp8(*t, base + row0 * p.cols, base + scale_at);
+        scale_at += scale_bytes;
       } else if (seg.format == WeightFormat::MXFP4) {
         upload_mxfp4(*t, base + row0 * (p.cols / 2), base + mxfp4_scales_offset(seg.rows, p.cols) + row0 * (p.cols / 32));
       } else
@@ -406,11 +460,11 @@ void upload_packed(const Piece& p, char* dst, DeviceMatrix& head, std::deque<Dev
 
 // The experts of an FP8 stack share one scale layout (the kernels read one block shape
 // for the stack); a file mixing per-tensor and per-channel scales across them is refused.
-void check_fp8_stack(const Piece& p) {
+void check_fp8_stack(const Piece& p, const ModelSpec& spec) {
   if (!p.expert_stack || p.layout != Layout::PACKED_MATRIX || p.formats.front() != WeightFormat::FP8) return;
   const Tensor* first = p.sources.front();
   for (const Tensor* t : p.sources)
-    if (t->scale_block_rows != first->scale_block_rows || t->scale_block_cols != first->scale_block_cols)
+    if (fp8_blocks(*t, spec) != fp8_blocks(*first, spec))
       throw InputError("FP8 expert " + t->name + ": its scales are laid out unlike those of " + first->name +
                        "; the experts of a layer must share one scale layout");
 }
@@ -453,15 +507,18 @@ uint64_t DeviceWeights::bytes_per_token(const ModelSpec& spec, LayerRange range,
   return uint64_t(total);
 }
 
-DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType half) : type(half) {
+DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType half,
+                             const WeightQuantization& quantize)
+    : type(half) {
   const LayerRange range = stage.range;
   // Check everything before the first byte moves: a bad file fails fast and whole.
   for (const Tensor* t : all_tensors(stage))
     if (!dequant_supported(t->dtype))
       throw InputError("tensor " + t->name + " has dtype " + std::string(dtype_name(t->dtype)) +
                        ", which the CUDA backend cannot read");
-  std::vector<Piece> pieces = layout(spec, range, stored_in(stage), &stage, this, &row_views_);
-  for (const Piece& p : pieces) check_fp8_stack(p);
+  std::vector<Piece> pieces =
+      layout(spec, range, served_dtypes(stored_in(stage), quantize, spec), &stage, this, &row_views_);
+  for (const Piece& p : pieces) check_fp8_stack(p, spec);
   const size_t total = pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes();
   // Loading and checking the file (block scales, headers, readahead) left pages of it in
   // the page cache. On unified memory they would sit beside the allocation below: drop
@@ -490,7 +547,7 @@ DeviceWeights::DeviceWeights(const ModelSpec& spec, const StageWeights& stage, H
     char* dst = base + p.offset;
     if (p.dst) *p.dst = dst;
     if (p.layout == Layout::PACKED_MATRIX) {
-      upload_packed(p, dst, *p.matrix, tails_);
+      upload_packed(p, spec, dst, *p.matrix, tails_, pool);
       continue;
     }
     if (p.matrix) p.matrix->data = dst;

@@ -9,6 +9,7 @@
 
 #include "engine/backend/cuda/kernel_args.h"
 #include "engine/model/arch.h"
+#include "engine/model/load_quantization.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/stage_weights.h"
 
@@ -64,8 +65,10 @@ class DeviceWeights {
   // bytes(spec, stage.range, ...) once and uploads: a matrix whose parts are all in packed
   // formats (whole blocks) stays packed (see DeviceMatrix); any other matrix is converted
   // to `type` (a tensor already in `type` is copied as is); vectors to f32 (zero-centred
-  // norms as 1 + w, ModelSpec::norm_plus_one; A_log as -exp(A_log)).
-  DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType type);
+  // norms as 1 + w, ModelSpec::norm_plus_one; A_log as -exp(A_log)). The matrices
+  // `quantize` changes ([model] quantize) are packed as Q8_0 or FP8, quantized on the way.
+  DeviceWeights(const ModelSpec& spec, const StageWeights& stage, HalfType type,
+                const WeightQuantization& quantize = {});
   ~DeviceWeights();
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;

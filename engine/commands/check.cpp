@@ -9,6 +9,7 @@
 #include "engine/commands/commands.h"
 #include "engine/commands/device_plan.h"
 #include "engine/config.h"
+#include "engine/model/dummy.h"
 #include "engine/peer/probe.h"
 #include "engine/util/check.h"
 #include "engine/util/flags.h"
@@ -63,6 +64,19 @@ std::string describe_spec(const ModelInfo& info) {
     o << ")";
   } else if (info.format == ModelFormat::DUMMY) {
     o << " (dummy weights in " << dtype_name(info.weight_dtype) << ", no weight file read)";
+  }
+  if (info.quantize.active()) {
+    // What [model] quantize changes: the tensors it quantizes, by their stored type.
+    std::map<std::string, int> counts;
+    for (const TensorSpec& t : expected_tensors(s, full_range(s))) {
+      const DType stored = info.format == ModelFormat::DUMMY ? dummy_tensor_dtype(s, t, info.weight_dtype)
+                                                             : info.tensors.at(t.name).dtype;
+      if (t.shape.size() == 2 && served_dtype(info.quantize, s, t.part, stored, t.shape.back()) != stored)
+        ++counts[std::string(dtype_name(stored))];
+    }
+    o << "\n  quantize         " << describe_quantization(info.quantize) << " at load:";
+    if (counts.empty()) o << " no tensor (none is a 16-bit or f32 matrix of those parts)";
+    for (const auto& [d, n] : counts) o << " " << d << " x" << n;
   }
   o << "\n  tokenizer        " << info.tokenizer_path << "\n";
   return o.str();

@@ -70,6 +70,19 @@ DevicePreset parse_device(const std::string& arg) {
   return {arg, gib, gbs, "given: " + arg.substr(0, comma) + " GiB, " + arg.substr(comma + 1) + " GB/s copy"};
 }
 
+namespace {
+
+// What a batch-1 decode step reads on the device: as the CUDA backend counts it, else (a
+// build without CUDA) the file's tensors it reads scaled by the file's ratio of device to
+// file bytes; a hybrid's step also reads and writes the sequence's recurrent state once.
+double bytes_read_per_token(const MemoryPlan& plan, const FileBytes& file) {
+  const double ratio = file.total > 0 ? double(plan.weight_bytes) / file.total : 1.0;
+  const double weights_read = plan.weight_bytes_per_token ? double(plan.weight_bytes_per_token) : file.read_per_token * ratio;
+  return weights_read + 2.0 * double(plan.state_bytes_per_sequence);
+}
+
+}  // namespace
+
 std::string device_plan_report(const Config& config, const StagePlan& stage, const DevicePreset& device, bool& fits) {
   const MemoryBudget budget{uint64_t(device.available_gib * double(1ull << 30)), device.name + " (" + device.about + ")"};
   const FileBytes file = file_bytes(stage);
@@ -77,12 +90,8 @@ std::string device_plan_report(const Config& config, const StagePlan& stage, con
   const MemoryPlan plan = plan_memory(stage.info.spec, stage.range, footprint, config, budget);
   fits = plan.fits;
   const double device_weights = double(plan.weight_bytes);
-  // What a batch-1 decode step reads: as the CUDA backend counts it, else (a build without
-  // CUDA) the file's tensors it reads scaled by the file's ratio of device to file bytes.
   const double ratio = file.total > 0 ? device_weights / file.total : 1.0;
-  const double weights_read = plan.weight_bytes_per_token ? double(plan.weight_bytes_per_token) : file.read_per_token * ratio;
-  // A hybrid's step also reads and writes the sequence's recurrent state once.
-  const double read = weights_read + 2.0 * double(plan.state_bytes_per_sequence);
+  const double read = bytes_read_per_token(plan, file);
   std::ostringstream o;
   o << "device plan (" << device.name << ", a projection: no GPU is used)\n";
   o << "  device           " << device.about << "\n";
@@ -98,6 +107,19 @@ std::string device_plan_report(const Config& config, const StagePlan& stage, con
                 device.copy_gb_per_s * 1e9 / read, format_bytes(uint64_t(read)).c_str(), device.copy_gb_per_s,
                 plan.state_bytes_per_sequence ? " (the weights, and the recurrent state read and written)" : "");
   o << line;
+  if (stage.info.quantize.active()) {  // the same plan with the weights as stored
+    Config as_stored = config;
+    as_stored.model.quantize = "none";
+    ModelInfo info = stage.info;
+    info.quantize = {};
+    const MemoryPlan stored = plan_memory(info.spec, stage.range, stage_footprint(as_stored, info, stage.range, "cuda"),
+                                          as_stored, budget);
+    const double stored_read = bytes_read_per_token(stored, file);
+    std::snprintf(line, sizeof line, "  as stored        ~%.0f tokens/s at batch 1: %s read a token, %s of weights\n",
+                  device.copy_gb_per_s * 1e9 / stored_read, format_bytes(uint64_t(stored_read)).c_str(),
+                  format_bytes(stored.weight_bytes).c_str());
+    o << line;
+  }
   return o.str();
 }
 

@@ -53,6 +53,18 @@ WeightQuantization weight_quantization(const ModelConfig& model) {
   return q;
 }
 
+std::string describe_quantization(const WeightQuantization& q) {
+  if (!q.active()) return "none";
+  std::string out = q.to == DType::Q8_0 ? "q8_0 (" : "fp8 (";
+  bool first = true;
+  for (const PartGroup& g : part_groups()) {
+    if (!q.parts[size_t(g.parts.front())]) continue;
+    out += (first ? "" : ", ") + std::string(g.name);
+    first = false;
+  }
+  return out + (first ? "no part)" : ")");
+}
+
 DType served_dtype(const WeightQuantization& q, const ModelSpec& spec, Part part, DType stored, int64_t cols) {
   if (!q.active() || !is_float(stored)) return stored;
   bool chosen = q.parts[size_t(part)];

@@ -7,6 +7,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <string>
 
 #include "engine/config.h"
 #include "engine/model/arch.h"
@@ -26,6 +27,8 @@ struct WeightQuantization {
 
 // From [model] quantize and quantize_keep (validated by the config).
 WeightQuantization weight_quantization(const ModelConfig& model);
+// "q8_0 (attention, mlp, experts, lm_head, embedding)": the type and the parts it applies to.
+std::string describe_quantization(const WeightQuantization& q);
 
 // The dtype a weight of `part` stored as `stored`, in rows of `cols` values, is served in:
 // the quantization's type for F32, F16 and BF16 matrices of the parts it applies to, else

@@ -128,6 +128,39 @@ def test_check_device_gb10_plans_gptoss_with_packed_mxfp4_experts(tmp_path, name
     print(f"{name}: {weights} GiB, {blocks * block} KV tokens, ~{rate} tok/s projected")
 
 
+# llama.cpp's measured batch-1 decode on one Spark with the GGUF conversions, whose only
+# advantage over the Hugging Face checkpoints is Q8_0 attention and head.
+LLAMA_CPP_TOK_S = {"gpt-oss-20b": 84.1, "gpt-oss-120b": 59.0}
+
+
+@pytest.mark.parametrize("name,layers,experts", [("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128)])
+def test_check_device_gb10_counts_attention_and_head_quantized_to_q8_0_at_load(tmp_path, name, layers, experts):
+    """[model] quantize = "q8_0" (the MXFP4 experts are already quantized; the embedding is
+    kept): a token reads the attention matrices and the LM head as Q8_0, 34 bytes per 32
+    values, which is what llama.cpp's GGUF conversion reads; the plan also shows the rate as
+    stored."""
+    c = gptoss_config(layers, experts)
+    (tmp_path / "config.json").write_text(json.dumps(c))
+    r = run_sparkd("check", "--model", tmp_path, "--set", 'model.load_format="dummy"', "--set",
+                   'model.quantize="q8_0"', "--set", 'model.quantize_keep=["embedding"]', "--device", "gb10")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    h, hd, nh, nkv, L = c["hidden_size"], c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"], layers
+    _, stored_read = device_bytes(c)
+    attention = L * h * hd * (2 * nh + 2 * nkv)  # q, k, v, o values
+    head = c["vocab_size"] * h
+    read = stored_read - (attention + head) * (2 - 34 / 32)
+    assert 2.5e9 < read < 2.7e9 if layers == 24 else 3.5e9 < read < 3.7e9
+    m = field(r"decode \(proj\.\) +~(\d+) tokens/s at batch 1: ([\d.]+) GiB read a token / 218 GB/s", out)
+    rate, read_gib = int(m.group(1)), float(m.group(2))
+    assert abs(read_gib * GIB / read - 1) < 0.02, (read_gib * GIB, read)
+    assert f"quantize         q8_0 (attention, mlp, experts, lm_head) at load: BF16 x{4 * L + 1}" in out, out
+    m = field(r"as stored +~(\d+) tokens/s at batch 1: ([\d.]+) GiB read a token", out)
+    assert abs(float(m.group(2)) - stored_read / GIB) < 0.006
+    print(f"{name}: {read_gib} GiB a token quantized, ~{rate} tok/s projected (as stored ~{m.group(1)}); "
+          f"llama.cpp {LLAMA_CPP_TOK_S[name]}")
+
+
 def test_check_cpu_counts_sliding_layers_at_the_window():
     """The CPU plan holds the sliding layers' K and V (f32) for the window blocks only: the
     bytes left for KV hold about twice the tokens a cache of every layer for every block

@@ -63,6 +63,7 @@ uint64_t model_fingerprint(const ModelInfo& info) {
   h.add_double(s.rope_theta);
   h.add(std::string(model_format_name(info.format)));
   h.add(std::string(dtype_name(info.weight_dtype)));
+  h.add(describe_quantization(info.quantize));  // [model] quantize changes what the boxes compute
   for (const auto& [name, t] : info.tensors) {  // std::map: the same order on both boxes
     h.add(name);
     h.add(std::string(dtype_name(t.dtype)));
@@ -82,10 +83,12 @@ std::string model_label(const ModelInfo& info) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   size_t slash = path.find_last_of('/');
   std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  if (info.format == ModelFormat::DUMMY) return name + " (dummy weights)";
+  const std::string quantized =
+      info.quantize.active() ? ", quantized at load: " + describe_quantization(info.quantize) : "";
+  if (info.format == ModelFormat::DUMMY) return name + " (dummy weights" + quantized + ")";
   uint64_t bytes = 0;
   for (const auto& [n, t] : info.tensors) bytes += t.nbytes;
-  return name + " (" + format_bytes(bytes) + " of weights)";
+  return name + " (" + format_bytes(bytes) + " of weights" + quantized + ")";
 }
 
 PeerIdentity local_identity(const Config& config, const StagePlan& stage, int64_t kv_blocks) {

@@ -13,6 +13,7 @@
 #include "engine/model/load_quantization.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/quant.h"
+#include "engine/peer/model_identity.h"
 
 using namespace spark;
 
@@ -151,4 +152,17 @@ TEST_CASE("load quantization: FP8 takes an FP8 checkpoint's scale blocks for its
         }
       }
     }
+}
+
+TEST_CASE("load quantization: a pair's boxes must agree on it") {
+  Config c = config_for_model("tests/golden/models/llama");
+  const ModelInfo plain = inspect_model(c);
+  c.model.quantize = "q8_0";
+  const ModelInfo q8 = inspect_model(c);
+  c.model.quantize_keep = {"lm_head"};
+  const ModelInfo q8_keep = inspect_model(c);
+  CHECK(model_fingerprint(plain) != model_fingerprint(q8));
+  CHECK(model_fingerprint(q8) != model_fingerprint(q8_keep));
+  CHECK(model_label(q8).find("quantized at load: q8_0 (attention, mlp, experts, lm_head, embedding)") != std::string::npos);
+  CHECK(model_label(plain).find("quantized") == std::string::npos);
 }

@@ -64,7 +64,8 @@ uint64_t dummy_weight_bytes(const ModelSpec& spec, LayerRange range, DType dtype
   return total;
 }
 
-Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype, uint64_t seed) {
+Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype, uint64_t seed,
+                           const WeightQuantization& quantize) {
   if (!dtype_info(dtype).dummy)
     throw InputError("dummy weights need dtype " + dummy_dtype_list() + ", not " + std::string(dtype_name(dtype)));
   if (dtype == DType::F8_E4M3 && !spec.fp8)
@@ -78,7 +79,8 @@ Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype,
     return b > 0 ? b : cols ? t.shape.back() : 1;
   };
   for (const TensorSpec& t : need) {
-    dtypes.push_back(dummy_tensor_dtype(spec, t, dtype));
+    const DType stored = dummy_tensor_dtype(spec, t, dtype);
+    dtypes.push_back(t.shape.size() == 2 ? served_dtype(quantize, spec, t.part, stored, t.shape.back()) : stored);
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     sizes.push_back(static_cast<size_t>(n / dtype_block_elems(dtypes.back()) * dtype_block_bytes(dtypes.back())));

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "engine/model/arch.h"
+#include "engine/model/load_quantization.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/weights.h"
 
@@ -16,7 +17,10 @@ namespace spark {
 // norm weights are 1, projections are uniform with standard deviation 1/sqrt(fan_in) (so a
 // projection roughly preserves the variance of its input), and biases and embeddings
 // (hence a tied LM head) are uniform with standard deviation 0.02.
-Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype, uint64_t seed = 0);
+// With `quantize` ([model] quantize), the matrices it changes are made in its type (their
+// values drawn as before, then quantized), as a checkpoint's would be at load.
+Weights make_dummy_weights(const ModelSpec& spec, LayerRange range, DType dtype, uint64_t seed = 0,
+                           const WeightQuantization& quantize = {});
 
 // The dtype make_dummy_weights stores tensor `t` in when the weights are `dtype`: block
 // formats only for matrices whose rows are whole blocks, as a GGUF file keeps them; norms

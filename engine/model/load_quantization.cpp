@@ -155,10 +155,8 @@ void quantize_weights(Weights& w, const ModelSpec& spec, const WeightQuantizatio
       t.scale = scales->data();
       t.scale_block_rows = band;
       t.scale_block_cols = fp8_load_block_cols(spec, cols);
-      w.keep_alive(std::move(scales));
     }
-    w.keep_alive(std::move(data));
-    w.replace(std::move(t));
+    w.replace(std::move(t), {std::move(data), std::move(scales)});
   }
 }
 

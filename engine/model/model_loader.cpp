@@ -129,7 +129,7 @@ uint64_t stage_weight_bytes(const ModelInfo& info, LayerRange range) {
 Weights load_stage_weights(const ModelInfo& info, LayerRange range) {
   check_range(info.spec, range);
   switch (info.format) {
-    case ModelFormat::DUMMY: return make_dummy_weights(info.spec, range, info.weight_dtype);
+    case ModelFormat::DUMMY: return make_dummy_weights(info.spec, range, info.weight_dtype, 0, info.quantize);
     case ModelFormat::GGUF: return load_gguf_weights(*info.gguf, info.spec, range);
     case ModelFormat::SAFETENSORS:
       return load_safetensors_weights(*info.safetensors, info.spec, range, "model folder '" + info.path + "'");

@@ -51,8 +51,9 @@ ModelInfo mtp_head_info(const ModelInfo& model);
 // made), as [model] quantize makes them (FP8 scales included).
 uint64_t stage_weight_bytes(const ModelInfo& info, LayerRange range);
 
-// The weights of `range`: views into the mapped files, or allocated dummy weights; as
-// stored (quantize_weights applies [model] quantize where the CPU backend runs them).
+// The weights of `range`: views into the mapped files, as stored ([model] quantize is
+// applied by quantize_weights for the CPU backend, by the CUDA backend as it uploads), or
+// allocated dummy weights, made as [model] quantize serves them.
 Weights load_stage_weights(const ModelInfo& info, LayerRange range);
 
 struct LoadedModel {

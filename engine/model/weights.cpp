@@ -35,9 +35,10 @@ void Weights::add(Tensor t) {
   SPARK_CHECK(inserted, "tensor added twice: " + name);
 }
 
-void Weights::replace(Tensor t) {
+void Weights::replace(Tensor t, std::vector<std::shared_ptr<const void>> storage) {
   const auto it = tensors_.find(t.name);
   SPARK_CHECK(it != tensors_.end(), "replacing a tensor that is not there: " + t.name);
+  owned_[t.name] = std::move(storage);
   it->second = std::move(t);
 }
 

@@ -31,15 +31,20 @@ class Weights {
 
   // Used by the loaders.
   void add(Tensor t);
-  // The tensor of t's name becomes t, at the same address (bound tables keep pointing at
-  // it): a tensor quantized at load (load_quantization.h).
-  void replace(Tensor t);
   void keep_alive(std::shared_ptr<const void> storage) { storage_.push_back(std::move(storage)); }
+  // Storage that only the tensor called `name` reads (a loader's converted copy of it),
+  // released when that tensor is replaced.
+  void own(const std::string& name, std::shared_ptr<const void> storage) { owned_[name].push_back(std::move(storage)); }
+  // The tensor of t's name becomes t, at the same address (bound tables keep pointing at
+  // it), reading `storage`; what the old one owned is released (a tensor quantized at load,
+  // load_quantization.h: its 16-bit copy goes).
+  void replace(Tensor t, std::vector<std::shared_ptr<const void>> storage);
   void set_range(LayerRange r) { range_ = r; }
 
  private:
   std::map<std::string, Tensor> tensors_;
   std::vector<std::shared_ptr<const void>> storage_;
+  std::map<std::string, std::vector<std::shared_ptr<const void>>> owned_;
   LayerRange range_;
 };
 

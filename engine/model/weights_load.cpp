@@ -140,7 +140,7 @@ Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange r
         }
       }
       t.data = buf->data();
-      w.keep_alive(std::move(buf));
+      w.own(t.name, std::move(buf));
     }
     if (spec.arch->gguf_qk_rows_permuted && q_or_k) {
       int64_t rows = t.shape[0];
@@ -151,7 +151,7 @@ Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange r
                           spec.head_dim);
       release_mapped_pages(t.data, t.nbytes);  // nothing reads the file's order again
       t.data = buf->data();
-      w.keep_alive(std::move(buf));
+      w.own(t.name, std::move(buf));
     }
     w.add(std::move(t));
   }

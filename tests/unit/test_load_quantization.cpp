@@ -166,3 +166,21 @@ TEST_CASE("load quantization: a pair's boxes must agree on it") {
   CHECK(model_label(q8).find("quantized at load: q8_0 (attention, mlp, experts, lm_head, embedding)") != std::string::npos);
   CHECK(model_label(plain).find("quantized") == std::string::npos);
 }
+
+TEST_CASE("load quantization: dummy weights are made quantized, as the plan counts them") {
+  for (const char* to : {"q8_0", "fp8"}) {
+    Config c = config_for_model("tests/golden/models/qwen3_moe");
+    c.model.load_format = "dummy";
+    c.model.quantize = to;
+    LoadedModel m = load_model(c);
+    const DType want = std::string(to) == "q8_0" ? DType::Q8_0 : DType::F8_E4M3;
+    CHECK(m.weights.get("model.layers.0.self_attn.o_proj.weight").dtype == want);
+    CHECK(m.weights.get("model.layers.0.mlp.experts.5.up_proj.weight").dtype == want);
+    CHECK(m.weights.get("model.layers.0.mlp.gate.weight").dtype != want);
+    const uint64_t planned = stage_weight_bytes(m.info, full_range(m.info.spec));
+    uint64_t held = 0;
+    for (const auto& [name, t] : m.weights.all())
+      held += t.nbytes + (t.scale ? uint64_t(t.scale_grid_rows() * t.scale_grid_cols()) * 4 : 0);
+    CHECK(held == planned);
+  }
+}

@@ -221,8 +221,9 @@ TEST_CASE("weights: dummy weights are deterministic, scaled, and need no weight 
   CHECK(q8q.dtype == DType::Q8_0);
   CHECK(q8q.nbytes == size_t(q8q.numel() / 32 * 34));
   std::vector<float> deq = to_f32(q8q);
+  // Half a step, and the step's f16 rounding times up to 127 (llama.cpp's Q8_0 rule).
   for (size_t i = 0; i < deq.size(); ++i)
-    REQUIRE(std::fabs(deq[i] - dummy_uniform(7, q.name, i, limit)) <= limit / 127 * 0.51f);
+    REQUIRE(std::fabs(deq[i] - dummy_uniform(7, q.name, i, limit)) <= limit / 127 * 0.563f);
   CHECK(q8.get("model.layers.0.input_layernorm.weight").dtype == DType::F32);
   CHECK(make_dummy_weights(s, {0, 2}, DType::Q4_K, 7).get(q.name).dtype == DType::F16);
   // load_stage_weights with the dummy format builds weights in the checkpoint's dtype.

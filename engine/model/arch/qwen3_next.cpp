@@ -120,9 +120,9 @@ class FusedProjections {
         t.data = dst;
       }
       at += t.nbytes;
+      if (keep) keep->own(t.name, buf);  // shared by the layer's unfused tensors, freed with the last
       out[t.name] = t;
     }
-    if (keep) keep->keep_alive(buf);
   }
 
  private:

@@ -28,14 +28,27 @@ std::string describe_spec(const ModelInfo& info) {
   o << "\n  attention        " << s.num_heads << " heads, " << s.num_kv_heads << " kv heads, head_dim "
     << s.head_dim << (s.attention_bias ? ", qkv bias" : "") << (s.qk_norm ? ", q/k norm" : "")
     << (s.attn_output_gate ? ", output gate" : "") << (s.norm_plus_one ? ", norms (1 + w)" : "") << "\n";
-  if (s.has_recurrent_layers()) {
+  if (!s.layer_ffn_only.empty()) {  // Nemotron-H: one block a layer
+    std::string pattern;
+    for (int64_t l = 0; l < s.num_layers; ++l)
+      pattern += !s.layer_has_mixer(l) ? (s.layer_is_moe(l) ? 'E' : '-') : s.layer_is_recurrent(l) ? 'M' : '*';
+    o << "  blocks           " << pattern << " (M Mamba-2, * attention, - MLP, E experts; one a layer)\n";
+  }
+  if (s.mamba2_layers()) {
+    const ModelSpec::Mamba2& m = s.mamba2;
+    const auto recurrent = std::count(s.layer_recurrent.begin(), s.layer_recurrent.end(), 1);
+    o << "  mamba-2          " << recurrent << " of " << s.num_layers << " layers; " << m.num_heads << " heads x "
+      << m.head_dim << ", " << m.n_groups << " groups, state " << m.state_size << ", conv kernel " << m.conv_kernel
+      << "\n";
+  } else if (s.has_recurrent_layers()) {
     const ModelSpec::DeltaNet& d = s.delta_net;
     const auto recurrent = std::count(s.layer_recurrent.begin(), s.layer_recurrent.end(), 1);
     o << "  gated deltanet   " << recurrent << " of " << s.num_layers << " layers; " << d.num_k_heads << " key heads x "
       << d.k_head_dim << ", " << d.num_v_heads << " value heads x " << d.v_head_dim << ", conv kernel "
       << d.conv_kernel << "\n";
   }
-  o << "  rope             theta " << s.rope_theta;
+  if (s.no_rope) o << "  rope             none (attention without positions)";
+  else o << "  rope             theta " << s.rope_theta;
   if (s.rotary_dim > 0 && s.rotary_dim != s.head_dim) o << ", " << s.rotary_dim << " of " << s.head_dim << " dims rotate";
   if (!s.rope_scaling.type.empty()) {
     o << ", " << s.rope_scaling.type << " scaling factor " << s.rope_scaling.factor;
@@ -51,6 +64,8 @@ std::string describe_spec(const ModelInfo& info) {
       << ", decoder_sparse_step " << s.decoder_sparse_step;
     if (!s.mlp_only_layers.empty()) o << ", " << s.mlp_only_layers.size() << " dense layers";
     if (s.shared_expert_intermediate_size > 0) o << ", shared expert " << s.shared_expert_intermediate_size;
+    if (s.sigmoid_router) o << ", sigmoid router x " << s.routed_scaling_factor;
+    if (s.relu2_mlp) o << ", relu^2";
     o << "\n";
   }
   o << "  special tokens   bos " << s.bos_token_id << ", eos [";

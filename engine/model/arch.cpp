@@ -62,6 +62,16 @@ constexpr PartNames kNames[kNumParts] = {
     {"mlp.shared_expert.up_proj", "ffn_up_shexp", "weight"},
     {"mlp.shared_expert.down_proj", "ffn_down_shexp", "weight"},
     {"mlp.shared_expert_gate", "ffn_gate_inp_shexp", "weight"},
+    {"mlp.gate.e_score_correction_bias", "exp_probs_b", ""},
+    // llama.cpp names Mamba-2's parts as the DeltaNet's above (which a GGUF lookup finds first).
+    {"mixer.in_proj", "ssm_in", "weight"},
+    {"mixer.conv1d", "ssm_conv1d", "weight"},
+    {"mixer.conv1d", "ssm_conv1d", "bias"},
+    {"mixer.A_log", "ssm_a", ""},
+    {"mixer.D", "ssm_d", ""},
+    {"mixer.dt_bias", "ssm_dt", ""},
+    {"mixer.norm", "ssm_norm", "weight"},
+    {"mixer.out_proj", "ssm_out", "weight"},
 };
 static_assert(std::size(kNames) == kNumParts);
 constexpr size_t kFirstLayerPart = static_cast<size_t>(Part::ATTN_NORM);
@@ -103,7 +113,8 @@ Counts count(const ModelSpec& s, LayerRange range) {
 
 bool part_is_norm(Part p) {
   return p == Part::FINAL_NORM || p == Part::ATTN_NORM || p == Part::FFN_NORM || p == Part::Q_NORM ||
-         p == Part::K_NORM || p == Part::LIN_NORM || p == Part::MTP_EMBED_NORM || p == Part::MTP_HIDDEN_NORM;
+         p == Part::K_NORM || p == Part::LIN_NORM || p == Part::MTP_EMBED_NORM || p == Part::MTP_HIDDEN_NORM ||
+         p == Part::SSM_NORM;
 }
 
 bool part_is_per_expert(Part p) {
@@ -131,14 +142,34 @@ std::vector<PartSpec> delta_net_parts(const ModelSpec& s) {
   };
 }
 
+// A Mamba-2 token mixer's parts (Nemotron-H).
+std::vector<PartSpec> mamba2_parts(const ModelSpec& s) {
+  const ModelSpec::Mamba2& m = s.mamba2;
+  const int64_t h = s.hidden_size;
+  std::vector<PartSpec> out = {
+      {Part::ATTN_NORM, {h}},
+      {Part::SSM_IN, {m.in_proj_rows(), h}},
+      {Part::SSM_CONV, {m.conv_dim(), 1, m.conv_kernel}},
+      {Part::SSM_A_LOG, {m.num_heads}},
+      {Part::SSM_D, {m.num_heads}},
+      {Part::SSM_DT_BIAS, {m.num_heads}},
+      {Part::SSM_NORM, {m.inner()}},
+      {Part::SSM_OUT, {h, m.inner()}},
+  };
+  if (m.conv_bias) out.push_back({Part::SSM_CONV_BIAS, {m.conv_dim()}});
+  return out;
+}
+
 }  // namespace
 
 std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
   const int64_t h = s.hidden_size, hd = s.head_dim;
   const int64_t q_dim = s.num_heads * hd, kv_dim = s.num_kv_heads * hd;
   std::vector<PartSpec> out;
-  if (s.layer_is_recurrent(layer)) {
-    out = delta_net_parts(s);
+  if (!s.layer_has_mixer(layer)) {
+    // A feed-forward block (Nemotron-H): its norm is FFN_NORM, below.
+  } else if (s.layer_is_recurrent(layer)) {
+    out = s.mamba2_layers() ? mamba2_parts(s) : delta_net_parts(s);
   } else {
     // An output gate doubles q_proj: per head, the query rows and then the gate rows.
     out = {{Part::ATTN_NORM, {h}}, {Part::Q, {q_dim * (s.attn_output_gate ? 2 : 1), h}}, {Part::K, {kv_dim, h}},
@@ -155,11 +186,15 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
       out.push_back({Part::K_NORM, {hd}});
     }
   }
+  if (!s.layer_has_ffn(layer)) return out;  // a mixer block (Nemotron-H)
   out.push_back({Part::FFN_NORM, {h}});
+  // Squared-ReLU feed-forwards have no gate projection.
+  const bool gated = !s.relu2_mlp;
   if (s.layer_is_moe(layer)) {
     const int64_t mi = s.moe_intermediate_size, experts = s.num_experts;
     out.push_back({Part::ROUTER, {experts, h}});
-    out.push_back({Part::EXPERT_GATE, {mi, h}, experts});
+    if (s.sigmoid_router) out.push_back({Part::ROUTER_SCORE_BIAS, {experts}});
+    if (gated) out.push_back({Part::EXPERT_GATE, {mi, h}, experts});
     out.push_back({Part::EXPERT_UP, {mi, h}, experts});
     out.push_back({Part::EXPERT_DOWN, {h, mi}, experts});
     if (s.gptoss_moe) {
@@ -169,14 +204,15 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
       out.push_back({Part::EXPERT_DOWN_BIAS, {h}, experts});
     }
     if (const int64_t si = s.shared_expert_intermediate_size; si > 0) {
-      out.push_back({Part::SHARED_GATE, {si, h}});
+      if (gated) out.push_back({Part::SHARED_GATE, {si, h}});
       out.push_back({Part::SHARED_UP, {si, h}});
       out.push_back({Part::SHARED_DOWN, {h, si}});
-      out.push_back({Part::SHARED_EXPERT_GATE, {1, h}});
+      // Added as it is beside a sigmoid router; scaled by its own sigmoid gate otherwise.
+      if (!s.sigmoid_router) out.push_back({Part::SHARED_EXPERT_GATE, {1, h}});
     }
   } else {
     const int64_t ff = s.intermediate_size;
-    out.push_back({Part::GATE, {ff, h}});
+    if (gated) out.push_back({Part::GATE, {ff, h}});
     out.push_back({Part::UP, {ff, h}});
     out.push_back({Part::DOWN, {h, ff}});
   }

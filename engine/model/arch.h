@@ -27,6 +27,10 @@ enum class Part : uint8_t {
   // depthwise conv1d, the decay's A_log and dt_bias, the gated norm, the output.
   LIN_QKV, LIN_Z, LIN_B, LIN_A, LIN_CONV, LIN_A_LOG, LIN_DT_BIAS, LIN_NORM, LIN_OUT,
   SHARED_GATE, SHARED_UP, SHARED_DOWN, SHARED_EXPERT_GATE,  // the shared expert and its gate
+  ROUTER_SCORE_BIAS,  // Nemotron-H: added to the router's sigmoid scores to choose experts
+  // Mamba-2 (Nemotron-H): in_proj, the conv1d and its bias, A_log, D, dt_bias, the grouped
+  // gated norm, out_proj.
+  SSM_IN, SSM_CONV, SSM_CONV_BIAS, SSM_A_LOG, SSM_D, SSM_DT_BIAS, SSM_NORM, SSM_OUT,
   COUNT
 };
 inline constexpr size_t kNumParts = static_cast<size_t>(Part::COUNT);

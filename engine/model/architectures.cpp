@@ -5,12 +5,13 @@
 
 namespace spark {
 
-extern const Architecture kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kQwen3_5, kQwen3_5Moe, kQwen3Next;
+extern const Architecture kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kQwen3_5, kQwen3_5Moe, kQwen3Next,
+    kNemotronH;
 
 namespace {
 std::vector<const Architecture*>& registry() {
   static std::vector<const Architecture*> all = {&kLlama, &kMistral, &kQwen2, &kQwen3, &kQwen3Moe, &kGptOss,
-                                                 &kQwen3_5, &kQwen3_5Moe, &kQwen3Next};
+                                                 &kQwen3_5, &kQwen3_5Moe, &kQwen3Next, &kNemotronH};
   return all;
 }
 }  // namespace

@@ -13,9 +13,13 @@ namespace spark {
 const char* name_of(NormPlacement p) { return p == NormPlacement::PRE ? "pre" : "sandwich"; }
 const char* name_of(NormKind k) { return k == NormKind::RMS ? "rms" : "rms (1 + w)"; }
 const char* name_of(Activation a) {
-  return a == Activation::SILU ? "silu" : a == Activation::CLAMPED_SWIGLU ? "clamped swiglu" : "gelu (tanh)";
+  return a == Activation::SILU ? "silu" : a == Activation::CLAMPED_SWIGLU ? "clamped swiglu"
+                                        : a == Activation::GELU_TANH      ? "gelu (tanh)"
+                                                                           : "relu^2";
 }
-const char* name_of(Mixer m) { return m == Mixer::ATTENTION ? "attention" : "recurrent state"; }
+const char* name_of(Mixer m) {
+  return m == Mixer::ATTENTION ? "attention" : m == Mixer::RECURRENT ? "gated deltanet" : m == Mixer::MAMBA2 ? "mamba-2" : "none";
+}
 
 std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
   check_range(s, range);
@@ -23,7 +27,10 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
     LayerShape x;
     x.layer = l;
-    x.mixer = s.layer_is_recurrent(l) ? Mixer::RECURRENT : Mixer::ATTENTION;
+    x.mixer = !s.layer_has_mixer(l)       ? Mixer::NONE
+              : !s.layer_is_recurrent(l) ? Mixer::ATTENTION
+              : s.mamba2_layers()        ? Mixer::MAMBA2
+                                         : Mixer::RECURRENT;
     x.norm_kind = s.norm_plus_one ? NormKind::RMS_PLUS_ONE : NormKind::RMS;
     x.norm_eps = s.rms_norm_eps;
     x.num_heads = s.num_heads;
@@ -35,9 +42,13 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
     x.window = s.layer_is_sliding(l) ? s.sliding_window : 0;
     x.rope_theta = s.rope_theta;
     x.rotary_dim = s.rotary_dim > 0 ? s.rotary_dim : s.head_dim;
+    x.rope = !s.no_rope;
     x.output_gate = s.attn_output_gate && x.mixer == Mixer::ATTENTION;
+    x.ffn = s.layer_has_ffn(l);
     x.moe = s.layer_is_moe(l);
     x.shared_expert = x.moe && s.shared_expert_intermediate_size > 0;
+    x.sigmoid_router = x.moe && s.sigmoid_router;
+    if (s.relu2_mlp) x.activation = Activation::RELU2;
     if (s.gptoss_moe) {
       x.activation = Activation::CLAMPED_SWIGLU;
       x.swiglu_limit = static_cast<float>(s.swiglu_limit);
@@ -51,13 +62,14 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
 
 int64_t attention_layer_count(const ModelSpec& s, LayerRange range) {
   int64_t n = 0;
-  for (int64_t l = range.first_layer; l < range.last_layer; ++l) n += s.layer_is_recurrent(l) ? 0 : 1;
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l) n += s.layer_has_mixer(l) && !s.layer_is_recurrent(l);
   return n;
 }
 
 uint64_t recurrent_state_bytes(const ModelSpec& s, LayerRange range) {
-  const int64_t recurrent = range.last_layer - range.first_layer - attention_layer_count(s, range);
-  return uint64_t(recurrent) * uint64_t(s.delta_net.state_values()) * sizeof(float);
+  int64_t recurrent = 0;
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l) recurrent += s.layer_has_mixer(l) && s.layer_is_recurrent(l);
+  return uint64_t(recurrent) * uint64_t(s.recurrent_state_values()) * sizeof(float);
 }
 
 namespace {
@@ -92,6 +104,9 @@ void require_cases(const std::vector<LayerShape>& layers, const ModelSpec& s, co
       lacks(c, l, "attention scale other than 1/sqrt(head_dim)");
     if (!c.output_gate && l.output_gate) lacks(c, l, "attention output gate");
     if (!c.shared_expert && l.shared_expert) lacks(c, l, "shared expert");
+    if (!c.no_rope && !l.rope && l.attends()) lacks(c, l, "attention without RoPE");
+    if (!c.ffn_less_layers && !l.ffn) lacks(c, l, "missing feed-forward (a token-mixer-only block)");
+    if (!c.sigmoid_router && l.sigmoid_router) lacks(c, l, "sigmoid router with score-correction bias");
   }
 }
 

@@ -18,12 +18,13 @@ namespace spark {
 enum class NormPlacement : uint8_t { PRE, SANDWICH };
 // RMSNorm as x / rms(x) * w, or Gemma's x / rms(x) * (1 + w).
 enum class NormKind : uint8_t { RMS, RMS_PLUS_ONE };
-// The gated MLP's activation: SiLU(gate) * up, gpt-oss's clamped
-// gate * sigmoid(alpha * gate) * (up + 1), or Gemma's GELU (tanh) gate.
-enum class Activation : uint8_t { SILU, CLAMPED_SWIGLU, GELU_TANH };
-// Which token mixer the layer has: attention over the paged KV cache, or a recurrent state
-// (the Gated-DeltaNet and Mamba layers of the hybrids).
-enum class Mixer : uint8_t { ATTENTION, RECURRENT };
+// The MLP's activation: SiLU(gate) * up, gpt-oss's clamped gate * sigmoid(alpha * gate) *
+// (up + 1), Gemma's GELU (tanh) gate, or Nemotron-H's ungated relu(up)^2.
+enum class Activation : uint8_t { SILU, CLAMPED_SWIGLU, GELU_TANH, RELU2 };
+// Which token mixer the layer has: attention over the paged KV cache, a recurrent state
+// (the Gated DeltaNet of Qwen3.5/3.6, the Mamba-2 of Nemotron-H), or none (a Nemotron-H
+// feed-forward block).
+enum class Mixer : uint8_t { ATTENTION, RECURRENT, MAMBA2, NONE };
 
 const char* name_of(NormPlacement p);
 const char* name_of(NormKind k);
@@ -46,23 +47,28 @@ struct LayerShape {
   // RoPE: the base, and how many of each head's dimensions rotate.
   double rope_theta = 10000.0;
   int64_t rotary_dim = 0;
+  bool rope = true;          // false: attention without positions (Nemotron-H)
   bool output_gate = false;  // the attention output times sigmoid(a gate q_proj also yields)
 
-  // The MLP: dense, or experts chosen by a router.
+  // The MLP: dense, or experts chosen by a router; none in a Nemotron-H mixer block.
+  bool ffn = true;
   bool moe = false;
   Activation activation = Activation::SILU;
   float swiglu_limit = 0.0f, swiglu_alpha = 1.702f;  // CLAMPED_SWIGLU only
   bool softmax_after_topk = false;                   // the router's softmax over the chosen k only
   bool shared_expert = false;  // an always-on expert beside the routed ones, sigmoid-gated
+  // Nemotron-H: sigmoid scores, a correction bias to choose by, scaled weights.
+  bool sigmoid_router = false;
 
   // K and V values one token stores in this layer's cache.
   int64_t kv_values_per_token() const { return mixer == Mixer::ATTENTION ? 2 * num_kv_heads * head_dim : 0; }
+  bool attends() const { return mixer == Mixer::ATTENTION; }
 };
 
 // The layers of `range`, in order.
 std::vector<LayerShape> layer_shapes(const ModelSpec& spec, LayerRange range);
 // Of the layers of `range`: those that attend (and keep K and V in the paged cache), and
-// the recurrent state one sequence holds in the others (f32 bytes).
+// the recurrent state one sequence holds in its recurrent layers (f32 bytes).
 int64_t attention_layer_count(const ModelSpec& spec, LayerRange range);
 uint64_t recurrent_state_bytes(const ModelSpec& spec, LayerRange range);
 
@@ -81,6 +87,9 @@ struct LayerCases {
   bool custom_attention_scale = false;
   bool output_gate = false;
   bool shared_expert = false;
+  bool no_rope = false;           // attention without RoPE
+  bool ffn_less_layers = false;   // layers of a token mixer only
+  bool sigmoid_router = false;
 };
 
 // Throws InputError naming the backend, the first layer and the case it lacks, e.g.

@@ -18,14 +18,15 @@ namespace spark {
 namespace {
 
 // The parts each quantize_keep name stands for. The token mixer is "attention", the Gated
-// DeltaNet projections included; the shared expert goes with the experts.
+// DeltaNet and Mamba-2 projections included; the shared expert goes with the experts.
 struct PartGroup {
   const char* name;
   std::vector<Part> parts;
 };
 const std::vector<PartGroup>& part_groups() {
   static const std::vector<PartGroup> groups = {
-      {"attention", {Part::Q, Part::K, Part::V, Part::O, Part::LIN_QKV, Part::LIN_Z, Part::LIN_B, Part::LIN_A, Part::LIN_OUT}},
+      {"attention", {Part::Q, Part::K, Part::V, Part::O, Part::LIN_QKV, Part::LIN_Z, Part::LIN_B, Part::LIN_A, Part::LIN_OUT,
+                     Part::SSM_IN, Part::SSM_OUT}},
       {"mlp", {Part::GATE, Part::UP, Part::DOWN}},
       {"experts", {Part::EXPERT_GATE, Part::EXPERT_UP, Part::EXPERT_DOWN, Part::SHARED_GATE, Part::SHARED_UP,
                    Part::SHARED_DOWN}},

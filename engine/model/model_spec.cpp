@@ -18,9 +18,39 @@ namespace {
 
 using nlohmann::json;
 
+// Python's json module writes the non-finite floats as bare Infinity, -Infinity and NaN,
+// and published configs carry them (Nemotron-H's "time_step_limit": [0.0, Infinity]);
+// strict JSON has no such tokens. Outside strings they become null: a key whose value is
+// one reads as absent (and the keys sparkd reads must be finite anyway).
+std::string nonfinite_as_null(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (std::string_view word : {"-Infinity", "Infinity", "NaN"})
+      if (text.compare(i, word.size(), word) == 0) {
+        out += "null";
+        i += word.size() - 1;
+        replaced = true;
+        break;
+      }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
 json parse_json(const std::string& text, const std::string& source) {
   try {
-    json j = json::parse(text);
+    json j = json::parse(nonfinite_as_null(text));
     if (!j.is_object()) throw InputError(source + ": not a JSON object");
     return j;
   } catch (const json::exception& e) {
@@ -148,7 +178,7 @@ void parse_quantization(const ConfigReader& r, ModelSpec& s) {
 bool ModelSpec::layer_is_moe(int64_t layer) const {
   // Transformers' Qwen3-MoE rule: a sparse block every decoder_sparse_step layers,
   // except the layers listed in mlp_only_layers.
-  if (num_experts <= 0) return false;
+  if (num_experts <= 0 || !layer_has_ffn(layer)) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
   return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
@@ -170,6 +200,14 @@ ModelSpec mtp_head_spec(const ModelSpec& model) {
 
 bool ModelSpec::layer_is_recurrent(int64_t layer) const {
   return layer >= 0 && layer < static_cast<int64_t>(layer_recurrent.size()) && layer_recurrent[size_t(layer)] != 0;
+}
+
+bool ModelSpec::layer_has_mixer(int64_t layer) const {
+  return !(layer >= 0 && layer < static_cast<int64_t>(layer_ffn_only.size()) && layer_ffn_only[size_t(layer)] != 0);
+}
+
+bool ModelSpec::layer_has_ffn(int64_t layer) const {
+  return !(layer >= 0 && layer < static_cast<int64_t>(layer_mixer_only.size()) && layer_mixer_only[size_t(layer)] != 0);
 }
 
 bool ModelSpec::layer_is_sliding(int64_t layer) const {

@@ -75,6 +75,35 @@ struct ModelSpec {
     // of every conv channel, and a k_head_dim x v_head_dim matrix per value head.
     int64_t state_values() const { return conv_dim() * (conv_kernel - 1) + num_v_heads * k_head_dim * v_head_dim; }
   } delta_net;
+  // Nemotron-H: the recurrent layers are Mamba-2 mixers instead (num_heads > 0). in_proj
+  // yields z [inner], x|B|C [conv_dim] and dt [num_heads]; a depthwise causal conv1d
+  // (with bias) and SiLU over x|B|C; per head a head_dim x state_size state, decayed by
+  // exp(dt A) and fed dt x B^T, read by C, plus D x; then an RMSNorm over each group of
+  // inner / n_groups channels of y * silu(z), and out_proj.
+  struct Mamba2 {
+    int64_t num_heads = 0, head_dim = 0, n_groups = 0, state_size = 0, conv_kernel = 0;
+    bool conv_bias = true;
+    // dt = clamp(softplus(dt + dt_bias), dt_min, dt_max): transformers clamps from below
+    // at time_step_min (its mixer's time_step_limit), with no upper limit.
+    double dt_min = 0.0, dt_max = 0.0;  // dt_max 0: none
+    int64_t chunk_size = 0;  // the SSD scan's chunk (prefill kernels)
+    int64_t inner() const { return num_heads * head_dim; }
+    int64_t conv_dim() const { return inner() + 2 * n_groups * state_size; }
+    int64_t in_proj_rows() const { return inner() + conv_dim() + num_heads; }
+    // One layer's state of one sequence, in f32 values: the last conv_kernel - 1 inputs of
+    // every conv channel, and a head_dim x state_size matrix per head.
+    int64_t state_values() const { return conv_dim() * (conv_kernel - 1) + num_heads * head_dim * state_size; }
+  } mamba2;
+  bool mamba2_layers() const { return mamba2.num_heads > 0; }
+  // The state one sequence holds in one recurrent layer (f32 values), of either kind.
+  int64_t recurrent_state_values() const { return mamba2_layers() ? mamba2.state_values() : delta_net.state_values(); }
+  // Nemotron-H: each layer is one block, `x + f(norm(x))` with f a token mixer or a feed-
+  // forward, not both ([num_layers]: 1 = the feed-forward only); empty when every layer
+  // has both. A feed-forward-only layer's norm is FFN_NORM, a mixer-only one's ATTN_NORM.
+  std::vector<uint8_t> layer_ffn_only;
+  std::vector<uint8_t> layer_mixer_only;
+  // Attention without RoPE (Nemotron-H: the Mamba layers carry position).
+  bool no_rope = false;
 
   // Mixture of experts (Qwen3-MoE); num_experts == 0 for dense models.
   int64_t num_experts = 0;
@@ -91,6 +120,15 @@ struct ModelSpec {
   bool gptoss_moe = false;
   double swiglu_limit = 7.0;
   double swiglu_alpha = 1.702;
+  // Nemotron-H's MoE: the router's scores are sigmoid(logits); the experts are chosen by
+  // score + a per-expert correction bias (ROUTER_SCORE_BIAS) and weighted by their scores
+  // (normalised when norm_topk_prob) times routed_scaling_factor; the shared expert is
+  // added ungated.
+  bool sigmoid_router = false;
+  double routed_scaling_factor = 1.0;
+  // Non-gated squared-ReLU feed-forwards (Nemotron-H: its MLPs, experts and shared
+  // expert): down(relu(up x)^2), no gate projection.
+  bool relu2_mlp = false;
 
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
@@ -117,6 +155,8 @@ struct ModelSpec {
   bool layer_is_moe(int64_t layer) const;
   bool layer_is_sliding(int64_t layer) const;
   bool layer_is_recurrent(int64_t layer) const;
+  bool layer_has_mixer(int64_t layer) const;  // false for a Nemotron-H feed-forward block
+  bool layer_has_ffn(int64_t layer) const;    // false for a Nemotron-H mixer block
   bool has_recurrent_layers() const { return !layer_recurrent.empty(); }
 };
 

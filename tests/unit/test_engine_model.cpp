@@ -17,8 +17,9 @@ using namespace spark;
 namespace {
 
 const char* kTinyModels[] = {"tests/golden/models/llama", "tests/golden/models/qwen3_moe"};
-// A Qwen3.5 hybrid: each sequence holds a recurrent state slot beside its KV blocks.
-const char* kTinyHybrid = "tests/golden/models/qwen3_5_moe";
+// Hybrids: each sequence holds a recurrent state slot beside its KV blocks (Qwen3.5's Gated
+// DeltaNet layers; Nemotron-H's Mamba-2 blocks).
+const char* kTinyHybrids[] = {"tests/golden/models/qwen3_5_moe", "tests/golden/models/nemotron_h"};
 // The default model: 4-bit weights, on the quantized matmul paths (`make test` fetches it).
 const char* kQuantizedModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -95,7 +96,7 @@ void check_same_tokens_and_top_logprobs(const RequestOutput& warm, const Request
 TEST_CASE("engine + CPU backend: greedy output alone equals output among 31 others, chunked at several budgets") {
   // Not only the same tokens: the same logprob bits, since every kernel computes a row the
   // same way whatever else is in its batch.
-  for (const char* path : {kTinyModels[0], kTinyModels[1], kQuantizedModel, kTinyHybrid}) {
+  for (const char* path : {kTinyModels[0], kTinyModels[1], kQuantizedModel, kTinyHybrids[0], kTinyHybrids[1]}) {
     CAPTURE(path);
     std::mt19937 rng(7);
     std::vector<Request> reqs;
@@ -130,7 +131,7 @@ TEST_CASE("engine + CPU backend: greedy output alone equals output among 31 othe
         CHECK(logprob_bits(outs[i]) == logprob_bits(alone[i]));
       }
     }
-    if (path != kTinyHybrid) continue;
+    if (path != kTinyHybrids[0] && path != kTinyHybrids[1]) continue;
     // 40 blocks of 4 tokens for ~900 tokens of requests: sequences are preempted and
     // recomputed, their state slots given back and taken again.
     auto me = make(path, 32, true, 40);
@@ -197,23 +198,26 @@ TEST_CASE("engine + CPU backend: a hybrid resumes the next turn from a state che
     r.params.top_logprobs = 20;
     return r;
   };
-  std::vector<int32_t> prompt;
-  for (int t = 0; t < 37; ++t) prompt.push_back(3 + (t * 11) % 250);
-  auto me = make(kTinyHybrid, 8192, true, 64);
-  me->engine->start();
-  const RequestOutput first = collect(*me->engine->submit(request("first", prompt)));
-  std::vector<int32_t> longer = prompt, next_turn = prompt;
-  longer.push_back(77);
-  next_turn.insert(next_turn.end(), first.token_ids.begin(), first.token_ids.end());
-  next_turn.insert(next_turn.end(), {78, 79});
-  const RequestOutput extended = collect(*me->engine->submit(request("longer", longer)));
-  const RequestOutput turn = collect(*me->engine->submit(request("turn", next_turn)));
-  CHECK(first.num_cached_tokens == 0);
-  CHECK(extended.num_cached_tokens == 37);  // not a whole number of blocks
-  CHECK(turn.num_cached_tokens == 37 + 5 - 1);
-  for (const auto& [warm, ids] : {std::pair{extended, longer}, std::pair{turn, next_turn}}) {
-    const RequestOutput cold = run(kTinyHybrid, 8192, 64, {request("cold", ids)}, /*prefix_caching=*/false)[0];
-    check_same_tokens_and_top_logprobs(warm, cold);
+  for (const char* path : kTinyHybrids) {
+    CAPTURE(path);
+    std::vector<int32_t> prompt;
+    for (int t = 0; t < 37; ++t) prompt.push_back(3 + (t * 11) % 250);
+    auto me = make(path, 8192, true, 64);
+    me->engine->start();
+    const RequestOutput first = collect(*me->engine->submit(request("first", prompt)));
+    std::vector<int32_t> longer = prompt, next_turn = prompt;
+    longer.push_back(77);
+    next_turn.insert(next_turn.end(), first.token_ids.begin(), first.token_ids.end());
+    next_turn.insert(next_turn.end(), {78, 79});
+    const RequestOutput extended = collect(*me->engine->submit(request("longer", longer)));
+    const RequestOutput turn = collect(*me->engine->submit(request("turn", next_turn)));
+    CHECK(first.num_cached_tokens == 0);
+    CHECK(extended.num_cached_tokens == 37);  // not a whole number of blocks
+    CHECK(turn.num_cached_tokens == 37 + 5 - 1);
+    for (const auto& [warm, ids] : {std::pair{extended, longer}, std::pair{turn, next_turn}}) {
+      const RequestOutput cold = run(path, 8192, 64, {request("cold", ids)}, /*prefix_caching=*/false)[0];
+      check_same_tokens_and_top_logprobs(warm, cold);
+    }
   }
 }
 

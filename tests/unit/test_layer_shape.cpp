@@ -77,7 +77,7 @@ TEST_CASE("layer shapes: a case the backend lacks is refused with the layer and 
   CHECK_INPUT_ERROR(require_cases(with([](LayerShape& l) { l.activation = Activation::GELU_TANH; }), s, cpu),
                     "layer 2's activation 'gelu (tanh)'");
   CHECK_INPUT_ERROR(require_cases(with([](LayerShape& l) { l.mixer = Mixer::RECURRENT; }), s, cpu),
-                    "layer 2's token mixer 'recurrent state'");
+                    "layer 2's token mixer 'gated deltanet'");
   CHECK_INPUT_ERROR(require_cases(with([](LayerShape& l) { l.head_dim = 64; }), s, cpu),
                     "layer 2's own attention geometry or RoPE base");
   CHECK_INPUT_ERROR(require_cases(with([](LayerShape& l) { l.rope_theta = 10000; }), s, cpu),

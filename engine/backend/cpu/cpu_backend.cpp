@@ -48,11 +48,15 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
   const std::vector<LayerShape> shapes = layer_shapes(spec, range_);
   require_cases(shapes, spec,
                 LayerCases{.backend = "the CPU backend",
-                           .mixers = {Mixer::ATTENTION, Mixer::RECURRENT},
+                           .mixers = {Mixer::ATTENTION, Mixer::RECURRENT, Mixer::MAMBA2, Mixer::NONE},
                            .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE},
+                           .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::RELU2},
                            .partial_rotary = true,
                            .output_gate = true,
-                           .shared_expert = true});
+                           .shared_expert = true,
+                           .no_rope = true,
+                           .ffn_less_layers = true,
+                           .sigmoid_router = true});
   // Zero-centred RMSNorm weights are used as (1 + w): folded in once here.
   auto norm_f32 = [&spec](const Tensor* t) {
     std::vector<float> w = vec_f32(t);
@@ -76,8 +80,23 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     L.attn_norm = norm_f32(w.find(Part::ATTN_NORM));
     L.ffn_norm = norm_f32(w.find(Part::FFN_NORM));
     L.window = shape.window;
-    if (shape.mixer == Mixer::RECURRENT) {
-      L.recurrent = true;
+    L.mixer = shape.mixer;
+    L.ffn = shape.ffn;
+    L.rope = shape.rope;
+    L.relu2 = shape.activation == Activation::RELU2;
+    if (shape.mixer == Mixer::MAMBA2) {
+      L.state_index = num_recurrent_++;
+      cpu::Mamba2Weights& m = L.mamba;
+      m.in_proj = &w.get(Part::SSM_IN);
+      m.out = &w.get(Part::SSM_OUT);
+      m.conv = mat_f32(w.get(Part::SSM_CONV));
+      m.conv_bias = vec_f32(w.find(Part::SSM_CONV_BIAS));
+      m.neg_exp_a = vec_f32(w.find(Part::SSM_A_LOG));
+      for (float& v : m.neg_exp_a) v = -std::exp(v);
+      m.d = vec_f32(w.find(Part::SSM_D));
+      m.dt_bias = vec_f32(w.find(Part::SSM_DT_BIAS));
+      m.norm = vec_f32(w.find(Part::SSM_NORM));
+    } else if (shape.mixer == Mixer::RECURRENT) {
       L.state_index = num_recurrent_++;
       cpu::DeltaNetWeights& d = L.delta;
       d.qkv = &w.get(Part::LIN_QKV);
@@ -90,7 +109,7 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
       for (float& v : d.neg_exp_a) v = -std::exp(v);
       d.dt_bias = vec_f32(w.find(Part::LIN_DT_BIAS));
       d.norm = vec_f32(w.find(Part::LIN_NORM));  // the gated norm's weight is used as is
-    } else {
+    } else if (shape.mixer == Mixer::ATTENTION) {
       L.q = &w.get(Part::Q);
       L.k = &w.get(Part::K);
       L.v = &w.get(Part::V);
@@ -124,8 +143,11 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
       L.moe.softmax_after_topk = shape.softmax_after_topk;
       L.moe.swiglu_limit = shape.activation == Activation::CLAMPED_SWIGLU ? shape.swiglu_limit : 0.0f;
       L.moe.swiglu_alpha = shape.swiglu_alpha;
-    } else {
-      L.gate = &w.get(Part::GATE);
+      L.moe.score_bias = w.find(Part::ROUTER_SCORE_BIAS);
+      L.moe.routed_scale = static_cast<float>(spec.routed_scaling_factor);
+      L.moe.relu2 = L.relu2;
+    } else if (shape.ffn) {
+      L.gate = w.find(Part::GATE);
       L.up = &w.get(Part::UP);
       L.down = &w.get(Part::DOWN);
     }
@@ -161,9 +183,12 @@ uint64_t CpuBackend::workspace_bytes(const ModelSpec& s, LayerRange range, int64
   // The output gate's raw q_proj rows; a Gated DeltaNet's projections, conv output and core.
   const ModelSpec::DeltaNet& d = s.delta_net;
   const int64_t gated_q = s.attn_output_gate ? 2 * s.num_heads * s.head_dim : 0;
-  const int64_t delta = s.has_recurrent_layers() ? 2 * d.conv_dim() + 2 * d.value_dim() + 2 * d.num_v_heads : 0;
+  // A Mamba-2 layer's in_proj output, conv output and y.
+  const int64_t recurrent = !s.has_recurrent_layers() ? 0
+                            : s.mamba2_layers()     ? s.mamba2.in_proj_rows() + s.mamba2.conv_dim() + s.mamba2.inner()
+                                                    : 2 * d.conv_dim() + 2 * d.value_dim() + 2 * d.num_v_heads;
   const int64_t per_token = 4 * s.hidden_size + (s.num_heads + 2 * s.num_kv_heads) * s.head_dim + 2 * ffn +
-                            (any_moe ? s.num_experts : 0) + gated_q + delta;
+                            (any_moe ? s.num_experts : 0) + gated_q + recurrent;
   uint64_t bytes = uint64_t(std::max<int64_t>(max_step_tokens, 1)) * uint64_t(per_token) * 4;
   // Logits: a row per sequence, or per draft too in a step verifying drafts (speculator.cpp).
   if (range.last_layer == s.num_layers)
@@ -172,7 +197,8 @@ uint64_t CpuBackend::workspace_bytes(const ModelSpec& s, LayerRange range, int64
 }
 
 size_t CpuBackend::kv_block_bytes(int64_t block_size) const {
-  const auto attending = static_cast<size_t>(static_cast<int64_t>(layers_.size()) - num_recurrent_);
+  const auto attending = static_cast<size_t>(
+      std::count_if(layers_.begin(), layers_.end(), [](const Layer& L) { return L.attends(); }));
   return attending * size_t(block_size) * kv_bytes_per_token_layer(spec_);
 }
 
@@ -189,7 +215,7 @@ void CpuBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_b
     if (L.window > 0) window_blocks_ = num_window_blocks;
   cache_ = std::vector<cpu::LayerKv>(layers_.size());
   for (size_t i = 0; i < cache_.size(); ++i) {
-    if (layers_[i].recurrent) continue;
+    if (!layers_[i].attends()) continue;
     const size_t n = static_cast<size_t>(layer_kv(static_cast<int64_t>(i)).slots() * kv_.slot_floats());
     cache_[i].k.allocate(n);
     cache_[i].v.allocate(n);
@@ -199,7 +225,7 @@ void CpuBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_b
 void CpuBackend::init_state_slots(int64_t num_slots) {
   SPARK_CHECK(num_slots >= 0, "init_state_slots: a negative count");
   num_state_slots_ = num_recurrent_ > 0 ? num_slots : 0;
-  states_.assign(size_t(num_state_slots_ * num_recurrent_ * spec_.delta_net.state_values()), 0.0f);
+  states_.assign(size_t(num_state_slots_ * num_recurrent_ * spec_.recurrent_state_values()), 0.0f);
 }
 
 cpu::KvGeometry CpuBackend::layer_kv(int64_t index) const {
@@ -211,7 +237,7 @@ cpu::KvGeometry CpuBackend::layer_kv(int64_t index) const {
 void CpuBackend::prepare_states(const Batch& batch) {
   if (num_recurrent_ == 0) return;
   cpu::validate_state_slots(batch, num_state_slots_);
-  const auto per_slot = size_t(num_recurrent_ * spec_.delta_net.state_values());
+  const auto per_slot = size_t(num_recurrent_ * spec_.recurrent_state_values());
   for (size_t i = 0; i < batch.state_copies.size(); i += 2) {
     const int32_t src = batch.state_copies[i], dst = batch.state_copies[i + 1];
     std::copy_n(states_.begin() + std::ptrdiff_t(size_t(src) * per_slot), per_slot, states_.begin() + std::ptrdiff_t(size_t(dst) * per_slot));
@@ -224,7 +250,7 @@ void CpuBackend::prepare_states(const Batch& batch) {
 }
 
 std::vector<float*> CpuBackend::states_of(const Batch& batch, int64_t r) {
-  const int64_t values = spec_.delta_net.state_values();
+  const int64_t values = spec_.recurrent_state_values();
   std::vector<float*> out;
   for (int32_t slot : batch.state_slots) out.push_back(states_.data() + (int64_t(slot) * num_recurrent_ + r) * values);
   return out;
@@ -235,17 +261,24 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
   const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
   const float eps = static_cast<float>(spec_.rms_norm_eps);
   float* h = h_.data();
-  pool_->parallel_for(T, 8, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.attn_norm.data(), H, eps, h + t * H);
-  });
-  if (L.recurrent) {
-    cpu::delta_net(*pool_, spec_.delta_net, L.delta, eps, batch, states_of(batch, L.state_index), h, delta_scratch_,
-                   att_.data());
-    std::copy(att_.begin(), att_.begin() + T * H, h);
-  } else {
-    attend(index, batch, h);
+  if (L.mixer != Mixer::NONE) {
+    pool_->parallel_for(T, 8, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.attn_norm.data(), H, eps, h + t * H);
+    });
+    if (L.mixer == Mixer::RECURRENT) {
+      cpu::delta_net(*pool_, spec_.delta_net, L.delta, eps, batch, states_of(batch, L.state_index), h, delta_scratch_,
+                     att_.data());
+      std::copy(att_.begin(), att_.begin() + T * H, h);
+    } else if (L.mixer == Mixer::MAMBA2) {
+      cpu::mamba2(*pool_, spec_.mamba2, L.mamba, eps, batch, states_of(batch, L.state_index), h, mamba_scratch_,
+                  att_.data());
+      std::copy(att_.begin(), att_.begin() + T * H, h);
+    } else {
+      attend(index, batch, h);
+    }
+    for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
   }
-  for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
+  if (!L.ffn) return;
   pool_->parallel_for(T, 8, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.ffn_norm.data(), H, eps, h + t * H);
   });
@@ -278,6 +311,7 @@ void CpuBackend::attend(int64_t index, const Batch& batch, float* h) {
         for (int64_t i = 0; i < nh; ++i) cpu::rms_norm(q + i * hd, L.q_norm.data(), hd, eps, q + i * hd);
         for (int64_t i = 0; i < nkv; ++i) cpu::rms_norm(k + i * hd, L.k_norm.data(), hd, eps, k + i * hd);
       }
+      if (!L.rope) continue;
       rope_.apply(q, nh, batch.positions[static_cast<size_t>(t)]);
       rope_.apply(k, nkv, batch.positions[static_cast<size_t>(t)]);
     }
@@ -308,6 +342,14 @@ void CpuBackend::feed_forward(const Layer& L, float* h, int64_t T, float* x) {
   if (L.moe.router) {
     cpu::moe_ffn(pool, L.moe, h, T, H, att_.data());
     for (int64_t i = 0; i < T * H; ++i) x[i] += att_[static_cast<size_t>(i)];
+    if (L.shared_up && !L.shared_expert_gate) {  // beside a sigmoid router: relu^2, added as it is
+      const int64_t I = L.shared_up->rows();
+      cpu::matmul(pool, h, T, *L.shared_up, up_.data());
+      cpu::relu2(up_.data(), T * I, up_.data());
+      cpu::matmul(pool, up_.data(), T, *L.shared_down, att_.data());
+      for (int64_t i = 0; i < T * H; ++i) x[i] += att_[static_cast<size_t>(i)];
+      return;
+    }
     if (!L.shared_gate) return;
     // The shared expert, scaled per token by sigmoid(shared_expert_gate . h).
     const int64_t I = L.shared_gate->rows();
@@ -322,11 +364,16 @@ void CpuBackend::feed_forward(const Layer& L, float* h, int64_t T, float* x) {
     }
     return;
   }
-  const int64_t I = L.gate->rows();
-  cpu::matmul_many(pool, h, T, {{L.gate, gate_.data()}, {L.up, up_.data()}});
-  pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
-    cpu::silu_mul(gate_.data() + b * I, up_.data() + b * I, (e - b) * I, gate_.data() + b * I);
-  });
+  const int64_t I = L.up->rows();
+  if (L.relu2) {
+    cpu::matmul(pool, h, T, *L.up, gate_.data());
+    cpu::relu2(gate_.data(), T * I, gate_.data());
+  } else {
+    cpu::matmul_many(pool, h, T, {{L.gate, gate_.data()}, {L.up, up_.data()}});
+    pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
+      cpu::silu_mul(gate_.data() + b * I, up_.data() + b * I, (e - b) * I, gate_.data() + b * I);
+    });
+  }
   cpu::matmul(pool, gate_.data(), T, *L.down, h);
   for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
 }
@@ -355,7 +402,7 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
   if (window_blocks_ < kv_.num_blocks) check_window_blocks(batch, window_blocks_, kv_.block_size, spec_.sliding_window);
   prepare_states(batch);
   for (size_t l = 0; l < layers_.size(); ++l)  // sliding layers hold no full-only blocks
-    if (layers_[l].window == 0 && !layers_[l].recurrent) cpu::copy_blocks(batch.block_copies, kv_, cache_[l]);
+    if (layers_[l].window == 0 && layers_[l].attends()) cpu::copy_blocks(batch.block_copies, kv_, cache_[l]);
   const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
   out.logits.clear();
   out.hidden.clear();
@@ -364,14 +411,14 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
 
   const ModelSpec::DeltaNet& d = spec_.delta_net;
   const int64_t qkv = std::max(spec_.num_heads, spec_.num_kv_heads) * spec_.head_dim;
-  int64_t inter = std::max(spec_.intermediate_size, spec_.shared_expert_intermediate_size);
+  const int64_t inter = std::max(spec_.intermediate_size, spec_.shared_expert_intermediate_size);
   grow(x_, T * H);
   grow(h_, T * H);
   grow(q_, T * spec_.num_heads * spec_.head_dim);
   if (spec_.attn_output_gate) grow(q_gate_, T * 2 * spec_.num_heads * spec_.head_dim);
   grow(k_, T * spec_.num_kv_heads * spec_.head_dim);
   grow(v_, T * spec_.num_kv_heads * spec_.head_dim);
-  grow(att_, T * std::max({qkv, H, d.value_dim()}));
+  grow(att_, T * std::max({qkv, H, d.value_dim()}));  // a Mamba-2 layer's output is H wide
   grow(gate_, T * inter);
   grow(up_, T * inter);
 

@@ -8,8 +8,10 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/attention.h"
 #include "engine/backend/cpu/delta_net.h"
+#include "engine/backend/cpu/mamba2.h"
 #include "engine/backend/cpu/moe.h"
 #include "engine/backend/cpu/ops.h"
+#include "engine/model/layer_shape.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/stage_weights.h"
 #include "engine/util/thread_pool.h"
@@ -39,9 +41,13 @@ class CpuBackend : public Backend {
 
  private:
   struct Layer {
-    bool recurrent = false;  // a Gated DeltaNet layer: `delta`, no attention parts
+    Mixer mixer = Mixer::ATTENTION;  // RECURRENT: `delta`, MAMBA2: `mamba`, no attention parts
     cpu::DeltaNetWeights delta;
+    cpu::Mamba2Weights mamba;
     int64_t state_index = -1;  // which of the held recurrent layers it is
+    bool ffn = true;           // false in a Nemotron-H mixer block
+    bool rope = true;
+    bool attends() const { return mixer == Mixer::ATTENTION; }
     const Tensor* q = nullptr;  // with an output gate, per head the query rows then the gate rows
     bool output_gate = false;
     const Tensor* k = nullptr;
@@ -52,11 +58,13 @@ class CpuBackend : public Backend {
     int64_t window = 0;                         // sliding-window layer: tokens it sees
     std::vector<float> q_norm, k_norm;          // empty without qk_norm
     std::vector<float> attn_norm, ffn_norm;
-    const Tensor* gate = nullptr;  // dense MLP; null in an MoE layer
+    const Tensor* gate = nullptr;  // dense MLP (null in an MoE layer, and without a gate: relu^2)
     const Tensor* up = nullptr;
     const Tensor* down = nullptr;
     cpu::MoeWeights moe;  // router set in an MoE layer
-    // The shared expert beside the routed ones, and its gate [1, hidden]; null without.
+    bool relu2 = false;  // ungated down(relu(up x)^2) feed-forwards (Nemotron-H)
+    // The shared expert beside the routed ones, and its gate [1, hidden]; null without
+    // (the gate also beside a sigmoid router, which adds the shared expert as it is).
     const Tensor* shared_gate = nullptr;
     const Tensor* shared_up = nullptr;
     const Tensor* shared_down = nullptr;
@@ -93,11 +101,12 @@ class CpuBackend : public Backend {
   cpu::KvGeometry kv_;
   int64_t window_blocks_ = 0;  // blocks the sliding-window layers hold
   std::vector<cpu::LayerKv> cache_;  // empty for a recurrent layer
-  // Recurrent layers: [slot][held recurrent layer][DeltaNet::state_values()] f32.
+  // Recurrent layers: [slot][held recurrent layer][ModelSpec::recurrent_state_values()] f32.
   int64_t num_recurrent_ = 0;
   int64_t num_state_slots_ = 0;
   std::vector<float> states_;
   cpu::DeltaNetScratch delta_scratch_;
+  cpu::Mamba2Scratch mamba_scratch_;
   // Activation workspaces, grown to the largest batch seen and reused.
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, q_gate_;
 };

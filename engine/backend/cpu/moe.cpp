@@ -3,6 +3,7 @@
 #include "engine/backend/cpu/moe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "engine/backend/cpu/matmul.h"
@@ -14,7 +15,10 @@ void route_token(RouterRule rule, const float* logits, const float* bias, int64_
                  bool normalize, int32_t* ids, float* weights) {
   std::vector<float> score(logits, logits + experts);
   if (rule == RouterRule::SOFTMAX_TOPK) softmax(score.data(), experts);
-  if (bias && rule == RouterRule::TOPK_SOFTMAX)
+  if (rule == RouterRule::SIGMOID_BIAS)
+    for (float& v : score) v = 1.0f / (1.0f + std::exp(-v));
+  const std::vector<float> weight_of = score;  // SIGMOID_BIAS weighs by the unbiased scores
+  if (bias && rule != RouterRule::SOFTMAX_TOPK)
     for (int64_t e = 0; e < experts; ++e) score[size_t(e)] += bias[e];
   std::vector<int32_t> order(static_cast<size_t>(experts));
   std::iota(order.begin(), order.end(), 0);
@@ -28,9 +32,9 @@ void route_token(RouterRule rule, const float* logits, const float* bias, int64_
     softmax(weights, top_k);
     return;
   }
-  float sum = 0;
-  for (int64_t i = 0; i < top_k; ++i) sum += score[size_t(ids[i])];
-  for (int64_t i = 0; i < top_k; ++i) weights[i] = normalize ? score[size_t(ids[i])] / sum : score[size_t(ids[i])];
+  float sum = rule == RouterRule::SIGMOID_BIAS ? 1e-20f : 0.0f;
+  for (int64_t i = 0; i < top_k; ++i) sum += weight_of[size_t(ids[i])];
+  for (int64_t i = 0; i < top_k; ++i) weights[i] = normalize ? weight_of[size_t(ids[i])] / sum : weight_of[size_t(ids[i])];
 }
 
 void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t tokens, int64_t hidden, float* out) {
@@ -52,9 +56,18 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t toke
   std::vector<int32_t> ids(static_cast<size_t>(k));
   std::vector<float> weights(static_cast<size_t>(k));
   // The router bias is already in the logits (gpt-oss's router is a linear layer with bias).
-  const RouterRule rule = w.softmax_after_topk ? RouterRule::TOPK_SOFTMAX : RouterRule::SOFTMAX_TOPK;
+  const RouterRule rule = w.score_bias         ? RouterRule::SIGMOID_BIAS
+                          : w.softmax_after_topk ? RouterRule::TOPK_SOFTMAX
+                                                 : RouterRule::SOFTMAX_TOPK;
+  std::vector<float> score_bias;
+  if (w.score_bias) {
+    score_bias.resize(static_cast<size_t>(experts));
+    decode_row(*w.score_bias, 0, score_bias.data());
+  }
   for (int64_t t = 0; t < tokens; ++t) {
-    route_token(rule, probs.data() + t * experts, nullptr, experts, k, w.norm_topk_prob, ids.data(), weights.data());
+    route_token(rule, probs.data() + t * experts, w.score_bias ? score_bias.data() : nullptr, experts, k,
+                w.norm_topk_prob, ids.data(), weights.data());
+    for (int64_t i = 0; i < k; ++i) weights[size_t(i)] *= w.routed_scale;
     for (int64_t i = 0; i < k; ++i) {
       rows_of[static_cast<size_t>(ids[size_t(i)])].push_back(t);
       weight_of[static_cast<size_t>(ids[size_t(i)])].push_back(weights[size_t(i)]);
@@ -78,17 +91,23 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t toke
     const auto& rows = rows_of[static_cast<size_t>(e)];
     if (rows.empty()) continue;
     const int64_t n = static_cast<int64_t>(rows.size());
-    const int64_t inter = w.gate[static_cast<size_t>(e)]->rows();
+    const int64_t inter = w.up[static_cast<size_t>(e)]->rows();
     xs.resize(static_cast<size_t>(n * hidden));
     for (int64_t i = 0; i < n; ++i) std::copy(x + rows[i] * hidden, x + (rows[i] + 1) * hidden, xs.begin() + i * hidden);
     gate.resize(static_cast<size_t>(n * inter));
     up.resize(static_cast<size_t>(n * inter));
     down.resize(static_cast<size_t>(n * hidden));
-    matmul_many(pool, xs.data(), n, {{w.gate[static_cast<size_t>(e)], gate.data()}, {w.up[static_cast<size_t>(e)], up.data()}});
-    add_bias(bias_of(w.gate_bias, e), b_gate, gate.data(), n, inter);
-    add_bias(bias_of(w.up_bias, e), b_up, up.data(), n, inter);
-    if (w.swiglu_limit > 0) clamped_swiglu(gate.data(), up.data(), n * inter, w.swiglu_limit, w.swiglu_alpha, gate.data());
-    else silu_mul(gate.data(), up.data(), n * inter, gate.data());
+    if (w.relu2) {
+      matmul(pool, xs.data(), n, *w.up[static_cast<size_t>(e)], gate.data());
+      relu2(gate.data(), n * inter, gate.data());
+    } else {
+      matmul_many(pool, xs.data(), n,
+                  {{w.gate[static_cast<size_t>(e)], gate.data()}, {w.up[static_cast<size_t>(e)], up.data()}});
+      add_bias(bias_of(w.gate_bias, e), b_gate, gate.data(), n, inter);
+      add_bias(bias_of(w.up_bias, e), b_up, up.data(), n, inter);
+      if (w.swiglu_limit > 0) clamped_swiglu(gate.data(), up.data(), n * inter, w.swiglu_limit, w.swiglu_alpha, gate.data());
+      else silu_mul(gate.data(), up.data(), n * inter, gate.data());
+    }
     matmul(pool, gate.data(), n, *w.down[static_cast<size_t>(e)], down.data());
     add_bias(bias_of(w.down_bias, e), b_down, down.data(), n, hidden);
     for (int64_t i = 0; i < n; ++i) {

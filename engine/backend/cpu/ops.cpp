@@ -120,6 +120,13 @@ void clamped_swiglu(const float* gate, const float* up, int64_t n, float limit, 
   }
 }
 
+void relu2(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = x[i] > 0 ? x[i] : 0.0f;
+    out[i] = r * r;
+  }
+}
+
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

@@ -39,6 +39,8 @@ class Rope {
 
 // out[i] = silu(gate[i]) * up[i] for n values; out may alias gate.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+// out[i] = relu(x[i])^2 (Nemotron-H's ungated feed-forwards); out may alias x.
+void relu2(const float* x, int64_t n, float* out);
 
 // gpt-oss's expert activation: gate clamped above at `limit`, up to [-limit, limit],
 // out = gate * sigmoid(alpha * gate) * (up + 1); out may alias gate.

@@ -201,9 +201,23 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     auto m = [&](DeviceMatrix DeviceLayer::*member) { return L ? &(L->*member) : &matrix_sink; };
     auto v = [&](const float* DeviceLayer::*member) { return L ? slot(L->*member) : &sink; };
     auto t = [&](Part part) { return stage ? stage->layers[index].find(part) : nullptr; };
-    vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm), norm_map);
-    vec({t(Part::FFN_NORM)}, {H}, v(&DeviceLayer::ffn_norm), norm_map);
-    if (s.layer_is_recurrent(l)) {
+    // A Nemotron-H layer is one block: a mixer or a feed-forward, each with its norm.
+    const bool mixer = s.layer_has_mixer(l), ffn = s.layer_has_ffn(l);
+    if (mixer) vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm), norm_map);
+    if (ffn) vec({t(Part::FFN_NORM)}, {H}, v(&DeviceLayer::ffn_norm), norm_map);
+    if (!mixer) {
+      // the feed-forward below
+    } else if (s.layer_is_recurrent(l) && s.mamba2_layers()) {
+      const ModelSpec::Mamba2& mb = s.mamba2;
+      matrix({t(Part::SSM_IN)}, {Part::SSM_IN}, l, {mb.in_proj_rows()}, H, m(&DeviceLayer::ssm_in));
+      matrix({t(Part::SSM_OUT)}, {Part::SSM_OUT}, l, {H}, mb.inner(), m(&DeviceLayer::ssm_out));
+      vec({t(Part::SSM_CONV)}, {mb.conv_dim() * mb.conv_kernel}, v(&DeviceLayer::ssm_conv));
+      if (mb.conv_bias) vec({t(Part::SSM_CONV_BIAS)}, {mb.conv_dim()}, v(&DeviceLayer::ssm_conv_bias));
+      vec({t(Part::SSM_A_LOG)}, {mb.num_heads}, v(&DeviceLayer::ssm_neg_exp_a), VectorMap::NEG_EXP);
+      vec({t(Part::SSM_D)}, {mb.num_heads}, v(&DeviceLayer::ssm_d));
+      vec({t(Part::SSM_DT_BIAS)}, {mb.num_heads}, v(&DeviceLayer::ssm_dt_bias));
+      vec({t(Part::SSM_NORM)}, {mb.inner()}, v(&DeviceLayer::ssm_norm));
+    } else if (s.layer_is_recurrent(l)) {
       const ModelSpec::DeltaNet& d = s.delta_net;
       matrix({t(Part::LIN_QKV)}, {Part::LIN_QKV}, l, {d.conv_dim()}, H, m(&DeviceLayer::lin_qkv));
       matrix({t(Part::LIN_Z)}, {Part::LIN_Z}, l, {d.value_dim()}, H, m(&DeviceLayer::lin_z));
@@ -237,7 +251,7 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       matrix({t(Part::Q), t(Part::K), t(Part::V)}, {Part::Q, Part::K, Part::V}, l, {nh * hd, nkv * hd, nkv * hd}, H,
              m(&DeviceLayer::qkv));
     }
-    if (!s.layer_is_recurrent(l)) {
+    if (mixer && !s.layer_is_recurrent(l)) {
       if (s.attention_bias)
         vec({t(Part::Q_BIAS), t(Part::K_BIAS), t(Part::V_BIAS)}, {nh * hd, nkv * hd, nkv * hd},
             v(&DeviceLayer::qkv_bias));
@@ -249,18 +263,26 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       if (s.o_bias) vec({t(Part::O_BIAS)}, {H}, v(&DeviceLayer::o_bias));
       if (s.attention_sinks) vec({t(Part::SINKS)}, {nh}, v(&DeviceLayer::sinks));
     }
+    if (!ffn) continue;
+    // Squared-ReLU feed-forwards (Nemotron-H) have no gate rows: "gate_up" holds the up rows.
+    const bool gated = !s.relu2_mlp;
     if (!s.layer_is_moe(l)) {
-      matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
+      if (gated)
+        matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
+      else
+        matrix({t(Part::UP)}, {Part::UP}, l, {I}, H, m(&DeviceLayer::gate_up));
       matrix({t(Part::DOWN)}, {Part::DOWN}, l, {H}, I, m(&DeviceLayer::down));
       continue;
     }
     const int64_t E = s.num_experts, mi = s.moe_intermediate_size;
     vec({t(Part::ROUTER)}, {E * H}, v(&DeviceLayer::router));
+    if (s.sigmoid_router) vec({t(Part::ROUTER_SCORE_BIAS)}, {E}, v(&DeviceLayer::router_score_bias));
     // Every expert's gate and up rows, then every expert's down rows: one matrix each.
     std::vector<const Tensor*> gate_up, down;
     for (int64_t e = 0; e < E && stage; ++e) {
       const LayerWeights& lw = stage->layers[index];
-      gate_up.insert(gate_up.end(), {lw.expert_gate[size_t(e)], lw.expert_up[size_t(e)]});
+      if (gated) gate_up.push_back(lw.expert_gate[size_t(e)]);
+      gate_up.push_back(lw.expert_up[size_t(e)]);
       down.push_back(lw.expert_down[size_t(e)]);
     }
     // One part a source (every expert of a layer has the same dtype). The MoE kernels
@@ -279,14 +301,19 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       }
       p.read_per_token = double(s.num_experts_per_tok) / double(E);
     };
-    experts(gate_up, {Part::EXPERT_GATE, Part::EXPERT_UP}, mi, H, m(&DeviceLayer::expert_gate_up));
+    experts(gate_up, gated ? std::vector<Part>{Part::EXPERT_GATE, Part::EXPERT_UP} : std::vector<Part>{Part::EXPERT_UP},
+            mi, H, m(&DeviceLayer::expert_gate_up));
     experts(down, {Part::EXPERT_DOWN}, H, mi, m(&DeviceLayer::expert_down));
     if (const int64_t si = s.shared_expert_intermediate_size; si > 0) {
-      matrix({t(Part::SHARED_GATE), t(Part::SHARED_UP)}, {Part::SHARED_GATE, Part::SHARED_UP}, l, {si, si}, H,
-             m(&DeviceLayer::shared_gate_up));
+      if (gated)
+        matrix({t(Part::SHARED_GATE), t(Part::SHARED_UP)}, {Part::SHARED_GATE, Part::SHARED_UP}, l, {si, si}, H,
+               m(&DeviceLayer::shared_gate_up));
+      else
+        matrix({t(Part::SHARED_UP)}, {Part::SHARED_UP}, l, {si}, H, m(&DeviceLayer::shared_gate_up));
       matrix({t(Part::SHARED_DOWN)}, {Part::SHARED_DOWN}, l, {H}, si, m(&DeviceLayer::shared_down));
-      matrix({t(Part::SHARED_EXPERT_GATE)}, {Part::SHARED_EXPERT_GATE}, l, {1}, H,
-             m(&DeviceLayer::shared_expert_gate));
+      if (!s.sigmoid_router)
+        matrix({t(Part::SHARED_EXPERT_GATE)}, {Part::SHARED_EXPERT_GATE}, l, {1}, H,
+               m(&DeviceLayer::shared_expert_gate));
     }
     if (s.gptoss_moe) {  // the biases in the experts' row order
       std::vector<const Tensor*> gate_up_bias, down_bias;

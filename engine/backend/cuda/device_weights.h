@@ -55,6 +55,17 @@ struct DeviceLayer {
   const float* lin_neg_exp_a = nullptr;  // [v_heads]: -exp(A_log), taken at upload
   const float* lin_dt_bias = nullptr;    // [v_heads]
   const float* lin_norm = nullptr;       // [v_head_dim]: the gated norm's weight, as stored
+  // A Mamba-2 layer (Nemotron-H): laid out for the memory plan; no kernel reads it yet
+  // (the backend refuses the model by name).
+  DeviceMatrix ssm_in;   // [inner + conv_dim + heads, hidden]
+  DeviceMatrix ssm_out;  // [hidden, inner]
+  const float* ssm_conv = nullptr;       // [conv_dim * conv_kernel]
+  const float* ssm_conv_bias = nullptr;  // [conv_dim]
+  const float* ssm_neg_exp_a = nullptr;  // [heads]
+  const float* ssm_d = nullptr;          // [heads]
+  const float* ssm_dt_bias = nullptr;    // [heads]
+  const float* ssm_norm = nullptr;       // [inner]
+  const float* router_score_bias = nullptr;  // [experts]: Nemotron-H's score-correction bias
   bool is_moe() const { return router != nullptr; }
   bool is_recurrent() const { return lin_conv != nullptr; }
 };

@@ -1,0 +1,172 @@
+// nemotron_h.cpp — Nemotron-H / Nemotron-3 (NemotronHForCausalLM): a stack of blocks, each
+// x + f(norm(x)) with one f: a Mamba-2 mixer ("M"), attention without RoPE ("*"), a dense
+// squared-ReLU MLP ("-") or an MoE of squared-ReLU experts beside a shared expert ("E"),
+// as hybrid_override_pattern (or transformers 5's layers_block_type) lists them. The MoE's
+// router takes the sigmoid of its logits, chooses by score + e_score_correction_bias and
+// weighs by the scores (renormalised), times routed_scaling_factor. Each block is one layer
+// of the shared table: a mixer block has no feed-forward, an MLP or MoE block no mixer.
+// Checkpoints name tensors "backbone.layers.N.mixer.*"; they are renamed into the table.
+#include <string>
+#include <string_view>
+
+#include "engine/model/arch.h"
+#include "engine/model/architecture.h"
+#include "engine/model/spec_readers.h"
+
+namespace spark {
+namespace {
+
+// The pattern's letters and transformers' names for them.
+char block_letter(const std::string& type) {
+  if (type == "mamba" || type == "linear_attention") return 'M';
+  if (type == "attention" || type == "full_attention") return '*';
+  if (type == "mlp") return '-';
+  if (type == "moe") return 'E';
+  return '?';
+}
+
+std::string read_pattern(const ConfigReader& r, int64_t layers) {
+  std::string pattern;
+  const char* key = "hybrid_override_pattern";
+  if (r.has(key)) {
+    if (!r.j[key].is_string()) r.fail(key, "must be a string of M, *, - and E, one letter a layer");
+    pattern = r.j[key].get<std::string>();
+  } else {
+    key = "layers_block_type";
+    if (!r.has(key) || !r.j[key].is_array())
+      r.fail("hybrid_override_pattern", "is missing (nor is there a layers_block_type list)");
+    for (const auto& v : r.j[key]) {
+      if (!v.is_string()) r.fail(key, "must list block types as strings");
+      const char c = block_letter(v.get<std::string>());
+      if (c == '?')
+        r.fail(key, "holds \"" + v.get<std::string>() + "\"; known: mamba, attention, mlp, moe (or transformers 5's "
+                    "linear_attention, full_attention)");
+      pattern += c;
+    }
+  }
+  if (int64_t(pattern.size()) != layers)
+    r.fail(key, "has " + std::to_string(pattern.size()) + " blocks, but num_hidden_layers is " + std::to_string(layers));
+  for (size_t i = 0; i < pattern.size(); ++i)
+    if (std::string_view("M*-E").find(pattern[i]) == std::string_view::npos)
+      r.fail(key, "has '" + std::string(1, pattern[i]) + "' at layer " + std::to_string(i) +
+                      "; each layer is M (Mamba-2), * (attention), - (MLP) or E (MoE)");
+  return pattern;
+}
+
+void read_config(const ConfigReader& r, ModelSpec& s) {
+  const std::string pattern = read_pattern(r, s.num_layers);
+  s.rms_norm_eps = r.number_or("layer_norm_epsilon", r.number_or("rms_norm_eps", 1e-5));
+  if (!(s.rms_norm_eps > 0)) r.fail("layer_norm_epsilon", "must be positive");
+  s.no_rope = true;
+  s.relu2_mlp = true;
+  for (const char* key : {"mlp_hidden_act"})
+    if (r.has(key) && r.j[key] != "relu2") r.fail(key, "must be \"relu2\" (the only activation Nemotron-H uses)");
+  if (r.has("mamba_hidden_act") && r.j["mamba_hidden_act"] != "silu")
+    r.fail("mamba_hidden_act", "must be \"silu\"");
+  for (const char* key : {"attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias"})
+    if (r.boolean_or(key, false)) r.fail(key, "= true is not supported (Nemotron-3 checkpoints have no such biases)");
+
+  const auto n = static_cast<size_t>(s.num_layers);
+  s.layer_recurrent.assign(n, 0);
+  s.layer_ffn_only.assign(n, 0);
+  s.layer_mixer_only.assign(n, 0);
+  bool any_mamba = false, any_moe = false, any_mlp = false;
+  for (size_t l = 0; l < n; ++l) {
+    const char c = pattern[l];
+    s.layer_recurrent[l] = c == 'M';
+    s.layer_mixer_only[l] = c == 'M' || c == '*';
+    s.layer_ffn_only[l] = c == '-' || c == 'E';
+    if (c == '-') s.mlp_only_layers.push_back(int64_t(l));
+    any_mamba |= c == 'M';
+    any_moe |= c == 'E';
+    any_mlp |= c == '-';
+  }
+
+  if (any_mamba) {
+    ModelSpec::Mamba2& m = s.mamba2;
+    m.num_heads = r.integer("mamba_num_heads", 1, MAX_DIM);
+    m.head_dim = r.integer("mamba_head_dim", 1, MAX_DIM);
+    m.n_groups = r.integer_or("n_groups", 1, MAX_DIM, r.integer_or("mamba_n_groups", 1, MAX_DIM, 8));
+    m.state_size = r.integer("ssm_state_size", 1, MAX_DIM);
+    m.conv_kernel = r.integer_or("conv_kernel", 2, 64, r.integer_or("mamba_d_conv", 2, 64, 4));
+    m.conv_bias = r.boolean_or("use_conv_bias", r.boolean_or("mamba_conv_bias", true));
+    m.chunk_size = r.integer_or("chunk_size", 1, MAX_DIM, r.integer_or("mamba_chunk_size", 1, MAX_DIM, 128));
+    // transformers' mixer clamps dt from below at time_step_min (its time_step_limit).
+    m.dt_min = r.number_or("time_step_min", r.number_or("mamba_dt_min", 0.001));
+    if (!(m.dt_min >= 0)) r.fail("time_step_min", "must not be negative");
+    if (m.num_heads % m.n_groups != 0)
+      r.fail("n_groups", "= " + std::to_string(m.n_groups) + " must divide mamba_num_heads = " +
+                             std::to_string(m.num_heads));
+    if (m.inner() > MAX_DIM || m.conv_dim() > MAX_DIM || m.num_heads * m.head_dim * m.state_size > (int64_t(1) << 26))
+      r.fail("mamba_num_heads", "x mamba_head_dim x ssm_state_size is implausibly large");
+  }
+  if (any_mlp) s.intermediate_size = r.integer("intermediate_size", 1, MAX_DIM);
+  if (any_moe) {
+    const int64_t experts = r.integer_or("n_routed_experts", 1, MAX_EXPERTS, r.integer_or("num_local_experts", 1, MAX_EXPERTS, 0));
+    if (experts == 0) r.fail("n_routed_experts", "is missing");
+    s.num_experts = experts;
+    s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, experts);
+    s.moe_intermediate_size = r.integer("moe_intermediate_size", 1, MAX_DIM);
+    s.shared_expert_intermediate_size = r.integer_or("moe_shared_expert_intermediate_size", 0, MAX_DIM, 0);
+    if (r.integer_or("n_shared_experts", 0, 1, 1) == 0) s.shared_expert_intermediate_size = 0;
+    s.norm_topk_prob = r.boolean_or("norm_topk_prob", true);
+    s.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
+    s.decoder_sparse_step = 1;
+    s.sigmoid_router = true;
+    if (r.integer_or("n_group", 1, MAX_EXPERTS, 1) != 1 || r.integer_or("topk_group", 1, MAX_EXPERTS, 1) != 1)
+      r.fail("n_group", "above 1 (group-limited routing) is not supported");
+    if (r.has("moe_latent_size"))
+      r.fail("moe_latent_size", "is set: the latent MoE projections (Nemotron-3-Super) are not supported yet");
+  }
+  if (r.integer_or("num_nextn_predict_layers", 0, 16, 0) > 0)
+    s.mtp_layers = 0;  // the MTP layers (Super) are not read: the model runs without them
+}
+
+// A file tensor's name in the shared table, or "" for one the model does not read.
+std::string table_name(const std::string& name, const ModelSpec& spec) {
+  constexpr std::string_view kLayers = "backbone.layers.";
+  if (name == "backbone.embeddings.weight" || name == "backbone.embedding.weight") return tensor_name(Part::EMBEDDING);
+  if (name == "backbone.norm_f.weight") return tensor_name(Part::FINAL_NORM);
+  if (name == "lm_head.weight") return name;
+  if (!name.starts_with(kLayers)) return name;  // not part of the model: check_tensor_set names it
+  const size_t dot = name.find('.', kLayers.size());
+  const std::string index = name.substr(kLayers.size(), dot - kLayers.size());
+  if (dot == std::string::npos || index.empty() || index.size() > 4 || index.find_first_not_of("0123456789") != std::string::npos)
+    return name;
+  const int64_t layer = std::stoll(index);
+  const std::string rest = name.substr(dot + 1), prefix = "model.layers." + index + ".";
+  if (layer >= spec.num_layers) return name;
+  if (rest == "norm.weight")
+    return tensor_name(spec.layer_has_mixer(layer) ? Part::ATTN_NORM : Part::FFN_NORM, layer);
+  if (!rest.starts_with("mixer.")) return name;
+  const std::string part = rest.substr(6);
+  if (spec.layer_is_recurrent(layer)) return prefix + rest;  // the table's Mamba-2 names are "mixer.*"
+  if (spec.layer_has_mixer(layer)) return prefix + "self_attn." + part;
+  // A feed-forward block: the MLP, or the router, experts and shared expert of the MoE.
+  if (part.starts_with("shared_experts.")) return prefix + "mlp.shared_expert." + part.substr(15);
+  return prefix + "mlp." + part;
+}
+
+std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec& spec, LayerRange,
+                                      Weights*, const std::string& source) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, tensor] : file) {
+    Tensor t = tensor;
+    t.name = table_name(name, spec);
+    if (!out.emplace(t.name, t).second) throw InputError(source + ": tensor " + t.name + " appears twice");
+  }
+  return out;
+}
+
+}  // namespace
+
+extern const Architecture kNemotronH{
+    .hf_class = "NemotronHForCausalLM",
+    .gguf_name = nullptr,
+    .read_config = read_config,
+    .read_gguf = nullptr,
+    .convert_checkpoint = convert,
+    .needs_bf16_activations = true,
+};
+
+}  // namespace spark

@@ -86,6 +86,7 @@ import argparse
 import json
 import math
 import os
+import sys
 
 import numpy as np
 import torch
@@ -93,6 +94,9 @@ import torch.nn.functional as F
 import transformers
 from safetensors import safe_open
 from transformers import NemotronHConfig, NemotronHForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_qwen3_5 import recurrent_logits  # noqa: E402  one token a time through the cache
 
 NAME = "nemotron_h"
 VOCAB = 256
@@ -228,15 +232,6 @@ def sequences(rng):
     return [rng.integers(3, VOCAB, size=n).tolist() for n in SEQUENCE_LENGTHS]
 
 
-def stepped_logits(model, ids):
-    # One token a time through the cache: Mamba blocks take the recurrent update and the conv
-    # state, attention blocks read the KV cache.
-    cache, rows = None, []
-    for t in range(len(ids)):
-        out = model(torch.tensor([ids[t:t + 1]]), past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
-        rows.append(out.logits[0, -1])
-    return torch.stack(rows).float().numpy()
 
 
 def split_logits(model, ids, k):
@@ -395,7 +390,7 @@ def main():
             before = built(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
             assert np.array_equal(before, logits), "reloaded model differs from the one saved"
             scale = np.abs(logits).max()
-            stepped = stepped_logits(model, ids)
+            stepped = recurrent_logits(model, ids)  # Mamba blocks take the one-token update
             step_err = float(np.abs(stepped - logits).max() / scale)
             row = {"length": len(ids), "stepped_max_rel_err": step_err}
             msg = f"token-by-token rel err {step_err:.2e}"

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/backend/cpu/causal_conv.h"
 #include "engine/backend/cpu/matmul.h"
 #include "engine/util/check.h"
 
@@ -46,29 +47,9 @@ void delta_net(ThreadPool& pool, const ModelSpec::DeltaNet& d, const DeltaNetWei
   grow(s.core, size_t(T * value_dim));
   matmul_many(pool, x, T, {{w.qkv, s.qkv.data()}, {w.z, s.z.data()}, {w.b, s.b.data()}, {w.a, s.a.data()}});
 
-  // The causal conv1d, channel by channel over each sequence's rows: tap k of a channel
-  // reads the input K - 1 - k rows back, the rows before this step from the carried
-  // state (the last K - 1 inputs, oldest first), which then moves on.
+  // The causal conv1d over q|k|v, carrying the last K - 1 inputs in the state.
   const int64_t conv_state = C * (K - 1);
-  pool.parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
-    std::vector<float> window(static_cast<size_t>(K));
-    for (int64_t seq = 0; seq < S; ++seq) {
-      float* state = states[size_t(seq)];
-      const int64_t r0 = batch.query_start[size_t(seq)], r1 = batch.query_start[size_t(seq) + 1];
-      for (int64_t c = c0; c < c1; ++c) {
-        float* hist = state + c * (K - 1);
-        const float* tap = w.conv.data() + c * K;
-        for (int64_t r = r0; r < r1; ++r) {
-          std::copy(hist, hist + K - 1, window.begin());
-          window[size_t(K - 1)] = s.qkv[size_t(r * C + c)];
-          float acc = 0;
-          for (int64_t k = 0; k < K; ++k) acc += tap[k] * window[size_t(k)];
-          s.conv_out[size_t(r * C + c)] = silu(acc);
-          std::copy(window.begin() + 1, window.end(), hist);
-        }
-      }
-    }
-  });
+  causal_conv1d_silu(pool, batch, states, w.conv.data(), nullptr, C, K, s.qkv.data(), C, 0, s.conv_out.data());
 
   // q and k L2-normalised per head (q also scaled by 1/sqrt(dk)).
   const float q_scale = 1.0f / std::sqrt(float(dk));

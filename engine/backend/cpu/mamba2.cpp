@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/backend/cpu/causal_conv.h"
 #include "engine/backend/cpu/matmul.h"
 #include "engine/util/check.h"
 
@@ -34,29 +35,10 @@ void mamba2(ThreadPool& pool, const ModelSpec::Mamba2& m, const Mamba2Weights& w
   grow(s.y, size_t(T * inner));
   matmul(pool, x, T, *w.in_proj, s.proj.data());
 
-  // The causal conv1d over x|B|C (in_proj's rows inner .. inner + conv_dim), channel by
-  // channel over each sequence's rows: tap k reads the input K - 1 - k rows back, the rows
-  // before this step from the carried state (the last K - 1 inputs, oldest first).
-  pool.parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
-    std::vector<float> window(static_cast<size_t>(K));
-    for (int64_t seq = 0; seq < S; ++seq) {
-      float* state = states[size_t(seq)];
-      const int64_t r0 = batch.query_start[size_t(seq)], r1 = batch.query_start[size_t(seq) + 1];
-      for (int64_t c = c0; c < c1; ++c) {
-        float* hist = state + c * (K - 1);
-        const float* tap = w.conv.data() + c * K;
-        const float bias = w.conv_bias.empty() ? 0.0f : w.conv_bias[size_t(c)];
-        for (int64_t r = r0; r < r1; ++r) {
-          std::copy(hist, hist + K - 1, window.begin());
-          window[size_t(K - 1)] = s.proj[size_t(r * P + inner + c)];
-          float acc = bias;
-          for (int64_t k = 0; k < K; ++k) acc += tap[k] * window[size_t(k)];
-          s.conv_out[size_t(r * C + c)] = silu(acc);
-          std::copy(window.begin() + 1, window.end(), hist);
-        }
-      }
-    }
-  });
+  // The causal conv1d over x|B|C (in_proj's columns inner .. inner + conv_dim), carrying
+  // the last K - 1 inputs in the state.
+  causal_conv1d_silu(pool, batch, states, w.conv.data(), w.conv_bias.empty() ? nullptr : w.conv_bias.data(), C, K,
+                     s.proj.data(), P, inner, s.conv_out.data());
 
   // The selective state update, per (sequence, head), token after token:
   //   dt = clamp(softplus(dt + dt_bias));  S = S exp(dt A) + dt x B^T;  y = S C + D x

@@ -63,6 +63,8 @@ constexpr PartNames kNames[kNumParts] = {
     {"mlp.shared_expert.down_proj", "ffn_down_shexp", "weight"},
     {"mlp.shared_expert_gate", "ffn_gate_inp_shexp", "weight"},
     {"mlp.gate.e_score_correction_bias", "exp_probs_b", ""},
+    {"mlp.fc1_latent_proj", "ffn_latent_in", "weight"},
+    {"mlp.fc2_latent_proj", "ffn_latent_out", "weight"},
     // llama.cpp names Mamba-2's parts as the DeltaNet's above (which a GGUF lookup finds first).
     {"mixer.in_proj", "ssm_in", "weight"},
     {"mixer.conv1d", "ssm_conv1d", "weight"},
@@ -191,12 +193,17 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
   // Squared-ReLU feed-forwards have no gate projection.
   const bool gated = !s.relu2_mlp;
   if (s.layer_is_moe(layer)) {
-    const int64_t mi = s.moe_intermediate_size, experts = s.num_experts;
+    // LatentMoE (Nemotron-3-Super): the routed experts work in a latent space of their own.
+    const int64_t mi = s.moe_intermediate_size, experts = s.num_experts, in = s.moe_latent_size ? s.moe_latent_size : h;
     out.push_back({Part::ROUTER, {experts, h}});
     if (s.sigmoid_router) out.push_back({Part::ROUTER_SCORE_BIAS, {experts}});
-    if (gated) out.push_back({Part::EXPERT_GATE, {mi, h}, experts});
-    out.push_back({Part::EXPERT_UP, {mi, h}, experts});
-    out.push_back({Part::EXPERT_DOWN, {h, mi}, experts});
+    if (s.moe_latent_size) {
+      out.push_back({Part::MOE_LATENT_IN, {in, h}});
+      out.push_back({Part::MOE_LATENT_OUT, {h, in}});
+    }
+    if (gated) out.push_back({Part::EXPERT_GATE, {mi, in}, experts});
+    out.push_back({Part::EXPERT_UP, {mi, in}, experts});
+    out.push_back({Part::EXPERT_DOWN, {in, mi}, experts});
     if (s.gptoss_moe) {
       out.push_back({Part::ROUTER_BIAS, {experts}});
       out.push_back({Part::EXPERT_GATE_BIAS, {mi}, experts});

@@ -28,6 +28,8 @@ enum class Part : uint8_t {
   LIN_QKV, LIN_Z, LIN_B, LIN_A, LIN_CONV, LIN_A_LOG, LIN_DT_BIAS, LIN_NORM, LIN_OUT,
   SHARED_GATE, SHARED_UP, SHARED_DOWN, SHARED_EXPERT_GATE,  // the shared expert and its gate
   ROUTER_SCORE_BIAS,  // Nemotron-H: added to the router's sigmoid scores to choose experts
+  // Nemotron-3-Super's LatentMoE: into the experts' latent space and back out of it.
+  MOE_LATENT_IN, MOE_LATENT_OUT,
   // Mamba-2 (Nemotron-H): in_proj, the conv1d and its bias, A_log, D, dt_bias, the grouped
   // gated norm, out_proj.
   SSM_IN, SSM_CONV, SSM_CONV_BIAS, SSM_A_LOG, SSM_D, SSM_DT_BIAS, SSM_NORM, SSM_OUT,

@@ -126,6 +126,9 @@ struct ModelSpec {
   // added ungated.
   bool sigmoid_router = false;
   double routed_scaling_factor = 1.0;
+  // Nemotron-3-Super's LatentMoE: the routed experts read and write a latent vector this
+  // wide (fc1_latent_proj before them, fc2_latent_proj after); 0: the hidden state itself.
+  int64_t moe_latent_size = 0;
   // Non-gated squared-ReLU feed-forwards (Nemotron-H: its MLPs, experts and shared
   // expert): down(relu(up x)^2), no gate projection.
   bool relu2_mlp = false;

@@ -93,8 +93,14 @@ std::vector<TensorSpec> check_tensor_set(const std::map<std::string, Tensor>& fo
     msg += "\n  the config's experts: num_experts (GGUF expert_count) = " + std::to_string(spec.num_experts) +
            ", num_experts_per_tok (expert_used_count) = " + std::to_string(spec.num_experts_per_tok) +
            ", moe_intermediate_size (expert_feed_forward_length) = " + std::to_string(spec.moe_intermediate_size);
-  // Likewise the keys that shape a Gated DeltaNet's tensors (and its state).
-  if (!msg.empty() && spec.has_recurrent_layers()) {
+  // Likewise the keys that shape a recurrent mixer's tensors (and its state).
+  if (!msg.empty() && spec.mamba2_layers()) {
+    const ModelSpec::Mamba2& m = spec.mamba2;
+    msg += "\n  the config's mamba-2: mamba_num_heads = " + std::to_string(m.num_heads) + ", mamba_head_dim = " +
+           std::to_string(m.head_dim) + ", n_groups = " + std::to_string(m.n_groups) + ", ssm_state_size = " +
+           std::to_string(m.state_size) + ", conv_kernel = " + std::to_string(m.conv_kernel) + " (in_proj has " +
+           std::to_string(m.in_proj_rows()) + " rows)";
+  } else if (!msg.empty() && spec.has_recurrent_layers()) {
     const ModelSpec::DeltaNet& d = spec.delta_net;
     msg += "\n  the config's gated deltanet: linear_num_key_heads = " + std::to_string(d.num_k_heads) +
            ", linear_num_value_heads = " + std::to_string(d.num_v_heads) + ", linear_key_head_dim = " +

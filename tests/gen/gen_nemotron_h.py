@@ -98,7 +98,6 @@ from transformers import NemotronHConfig, NemotronHForCausalLM
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_qwen3_5 import recurrent_logits  # noqa: E402  one token a time through the cache
 
-NAME = "nemotron_h"
 VOCAB = 256
 SEQUENCE_LENGTHS = (1, 7, 40, 70)  # 40 and 70 cross the 16-token Mamba chunks
 CACHED_TOLERANCE = 1e-4
@@ -175,9 +174,22 @@ HUB_CONFIG = {
 # Keys of HUB_CONFIG that are file metadata rather than NemotronHConfig arguments.
 NOT_CONFIG_ARGS = ("architectures", "model_type", "dtype")
 
+# The models written: name -> (pattern, what differs from HUB_CONFIG, weight seed).
+# nemotron_h_latent has Nemotron-3-Super's LatentMoE: the routed experts work in a narrower
+# latent space (fc1_latent_proj before them, fc2_latent_proj after), the router and the shared
+# expert on the hidden state; 16 wide, unlike every other width.
+MODELS = {
+    "nemotron_h": (PATTERN, {}, 5011),  # 5011: the widest router gap of seeds 5000-5015
+    "nemotron_h_latent": ("M*E", {"moe_latent_size": 16}, 5011),
+}
 
-def make_config():
-    return NemotronHConfig(**{k: v for k, v in HUB_CONFIG.items() if k not in NOT_CONFIG_ARGS})
+
+def hub_config(pattern, overrides):
+    return dict(HUB_CONFIG, hybrid_override_pattern=pattern, num_hidden_layers=len(pattern), **overrides)
+
+
+def make_config(hub):
+    return NemotronHConfig(**{k: v for k, v in hub.items() if k not in NOT_CONFIG_ARGS})
 
 
 def randomize(model, gen):
@@ -346,9 +358,9 @@ def check_saved(model, path):
     return names
 
 
-def write_hub_config(out):
+def write_hub_config(out, hub):
     # Python's json writes math.inf as a bare Infinity, as the hub files have it.
-    text = json.dumps(dict(HUB_CONFIG, transformers_version=transformers.__version__),
+    text = json.dumps(dict(hub, transformers_version=transformers.__version__),
                       indent=2, sort_keys=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         f.write(text + "\n")
@@ -358,16 +370,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "golden", "models"))
     args = ap.parse_args()
+    for name, (pattern, overrides, seed) in MODELS.items():
+        write_model(args.out, name, pattern, hub_config(pattern, overrides), seed)
+
+
+def write_model(out_dir, name, pattern, hub, seed):
     torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(5011)  # widest router gap of seeds 5000-5015
-    cfg = make_config()
-    assert cfg.hybrid_override_pattern == PATTERN and cfg.num_hidden_layers == len(PATTERN)
+    gen = torch.Generator().manual_seed(seed)
+    cfg = make_config(hub)
+    assert cfg.hybrid_override_pattern == pattern and cfg.num_hidden_layers == len(pattern)
     model = NemotronHForCausalLM(cfg).to(torch.float32)
     randomize(model, gen)
-    out = os.path.join(args.out, NAME)
+    out = os.path.join(out_dir, name)
     os.makedirs(out, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
-    write_hub_config(out)
+    write_hub_config(out, hub)
     built = model.eval()
     built.set_attn_implementation("eager")
     # Reload from the hub-form files: proves transformers maps every tensor name and reads the
@@ -378,7 +395,7 @@ def main():
     built_state = built.state_dict()
     for k, v in model.state_dict().items():
         assert torch.equal(v, built_state[k]), k
-    print(NAME, type(model).__name__, model.config.layers_block_type)
+    print(name, type(model).__name__, model.config.layers_block_type)
     names = check_saved(model, os.path.join(out, "model.safetensors"))
     rng = np.random.default_rng(6000)
     seqs = sequences(rng)
@@ -422,14 +439,14 @@ def main():
         assert min(effects.values()) > 1e-2, effects
     meta = {"reference": f"transformers {transformers.__version__}, torch {torch.__version__}, "
                          f"f32, eager attention",
-            "architecture": HUB_CONFIG["architectures"][0],
+            "architecture": hub["architectures"][0],
             "vocab_size": VOCAB, "sequences": seqs, "logits": files,
-            "hybrid_override_pattern": PATTERN,
+            "hybrid_override_pattern": pattern,
             "cached_agreement": agreement,
             "least_softplus_dt": min(dts),
             "least_router_selection_gap": min(margins),
             "notes": (f"Logits from one forward over the whole sequence without a cache (Mamba blocks: "
-                      f"chunked SSD scan, {HUB_CONFIG['chunk_size']}-token chunks). Feeding the sequence "
+                      f"chunked SSD scan, {hub['chunk_size']}-token chunks). Feeding the sequence "
                       f"one token at a time through the cache (recurrent update), and as a prefill of "
                       f"a prefix then one forward of the rest through the cache, agree within "
                       f"{CACHED_TOLERANCE} relative (cached_agreement: max |diff| / max |logit|). "
@@ -446,7 +463,7 @@ def main():
                       f"\"time_step_limit\": [0.0, Infinity] with a bare Infinity, as hub configs do.")}
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
-    print(NAME, [len(s) for s in seqs], f"{len(names)} tensors")
+    print(name, [len(s) for s in seqs], f"{len(names)} tensors")
 
 
 if __name__ == "__main__":

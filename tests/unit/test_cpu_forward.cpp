@@ -190,10 +190,11 @@ TEST_CASE("cpu forward: hidden rows are the final hidden states transformers' lo
 // nemotron_h (tests/gen/gen_nemotron_h.py): Nemotron-H's blocks, each one mixer or one
 // feed-forward: Mamba-2 (two in a row), attention without RoPE, squared-ReLU MLPs and MoEs
 // with the sigmoid router, its score-correction bias and a shared expert; sequences of 1,
-// 7, 40 and 70 tokens, past transformers' SSD chunks of 16.
+// 7, 40 and 70 tokens, past transformers' SSD chunks of 16. nemotron_h_latent's MoE is
+// Nemotron-3-Super's LatentMoE (experts 16 wide behind fc1/fc2_latent_proj).
 const char* kHybrids[] = {"qwen3_5_moe",      "qwen3_5",      "qwen3_next",      "qwen3_next_fp8",
                           "qwen3_5_moe.gguf", "qwen3_5.gguf", "qwen3_next.gguf", "qwen3_5_moe_mtp",
-                          "nemotron_h"};
+                          "nemotron_h",  "nemotron_h_latent"};
 
 TEST_CASE("cpu forward: Qwen3.5, Qwen3-Next and Nemotron-H hybrids match transformers' logits within 1e-4, whole and in chunks of 1, 7, 64, 100") {
   for (const std::string name : kHybrids) {

@@ -146,6 +146,8 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
       L.moe.score_bias = w.find(Part::ROUTER_SCORE_BIAS);
       L.moe.routed_scale = static_cast<float>(spec.routed_scaling_factor);
       L.moe.relu2 = L.relu2;
+      L.latent_in = w.find(Part::MOE_LATENT_IN);
+      L.latent_out = w.find(Part::MOE_LATENT_OUT);
     } else if (shape.ffn) {
       L.gate = w.find(Part::GATE);
       L.up = &w.get(Part::UP);
@@ -340,7 +342,17 @@ void CpuBackend::feed_forward(const Layer& L, float* h, int64_t T, float* x) {
   ThreadPool& pool = *pool_;
   const int64_t H = spec_.hidden_size;
   if (L.moe.router) {
-    cpu::moe_ffn(pool, L.moe, h, T, H, att_.data());
+    if (L.latent_in) {
+      // LatentMoE: routed on h, the experts run on its latent projection and their sum goes
+      // back out to the hidden width.
+      const int64_t latent = L.latent_in->rows();
+      std::vector<float> xl(static_cast<size_t>(T * latent)), yl(static_cast<size_t>(T * latent));
+      cpu::matmul(pool, h, T, *L.latent_in, xl.data());
+      cpu::moe_ffn(pool, L.moe, xl.data(), T, latent, yl.data(), h);
+      cpu::matmul(pool, yl.data(), T, *L.latent_out, att_.data());
+    } else {
+      cpu::moe_ffn(pool, L.moe, h, T, H, att_.data());
+    }
     for (int64_t i = 0; i < T * H; ++i) x[i] += att_[static_cast<size_t>(i)];
     if (L.shared_up && !L.shared_expert_gate) {  // beside a sigmoid router: relu^2, added as it is
       const int64_t I = L.shared_up->rows();

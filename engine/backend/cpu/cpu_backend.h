@@ -63,6 +63,9 @@ class CpuBackend : public Backend {
     const Tensor* down = nullptr;
     cpu::MoeWeights moe;  // router set in an MoE layer
     bool relu2 = false;  // ungated down(relu(up x)^2) feed-forwards (Nemotron-H)
+    // LatentMoE (Nemotron-3-Super): into the experts' latent space and back; null without.
+    const Tensor* latent_in = nullptr;
+    const Tensor* latent_out = nullptr;
     // The shared expert beside the routed ones, and its gate [1, hidden]; null without
     // (the gate also beside a sigmoid router, which adds the shared expert as it is).
     const Tensor* shared_gate = nullptr;

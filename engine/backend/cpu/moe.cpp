@@ -37,11 +37,12 @@ void route_token(RouterRule rule, const float* logits, const float* bias, int64_
   for (int64_t i = 0; i < top_k; ++i) weights[i] = normalize ? weight_of[size_t(ids[i])] / sum : weight_of[size_t(ids[i])];
 }
 
-void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t tokens, int64_t hidden, float* out) {
+void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t tokens, int64_t hidden, float* out,
+             const float* route_x) {
   const int64_t experts = w.router->rows();
   const int64_t k = std::min(w.top_k, experts);
   std::vector<float> probs(static_cast<size_t>(tokens * experts));
-  matmul(pool, x, tokens, *w.router, probs.data());
+  matmul(pool, route_x ? route_x : x, tokens, *w.router, probs.data());
   std::vector<float> bias;
   if (w.router_bias) {
     bias.resize(static_cast<size_t>(experts));

@@ -49,6 +49,9 @@ struct MoeWeights {
 // experts (renormalised over the k when norm_topk_prob), gpt-oss's softmax over the k
 // chosen logits, or Nemotron-H's sigmoid scores times routed_scale. Tokens are grouped by
 // expert so each expert's weights are read once per call.
-void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t tokens, int64_t hidden, float* out);
+// `route_x`: what the router reads, when not x (LatentMoE routes the hidden state and runs
+// the experts on its latent projection, x).
+void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t tokens, int64_t hidden, float* out,
+             const float* route_x = nullptr);
 
 }  // namespace spark::cpu

@@ -301,9 +301,15 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       }
       p.read_per_token = double(s.num_experts_per_tok) / double(E);
     };
+    // LatentMoE (Nemotron-3-Super): the experts read and write the latent vector.
+    const int64_t in = s.moe_latent_size ? s.moe_latent_size : H;
+    if (s.moe_latent_size) {
+      matrix({t(Part::MOE_LATENT_IN)}, {Part::MOE_LATENT_IN}, l, {in}, H, m(&DeviceLayer::moe_latent_in));
+      matrix({t(Part::MOE_LATENT_OUT)}, {Part::MOE_LATENT_OUT}, l, {H}, in, m(&DeviceLayer::moe_latent_out));
+    }
     experts(gate_up, gated ? std::vector<Part>{Part::EXPERT_GATE, Part::EXPERT_UP} : std::vector<Part>{Part::EXPERT_UP},
-            mi, H, m(&DeviceLayer::expert_gate_up));
-    experts(down, {Part::EXPERT_DOWN}, H, mi, m(&DeviceLayer::expert_down));
+            mi, in, m(&DeviceLayer::expert_gate_up));
+    experts(down, {Part::EXPERT_DOWN}, in, mi, m(&DeviceLayer::expert_down));
     if (const int64_t si = s.shared_expert_intermediate_size; si > 0) {
       if (gated)
         matrix({t(Part::SHARED_GATE), t(Part::SHARED_UP)}, {Part::SHARED_GATE, Part::SHARED_UP}, l, {si, si}, H,

@@ -66,6 +66,8 @@ struct DeviceLayer {
   const float* ssm_dt_bias = nullptr;    // [heads]
   const float* ssm_norm = nullptr;       // [inner]
   const float* router_score_bias = nullptr;  // [experts]: Nemotron-H's score-correction bias
+  DeviceMatrix moe_latent_in;   // [latent, hidden]: LatentMoE's way into the experts (Nemotron-3-Super)
+  DeviceMatrix moe_latent_out;  // [hidden, latent]
   bool is_moe() const { return router != nullptr; }
   bool is_recurrent() const { return lin_conv != nullptr; }
 };

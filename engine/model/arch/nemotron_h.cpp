@@ -3,7 +3,10 @@
 // squared-ReLU MLP ("-") or an MoE of squared-ReLU experts beside a shared expert ("E"),
 // as hybrid_override_pattern (or transformers 5's layers_block_type) lists them. The MoE's
 // router takes the sigmoid of its logits, chooses by score + e_score_correction_bias and
-// weighs by the scores (renormalised), times routed_scaling_factor. Each block is one layer
+// weighs by the scores (renormalised), times routed_scaling_factor; with moe_latent_size
+// (Nemotron-3-Super's LatentMoE) the routed experts run on fc1_latent_proj(x) and their sum
+// goes back through fc2_latent_proj. Super's MTP layers ("mtp.*") are not read: the model
+// runs without them. Each block is one layer
 // of the shared table: a mixer block has no feed-forward, an MLP or MoE block no mixer.
 // Checkpoints name tensors "backbone.layers.N.mixer.*"; they are renamed into the table.
 #include <string>
@@ -115,11 +118,8 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
     s.sigmoid_router = true;
     if (r.integer_or("n_group", 1, MAX_EXPERTS, 1) != 1 || r.integer_or("topk_group", 1, MAX_EXPERTS, 1) != 1)
       r.fail("n_group", "above 1 (group-limited routing) is not supported");
-    if (r.has("moe_latent_size"))
-      r.fail("moe_latent_size", "is set: the latent MoE projections (Nemotron-3-Super) are not supported yet");
+    s.moe_latent_size = r.integer_or("moe_latent_size", 1, MAX_DIM, 0);
   }
-  if (r.integer_or("num_nextn_predict_layers", 0, 16, 0) > 0)
-    s.mtp_layers = 0;  // the MTP layers (Super) are not read: the model runs without them
 }
 
 // A file tensor's name in the shared table, or "" for one the model does not read.
@@ -151,6 +151,7 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
                                       Weights*, const std::string& source) {
   std::map<std::string, Tensor> out;
   for (const auto& [name, tensor] : file) {
+    if (name.starts_with("mtp.")) continue;  // Super's MTP layers: not read
     Tensor t = tensor;
     t.name = table_name(name, spec);
     if (!out.emplace(t.name, t).second) throw InputError(source + ": tensor " + t.name + " appears twice");

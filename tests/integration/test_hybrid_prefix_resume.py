@@ -1,5 +1,6 @@
-"""Prefix reuse on a hybrid (the tiny Qwen3.5-MoE and Qwen3-Next; the test marked cuda_path
-on the emulated CUDA server too). A recurrent
+"""Prefix reuse on a hybrid (the tiny Qwen3.5-MoE, Qwen3-Next and Nemotron-H, whose Mamba-2
+state the CPU backend checkpoints alike; the test marked cuda_path on the emulated CUDA server
+too, on the tiny Qwen3.5). A recurrent
 layer's state holds the whole prefix at one position, so a cached KV prefix is worth nothing
 without the state at its end: the engine keeps state checkpoints (engine.state_checkpoints)
 at the end of every prompt, at the end of every answer (the state after prompt and answer
@@ -39,7 +40,7 @@ LOGPROB_TOLERANCE = 5e-2 if EMULATED_GPU else 1e-4
 # The emulated CUDA server runs the tests marked cuda_path on the dense tiny Qwen3.5: BF16's
 # rounding, which differs between a resumed turn and the same turn from scratch, tips the
 # tiny MoE models' near-uniform routers now and then.
-@pytest.fixture(scope="module", params=["qwen3_5"] if EMULATED_GPU else ["qwen3_5_moe", "qwen3_next"])
+@pytest.fixture(scope="module", params=["qwen3_5"] if EMULATED_GPU else ["qwen3_5_moe", "qwen3_next", "nemotron_h"])
 def model(request, tmp_path_factory):
     return served_copy(request.param, tmp_path_factory.mktemp(request.param))
 

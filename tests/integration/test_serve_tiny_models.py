@@ -1,6 +1,6 @@
-"""Safetensors models of six architectures (Llama, Qwen3, Qwen3-MoE, gpt-oss, and the Qwen3.5
-hybrids) served over HTTP and answered through the openai SDK, checked against Hugging Face
-transformers.
+"""Safetensors models of seven architectures (Llama, Qwen3, Qwen3-MoE, gpt-oss, the Qwen3.5
+hybrids and Nemotron-H, the last on the CPU backend only) served over HTTP and answered
+through the openai SDK, checked against Hugging Face transformers.
 
 The tiny models in tests/golden/models (tests/gen/gen_tiny_models.py) have a 256-token
 vocabulary and no tokenizer; each test copy gets a BPE tokenizer.json whose 256 tokens are
@@ -63,9 +63,16 @@ def served_copy(name, tmp_path):
 
 def recurrent_state_bytes(name, slots):
     """A hybrid's state slots from its config alone: per DeltaNet layer, the conv's last
-    (kernel - 1) inputs of its q, k and v channels and a dk x dv state per value head, f32."""
-    cfg = json.loads((MODELS / name / "config.json").read_text())
+    (kernel - 1) inputs of its q, k and v channels and a dk x dv state per value head, f32;
+    per Mamba-2 layer (Nemotron-H's 'M's), the conv's last (kernel - 1) inputs of its x, B
+    and C channels and a head_dim x state_size state per head, f32."""
+    cfg = json.loads((MODELS / name / "config.json").read_text())  # python's json reads the bare Infinity
     c = cfg.get("text_config", cfg)
+    if "mamba_num_heads" in c:
+        heads, head_dim, state = c["mamba_num_heads"], c["mamba_head_dim"], c["ssm_state_size"]
+        conv_dim = heads * head_dim + 2 * c["n_groups"] * state
+        per_layer = (c["conv_kernel"] - 1) * conv_dim + heads * head_dim * state
+        return c["hybrid_override_pattern"].count("M") * per_layer * 4 * slots
     nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
     dk, dv = c["linear_key_head_dim"], c["linear_value_head_dim"]
     per_layer = (c["linear_conv_kernel_dim"] - 1) * (2 * nk * dk + nv * dv) + nv * dk * dv
@@ -103,19 +110,25 @@ GPTOSS_16BIT = "16-bit weights flip this tiny model's near-uniform router; gpt_o
 # 16-bit activations tip these tiny models' near-uniform routers on a few rows in 80; check_model
 # holds the device MoE path to its own rule.
 ROUTER_FLIPS = pytest.mark.skipif(EMULATED_GPU, reason="16-bit activations flip this tiny model's near-uniform router")
+# Nemotron-H (tests/gen/gen_nemotron_h.py) runs on the CPU backend only: the CUDA backend
+# refuses it by name.
+NO_MAMBA2_KERNELS = pytest.mark.skipif(EMULATED_GPU, reason="the CUDA backend has no Mamba-2 kernels yet")
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3", pytest.param("qwen3_moe", marks=ROUTER_FLIPS),
     pytest.param("gpt_oss", marks=pytest.mark.skipif(
         EMULATED_GPU, reason=GPTOSS_16BIT)), "gpt_oss_separated",
-    pytest.param("qwen3_5_moe", marks=ROUTER_FLIPS), "qwen3_5", pytest.param("qwen3_next", marks=ROUTER_FLIPS)])
+    pytest.param("qwen3_5_moe", marks=ROUTER_FLIPS), "qwen3_5", pytest.param("qwen3_next", marks=ROUTER_FLIPS),
+    pytest.param("nemotron_h", marks=NO_MAMBA2_KERNELS)])
 def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
     rows = golden_rows(name)
     assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"
     s = Server(model=served_copy(name, tmp_path), settings={
         "model.max_model_len": 256, "engine.max_num_seqs": 8}).wait_ready()
+    # Closed before the server stops: an idle keep-alive connection holds a stop for its
+    # 5 s timeout.
+    client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=60)
     try:
-        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=60)
         served = client.models.list().data[0].id
         assert served == name
         # Token-id prompts, as the completions API takes them; one greedy token each.
@@ -135,7 +148,7 @@ def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
         if rows[-1][1] != eos_id(name):
             assert ord(chat.choices[0].message.content[0]) - BASE == rows[-1][1]
         # A hybrid's state slots are memory the dashboard shows beside the weights and KV.
-        if name.startswith("qwen3_5") or name.startswith("qwen3_next"):
+        if name.startswith("qwen3_5") or name.startswith("qwen3_next") or name == "nemotron_h":
             deadline = time.time() + 10
             while not (series := requests.get(s.url + "/api/snapshot", timeout=10).json()["series"]).get("t"):
                 assert time.time() < deadline, "no dashboard point within 10 s"
@@ -144,6 +157,7 @@ def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
             assert series["mem_state"][-1] == recurrent_state_bytes(name, 8 + 16)
             assert series["mem_kv"][-1] > 0 and series["mem_weights"][-1] > 0
     finally:
+        client.close()
         s.stop()
 
 
@@ -157,8 +171,8 @@ def test_gptoss_greedy_tokens_among_31_other_requests(name, tmp_path):
     assert len(rows) == 32
     s = Server(model=served_copy(name, tmp_path), settings={
         "model.max_model_len": 256, "engine.max_num_seqs": 32}).wait_ready()
+    client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     try:
-        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
         def one(row):
             prefix, want = row
@@ -171,6 +185,7 @@ def test_gptoss_greedy_tokens_among_31_other_requests(name, tmp_path):
             same = list(pool.map(one, rows))
         assert all(same), f"{same.count(False)} of 32 concurrent next tokens differ from transformers"
     finally:
+        client.close()
         s.stop()
 
 

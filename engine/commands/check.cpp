@@ -65,6 +65,7 @@ std::string describe_spec(const ModelInfo& info) {
     if (!s.mlp_only_layers.empty()) o << ", " << s.mlp_only_layers.size() << " dense layers";
     if (s.shared_expert_intermediate_size > 0) o << ", shared expert " << s.shared_expert_intermediate_size;
     if (s.sigmoid_router) o << ", sigmoid router x " << s.routed_scaling_factor;
+    if (s.moe_latent_size > 0) o << ", latent " << s.moe_latent_size;
     if (s.relu2_mlp) o << ", relu^2";
     o << "\n";
   }

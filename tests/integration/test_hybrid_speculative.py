@@ -1,4 +1,4 @@
-"""Speculative decoding on a hybrid (the tiny Qwen3.5-MoE and Qwen3-Next, CPU backend). The
+"""Speculative decoding on a hybrid (the tiny Qwen3.5-MoE, Qwen3-Next and Nemotron-H, CPU backend). The
 recurrent state takes in every draft a step verifies, so that step first keeps the state it
 started from in the sequence's snapshot slot; when drafts are rejected, the next step restores
 it and computes the accepted tokens again (Batch::state_copies). Greedy outputs with n-gram
@@ -20,7 +20,7 @@ MAX_TOKENS = 100
 PROMPTS = PROMPTS + [[30, 31, 32] * 20, [200] * 40, list(range(100, 160))]
 
 
-@pytest.fixture(scope="module", params=["qwen3_5_moe", "qwen3_next"])
+@pytest.fixture(scope="module", params=["qwen3_5_moe", "qwen3_next", "nemotron_h"])
 def model(request, tmp_path_factory):
     """The model, and its greedy answers without speculation."""
     path = served_copy(request.param, tmp_path_factory.mktemp(request.param))

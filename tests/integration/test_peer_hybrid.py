@@ -1,6 +1,6 @@
 """Peer mode with a hybrid model: the tiny Qwen3.5-MoE (layers 0-2 Gated DeltaNet, layer 3
-attention) and the tiny Qwen3-Next split between a head and a worker over loopback TCP
-(CPU backend). Each box keeps the recurrent states of its own layers in the session's state
+attention), the tiny Qwen3-Next and the tiny Nemotron-H (Mamba-2 blocks on both sides of
+either split) split between a head and a worker over loopback TCP (CPU backend). Each box keeps the recurrent states of its own layers in the session's state
 slots (Welcome::state_slots), each plan names every sequence's slot, and the pair must give
 the single process's greedy tokens, token for token, whether the worker holds DeltaNet
 layers or only the attention layer. A session whose slots disagree with the model is
@@ -36,7 +36,7 @@ def run_all(url, prompts=PROMPTS, max_tokens=12):
 # The emulated CUDA server runs the pairs on the dense tiny Qwen3.5: the hidden states
 # between the boxes travel in BF16, whose rounding tips the tiny MoE models' near-uniform
 # routers now and then.
-@pytest.fixture(scope="module", params=["qwen3_5"] if EMULATED_GPU else ["qwen3_5_moe", "qwen3_next"])
+@pytest.fixture(scope="module", params=["qwen3_5"] if EMULATED_GPU else ["qwen3_5_moe", "qwen3_next", "nemotron_h"])
 def model(request, tmp_path_factory):
     path = served_copy(request.param, tmp_path_factory.mktemp(request.param))
     s = Server(COMMON, model=path).wait_ready()

@@ -10,13 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "engine/backend/cpu/mamba2.h"
 #include "engine/backend/cuda/mamba2.h"
 #include "tests/gpu/gpu_check.h"
+#include "tests/gpu/recurrent_check.h"
 
 namespace spark::gpu_check {
 namespace {
@@ -26,8 +26,7 @@ using cuda::f16;
 constexpr const char* kCheck = "mamba2";
 // f32 state and f32 arithmetic on both sides; only the summation order differs.
 constexpr double kStateLimit = 1e-4;
-
-void sync() { CUDA_CHECK(cudaDeviceSynchronize()); }
+using namespace recurrent;
 
 struct Case {
   std::string name;
@@ -35,17 +34,6 @@ struct Case {
   bool conv_bias;
   double dt_min, dt_max;
 };
-
-// A row-major f32 matrix as the CPU backend's weight Tensor.
-Tensor f32_tensor(const std::vector<float>& data, int64_t rows, int64_t cols) {
-  Tensor t;
-  t.name = "w";
-  t.dtype = DType::F32;
-  t.shape = {rows, cols};
-  t.data = data.data();
-  t.nbytes = data.size() * sizeof(float);
-  return t;
-}
 
 // One layer on both sides. cpu::mamba2 computes in_proj from a hidden state x; here x
 // carries in_proj's output itself ([z | x|B|C | dt]) and in_proj is the identity, so both
@@ -102,51 +90,15 @@ struct Layer {
   }
 };
 
-struct Seq {
-  int32_t slot;      // -1: padding
-  int32_t position;  // of its first row
-  int32_t rows;
-};
-
-// The slot pool: two recurrent layers a slot, this one second at an offset that is not a
-// multiple of 4 floats, so nothing may assume aligned states.
-struct Pool {
-  int64_t state_values, layer_offset, slot_stride;
-  int32_t num_slots = 8;
-  std::vector<float> host;  // the CPU side's states (and the expected device contents)
-  DeviceArray<float> device;
-  explicit Pool(int64_t sv, uint64_t seed)
-      : state_values(sv),
-        layer_offset(sv + 5),
-        slot_stride(2 * sv + 7),
-        host(random_floats(size_t(8 * (2 * sv + 7)), seed, -1.0f, 1.0f)),
-        device(host) {}
-  float* state(int32_t slot) { return host.data() + slot * slot_stride + layer_offset; }
-};
-
-std::string seq_list(const std::vector<Seq>& seqs) {
-  std::string s;
-  for (const Seq& q : seqs) {
-    if (!s.empty()) s += ",";
-    s += q.slot < 0 ? std::string("pad") : std::to_string(q.rows) + "@" + std::to_string(q.position);
-  }
-  return s;
-}
-
 // One call on both sides; rows past the sequences: `extra_rows`. in_proj's output is
 // random, with one dt value past softplus's threshold (20).
 template <typename T>
 void run_call(const Case& c, Layer& L, Pool& pool, const std::vector<Seq>& seqs, int32_t extra_rows, uint64_t seed,
               bool graph, const std::string& label) {
   const ModelSpec::Mamba2& m = L.spec;
-  const int64_t I = m.inner(), C = m.conv_dim(), H = m.num_heads, P = m.in_proj_rows(), sv = m.state_values();
-  std::vector<int32_t> query_start = {0}, positions;
-  for (const Seq& s : seqs) {
-    query_start.push_back(query_start.back() + s.rows);
-    for (int32_t i = 0; i < s.rows; ++i) positions.push_back(s.position + i);
-  }
-  const int32_t seq_rows = query_start.back(), tokens = seq_rows + extra_rows, S = int32_t(seqs.size());
-  for (int32_t i = 0; i < extra_rows; ++i) positions.push_back(0);
+  const int64_t I = m.inner(), C = m.conv_dim(), H = m.num_heads, P = m.in_proj_rows();
+  const Rows r = batch_rows(seqs, extra_rows);
+  const int32_t tokens = r.tokens;
 
   std::vector<float> proj(size_t(tokens * P));
   {
@@ -162,125 +114,45 @@ void run_call(const Case& c, Layer& L, Pool& pool, const std::vector<Seq>& seqs,
   }
   // Past softplus's threshold (20, the linear branch) on the first row of the second
   // sequence, head H - 1: in calls 2 and 3 a row that continues a state.
-  if (seqs.size() > 1 && seqs[1].rows > 0) proj[size_t(query_start[1] * P + I + C + H - 1)] = 24.0f;
+  if (seqs.size() > 1 && seqs[1].rows > 0) proj[size_t(r.query_start[1] * P + I + C + H - 1)] = 24.0f;
 
-  // CPU: fresh sequences start from zeros; a padding sequence gets a throwaway state.
-  std::vector<float> throwaway(size_t(sv), 0.0f);
-  std::vector<float*> states;
-  std::vector<bool> written(size_t(pool.num_slots), false);
-  for (const Seq& s : seqs) {
-    if (s.slot < 0) {
-      states.push_back(throwaway.data());
-      continue;
-    }
-    if (s.rows > 0 && s.position == 0) std::fill_n(pool.state(s.slot), sv, 0.0f);
-    if (s.rows > 0) written[size_t(s.slot)] = true;
-    states.push_back(pool.state(s.slot));
-  }
+  CpuStates states = cpu_states(pool, seqs);
   Batch batch;
-  batch.token_ids.assign(size_t(seq_rows), 1);
-  batch.positions.assign(positions.begin(), positions.begin() + seq_rows);
-  batch.query_start = query_start;
+  batch.token_ids.assign(size_t(r.seq_rows), 1);
+  batch.positions.assign(r.positions.begin(), r.positions.begin() + r.seq_rows);
+  batch.query_start = r.query_start;
   ThreadPool threads(2);
   cpu::Mamba2Scratch scratch;
-  std::vector<float> cpu_out(size_t(seq_rows * L.hidden));
-  cpu::mamba2(threads, m, L.cpu_w, L.shape.eps, batch, states, proj.data(), scratch, cpu_out.data());
-  std::vector<float> want(size_t(tokens * I), 0.0f);
-  std::vector<bool> zero_row(size_t(tokens), true);
-  for (int32_t s = 0; s < S; ++s)
-    for (int32_t t = query_start[size_t(s)]; t < query_start[size_t(s) + 1]; ++t)
-      if (seqs[size_t(s)].slot >= 0) {
-        zero_row[size_t(t)] = false;
-        std::copy_n(cpu_out.begin() + t * L.hidden, I, want.begin() + t * I);
-      }
+  std::vector<float> cpu_out(size_t(r.seq_rows * L.hidden));
+  cpu::mamba2(threads, m, L.cpu_w, L.shape.eps, batch, states.of_seq, proj.data(), scratch, cpu_out.data());
+  const Expected want = expected_out(cpu_out, L.hidden, I, seqs, r);
 
   // Device.
   const std::vector<float> before = pool.device.download();
-  std::vector<int32_t> slots;
-  for (const Seq& s : seqs) slots.push_back(s.slot);
-  DeviceArray<int32_t> d_qs(query_start), d_pos(positions), d_slots(slots);
+  DeviceArray<int32_t> d_qs(r.query_start), d_pos(r.positions), d_slots(r.slots);
   DeviceArray<float> d_proj(proj);
   DeviceArray<T> d_out(size_t(tokens * I));
   d_out.poison();
-  const cuda::Mamba2States st{pool.device.get(), pool.slot_stride, pool.layer_offset, d_slots.get()};
-  auto launch = [&](cudaStream_t stream, bool programmatic) {
-    cuda::mamba2_mix<T>(L.shape, L.device(), st, d_qs.get(), d_pos.get(), S, tokens, d_proj.get(), d_out.get(), stream,
-                        programmatic);
-  };
-  if (graph) {  // capturable: no sync, allocation or host read inside; programmatic launches
-    cudaStream_t stream;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaGraph_t g;
-    cudaGraphExec_t exec;
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    launch(stream, true);
-    CUDA_CHECK(cudaStreamEndCapture(stream, &g));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(g));
-    CUDA_CHECK(cudaStreamDestroy(stream));
-  } else {
-    launch(nullptr, false);
-  }
-  sync();
+  const cuda::RecurrentStates st{pool.device.get(), pool.slot_stride, pool.layer_offset, d_slots.get()};
+  launch_call(graph, [&](cudaStream_t stream, bool programmatic) {
+    cuda::mamba2_mix<T>(L.shape, L.device(), st, d_qs.get(), d_pos.get(), r.num_seqs, tokens, d_proj.get(),
+                        d_out.get(), stream, programmatic);
+  });
 
-  const std::string what = c.name + " " + half_name<T>() + " " + label + " [" + seq_list(seqs) +
-                           (extra_rows ? "+" + std::to_string(extra_rows) + " spare" : "") + "]";
-  const std::vector<float> got = from_half(d_out.download());
-  std::vector<float> want_live, got_live;
-  int64_t nonzero = 0;
-  for (int32_t t = 0; t < tokens; ++t) {
-    const auto w0 = want.cbegin() + t * I, g0 = got.cbegin() + t * I;
-    if (zero_row[size_t(t)])
-      nonzero += std::count_if(g0, g0 + I, [](float v) { return v != 0.0f; });
-    else {
-      want_live.insert(want_live.end(), w0, w0 + I);
-      got_live.insert(got_live.end(), g0, g0 + I);
-    }
-  }
-  error_row(kCheck, what + ": out", rel_error(want_live, got_live), half_limit<T>());
-  if (nonzero || std::count(zero_row.begin(), zero_row.end(), true))
-    row(kCheck, what + ": padding and spare rows zero", std::to_string(nonzero) + " nonzero", "0", nonzero == 0);
-
-  // States: the written slots' conv and matrix parts within the limit, every other float
-  // of the pool (other slots, the other layer, slots of padding or row-less sequences)
-  // bit-identical to what it was. Each side continues from its own states, as a server would.
-  const std::vector<float> dev = pool.device.download();
-  const int64_t conv_values = m.conv_dim() * (m.conv_kernel - 1);
-  std::vector<float> conv_want, conv_got, mat_want, mat_got;
-  int64_t changed = 0;
-  for (int32_t slot = 0; slot < pool.num_slots; ++slot)
-    for (int64_t i = 0; i < pool.slot_stride; ++i) {
-      const size_t at = size_t(slot * pool.slot_stride + i);
-      const int64_t in_layer = i - pool.layer_offset;
-      if (written[size_t(slot)] && in_layer >= 0 && in_layer < sv) {
-        (in_layer < conv_values ? conv_want : mat_want).push_back(pool.host[at]);
-        (in_layer < conv_values ? conv_got : mat_got).push_back(dev[at]);
-      } else {
-        changed += std::memcmp(&before[at], &dev[at], sizeof(float)) != 0;
-      }
-    }
-  if (!conv_want.empty()) error_row(kCheck, what + ": conv states", rel_error(conv_want, conv_got), kStateLimit);
-  error_row(kCheck, what + ": recurrent states", rel_error(mat_want, mat_got), kStateLimit);
-  row(kCheck, what + ": other state untouched", std::to_string(changed) + " floats changed", "0", changed == 0);
+  const std::string what = call_name<T>(c.name, label, seqs, extra_rows);
+  check_out(kCheck, what, want, d_out, I);
+  check_states(kCheck, what, pool, before, states.written, m.conv_dim() * (m.conv_kernel - 1), kStateLimit,
+               kStateLimit);
 }
 
 template <typename T>
 void check_case(const Case& c, uint64_t seed) {
   Layer L(c, seed);
   Pool pool(L.spec.state_values(), seed + 10);
-  // An earlier call leaves states in slots 6 and 1 (both from position 0, dirty slots).
-  run_call<T>(c, L, pool, {{6, 0, 3}, {1, 0, 1}}, 0, seed + 20, false, "call 1");
-  // The mixed batch: a fresh prefill into dirty slot 5, decodes and prefill chunks
-  // continuing call 1's states and random ones (slots 3, 0), a padding sequence.
-  run_call<T>(c, L, pool, {{5, 0, 5}, {6, 3, 1}, {-1, 0, 1}, {1, 1, 4}, {3, 11, 1}, {0, 40, 2}}, 0, seed + 30, false,
-              "call 2");
-  // Every state continues; slot 2 has a sequence without rows (its state must stay), one
-  // spare row past the last sequence; as a graph of programmatic launches.
-  run_call<T>(c, L, pool, {{0, 42, 1}, {3, 12, 1}, {-1, 0, 1}, {6, 4, 2}, {2, 9, 0}, {1, 5, 1}, {5, 5, 3}}, 1,
-              seed + 40, true, "call 3 graph");
+  mixed_calls(seed, [&](const std::vector<Seq>& seqs, int32_t extra_rows, uint64_t call_seed, bool graph,
+                        const std::string& label) {
+    run_call<T>(c, L, pool, seqs, extra_rows, call_seed, graph, label);
+  });
 }
 
 // Long prefills beside a decode and a padding sequence, then continued by a second prefill
@@ -299,9 +171,6 @@ void check_long(const Case& c, uint64_t seed) {
 // inner 4, the group's B and C 2 G N 4 and dt H 4 read and y inner 4 written by the state
 // update; y and z 2 inner 4 read and out inner 2 written by the norm. Per call the conv
 // weights C K 4 and bias C 4, A, D and dt_bias 3 H 4, the norm weight inner 4.
-struct DecodeBytes {
-  double read, written;
-};
 DecodeBytes decode_bytes(const ModelSpec::Mamba2& m, int64_t B) {
   const double C = double(m.conv_dim()), I = double(m.inner()), H = double(m.num_heads), K = double(m.conv_kernel),
                GN = double(m.n_groups) * double(m.state_size);
@@ -321,14 +190,10 @@ void check_decode_bytes(const Case& c, int64_t B) {
   const ModelSpec::Mamba2& m = L.spec;
   const int64_t P = m.in_proj_rows(), I = m.inner(), sv = m.state_values();
   const int64_t matrices = int64_t(m.num_heads) * m.head_dim * m.state_size;
-  std::vector<int32_t> slots(static_cast<size_t>(B)), query_start(size_t(B + 1)), positions(static_cast<size_t>(B));
-  for (int64_t s = 0; s < B; ++s) {
-    slots[size_t(s)] = int32_t((s * 3 + 1) % B);  // a permutation: every slot once
-    query_start[size_t(s + 1)] = int32_t(s + 1);
-    positions[size_t(s)] = int32_t(7 + 13 * s);
-  }
+  // A permutation: every slot once.
+  const Rows r = decode_rows(B, [B](int64_t s) { return (s * 3 + 1) % B; }, 7, 13);
   DeviceArray<float> states(random_floats(size_t(B * sv), 902));
-  DeviceArray<int32_t> d_slots(slots), d_qs(query_start), d_pos(positions);
+  DeviceArray<int32_t> d_slots(r.slots), d_qs(r.query_start), d_pos(r.positions);
   DeviceArray<float> proj(random_floats(size_t(B * P), 903));
   DeviceArray<bf16> out(size_t(B * I));
   ::emu::global_reads_begin();
@@ -336,14 +201,8 @@ void check_decode_bytes(const Case& c, int64_t B) {
                          int32_t(B), proj.get(), out.get(), nullptr);
   sync();
   const double reads = double(::emu::global_reads_end().total());
-  const DecodeBytes want = decode_bytes(m, B);
-  const double ratio = reads / want.read;
   const std::string what = "bytes decode b" + std::to_string(B) + " " + c.name + " bf16";
-  row(kCheck, what + ": read", fmt("%.4f", ratio) + fmt(" (%.0f KiB)", reads / 1024),
-      fmt("1 .. 1.01 of %.0f KiB", want.read / 1024), ratio >= 1.0 && ratio <= 1.01);
-  const double matrix_bytes = 2.0 * double(B) * 4.0 * double(matrices);
-  info(kCheck, what + ": written (formula)", fmt("%.0f KiB", want.written / 1024),
-       fmt("state matrices %.1f%% of read + written", 100.0 * matrix_bytes / (want.read + want.written)));
+  decode_bytes_rows(kCheck, what, reads, decode_bytes(m, B), 2.0 * double(B) * 4.0 * double(matrices));
 }
 #endif
 
@@ -358,28 +217,20 @@ void bench_decode() {
   const double copy_gbs = copy_bandwidth_gbs();
   for (int64_t B : {1, 4, 16, 64}) {
     const DecodeBytes bytes = decode_bytes(m, B);
-    const double moved = bytes.read + bytes.written;
-    const int copies = int(std::clamp(std::ceil(150e6 / (double(B) * sv * 4)), 1.0, 64.0));
-    std::vector<int32_t> slots(static_cast<size_t>(B)), query_start(size_t(B + 1)), positions(static_cast<size_t>(B));
-    for (int64_t s = 0; s < B; ++s) {
-      slots[size_t(s)] = int32_t(s);
-      query_start[size_t(s + 1)] = int32_t(s + 1);
-      positions[size_t(s)] = int32_t(100 + s);
-    }
+    const int copies = bench_copies(B, sv);
+    const Rows r = decode_rows(B, [](int64_t s) { return s; }, 100, 1);
     DeviceArray<float> states(random_floats(size_t(B * copies * sv), 951, -0.1f, 0.1f));
-    DeviceArray<int32_t> d_slots(slots), d_qs(query_start), d_pos(positions);
+    DeviceArray<int32_t> d_slots(r.slots), d_qs(r.query_start), d_pos(r.positions);
     DeviceArray<float> proj(random_floats(size_t(B * P), 952));
     DeviceArray<bf16> out(size_t(B * I));
     int it = 0;
     const double ms = time_ms([&] {
-      const cuda::Mamba2States st{states.get(), copies * sv, (it++ % copies) * sv, d_slots.get()};
+      const cuda::RecurrentStates st{states.get(), copies * sv, (it++ % copies) * sv, d_slots.get()};
       // proj is overwritten in place each run: its contents do not change the time.
       cuda::mamba2_mix<bf16>(L.shape, L.device(), st, d_qs.get(), d_pos.get(), int32_t(B), int32_t(B), proj.get(),
                              out.get(), nullptr);
     });
-    info(kCheck, "bench decode b" + std::to_string(B) + " " + c.name + " bf16",
-         fmt("%.1f us", ms * 1e3) + fmt(", %.0f GB/s", moved / (ms * 1e-3) / 1e9),
-         fmt("%.1f MB moved, ", moved / 1e6) + fmt("floor %.1f us at copy bandwidth", moved / (copy_gbs * 1e9) * 1e6));
+    bench_row(kCheck, "bench decode b" + std::to_string(B) + " " + c.name + " bf16", ms, bytes, copy_gbs);
   }
 }
 

@@ -379,7 +379,7 @@ void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
       linear(act.normed, H, L.lin_z, vd, z, cuda::GemmOut::F32);
       linear(act.normed, H, L.lin_b, hv, b, cuda::GemmOut::F32);
       linear(act.normed, H, L.lin_a, hv, a, cuda::GemmOut::F32);
-      const cuda::DeltaNetStates states_of{states, state_slot_values(), recurrent_index[l] * d.state_values(),
+      const cuda::RecurrentStates states_of{states, state_slot_values(), recurrent_index[l] * d.state_values(),
                                            db.state_slots};
       cuda::delta_net_mix<T>(delta_net_shape(spec), {L.lin_conv, L.lin_neg_exp_a, L.lin_dt_bias, L.lin_norm},
                              states_of, db.state_query_start, db.positions, db.num_seqs, rows, qkv, z, b, a,

@@ -35,13 +35,14 @@
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/delta_net.h"
 #include "engine/backend/cuda/ptx.cuh"
+#include "engine/backend/cuda/recurrent_mixer.cuh"
 
 namespace spark::cuda {
 namespace {
 
+using namespace recurrent;  // the pieces the recurrent mixers share
+
 constexpr int kMaxHeadDim = kDeltaNetMaxHeadDim;
-constexpr int kMaxConvKernel = kDeltaNetMaxConvKernel;
-constexpr int kConvThreads = 128;
 constexpr int kNormWarps = 4;
 constexpr int kNormValuesPerLane = kMaxHeadDim / 32;
 constexpr int kChunkWarps = 8;
@@ -63,78 +64,6 @@ size_t chunk_smem_bytes(int32_t C, int32_t dk) {
                                                        size_t(C) * size_t(C + 1) + size_t(C) * 32 + 3 * size_t(C));
 }
 
-// A load of memory this launch reads once and may overwrite afterwards (the state, qkv in
-// place): coherent (ld.global.nc would be wrong for memory the launch writes), with the
-// evict-first hint. The emulator counts it as read-once traffic, as it counts
-// ld.global.nc, so the byte check sees every state read.
-template <typename V>
-__device__ __forceinline__ V load_once(const V* p) {
-#if SPARK_CUDA_EMU
-  if (::emu::g_counting_reads) ::emu::count_global_read(p, sizeof(V), true);
-#endif
-  return __ldcs(p);
-}
-
-__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
-// torch's softplus (threshold 20: linear above it), as cpu::delta_net has it.
-__device__ __forceinline__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
-
-// The state of sequence `seq` of this layer, or null for a padding sequence (slot -1) or
-// one without rows this step: those read and write no state.
-__device__ __forceinline__ float* layer_state(const DeltaNetStates& st, int seq, const int32_t* query_start) {
-  const int32_t slot = __ldg(st.slots + seq);
-  if (slot < 0 || __ldg(query_start + seq + 1) <= __ldg(query_start + seq)) return nullptr;
-  return st.base + int64_t(slot) * st.slot_stride + st.layer_offset;
-}
-
-// The causal depthwise conv1d + SiLU, in place over qkv: a thread per (sequence, channel)
-// walks the sequence's rows in order with the last K - 1 inputs in registers (loaded from
-// the conv state, or zeros at position 0) and leaves them in the state. Tap k multiplies
-// the input K - 1 - k rows back, summed in cpu::delta_net's order.
-__global__ void __launch_bounds__(kConvThreads)
-    conv_silu_kernel(float* __restrict__ qkv, const float* __restrict__ conv_w, DeltaNetStates st,
-                     const int32_t* __restrict__ query_start, const int32_t* __restrict__ positions, int32_t channels,
-                     int32_t taps) {
-  wait_then_allow_next_kernel();
-  const int seq = blockIdx.y;
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= channels) return;
-  float* state = layer_state(st, seq, query_start);
-  if (!state) return;
-  const int32_t r0 = __ldg(query_start + seq), r1 = __ldg(query_start + seq + 1);
-  const bool fresh = __ldg(positions + r0) == 0;
-  float* hist = state + c * (taps - 1);
-
-  // Register arrays indexed by unrolled constants only; `taps` decides which are live.
-  float win[kMaxConvKernel - 1], tap[kMaxConvKernel - 1];
-#pragma unroll
-  for (int k = 0; k < kMaxConvKernel - 1; ++k) {
-    win[k] = k < taps - 1 && !fresh ? load_once(hist + k) : 0.0f;
-    tap[k] = k < taps - 1 ? __ldg(conv_w + c * taps + k) : 0.0f;
-  }
-  const float tap_new = __ldg(conv_w + c * taps + taps - 1);
-  for (int64_t r = r0; r < r1; ++r) {
-    float* x = qkv + r * channels + c;
-    const float in = load_once(x);
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kMaxConvKernel - 1; ++k)
-      if (k < taps - 1) acc += tap[k] * win[k];
-    acc += tap_new * in;
-    *x = acc * sigmoid(acc);
-#pragma unroll
-    for (int k = 0; k < kMaxConvKernel - 1; ++k) {
-      if (k < taps - 2)
-        win[k] = win[k + 1];
-      else if (k == taps - 2)
-        win[k] = in;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kMaxConvKernel - 1; ++k)
-    if (k < taps - 1) hist[k] = win[k];
-}
-
 // Sum of a float2 over the block (blockDim.x a multiple of 32); every thread gets it.
 // The first barrier keeps a previous call's readers of `scratch` safe.
 __device__ __forceinline__ float2 block_sum2(float2 v, float2* scratch) {
@@ -154,7 +83,7 @@ struct RuleArgs {
   const float* a;
   const float* neg_exp_a;
   const float* dt_bias;
-  DeltaNetStates st;
+  RecurrentStates st;
   const int32_t* query_start;
   const int32_t* positions;
   int64_t conv_state_values;  // floats before the matrices in a layer's state
@@ -433,18 +362,7 @@ __global__ void __launch_bounds__(32 * kNormWarps)
   const int64_t item = int64_t(blockIdx.x) * kNormWarps + (threadIdx.x >> 5);
   if (item >= int64_t(num_tokens) * num_v_heads) return;  // uniform over the warp
   const int64_t t = item / num_v_heads, h = item % num_v_heads, value_dim = int64_t(num_v_heads) * dv;
-  bool active = false;
-  if (num_seqs > 0 && t >= __ldg(query_start) && t < __ldg(query_start + num_seqs)) {
-    int lo = 0, hi = num_seqs;  // query_start[lo] <= t < query_start[hi]
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (__ldg(query_start + mid) <= t)
-        lo = mid;
-      else
-        hi = mid;
-    }
-    active = __ldg(slots + lo) >= 0;
-  }
+  const bool active = row_is_live(t, slots, query_start, num_seqs);
   T* dst = out + t * value_dim + h * dv;
   if (!active) {
     for (int c = lane; c < dv; c += 32) dst[c] = from_f32<T>(0.0f);
@@ -475,7 +393,7 @@ bool head_dim_ok(int32_t d) { return d >= 8 && d <= kMaxHeadDim && d % 8 == 0; }
 }  // namespace
 
 template <typename T>
-void delta_net_mix(const DeltaNetShape& d, const DeltaNetLayerWeights& w, const DeltaNetStates& states,
+void delta_net_mix(const DeltaNetShape& d, const DeltaNetLayerWeights& w, const RecurrentStates& states,
                    const int32_t* query_start, const int32_t* positions, int32_t num_seqs, int32_t num_tokens,
                    float* qkv, const float* z, const float* b, const float* a, T* out, cudaStream_t stream,
                    bool programmatic) {
@@ -485,7 +403,7 @@ void delta_net_mix(const DeltaNetShape& d, const DeltaNetLayerWeights& w, const 
               "delta_net_mix: num_v_heads must be a positive multiple of num_k_heads");
   SPARK_CHECK(head_dim_ok(d.k_head_dim) && head_dim_ok(d.v_head_dim),
               "delta_net_mix: k_head_dim and v_head_dim must be multiples of 8 in [8, 256]");
-  SPARK_CHECK(d.conv_kernel >= 1 && d.conv_kernel <= kMaxConvKernel, "delta_net_mix: conv_kernel must be in [1, 8]");
+  SPARK_CHECK(d.conv_kernel >= 1 && d.conv_kernel <= kDeltaNetMaxConvKernel, "delta_net_mix: conv_kernel must be in [1, 8]");
   SPARK_CHECK(d.num_v_heads <= 65535, "delta_net_mix: at most 65535 value heads");
   if (num_tokens == 0) return;
   SPARK_CHECK(qkv && z && b && a && out && query_start && positions, "delta_net_mix: a null activation pointer");
@@ -496,9 +414,8 @@ void delta_net_mix(const DeltaNetShape& d, const DeltaNetLayerWeights& w, const 
 
   const int32_t channels = int32_t(d.conv_dim());
   if (num_seqs > 0) {
-    launch_kernel("conv_silu_kernel", programmatic, conv_silu_kernel,
-                  dim3(unsigned(ceil_div(channels, kConvThreads)), unsigned(num_seqs)), dim3(kConvThreads), 0, stream,
-                  qkv, w.conv, states, query_start, positions, channels, d.conv_kernel);
+    recurrent::conv_silu(qkv, channels, 0, channels, w.conv, nullptr, d.conv_kernel, states, query_start, positions,
+                         num_seqs, stream, programmatic);
 
     RuleArgs args;
     args.qkv = qkv;
@@ -545,10 +462,10 @@ void delta_net_mix(const DeltaNetShape& d, const DeltaNetLayerWeights& w, const 
 
 int32_t delta_net_set_chunk_min_rows(int32_t rows) { return g_chunk_min_rows.exchange(rows < 1 ? 1 : rows); }
 
-template void delta_net_mix<bf16>(const DeltaNetShape&, const DeltaNetLayerWeights&, const DeltaNetStates&,
+template void delta_net_mix<bf16>(const DeltaNetShape&, const DeltaNetLayerWeights&, const RecurrentStates&,
                                   const int32_t*, const int32_t*, int32_t, int32_t, float*, const float*, const float*,
                                   const float*, bf16*, cudaStream_t, bool);
-template void delta_net_mix<f16>(const DeltaNetShape&, const DeltaNetLayerWeights&, const DeltaNetStates&,
+template void delta_net_mix<f16>(const DeltaNetShape&, const DeltaNetLayerWeights&, const RecurrentStates&,
                                  const int32_t*, const int32_t*, int32_t, int32_t, float*, const float*, const float*,
                                  const float*, f16*, cudaStream_t, bool);
 

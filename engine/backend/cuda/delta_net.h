@@ -9,13 +9,15 @@
 
 #include <cstdint>
 
+#include "engine/backend/cuda/recurrent_mixer.cuh"
+
 namespace spark::cuda {
 
 // ModelSpec::DeltaNet's numbers, plus the gated RMSNorm's eps. Accepted: key and value
 // head dims multiples of 8 in [8, 256], num_v_heads a multiple of num_k_heads,
 // conv_kernel in [1, 8].
 inline constexpr int32_t kDeltaNetMaxHeadDim = 256;  // key and value head dims
-inline constexpr int32_t kDeltaNetMaxConvKernel = 8;
+inline constexpr int32_t kDeltaNetMaxConvKernel = kRecurrentMaxConvKernel;
 
 struct DeltaNetShape {
   int32_t num_k_heads = 0, num_v_heads = 0, k_head_dim = 0, v_head_dim = 0, conv_kernel = 0;
@@ -40,15 +42,6 @@ struct DeltaNetLayerWeights {
   const float* norm = nullptr;       // [v_head_dim]: the gated RMSNorm's weight
 };
 
-// Where the states live: sequence s's state of this layer starts at
-// base + slots[s] * slot_stride + layer_offset (DeltaNetShape::state_values() floats).
-struct DeltaNetStates {
-  float* base = nullptr;           // every slot's state
-  int64_t slot_stride = 0;         // floats from one slot to the next (all recurrent layers of the slot)
-  int64_t layer_offset = 0;        // floats from a slot's start to this layer's state
-  const int32_t* slots = nullptr;  // [num_seqs] device: each sequence's slot; -1 = a padding sequence
-};
-
 // One layer over the batch. qkv [num_tokens, conv_dim] f32 is the projection's output,
 // used as scratch: afterwards its q and k columns hold the conv output and its v columns
 // the delta rule's output before the norm. z [num_tokens, value_dim], b and a
@@ -63,7 +56,7 @@ struct DeltaNetStates {
 // programmatic: programmatic dependent launches (launch_kernel in common.cuh; sm_90 and
 // later only).
 template <typename T>
-void delta_net_mix(const DeltaNetShape& shape, const DeltaNetLayerWeights& w, const DeltaNetStates& states,
+void delta_net_mix(const DeltaNetShape& shape, const DeltaNetLayerWeights& w, const RecurrentStates& states,
                    const int32_t* query_start, const int32_t* positions, int32_t num_seqs, int32_t num_tokens,
                    float* qkv, const float* z, const float* b, const float* a, T* out, cudaStream_t stream,
                    bool programmatic = false);

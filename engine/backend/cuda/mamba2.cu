@@ -29,98 +29,25 @@
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/mamba2.h"
 #include "engine/backend/cuda/ptx.cuh"
+#include "engine/backend/cuda/recurrent_mixer.cuh"
 
 namespace spark::cuda {
 namespace {
 
-constexpr int kMaxConvKernel = kMamba2MaxConvKernel;
-constexpr int kConvThreads = 128;
+using namespace recurrent;  // the pieces the recurrent mixers share
+
 constexpr int kSsmWarps = 4;
 constexpr int kSsmRowsPerWarp = 4;  // state rows (head channels) a warp holds
 constexpr int kSsmRowsPerBlock = kSsmWarps * kSsmRowsPerWarp;
 constexpr int kNormThreads = 128;
 constexpr int kNormValuesPerThread = kMamba2MaxGroupSize / kNormThreads;
 
-// A load of memory this launch reads once and may overwrite afterwards (the state, proj in
-// place): coherent (ld.global.nc would be wrong for memory the launch writes), with the
-// evict-first hint. The emulator counts it as read-once traffic, as it counts
-// ld.global.nc, so the byte check sees every state read.
-template <typename V>
-__device__ __forceinline__ V load_once(const V* p) {
-#if SPARK_CUDA_EMU
-  if (::emu::g_counting_reads) ::emu::count_global_read(p, sizeof(V), true);
-#endif
-  return __ldcs(p);
-}
-
-__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
-// torch's softplus (threshold 20: linear above it), as cpu::mamba2 has it.
-__device__ __forceinline__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
-
-// The state of sequence `seq` of this layer, or null for a padding sequence (slot -1) or
-// one without rows this step: those read and write no state.
-__device__ __forceinline__ float* layer_state(const Mamba2States& st, int seq, const int32_t* query_start) {
-  const int32_t slot = __ldg(st.slots + seq);
-  if (slot < 0 || __ldg(query_start + seq + 1) <= __ldg(query_start + seq)) return nullptr;
-  return st.base + int64_t(slot) * st.slot_stride + st.layer_offset;
-}
-
-// The causal depthwise conv1d + bias + SiLU, in place over proj's x|B|C columns: a thread
-// per (sequence, channel) walks the sequence's rows in order with the last K - 1 inputs in
-// registers (loaded from the conv state, or zeros at position 0) and leaves them in the
-// state. Tap k multiplies the input K - 1 - k rows back, summed after the bias in
-// cpu::mamba2's order.
-__global__ void __launch_bounds__(kConvThreads)
-    conv_silu_kernel(float* __restrict__ proj, const float* __restrict__ conv_w, const float* __restrict__ conv_b,
-                     Mamba2States st, const int32_t* __restrict__ query_start, const int32_t* __restrict__ positions,
-                     int64_t row_stride, int64_t col0, int32_t channels, int32_t taps) {
-  wait_then_allow_next_kernel();
-  const int seq = blockIdx.y;
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= channels) return;
-  float* state = layer_state(st, seq, query_start);
-  if (!state) return;
-  const int32_t r0 = __ldg(query_start + seq), r1 = __ldg(query_start + seq + 1);
-  const bool fresh = __ldg(positions + r0) == 0;
-  float* hist = state + c * (taps - 1);
-
-  // Register arrays indexed by unrolled constants only; `taps` decides which are live.
-  float win[kMaxConvKernel - 1], tap[kMaxConvKernel - 1];
-#pragma unroll
-  for (int k = 0; k < kMaxConvKernel - 1; ++k) {
-    win[k] = k < taps - 1 && !fresh ? load_once(hist + k) : 0.0f;
-    tap[k] = k < taps - 1 ? __ldg(conv_w + c * taps + k) : 0.0f;
-  }
-  const float tap_new = __ldg(conv_w + c * taps + taps - 1);
-  const float bias = conv_b ? __ldg(conv_b + c) : 0.0f;
-  for (int64_t r = r0; r < r1; ++r) {
-    float* x = proj + r * row_stride + col0 + c;
-    const float in = load_once(x);
-    float acc = bias;
-#pragma unroll
-    for (int k = 0; k < kMaxConvKernel - 1; ++k)
-      if (k < taps - 1) acc += tap[k] * win[k];
-    acc += tap_new * in;
-    *x = acc * sigmoid(acc);
-#pragma unroll
-    for (int k = 0; k < kMaxConvKernel - 1; ++k) {
-      if (k < taps - 2)
-        win[k] = win[k + 1];
-      else if (k == taps - 2)
-        win[k] = in;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kMaxConvKernel - 1; ++k)
-    if (k < taps - 1) hist[k] = win[k];
-}
-
 struct SsmArgs {
   float* proj;  // conv output in its x|B|C columns; y written over x
   const float* neg_exp_a;
   const float* d;
   const float* dt_bias;
-  Mamba2States st;
+  RecurrentStates st;
   const int32_t* query_start;
   const int32_t* positions;
   int64_t row_stride;         // proj's: inner + conv_dim + num_heads
@@ -224,18 +151,7 @@ __global__ void __launch_bounds__(kNormThreads)
   const int64_t t = blockIdx.x / n_groups, g = blockIdx.x % n_groups;
   if (t >= num_tokens) return;  // uniform over the block
   const int64_t inner = int64_t(n_groups) * group_size;
-  bool active = false;
-  if (num_seqs > 0 && t >= __ldg(query_start) && t < __ldg(query_start + num_seqs)) {
-    int lo = 0, hi = num_seqs;  // query_start[lo] <= t < query_start[hi]
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (__ldg(query_start + mid) <= t)
-        lo = mid;
-      else
-        hi = mid;
-    }
-    active = __ldg(slots + lo) >= 0;
-  }
+  const bool active = row_is_live(t, slots, query_start, num_seqs);
   T* dst = out + t * inner + g * group_size;
   if (!active) {  // uniform over the block
     for (int i = threadIdx.x; i < group_size; i += kNormThreads) dst[i] = from_f32<T>(0.0f);
@@ -266,7 +182,7 @@ __global__ void __launch_bounds__(kNormThreads)
 }  // namespace
 
 template <typename T>
-void mamba2_mix(const Mamba2Shape& m, const Mamba2LayerWeights& w, const Mamba2States& states,
+void mamba2_mix(const Mamba2Shape& m, const Mamba2LayerWeights& w, const RecurrentStates& states,
                 const int32_t* query_start, const int32_t* positions, int32_t num_seqs, int32_t num_tokens, float* proj,
                 T* out, cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(num_seqs >= 0 && num_tokens >= 0, "mamba2_mix: negative num_seqs or num_tokens");
@@ -289,11 +205,8 @@ void mamba2_mix(const Mamba2Shape& m, const Mamba2LayerWeights& w, const Mamba2S
 
   const int64_t row_stride = m.in_proj_rows();
   if (num_seqs > 0) {
-    const int32_t channels = int32_t(m.conv_dim());
-    launch_kernel("conv_silu_kernel", programmatic, conv_silu_kernel,
-                  dim3(unsigned(ceil_div(channels, kConvThreads)), unsigned(num_seqs)), dim3(kConvThreads), 0, stream,
-                  proj, w.conv, w.conv_bias, states, query_start, positions, row_stride, m.inner(), channels,
-                  m.conv_kernel);
+    recurrent::conv_silu(proj, row_stride, m.inner(), int32_t(m.conv_dim()), w.conv, w.conv_bias, m.conv_kernel,
+                         states, query_start, positions, num_seqs, stream, programmatic);
 
     SsmArgs args;
     args.proj = proj;
@@ -332,9 +245,9 @@ void mamba2_mix(const Mamba2Shape& m, const Mamba2LayerWeights& w, const Mamba2S
                 int32_t(m.inner() / m.n_groups), row_stride, m.eps, out);
 }
 
-template void mamba2_mix<bf16>(const Mamba2Shape&, const Mamba2LayerWeights&, const Mamba2States&, const int32_t*,
+template void mamba2_mix<bf16>(const Mamba2Shape&, const Mamba2LayerWeights&, const RecurrentStates&, const int32_t*,
                                const int32_t*, int32_t, int32_t, float*, bf16*, cudaStream_t, bool);
-template void mamba2_mix<f16>(const Mamba2Shape&, const Mamba2LayerWeights&, const Mamba2States&, const int32_t*,
+template void mamba2_mix<f16>(const Mamba2Shape&, const Mamba2LayerWeights&, const RecurrentStates&, const int32_t*,
                               const int32_t*, int32_t, int32_t, float*, f16*, cudaStream_t, bool);
 
 }  // namespace spark::cuda

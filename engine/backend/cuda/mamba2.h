@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "engine/backend/cuda/recurrent_mixer.cuh"
+
 namespace spark::cuda {
 
 // ModelSpec::Mamba2's numbers, plus the grouped gated RMSNorm's eps. Accepted: head_dim in
@@ -15,7 +17,7 @@ namespace spark::cuda {
 // [1, 8], a norm group (inner / n_groups channels) of at most 4096.
 inline constexpr int32_t kMamba2MaxStateSize = 256;
 inline constexpr int32_t kMamba2MaxHeadDim = 1024;
-inline constexpr int32_t kMamba2MaxConvKernel = 8;
+inline constexpr int32_t kMamba2MaxConvKernel = kRecurrentMaxConvKernel;
 inline constexpr int32_t kMamba2MaxGroupSize = 4096;
 
 struct Mamba2Shape {
@@ -42,15 +44,6 @@ struct Mamba2LayerWeights {
   const float* norm = nullptr;       // [inner]: the grouped gated norm's weight
 };
 
-// Where the states live: sequence s's state of this layer starts at
-// base + slots[s] * slot_stride + layer_offset (Mamba2Shape::state_values() floats).
-struct Mamba2States {
-  float* base = nullptr;           // every slot's state
-  int64_t slot_stride = 0;         // floats from one slot to the next (all recurrent layers of the slot)
-  int64_t layer_offset = 0;        // floats from a slot's start to this layer's state
-  const int32_t* slots = nullptr;  // [num_seqs] device: each sequence's slot; -1 = a padding sequence
-};
-
 // One layer over the batch. proj [num_tokens, inner + conv_dim + num_heads] f32 is in_proj's
 // output (z, then x|B|C, then dt), used as scratch: afterwards its x|B|C columns hold the
 // conv output, with the x columns overwritten by y = S C + D x (before the gate and norm).
@@ -65,7 +58,7 @@ struct Mamba2States {
 // programmatic: programmatic dependent launches (launch_kernel in common.cuh; sm_90 and
 // later only).
 template <typename T>
-void mamba2_mix(const Mamba2Shape& shape, const Mamba2LayerWeights& w, const Mamba2States& states,
+void mamba2_mix(const Mamba2Shape& shape, const Mamba2LayerWeights& w, const RecurrentStates& states,
                 const int32_t* query_start, const int32_t* positions, int32_t num_seqs, int32_t num_tokens, float* proj,
                 T* out, cudaStream_t stream, bool programmatic = false);
 

@@ -119,6 +119,19 @@ bool part_is_norm(Part p) {
          p == Part::SSM_NORM;
 }
 
+const std::vector<PartFamily>& part_families() {
+  static const std::vector<PartFamily> families = {
+      {"attention", {Part::Q, Part::K, Part::V, Part::O, Part::LIN_QKV, Part::LIN_Z, Part::LIN_B, Part::LIN_A, Part::LIN_OUT,
+                     Part::SSM_IN, Part::SSM_OUT}},
+      {"mlp", {Part::GATE, Part::UP, Part::DOWN}},
+      {"experts", {Part::EXPERT_GATE, Part::EXPERT_UP, Part::EXPERT_DOWN, Part::SHARED_GATE, Part::SHARED_UP,
+                   Part::SHARED_DOWN}},
+      {"lm_head", {Part::LM_HEAD}},
+      {"embedding", {Part::EMBEDDING}},
+  };
+  return families;
+}
+
 bool part_is_per_expert(Part p) {
   return p == Part::EXPERT_GATE || p == Part::EXPERT_UP || p == Part::EXPERT_DOWN || p == Part::EXPERT_GATE_BIAS ||
          p == Part::EXPERT_UP_BIAS || p == Part::EXPERT_DOWN_BIAS;

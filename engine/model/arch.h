@@ -37,6 +37,14 @@ enum class Part : uint8_t {
 };
 inline constexpr size_t kNumParts = static_cast<size_t>(Part::COUNT);
 bool part_is_norm(Part p);        // RMSNorm weights (initialised to 1 by dummy weights)
+// The families of weight matrices a user names ([model] quantize_keep): "attention" (the
+// token mixer's projections, attention's and the recurrent mixers'), "mlp", "experts" (the
+// shared expert's too), "lm_head", "embedding".
+struct PartFamily {
+  const char* name;
+  std::vector<Part> parts;
+};
+const std::vector<PartFamily>& part_families();
 bool part_is_per_expert(Part p);  // EXPERT_GATE, EXPERT_UP, EXPERT_DOWN and their biases
 
 struct TensorSpec {

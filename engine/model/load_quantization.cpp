@@ -17,25 +17,6 @@ namespace spark {
 
 namespace {
 
-// The parts each quantize_keep name stands for. The token mixer is "attention", the Gated
-// DeltaNet and Mamba-2 projections included; the shared expert goes with the experts.
-struct PartGroup {
-  const char* name;
-  std::vector<Part> parts;
-};
-const std::vector<PartGroup>& part_groups() {
-  static const std::vector<PartGroup> groups = {
-      {"attention", {Part::Q, Part::K, Part::V, Part::O, Part::LIN_QKV, Part::LIN_Z, Part::LIN_B, Part::LIN_A, Part::LIN_OUT,
-                     Part::SSM_IN, Part::SSM_OUT}},
-      {"mlp", {Part::GATE, Part::UP, Part::DOWN}},
-      {"experts", {Part::EXPERT_GATE, Part::EXPERT_UP, Part::EXPERT_DOWN, Part::SHARED_GATE, Part::SHARED_UP,
-                   Part::SHARED_DOWN}},
-      {"lm_head", {Part::LM_HEAD}},
-      {"embedding", {Part::EMBEDDING}},
-  };
-  return groups;
-}
-
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 // Rows quantized in one go: about 16 MiB of f32.
@@ -47,7 +28,7 @@ WeightQuantization weight_quantization(const ModelConfig& model) {
   WeightQuantization q;
   if (model.quantize == "none") return q;
   q.to = model.quantize == "fp8" ? DType::F8_E4M3 : DType::Q8_0;
-  for (const PartGroup& g : part_groups()) {
+  for (const PartFamily& g : part_families()) {
     const bool kept = std::find(model.quantize_keep.begin(), model.quantize_keep.end(), g.name) != model.quantize_keep.end();
     for (Part p : g.parts) q.parts[size_t(p)] = !kept;
   }
@@ -58,7 +39,7 @@ std::string describe_quantization(const WeightQuantization& q) {
   if (!q.active()) return "none";
   std::string out = q.to == DType::Q8_0 ? "q8_0 (" : "fp8 (";
   bool first = true;
-  for (const PartGroup& g : part_groups()) {
+  for (const PartFamily& g : part_families()) {
     if (!q.parts[size_t(g.parts.front())]) continue;
     out += (first ? "" : ", ") + std::string(g.name);
     first = false;

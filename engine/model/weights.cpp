@@ -98,8 +98,8 @@ std::vector<TensorSpec> check_tensor_set(const std::map<std::string, Tensor>& fo
     const ModelSpec::Mamba2& m = spec.mamba2;
     msg += "\n  the config's mamba-2: mamba_num_heads = " + std::to_string(m.num_heads) + ", mamba_head_dim = " +
            std::to_string(m.head_dim) + ", n_groups = " + std::to_string(m.n_groups) + ", ssm_state_size = " +
-           std::to_string(m.state_size) + ", conv_kernel = " + std::to_string(m.conv_kernel) + " (in_proj has " +
-           std::to_string(m.in_proj_rows()) + " rows)";
+           std::to_string(m.state_size) + ", conv_kernel = " + std::to_string(m.conv_kernel) +
+           " (so the input projection has " + std::to_string(m.in_proj_rows()) + " rows)";
   } else if (!msg.empty() && spec.has_recurrent_layers()) {
     const ModelSpec::DeltaNet& d = spec.delta_net;
     msg += "\n  the config's gated deltanet: linear_num_key_heads = " + std::to_string(d.num_k_heads) +

@@ -10,6 +10,7 @@
 #include "engine/backend/cpu/block_values.h"
 #include "engine/backend/cpu/quant_blocks.h"
 #include "engine/backend/cpu/simd.h"
+#include "engine/model/fp8_weights.h"
 #include "engine/util/check.h"
 
 #pragma GCC optimize("O3")
@@ -63,11 +64,6 @@ const float* row_f16(const Tensor& w, int64_t, const uint8_t* src, float* out) {
 }
 const float* row_bf16(const Tensor& w, int64_t, const uint8_t* src, float* out) {
   decode_bf16(reinterpret_cast<const uint16_t*>(src), w.cols(), out);
-  return out;
-}
-// FP8 rows need the tensor's scales, which the loader's decoder applies.
-const float* row_scaled(const Tensor& w, int64_t row, const uint8_t*, float* out) {
-  dequantize_tensor_row(w, row, out);
   return out;
 }
 template <typename Block>
@@ -252,6 +248,210 @@ void quant_rows(const float* x, int64_t rows, const Tensor& w, int64_t out_begin
   quant_rows_portable<Block>(x, rows, w, out_begin, out_end, y, y_stride);
 }
 
+// FP8: F8_E4M3 weights with f32 scales (Tensor::scale), per tensor, per row or in blocks.
+// The bytes decode 16 at a time in registers; each scale is read once per scale block of a
+// row, never per weight. Where a row has one scale (per tensor, per row: FP8 at load, FP8
+// checkpoints' per-channel scales) it multiplies the row's dot product once. Where it has
+// several (Qwen3-FP8's 128x128 blocks) it multiplies each weight, one multiply per 8
+// weights: folding it into each block's partial sum instead would need a blocked copy of
+// the f32 tile, which every batch size must share to keep its bits.
+
+// The 256 e4m3 codes as f32 (0x7f and 0xff are NaN).
+const float* e4m3_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[size_t(i)] = fp8_e4m3_to_f32(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table.data();
+}
+
+// 16 e4m3 codes to f32 in two registers, each value times kUnit, by table; scale(s) is
+// what they are multiplied by to be times s.
+constexpr int kFp8Group = 16;
+struct Fp8Portable {
+  static constexpr float kUnit = 1.0f;
+  const float* table = e4m3_values();
+  [[gnu::always_inline]] v8f scale(float s) const { return splat8(s); }
+  [[gnu::always_inline]] void decode(const uint8_t* q, v8f w[2]) const {
+    float v[kFp8Group];
+    for (int k = 0; k < kFp8Group; ++k) v[k] = table[q[k]];
+    w[0] = load8(v);
+    w[1] = load8(v + 8);
+  }
+};
+
+#if SPARK_X86_AVX2
+// The same by moving bits (a gather from the table is slower): e4m3's sign, exponent and
+// mantissa, shifted into an IEEE half, are the value / 256 exactly (exponent bias 15
+// against 7; e4m3's subnormals land on the half's), which F16C widens. Scales carry the
+// 256, a power of two, so (v / 256) * (s * 256) rounds as v * s.
+struct Fp8Avx2 {
+  static constexpr float kUnit = 1.0f / 256;
+  // Not splat8: GCC builds that one lane at a time here, and the loop spills (measured).
+  SPARK_AVX2 static inline v8f scale(float s) { return (v8f)_mm256_set1_ps(s / kUnit); }
+  SPARK_AVX2 static inline void decode(const uint8_t* q, v8f w[2]) {
+    // Sign-extended bytes shifted left 7: the sign lands on bits 15 and 14; 0xbf80 keeps
+    // bit 15 and the 7 bits of exponent and mantissa at bits 13-7.
+    const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16(static_cast<int16_t>(0xbf80)));
+    // e4m3's NaNs (all 7 bits set) would read as 480: give them the half's NaN exponent.
+    const __m256i all = _mm256_set1_epi16(0x3f80);
+    h = _mm256_or_si256(h, _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(h, all), all),
+                                            _mm256_set1_epi16(0x7c00)));
+    w[0] = (v8f)_mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    w[1] = (v8f)_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  }
+};
+#endif
+
+// Row `row`'s bytes and its row of scales (one per scale block along it).
+struct Fp8Row {
+  const uint8_t* q;
+  const float* scales;
+};
+Fp8Row fp8_row(const Tensor& w, int64_t row) {
+  return {static_cast<const uint8_t*>(w.data) + row * w.cols(), w.scale + row / w.scale_block_rows * w.scale_grid_cols()};
+}
+
+// Row `row` to f32, any layout: 16 weights at a time within each scale block, the rest of a
+// block (rows or blocks not a multiple of 16 long) one at a time by table, the same values.
+// Scaled: the loader's values. Not (kRowScale below): the codes' values times kUnit.
+template <bool kScaled, typename Fp8>
+[[gnu::always_inline]] inline void fp8_decode_row(const Fp8& dec, const Tensor& w, int64_t row, float* out) {
+  const Fp8Row r = fp8_row(w, row);
+  const float* table = e4m3_values();
+  const int64_t n = w.cols(), sbc = w.scale_block_cols;
+  for (int64_t b = 0, c0 = 0; c0 < n; ++b, c0 += sbc) {
+    const int64_t c1 = std::min(n, c0 + sbc);
+    const float s = kScaled ? r.scales[b] : Fp8::kUnit;
+    const v8f sv = dec.scale(s);
+    int64_t c = c0;
+    for (; c + kFp8Group <= c1; c += kFp8Group) {
+      v8f v[2];
+      dec.decode(r.q + c, v);
+      store8(out + c, kScaled ? v[0] * sv : v[0]);
+      store8(out + c + 8, kScaled ? v[1] * sv : v[1]);
+    }
+    for (; c < c1; ++c) out[c] = table[r.q[c]] * s;
+  }
+}
+
+SPARK_KERNEL const float* row_fp8(const Tensor& w, int64_t row, const uint8_t*, float* out) {
+  SPARK_CHECK(w.scale != nullptr, "FP8 tensor " + w.name + " has no scales");
+  fp8_decode_row<true>(Fp8Portable{}, w, row, out);
+  return out;
+}
+
+// NO weight rows from `o` times NX activation rows, 16 weights at a time decoded in
+// registers next to the FMAs that use them, in the f32 tile's order (dot_tile): one
+// accumulator per pair, filled in element order. Needs rows of whole 16-weight groups,
+// each under one scale. kRowScale: one scale per row, applied to the sum.
+template <typename Fp8, bool kRowScale, int NO, int NX>
+[[gnu::always_inline]] inline void fp8_tile(const Fp8& dec, const Tensor& w, int64_t o, const float* x, float* y,
+                                            int64_t y_stride) {
+  const int64_t n = w.cols(), sbc = w.scale_block_cols;
+  Fp8Row r[NO];
+  for (int j = 0; j < NO; ++j) r[j] = fp8_row(w, o + j);
+  v8f acc[NO][NX] = {};
+  for (int64_t b = 0, c0 = 0; c0 < n; ++b, c0 += sbc) {
+    const int64_t c1 = std::min(n, c0 + sbc);
+    v8f s[NO];
+    if (!kRowScale)
+      for (int j = 0; j < NO; ++j) s[j] = dec.scale(r[j].scales[b]);
+    for (int64_t c = c0; c < c1; c += kFp8Group)
+      for (int j = 0; j < NO; ++j) {
+        // As in quant_tile: several row streams at once outrun the hardware prefetcher.
+        __builtin_prefetch(r[j].q + c + 256);
+        v8f wv[2];
+        dec.decode(r[j].q + c, wv);
+        for (int h = 0; h < 2; ++h) {
+          if (!kRowScale) wv[h] *= s[j];
+          for (int k = 0; k < NX; ++k) acc[j][k] += wv[h] * load8(x + k * n + c + 8 * h);
+        }
+      }
+  }
+  for (int j = 0; j < NO; ++j)
+    for (int k = 0; k < NX; ++k)
+      y[k * y_stride + j] = kRowScale ? hsum8(acc[j][k]) * (r[j].scales[0] / Fp8::kUnit) : hsum8(acc[j][k]);
+}
+
+template <typename Fp8, bool kRowScale, int NX>
+[[gnu::always_inline]] inline void fp8_few_rows(const Fp8& dec, const Tensor& w, const float* x, int64_t out_begin,
+                                                int64_t out_end, float* y, int64_t y_stride) {
+  // Past four activation rows their accumulators fill the registers: one weight row.
+  constexpr int NO = NX > 4 ? 1 : NX == 1 ? 4 : 2;
+  int64_t o = out_begin;
+  for (; o + NO <= out_end; o += NO) fp8_tile<Fp8, kRowScale, NO, NX>(dec, w, o, x, y + o, y_stride);
+  for (; o < out_end; ++o) fp8_tile<Fp8, kRowScale, 1, NX>(dec, w, o, x, y + o, y_stride);
+}
+
+// Up to 8 activation rows: fp8_tile. More, or a layout fp8_tile cannot take: kTileRows
+// weight rows decoded into L1 at a time, then the f32 tile, then the row scale if one.
+// Both compute the same weights, sums and products in the same order, so the choice never
+// changes a result.
+template <typename Fp8, bool kRowScale>
+[[gnu::always_inline]] inline void fp8_rows_layout(const Fp8& dec, const float* x, int64_t rows, const Tensor& w,
+                                                   int64_t out_begin, int64_t out_end, float* y, int64_t y_stride) {
+  const int64_t n = w.cols();
+  if (n % kFp8Group == 0 && (kRowScale || w.scale_block_cols % kFp8Group == 0)) switch (rows) {
+      case 1: return fp8_few_rows<Fp8, kRowScale, 1>(dec, w, x, out_begin, out_end, y, y_stride);
+      case 2: return fp8_few_rows<Fp8, kRowScale, 2>(dec, w, x, out_begin, out_end, y, y_stride);
+      case 3: return fp8_few_rows<Fp8, kRowScale, 3>(dec, w, x, out_begin, out_end, y, y_stride);
+      case 4: return fp8_few_rows<Fp8, kRowScale, 4>(dec, w, x, out_begin, out_end, y, y_stride);
+      case 5: return fp8_few_rows<Fp8, kRowScale, 5>(dec, w, x, out_begin, out_end, y, y_stride);
+      case 6: return fp8_few_rows<Fp8, kRowScale, 6>(dec, w, x, out_begin, out_end, y, y_stride);
+      case 7: return fp8_few_rows<Fp8, kRowScale, 7>(dec, w, x, out_begin, out_end, y, y_stride);
+      case 8: return fp8_few_rows<Fp8, kRowScale, 8>(dec, w, x, out_begin, out_end, y, y_stride);
+      default: break;
+    }
+  thread_local std::vector<float> decoded;
+  decoded.resize(static_cast<size_t>(kTileRows * n));
+  for (int64_t o = out_begin; o < out_end; o += kTileRows) {
+    const int nw = static_cast<int>(std::min<int64_t>(kTileRows, out_end - o));
+    const float* rows_f32[kTileRows];
+    for (int k = 0; k < nw; ++k) {
+      fp8_decode_row<!kRowScale>(dec, w, o + k, decoded.data() + k * n);
+      rows_f32[k] = decoded.data() + k * n;
+    }
+    dot_rows(nw, rows_f32, x, rows, n, y + o, y_stride);
+    if (kRowScale)
+      for (int k = 0; k < nw; ++k) {
+        const float s = fp8_row(w, o + k).scales[0] / Fp8::kUnit;
+        for (int64_t r = 0; r < rows; ++r) y[r * y_stride + o + k] *= s;
+      }
+  }
+}
+
+template <typename Fp8>
+[[gnu::always_inline]] inline void fp8_rows_body(const float* x, int64_t rows, const Tensor& w, int64_t out_begin,
+                                                 int64_t out_end, float* y, int64_t y_stride) {
+  SPARK_CHECK(w.scale != nullptr, "FP8 tensor " + w.name + " has no scales");
+  const Fp8 dec;
+  if (w.scale_block_cols >= w.cols()) return fp8_rows_layout<Fp8, true>(dec, x, rows, w, out_begin, out_end, y, y_stride);
+  fp8_rows_layout<Fp8, false>(dec, x, rows, w, out_begin, out_end, y, y_stride);
+}
+
+void fp8_rows_portable(const float* x, int64_t rows, const Tensor& w, int64_t out_begin, int64_t out_end, float* y,
+                       int64_t y_stride) {
+  fp8_rows_body<Fp8Portable>(x, rows, w, out_begin, out_end, y, y_stride);
+}
+
+#if SPARK_X86_AVX2
+SPARK_AVX2 void fp8_rows_avx2(const float* x, int64_t rows, const Tensor& w, int64_t out_begin, int64_t out_end,
+                              float* y, int64_t y_stride) {
+  fp8_rows_body<Fp8Avx2>(x, rows, w, out_begin, out_end, y, y_stride);
+}
+#endif
+
+void fp8_rows(const float* x, int64_t rows, const Tensor& w, int64_t out_begin, int64_t out_end, float* y,
+              int64_t y_stride) {
+#if SPARK_X86_AVX2
+  if (cpu_has_avx2()) return fp8_rows_avx2(x, rows, w, out_begin, out_end, y, y_stride);
+#endif
+  fp8_rows_portable(x, rows, w, out_begin, out_end, y, y_stride);
+}
+
 // The CPU kernels of each DType, one row per DType in the enum's order: how a row decodes
 // to f32 (nullptr: matmul does not read the type) and which kernel multiplies its rows.
 // The block formats' kernels are templates over their block, so the inner loops know the
@@ -280,7 +480,7 @@ constexpr std::array<CpuKernels, size_t(DType::COUNT)> kKernels{{
     unread(DType::I8),
     unread(DType::U8),
     unread(DType::BOOL),
-    decoded(DType::F8_E4M3, row_scaled),
+    {DType::F8_E4M3, row_fp8, fp8_rows},
     unread(DType::F8_E5M2),
     blocks<BlockQ4_0>(DType::Q4_0),
     blocks<BlockQ4_1>(DType::Q4_1),

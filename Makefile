@@ -15,8 +15,10 @@ include systemd/packaging/cross.mk
 
 # cpp-httplib is compiled in from the distribution's source package (systemd/packaging/fetch_httplib.sh).
 # HTTPS is kept for the bench client (OpenSSL, linked statically); the server compresses nothing.
+# Its listen backlog of 5 drops the SYNs of a burst of connections (agents opening many at
+# once), which then wait a second for the retry: the kernel's own cap (somaxconn) is the limit.
 HTTPLIB_DIR   := build/third_party/cpp-httplib
-HTTPLIB_FLAGS := -I$(HTTPLIB_DIR) -DCPPHTTPLIB_OPENSSL_SUPPORT
+HTTPLIB_FLAGS := -I$(HTTPLIB_DIR) -DCPPHTTPLIB_OPENSSL_SUPPORT -DCPPHTTPLIB_LISTEN_BACKLOG=4096
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -std=c++20 -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP -I. -pthread \
             -DSPARKD_CUDA=$(CUDA) $(HTTPLIB_FLAGS)

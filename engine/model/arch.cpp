@@ -125,7 +125,7 @@ const std::vector<PartFamily>& part_families() {
                      Part::SSM_IN, Part::SSM_OUT}},
       {"mlp", {Part::GATE, Part::UP, Part::DOWN}},
       {"experts", {Part::EXPERT_GATE, Part::EXPERT_UP, Part::EXPERT_DOWN, Part::SHARED_GATE, Part::SHARED_UP,
-                   Part::SHARED_DOWN}},
+                   Part::SHARED_DOWN, Part::MOE_LATENT_IN, Part::MOE_LATENT_OUT}},
       {"lm_head", {Part::LM_HEAD}},
       {"embedding", {Part::EMBEDDING}},
   };

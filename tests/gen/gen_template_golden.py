@@ -6,7 +6,7 @@ with transformers' own AutoTokenizer.apply_chat_template; templates from a GGUF 
 written in this script go through transformers' render_jinja_template with the same input
 normalization apply_chat_template performs. Nothing here calls sparkd.
 
-Run from the repository root:  build/venv/bin/python tests/gen/gen_template_golden.py
+Run from the repository root:  build/venv/bin/python tests/gen/gen_template_golden.py [name ...]
 The live comparison (tests/integration/test_template_oracle.py) imports this module.
 """
 import copy
@@ -91,11 +91,19 @@ def gguf_template(path):
     return field("tokenizer.chat_template"), special
 
 
+def template_file(source):
+    """A fixture's chat_template.jinja as published, byte for byte (CRLF line ends kept)."""
+    return (fixtures_dir() / source["path"]).read_bytes().decode("utf-8")
+
+
 def reference(source, request):
     """Renders `request` for a golden file's `source`; returns ("ok", text) or ("error", message)."""
     try:
         if source["kind"] == "fixture":
             return "ok", render_with_tokenizer(str(fixtures_dir() / source["path"]), request)
+        if source["kind"] == "template_file":
+            special = {k: v for k, v in source.items() if k.endswith("_token")}
+            return "ok", render_with_template(template_file(source), special, request)
         if source["kind"] == "gguf":
             template, special = gguf_template(str(REPO / source["path"]))
             return "ok", render_with_template(template, special, request)
@@ -521,6 +529,9 @@ HERMES_STYLE = r"""{%- macro json_to_python_type(json_spec) %}
 
 TEMPLATE_SOURCES = {
     "qwen3": {"kind": "fixture", "path": "tokenizers/qwen3"},
+    # A template without its tokenizer: the file alone, with the release's special tokens.
+    "nemotron_3_nano": {"kind": "template_file", "path": "templates/nemotron_3_nano/chat_template.jinja",
+                        "bos_token": "<s>", "eos_token": "<|im_end|>"},
     "llama3_1": {"kind": "fixture", "path": "tokenizers/llama3_1"},
     "gemma3": {"kind": "fixture", "path": "tokenizers/gemma3"},
     "smollm2_gguf": {"kind": "gguf", "path": DEFAULT_GGUF},
@@ -532,10 +543,82 @@ TEMPLATE_SOURCES = {
 }
 
 
-def build_template_goldens():
+# ---- conversations for one template's own branches -------------------------------------------
+
+def reasoning_history_conversations():
+    """Nemotron-3's branches: reasoning kept or cut before the last user turn
+    (truncate_history_thinking), on turns with and without tool calls, reasoning given as
+    reasoning_content or inline, closed or left open; enable_thinking on and off; tool
+    arguments of every JSON type; tools with schema keys the template prints as extra tags."""
+    U, A, S = "user", "assistant", "system"
+    out = []
+
+    def add(messages, **kw):
+        out.append({"messages": messages, **kw})
+
+    rich_tool = {"type": "function", "function": {
+        "name": "book_trip", "description": "  Book a trip.\nTwo lines.  ",
+        "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "dates"], "properties": {
+            "city": {"type": "string", "minLength": 1},
+            "dates": {"type": "array", "items": {"type": "string", "format": "date"}, "maxItems": 2},
+            "guests": {"type": "integer", "minimum": 1, "default": 2, "description": "How many"},
+            "prefs": {"type": "object", "properties": {"window": {"type": "boolean"}}},
+            "class": {"enum": ["eco", "biz"]},
+            "note": {"type": ["string", "null"]}}}},
+        "strict": True}
+    bare_tool = {"name": "ping", "parameters": {"type": "object", "properties": {}}}  # no "function" wrapper
+    args = {"city": "Zürich", "dates": ["2025-01-02", "2025-01-05"], "guests": 3, "prefs": {"window": True},
+            "class": "biz", "note": None, "price": 12.5, "text": "line one\nline two </parameter> inside"}
+    history = [
+        {"role": U, "content": "Plan a trip"},
+        {"role": A, "content": "", "reasoning_content": "Need the booking tool.",
+         "tool_calls": [call("book_trip", args, "t1")]},
+        {"role": "tool", "content": "{\"ok\": true}", "tool_call_id": "t1"},
+        {"role": "tool", "content": "second result", "tool_call_id": "t1"},
+        {"role": A, "content": "Booked.", "reasoning_content": "\nThe tool said ok.\n"},
+        {"role": U, "content": "And a hotel?"},
+    ]
+    tools = [rich_tool, bare_tool]
+    for kw in ({}, {"truncate_history_thinking": False}, {"truncate_history_thinking": True, "enable_thinking": False},
+               {"enable_thinking": True}):
+        add([{"role": S, "content": "Be brief."}] + history, tools=tools, add_generation_prompt=True, **kw)
+        add(history, tools=tools, add_generation_prompt=False, **kw)
+    # The same turns with the reasoning inline in the content instead.
+    inline = [{"role": U, "content": "Q1"},
+              {"role": A, "content": "<think>\nR1\n</think>\nChecking.", "tool_calls": [call("ping", {}, "p1")]},
+              {"role": "tool", "content": "pong", "tool_call_id": "p1"},
+              {"role": A, "content": "<think>R2</think>Done."},
+              {"role": A, "content": "<think>never closed", "tool_calls": [call("ping", {}, "p2")]},
+              {"role": "tool", "content": "pong", "tool_call_id": "p2"},
+              {"role": A, "content": "only </think> closed"},
+              {"role": A, "content": None},
+              {"role": A, "content": "   "},
+              {"role": A, "content": "<think>R3</think>", "reasoning_content": "   \n"},
+              {"role": U, "content": "Q2"},
+              {"role": A, "content": "<think>R4</think>After the last user."}]
+    for kw in ({}, {"truncate_history_thinking": False}):
+        add(inline, tools=[bare_tool], add_generation_prompt=False, **kw)
+        add(inline + [{"role": U, "content": "Q3"}], add_generation_prompt=True, **kw)
+    # System turns: empty with tools, none with tools, a second one later on.
+    add([{"role": S, "content": ""}, {"role": U, "content": "hi"}], tools=[bare_tool], add_generation_prompt=True)
+    add([{"role": U, "content": "hi"}, {"role": S, "content": "late system"}, {"role": U, "content": "again"}],
+        tools=[rich_tool], add_generation_prompt=True, enable_thinking=False)
+    # A tool result last, and the generation prompt after it.
+    add([{"role": U, "content": "ping it"}, {"role": A, "content": None, "tool_calls": [call("ping", {}, "x")]},
+         {"role": "tool", "content": "pong", "tool_call_id": "x"}], tools=[bare_tool], add_generation_prompt=True,
+        enable_thinking=False)
+    return out
+
+
+EXTRA_CONVERSATIONS = {"nemotron_3_nano": reasoning_history_conversations}
+
+
+def build_template_goldens(names=None):
     for name, source in TEMPLATE_SOURCES.items():
+        if names and name not in names:
+            continue
         cases = []
-        for request in conversations():
+        for request in conversations() + EXTRA_CONVERSATIONS.get(name, list)():
             status, text = reference(source, request)
             case = {"request": request}
             case["expected" if status == "ok" else "error"] = text
@@ -702,5 +785,7 @@ def build_semantics_golden(path):
 if __name__ == "__main__":
     GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
     os.chdir(REPO)
-    build_template_goldens()
-    build_semantics_golden(GOLDEN_DIR / "jinja_semantics.json")
+    # Names given: only those templates' files (e.g. `... gen_template_golden.py nemotron_3_nano`).
+    build_template_goldens(sys.argv[1:])
+    if not sys.argv[1:]:
+        build_semantics_golden(GOLDEN_DIR / "jinja_semantics.json")

@@ -30,6 +30,11 @@ GIB, MIB = 1 << 30, 1 << 20
 SPARK_GB_S = 218  # the gb10 preset's copy rate
 # vLLM's measured batch-1 decode of Nemotron-3-Nano-30B-A3B on one DGX Spark.
 VLLM_TOK_S = {"NVFP4": 74.75, "FP8": 47.6}
+SUPER = REPO / "tests" / "golden" / "configs" / "nemotron_3_super_120b_a12b"
+# vLLM's measured batch-1 decode of Nemotron-3-Super-120B-A12B on one DGX Spark.
+VLLM_SUPER_TOK_S = {"NVFP4": 16.3}
+# nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16: every parameter its safetensors headers hold.
+SUPER_RELEASE_PARAMETERS = 123_611_033_088
 # transformers 5's names for the pattern's letters.
 BLOCK_TYPES = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
 
@@ -170,13 +175,16 @@ def parameter_count(c):
     heads, K = c["mamba_num_heads"], c["conv_kernel"]
     E, mi, si, I = (c["n_routed_experts"], c["moe_intermediate_size"], c["moe_shared_expert_intermediate_size"],
                     c["intermediate_size"])
+    L = c.get("moe_latent_size") or H  # LatentMoE: the experts work at this width
+    latent = 2 * H * L if c.get("moe_latent_size") else 0  # fc1_latent_proj, fc2_latent_proj
     inner, conv_dim, in_proj = mamba_shapes(c)
     per_block = {
         # in_proj, out_proj, conv1d weight and bias, A_log, D, dt_bias, the gated norm
         "M": in_proj * H + H * inner + conv_dim * K + conv_dim + 3 * heads + inner,
         "*": (nh + 2 * nkv) * hd * H + H * nh * hd,  # q k v, o
         "-": 2 * I * H,  # up, down
-        "E": E * H + E + E * 2 * mi * H + 2 * si * H,  # router, its correction bias, experts, shared expert
+        # router, its correction bias, experts, shared expert (on the hidden state), latent projections
+        "E": E * H + E + E * 2 * mi * L + 2 * si * H + latent,
     }
     n = sum(H + per_block[ch] for ch in c["hybrid_override_pattern"])  # each block's norm
     return n + V * H + H + (0 if c.get("tie_word_embeddings") else V * H)
@@ -193,13 +201,14 @@ def device_bytes(c, q8_0=False):
     heads, K = c["mamba_num_heads"], c["conv_kernel"]
     E, k, mi, si, I = (c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"],
                        c["moe_shared_expert_intermediate_size"], c["intermediate_size"])
+    L = c.get("moe_latent_size") or H
     inner, conv_dim, in_proj = mamba_shapes(c)
 
     def align(n):
         return (n + 255) // 256 * 256
 
-    def matrix(rows, cols):
-        return align(rows * cols) + align(rows * cols // 32 * 2) if q8_0 else align(rows * cols * 2)
+    def matrix(rows, cols, quantized=q8_0):
+        return align(rows * cols) + align(rows * cols // 32 * 2) if quantized else align(rows * cols * 2)
 
     def f32(n):
         return align(n * 4)
@@ -222,7 +231,9 @@ def device_bytes(c, q8_0=False):
             add(matrix(I, H) + matrix(H, I))
         else:
             add(f32(E * H) + f32(E))  # the router and its score-correction bias
-            add(matrix(E * mi, H) + matrix(E * H, mi), k / E)  # the experts' up and down stacks
+            add(matrix(E * mi, L) + matrix(E * L, mi), k / E)  # the experts' up and down stacks
+            if c.get("moe_latent_size"):
+                add(matrix(L, H) + matrix(H, L))  # to the latent width and back
             add(matrix(si, H) + matrix(H, si))  # the shared expert
     add(f32(H) + matrix(V, H))  # final norm, LM head
     return total, read
@@ -320,6 +331,94 @@ def test_check_device_gb10_plans_nemotron_3_nano_quantized_to_q8_0_at_load():
     print(f"\nNemotron-3-Nano-30B-A3B Q8_0 on gb10: {total / GIB:.2f} GiB, {read_gib} GiB read a token: ~{rate} tok/s "
           f"projected; as stored (BF16) ~{stored_rate} tok/s, {stored_read_gib} GiB a token; "
           f"vLLM measured {VLLM_TOK_S['NVFP4']} (NVFP4), {VLLM_TOK_S['FP8']} (FP8)")
+
+
+# The Nemotron-3-Super-120B-A12B plan, counted from its config (the BF16 release's, its
+# LatentMoE and one MTP layer pair among the keys; see the folder's README).
+
+
+def super_config():
+    c = json.loads((SUPER / "config.json").read_text())
+    p = c["hybrid_override_pattern"]
+    assert (len(p), p.count("M"), p.count("E"), p.count("*")) == (88, 40, 40, 8)
+    return c
+
+
+def mtp_parameter_count(c):
+    """The MTP layers sparkd does not read (num_nextn_predict_layers, mtp_hybrid_override_pattern
+    "*E"): eh_proj (the embedding and the hidden state, concatenated, to hidden), enorm, hnorm,
+    each block with its norm, and the final norm."""
+    assert c["num_nextn_predict_layers"] == 1 and c["mtp_hybrid_override_pattern"] == "*E"
+    H = c["hidden_size"]
+    blocks = dict(c, hybrid_override_pattern=c["mtp_hybrid_override_pattern"], vocab_size=0, tie_word_embeddings=True)
+    return 2 * H * H + 2 * H + parameter_count(blocks)  # counted as blocks: their norms and the final norm
+
+
+def check_super(*settings):
+    """`sparkd check --device gb10` on the Super's config with dummy weights: (exit code, stdout)."""
+    args = ["check", "--model", SUPER, "--set", 'model.load_format="dummy"', "--device", "gb10"]
+    for s in settings:
+        args += ["--set", s]
+    r = run_sparkd(*args, timeout=30)
+    for crash in ("Aborted", "terminate", "Segmentation", "AddressSanitizer"):
+        assert crash not in r.stderr, r.stderr
+    return r.returncode, r.stdout
+
+
+def test_check_device_gb10_plans_nemotron_3_super_120b_a12b():
+    """The plan in full; 225 GiB of BF16 weights do not fit one Spark, so the check ends with
+    "does not fit" (exit 2) after printing it, and quantized to Q8_0 at load (120 GiB) still
+    does not: the projections are what a single box would do with those bytes."""
+    c = super_config()
+    rc, out = check_super()
+    assert rc == 2 and out.rstrip().endswith("does not fit"), out
+    assert "MEMEMEM*EMEMEMEM*" in out and "40 of 88 layers; 128 heads x 64, 8 groups, state 128, conv kernel 4" in out
+    assert "experts          512, top 22, moe_intermediate 2688" in out and "latent 1024" in out, out
+
+    # The BF16 release's safetensors hold 123,611,033,088 parameters (BF16, and the 41 MoE
+    # layers' F32 score-correction biases), its MTP layers among them; sparkd reads all but those.
+    params = parameter_count(c)
+    assert params + mtp_parameter_count(c) == SUPER_RELEASE_PARAMETERS
+    m = field(r"parameters +([\d.]+) B \((\d+)\)", out)
+    assert int(m.group(2)) == params and m.group(1) == "120.669", (m.group(0), params)
+
+    total, read = device_bytes(c)
+    weights = field(r"weights +([\d.]+) GiB on the device \(the file's tensors: ([\d.]+) GiB; ([\d.]+)x\)", out)
+    assert abs(float(weights.group(1)) - total / GIB) < 0.006, (weights.group(0), total / GIB)
+    assert abs(float(weights.group(2)) - params * 2 / GIB) < 0.006, (weights.group(0), params * 2 / GIB)
+    assert abs(float(field(r"read per token +([\d.]+) GiB", out).group(1)) - read / GIB) < 0.006
+
+    state = state_bytes_per_sequence(c)
+    assert state == 40 * (3 * 10240 + 128 * 64 * 128) * 4 == 172687360
+    m = field(r"recurrent state +([\d.]+) MiB per sequence x (\d+) .* = ([\d.]+) GiB, beside the KV cache", out)
+    assert m.group(1) == f"{state / MIB:.1f}", (m.group(0), state)
+
+    kv_per_token = 8 * 2 * c["num_key_value_heads"] * c["head_dim"] * 2  # 8 attention layers' K and V, BF16
+    assert kv_per_token == 8192
+    assert f"kv cache dtype   bf16, {kv_per_token} bytes/token" in out, out
+    assert "fits             NO: the model does not fit" in out and "weights 224.92 GiB" in out, out
+
+    rate, read_gib = decode_line(out)
+    per_token = read + 2 * state
+    assert abs(read_gib * GIB / per_token - 1) < 0.02, (read_gib, per_token / GIB)
+    assert abs(rate - SPARK_GB_S * 1e9 / per_token) <= 1, rate
+
+    rc, q8 = check_super('model.quantize="q8_0"')
+    assert rc == 2 and q8.rstrip().endswith("does not fit"), q8
+    # 40 MoE layers x 512 experts x (up, down), 40 shared experts x 2, 40 latent projections x
+    # 2 (in "experts"), 8 attention layers x (q, k, v, o), 40 Mamba layers x (in_proj,
+    # out_proj), the LM head and the embedding.
+    assert f"at load: BF16 x{40 * 512 * 2 + 40 * 2 + 40 * 2 + 8 * 4 + 40 * 2 + 2}" in q8, q8
+    q8_total, q8_read = device_bytes(c, q8_0=True)
+    assert abs(float(field(r"weights +([\d.]+) GiB on the device", q8).group(1)) - q8_total / GIB) < 0.006
+    q8_rate, q8_read_gib = decode_line(q8)
+    assert abs(q8_read_gib * GIB / (q8_read + 2 * state) - 1) < 0.02, (q8_read_gib, (q8_read + 2 * state) / GIB)
+    assert abs(q8_rate - SPARK_GB_S * 1e9 / (q8_read + 2 * state)) <= 1, q8_rate
+    print(f"\nNemotron-3-Super-120B-A12B on gb10: {params / 1e9:.2f} B parameters (+ {mtp_parameter_count(c) / 1e9:.2f} B "
+          f"of MTP, not read), {state} B of state a sequence, {kv_per_token} B of KV a token; BF16: "
+          f"{total / GIB:.2f} GiB of weights, {read_gib} GiB read a token, ~{rate} tok/s projected; Q8_0 at load: "
+          f"{q8_total / GIB:.2f} GiB, {q8_read_gib} GiB a token, ~{q8_rate} tok/s projected (neither fits one box); "
+          f"vLLM measured {VLLM_SUPER_TOK_S['NVFP4']} (NVFP4)")
 
 
 def test_tiny_nemotron_h_over_the_chat_api(tmp_path):

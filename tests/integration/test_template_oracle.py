@@ -37,7 +37,10 @@ def model_path_for(source, tmp_path):
     folder = tmp_path / "model"
     folder.mkdir(exist_ok=True)
     config = {k: v for k, v in source.items() if k.endswith("_token")}
-    config["chat_template"] = source["template"]
+    if source["kind"] == "template_file":  # the file itself, as sparkd finds it beside a model
+        (folder / "chat_template.jinja").write_bytes((gen.fixtures_dir() / source["path"]).read_bytes())
+    else:
+        config["chat_template"] = source["template"]
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return folder
 

@@ -55,6 +55,9 @@ struct Architecture {
   bool gguf_qk_rows_permuted = false;
   // RoPE may rotate fewer dimensions than a head has (rope.dimension_count, Qwen3.5).
   bool gguf_partial_rotary = false;
+  // attention.head_count_kv may be a per-layer array (0 on layers that do not attend,
+  // Nemotron-H): the shared reader leaves it to read_gguf, which must set num_kv_heads.
+  bool gguf_kv_heads_per_layer = false;
   // YaRN as the GGUF stores it rounds the blended band to whole dimensions unless the
   // architecture's own config says otherwise (gpt-oss: truncate false).
   bool gguf_yarn_truncates = true;

@@ -6,12 +6,13 @@
 namespace spark {
 
 extern const Architecture kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kQwen3_5, kQwen3_5Moe, kQwen3Next,
-    kNemotronH;
+    kNemotronH, kNemotronHMoe;
 
 namespace {
 std::vector<const Architecture*>& registry() {
   static std::vector<const Architecture*> all = {&kLlama, &kMistral, &kQwen2, &kQwen3, &kQwen3Moe, &kGptOss,
-                                                 &kQwen3_5, &kQwen3_5Moe, &kQwen3Next, &kNemotronH};
+                                                 &kQwen3_5, &kQwen3_5Moe, &kQwen3Next, &kNemotronH,
+                                                 &kNemotronHMoe};
   return all;
 }
 }  // namespace
@@ -32,7 +33,8 @@ const Architecture* find_gguf_architecture(const std::string& gguf_name) {
 
 std::string hf_architecture_list() {
   std::string list;
-  for (const Architecture* a : architectures()) list += (list.empty() ? "" : ", ") + std::string(a->hf_class);
+  for (const Architecture* a : architectures())  // once each: two rows may share a class (llama.cpp's two names of it)
+    if (find_hf_architecture(a->hf_class) == a) list += (list.empty() ? "" : ", ") + std::string(a->hf_class);
   return list;
 }
 

@@ -78,7 +78,11 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   s.hidden_size = m.integer("embedding_length", 1, 1 << 17);
   s.num_layers = m.integer("block_count", 1, 1 << 10);
   s.num_heads = m.integer("attention.head_count", 1, MAX_DIM);
-  s.num_kv_heads = m.integer("attention.head_count_kv", 1, s.num_heads, s.num_heads);
+  const GgufValue* kv_heads = f.find(*arch + ".attention.head_count_kv");
+  if (s.arch->gguf_kv_heads_per_layer && kv_heads && kv_heads->type == GgufType::ARRAY)
+    s.num_kv_heads = s.num_heads;  // read_gguf reads the array and sets it
+  else
+    s.num_kv_heads = m.integer("attention.head_count_kv", 1, s.num_heads, s.num_heads);
   if (s.num_heads % s.num_kv_heads != 0) m.fail(*arch + ".attention.head_count_kv", "must divide head_count");
   if (!f.find(*arch + ".attention.key_length") && s.hidden_size % s.num_heads != 0)
     m.fail(*arch + ".embedding_length", "is not a multiple of head_count");

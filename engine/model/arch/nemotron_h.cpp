@@ -9,10 +9,14 @@
 // runs without them. Each block is one layer
 // of the shared table: a mixer block has no feed-forward, an MLP or MoE block no mixer.
 // Checkpoints name tensors "backbone.layers.N.mixer.*"; they are renamed into the table.
+// llama.cpp's GGUF files of it are read too (nemotron_h_gguf.cpp).
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "engine/model/arch.h"
+#include "engine/model/arch/nemotron_h_gguf.h"
 #include "engine/model/architecture.h"
 #include "engine/model/spec_readers.h"
 
@@ -159,14 +163,37 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
   return out;
 }
 
+// llama.cpp's names for the LatentMoE projections (fc1_latent_proj, fc2_latent_proj).
+const std::vector<std::pair<const char*, const char*>> kGgufAliases = {{"ffn_latent_down", "ffn_latent_in"},
+                                                                       {"ffn_latent_up", "ffn_latent_out"}};
+
 }  // namespace
 
+// llama.cpp names the architecture nemotron_h, or nemotron_h_moe when the checkpoint has
+// experts; both files read alike (nemotron_h_gguf.cpp).
 extern const Architecture kNemotronH{
     .hf_class = "NemotronHForCausalLM",
-    .gguf_name = nullptr,
+    .gguf_name = "nemotron_h",
     .read_config = read_config,
-    .read_gguf = nullptr,
+    .read_gguf = read_nemotron_h_gguf,
     .convert_checkpoint = convert,
+    .gguf_aliases = kGgufAliases,
+    .convert_gguf = convert_nemotron_h_gguf,
+    .gguf_qk_rows_permuted = true,
+    .gguf_kv_heads_per_layer = true,
+    .needs_bf16_activations = true,
+};
+
+extern const Architecture kNemotronHMoe{
+    .hf_class = "NemotronHForCausalLM",
+    .gguf_name = "nemotron_h_moe",
+    .read_config = read_config,
+    .read_gguf = read_nemotron_h_gguf,
+    .convert_checkpoint = convert,
+    .gguf_aliases = kGgufAliases,
+    .convert_gguf = convert_nemotron_h_gguf,
+    .gguf_qk_rows_permuted = true,
+    .gguf_kv_heads_per_layer = true,
     .needs_bf16_activations = true,
 };
 

@@ -1,5 +1,5 @@
 // check_elementwise.cu — checks the element-wise CUDA kernels (embedding gather, add +
-// RMSNorm, qkv bias/norm/RoPE + paged KV write, SwiGLU, the sigmoid output gates) against
+// RMSNorm, qkv bias/norm/RoPE + paged KV write, SwiGLU, squared ReLU, the sigmoid output gates) against
 // the CPU reference or a host computation, in both compute types (bf16 and f16), and times
 // them at Llama-3.1-8B shapes. Also the pipeline stage boundary's f32 <-> 16-bit conversions.
 #include <cuda_fp8.h>
@@ -145,6 +145,7 @@ struct RopeCase {
   cuda::KvDtype dtype;     // FP8, or the compute type's own (BF16 for bf16, F16 for f16)
   int32_t rotary_dim = 0;  // 0: the whole head (ModelSpec::rotary_dim)
   int32_t extra_cols = 0;  // qkv rows carry this many more values (NaN) after v: qkv_stride
+  bool no_rope = false;    // Nemotron-H: attention without RoPE
 };
 
 ModelSpec rope_spec(const RopeCase& c) {
@@ -240,6 +241,7 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   rope_args.inv_freq = d_inv_freq.get();
   rope_args.position_scale = rope.position_scale();
   rope_args.rotary_dim = c.rotary_dim;
+  rope_args.rotates = !c.no_rope;
   cuda::qkv_rope_kv_write(d_qkv.get(), c.bias ? d_bias.get() : nullptr, c.qk_norm ? d_qn.get() : nullptr,
                           c.qk_norm ? d_kn.get() : nullptr, eps, d_pos.get(), d_slots.get(), rows, nh,
                           c.extra_cols ? int32_t(stride) : 0, rope_args, kv, layer, d_q.get(), nullptr);
@@ -258,8 +260,10 @@ void check_rope(const RopeCase& c, uint64_t seed) {
       for (int32_t h = 0; h < nh; ++h) cpu::rms_norm(q + h * hd, q_norm.data(), hd, eps, q + h * hd);
       for (int32_t h = 0; h < nkv; ++h) cpu::rms_norm(k + h * hd, k_norm.data(), hd, eps, k + h * hd);
     }
-    rope.apply(q, nh, positions[size_t(t)]);
-    rope.apply(k, nkv, positions[size_t(t)]);
+    if (!c.no_rope) {
+      rope.apply(q, nh, positions[size_t(t)]);
+      rope.apply(k, nkv, positions[size_t(t)]);
+    }
     std::copy_n(q, nh * hd, q_ref.begin() + int64_t(t) * nh * hd);
     std::copy_n(k, nkv * hd, k_ref.begin() + int64_t(t) * nkv * hd);
     std::copy_n(v, nkv * hd, v_ref.begin() + int64_t(t) * nkv * hd);
@@ -361,6 +365,20 @@ void check_swiglu(int32_t rows, int32_t inter, uint64_t seed, bool spikes = fals
             rel_error(ref, from_half(d_out.download())), half_limit<T>());
 }
 
+// Nemotron-H's squared ReLU, in place; FP16 saturates at 65504 as swiglu's stores do.
+template <typename T>
+void check_relu2(int64_t n, uint64_t seed) {
+  const std::vector<float> x = round_half<T>(random_floats(size_t(n), seed, -300.0f, 300.0f));
+  DeviceArray<T> d(to_half<T>(x));
+  cuda::relu2(d.get(), n, nullptr);
+  sync();
+  std::vector<float> ref(x.size());
+  cpu::relu2(x.data(), n, ref.data());
+  if constexpr (std::is_same_v<T, f16>)
+    for (float& v : ref) v = std::min(v, 65504.0f);
+  error_row(kCheck, "relu2 n=" + std::to_string(n) + tag<T>(), rel_error(ref, from_half(d.download())), half_limit<T>());
+}
+
 // ---- sigmoid output gates (Qwen3.5/3.6, Qwen3-Next) --------------------------------------
 
 double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
@@ -399,28 +417,32 @@ void check_output_gate(int32_t rows, int32_t width, int32_t gate_col, int32_t ga
 
 // out += sigmoid(logit) * y in f32; the logit is column 1 of a [rows, logit_stride] matrix
 // (column 0 of the next row when the stride is 1), some at +-100. out has one more row, poisoned.
+// logit_stride 0: no logit, a gate of 1 (Nemotron-H's shared expert).
 void check_gated_rows(int32_t rows, int32_t width, int32_t logit_stride, uint64_t seed) {
   const std::vector<float> out0 = random_floats(size_t(rows) * width, seed, -3.0f, 3.0f);
   const std::vector<float> y = random_floats(size_t(rows) * width, seed + 1, -3.0f, 3.0f);
-  std::vector<float> logits = random_floats(size_t(rows) * logit_stride + 1, seed + 2, -6.0f, 6.0f);
+  std::vector<float> logits = random_floats(size_t(rows) * std::max(logit_stride, 1) + 1, seed + 2, -6.0f, 6.0f);
   logits[1] = -100.0f;
   if (rows > 1) logits[1 + size_t(logit_stride)] = 100.0f;
   DeviceArray<float> d_out(size_t(rows + 1) * width), d_y(y), d_logits(logits);
   d_out.poison();
   d_out.upload(out0);
-  cuda::add_gated_rows(d_out.get(), d_y.get(), d_logits.get() + 1, logit_stride, rows, width, nullptr);
+  const bool ungated = logit_stride == 0;
+  cuda::add_gated_rows(d_out.get(), d_y.get(), ungated ? nullptr : d_logits.get() + 1, std::max(logit_stride, 1), rows,
+                       width, nullptr);
   sync();
 
   std::vector<float> ref(out0.size());
   for (int32_t t = 0; t < rows; ++t) {
-    const double g = sigmoid_ref(logits[1 + size_t(t) * logit_stride]);
+    const double g = ungated ? 1.0 : sigmoid_ref(logits[1 + size_t(t) * logit_stride]);
     for (int32_t i = 0; i < width; ++i) {
       const size_t k = size_t(t) * width + i;
       ref[k] = float(out0[k] + g * y[k]);
     }
   }
   const std::vector<float> got = d_out.download();
-  const std::string what = "add_gated_rows " + shape(rows, width) + " logit stride " + std::to_string(logit_stride) +
+  const std::string what = "add_gated_rows " + shape(rows, width) +
+                           (ungated ? " ungated" : " logit stride " + std::to_string(logit_stride)) +
                            (width % 4 == 0 ? "" : " (single values)");
   error_row(kCheck, what, rel_error(ref, std::vector<float>(got.begin(), got.begin() + int64_t(rows) * width)),
             kF32Limit);
@@ -605,6 +627,10 @@ void run_cases() {
       {"qwen3 hd128 32/8 qk-norm +gate cols bf16", 32, 8, 128, false, true, "", 1000000.0, KvDtype::BF16, 0, 32 * 128},
       {"qwen3 hd128 32/8 qk-norm +3 cols (scalar path) fp8", 32, 8, 128, false, true, "", 1000000.0, KvDtype::FP8, 0,
        3},
+      // Nemotron-H: no RoPE; q and k pass as they are, on the vector and the scalar paths.
+      {"nemotron-h hd128 32/2 no rope bf16", 32, 2, 128, false, false, "", 10000.0, KvDtype::BF16, 0, 0, true},
+      {"nemotron-h hd128 32/2 no rope fp8", 32, 2, 128, false, false, "", 10000.0, KvDtype::FP8, 0, 0, true},
+      {"hd80 (scalar path) 8/2 no rope bf16", 8, 2, 80, false, false, "", 10000.0, KvDtype::BF16, 0, 0, true},
   };
   uint64_t seed = 1000;
   for (RopeCase c : cases) {
@@ -623,6 +649,8 @@ void run_cases() {
   check_swiglu<T>(3, 768, 202);
   check_swiglu<T>(2, 24, 203);
   check_swiglu<T>(3, 256, 204, true);
+  check_relu2<T>(7 * 1856, 205);
+  check_relu2<T>(8, 206);
 
   // Qwen3.5: 16 heads of 256 gated, the gate after q, k and v (20 heads) in each row.
   check_output_gate<T>(7, 16 * 256, 20 * 256, 36 * 256, 401);
@@ -637,6 +665,7 @@ void run() {
   run_cases<f16>();
   check_gated_rows(7, 2048, 5, 501);
   check_gated_rows(3, 30, 1, 502);
+  check_gated_rows(5, 2688, 0, 503);
 
   if (emulated()) return;  // benchmarks mean nothing on the CPU emulator
 

@@ -506,16 +506,18 @@ void llama8b_benchmarks() {
   llama8b_quantized_decode("Q8_0", [](Part) { return DType::Q8_0; }, copy_gbs);
 }
 
-// Qwen3.6-35B-A3B-shaped (tests/golden/configs/qwen3_5_35b_a3b: 40 layers, 3 Gated
-// DeltaNet to 1 attention, 256 experts of which 8 and a shared one a token) with dummy
-// weights in `dtype`: decode tok/s at batch 1, 16 and 64 (context 512) and prefill tok/s
-// (one 2,048-token prompt). So that the host's dummy generation stays short, the 40 layers
-// are measured as two models of 4 and 8 layers (each 3 DeltaNet + 1 attention, repeated):
-// a layer costs their difference over 4, and the embedding, LM head and sampling what the
-// 4-layer model leaves, each counted once. The batch-1 bound is the copy bandwidth over
-// what a token reads: the weights (top 8 experts) and the recurrent state, read and written.
-void qwen3_6_benchmarks(DType dtype, double copy_gbs) {
-  Config c = config_for_model("tests/golden/configs/qwen3_5_35b_a3b");
+// A hybrid model's config (Qwen3.6-35B-A3B: 40 layers, 3 Gated DeltaNet to 1 attention,
+// 256 experts of which 8 and a shared one a token; Nemotron-3-Nano: 52 layers of Mamba-2,
+// MoE (128 experts, 6 and a shared one) and a few attention blocks) with dummy weights in
+// `dtype`: decode tok/s at batch 1, 16 and 64 (context 512) and prefill tok/s (one
+// 2,048-token prompt). So that the host's dummy generation stays short, the model is
+// measured as its first `unit` and 2 x `unit` layers (the layer pattern's repeating unit):
+// a unit costs their difference, and the embedding, LM head and sampling what the shorter
+// model leaves, each counted once. The batch-1 bound is the copy bandwidth over what a
+// token reads: the weights (top-k experts) and the recurrent state, read and written.
+void hybrid_benchmarks(const std::string& config, const std::string& name, int64_t unit, DType dtype, double copy_gbs,
+                       const std::string& prefill_note) {
+  Config c = config_for_model(config);
   c.model.load_format = "dummy";
   const ModelSpec full = inspect_model(c).spec;
   const int max_seqs = 64, blocks_per_seq = 2048 / kBlock;
@@ -540,8 +542,8 @@ void qwen3_6_benchmarks(DType dtype, double copy_gbs) {
     ms.push_back(step_ms(*gpu, prefill_batch(2048, blocks_per_seq), 3));
     return ms;
   };
-  const std::vector<double> four = times(4), eight = times(8);
-  auto whole = [&](size_t i) { return eight[i] + double(full.num_layers - 8) * (eight[i] - four[i]) / 4.0; };
+  const std::vector<double> one = times(unit), two = times(2 * unit);
+  auto whole = [&](size_t i) { return two[i] + double(full.num_layers - 2 * unit) * (two[i] - one[i]) / double(unit); };
   std::map<std::string, DType> dtypes;  // as make_dummy_weights stores each tensor
   for (const TensorSpec& t : expected_tensors(full, full_range(full))) dtypes.emplace(t.name, dummy_tensor_dtype(full, t, dtype));
   const StoredDType stored = [&dtypes](Part p, int64_t layer) {
@@ -549,14 +551,16 @@ void qwen3_6_benchmarks(DType dtype, double copy_gbs) {
   };
   const double per_token = double(CudaBackend::weight_bytes_per_token(full, full_range(full), stored)) +
                            2.0 * double(recurrent_state_bytes(full, full_range(full)));
-  const std::string label = "Qwen3.6-35B-A3B " + std::string(dtype_name(dtype));
+  const std::string label = name + " " + std::string(dtype_name(dtype));
+  const std::string from = fmt(" ms/step, %.0f layers", double(full.num_layers)) + fmt(" from %.0f", double(unit)) +
+                           fmt(" and %.0f)", double(2 * unit));
   const int batches[] = {1, 16, 64};
   for (size_t i = 0; i < 3; ++i)
     info("bench", label + " decode b=" + std::to_string(batches[i]),
-         fmt("%.0f tok/s", batches[i] / (whole(i) * 1e-3)) + fmt(" (%.2f ms/step, 40 layers from 4 and 8)", whole(i)),
+         fmt("%.0f tok/s", batches[i] / (whole(i) * 1e-3)) + fmt(" (%.2f", whole(i)) + from,
          fmt("copy %.0f GB/s; b=1 bound ", copy_gbs) + fmt("%.0f tok/s", copy_gbs * 1e9 / per_token));
   info("bench", label + " prefill 2048 tok", fmt("%.0f tok/s", 2048 / (whole(3) * 1e-3)) + fmt(" (%.1f ms)", whole(3)),
-       "DeltaNet prefill: the exact recurrence, token by token");
+       prefill_note);
 }
 
 std::string tiny_model_path(const std::string& name) { return "tests/golden/models/" + name; }
@@ -1304,7 +1308,8 @@ int main() {
     for (bool staggered : {false, true}) run_part("model", "gpt_oss", [staggered] { tiny_gptoss_parity(staggered); });
     for (const auto& [file, golden] : std::vector<std::pair<std::string, std::string>>{
              {"qwen3_5", "qwen3_5"}, {"qwen3_5.gguf", "qwen3_5"}, {"qwen3_next", "qwen3_next"},
-             {"qwen3_next.gguf", "qwen3_next"}, {"qwen3_next_fp8", "qwen3_next_fp8"}})
+             {"qwen3_next.gguf", "qwen3_next"}, {"qwen3_next_fp8", "qwen3_next_fp8"}, {"nemotron_h", "nemotron_h"},
+             {"nemotron_h_latent", "nemotron_h_latent"}})
       run_part("model", file, [file, golden] { tiny_hybrid_parity(file, golden); });
     for (const char* name : {"llama", "qwen3", "qwen3_moe"}) run_part("model", name, [name] { tiny_model_split(name); });
     run_part("model", "qwen3_moe", [] { tiny_model_batch_invariance("qwen3_moe"); });
@@ -1334,10 +1339,16 @@ int main() {
     // Emulated, with EMU_SMOLLM2=1: the GPU's full greedy rows as well (tens of minutes).
     run_part("model", "smollm2 device greedy", [] { smollm2_device_greedy(8, SIZE_MAX, 32); });
     if (!emulated()) run_part("model", "llama 8b", llama8b_benchmarks);
+    // As llama.cpp's Q4_K GGUFs; one format keeps the run short.
     if (!emulated())
       run_part("model", "qwen3.6 35b", [] {
-        const double copy_gbs = copy_bandwidth_gbs();
-        qwen3_6_benchmarks(DType::Q4_K, copy_gbs);  // as llama.cpp's Q4_K GGUFs; one format keeps the run short
+        hybrid_benchmarks("tests/golden/configs/qwen3_5_35b_a3b", "Qwen3.6-35B-A3B", 4, DType::Q4_K,
+                          copy_bandwidth_gbs(), "DeltaNet prefill: the exact recurrence, token by token");
+      });
+    if (!emulated())
+      run_part("model", "nemotron-3 nano", [] {
+        hybrid_benchmarks("tests/golden/configs/nemotron_3_nano_30b_a3b", "Nemotron-3-Nano-30B-A3B", 7, DType::Q4_K,
+                          copy_bandwidth_gbs(), "Mamba-2 prefill: the exact recurrence, token by token; vLLM NVFP4 b=1: 74.75 tok/s");
       });
   });
 }

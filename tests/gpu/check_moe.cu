@@ -1,12 +1,15 @@
 // check_moe.cu — the mixture-of-experts block on the device (moe.h) against the CPU
 // backend (cpu/moe.h): the router's selection and weights for random logits with exact
-// ties (Qwen3-MoE's and gpt-oss's rules), the whole block at 1, 2, 7, 16, 64 and 300
+// ties (Qwen3-MoE's, gpt-oss's and Nemotron-H's sigmoid rule with its score bias and
+// routed scale), the whole block at 1, 2, 7, 16, 64 and 300
 // tokens through both expert paths (decode GEMVs, grouped GEMM) for BF16, FP16, Q8_0,
-// Q4_K, Q6_K and FP8 (128x128 block and per-channel scales) experts, a token alone and
-// among 31 others; the memory plan of Qwen3-30B-A3B (device
+// Q4_K, Q6_K and FP8 (128x128 block and per-channel scales) experts, Nemotron-H's block
+// (ungated squared-ReLU experts, sigmoid router; LatentMoE's router wider than its
+// experts) likewise, a token alone and among 31 others; the memory plan of Qwen3-30B-A3B (device
 // bytes against the file's, bytes a batch-1 decode step reads against attention + router
 // + k experts + LM head counted from the tensor list); under the emulator, the bytes a
-// decode step of B = 1, 4, 16 tokens reads on a Qwen3-30B-A3B-shaped layer against
+// decode step of B = 1, 4, 16 tokens reads on a Qwen3-30B-A3B-shaped layer (B = 1, 4 on a
+// Nemotron-3-Nano-shaped one) against
 // (distinct experts selected) x (one expert's bytes); on a GPU, decode tok/s of a
 // Qwen3-30B-A3B-shaped dummy model (BF16, Q8_0, Q4_K, FP8) at batch 1, 16 and 64 beside
 // the device's copy bandwidth.
@@ -81,14 +84,18 @@ std::vector<float> logits_with_ties(int32_t tokens, int32_t experts, uint64_t se
   return v;
 }
 
+// routed_scale: the factor cpu::moe_ffn applies to every weight route_token gives.
 void router_case(RouterRule rule, int32_t experts, int32_t top_k, bool normalize, bool with_bias, cudaStream_t stream,
-                 uint64_t seed) {
+                 uint64_t seed, float routed_scale = 1.0f) {
   const int32_t tokens = 300;
   const std::vector<float> logits = logits_with_ties(tokens, experts, seed);
   std::vector<float> bias;
   if (with_bias) {
     bias = random_floats(size_t(experts), seed + 1, -1.0f, 1.0f);
     bias[size_t(experts / 2)] = bias[0];  // ties survive the bias too
+    // The sigmoid rule's score bias decides the whole-row ties: many experts share it.
+    if (rule == RouterRule::SIGMOID_BIAS)
+      for (int32_t e = 3; e < experts; e += 3) bias[size_t(e)] = bias[0];
   }
   DeviceArray<float> d_logits(logits), d_bias(with_bias ? bias : std::vector<float>{0.0f});
   DeviceArray<int32_t> ids(size_t(tokens) * size_t(top_k));
@@ -96,7 +103,7 @@ void router_case(RouterRule rule, int32_t experts, int32_t top_k, bool normalize
   CUDA_CHECK(cudaMemset(ids.get(), 0xFF, ids.size() * 4));
   weights.poison();
   cuda::moe_route(rule, d_logits.get(), with_bias ? d_bias.get() : nullptr, tokens, experts, top_k, normalize,
-                  ids.get(), weights.get(), stream);
+                  ids.get(), weights.get(), stream, false, routed_scale);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   const std::vector<int32_t> got_ids = ids.download();
   const std::vector<float> got_w = weights.download();
@@ -110,13 +117,17 @@ void router_case(RouterRule rule, int32_t experts, int32_t top_k, bool normalize
     for (int32_t j = 0; j < top_k; ++j) {
       const size_t at = size_t(t) * size_t(top_k) + size_t(j);
       id_mismatch += got_ids[at] != want_ids[size_t(j)];
-      const double diff = std::fabs(double(got_w[at]) - double(want_w[size_t(j)]));
+      const double diff = std::fabs(double(got_w[at]) - double(want_w[size_t(j)] * routed_scale));
       worst = std::isfinite(diff) ? std::max(worst, diff) : INFINITY;
     }
   }
-  const std::string name = std::string(rule == RouterRule::SOFTMAX_TOPK ? "softmax-topk" : "topk-softmax") +
-                           " E=" + std::to_string(experts) + " k=" + std::to_string(top_k) +
-                           (normalize ? " norm" : "") + (with_bias ? " bias" : "") + ", 300 tok with ties";
+  const char* rule_name = rule == RouterRule::SOFTMAX_TOPK   ? "softmax-topk"
+                          : rule == RouterRule::TOPK_SOFTMAX ? "topk-softmax"
+                                                             : "sigmoid-bias";
+  const std::string name = std::string(rule_name) + " E=" + std::to_string(experts) + " k=" + std::to_string(top_k) +
+                           (normalize ? " norm" : "") + (with_bias ? " bias" : "") +
+                           (routed_scale != 1.0f ? fmt(" scale %.1f", routed_scale) : std::string()) +
+                           ", 300 tok with ties";
   row(kCheck, "router " + name + ": ids == cpu", std::to_string(id_mismatch) + " differ", "0", id_mismatch == 0);
   row(kCheck, "router " + name + ": weights vs cpu", fmt("max abs %.1e", worst), "<= 1e-6", worst <= 1e-6);
 }
@@ -243,52 +254,89 @@ struct DeviceMatrixOwner {
   }
 };
 
+// Nemotron-H's block (left default: Qwen3-MoE's): the sigmoid router with a score-correction
+// bias and routed_scale, ungated squared-ReLU experts; router_hidden > 0: LatentMoE, the
+// router reads rows that wide while the experts run on `hidden` wide vectors.
+struct Nemotron {
+  bool on = false;
+  int32_t router_hidden = 0;
+  float routed_scale = 2.5f;
+};
+
 // One MoE layer: ffn_norm, router, experts stacked as moe.h wants them, and the CPU's view of them.
 struct Layer {
   cuda::MoeConfig cfg;
   std::vector<float> norm;
   HostMatrix router, gate_up, down;
   std::vector<float> gate_up_scales, down_scales;  // FP8: each matrix's grid, in stack order
+  std::vector<float> score_bias;                   // Nemotron-H: [experts]
+  Tensor score_bias_tensor;
   cpu::MoeWeights cpu;
-  std::vector<Tensor> views;  // backing for cpu's pointers
+  std::vector<Tensor> views;  // backing for cpu's pointers: each expert's gate (ungated: its up again), up, down
+
+  int32_t router_width() const { return cfg.router_hidden > 0 ? cfg.router_hidden : cfg.shape.hidden; }
 
   // fp8_block: FP8 experts' scale blocks, fp8_block x fp8_block, or 0 for one scale a row.
   Layer(DType expert_dtype, DType router_dtype, int32_t experts, int32_t top_k, int32_t hidden, int32_t inter,
-        uint64_t seed, int64_t fp8_block = 128) {
-    cfg.shape = {experts, hidden, inter};
+        uint64_t seed, int64_t fp8_block = 128, Nemotron nemotron = {}) {
+    const bool gated = !nemotron.on;
+    cfg.shape = {experts, hidden, inter, gated};
     cfg.top_k = top_k;
     cfg.normalize = true;
-    norm = random_floats(size_t(hidden), seed + 3, 0.5f, 1.5f);
-    router = random_matrix(router_dtype, experts, hidden, 1.0f / std::sqrt(float(hidden)) * 4, seed);
+    if (nemotron.on) {
+      cfg.rule = RouterRule::SIGMOID_BIAS;
+      cfg.routed_scale = nemotron.routed_scale;
+      cfg.router_hidden = nemotron.router_hidden;
+    }
+    const int32_t rh = router_width();
+    const int64_t up_rows = int64_t(experts) * (gated ? 2 : 1) * inter;  // rows of the gate_up stack
+    norm = random_floats(size_t(rh), seed + 3, 0.5f, 1.5f);
+    router = random_matrix(router_dtype, experts, rh, 1.0f / std::sqrt(float(rh)) * 4, seed);
     const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K;
     const bool fp8 = expert_dtype == DType::F8_E4M3;
-    gate_up = k_quant ? random_k_blocks(expert_dtype, int64_t(experts) * 2 * inter, hidden, seed + 1)
-              : fp8   ? random_fp8(int64_t(experts) * 2 * inter, hidden, seed + 1)
-                      : random_matrix(expert_dtype, int64_t(experts) * 2 * inter, hidden,
-                                      1.0f / std::sqrt(float(hidden)) * 2, seed + 1);
+    gate_up = k_quant ? random_k_blocks(expert_dtype, up_rows, hidden, seed + 1)
+              : fp8   ? random_fp8(up_rows, hidden, seed + 1)
+                      : random_matrix(expert_dtype, up_rows, hidden, 1.0f / std::sqrt(float(hidden)) * 2, seed + 1);
     down = k_quant ? random_k_blocks(expert_dtype, int64_t(experts) * hidden, inter, seed + 2)
            : fp8   ? random_fp8(int64_t(experts) * hidden, inter, seed + 2)
                    : random_matrix(expert_dtype, int64_t(experts) * hidden, inter, 1.0f / std::sqrt(float(inter)) * 2,
                                    seed + 2);
     views.reserve(size_t(experts) * 3);
     for (int32_t e = 0; e < experts; ++e) {
-      views.push_back(gate_up.rows(int64_t(e) * 2 * inter, inter));
-      views.push_back(gate_up.rows(int64_t(e) * 2 * inter + inter, inter));
+      const int64_t up_row0 = gated ? int64_t(e) * 2 * inter + inter : int64_t(e) * inter;
+      views.push_back(gate_up.rows(gated ? int64_t(e) * 2 * inter : up_row0, inter));
+      views.push_back(gate_up.rows(up_row0, inter));
       views.push_back(down.rows(int64_t(e) * hidden, hidden));
     }
     if (fp8) attach_fp8_scales(experts, fp8_block, seed + 6);
     cpu.router = &router.tensor;
     for (int32_t e = 0; e < experts; ++e) {
-      cpu.gate.push_back(&views[size_t(e) * 3]);
+      if (gated) cpu.gate.push_back(&views[size_t(e) * 3]);
       cpu.up.push_back(&views[size_t(e) * 3 + 1]);
       cpu.down.push_back(&views[size_t(e) * 3 + 2]);
     }
     cpu.top_k = top_k;
     cpu.norm_topk_prob = true;
+    if (nemotron.on) {
+      // Of the scores' size (sigmoid in (0, 1)), so that it changes the selection; a few
+      // experts share a value, ties that only the index breaks.
+      score_bias = random_floats(size_t(experts), seed + 7, -0.3f, 0.3f);
+      for (int32_t e = 4; e < experts; e += 4) score_bias[size_t(e)] = score_bias[0];
+      score_bias_tensor.name = "score_bias";
+      score_bias_tensor.dtype = DType::F32;
+      score_bias_tensor.shape = {experts};
+      score_bias_tensor.data = score_bias.data();
+      score_bias_tensor.nbytes = score_bias.size() * 4;
+      cpu.score_bias = &score_bias_tensor;
+      cpu.routed_scale = nemotron.routed_scale;
+      cpu.relu2 = true;
+    }
   }
+  Layer(const Layer&) = delete;  // cpu and the views point into it
 
   // Random scales in [0.5, 1) / (8 sqrt(cols)) (values O(1/sqrt(cols))), one grid per
-  // matrix: gate_e and up_e's after each other in gate_up_scales, down_e's in down_scales.
+  // matrix: gate_e and up_e's after each other in gate_up_scales (ungated: up_e's alone),
+  // down_e's in down_scales.
   void attach_fp8_scales(int32_t experts, int64_t block, uint64_t seed) {
     auto make = [&](HostMatrix& stack, std::vector<float>& scales, int64_t matrices, int64_t rows, uint64_t s) {
       const int64_t cols = stack.tensor.cols();
@@ -300,12 +348,13 @@ struct Layer {
       for (float& v : scales) v /= 8.0f * std::sqrt(float(cols));
       return grid;
     };
-    const int64_t inter = cfg.shape.inter, hidden = cfg.shape.hidden;
-    const int64_t gu = make(gate_up, gate_up_scales, 2 * int64_t(experts), inter, seed);
+    const int64_t inter = cfg.shape.inter, hidden = cfg.shape.hidden, per = cfg.shape.gated ? 2 : 1;
+    const int64_t gu = make(gate_up, gate_up_scales, per * int64_t(experts), inter, seed);
     const int64_t dn = make(down, down_scales, experts, hidden, seed + 1);
     for (int32_t e = 0; e < experts; ++e) {
-      const std::pair<const HostMatrix*, const float*> of[3] = {{&gate_up, gate_up_scales.data() + 2 * e * gu},
-                                                                {&gate_up, gate_up_scales.data() + (2 * e + 1) * gu},
+      const int64_t up_grid = per * e + per - 1;
+      const std::pair<const HostMatrix*, const float*> of[3] = {{&gate_up, gate_up_scales.data() + per * e * gu},
+                                                                {&gate_up, gate_up_scales.data() + up_grid * gu},
                                                                 {&down, down_scales.data() + e * dn}};
       for (int j = 0; j < 3; ++j) {
         Tensor& t = views[size_t(e) * 3 + size_t(j)];
@@ -325,7 +374,7 @@ std::vector<float> f32_rows(const Tensor& t) {
 }
 
 struct DeviceLayer {
-  DeviceArray<float> norm, router;
+  DeviceArray<float> norm, router, score_bias;
   DeviceMatrixOwner gate_up, down;
   cuda::MoeLayerWeights w;
   DeviceArray<uint8_t> scratch_memory;
@@ -333,12 +382,14 @@ struct DeviceLayer {
   explicit DeviceLayer(const Layer& l)
       : norm(l.norm),
         router(f32_rows(l.router.tensor)),
+        score_bias(l.score_bias.empty() ? std::vector<float>{0.0f} : l.score_bias),
         gate_up(l.gate_up.tensor, l.gate_up_scales),
         down(l.down.tensor, l.down_scales),
         scratch_memory(cuda::MoeScratch::bytes(l.cfg)),
         scratch(l.cfg, scratch_memory.get()) {
     w.norm = norm.get();
     w.router = router.get();
+    w.score_bias = l.score_bias.empty() ? nullptr : score_bias.get();
     w.experts = {gate_up.matrix, down.matrix};
   }
 };
@@ -346,22 +397,27 @@ struct DeviceLayer {
 constexpr float kEps = 1e-6f;
 
 // The inputs of one block: the residual rows (f32) and their RMSNorm through the layer's
-// ffn_norm, in f32 for the CPU backend and rounded to T for the device's experts.
+// ffn_norm, in f32 for the CPU backend and rounded to T for the device's experts. LatentMoE
+// (router_hidden set): the experts read `latent` instead, random rows of the experts'
+// width standing for the caller's projection of the normed rows (the block does not
+// care where they come from).
 struct Inputs {
-  std::vector<float> residual, normed;
+  std::vector<float> residual, normed, latent;
+  const std::vector<float>& experts_in() const { return latent.empty() ? normed : latent; }
 };
 Inputs make_inputs(const Layer& l, int32_t tokens, uint64_t seed) {
-  const int32_t H = l.cfg.shape.hidden;
-  Inputs in{random_floats(size_t(tokens) * H, seed, -2.0f, 2.0f), std::vector<float>(size_t(tokens) * H)};
+  const int32_t H = l.router_width();
+  Inputs in{random_floats(size_t(tokens) * H, seed, -2.0f, 2.0f), std::vector<float>(size_t(tokens) * H), {}};
   for (int32_t t = 0; t < tokens; ++t)
     cpu::rms_norm(in.residual.data() + size_t(t) * H, l.norm.data(), H, kEps, in.normed.data() + size_t(t) * H);
+  if (l.cfg.router_hidden > 0) in.latent = random_floats(size_t(tokens) * l.cfg.shape.hidden, seed + 1, -1.5f, 1.5f);
   return in;
 }
 
 template <typename T>
 std::vector<float> run_device(const Layer& l, DeviceLayer& d, const Inputs& in, int32_t tokens, MoePath path,
                               cudaStream_t stream) {
-  DeviceArray<T> dx(to_half<T>(in.normed));
+  DeviceArray<T> dx(to_half<T>(in.experts_in()));
   DeviceArray<float> residual(in.residual);
   DeviceArray<float> out(size_t(tokens) * size_t(l.cfg.shape.hidden));
   out.poison();
@@ -398,6 +454,42 @@ void block_case(DType expert_dtype, const std::vector<int32_t>& token_counts, cu
     const Inputs in = make_inputs(l, tokens, seed * 7 + uint64_t(tokens));
     std::vector<float> want(in.normed.size());
     cpu::moe_ffn(pool, l.cpu, in.normed.data(), tokens, hidden, want.data());
+    for (MoePath path : {MoePath::GEMV, MoePath::GEMM}) {
+      const std::vector<float> got = run_device<T>(l, d, in, tokens, path, stream);
+      error_row(kCheck,
+                name + " T=" + std::to_string(tokens) + (path == MoePath::GEMV ? " gemv" : " grouped gemm") + " vs cpu",
+                rel_error(want, got), limit);
+    }
+  }
+}
+
+// Nemotron-H's block (Nemotron): 16 experts, k = 6, ungated squared-ReLU experts, the
+// sigmoid router with a score-correction bias, normalised, times routed_scale 2.5. With
+// router_hidden (LatentMoE) the router reads rows that wide and the experts `hidden`
+// (16: the test fixture's moe_latent_size, half a k step of the grouped GEMM); the CPU's
+// reference is cpu::moe_ffn with route_x. The same limits as block_case: relu(up)^2
+// rounded to the compute type adds one rounding, as SwiGLU's product does.
+template <typename T>
+void nemotron_case(DType expert_dtype, int32_t hidden, int32_t inter, int32_t router_hidden,
+                   const std::vector<int32_t>& token_counts, cudaStream_t stream, uint64_t seed) {
+  const int32_t experts = 16, top_k = 6;
+  const DType router_dtype = std::is_same_v<T, f16> ? DType::F16 : DType::BF16;
+  const Layer l(expert_dtype, router_dtype, experts, top_k, hidden, inter, seed, 128,
+                Nemotron{true, router_hidden, 2.5f});
+  DeviceLayer d(l);
+  ThreadPool pool(2);
+  const double limit = std::is_same_v<T, f16> ? 3e-3 : 1e-2;
+  const std::string fp8_scales = expert_dtype == DType::F8_E4M3 ? " (128x128 blocks)" : "";
+  const std::string name = std::string("nemotron-h ") + (router_hidden > 0 ? "latent " : "") + "relu2 " +
+                           std::string(dtype_name(expert_dtype)) + fp8_scales + " experts, " + half_name<T>() +
+                           " sigmoid+bias scale 2.5 E=" + std::to_string(experts) + " k=" + std::to_string(top_k) +
+                           " h=" + std::to_string(hidden) + " i=" + std::to_string(inter) +
+                           (router_hidden > 0 ? " router=" + std::to_string(router_hidden) : std::string());
+  for (int32_t tokens : token_counts) {
+    const Inputs in = make_inputs(l, tokens, seed * 7 + uint64_t(tokens));
+    std::vector<float> want(size_t(tokens) * size_t(hidden));
+    cpu::moe_ffn(pool, l.cpu, in.experts_in().data(), tokens, hidden, want.data(),
+                 router_hidden > 0 ? in.normed.data() : nullptr);
     for (MoePath path : {MoePath::GEMV, MoePath::GEMM}) {
       const std::vector<float> got = run_device<T>(l, d, in, tokens, path, stream);
       error_row(kCheck,
@@ -487,25 +579,41 @@ void plan_rows(DType dtype) {
 }
 
 #if SPARK_CUDA_EMU
-// Bytes a decode step's expert kernels read on a Qwen3-30B-A3B-shaped layer (hidden 2048,
-// 128 experts of 768, k = 8): router and selection first (not counted), then gate/up and
-// down counted. Expert weights are a constant pattern (their values do not matter to the
-// count; the router's random weights pick the experts).
-void bytes_table(DType expert_dtype, cudaStream_t stream) {
-  const int32_t E = 128, k = 8, H = 2048, I = 768;
+// The layer shapes the byte counts run on: Qwen3-30B-A3B (hidden 2048, 128 SwiGLU experts
+// of 768, k = 8) and Nemotron-3-Nano (hidden 2688, 128 squared-ReLU experts of 1856 with
+// no gate, k = 6, the sigmoid router).
+struct BytesShape {
+  const char* name;
+  int32_t experts, top_k, hidden, inter;
+  bool gated;
+  RouterRule rule;
+};
+constexpr BytesShape kQwen30B{"30B-A3B", 128, 8, 2048, 768, true, RouterRule::SOFTMAX_TOPK};
+constexpr BytesShape kNemotronNano{"Nemotron-3-Nano", 128, 6, 2688, 1856, false, RouterRule::SIGMOID_BIAS};
+
+// Bytes a decode step's expert kernels read on a layer of shape m, B tokens a step for B
+// in `steps`: router and selection first (not counted), then gate/up and down counted,
+// against (distinct experts selected) x (one expert's bytes: 3 matrices, or 2 ungated).
+// Expert weights are a constant pattern (their values do not matter to the count; the
+// router's random weights pick the experts).
+void bytes_table(const BytesShape& m, DType expert_dtype, const std::vector<int32_t>& steps, cudaStream_t stream) {
+  const int32_t E = m.experts, k = m.top_k, H = m.hidden, I = m.inter;
   cuda::MoeConfig cfg;
-  cfg.shape = {E, H, I};
+  cfg.shape = {E, H, I, m.gated};
   cfg.top_k = k;
+  cfg.rule = m.rule;
   cfg.normalize = true;
   const bool q8 = expert_dtype == DType::Q8_0, fp8 = expert_dtype == DType::F8_E4M3;
-  const size_t gate_up_rows = size_t(E) * 2 * I, down_rows = size_t(E) * H;
-  // Bytes of a weight, and of the scales of one expert matrix ([768, 2048] or [2048, 768]):
-  // Q8_0 one f16 per 32 weights; FP8 one f32 per 128x128 block (6 x 16 = 96 a matrix).
+  const size_t matrices = m.gated ? 3 : 2, up_matrices = matrices - 1;
+  const size_t gate_up_rows = size_t(E) * up_matrices * I, down_rows = size_t(E) * H;
+  // Bytes of a weight, and of the scales of one expert matrix ([I, H] or [H, I]): Q8_0 one
+  // f16 per 32 weights; FP8 one f32 per 128x128 block (30B-A3B: 6 x 16 = 96 a matrix).
   const size_t weight_bytes = q8 || fp8 ? 1 : 2;
-  const size_t matrix_scale_bytes = q8 ? size_t(I) * H / 32 * 2 : fp8 ? size_t(I / 128) * (H / 128) * 4 : 0;
-  const size_t expert_bytes = size_t(3) * I * H * weight_bytes + 3 * matrix_scale_bytes;
+  const size_t matrix_scale_bytes =
+      q8 ? size_t(I) * H / 32 * 2 : fp8 ? size_t(cuda::ceil_div(I, 128)) * size_t(cuda::ceil_div(H, 128)) * 4 : 0;
+  const size_t expert_bytes = matrices * size_t(I) * H * weight_bytes + matrices * matrix_scale_bytes;
   DeviceArray<uint8_t> gu(gate_up_rows * H * weight_bytes), dn(down_rows * I * weight_bytes);
-  DeviceArray<uint8_t> gu_s(std::max<size_t>(1, size_t(2) * E * matrix_scale_bytes)),
+  DeviceArray<uint8_t> gu_s(std::max<size_t>(1, up_matrices * E * matrix_scale_bytes)),
       dn_s(std::max<size_t>(1, size_t(E) * matrix_scale_bytes));
   for (auto* a : {&gu, &dn, &gu_s, &dn_s}) CUDA_CHECK(cudaMemset(a->get(), 0x11, a->size()));
   const auto format = q8 ? cuda::WeightFormat::Q8_0 : fp8 ? cuda::WeightFormat::FP8 : cuda::WeightFormat::HALF;
@@ -515,17 +623,12 @@ void bytes_table(DType expert_dtype, cudaStream_t stream) {
   DeviceArray<float> router(random_floats(size_t(E) * H, 99, -0.1f, 0.1f)), norm(random_floats(size_t(H), 98, 0.5f, 1.5f));
   DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(cfg));
   const cuda::MoeScratch s(cfg, scratch_memory.get());
-  // BF16 at B = 1 only, FP8 at B = 1 and 4: the same kernels and grouping as Q8_0's
-  // rows, and 16 steps of BF16 experts (760 MB a step) would double the check's time.
-  const std::vector<int32_t> steps = q8    ? std::vector<int32_t>{1, 4, 16}
-                                     : fp8 ? std::vector<int32_t>{1, 4}
-                                           : std::vector<int32_t>{1};
   for (int32_t B : steps) {
     const std::vector<float> x = random_floats(size_t(B) * H, uint64_t(B) * 31);
     DeviceArray<bf16> dx(to_half<bf16>(x));
     DeviceArray<float> residual(x);
     cuda::moe_router_logits(residual.get(), norm.get(), kEps, router.get(), B, H, E, s.logits, stream);
-    cuda::moe_route(RouterRule::SOFTMAX_TOPK, s.logits, nullptr, B, E, k, true, s.ids, s.weights, stream);
+    cuda::moe_route(m.rule, s.logits, nullptr, B, E, k, true, s.ids, s.weights, stream);
     cuda::moe_group(s.ids, B, k, E, cuda::kMoeTileRows, s.groups, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<int32_t> ids(size_t(B) * k);
@@ -536,13 +639,13 @@ void bytes_table(DType expert_dtype, cudaStream_t stream) {
     cuda::moe_down_gemv(HalfType::BF16, cfg.shape, ew, s.groups, s.act, B * k, s.y, stream, false);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const ::emu::GlobalReads reads = ::emu::global_reads_end();
-    // Activations: x (B rows) and the SwiGLU output (B x k rows), each read once.
+    // Activations: x (B rows) and the gate/up output (B x k rows), each read once.
     const double activations = double(B) * H * 2 + double(B) * k * I * 2;
     const double weights_read = double(reads.total()) - activations;
     const double ratio = weights_read / (double(distinct) * double(expert_bytes));
     row(kCheck,
-        std::string("bytes 30B-A3B ") + (q8 ? "Q8_0" : fp8 ? "FP8 128x128" : "BF16") + " B=" + std::to_string(B) +
-            ": " + std::to_string(distinct) + " experts",
+        std::string("bytes ") + m.name + " " + (q8 ? "Q8_0" : fp8 ? "FP8 128x128" : "BF16") + " B=" +
+            std::to_string(B) + ": " + std::to_string(distinct) + " experts",
         fmt("%.4f", ratio) + fmt(" (%.1f MB expert weights)", weights_read / 1e6),
         fmt("1 +- 0.03 of %.1f MB", double(distinct) * double(expert_bytes) / 1e6), ratio >= 0.97 && ratio <= 1.03);
   }
@@ -589,6 +692,10 @@ void run() {
   router_case(RouterRule::TOPK_SOFTMAX, 32, 4, false, true, stream, 4);
   router_case(RouterRule::TOPK_SOFTMAX, 128, 4, false, true, stream, 5);
   router_case(RouterRule::TOPK_SOFTMAX, 256, 32, false, false, stream, 6);
+  router_case(RouterRule::SIGMOID_BIAS, 128, 6, true, true, stream, 7, 2.5f);  // Nemotron-3-Nano's
+  router_case(RouterRule::SIGMOID_BIAS, 8, 2, true, true, stream, 8, 2.5f);    // the test fixture's
+  router_case(RouterRule::SIGMOID_BIAS, 60, 4, false, true, stream, 9);
+  router_case(RouterRule::SIGMOID_BIAS, 256, 32, true, false, stream, 10, 2.5f);
   // ASan's run (4x slower) checks the kernels' bounds on fewer sizes; the plain one runs all.
   const std::vector<int32_t> tokens = kSanitized ? std::vector<int32_t>{2, 64, 300}
                                                  : std::vector<int32_t>{1, 2, 7, 16, 64, 300};
@@ -600,6 +707,24 @@ void run() {
   block_case<bf16>(DType::Q6_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 16, 300}, stream, 16);
   block_case<bf16>(DType::F8_E4M3, tokens, stream, 17, 128);
   block_case<bf16>(DType::F8_E4M3, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 18, 0);
+  // Nemotron-H: every format at every size in the plain run (the GEMVs' 16-row passes and
+  // the GEMM's 64-row tiles both split at 300 tokens x 6 / 16 experts); LatentMoE with a
+  // router wider than the experts, down to the fixture's 16-wide latent.
+  const std::vector<int32_t> all = {1, 2, 7, 16, 64, 300};
+  const std::vector<int32_t> few = kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64, 300};
+  const std::vector<int32_t> some = kSanitized ? std::vector<int32_t>{2, 300} : all;
+  nemotron_case<bf16>(DType::BF16, 256, 96, 0, some, stream, 21);
+  nemotron_case<f16>(DType::F16, 256, 96, 0, some, stream, 22);
+  nemotron_case<bf16>(DType::Q8_0, 256, 96, 0, some, stream, 23);
+  nemotron_case<f16>(DType::Q8_0, 256, 96, 0, kSanitized ? std::vector<int32_t>{7} : all, stream, 24);
+  nemotron_case<bf16>(DType::Q4_K, 256, 256, 0, kSanitized ? std::vector<int32_t>{7} : all, stream, 25);
+  nemotron_case<f16>(DType::Q6_K, 256, 256, 0, few, stream, 26);
+  nemotron_case<bf16>(DType::F8_E4M3, 256, 192, 0, few, stream, 27);
+  nemotron_case<bf16>(DType::BF16, 16, 64, 256, some, stream, 31);
+  nemotron_case<f16>(DType::F16, 16, 64, 256, some, stream, 32);
+  nemotron_case<bf16>(DType::Q8_0, 64, 96, 256, some, stream, 33);
+  nemotron_case<f16>(DType::Q8_0, 64, 96, 256, kSanitized ? std::vector<int32_t>{7} : all, stream, 34);
+  nemotron_case<bf16>(DType::Q4_K, 256, 256, 512, few, stream, 35);
   batch_invariance(stream);
   plan_rows(DType::BF16);
   plan_rows(DType::Q8_0);
@@ -607,11 +732,16 @@ void run() {
   plan_rows(DType::F8_E4M3);
 #if SPARK_CUDA_EMU && defined(__SANITIZE_ADDRESS__)  // kSanitized
   // Minutes under ASan; the kernels' bounds are checked by the block cases above.
-  skip_row(kCheck, "bytes 30B-A3B B=1, 4, 16", "ASan build: the plain emulated build prints them");
+  skip_row(kCheck, "bytes 30B-A3B B=1, 4, 16 and Nemotron-3-Nano B=1, 4",
+           "ASan build: the plain emulated build prints them");
 #elif SPARK_CUDA_EMU
-  bytes_table(DType::Q8_0, stream);
-  bytes_table(DType::F8_E4M3, stream);
-  bytes_table(DType::BF16, stream);
+  // BF16 at B = 1 only, FP8 at B = 1 and 4: the same kernels and grouping as Q8_0's
+  // rows, and 16 steps of BF16 experts (760 MB a step) would double the check's time.
+  bytes_table(kQwen30B, DType::Q8_0, {1, 4, 16}, stream);
+  bytes_table(kQwen30B, DType::F8_E4M3, {1, 4}, stream);
+  bytes_table(kQwen30B, DType::BF16, {1}, stream);
+  bytes_table(kNemotronNano, DType::Q8_0, {1, 4}, stream);
+  bytes_table(kNemotronNano, DType::BF16, {1}, stream);
 #else
   const double copy_gbs = copy_bandwidth_gbs();
   info(kCheck, "device copy bandwidth (read+write)", fmt("%.0f GB/s", copy_gbs), "2 GiB cudaMemcpy D2D");

@@ -26,10 +26,9 @@ import openai
 import pytest
 import requests
 
-from conftest import EMULATED_GPU, FIXTURES, REPO, SPARKD_TEST_HOOKS, Server, assemble_chat_stream
+from conftest import FIXTURES, REPO, SPARKD_TEST_HOOKS, Server, assemble_chat_stream
 import gen_template_golden as reference
 
-pytestmark = pytest.mark.skipif(EMULATED_GPU, reason="the CUDA backend has no Mamba-2 kernels yet")
 
 TEMPLATE = FIXTURES / "templates" / "nemotron_3_nano" / "chat_template.jinja"
 TINY = REPO / "tests" / "golden" / "models" / "nemotron_h"

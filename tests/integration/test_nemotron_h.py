@@ -3,8 +3,9 @@ refused by `sparkd check` with the problem named, transformers 5's layers_block_
 the pattern string, the Nemotron-3-Nano-30B-A3B plan for a Spark counted again here from its
 config alone, and the tiny model over the chat API.
 
-The CUDA backend refuses Nemotron-H by name (no Mamba-2 kernels yet): nothing here runs
-against the emulated CUDA server (none of it is marked cuda_path).
+Only the chat request is marked cuda_path: the CUDA backend's Nemotron-H path is checked
+against the CPU backend by tests/gpu/check_model.cu (the tiny models, FP16, on the emulator
+too).
 
 The hostile folders are copies of tests/golden/models/nemotron_h (f32, pattern "M*EMM-E*-",
 8 Mamba heads x 16, 2 groups, state 16, so in_proj has 2 x 128 + 2 x 2 x 16 + 8 = 328 rows)
@@ -19,10 +20,9 @@ import openai
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import EMULATED_GPU, REPO, Server, run_sparkd
+from conftest import REPO, Server, run_sparkd
 from test_serve_tiny_models import BASE, served_copy
 
-pytestmark = pytest.mark.skipif(EMULATED_GPU, reason="the CUDA backend has no Mamba-2 kernels yet")
 
 TINY = REPO / "tests" / "golden" / "models" / "nemotron_h"
 NANO = REPO / "tests" / "golden" / "configs" / "nemotron_3_nano_30b_a3b"
@@ -421,8 +421,11 @@ def test_check_device_gb10_plans_nemotron_3_super_120b_a12b():
           f"vLLM measured {VLLM_SUPER_TOK_S['NVFP4']} (NVFP4)")
 
 
+@pytest.mark.cuda_path
 def test_tiny_nemotron_h_over_the_chat_api(tmp_path):
-    """One chat request to the served tiny model: text back, usage counted."""
+    """One chat request to the served tiny model: text back, usage counted (on the emulated
+    CUDA server too: its Mamba-2, attention without RoPE, squared-ReLU and sigmoid-routed MoE
+    blocks end to end)."""
     s = Server(model=served_copy("nemotron_h", tmp_path), settings={
         "model.max_model_len": 256, "engine.max_num_seqs": 4}).wait_ready()
     try:

@@ -1,7 +1,7 @@
 // cuda_backend.cu — the decoder forward pass on the GPU: batch upload, the embedding (an
-// MTP head's input stage after it, mtp_input.h), the layer loop (fused kernels around
-// cuBLASLt GEMMs), decode steps through CUDA graphs, the LM head, and logits or
-// device-sampled tokens back to the host.
+// MTP head's input stage after it, mtp_input.h), the layers (layer_forward.h), decode
+// steps through CUDA graphs, the LM head, and logits or device-sampled tokens back to the
+// host; the device memory of the weights, activations, KV cache and recurrent states.
 #include "engine/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -21,19 +21,17 @@
 #include "engine/backend/cuda/device_info.h"
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/embedding.h"
-#include "engine/backend/cuda/gate_up_gemv.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/kv_block_copy.h"
-#include "engine/backend/cuda/bias.h"
+#include "engine/backend/cuda/layer_forward.h"
+#include "engine/backend/cuda/mamba2.h"
 #include "engine/backend/cuda/moe.h"
 #include "engine/backend/cuda/mtp_input.h"
-#include "engine/backend/cuda/output_gate.h"
 #include "engine/backend/cuda/rms_norm.h"
 #include "engine/backend/cuda/rope_kv.h"
 #include "engine/backend/cuda/step_buffers.h"
 #include "engine/backend/cuda/sampling.h"
-#include "engine/backend/cuda/swiglu.h"
 #include "engine/model/layer_shape.h"
 #include "engine/step/window_blocks.h"
 #include "engine/util/log.h"
@@ -45,17 +43,10 @@ using cuda::aligned;
 using cuda::BatchLayout;
 using cuda::HalfType;
 using cuda::moe_config;
-using cuda::qkv_width;
 using cuda::range_has;
 using cuda::Sizes;
 
 namespace {
-
-cuda::DeltaNetShape delta_net_shape(const ModelSpec& s) {
-  const ModelSpec::DeltaNet& d = s.delta_net;
-  return {int32_t(d.num_k_heads), int32_t(d.num_v_heads), int32_t(d.k_head_dim), int32_t(d.v_head_dim),
-          int32_t(d.conv_kernel), d.value_heads_tiled, float(s.rms_norm_eps)};
-}
 
 // What the DeltaNet kernels take (delta_net.h), as an InputError naming the config fields.
 void check_delta_net_config(const ModelSpec& s) {
@@ -69,6 +60,23 @@ void check_delta_net_config(const ModelSpec& s) {
                      std::to_string(cuda::kDeltaNetMaxHeadDim) + ", a kernel of 1 to " +
                      std::to_string(cuda::kDeltaNetMaxConvKernel) +
                      " taps, and value heads a multiple of key heads");
+}
+
+// What the Mamba-2 kernels take (mamba2.h), as an InputError naming the config fields.
+void check_mamba2_config(const ModelSpec& s) {
+  const ModelSpec::Mamba2& m = s.mamba2;
+  if (m.head_dim < 1 || m.head_dim > cuda::kMamba2MaxHeadDim || m.state_size < 1 ||
+      m.state_size > cuda::kMamba2MaxStateSize || m.n_groups < 1 || m.num_heads % m.n_groups != 0 ||
+      m.conv_kernel < 1 || m.conv_kernel > cuda::kMamba2MaxConvKernel ||
+      m.inner() / m.n_groups > cuda::kMamba2MaxGroupSize || m.inner() % 8 != 0)
+    throw InputError("model config: mamba_head_dim = " + std::to_string(m.head_dim) + ", ssm_state_size = " +
+                     std::to_string(m.state_size) + ", mamba_num_heads = " + std::to_string(m.num_heads) +
+                     ", n_groups = " + std::to_string(m.n_groups) + ", conv_kernel = " + std::to_string(m.conv_kernel) +
+                     "; the CUDA backend takes a head dim of 1 to " + std::to_string(cuda::kMamba2MaxHeadDim) +
+                     ", a state of 1 to " + std::to_string(cuda::kMamba2MaxStateSize) +
+                     ", heads a multiple of the groups, a kernel of 1 to " +
+                     std::to_string(cuda::kMamba2MaxConvKernel) + " taps, norm groups of at most " +
+                     std::to_string(cuda::kMamba2MaxGroupSize) + " channels and heads x head dim a multiple of 8");
 }
 
 HalfType half_type(const CudaOptions& o) { return o.f16 ? HalfType::F16 : HalfType::BF16; }
@@ -103,9 +111,13 @@ void check_moe_config(const ModelSpec& s) {
   if (s.num_experts_per_tok < 1 || s.num_experts_per_tok > std::min<int64_t>(s.num_experts, cuda::kMoeMaxTopK))
     fail("num_experts_per_tok = " + std::to_string(s.num_experts_per_tok) + " must be in [1, num_experts = " +
          std::to_string(s.num_experts) + "] and at most " + std::to_string(cuda::kMoeMaxTopK));
-  if (s.moe_intermediate_size <= 0 || s.moe_intermediate_size % 32 || s.hidden_size % 32)
-    fail("moe_intermediate_size = " + std::to_string(s.moe_intermediate_size) + " and hidden_size = " +
-         std::to_string(s.hidden_size) + " must be positive multiples of 32 for the CUDA MoE kernels");
+  // The experts' width: LatentMoE's (Nemotron-3-Super), or the hidden size. The packed
+  // formats ask more of their rows themselves (Q8_0 32 values a block, K-quants 256).
+  const int64_t width = s.moe_latent_size > 0 ? s.moe_latent_size : s.hidden_size;
+  const std::string width_key = s.moe_latent_size > 0 ? "moe_latent_size" : "hidden_size";
+  if (s.moe_intermediate_size <= 0 || s.moe_intermediate_size % 16 || width % 16)
+    fail("moe_intermediate_size = " + std::to_string(s.moe_intermediate_size) + " and " + width_key + " = " +
+         std::to_string(width) + " must be positive multiples of 16 for the CUDA MoE kernels");
 }
 
 // The rows decode graphs cover: every decode step, and every step of at most
@@ -200,16 +212,17 @@ struct CudaBackend::Impl {
 
   void check_batch(const Batch& b, bool needs_ids) const;
   bool sliding(size_t l) const { return shapes[l].window > 0; }
-  bool recurrent(size_t l) const { return shapes[l].mixer == Mixer::RECURRENT; }
-  int64_t state_slot_values() const { return num_recurrent * spec.delta_net.state_values(); }
+  int64_t state_slot_values() const { return num_recurrent * spec.recurrent_state_values(); }
   void copy_states(const Batch& b);
   Batch padded(const Batch& b, int32_t bucket) const;
   static Batch rows_as_sequences(const Batch& b);
   void count(bool multi_row, std::optional<cuda::DecodeGraphs::Use> use);
   void upload(const Batch& b, const Batch& step);
   HalfType half() const { return half_type(opt); }
-  template <typename T>
-  void run_layers(const cuda::DeviceBatch& db);
+  cuda::LayerStep layer_step() const {
+    return {spec, shapes, *weights, act, *gemm, *attention, moe ? &*moe : nullptr, rope, kv, cache, states,
+            state_slot_values(), recurrent_index, half()};
+  }
   int32_t run(const Batch& batch, const float* hidden_in);
   void copy_final_hidden(const Batch& batch, std::vector<float>& out);
 };
@@ -341,88 +354,6 @@ void CudaBackend::Impl::upload(const Batch& b, const Batch& step) {
                                  stream));
 }
 
-template <typename T>
-void CudaBackend::Impl::run_layers(const cuda::DeviceBatch& db) {
-  const int32_t rows = db.num_tokens, H = int32_t(spec.hidden_size), hd = int32_t(spec.head_dim);
-  const int32_t nh = int32_t(spec.num_heads), nkv = int32_t(spec.num_kv_heads), I = int32_t(spec.intermediate_size);
-  const float eps = float(spec.rms_norm_eps);
-  const int32_t qkv_n = int32_t(qkv_width(spec)), gate_at = (nh + 2 * nkv) * hd;
-  auto as_t = [](void* p) { return static_cast<T*>(p); };
-  auto linear = [&](const void* x, int32_t k, const cuda::DeviceMatrix& w, int32_t n, void* y, cuda::GemmOut out) {
-    gemm->linear(half(), x, rows, k, w, n, y, out, stream, cuda::GemmPath::AUTO, programmatic);
-  };
-  // A gated MLP on the normed rows: silu(gate) * up through `down`, into `out` (f32).
-  auto mlp = [&](const cuda::DeviceMatrix& gate_up, int32_t inter, const cuda::DeviceMatrix& down, float* out) {
-    if (rows <= cuda::kGemvMaxRows && cuda::gate_up_fusable(gate_up, inter, H)) {  // packed: one pass
-      cuda::gate_up_swiglu_gemv(half(), act.normed, rows, H, gate_up, inter, act.mid, stream, programmatic);
-    } else {
-      linear(act.normed, H, gate_up, 2 * inter, act.wide, cuda::GemmOut::HALF);
-      cuda::swiglu<T>(as_t(act.wide), rows, inter, as_t(act.mid), stream, programmatic);
-    }
-    linear(act.mid, inter, down, H, out, cuda::GemmOut::F32);
-  };
-  for (size_t l = 0; l < weights->layers.size(); ++l) {
-    const cuda::DeviceLayer& L = weights->layers[l];
-    const LayerShape& shape = shapes[l];
-    cuda::add_rms_norm<T>(act.x, l == 0 ? nullptr : act.proj, L.attn_norm, rows, H, eps, as_t(act.normed), stream,
-                          programmatic);
-    if (L.is_recurrent()) {
-      // The Gated DeltaNet: its four projections in f32 (the recurrence accumulates them),
-      // the mixer over each sequence's state slot, then out_proj.
-      const ModelSpec::DeltaNet& d = spec.delta_net;
-      const int32_t C = int32_t(d.conv_dim()), vd = int32_t(d.value_dim()), hv = int32_t(d.num_v_heads);
-      float* qkv = act.aux;
-      float* z = qkv + int64_t(rows) * C;
-      float* b = z + int64_t(rows) * vd;
-      float* a = b + int64_t(rows) * hv;
-      linear(act.normed, H, L.lin_qkv, C, qkv, cuda::GemmOut::F32);
-      linear(act.normed, H, L.lin_z, vd, z, cuda::GemmOut::F32);
-      linear(act.normed, H, L.lin_b, hv, b, cuda::GemmOut::F32);
-      linear(act.normed, H, L.lin_a, hv, a, cuda::GemmOut::F32);
-      const cuda::RecurrentStates states_of{states, state_slot_values(), recurrent_index[l] * d.state_values(),
-                                           db.state_slots};
-      cuda::delta_net_mix<T>(delta_net_shape(spec), {L.lin_conv, L.lin_neg_exp_a, L.lin_dt_bias, L.lin_norm},
-                             states_of, db.state_query_start, db.positions, db.num_seqs, rows, qkv, z, b, a,
-                             as_t(act.mid), stream, programmatic);
-      linear(act.mid, vd, L.lin_out, H, act.proj, cuda::GemmOut::F32);
-    } else {
-      linear(act.normed, H, L.qkv, qkv_n, act.wide, cuda::GemmOut::HALF);
-      cuda::KvShape layer_kv = kv;  // a sliding layer holds the window blocks only
-      layer_kv.num_slots = cache[l].num_blocks * kv.block_size;
-      cuda::qkv_rope_kv_write<T>(as_t(act.wide), L.qkv_bias, L.q_norm, L.k_norm, eps, db.positions, db.slot_mapping,
-                                 rows, nh, qkv_n, rope, layer_kv, cache[l], as_t(act.q), stream, programmatic);
-      attention->run(db, cache[l], act.q, act.mid, stream, programmatic, {int32_t(shape.window), L.sinks});
-      // The gates sit after v in each qkv row, untouched until gate_up overwrites them.
-      if (shape.output_gate)
-        cuda::apply_output_gate<T>(as_t(act.mid), as_t(act.wide) + gate_at, qkv_n, rows, nh * hd, stream, programmatic);
-      linear(act.mid, nh * hd, L.o, H, act.proj, cuda::GemmOut::F32);
-      if (L.o_bias) cuda::add_bias_f32(act.proj, L.o_bias, rows, H, stream, programmatic);
-    }
-    cuda::add_rms_norm<T>(act.x, act.proj, L.ffn_norm, rows, H, eps, as_t(act.normed), stream, programmatic);
-    if (!L.is_moe()) {
-      mlp(L.gate_up, I, L.down, act.proj);
-      continue;
-    }
-    const bool clamped = shape.activation == Activation::CLAMPED_SWIGLU;
-    const cuda::ExpertExtras extras{L.expert_gate_up_bias, L.expert_down_bias, clamped ? shape.swiglu_limit : 0.0f,
-                                    shape.swiglu_alpha};
-    const cuda::MoeLayerWeights moe_w{L.ffn_norm, L.router, L.router_bias, {L.expert_gate_up, L.expert_down, extras}};
-    cuda::moe_forward(half(), moe_config(spec), moe_w, act.x, eps, act.normed, rows, *moe, act.proj, stream,
-                      programmatic);
-    if (shape.shared_expert) {  // proj += sigmoid(shared_expert_gate . h) * the shared expert's output
-      float* shared = act.aux;
-      float* logit = act.aux + int64_t(rows) * H;
-      mlp(L.shared_gate_up, int32_t(spec.shared_expert_intermediate_size), L.shared_down, shared);
-      linear(act.normed, H, L.shared_expert_gate, 1, logit, cuda::GemmOut::F32);
-      cuda::add_gated_rows(act.proj, shared, logit, 1, rows, H, stream, programmatic);
-    }
-  }
-  // The last layer's MLP output joins the residual stream here (the next stage, or the
-  // final norm, reads x).
-  if (!weights->layers.empty())
-    cuda::add_rms_norm<T>(act.x, act.proj, nullptr, rows, H, eps, static_cast<T*>(nullptr), stream, programmatic);
-}
-
 // Each (source, destination) state copy of the step, before anything of the step reads a
 // state (outside a graph: the pairs change every step). A pipeline stage without recurrent
 // layers holds no states: the head's copies are for the other stage's.
@@ -491,9 +422,9 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
         cuda::mtp_input(*gemm, half(), mtp, hidden_in, batch.num_tokens(), T, act.x, act.proj, act.wide, stream,
                         programmatic);
       if (bucket > 0 && graph_safe)
-        use = graphs->run(bucket, stream, [&] { run_layers<Half>(db); });
+        use = graphs->run(bucket, stream, [&] { cuda::run_layers<Half>(layer_step(), db, stream, programmatic); });
       else
-        run_layers<Half>(db);
+        cuda::run_layers<Half>(layer_step(), db, stream, programmatic);
       if (has_head && R > 0)
         cuda::rms_norm_rows<Half>(act.x, act.ints + layout.logits_rows, R, weights->final_norm, H,
                                   float(spec.rms_norm_eps), static_cast<Half*>(act.head_in), stream, programmatic);
@@ -558,15 +489,19 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   m.shapes = layer_shapes(spec, r);
   require_cases(m.shapes, spec,
                 LayerCases{.backend = "the CUDA backend",
-                           .mixers = {Mixer::ATTENTION, Mixer::RECURRENT},
+                           .mixers = {Mixer::ATTENTION, Mixer::RECURRENT, Mixer::MAMBA2, Mixer::NONE},
                            .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE},
+                           .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::RELU2},
                            .partial_rotary = true,
                            .output_gate = true,
-                           .shared_expert = true});
+                           .shared_expert = true,
+                           .no_rope = true,
+                           .ffn_less_layers = true,
+                           .sigmoid_router = true});
   if (range_has(spec, r, &ModelSpec::layer_is_moe)) check_moe_config(spec);
   for (const LayerShape& shape : m.shapes)
-    m.recurrent_index.push_back(shape.mixer == Mixer::RECURRENT ? m.num_recurrent++ : -1);
-  if (m.num_recurrent > 0) check_delta_net_config(spec);
+    m.recurrent_index.push_back(shape.mixer == Mixer::RECURRENT || shape.mixer == Mixer::MAMBA2 ? m.num_recurrent++ : -1);
+  if (m.num_recurrent > 0) spec.mamba2_layers() ? check_mamba2_config(spec) : check_delta_net_config(spec);
   m.has_embedding = r.first_layer == 0;
   m.has_head = r.last_layer == spec.num_layers;
 
@@ -623,6 +558,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   m.rope.position_scale = rope.position_scale();
   m.rope.attention_scale = rope.attention_scale();
   m.rope.rotary_dim = int32_t(spec.rotary_dim > 0 ? spec.rotary_dim : spec.head_dim);
+  m.rope.rotates = !spec.no_rope;
   CUDA_CHECK(cudaMallocHost(&m.host_ints, size_t(m.layout.total) * 4));
   std::fill(m.host_ints, m.host_ints + m.layout.total, 0);
   // Block-table rows are read only up to each context's length, but start them valid.
@@ -687,7 +623,7 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
   m.kv.num_slots = num_blocks * block_size;
   const size_t layers = size_t(m.range.last_layer - m.range.first_layer);
   std::vector<int64_t> held(layers);
-  for (size_t l = 0; l < layers; ++l) held[l] = m.recurrent(l) ? 0 : m.sliding(l) ? m.window_blocks : num_blocks;
+  for (size_t l = 0; l < layers; ++l) held[l] = !m.shapes[l].attends() ? 0 : m.sliding(l) ? m.window_blocks : num_blocks;
   auto value_bytes = [&](int64_t blocks) {
     const size_t values = size_t(blocks * block_size) * size_t(m.spec.num_kv_heads * m.spec.head_dim);
     return aligned(values * (m.opt.fp8_kv ? 1 : 2));
@@ -715,7 +651,7 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
     }
     c.num_blocks = held[l];
     m.cache.push_back(c);
-    if (!m.sliding(l) && !m.recurrent(l)) full.push_back(c);
+    if (!m.sliding(l) && m.shapes[l].attends()) full.push_back(c);
     p += 2 * (values + scales);
   }
   auto* table = reinterpret_cast<cuda::KvLayer*>(static_cast<char*>(m.kv_arena) + table_offset);

@@ -55,8 +55,7 @@ struct DeviceLayer {
   const float* lin_neg_exp_a = nullptr;  // [v_heads]: -exp(A_log), taken at upload
   const float* lin_dt_bias = nullptr;    // [v_heads]
   const float* lin_norm = nullptr;       // [v_head_dim]: the gated norm's weight, as stored
-  // A Mamba-2 layer (Nemotron-H): laid out for the memory plan; no kernel reads it yet
-  // (the backend refuses the model by name).
+  // A Mamba-2 layer (Nemotron-H) has these instead of attention.
   DeviceMatrix ssm_in;   // [inner + conv_dim + heads, hidden]
   DeviceMatrix ssm_out;  // [hidden, inner]
   const float* ssm_conv = nullptr;       // [conv_dim * conv_kernel]
@@ -68,8 +67,6 @@ struct DeviceLayer {
   const float* router_score_bias = nullptr;  // [experts]: Nemotron-H's score-correction bias
   DeviceMatrix moe_latent_in;   // [latent, hidden]: LatentMoE's way into the experts (Nemotron-3-Super)
   DeviceMatrix moe_latent_out;  // [hidden, latent]
-  bool is_moe() const { return router != nullptr; }
-  bool is_recurrent() const { return lin_conv != nullptr; }
 };
 
 class DeviceWeights {

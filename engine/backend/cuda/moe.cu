@@ -1,7 +1,8 @@
 // moe.cu — the MoE block's launch sequence (moe.h): per chunk of tokens, the router's
-// logits in f32, the selection and grouping (moe_router.h), gate/up with SwiGLU,
-// down, and the weighted sum (moe_experts.h): six launches a chunk; the host only
-// chooses the path from the token count, which a CUDA graph's bucket fixes.
+// logits in f32, the selection and grouping (moe_router.h), gate/up with SwiGLU (or up
+// with the squared ReLU), down, and the weighted sum (moe_experts.h): six launches a
+// chunk; the host only chooses the path from the token count, which a CUDA graph's
+// bucket fixes.
 #include "engine/backend/cuda/moe.h"
 
 #include <algorithm>
@@ -61,15 +62,19 @@ void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, 
                  const void* x, int32_t tokens, const MoeScratch& scratch, float* out, cudaStream_t stream,
                  bool programmatic, MoePath path) {
   const ExpertShape& s = cfg.shape;
+  const int32_t router_hidden = cfg.router_hidden > 0 ? cfg.router_hidden : s.hidden;
+  const bool sigmoid = cfg.rule == RouterRule::SIGMOID_BIAS;
+  // cpu::moe_ffn would add a router bias to the logits before the sigmoid; no model has both.
+  SPARK_CHECK(!sigmoid || !w.router_bias, "moe_forward: SIGMOID_BIAS takes a score bias, not a router bias");
   for (int32_t t0 = 0; t0 < tokens; t0 += MoeScratch::kChunkTokens) {
     const int32_t n = std::min(MoeScratch::kChunkTokens, tokens - t0);
     const void* xc = static_cast<const char*>(x) + size_t(t0) * size_t(s.hidden) * 2;
     const int32_t pairs = n * cfg.top_k;
     const bool gemv = path == MoePath::GEMV || (path == MoePath::AUTO && n <= kMoeGemvMaxTokens);
-    moe_router_logits(residual + size_t(t0) * size_t(s.hidden), w.norm, eps, w.router, n, s.hidden, s.experts,
-                      scratch.logits, stream, programmatic);
-    moe_route(cfg.rule, scratch.logits, w.router_bias, n, s.experts, cfg.top_k, cfg.normalize, scratch.ids,
-              scratch.weights, stream, programmatic);
+    moe_router_logits(residual + size_t(t0) * size_t(router_hidden), w.norm, eps, w.router, n, router_hidden,
+                      s.experts, scratch.logits, stream, programmatic);
+    moe_route(cfg.rule, scratch.logits, sigmoid ? w.score_bias : w.router_bias, n, s.experts, cfg.top_k,
+              cfg.normalize, scratch.ids, scratch.weights, stream, programmatic, cfg.routed_scale);
     moe_group(scratch.ids, n, cfg.top_k, s.experts, kMoeTileRows, scratch.groups, stream, programmatic);
     if (gemv) {
       moe_gate_up_gemv(type, s, w.experts, scratch.groups, xc, pairs, scratch.act, stream, programmatic);

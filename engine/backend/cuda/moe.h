@@ -1,5 +1,5 @@
 // moe.h — one mixture-of-experts feed-forward block on the device: router logits,
-// selection, grouping, the experts' SwiGLU MLPs and the weighted sum, all queued on one
+// selection, grouping, the experts' MLPs (SwiGLU or squared ReLU) and the weighted sum, all queued on one
 // stream with no host synchronisation (a decode step captures into a CUDA graph).
 #pragma once
 #include <cuda_runtime.h>
@@ -11,18 +11,24 @@
 
 namespace spark::cuda {
 
+// The router's width is MoeConfig::router_hidden (the model's hidden size).
 struct MoeLayerWeights {
-  const float* norm = nullptr;         // [hidden]: the layer's ffn_norm, which the router applies in f32
-  const float* router = nullptr;       // [experts, hidden], f32
-  const float* router_bias = nullptr;  // [experts] (gpt-oss), or null
+  const float* norm = nullptr;         // [router_hidden]: the layer's ffn_norm, which the router applies in f32
+  const float* router = nullptr;       // [experts, router_hidden], f32
+  const float* router_bias = nullptr;  // [experts] (gpt-oss), or null; not with SIGMOID_BIAS
+  const float* score_bias = nullptr;   // [experts]: SIGMOID_BIAS's score-correction bias (selection only), or null
   ExpertWeights experts;
 };
 
 struct MoeConfig {
-  ExpertShape shape;
+  ExpertShape shape;  // shape.hidden: the experts' width (LatentMoE: moe_latent_size)
   int32_t top_k = 0;
   RouterRule rule = RouterRule::SOFTMAX_TOPK;
-  bool normalize = false;  // norm_topk_prob
+  bool normalize = false;     // norm_topk_prob
+  float routed_scale = 1.0f;  // every routing weight times this (Nemotron-H's routed_scaling_factor)
+  // The residual's width the router reads; 0: shape.hidden. LatentMoE routes the hidden
+  // state and runs the experts on its projection to shape.hidden (the caller projects).
+  int32_t router_hidden = 0;
 };
 
 // Which expert kernels run: AUTO takes the GEMVs up to kMoeGemvMaxTokens tokens (decode
@@ -48,9 +54,10 @@ class MoeScratch {
   float* y = nullptr;        // [chunk x top_k, hidden]
 };
 
-// out[t, :] (f32, [tokens, hidden]) = the MoE block for t < tokens, in chunks of
-// MoeScratch::kChunkTokens: the router reads residual[t, :] (f32, the rows before
-// ffn_norm) through w.norm, the experts read x[t, :] (the compute type's normed rows).
+// out[t, :] (f32, [tokens, shape.hidden]) = the MoE block for t < tokens, in chunks of
+// MoeScratch::kChunkTokens: the router reads residual[t, :] (f32 [tokens, router_hidden],
+// the rows before ffn_norm) through w.norm, the experts read x[t, :] (compute type
+// [tokens, shape.hidden]: the normed rows, or LatentMoE's latent projection of them).
 void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, const float* residual, float eps,
                  const void* x, int32_t tokens, const MoeScratch& scratch, float* out, cudaStream_t stream,
                  bool programmatic, MoePath path = MoePath::AUTO);

@@ -1,6 +1,7 @@
 // moe_activation.cuh — the experts' gate/up epilogue, shared by the decode GEMVs and the
 // grouped GEMM (moe_experts.h): biases, then SwiGLU, plain (Qwen3-MoE) or clamped
-// (gpt-oss), in the CPU backend's order of operations (cpu/moe.cpp, cpu/ops.cpp).
+// (gpt-oss), or the ungated squared ReLU (Nemotron-H), in the CPU backend's order of
+// operations (cpu/moe.cpp, cpu/ops.cpp).
 #pragma once
 #include "engine/backend/cuda/moe_experts.h"
 
@@ -21,6 +22,14 @@ __device__ __forceinline__ float expert_swiglu(const ExpertExtras& x, int64_t ga
     return g / (1.0f + expf(-g * x.swiglu_alpha)) * (u + 1.0f);
   }
   return gate / (1.0f + expf(-gate)) * up;
+}
+
+// up: the dot product of stack row up_row (an ungated stack's) with one activation row.
+// relu(up)^2 as cpu::relu2 computes it (a NaN becomes 0 there too).
+__device__ __forceinline__ float expert_relu2(const ExpertExtras& x, int64_t up_row, float up) {
+  if (x.gate_up_bias) up += __ldg(x.gate_up_bias + up_row);
+  const float r = up > 0 ? up : 0.0f;
+  return r * r;
 }
 
 // The down projection's output for stack row r: the dot product plus r's bias.

@@ -1,6 +1,7 @@
 // moe_gemm.cu — the prefill path of the experts (moe_experts.h): one grouped GEMM launch
 // over every expert's tile of grouped rows, on tensor cores (mma.sync m16n8k16, sm_80 and
-// up: H100 and GB10 alike), SwiGLU fused into the gate/up epilogue.
+// up: H100 and GB10 alike), SwiGLU (or the ungated squared ReLU) fused into the gate/up
+// epilogue.
 //
 // Work: a prefill of T tokens on Qwen3-30B-A3B does 2 x T x 8 x 3 x 768 x 2048 FLOPs a
 // layer (T = 4096: 0.62 TFLOP, ~7 ms at GB10's ~92 TFLOPS dense BF16) and reads every
@@ -24,7 +25,8 @@
 // type by the format's reader (weight_readers.cuh) in shared memory, 32 k at a time;
 // each warp then multiplies its 16 rows by the 64 columns (8 mma tiles). For gate/up the
 // 64 weight rows are 32 gate rows and the same 32 up rows, so each thread holds gate and
-// up of the same outputs and writes silu(gate) x up directly. Each weight byte is read
+// up of the same outputs and writes silu(gate) x up directly; ungated experts (Nemotron-H)
+// take 64 up rows and write relu(up)^2, so half the column blocks of a gated launch. Each weight byte is read
 // once per tile of its expert; activation tiles are re-read from L2 by every column block.
 // Pipeline: two stages. While the warps multiply step i's tiles, step i + 1's are in
 // flight: its 64 x 32 activations by cp.async into the other shared buffer (4 KB, two
@@ -39,6 +41,10 @@
 // Waves, T = 4096 on 30B-A3B (32,768 pairs, <= 640 tiles): gate/up 24 column blocks
 // (15,360 blocks) is 80 waves of 4 blocks an SM on GB10's 48 SMs, 29 on H100's 132; down
 // 32 column blocks (20,480 blocks) 107 and 39.
+// k (hidden for gate/up, inter for down) need not be a multiple of the 32 a k step takes:
+// a step past k stages zeros (cp.async's zero fill, no weight load), so LatentMoE's
+// narrow latent widths (16 on the test fixture) run; a multiple of 32 costs one compare a
+// chunk.
 #include <algorithm>
 
 #include "engine/backend/cuda/common.cuh"
@@ -74,9 +80,10 @@ __device__ __forceinline__ int tile_expert(const MoeGroups& g, int experts, int 
   return lo;
 }
 
-// kGateUp: a = x [tokens, hidden] gathered by row_token, out = act [pairs, inter] (T).
+// kGateUp: a = x [tokens, hidden] gathered by row_token, out = act [pairs, inter] (T),
+//          from gate and up rows (kGated) or up rows alone.
 // Else:    a = act [pairs, inter],                      out = y [pairs, hidden] (f32).
-template <typename T, typename R, bool kGateUp>
+template <typename T, typename R, bool kGateUp, bool kGated>
 __global__ void __launch_bounds__(kThreads)
     expert_gemm_kernel(R w, ExpertShape s, ExpertExtras ex, MoeGroups g, const T* __restrict__ a,
                        void* __restrict__ out) {
@@ -93,13 +100,14 @@ __global__ void __launch_bounds__(kThreads)
   const int first = g.offsets[e] + (tile - g.tile_offsets[e]) * kBM;
   const int m_rows = min(kBM, g.offsets[e + 1] - first);
   const int k = kGateUp ? s.hidden : s.inter;
-  // Output columns: gate/up produce 32 act columns from 32 gate + 32 up rows.
+  // Output columns: gated gate/up produce 32 act columns from 32 gate + 32 up rows.
+  constexpr bool kPaired = kGateUp && kGated;
   const int n_out = kGateUp ? s.inter : s.hidden;
-  const int col0 = blockIdx.x * (kGateUp ? kBN / 2 : kBN);
+  const int col0 = blockIdx.x * (kPaired ? kBN / 2 : kBN);
   auto weight_row = [&](int n, int64_t& r) {  // false when the tile row n is past the matrix
-    const int col = col0 + (kGateUp ? n % (kBN / 2) : n);
+    const int col = col0 + (kPaired ? n % (kBN / 2) : n);
     if (col >= n_out) return false;
-    r = kGateUp ? int64_t(e) * 2 * s.inter + (n < kBN / 2 ? 0 : s.inter) + col : int64_t(e) * s.hidden + col;
+    r = kPaired ? int64_t(e) * 2 * s.inter + (n < kBN / 2 ? 0 : s.inter) + col : int64_t(e) * n_out + col;
     return true;
   };
   for (int m = threadIdx.x; m < kBM; m += kThreads)
@@ -114,15 +122,15 @@ __global__ void __launch_bounds__(kThreads)
   auto issue = [&](int k0, int buf) {
     for (int idx = threadIdx.x; idx < kBM * kBK / 8; idx += kThreads) {
       const int m = idx / (kBK / 8), c = idx % (kBK / 8) * 8;
-      const int src = a_row[m];
-      cp_async16(smem_u32(&as[buf][m][c]), src >= 0 ? a + int64_t(src) * k + k0 + c : a, src >= 0);
+      const bool valid = a_row[m] >= 0 && k0 + c < k;
+      cp_async16(smem_u32(&as[buf][m][c]), valid ? a + int64_t(a_row[m]) * k + k0 + c : a, valid);
     }
     cp_async_commit();
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int idx = threadIdx.x + i * kThreads, n = idx / (kBK / V), c = idx % (kBK / V) * V;
       int64_t r = 0;
-      if (idx < kBN * kBK / V && weight_row(n, r)) raw[i] = w.load(r, k0 + c);
+      if (idx < kBN * kBK / V && k0 + c < k && weight_row(n, r)) raw[i] = w.load(r, k0 + c);
     }
   };
   auto stage_weights = [&](int k0, int buf) {
@@ -132,7 +140,7 @@ __global__ void __launch_bounds__(kThreads)
       if (idx >= kBN * kBK / V) continue;
       int64_t r = 0;
       float wv[V];
-      if (weight_row(n, r)) w.decode(raw[i], r, k0 + c, wv);
+      if (k0 + c < k && weight_row(n, r)) w.decode(raw[i], r, k0 + c, wv);
       else
 #pragma unroll
         for (int v = 0; v < V; ++v) wv[v] = 0.0f;
@@ -175,7 +183,17 @@ __global__ void __launch_bounds__(kThreads)
     const int m = warp * 16 + gq + half * 8;
     if (m >= m_rows) continue;
     const int64_t row = first + m;
-    if constexpr (kGateUp) {
+    if constexpr (kGateUp && !kGated) {
+      T* act = static_cast<T*>(out);
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int col = col0 + j * 8 + 2 * t + c;
+          if (col < n_out)
+            act[row * n_out + col] = from_f32<T>(expert_relu2(ex, int64_t(e) * s.inter + col, acc[j][half * 2 + c]));
+        }
+    } else if constexpr (kGateUp) {
       T* act = static_cast<T*>(out);
 #pragma unroll
       for (int j = 0; j < kBN / 16; ++j)
@@ -199,22 +217,31 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The activation tile's 16-byte copies and the weight chunks stay inside a row when k is
+// a multiple of 8 and of the format's chunk; hidden and inter multiples of 16 as the GEMVs ask.
 template <bool kGateUp>
 void launch(HalfType type, const ExpertShape& s, const ExpertWeights& ew, const MoeGroups& g, const void* a,
             int32_t max_pairs, void* out, cudaStream_t stream, bool programmatic) {
-  SPARK_CHECK(s.experts >= 1 && s.experts <= kMoeMaxExperts && s.hidden > 0 && s.inter > 0 && s.hidden % 32 == 0 &&
-                  s.inter % 32 == 0 && max_pairs >= 1,
-              "moe grouped GEMM: hidden and inter must be positive multiples of 32, experts 1..256");
+  const int32_t matrix_rows = kGateUp ? s.inter : s.hidden, k = kGateUp ? s.hidden : s.inter;
   const int32_t max_tiles = int32_t(ceil_div(max_pairs, kBM)) + std::min(s.experts, max_pairs);
-  const int32_t n_out = kGateUp ? s.inter : s.hidden;
-  const dim3 grid(unsigned(ceil_div(n_out, kGateUp ? kBN / 2 : kBN)), unsigned(max_tiles));
+  const bool paired = kGateUp && s.gated;
+  const dim3 grid(unsigned(ceil_div(matrix_rows, paired ? kBN / 2 : kBN)), unsigned(max_tiles));
   with_half_type(type, [&](auto tag) {
     using T = decltype(tag);
-    const int32_t matrix_rows = kGateUp ? s.inter : s.hidden, k = kGateUp ? s.hidden : s.inter;
     with_weight_reader<T>(kGateUp ? ew.gate_up : ew.down, matrix_rows, k, [&](auto reader) {
-      launch_kernel(kGateUp ? "expert_gemm_kernel<gate_up>" : "expert_gemm_kernel<down>", programmatic,
-                    expert_gemm_kernel<T, decltype(reader), kGateUp>, grid, dim3(kThreads), sizeof(GemmTiles<T>), stream, reader, s, ew.extras, g,
-                    static_cast<const T*>(a), out);
+      using R = decltype(reader);
+      SPARK_CHECK(s.experts >= 1 && s.experts <= kMoeMaxExperts && s.hidden > 0 && s.inter > 0 &&
+                      s.hidden % 16 == 0 && s.inter % 16 == 0 && k % R::kValues == 0 && max_pairs >= 1,
+                  "moe grouped GEMM: hidden and inter must be positive multiples of 16 and of the weight format's " +
+                      std::to_string(R::kValues) + "-value chunks, experts 1..256");
+      const auto kernel = !kGateUp  ? expert_gemm_kernel<T, R, false, true>
+                          : s.gated ? expert_gemm_kernel<T, R, true, true>
+                                    : expert_gemm_kernel<T, R, true, false>;
+      const char* name = !kGateUp  ? "expert_gemm_kernel<down>"
+                         : s.gated ? "expert_gemm_kernel<gate_up>"
+                                   : "expert_gemm_kernel<up_relu2>";
+      launch_kernel(name, programmatic, kernel, grid, dim3(kThreads), sizeof(GemmTiles<T>), stream, reader, s,
+                    ew.extras, g, static_cast<const T*>(a), out);
     });
   });
 }

@@ -1,6 +1,6 @@
 // moe_gemv.cu — the decode path of the experts (moe_experts.h): a GEMV per active expert
-// over the grouped rows that chose it, SwiGLU fused into the gate/up pass, and the
-// weighted sum of each token's k expert outputs.
+// over the grouped rows that chose it, SwiGLU (or the ungated squared ReLU) fused into the
+// gate/up pass, and the weighted sum of each token's k expert outputs.
 //
 // Bytes first (Qwen3-30B-A3B: hidden 2048, 768 per expert, 128 experts, k = 8). One
 // expert is 3 x 768 x 2048 = 4.7M weights: 9.4 MB in BF16, 5.0 MB in Q8_0. A decode step
@@ -29,6 +29,11 @@
 // 2 x 3 x 2880^2 x 4 = 0.2 GFLOP a token a layer, far under the bytes' time. Waves: the
 // gate/up launch of B = 1 is 360 x 4 = 1,440 blocks of 8 warps (30 blocks an SM on GB10's
 // 48 SMs, 11 on H100's 132), down the same.
+//
+// Nemotron-3-Nano (hidden 2688, 128 experts of 1856, k = 6, ungated squared-ReLU experts)
+// has two matrices an expert, not three: 2 x 1856 x 2688 = 10.0M weights, 10.6 MB in
+// Q8_0 (with its f16 scale a 32), 20.0 MB in BF16; B = 1 reads 6 of them, 63.5 MB Q8_0 a
+// MoE layer. The ungated gate/up warp reads one row an output instead of two.
 //
 // Layout: blockIdx.y walks the active experts (moe_router.h's list; blocks past its end
 // exit at once), blockIdx.x a range of output rows, one warp per output row. The gate/up
@@ -69,7 +74,9 @@ __device__ __forceinline__ int active_expert(const MoeGroups& g, int experts, in
   return a < g.active[experts] ? g.active[a] : -1;
 }
 
-template <typename T, typename R>
+// kGated: gate row i and up row i of expert e (stack rows e * 2 * inter + i and + inter),
+// SwiGLU; else up row i alone (stack row e * inter + i), relu(up)^2.
+template <typename T, typename R, bool kGated>
 __global__ void __launch_bounds__(kThreads)
     gate_up_gemv_kernel(R w, ExpertShape s, ExpertExtras ex, MoeGroups g, const T* __restrict__ x,
                         T* __restrict__ act) {
@@ -79,7 +86,8 @@ __global__ void __launch_bounds__(kThreads)
   const int e = active_expert(g, s.experts, blockIdx.y);
   const int i = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (e < 0 || i >= s.inter) return;
-  const int64_t gate_r = int64_t(e) * 2 * s.inter + i, up_r = gate_r + s.inter;
+  const int64_t up_r = kGated ? int64_t(e) * 2 * s.inter + s.inter + i : int64_t(e) * s.inter + i;
+  const int64_t gate_r = up_r - s.inter;  // kGated only
   const int row0 = g.offsets[e], rows = g.offsets[e + 1] - row0;
   const int k = s.hidden;
   for (int b0 = 0; b0 < rows; b0 += kTokens) {
@@ -90,8 +98,10 @@ __global__ void __launch_bounds__(kThreads)
     float ag[kTokens] = {}, au[kTokens] = {};
     for (int c = lane * V; c < k; c += 32 * V) {
       float wg[V], wu[V];
-      const typename R::Chunk qg = w.load(gate_r, c), qu = w.load(up_r, c);
-      w.decode(qg, gate_r, c, wg);
+      typename R::Chunk qg{};
+      if constexpr (kGated) qg = w.load(gate_r, c);
+      const typename R::Chunk qu = w.load(up_r, c);
+      if constexpr (kGated) w.decode(qg, gate_r, c, wg);
       w.decode(qu, up_r, c, wu);
 #pragma unroll
       for (int j = 0; j < kTokens; ++j) {
@@ -100,7 +110,7 @@ __global__ void __launch_bounds__(kThreads)
           load_x<T, V>(x + int64_t(token[j]) * k + c, xv);
 #pragma unroll
           for (int v = 0; v < V; ++v) {
-            ag[j] = fmaf(wg[v], xv[v], ag[j]);
+            if constexpr (kGated) ag[j] = fmaf(wg[v], xv[v], ag[j]);
             au[j] = fmaf(wu[v], xv[v], au[j]);
           }
         }
@@ -109,8 +119,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kTokens; ++j) {
       if (j < nb) {
-        const float gate = warp_sum(ag[j]), up = warp_sum(au[j]);
-        if (lane == 0) act[int64_t(row0 + b0 + j) * s.inter + i] = from_f32<T>(expert_swiglu(ex, gate_r, up_r, gate, up));
+        const float up = warp_sum(au[j]);
+        float a;
+        if constexpr (kGated) a = expert_swiglu(ex, gate_r, up_r, warp_sum(ag[j]), up);
+        else a = expert_relu2(ex, up_r, up);
+        if (lane == 0) act[int64_t(row0 + b0 + j) * s.inter + i] = from_f32<T>(a);
       }
     }
   }
@@ -176,10 +189,14 @@ __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __res
   *reinterpret_cast<float4*>(out + int64_t(t) * hidden + c) = sum;
 }
 
-void check_shape(const ExpertShape& s, const char* who) {
-  SPARK_CHECK(s.experts >= 1 && s.experts <= kMoeMaxExperts && s.hidden > 0 && s.inter > 0 && s.hidden % 32 == 0 &&
-                  s.inter % 32 == 0,
-              std::string(who) + ": hidden and inter must be positive multiples of 32, experts 1..256");
+// A lane reads whole chunks of a row (k a multiple of kValues: 8 HALF, 16 Q8_0 and FP8, 32
+// the others) and 16-byte vectors of the activations (k a multiple of 8).
+template <typename R>
+void check_shape(const ExpertShape& s, int32_t k, const char* who) {
+  SPARK_CHECK(s.experts >= 1 && s.experts <= kMoeMaxExperts && s.hidden > 0 && s.inter > 0 && s.hidden % 16 == 0 &&
+                  s.inter % 16 == 0 && k % R::kValues == 0,
+              std::string(who) + ": hidden and inter must be positive multiples of 16 and of the weight format's " +
+                  std::to_string(R::kValues) + "-value chunks, experts 1..256");
 }
 
 dim3 expert_grid(int32_t rows, const ExpertShape& s, int32_t max_pairs) {
@@ -190,11 +207,13 @@ dim3 expert_grid(int32_t rows, const ExpertShape& s, int32_t max_pairs) {
 
 void moe_gate_up_gemv(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
                       const void* x, int32_t max_pairs, void* act, cudaStream_t stream, bool programmatic) {
-  check_shape(s, "moe_gate_up_gemv");
   with_half_type(type, [&](auto tag) {
     using T = decltype(tag);
     with_weight_reader<T>(w.gate_up, s.inter, s.hidden, [&](auto reader) {
-      launch_kernel("gate_up_gemv_kernel", programmatic, gate_up_gemv_kernel<T, decltype(reader)>,
+      using R = decltype(reader);
+      check_shape<R>(s, s.hidden, "moe_gate_up_gemv");
+      const auto kernel = s.gated ? gate_up_gemv_kernel<T, R, true> : gate_up_gemv_kernel<T, R, false>;
+      launch_kernel(s.gated ? "gate_up_gemv_kernel" : "gate_up_gemv_kernel<relu2>", programmatic, kernel,
                     expert_grid(s.inter, s, max_pairs), dim3(kThreads), 0, stream, reader, s, w.extras, g,
                     static_cast<const T*>(x), static_cast<T*>(act));
     });
@@ -203,10 +222,10 @@ void moe_gate_up_gemv(HalfType type, const ExpertShape& s, const ExpertWeights& 
 
 void moe_down_gemv(HalfType type, const ExpertShape& s, const ExpertWeights& w, const MoeGroups& g,
                    const void* act, int32_t max_pairs, float* y, cudaStream_t stream, bool programmatic) {
-  check_shape(s, "moe_down_gemv");
   with_half_type(type, [&](auto tag) {
     using T = decltype(tag);
     with_weight_reader<T>(w.down, s.hidden, s.inter, [&](auto reader) {
+      check_shape<decltype(reader)>(s, s.inter, "moe_down_gemv");
       launch_kernel("down_gemv_kernel", programmatic, down_gemv_kernel<T, decltype(reader)>,
                     expert_grid(s.hidden, s, max_pairs), dim3(kThreads), 0, stream, reader, s, w.extras, g,
                     static_cast<const T*>(act), y);

@@ -1,5 +1,6 @@
-// moe_router.cu — the router's selection (one warp per token) and the grouping of the
-// selected (token, expert) pairs by expert (one block).
+// moe_router.cu — the router's selection (one warp per token: softmax, gpt-oss's or
+// Nemotron-H's sigmoid rule) and the grouping of the selected (token, expert) pairs by
+// expert (one block).
 //
 // Bytes and work: selection reads tokens x experts f32 logits (B = 1 on Qwen3-30B-A3B:
 // 512 bytes) and writes 2 x top_k values a token; the grouping reads the tokens x top_k
@@ -47,6 +48,9 @@ constexpr int kRouteWarps = 4;
 constexpr int kPerLane = kMoeMaxExperts / 32;
 constexpr int kNone = 0x7fffffff;
 
+// Nemotron-H's router score, as cpu::route_token computes it.
+__device__ __forceinline__ float sigmoid_score(float v) { return 1.0f / (1.0f + expf(-v)); }
+
 // (value, index) with the larger value first and, on equal values, the lower index: the
 // order torch.topk gives and the CPU backend's partial_sort keeps.
 __device__ __forceinline__ bool beats(float v, int i, float best_v, int best_i) {
@@ -55,7 +59,8 @@ __device__ __forceinline__ bool beats(float v, int i, float best_v, int best_i) 
 
 __global__ void __launch_bounds__(kRouteWarps * 32)
     route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int tokens, int experts, int top_k,
-                 RouterRule rule, bool normalize, int32_t* __restrict__ ids, float* __restrict__ weights) {
+                 RouterRule rule, bool normalize, float routed_scale, int32_t* __restrict__ ids,
+                 float* __restrict__ weights) {
   wait_then_allow_next_kernel();
   const int lane = threadIdx.x & 31;
   const int t = blockIdx.x * kRouteWarps + (threadIdx.x >> 5);
@@ -83,6 +88,12 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
     const float inv = 1.0f / warp_sum(sum);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) score[i] *= inv;
+  } else if (rule == RouterRule::SIGMOID_BIAS) {
+    // The score-correction bias joins the sigmoid score for the selection only; the
+    // weights below recompute the plain score of each winner from its logit.
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (i * 32 + lane < experts) score[i] = sigmoid_score(score[i]) + (bias ? bias[i * 32 + lane] : 0.0f);
   } else if (bias) {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
@@ -121,6 +132,13 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
   if (rule == RouterRule::SOFTMAX_TOPK) {
     const float sum = warp_sum(holds ? mine : 0.0f);
     w = normalize ? mine / sum : mine;
+  } else if (rule == RouterRule::SIGMOID_BIAS) {
+    const float v = logits[int64_t(t) * experts + my_id];
+    const float plain = holds ? sigmoid_score(v != v ? -INFINITY : v) : 0.0f;
+    // cpu::route_token's sum: from 1e-20, in the order of j (every lane adds the same terms).
+    float sum = 1e-20f;
+    for (int j = 0; j < top_k; ++j) sum += __shfl_sync(0xffffffffu, plain, j);
+    w = normalize ? plain / sum : plain;
   } else {
     const float mx = warp_max(holds ? mine : -INFINITY);
     const float e = holds ? expf(mine - mx) : 0.0f;
@@ -128,7 +146,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
   }
   if (holds) {
     ids[int64_t(t) * top_k + lane] = my_id;
-    weights[int64_t(t) * top_k + lane] = w;
+    weights[int64_t(t) * top_k + lane] = w * routed_scale;
   }
 }
 
@@ -177,12 +195,14 @@ void moe_router_logits(const float* x, const float* norm, float eps, const float
 }
 
 void moe_route(RouterRule rule, const float* logits, const float* bias, int32_t tokens, int32_t experts,
-               int32_t top_k, bool normalize, int32_t* ids, float* weights, cudaStream_t stream, bool programmatic) {
+               int32_t top_k, bool normalize, int32_t* ids, float* weights, cudaStream_t stream, bool programmatic,
+               float routed_scale) {
   SPARK_CHECK(experts >= 1 && experts <= kMoeMaxExperts && top_k >= 1 && top_k <= std::min(experts, kMoeMaxTopK),
               "moe_route: need 1 <= top_k <= min(experts, 32) and experts <= 256");
   if (tokens <= 0) return;
   launch_kernel("route_kernel", programmatic, route_kernel, dim3(unsigned(ceil_div(tokens, kRouteWarps))),
-                dim3(kRouteWarps * 32), 0, stream, logits, bias, tokens, experts, top_k, rule, normalize, ids, weights);
+                dim3(kRouteWarps * 32), 0, stream, logits, bias, tokens, experts, top_k, rule, normalize, routed_scale,
+                ids, weights);
 }
 
 void moe_group(const int32_t* ids, int32_t tokens, int32_t top_k, int32_t experts, int32_t tile_rows,

@@ -14,24 +14,28 @@ namespace spark::cuda {
 using cpu::RouterRule;
 
 // The most experts and the largest top-k the router kernel takes (one warp per token, 8
-// logits a lane). Qwen3-MoE has 128 experts and k = 8, gpt-oss 32 or 128 and k = 4.
+// logits a lane). Qwen3-MoE has 128 experts and k = 8, gpt-oss 32 or 128 and k = 4,
+// Nemotron-3-Nano 128 and k = 6.
 inline constexpr int32_t kMoeMaxExperts = 256;
 inline constexpr int32_t kMoeMaxTopK = 32;
 
 // logits[t, e] = rmsnorm(x[t]) · router[e] for t < tokens, all in f32: x the residual
-// stream [tokens, hidden], norm the layer's ffn_norm weight [hidden], router [experts,
-// hidden] (a router bias, gpt-oss's, is moe_route's). The router reads the f32 normed rows the CPU
-// backend reads, not the 16-bit copy the experts take, so the two select the same experts
+// stream [tokens, hidden] (the model's width, which LatentMoE's experts do not share),
+// norm the layer's ffn_norm weight [hidden], router [experts, hidden] (a router bias,
+// gpt-oss's, is moe_route's). The router reads the f32 normed rows the CPU backend reads, not the 16-bit copy the experts take, so the two select the same experts
 // unless two candidates are within f32 rounding of each other.
 void moe_router_logits(const float* x, const float* norm, float eps, const float* router, int32_t tokens, int32_t hidden, int32_t experts, float* logits, cudaStream_t stream,
                        bool programmatic = false);
 
 // ids[t, j], weights[t, j] (j < top_k, highest score first) for t < tokens from
 // logits[tokens, experts] (f32), by `rule` (cpu/moe.h: the same selection and the same tie
-// order as the CPU backend; bias [experts] or null, TOPK_SOFTMAX only).
+// order as the CPU backend). bias [experts] or null: gpt-oss's router bias (TOPK_SOFTMAX),
+// or Nemotron-H's score-correction bias (SIGMOID_BIAS: it selects, it does not weigh);
+// SOFTMAX_TOPK ignores it. Every weight is then multiplied by routed_scale (Nemotron-H's
+// routed_scaling_factor), as cpu::moe_ffn does.
 void moe_route(RouterRule rule, const float* logits, const float* bias, int32_t tokens, int32_t experts,
                int32_t top_k, bool normalize, int32_t* ids, float* weights, cudaStream_t stream,
-               bool programmatic = false);
+               bool programmatic = false, float routed_scale = 1.0f);
 
 // The pairs p = t * top_k + j grouped by expert, in device memory:
 //   offsets[e] .. offsets[e + 1]: the grouped rows of expert e ([experts + 1]);

@@ -49,7 +49,7 @@ __global__ void gated_rows_kernel(float* __restrict__ out, const float* __restri
   const int64_t chunks_per_row = width / V;
   const int64_t t = c / chunks_per_row, i = t * width + (c - t * chunks_per_row) * V;
   // Every thread of the row reads the same logit: one sector, served by L1 after the first.
-  const float s = sigmoid(__ldg(logit + t * logit_stride));
+  const float s = logit ? sigmoid(__ldg(logit + t * logit_stride)) : 1.0f;
   if constexpr (V == 4) {
     const float4 yv = *reinterpret_cast<const float4*>(y + i);
     float4 o = *reinterpret_cast<const float4*>(out + i);
@@ -84,7 +84,7 @@ void add_gated_rows(float* out, const float* y, const float* logit, int32_t logi
   SPARK_CHECK(rows >= 0 && width > 0, "add_gated_rows: bad shape");
   SPARK_CHECK(logit_stride >= 1, "add_gated_rows: logit_stride must be at least 1");
   if (rows == 0) return;
-  SPARK_CHECK(out && y && logit, "add_gated_rows: null argument");
+  SPARK_CHECK(out && y, "add_gated_rows: null argument");
   const bool vec4 = width % 4 == 0 && aligned16(out) && aligned16(y);
   const int v = vec4 ? 4 : 1;
   const int64_t total_chunks = int64_t(rows) * (width / v);

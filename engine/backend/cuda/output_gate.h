@@ -22,7 +22,8 @@ void apply_output_gate(T* attn, const T* gate, int32_t gate_stride, int32_t rows
 // The shared expert of Qwen3.5/3.6-MoE and Qwen3-Next joins the routed experts' sum through a
 // per-token sigmoid gate: out[t, i] += sigmoid(logit[t * logit_stride]) * y[t, i], all f32;
 // out and y are [rows, width], logit one value per row (logit_stride >= 1, so the logit may
-// be a column of a wider matrix). Vectors of 4 when width and both row pointers allow them.
+// be a column of a wider matrix). A null logit is a gate of 1: Nemotron-H's shared expert
+// joins ungated. Vectors of 4 when width and both row pointers allow them.
 void add_gated_rows(float* out, const float* y, const float* logit, int32_t logit_stride, int32_t rows, int32_t width,
                     cudaStream_t stream, bool programmatic = false);
 

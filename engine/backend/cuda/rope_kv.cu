@@ -289,8 +289,9 @@ void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, con
   const int hd = kv.head_dim;
   SPARK_CHECK(rows >= 0 && num_heads > 0 && kv.num_kv_heads > 0, "qkv_rope_kv_write: bad head counts");
   SPARK_CHECK(hd >= 2 && hd % 2 == 0 && hd <= kMaxHeadDim, "qkv_rope_kv_write: head_dim must be even and <= 256");
-  const int rotary_dim = rope.rotary_dim == 0 ? hd : rope.rotary_dim;
-  SPARK_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= hd,
+  // Without RoPE, every pair is a pass-through pair of the partial-rotary path.
+  const int rotary_dim = !rope.rotates ? 0 : rope.rotary_dim == 0 ? hd : rope.rotary_dim;
+  SPARK_CHECK(rotary_dim >= 0 && rotary_dim % 2 == 0 && rotary_dim <= hd && (rotary_dim > 0 || !rope.rotates),
               "qkv_rope_kv_write: rotary_dim must be even and within head_dim");
   const int heads = num_heads + 2 * kv.num_kv_heads;
   const int64_t stride = qkv_stride == 0 ? int64_t(heads) * hd : qkv_stride;

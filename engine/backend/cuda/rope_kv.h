@@ -16,6 +16,7 @@ struct RopeArgs {
   float position_scale = 1.0f;      // linear scaling: angle = (position * position_scale) * inv_freq[i]
   float attention_scale = 1.0f;     // YaRN: cos and sin are multiplied by its attention factor
   int32_t rotary_dim = 0;           // values of each q/k head that rotate (even, <= head_dim); 0: all of them
+  bool rotates = true;              // false: attention without RoPE (Nemotron-H), every value passes through
 };
 
 // qkv is the fused projection output, rows of T (the compute type, __nv_bfloat16 or __half)

@@ -29,7 +29,9 @@ struct Activations {
   // [T, max(qkv, 2 I)]; an MTP head's normed [embedding; hidden] pairs [T, 2 H] before its layer (mtp_input.h)
   void* wide = nullptr;
   void* q = nullptr;          // [T, heads * head_dim] roped queries
-  void* mid = nullptr;        // [T, max(heads * head_dim, I)]: attention output, then SwiGLU output
+  // [T, max(heads * head_dim, I, ...)]: attention or recurrent mixer output, then the MLP's
+  // activation (and LatentMoE's sum, rounded for latent_out)
+  void* mid = nullptr;
   float* proj = nullptr;      // [T, H] f32 o_proj / down_proj output, added to x by the next norm;
                               // an MTP head's hidden_in rows before its layer (mtp_input.h)
   void* head_in = nullptr;    // [R, H] final-normed rows for the LM head
@@ -38,8 +40,9 @@ struct Activations {
   int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
   void* moe = nullptr;        // MoeScratch, when the stage holds an MoE layer
   // f32 scratch of the hybrids' layers: a DeltaNet layer's q/k/v, z, b and a projections
-  // ([T, conv_dim], [T, value_dim], [T, v_heads] twice), or the shared expert's output
-  // [T, H] and gate logits [T].
+  // ([T, conv_dim], [T, value_dim], [T, v_heads] twice), a Mamba-2 layer's in_proj output
+  // [T, inner + conv_dim + heads], the shared expert's output [T, H] and gate logits [T],
+  // or LatentMoE's weighted sum [T, latent].
   float* aux = nullptr;
   // [T, H] BF16 hidden states a pipeline stage sends or receives. BF16 whatever the compute
   // type: x is f32 because massive activations can exceed FP16's range, and so can this.
@@ -66,13 +69,21 @@ struct BatchLayout {
 };
 
 // The MoE block's shape and rule (Qwen3-MoE: softmax, top-k, renormalised by
-// norm_topk_prob; gpt-oss: top-k of the biased logits, then softmax over those k).
+// norm_topk_prob; gpt-oss: top-k of the biased logits, then softmax over those k;
+// Nemotron-H: sigmoid scores chosen with their correction bias, times
+// routed_scaling_factor, ungated squared-ReLU experts, which LatentMoE runs on
+// moe_latent_size wide vectors while the router reads hidden_size wide rows).
 inline MoeConfig moe_config(const ModelSpec& s) {
   MoeConfig c;
-  c.shape = {int32_t(s.num_experts), int32_t(s.hidden_size), int32_t(s.moe_intermediate_size)};
+  const int64_t expert_width = s.moe_latent_size > 0 ? s.moe_latent_size : s.hidden_size;
+  c.shape = {int32_t(s.num_experts), int32_t(expert_width), int32_t(s.moe_intermediate_size), !s.relu2_mlp};
   c.top_k = int32_t(s.num_experts_per_tok);
-  c.rule = s.gptoss_moe ? RouterRule::TOPK_SOFTMAX : RouterRule::SOFTMAX_TOPK;
+  c.rule = s.gptoss_moe       ? RouterRule::TOPK_SOFTMAX
+           : s.sigmoid_router ? RouterRule::SIGMOID_BIAS
+                              : RouterRule::SOFTMAX_TOPK;
   c.normalize = s.norm_topk_prob && !s.gptoss_moe;
+  c.routed_scale = float(s.routed_scaling_factor);  // 1 but for Nemotron-H; the CPU backend applies it to every rule
+  c.router_hidden = int32_t(s.hidden_size);
   return c;
 }
 
@@ -107,14 +118,20 @@ struct Sizes {
                recurrent = range_has(s, range, &ModelSpec::layer_is_recurrent);
     const int64_t shared_i = moe_here ? s.shared_expert_intermediate_size : 0;
     const ModelSpec::DeltaNet& d = s.delta_net;
-    const int64_t value_dim = recurrent ? d.value_dim() : 0;
+    const ModelSpec::Mamba2& mb = s.mamba2;
+    const bool mamba = recurrent && s.mamba2_layers(), delta = recurrent && !mamba;
+    const int64_t value_dim = delta ? d.value_dim() : 0, inner = mamba ? mb.inner() : 0;
+    const int64_t latent = moe_here ? s.moe_latent_size : 0;  // LatentMoE's width (layer_forward.cu)
     x = aligned(size_t(max_tokens * H) * 4);
     normed = aligned(size_t(max_tokens * H) * 2);
-    wide = aligned(size_t(max_tokens * std::max({qkv_width(s), 2 * I, 2 * shared_i, s.mtp_head ? 2 * H : 0})) * 2);
+    wide = aligned(size_t(max_tokens * std::max({qkv_width(s), 2 * I, 2 * shared_i, s.mtp_head ? 2 * H : 0, latent})) *
+                   2);
     q = aligned(size_t(max_tokens * qd) * 2);
-    mid = aligned(size_t(max_tokens * std::max({qd, I, shared_i, value_dim})) * 2);
-    const int64_t aux_values = std::max(recurrent ? d.conv_dim() + value_dim + 2 * d.num_v_heads : 0,
-                                        shared_i > 0 ? H + 1 : 0);
+    mid = aligned(size_t(max_tokens * std::max({qd, I, shared_i, value_dim, inner, latent})) * 2);
+    // f32 scratch: a DeltaNet layer's four projections, a Mamba-2 layer's in_proj, the
+    // shared expert's output and gate logit, LatentMoE's weighted sum.
+    const int64_t aux_values = std::max({delta ? d.conv_dim() + value_dim + 2 * d.num_v_heads : 0,
+                                         mamba ? mb.in_proj_rows() : 0, shared_i > 0 ? H + 1 : 0, latent});
     aux = aligned(size_t(max_tokens * aux_values) * 4);
     proj = aligned(size_t(max_tokens * H) * 4);
     head_in = has_head ? aligned(size_t(max_rows * H) * 2) : 0;

@@ -1,4 +1,4 @@
-// swiglu.cu — SwiGLU over the fused [gate | up] projection output.
+// swiglu.cu — SwiGLU over the fused [gate | up] projection output, and the squared ReLU.
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/swiglu.h"
@@ -26,6 +26,22 @@ __global__ void swiglu_kernel(const T* __restrict__ gate_up, int32_t inter, int6
   store8(out + t * inter + col, o);
 }
 
+// One thread per 8 values, in place.
+template <typename T>
+__global__ void relu2_kernel(T* __restrict__ x, int64_t chunks) {
+  wait_then_allow_next_kernel();
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= chunks) return;
+  float v[8];
+  load8(x + c * 8, v);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float r = v[k] > 0.0f ? v[k] : 0.0f;
+    v[k] = r * r;
+  }
+  store8(x + c * 8, v);
+}
+
 }  // namespace
 
 template <typename T>
@@ -41,7 +57,20 @@ void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t 
                 gate_up, inter, total_chunks, out);
 }
 
+template <typename T>
+void relu2(T* x, int64_t n, cudaStream_t stream, bool programmatic) {
+  SPARK_CHECK(n >= 0 && n % 8 == 0, "relu2: n must be a multiple of 8");
+  SPARK_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "relu2: x must be 16-byte aligned");
+  if (n == 0) return;
+  const int64_t chunks = n / 8;
+  launch_kernel("relu2_kernel", programmatic, relu2_kernel<T>, dim3(unsigned(ceil_div(chunks, kThreads))),
+                dim3(kThreads), 0, stream, x, chunks);
+}
+
 template void swiglu<bf16>(const bf16*, int32_t, int32_t, bf16*, cudaStream_t, bool);
 template void swiglu<f16>(const f16*, int32_t, int32_t, f16*, cudaStream_t, bool);
+
+template void relu2<bf16>(bf16*, int64_t, cudaStream_t, bool);
+template void relu2<f16>(f16*, int64_t, cudaStream_t, bool);
 
 }  // namespace spark::cuda

@@ -1,4 +1,5 @@
-// swiglu.h — launcher for the SwiGLU activation of the fused gate/up projection.
+// swiglu.h — launchers for the MLP activations: SwiGLU of the fused gate/up projection, and
+// the squared ReLU of Nemotron-H's ungated up projection.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,5 +15,10 @@ namespace spark::cuda {
 // (launch_kernel in common.cuh; sm_90 and later only).
 template <typename T>
 void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t stream, bool programmatic = false);
+
+// x[i] = max(x[i], 0)^2 in place for i < n (T as above; computed in f32, rounded to T), as
+// cpu::relu2. n a multiple of 8 and x 16-byte aligned.
+template <typename T>
+void relu2(T* x, int64_t n, cudaStream_t stream, bool programmatic = false);
 
 }  // namespace spark::cuda

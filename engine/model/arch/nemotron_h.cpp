@@ -21,6 +21,22 @@
 #include "engine/model/spec_readers.h"
 
 namespace spark {
+
+void set_nemotron_h_pattern(ModelSpec& s, const std::string& pattern) {
+  const auto n = static_cast<size_t>(s.num_layers);
+  s.layer_recurrent.assign(n, 0);
+  s.layer_ffn_only.assign(n, 0);
+  s.layer_mixer_only.assign(n, 0);
+  s.mlp_only_layers.clear();
+  for (size_t l = 0; l < n; ++l) {
+    const char c = pattern[l];
+    s.layer_recurrent[l] = c == 'M';
+    s.layer_mixer_only[l] = c == 'M' || c == '*';
+    s.layer_ffn_only[l] = c == '-' || c == 'E';
+    if (c == '-') s.mlp_only_layers.push_back(int64_t(l));
+  }
+}
+
 namespace {
 
 // The pattern's letters and transformers' names for them.
@@ -73,21 +89,9 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
   for (const char* key : {"attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias"})
     if (r.boolean_or(key, false)) r.fail(key, "= true is not supported (Nemotron-3 checkpoints have no such biases)");
 
-  const auto n = static_cast<size_t>(s.num_layers);
-  s.layer_recurrent.assign(n, 0);
-  s.layer_ffn_only.assign(n, 0);
-  s.layer_mixer_only.assign(n, 0);
-  bool any_mamba = false, any_moe = false, any_mlp = false;
-  for (size_t l = 0; l < n; ++l) {
-    const char c = pattern[l];
-    s.layer_recurrent[l] = c == 'M';
-    s.layer_mixer_only[l] = c == 'M' || c == '*';
-    s.layer_ffn_only[l] = c == '-' || c == 'E';
-    if (c == '-') s.mlp_only_layers.push_back(int64_t(l));
-    any_mamba |= c == 'M';
-    any_moe |= c == 'E';
-    any_mlp |= c == '-';
-  }
+  set_nemotron_h_pattern(s, pattern);
+  const bool any_mamba = pattern.find('M') != std::string::npos, any_moe = pattern.find('E') != std::string::npos,
+             any_mlp = pattern.find('-') != std::string::npos;
 
   if (any_mamba) {
     ModelSpec::Mamba2& m = s.mamba2;
@@ -167,34 +171,26 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
 const std::vector<std::pair<const char*, const char*>> kGgufAliases = {{"ffn_latent_down", "ffn_latent_in"},
                                                                        {"ffn_latent_up", "ffn_latent_out"}};
 
-}  // namespace
-
 // llama.cpp names the architecture nemotron_h, or nemotron_h_moe when the checkpoint has
 // experts; both files read alike (nemotron_h_gguf.cpp).
-extern const Architecture kNemotronH{
-    .hf_class = "NemotronHForCausalLM",
-    .gguf_name = "nemotron_h",
-    .read_config = read_config,
-    .read_gguf = read_nemotron_h_gguf,
-    .convert_checkpoint = convert,
-    .gguf_aliases = kGgufAliases,
-    .convert_gguf = convert_nemotron_h_gguf,
-    .gguf_qk_rows_permuted = true,
-    .gguf_kv_heads_per_layer = true,
-    .needs_bf16_activations = true,
-};
+Architecture row(const char* gguf_name) {
+  return {
+      .hf_class = "NemotronHForCausalLM",
+      .gguf_name = gguf_name,
+      .read_config = read_config,
+      .read_gguf = read_nemotron_h_gguf,
+      .convert_checkpoint = convert,
+      .gguf_aliases = kGgufAliases,
+      .convert_gguf = convert_nemotron_h_gguf,
+      .gguf_qk_rows_permuted = true,
+      .gguf_kv_heads_per_layer = true,
+      .needs_bf16_activations = true,
+  };
+}
 
-extern const Architecture kNemotronHMoe{
-    .hf_class = "NemotronHForCausalLM",
-    .gguf_name = "nemotron_h_moe",
-    .read_config = read_config,
-    .read_gguf = read_nemotron_h_gguf,
-    .convert_checkpoint = convert,
-    .gguf_aliases = kGgufAliases,
-    .convert_gguf = convert_nemotron_h_gguf,
-    .gguf_qk_rows_permuted = true,
-    .gguf_kv_heads_per_layer = true,
-    .needs_bf16_activations = true,
-};
+}  // namespace
+
+extern const Architecture kNemotronH = row("nemotron_h");
+extern const Architecture kNemotronHMoe = row("nemotron_h_moe");
 
 }  // namespace spark

@@ -151,17 +151,7 @@ void read_nemotron_h_gguf(const GgufMetaReader& m, ModelSpec& s) {
         m.f.find_tensor(gguf_tensor_name(Part::ROUTER, l)) || m.f.find_tensor(gguf_tensor_name(Part::EXPERT_UP, l));
     pattern += kv[i] > 0 ? '*' : ff[i] == 0 ? 'M' : router ? 'E' : '-';
   }
-  const auto n = size_t(s.num_layers);
-  s.layer_recurrent.assign(n, 0);
-  s.layer_ffn_only.assign(n, 0);
-  s.layer_mixer_only.assign(n, 0);
-  for (size_t l = 0; l < n; ++l) {
-    const char c = pattern[l];
-    s.layer_recurrent[l] = c == 'M';
-    s.layer_mixer_only[l] = c == 'M' || c == '*';
-    s.layer_ffn_only[l] = c == '-' || c == 'E';
-    if (c == '-') s.mlp_only_layers.push_back(int64_t(l));
-  }
+  set_nemotron_h_pattern(s, pattern);
   if (const int64_t heads = one_value(m, "attention.head_count_kv", kv, pattern, '*'); heads > 0) {
     if (s.num_heads % heads != 0)
       m.fail(m.arch + ".attention.head_count_kv",

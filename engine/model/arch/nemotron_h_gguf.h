@@ -11,6 +11,10 @@
 
 namespace spark {
 
+// The layers' kinds from the pattern string (hybrid_override_pattern's letters, one a layer:
+// M Mamba-2, * attention, - MLP, E MoE), defined in nemotron_h.cpp.
+void set_nemotron_h_pattern(ModelSpec& spec, const std::string& pattern);
+
 // The layer pattern from the per-layer arrays, the Mamba-2 sizes from ssm.*, the experts
 // from expert_*.
 void read_nemotron_h_gguf(const GgufMetaReader& meta, ModelSpec& spec);

@@ -14,6 +14,7 @@ log-sum-exp, so twice that bounds it here. F16 and Q8_0 copies round the weights
 these tiny models' near-uniform routers), so they are held instead to an F32 copy of the values
 they hold, dequantized by the gguf package.
 """
+import concurrent.futures
 import json
 import math
 import struct
@@ -76,25 +77,26 @@ def served_logprobs(path, tokenizer_dir, model):
     """Per golden sequence, per prefix: the server's top-20 {token id: log-probability} for
     the next token."""
     s = Server(model=path, settings={"model.tokenizer": str(tokenizer_dir), "model.max_model_len": 256,
-                                     "engine.max_num_seqs": 4}).wait_ready()
-    out = []
+                                     "engine.max_num_seqs": 8}).wait_ready()
     try:
         served = requests.get(s.url + "/v1/models", timeout=10).json()["data"][0]["id"]
-        with requests.Session() as http:
-            for seq, _, _ in golden(model):
-                rows = []
-                for pos in range(len(seq)):
-                    r = http.post(s.url + "/v1/completions", timeout=60, json={
-                        "model": served, "prompt": seq[:pos + 1], "max_tokens": 1, "temperature": 0,
-                        "logprobs": TOP, "ignore_eos": True})
-                    assert r.status_code == 200, r.text
-                    top = r.json()["choices"][0]["logprobs"]["top_logprobs"][0]
-                    assert len(top) == TOP and all(len(text) == 1 for text in top), top
-                    rows.append({ord(text) - BASE: lp for text, lp in top.items()})
-                out.append(rows)
+
+        def next_token(prompt):
+            r = requests.post(s.url + "/v1/completions", timeout=60, json={
+                "model": served, "prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": TOP,
+                "ignore_eos": True})
+            assert r.status_code == 200, r.text
+            top = r.json()["choices"][0]["logprobs"]["top_logprobs"][0]
+            assert len(top) == TOP and all(len(text) == 1 for text in top), top
+            return {ord(text) - BASE: lp for text, lp in top.items()}
+
+        # Eight at a time: the engine batches them, and a request's logits do not depend on
+        # its neighbours (test_engine_model's batch invariance).
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            return [list(pool.map(next_token, [seq[:pos + 1] for pos in range(len(seq))]))
+                    for seq, _, _ in golden(model)]
     finally:
         s.stop()
-    return out
 
 
 @pytest.mark.parametrize("model", ["nemotron_h", "nemotron_h_latent"])

@@ -343,6 +343,13 @@ bool gguf_is_stacked_experts(const std::string& name) {
   return name.find("_exps.") != std::string::npos && name.rfind("blk.", 0) == 0;
 }
 
+bool gguf_is_nvfp4_sidecar(const std::string& name) {
+  const auto ends = [&](const std::string& tail) {
+    return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends(".scale") || ends(".input_scale");
+}
+
 std::string gptoss_tensor_name(GptOssTensor t, int64_t layer) {
   static const char* const names[] = {"mlp.router.weight", "mlp.router.bias",
                                       "mlp.experts.gate_up_proj_blocks", "mlp.experts.gate_up_proj_scales",

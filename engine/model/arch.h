@@ -102,6 +102,9 @@ std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name,
                                            const std::vector<std::pair<const char*, const char*>>& aliases = {},
                                            const std::vector<std::pair<const char*, const char*>>& fused = {});
 bool gguf_is_stacked_experts(const std::string& gguf_name);
+// llama.cpp's sidecars of an NVFP4 matrix "blk.N.X.weight": "blk.N.X.scale" (its f32
+// scale) and "blk.N.X.input_scale".
+bool gguf_is_nvfp4_sidecar(const std::string& gguf_name);
 // The layer a "blk.N." name belongs to; -1 for names outside the layers.
 int64_t gguf_layer_of(const std::string& gguf_name);
 std::string gguf_expert_name(const std::string& hf_pattern, int64_t expert);

@@ -60,6 +60,8 @@ constexpr std::array<DTypeInfo, size_t(DType::COUNT)> kTable{{
      nullptr, false},
     // Its E8M0 scale is no half float: the half-float scale check does not apply.
     {DType::MXFP4, "MXFP4", 32, sizeof(BlockMXFP4), 39, false, {}, decode::mxfp4, quantize_mxfp4, false},
+    // Its scales are E4M3 bytes: the loaders check them (nvfp4_weights.h).
+    {DType::NVFP4, "NVFP4", 64, sizeof(BlockNVFP4), 40, false, {}, decode::nvfp4, nullptr, false},
 }};
 
 constexpr bool rows_in_order() {

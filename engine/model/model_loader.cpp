@@ -8,6 +8,7 @@
 #include "engine/model/architecture.h"
 #include "engine/model/dummy.h"
 #include "engine/model/load_weights.h"
+#include "engine/model/nvfp4_weights.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -74,6 +75,8 @@ ModelInfo inspect_model(const Config& c) {
                          ? info.spec.arch->convert_checkpoint(st_model->tensors, info.spec, full_range(info.spec),
                                                               nullptr, "model folder '" + path + "'")
                          : st_model->tensors;
+      if (info.spec.modelopt) check_modelopt_layers(info.tensors, info.spec, "model folder '" + path + "'");
+      if (info.spec.nvfp4) info.tensors = nvfp4_header_view(info.tensors, "model folder '" + path + "'");
       check_tensor_set(info.tensors, info.spec, full_range(info.spec), "model folder '" + path + "'");
       info.safetensors = std::move(st_model);
     }

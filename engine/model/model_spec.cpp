@@ -142,9 +142,52 @@ void parse_rope(const ConfigReader& r, ModelSpec& s) {
   }
 }
 
-// quantization_config: quant_method "fp8" (e4m3 weights, 16-bit activations), or "mxfp4"
-// (gpt-oss: the experts' *_blocks / *_scales tensors say it themselves, arch/gpt_oss_checkpoint.cpp).
-void parse_quantization(const ConfigReader& r, ModelSpec& s) {
+// One ModelOpt algorithm (quant_algo) into the spec's flags; `key` names it in errors.
+void modelopt_algo(const std::string& algo, const std::string& key, const std::string& source, ModelSpec& s) {
+  if (algo == "NVFP4" || algo == "W4A16_NVFP4")
+    s.nvfp4 = true;
+  else if (algo == "FP8")
+    s.fp8 = true;  // one scale per tensor: fp8_block_rows / cols stay 0
+  else
+    throw InputError(source + ": " + key + " \"" + algo +
+                     "\" is not supported (supported: NVFP4, W4A16_NVFP4, FP8 and MIXED_PRECISION of them)");
+}
+
+// A ModelOpt quantization object (config.json's quantization_config or the "quantization"
+// of hf_quant_config.json): quant_algo, group_size, kv_cache_quant_algo, and for
+// MIXED_PRECISION the quantized_layers map. exclude_modules needs nothing: excluded layers
+// are stored 16-bit, which their tensors say.
+void parse_modelopt(const json& q, const std::string& key, const std::string& source, ModelSpec& s) {
+  const ConfigReader r{q, source};
+  const auto text = [&](const json& v, const std::string& k) {
+    if (!v.is_string()) r.fail(k, "must be a string");
+    return v.get<std::string>();
+  };
+  if (!r.has("quant_algo")) r.fail(key + ".quant_algo", "is missing");
+  const std::string algo = text(q["quant_algo"], key + ".quant_algo");
+  s.modelopt = true;
+  if (r.has("group_size") && !(q["group_size"].is_number_integer() && q["group_size"].get<int64_t>() == 16))
+    r.fail(key + ".group_size", "must be 16 (NVFP4's block of values)");
+  if (r.has("kv_cache_quant_algo") && text(q["kv_cache_quant_algo"], key + ".kv_cache_quant_algo") != "FP8")
+    r.fail(key + ".kv_cache_quant_algo", "must be FP8 or null");
+  if (algo != "MIXED_PRECISION") return modelopt_algo(algo, key + ".quant_algo", source, s);
+  if (!r.has("quantized_layers") || !q["quantized_layers"].is_object() || q["quantized_layers"].empty())
+    r.fail(key + ".quantized_layers", "must map each quantized layer to its quant_algo for MIXED_PRECISION");
+  for (const auto& [layer, c] : q["quantized_layers"].items()) {
+    const std::string k = key + ".quantized_layers." + layer;
+    if (!c.is_object() || !c.contains("quant_algo")) r.fail(k, "must be an object with a quant_algo");
+    const std::string a = text(c["quant_algo"], k + ".quant_algo");
+    modelopt_algo(a, k + ".quant_algo", source, s);
+    if (c.contains("group_size") && !(c["group_size"].is_number_integer() && c["group_size"].get<int64_t>() == 16))
+      r.fail(k + ".group_size", "must be 16 (NVFP4's block of values)");
+    s.modelopt_layers[layer] = a;
+  }
+}
+
+// quantization_config: quant_method "fp8" (e4m3 weights, 16-bit activations), "modelopt"
+// (NVIDIA's checkpoints: parse_modelopt), or "mxfp4" (gpt-oss: the experts' *_blocks /
+// *_scales tensors say it themselves, arch/gpt_oss_checkpoint.cpp).
+void parse_quantization(const ConfigReader& r, ModelSpec& s, const json* hf_quant) {
   const json& q = r.j["quantization_config"];
   if (!q.is_object()) r.fail("quantization_config", "must be an object");
   const std::string method = q.contains("quant_method") && q["quant_method"].is_string()
@@ -153,9 +196,14 @@ void parse_quantization(const ConfigReader& r, ModelSpec& s) {
     s.mxfp4_experts = true;
     return;
   }
+  if (method == "modelopt") {
+    // Older exports say only the method here and the rest in hf_quant_config.json.
+    if (!q.contains("quant_algo") && hf_quant) return parse_modelopt(*hf_quant, "quantization", r.source, s);
+    return parse_modelopt(q, "quantization_config", r.source, s);
+  }
   if (method != "fp8")
     throw InputError(r.source + ": quantization_config.quant_method \"" + method +
-                     "\" is not supported (supported: fp8, mxfp4, and GGUF files)");
+                     "\" is not supported (supported: fp8, modelopt, mxfp4, and GGUF files)");
   if (q.contains("fmt") && !(q["fmt"].is_string() && q["fmt"].get<std::string>() == "e4m3"))
     r.fail("quantization_config.fmt", "must be \"e4m3\"");
   if (q.contains("activation_scheme") &&
@@ -215,7 +263,8 @@ bool ModelSpec::layer_is_sliding(int64_t layer) const {
          layer_sliding[static_cast<size_t>(layer)] != 0;
 }
 
-ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen_text, const std::string& source) {
+ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen_text, const std::string& source,
+                          const std::string& hf_quant_text) {
   const json top = parse_json(config_text, source);
   const ConfigReader outer{top, source};
   ModelSpec s;
@@ -265,7 +314,19 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
       break;
     }
   s.dtype = parse_dtype(dtype, source);
-  if (outer.has("quantization_config")) parse_quantization(outer, s);
+  // A ModelOpt export's hf_quant_config.json: {"producer": ..., "quantization": {...}}.
+  json hf_quant;
+  const std::string hf_quant_source = source + " (hf_quant_config.json)";
+  if (!hf_quant_text.empty()) {
+    const json h = parse_json(hf_quant_text, hf_quant_source);
+    if (!h.is_object() || !h.contains("quantization") || !h["quantization"].is_object())
+      throw InputError(hf_quant_source + ": \"quantization\" must be an object");
+    hf_quant = h["quantization"];
+  }
+  if (outer.has("quantization_config"))
+    parse_quantization(outer, s, hf_quant.is_null() ? nullptr : &hf_quant);
+  else if (!hf_quant.is_null())
+    parse_modelopt(hf_quant, "quantization", hf_quant_source, s);
 
   s.arch->read_config(r, s);
 
@@ -304,7 +365,9 @@ ModelSpec load_hf_spec(const std::string& dir) {
   if (!fs::is_regular_file(cfg)) throw InputError("model folder '" + dir + "' has no config.json");
   fs::path gen = fs::path(dir) / "generation_config.json";
   std::string gen_text = fs::is_regular_file(gen) ? read_text(gen) : "";
-  return parse_hf_config(read_text(cfg), gen_text, cfg.string());
+  fs::path hf_quant = fs::path(dir) / "hf_quant_config.json";
+  return parse_hf_config(read_text(cfg), gen_text, cfg.string(),
+                         fs::is_regular_file(hf_quant) ? read_text(hf_quant) : "");
 }
 
 }  // namespace spark

@@ -2,6 +2,7 @@
 // filled from a Hugging Face config.json or from GGUF metadata.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,14 @@ struct ModelSpec {
   // channel (`weight_scale` tensors, their shape says which).
   bool fp8 = false;
   int64_t fp8_block_rows = 0, fp8_block_cols = 0;
+  // NVIDIA ModelOpt checkpoints (quantization_config quant_method "modelopt", or
+  // hf_quant_config.json): quant_algo NVFP4 or W4A16_NVFP4 (nvfp4: U8 codes with E4M3 and
+  // f32 scales, nvfp4_weights.h), FP8 (fp8, one scale per tensor), or MIXED_PRECISION with
+  // its map from layer prefix to algorithm (the tensors say each layer's format; the map is
+  // checked against them). Weight-only: activations stay 16-bit or f32.
+  bool modelopt = false;
+  bool nvfp4 = false;
+  std::map<std::string, std::string> modelopt_layers;
   // quantization_config with quant_method "mxfp4" (gpt-oss): the experts' matrices ship as
   // MXFP4 blocks (what a dummy of the model is planned with; real files say it per tensor).
   bool mxfp4_experts = false;
@@ -168,11 +177,13 @@ struct ModelSpec {
 namespace spark {
 
 // Builds a spec from the text of config.json and of generation_config.json ("" when the
-// folder has none; its eos_token_id, when given, is the one generation stops on).
-// Throws InputError naming `source`, the key and the accepted values.
+// folder has none; its eos_token_id, when given, is the one generation stops on) and of a
+// ModelOpt export's hf_quant_config.json ("" when none). Throws InputError naming
+// `source`, the key and the accepted values.
 ModelSpec parse_hf_config(const std::string& config_json, const std::string& generation_config_json,
-                          const std::string& source);
-// The same from a model folder (config.json required, generation_config.json optional).
+                          const std::string& source, const std::string& hf_quant_config_json = "");
+// The same from a model folder (config.json required, generation_config.json and
+// hf_quant_config.json optional).
 ModelSpec load_hf_spec(const std::string& dir);
 
 // The MTP head of `model` (model.mtp_layers > 0) as a model of its own: its first MTP

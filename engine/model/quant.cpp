@@ -1,9 +1,10 @@
-// quant.cpp — dequantization of F16/BF16 and GGML Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, MXFP4.
+// quant.cpp — dequantization of F16/BF16 and GGML Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4.
 #include "engine/model/quant.h"
 
 #include "engine/model/dtype_table.h"
 #include "engine/model/fp8_weights.h"
 
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <vector>
@@ -89,6 +90,12 @@ float e8m0_to_f32(uint8_t e) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+float ue4m3_to_f32(uint8_t v) {
+  const int exp = (v >> 3) & 15, man = v & 7;
+  if (exp == 15 && man == 7) return 0.0f;
+  return exp == 0 ? std::ldexp(float(man), -9) : std::ldexp(float(8 + man), exp - 10);
 }
 
 bool dequant_supported(DType t) { return dtype_info(t).decode != nullptr; }
@@ -232,6 +239,18 @@ void mxfp4(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+void nvfp4(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += sizeof(BlockNVFP4), y += 64)
+    for (int s = 0; s < 4; ++s) {
+      const float d = ue4m3_to_f32(b[s]);
+      const uint8_t* q = b + 4 + 8 * s;
+      for (int j = 0; j < 8; ++j) {
+        y[16 * s + j] = kMxfp4Values[q[j] & 0x0F] * d;
+        y[16 * s + j + 8] = kMxfp4Values[q[j] >> 4] * d;
+      }
+    }
+}
+
 }  // namespace decode
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
@@ -246,11 +265,12 @@ void dequantize_tensor_row(const Tensor& t, int64_t row, float* dst) {
   int64_t cols = t.cols();
   size_t row_bytes = dtype_nbytes(t.dtype, cols, cols);
   dequantize_row(t.dtype, static_cast<const uint8_t*>(t.data) + row_bytes * static_cast<size_t>(row), dst, cols);
-  if (t.dtype == DType::F8_E4M3) apply_fp8_scales(t, row, dst);
+  if (t.scale != nullptr) apply_tensor_scales(t, row, dst);
+  else SPARK_CHECK(t.dtype != DType::F8_E4M3, "FP8 tensor " + t.name + " has no scales");
 }
 
-void apply_fp8_scales(const Tensor& t, int64_t row, float* values) {
-  SPARK_CHECK(t.scale != nullptr, "FP8 tensor " + t.name + " has no scales");
+void apply_tensor_scales(const Tensor& t, int64_t row, float* values) {
+  SPARK_CHECK(t.scale != nullptr, "tensor " + t.name + " has no scales");
   const float* s = t.scale + (row / t.scale_block_rows) * t.scale_grid_cols();
   const int64_t cols = t.cols();
   for (int64_t c = 0; c < cols; ++c) values[c] *= s[c / t.scale_block_cols];

@@ -57,6 +57,20 @@ inline constexpr float kMxfp4Values[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4
 // 2^(e - 127) exactly (subnormal for e = 0, infinity for e = 255, as torch.ldexp gives).
 float e8m0_to_f32(uint8_t e);
 static_assert(sizeof(BlockMXFP4) == 17);
+// NVFP4 as GGUF stores it (ggml's block_nvfp4): 64 values in four sub-blocks of 16, each
+// with an E4M3 scale d[s] (its sign bit ignored); value j < 8 of sub-block s is
+// kMxfp4Values[low nibble of qs[8 s + j]] * e4m3(d[s]), value j + 8 the high nibble.
+// ModelOpt checkpoints pair neighbours in a byte and keep the scales apart;
+// engine/model/nvfp4_weights repacks them into this layout. The tensor's f32 scale
+// (Tensor::scale) multiplies every value.
+struct BlockNVFP4 {
+  uint8_t d[4];
+  uint8_t qs[32];
+};
+static_assert(sizeof(BlockNVFP4) == 36);
+// The magnitude of an E4M3 scale byte, sign bit ignored, as ggml reads NVFP4's (0x7F, NaN
+// in E4M3, reads as 0; the loaders refuse such scales).
+float ue4m3_to_f32(uint8_t v);
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
@@ -79,10 +93,12 @@ void q4_k(const uint8_t* src, float* dst, int64_t blocks);
 void q5_k(const uint8_t* src, float* dst, int64_t blocks);
 void q6_k(const uint8_t* src, float* dst, int64_t blocks);
 void mxfp4(const uint8_t* src, float* dst, int64_t blocks);
+void nvfp4(const uint8_t* src, float* dst, int64_t blocks);  // without the tensor's scale
 }  // namespace decode
 
 // True for the types dequantize_row() accepts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
-// Q5_K, Q6_K, MXFP4, and F8_E4M3 (without its scales: dequantize_tensor_row applies them).
+// Q5_K, Q6_K, MXFP4, and F8_E4M3 and NVFP4 (without their tensor's scales:
+// dequantize_tensor_row applies them).
 bool dequant_supported(DType t);
 
 // Converts `n` consecutive elements starting at the block boundary `src` to f32, exactly
@@ -104,10 +120,10 @@ struct BadBlockScale {
 // touches every page of the tensor.
 std::optional<BadBlockScale> find_nonfinite_block_scale(DType t, const void* data, size_t nbytes);
 
-// Row `row` of a 2-D view (or of a tensor flattened to rows() x cols()) as f32; an FP8
-// tensor's values times their scales (Tensor::scale).
+// Row `row` of a 2-D view (or of a tensor flattened to rows() x cols()) as f32; an FP8 or
+// NVFP4 tensor's values times their scales (Tensor::scale).
 void dequantize_tensor_row(const Tensor& t, int64_t row, float* dst);
-// values[c] *= the scale of FP8 tensor t at (row, c), for the row's cols() values.
-void apply_fp8_scales(const Tensor& t, int64_t row, float* values);
+// values[c] *= the scale of tensor t at (row, c), for the row's cols() values.
+void apply_tensor_scales(const Tensor& t, int64_t row, float* values);
 
 }  // namespace spark

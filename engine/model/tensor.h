@@ -15,6 +15,7 @@ enum class DType : uint8_t {
   F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2,
   Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K,
   MXFP4,  // OCP microscaling FP4: 32 E2M1 values sharing a power-of-two (E8M0) scale
+  NVFP4,  // NVIDIA FP4: 64 E2M1 values, an E4M3 scale per 16, times the tensor's f32 scale
   COUNT   // not a type: how many there are (each has a row in dtype_table.cpp)
 };
 
@@ -35,10 +36,12 @@ struct Tensor {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t nbytes = 0;
-  // F8_E4M3 weights of an FP8 checkpoint only (engine/model/fp8_weights.h): value (r, c)
-  // is e4m3(r, c) * scale[(r / scale_block_rows) * scale_grid_cols() + c / scale_block_cols],
-  // f32 scales owned by the Weights holding the tensor. Per tensor: one block of
-  // rows() x cols(); per channel: blocks of 1 x cols(); 128x128 blocks as in Qwen3-FP8.
+  // F8_E4M3 weights of an FP8 checkpoint (engine/model/fp8_weights.h): value (r, c) is
+  // e4m3(r, c) * scale[(r / scale_block_rows) * scale_grid_cols() + c / scale_block_cols],
+  // f32 scales owned by the Weights holding the tensor (or the file's mapping). Per tensor:
+  // one block of rows() x cols(); per channel: blocks of 1 x cols(); 128x128 blocks as in
+  // Qwen3-FP8. NVFP4 weights (engine/model/nvfp4_weights.h): their blocks' values times one
+  // scale per tensor (ModelOpt's weight_scale_2); none means 1.
   const float* scale = nullptr;
   int64_t scale_block_rows = 0, scale_block_cols = 0;
 

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "engine/model/fp8_weights.h"
+#include "engine/model/nvfp4_weights.h"
 #include "engine/model/load_weights.h"
 #include "engine/model/shape_text.h"
 #include "engine/util/check.h"
@@ -49,6 +50,7 @@ bool ignorable(const std::string& name, const ModelSpec& spec) {
   if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) return true;
   if (name == tensor_name(Part::LM_HEAD) && spec.tie_word_embeddings) return true;
   if (spec.fp8 && is_fp8_scale_name(name)) return true;  // read beside their weights (fp8_weights.h)
+  if (spec.modelopt && is_modelopt_side_name(name)) return true;  // nvfp4_weights.h
   return false;
 }
 

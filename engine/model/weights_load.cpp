@@ -6,6 +6,7 @@
 #include "engine/model/architecture.h"
 #include "engine/model/fp8_weights.h"
 #include "engine/model/load_weights.h"
+#include "engine/model/nvfp4_weights.h"
 #include "engine/model/quant.h"
 #include "engine/util/check.h"
 #include "engine/util/mmap.h"
@@ -22,15 +23,25 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
   const bool convert = spec.arch && spec.arch->convert_checkpoint;
   const std::map<std::string, Tensor> converted =
       convert ? spec.arch->convert_checkpoint(model.tensors, spec, range, &w, source) : std::map<std::string, Tensor>{};
-  const std::map<std::string, Tensor>& tensors = convert ? converted : model.tensors;
+  const std::map<std::string, Tensor>& file_tensors = convert ? converted : model.tensors;
+  if (spec.modelopt) {
+    check_modelopt_layers(file_tensors, spec, source);
+    check_modelopt_scales(file_tensors, source);
+  }
+  const std::map<std::string, Tensor> nvfp4_view = spec.nvfp4 ? nvfp4_header_view(file_tensors, source)
+                                                                : std::map<std::string, Tensor>{};
+  const std::map<std::string, Tensor>& tensors = spec.nvfp4 ? nvfp4_view : file_tensors;
   std::vector<TensorSpec> need = check_tensor_set(tensors, spec, range, source);
   for (const TensorSpec& ts : need) {
     Tensor t = tensors.at(ts.name);
     if (t.dtype == DType::F8_E4M3)
       attach_fp8_scales(tensors, spec, t, w, source);
+    else if (t.dtype == DType::NVFP4)
+      t = nvfp4_from_modelopt(tensors, t, w, source);
     else if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::MXFP4)
       throw InputError(source + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
-                       "; weights must be F32, F16 or BF16 (or F8_E4M3 in an FP8 checkpoint, MXFP4 experts)");
+                       "; weights must be F32, F16 or BF16 (or F8_E4M3 in an FP8 checkpoint, U8 codes with E4M3 "
+                       "scales in an NVFP4 one, MXFP4 experts)");
     w.add(t);
   }
   return w;
@@ -41,8 +52,25 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
   // llama.cpp counts a multi-token-prediction block among the layers (after them); the
   // model's layers end before it.
   const int64_t file_blocks = f.get_int(spec.arch->gguf_name + std::string(".block_count")).value_or(spec.num_layers);
+  // llama.cpp's NVFP4 tensors come with F32 sidecars: X.scale (ModelOpt's weight_scale_2,
+  // one per tensor or per expert) and X.input_scale (unused: activations stay 16-bit).
+  std::map<std::string, const GgufTensorInfo*> sidecars;
+  for (const GgufTensorInfo& info : f.tensors)
+    if (gguf_is_nvfp4_sidecar(info.name)) sidecars[info.name] = &info;
+  const auto scale_of = [&](const GgufTensorInfo& info, int64_t count) -> const float* {
+    if (info.dtype != DType::NVFP4 || info.name.size() < 7) return nullptr;
+    const auto it = sidecars.find(info.name.substr(0, info.name.size() - 7) + ".scale");
+    if (it == sidecars.end()) return nullptr;  // llama.cpp multiplies by nothing then
+    Tensor s;
+    s.name = it->first;
+    s.dtype = it->second->dtype;
+    s.shape = it->second->shape;
+    s.data = f.tensor_data(*it->second);
+    return checked_tensor_scales(s, count, "GGUF file '" + f.source + "'");
+  };
   for (const GgufTensorInfo& info : f.tensors) {
     if (info.name == "rope_freqs.weight") continue;  // folded into the spec's RopeScaling
+    if (sidecars.count(info.name)) continue;
     const int64_t layer = gguf_layer_of(info.name);
     if (layer >= spec.num_layers && layer < file_blocks) continue;
     auto hf = gguf_to_hf_name(info.name, spec.arch->gguf_aliases, spec.arch->gguf_fused);
@@ -50,10 +78,17 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
     Tensor t;
     t.dtype = info.dtype;
     t.data = f.tensor_data(info);
-    if (!gguf_is_stacked_experts(info.name)) {
+    const bool stacked = gguf_is_stacked_experts(info.name);
+    const float* scale = scale_of(info, stacked && !info.shape.empty() ? info.shape[0] : 1);
+    if (!stacked) {
       t.name = *hf;
       t.shape = info.shape;
       t.nbytes = info.nbytes;
+      if (scale) {
+        t.scale = scale;
+        t.scale_block_rows = t.rows();
+        t.scale_block_cols = t.cols();
+      }
       // Squeezed by llama.cpp: the conv1d kernel ([channels, 1, kernel]) and the shared
       // expert's gate ([1, hidden]).
       if (t.shape.size() == 2 && t.name == tensor_name(Part::LIN_CONV, layer)) t.shape.insert(t.shape.begin() + 1, 1);
@@ -75,6 +110,11 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
       x.shape.assign(info.shape.begin() + 1, info.shape.end());
       x.nbytes = slab;
       x.data = static_cast<const uint8_t*>(t.data) + slab * static_cast<size_t>(e);
+      if (scale) {
+        x.scale = scale + e;
+        x.scale_block_rows = x.rows();
+        x.scale_block_cols = x.cols();
+      }
       if (!out.emplace(x.name, x).second) throw InputError("GGUF file '" + f.source + "': tensor '" + x.name + "' appears twice");
     }
   }
@@ -119,6 +159,7 @@ Weights load_gguf_weights(const GgufFile& f, const ModelSpec& spec, LayerRange r
   for (const TensorSpec& ts : need) {
     Tensor t = all.at(ts.name);
     check_block_scales(t, f.source);
+    if (t.dtype == DType::NVFP4) check_nvfp4_block_scales(t, "GGUF file '" + f.source + "'");
     const bool q_or_k = ts.part == Part::Q || ts.part == Part::K || ts.part == Part::Q_BIAS || ts.part == Part::K_BIAS;
     // llama.cpp stores zero-centred norms with the one added, and -exp(A_log) for A_log.
     const bool offset_norm = spec.norm_plus_one && part_is_norm(ts.part) && ts.part != Part::LIN_NORM;

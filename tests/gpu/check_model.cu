@@ -912,6 +912,80 @@ LoadedModel with_fp8_experts(LoadedModel m, int64_t block, bool per_tensor_first
   return m;
 }
 
+// Every matrix of the layers but the routers, whose rows are whole 64-value blocks, as
+// NVFP4: quantized here as ModelOpt does (a tensor scale amax / (6 * 448), an E4M3 scale
+// per 16 values, the nearest E2M1 code), the others left as stored (the tiny Qwen3-MoE's
+// 32-wide expert down projections), so fused matrices mix per-part scales and formats.
+LoadedModel with_nvfp4(LoadedModel m) {
+  std::set<std::string> convert;
+  for (const LayerWeights& l : bind_stage(m.info.spec, m.weights).layers) {
+    for (Part p : {Part::Q, Part::K, Part::V, Part::O, Part::GATE, Part::UP, Part::DOWN})
+      if (const Tensor* t = l.find(p)) convert.insert(t->name);
+    for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down})
+      for (const Tensor* t : *list) convert.insert(t->name);
+  }
+  std::vector<float> positive(0x7F);  // e4m3 codes 0 .. 0x7E in increasing order of value
+  for (size_t c = 0; c < positive.size(); ++c) positive[c] = fp8_e4m3_to_f32(uint8_t(c));
+  auto nearest = [](const float* table, size_t n, float x) {
+    size_t best = 0;
+    for (size_t c = 1; c < n; ++c)
+      if (std::fabs(table[c] - x) < std::fabs(table[best] - x)) best = c;
+    return uint8_t(best);
+  };
+  Weights out;
+  for (const auto& [name, t] : m.weights.all()) {
+    if (!convert.count(name) || t.cols() % 64 != 0) {
+      out.add(t);
+      continue;
+    }
+    const int64_t rows = t.rows(), cols = t.cols();
+    std::vector<float> v(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) dequantize_tensor_row(t, r, v.data() + r * cols);
+    float amax = 0;
+    for (float x : v) amax = std::max(amax, std::fabs(x));
+    auto scale = std::make_shared<float>(amax > 0 ? amax / (6.0f * 448.0f) : 1.0f);
+    auto blocks = std::make_shared<std::vector<uint8_t>>(size_t(rows * cols / 64) * sizeof(BlockNVFP4));
+    for (int64_t b = 0; b < rows * cols / 64; ++b)
+      for (int s = 0; s < 4; ++s) {
+        const float* x = v.data() + b * 64 + 16 * s;
+        float sub = 0;
+        for (int j = 0; j < 16; ++j) sub = std::max(sub, std::fabs(x[j]));
+        uint8_t* block = blocks->data() + size_t(b) * sizeof(BlockNVFP4);
+        block[s] = nearest(positive.data(), positive.size(), sub / 6.0f / *scale);
+        const float d = fp8_e4m3_to_f32(block[s]) * *scale;
+        auto code = [&](float y) { return d > 0 ? nearest(kMxfp4Values, 16, y / d) : uint8_t(0); };
+        for (int j = 0; j < 8; ++j) block[4 + 8 * s + j] = uint8_t(code(x[j]) | (code(x[j + 8]) << 4));
+      }
+    Tensor q = t;
+    q.dtype = DType::NVFP4;
+    q.data = blocks->data();
+    q.nbytes = blocks->size();
+    q.scale = scale.get();
+    q.scale_block_rows = rows;
+    q.scale_block_cols = cols;
+    out.add(q);
+    out.keep_alive(blocks);
+    out.keep_alive(scale);
+  }
+  out.set_range(m.weights.range());
+  out.keep_alive(std::make_shared<Weights>(std::move(m.weights)));
+  m.weights = std::move(out);
+  return m;
+}
+
+// NVFP4 weights (with_nvfp4) kept packed on the device with a scale a row, on the tiny
+// Llama (every matrix) and Qwen3-MoE (its 32-wide expert down projections stay f32),
+// plain, staggered and 12 sequences wide (graph bucket 16, packed tiles); FP16, as
+// tiny_moe_parity explains for the MoE's near-uniform router.
+void tiny_nvfp4_parity(const std::string& name) {
+  const LoadedModel m = with_nvfp4(load_model(config_for_model(tiny_model_path(name))));
+  const auto golden = tiny_model_prompts(name);
+  std::vector<std::vector<int32_t>> wide;
+  for (int copy = 0; copy < 3; ++copy) wide.insert(wide.end(), golden.begin(), golden.end());
+  for (bool staggered : {false, true}) logits_parity(name + " NVFP4", m, golden, true, staggered);
+  logits_parity(name + " NVFP4 x12 sequences (graph bucket 16, packed tiles)", m, wide, true);
+}
+
 // The tiny gpt-oss (f32 attention, MXFP4 experts, sinks, 8-token windows on alternate
 // layers, YaRN): as qwen3_moe's, its random router flips a top-4 choice when the f32
 // matrices are rounded to 16 bits (measured: the 40-token prompt, 3.8e-2 against the f32
@@ -1299,6 +1373,8 @@ int main() {
     run_part("model", "llama Q4_K_M", [] { tiny_k_quant_parity("llama_q4_k_m", "llama Q4_K_M"); });
     run_part("model", "qwen3 Q8_0+Q4_K+Q6_K", [] { tiny_k_quant_parity("qwen3_k_quants", "qwen3 Q8_0+Q4_K+Q6_K"); });
     for (const char* name : {"llama_fp8_block", "qwen3_fp8_channel"}) run_part("model", name, [name] { tiny_fp8_parity(name); });
+    for (const char* name : {"llama", "qwen3_moe"})
+      run_part("model", std::string(name) + " NVFP4", [name] { tiny_nvfp4_parity(name); });
     for (const char* name : {"llama", "qwen3_bf16", "qwen3_moe", "gpt_oss", "qwen3_5"})
       for (const char* to : {"q8_0", "fp8"})
         if (std::string(name) != "qwen3_5" || std::string(to) == "q8_0")  // see quantized_at_load_parity

@@ -32,6 +32,7 @@
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/moe.h"
+#include "engine/backend/cuda/nvfp4.h"
 #include "engine/backend/cuda/q8_0.h"
 #include "engine/config.h"
 #include "engine/model/arch.h"
@@ -223,14 +224,37 @@ HostMatrix random_k_blocks(DType dtype, int64_t rows, int64_t cols, uint64_t see
   return m;
 }
 
+// A host matrix of random NVFP4 blocks: random codes, sub-block scales of E4M3 values
+// 0.5 .. 2.75 (no NaN); each matrix's tensor scale is set by Layer.
+HostMatrix random_nvfp4(int64_t rows, int64_t cols, uint64_t seed) {
+  HostMatrix m;
+  m.bytes.resize(dtype_nbytes(DType::NVFP4, rows * cols, cols));
+  for (size_t i = 0; i < m.bytes.size(); ++i) {
+    const uint8_t b = uint8_t(splitmix64(seed * 0x9E3779B97F4A7C15ull + i));
+    m.bytes[i] = i % sizeof(BlockNVFP4) < 4 ? uint8_t(0x30 + b % 24) : b;
+  }
+  m.describe(DType::NVFP4, rows, cols);
+  return m;
+}
+
 // A matrix on the device as DeviceWeights lays it out: 16-bit copied, Q8_0 repacked,
 // the other block formats as the file's blocks, an FP8 stack as its e4m3 bytes and the
-// scale grids of its matrices one after another (`fp8_scales`).
+// scale grids of its matrices one after another (`scales`), an NVFP4 stack as its blocks
+// and each matrix's one scale (`scales`) on each of its rows.
 struct DeviceMatrixOwner {
   DeviceArray<uint8_t> data, scales;
   cuda::DeviceMatrix matrix;
   DeviceMatrixOwner(const Tensor& t, const std::vector<float>& fp8_scales) {
-    if (t.dtype == DType::F8_E4M3) {
+    if (t.dtype == DType::NVFP4) {
+      data = DeviceArray<uint8_t>(cuda::nvfp4_bytes(t.rows(), t.cols()));
+      const int64_t per = t.rows() / int64_t(fp8_scales.size());
+      std::vector<float> rows(size_t(t.rows()));
+      for (size_t r = 0; r < rows.size(); ++r) rows[r] = fp8_scales[r / size_t(per)];
+      CUDA_CHECK(cudaMemcpy(data.get(), t.data, t.nbytes, cudaMemcpyHostToDevice));
+      float* s = reinterpret_cast<float*>(data.get() + cuda::nvfp4_scales_offset(t.rows(), t.cols()));
+      CUDA_CHECK(cudaMemcpy(s, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+      matrix = {cuda::WeightFormat::NVFP4, data.get(), s};
+    } else if (t.dtype == DType::F8_E4M3) {
       data = DeviceArray<uint8_t>(t.nbytes);
       scales = DeviceArray<uint8_t>(fp8_scales.size() * 4);
       CUDA_CHECK(cudaMemcpy(data.get(), t.data, t.nbytes, cudaMemcpyHostToDevice));
@@ -268,7 +292,7 @@ struct Layer {
   cuda::MoeConfig cfg;
   std::vector<float> norm;
   HostMatrix router, gate_up, down;
-  std::vector<float> gate_up_scales, down_scales;  // FP8: each matrix's grid, in stack order
+  std::vector<float> gate_up_scales, down_scales;  // FP8: each matrix's grid; NVFP4: its scale; in stack order
   std::vector<float> score_bias;                   // Nemotron-H: [experts]
   Tensor score_bias_tensor;
   cpu::MoeWeights cpu;
@@ -293,12 +317,14 @@ struct Layer {
     norm = random_floats(size_t(rh), seed + 3, 0.5f, 1.5f);
     router = random_matrix(router_dtype, experts, rh, 1.0f / std::sqrt(float(rh)) * 4, seed);
     const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K;
-    const bool fp8 = expert_dtype == DType::F8_E4M3;
+    const bool fp8 = expert_dtype == DType::F8_E4M3, nvfp4 = expert_dtype == DType::NVFP4;
     gate_up = k_quant ? random_k_blocks(expert_dtype, up_rows, hidden, seed + 1)
               : fp8   ? random_fp8(up_rows, hidden, seed + 1)
+              : nvfp4 ? random_nvfp4(up_rows, hidden, seed + 1)
                       : random_matrix(expert_dtype, up_rows, hidden, 1.0f / std::sqrt(float(hidden)) * 2, seed + 1);
     down = k_quant ? random_k_blocks(expert_dtype, int64_t(experts) * hidden, inter, seed + 2)
            : fp8   ? random_fp8(int64_t(experts) * hidden, inter, seed + 2)
+           : nvfp4 ? random_nvfp4(int64_t(experts) * hidden, inter, seed + 2)
                    : random_matrix(expert_dtype, int64_t(experts) * hidden, inter, 1.0f / std::sqrt(float(inter)) * 2,
                                    seed + 2);
     views.reserve(size_t(experts) * 3);
@@ -309,6 +335,7 @@ struct Layer {
       views.push_back(down.rows(int64_t(e) * hidden, hidden));
     }
     if (fp8) attach_fp8_scales(experts, fp8_block, seed + 6);
+    if (nvfp4) attach_fp8_scales(experts, -1, seed + 6);
     cpu.router = &router.tensor;
     for (int32_t e = 0; e < experts; ++e) {
       if (gated) cpu.gate.push_back(&views[size_t(e) * 3]);
@@ -336,11 +363,12 @@ struct Layer {
 
   // Random scales in [0.5, 1) / (8 sqrt(cols)) (values O(1/sqrt(cols))), one grid per
   // matrix: gate_e and up_e's after each other in gate_up_scales (ungated: up_e's alone),
-  // down_e's in down_scales.
+  // down_e's in down_scales. block: FP8's scale blocks (0: one scale a row); -1: one
+  // scale a matrix (NVFP4's tensor scale).
   void attach_fp8_scales(int32_t experts, int64_t block, uint64_t seed) {
     auto make = [&](HostMatrix& stack, std::vector<float>& scales, int64_t matrices, int64_t rows, uint64_t s) {
       const int64_t cols = stack.tensor.cols();
-      stack.tensor.scale_block_rows = block > 0 ? block : 1;
+      stack.tensor.scale_block_rows = block > 0 ? block : block < 0 ? rows : 1;
       stack.tensor.scale_block_cols = block > 0 ? block : cols;
       const int64_t grid =
           cuda::ceil_div(rows, stack.tensor.scale_block_rows) * cuda::ceil_div(cols, stack.tensor.scale_block_cols);
@@ -436,7 +464,9 @@ void block_case(DType expert_dtype, const std::vector<int32_t>& token_counts, cu
                 int64_t fp8_block = 128) {
   const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K;
   const bool fp8 = expert_dtype == DType::F8_E4M3;
-  const int32_t experts = 16, top_k = 4, hidden = 256, inter = k_quant ? 256 : fp8 ? 192 : 96;
+  // NVFP4: 3 blocks of 64 a down row.
+  const int32_t experts = 16, top_k = 4, hidden = 256,
+                inter = k_quant ? 256 : fp8 || expert_dtype == DType::NVFP4 ? 192 : 96;
   const DType router_dtype = std::is_same_v<T, f16> ? DType::F16 : DType::BF16;
   const Layer l(expert_dtype, router_dtype, experts, top_k, hidden, inter, seed, fp8_block);
   DeviceLayer d(l);
@@ -604,22 +634,29 @@ void bytes_table(const BytesShape& m, DType expert_dtype, const std::vector<int3
   cfg.rule = m.rule;
   cfg.normalize = true;
   const bool q8 = expert_dtype == DType::Q8_0, fp8 = expert_dtype == DType::F8_E4M3;
+  const bool nv = expert_dtype == DType::NVFP4;
   const size_t matrices = m.gated ? 3 : 2, up_matrices = matrices - 1;
   const size_t gate_up_rows = size_t(E) * up_matrices * I, down_rows = size_t(E) * H;
-  // Bytes of a weight, and of the scales of one expert matrix ([I, H] or [H, I]): Q8_0 one
-  // f16 per 32 weights; FP8 one f32 per 128x128 block (30B-A3B: 6 x 16 = 96 a matrix).
-  const size_t weight_bytes = q8 || fp8 ? 1 : 2;
+  // Bytes of a weight (NVFP4: 36 a 64), and of the scales of one expert matrix ([I, H] or
+  // [H, I]): Q8_0 one f16 per 32 weights; FP8 one f32 per 128x128 block (30B-A3B: 6 x 16
+  // = 96 a matrix); NVFP4 one f32 a row (I of a gate or up, H of a down).
+  const double weight_bytes = nv ? 36.0 / 64 : q8 || fp8 ? 1 : 2;
   const size_t matrix_scale_bytes =
       q8 ? size_t(I) * H / 32 * 2 : fp8 ? size_t(cuda::ceil_div(I, 128)) * size_t(cuda::ceil_div(H, 128)) * 4 : 0;
-  const size_t expert_bytes = matrices * size_t(I) * H * weight_bytes + matrices * matrix_scale_bytes;
-  DeviceArray<uint8_t> gu(gate_up_rows * H * weight_bytes), dn(down_rows * I * weight_bytes);
+  const size_t expert_bytes = nv ? (matrices * size_t(I) * H / 64 * 36 + (up_matrices * size_t(I) + size_t(H)) * 4)
+                                 : matrices * size_t(I) * H * size_t(weight_bytes) + matrices * matrix_scale_bytes;
+  DeviceArray<uint8_t> gu(nv ? cuda::nvfp4_bytes(int64_t(gate_up_rows), H) : gate_up_rows * H * size_t(weight_bytes)),
+      dn(nv ? cuda::nvfp4_bytes(int64_t(down_rows), I) : down_rows * I * size_t(weight_bytes));
   DeviceArray<uint8_t> gu_s(std::max<size_t>(1, up_matrices * E * matrix_scale_bytes)),
       dn_s(std::max<size_t>(1, size_t(E) * matrix_scale_bytes));
   for (auto* a : {&gu, &dn, &gu_s, &dn_s}) CUDA_CHECK(cudaMemset(a->get(), 0x11, a->size()));
-  const auto format = q8 ? cuda::WeightFormat::Q8_0 : fp8 ? cuda::WeightFormat::FP8 : cuda::WeightFormat::HALF;
+  const auto format = q8 ? cuda::WeightFormat::Q8_0 : fp8 ? cuda::WeightFormat::FP8
+                      : nv ? cuda::WeightFormat::NVFP4 : cuda::WeightFormat::HALF;
   const int32_t block = fp8 ? 128 : 0;
-  cuda::ExpertWeights ew{{format, gu.get(), gu_s.get(), 0, nullptr, block, block},
-                         {format, dn.get(), dn_s.get(), 0, nullptr, block, block}};
+  const void* gu_scales = nv ? gu.get() + cuda::nvfp4_scales_offset(int64_t(gate_up_rows), H) : gu_s.get();
+  const void* dn_scales = nv ? dn.get() + cuda::nvfp4_scales_offset(int64_t(down_rows), I) : dn_s.get();
+  cuda::ExpertWeights ew{{format, gu.get(), gu_scales, 0, nullptr, block, block},
+                         {format, dn.get(), dn_scales, 0, nullptr, block, block}};
   DeviceArray<float> router(random_floats(size_t(E) * H, 99, -0.1f, 0.1f)), norm(random_floats(size_t(H), 98, 0.5f, 1.5f));
   DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(cfg));
   const cuda::MoeScratch s(cfg, scratch_memory.get());
@@ -644,7 +681,7 @@ void bytes_table(const BytesShape& m, DType expert_dtype, const std::vector<int3
     const double weights_read = double(reads.total()) - activations;
     const double ratio = weights_read / (double(distinct) * double(expert_bytes));
     row(kCheck,
-        std::string("bytes ") + m.name + " " + (q8 ? "Q8_0" : fp8 ? "FP8 128x128" : "BF16") + " B=" +
+        std::string("bytes ") + m.name + " " + (q8 ? "Q8_0" : fp8 ? "FP8 128x128" : nv ? "NVFP4" : "BF16") + " B=" +
             std::to_string(B) + ": " + std::to_string(distinct) + " experts",
         fmt("%.4f", ratio) + fmt(" (%.1f MB expert weights)", weights_read / 1e6),
         fmt("1 +- 0.03 of %.1f MB", double(distinct) * double(expert_bytes) / 1e6), ratio >= 0.97 && ratio <= 1.03);
@@ -707,6 +744,8 @@ void run() {
   block_case<bf16>(DType::Q6_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 16, 300}, stream, 16);
   block_case<bf16>(DType::F8_E4M3, tokens, stream, 17, 128);
   block_case<bf16>(DType::F8_E4M3, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 18, 0);
+  block_case<bf16>(DType::NVFP4, tokens, stream, 19);
+  block_case<f16>(DType::NVFP4, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 20);
   // Nemotron-H: every format at every size in the plain run (the GEMVs' 16-row passes and
   // the GEMM's 64-row tiles both split at 300 tokens x 6 / 16 experts); LatentMoE with a
   // router wider than the experts, down to the fixture's 16-wide latent.
@@ -739,6 +778,7 @@ void run() {
   // rows, and 16 steps of BF16 experts (760 MB a step) would double the check's time.
   bytes_table(kQwen30B, DType::Q8_0, {1, 4, 16}, stream);
   bytes_table(kQwen30B, DType::F8_E4M3, {1, 4}, stream);
+  bytes_table(kQwen30B, DType::NVFP4, {1, 4, 16}, stream);
   bytes_table(kQwen30B, DType::BF16, {1}, stream);
   bytes_table(kNemotronNano, DType::Q8_0, {1, 4}, stream);
   bytes_table(kNemotronNano, DType::BF16, {1}, stream);

@@ -29,8 +29,9 @@ TEST_CASE("dtype table: every type has one row, its name and GGUF id unique") {
     CHECK(dtype_name(DType(i)) == r.name);
     CHECK(r.block_elems >= 1);
     CHECK(r.block_bytes >= 1);
-    // A block-quantized type carries a scale the NaN check reads, or says why not (MXFP4).
-    if (r.block_elems > 1 && r.type != DType::MXFP4) CHECK(r.scales[0].field != nullptr);
+    // A block-quantized type carries a half-float scale the NaN check reads, or says why
+    // not (MXFP4's E8M0; NVFP4's E4M3, which check_nvfp4_block_scales reads).
+    if (r.block_elems > 1 && r.type != DType::MXFP4 && r.type != DType::NVFP4) CHECK(r.scales[0].field != nullptr);
   }
 }
 
@@ -41,7 +42,7 @@ TEST_CASE("dtype table: lookups miss what no row has") {
   CHECK(dtype_of_safetensors_name("F8_E8M0") == nullptr);
   CHECK(dtype_of_ggml_type(12)->type == DType::Q4_K);
   CHECK(dtype_of_safetensors_name("BF16")->type == DType::BF16);
-  CHECK(gguf_dtype_list() == "F64, F32, F16, BF16, I64, I32, I16, I8, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4");
+  CHECK(gguf_dtype_list() == "F64, F32, F16, BF16, I64, I32, I16, I8, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4");
   CHECK(safetensors_dtype_list() == "F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2");
 }
 

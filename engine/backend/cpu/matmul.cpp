@@ -72,6 +72,13 @@ const float* row_blocks(const Tensor& w, int64_t, const uint8_t* src, float* out
   return out;
 }
 
+// NVFP4: the reference decoder, then the tensor's scale (one per tensor).
+const float* row_nvfp4(const Tensor& w, int64_t row, const uint8_t* src, float* out) {
+  decode::nvfp4(src, out, w.cols() / 64);
+  if (w.scale != nullptr) apply_tensor_scales(w, row, out);
+  return out;
+}
+
 // Dot products of NW (1..3) weight rows with NX (1..4) activation rows: a register tile,
 // so every loaded vector feeds several FMAs (3 x 4 fills the 16 AVX2 registers with 12
 // accumulators, and loads 7 vectors per 12 FMAs). Each pair has one accumulator, filled in
@@ -490,6 +497,7 @@ constexpr std::array<CpuKernels, size_t(DType::COUNT)> kKernels{{
     blocks<BlockQ6_K>(DType::Q6_K),
     // Its E8M0 scales have no register decoder yet: rows decode whole, then the f32 tile.
     decoded(DType::MXFP4, row_blocks<BlockMXFP4>),
+    decoded(DType::NVFP4, row_nvfp4),
 }};
 
 constexpr bool kernels_in_order() {

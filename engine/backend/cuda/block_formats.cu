@@ -52,6 +52,7 @@ constexpr std::array<FormatRow, size_t(WeightFormat::COUNT)> kFormats{{
     raw_blocks<WeightFormat::Q6_K>("Q6_K"),
     split(WeightFormat::FP8, "FP8", 16),  // fp8.h's unit of 16 values
     split(WeightFormat::MXFP4, "MXFP4", 32),
+    split(WeightFormat::NVFP4, "NVFP4", 64),  // the file's blocks and a scale a row (nvfp4.h)
 }};
 
 // One row per DType, in the enum's order: the packed device format a stored tensor of
@@ -80,6 +81,7 @@ constexpr std::array<PackedRow, size_t(DType::COUNT)> kPacked{{
     {DType::Q5_K, WeightFormat::Q5_K},
     {DType::Q6_K, WeightFormat::Q6_K},
     {DType::MXFP4, WeightFormat::MXFP4},
+    {DType::NVFP4, WeightFormat::NVFP4},
 }};
 
 constexpr bool rows_in_order() {

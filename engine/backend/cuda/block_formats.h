@@ -20,10 +20,10 @@
 namespace spark::cuda {
 
 // The packed device format a stored tensor type keeps (Q8_0, the raw-block formats, FP8
-// for F8_E4M3, MXFP4: MoE experts only, mxfp4.h), or none (16-bit and f32 tensors, which become the compute type).
+// for F8_E4M3, MXFP4: MoE experts only, mxfp4.h; NVFP4, nvfp4.h), or none (16-bit and f32 tensors, which become the compute type).
 std::optional<WeightFormat> packed_format(DType t);
 // True for the formats whose device layout is the file's blocks as they are (not Q8_0,
-// which is split into quants and scales, nor FP8, MXFP4 or HALF).
+// which is split into quants and scales, nor FP8, MXFP4, NVFP4 or HALF).
 bool is_raw_block_format(WeightFormat f);
 const char* weight_format_name(WeightFormat f);
 // Values in one block of a packed format (32 or 256; 16 for FP8): k must be a multiple.

@@ -1,6 +1,6 @@
 // device_weights.cu — checks a stage's tensors against the spec, keeps GGUF block matrices
 // packed (Q8_0 repacked, q8_0.h; MXFP4 experts split, mxfp4.h; Q4_0, Q4_1, Q4_K, Q5_K, Q6_K as the file's blocks,
-// block_formats.h) or converts them to the compute type on the host, and uploads them into
+// block_formats.h; NVFP4's blocks with a scale a row, nvfp4.h) or converts them to the compute type on the host, and uploads them into
 // one device allocation.
 #include "engine/backend/cuda/device_weights.h"
 
@@ -15,6 +15,7 @@
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/mxfp4.h"
+#include "engine/backend/cuda/nvfp4.h"
 #include "engine/backend/cuda/q8_0.h"
 #include "engine/model/load_quantization.h"
 #include "engine/model/quant.h"
@@ -53,6 +54,7 @@ size_t packed_bytes(WeightFormat f, int64_t rows, int64_t cols, int64_t fp8_bloc
                     int64_t matrices) {
   if (f == WeightFormat::Q8_0) return scales_offset(rows, cols) + align_up(size_t(rows * (cols / kQ8Block)) * 2);
   if (f == WeightFormat::MXFP4) return mxfp4_bytes(rows, cols);
+  if (f == WeightFormat::NVFP4) return nvfp4_bytes(rows, cols);
   if (f == WeightFormat::FP8) {
     const int64_t each = rows / matrices;
     const int64_t grid = fp8_block_rows > 0 ? ceil_div(each, fp8_block_rows) * ceil_div(cols, fp8_block_cols) : each;
@@ -164,10 +166,12 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       // An FP8 table is gathered from 16-bit rows (FP8 checkpoints keep it 16-bit anyway);
       // fp8.h reads scale blocks of whole 16-value units.
       const bool fp8_ok = p != Part::EMBEDDING && s.fp8_block_cols % 16 == 0;
-      // MXFP4 is read by the MoE kernels only (gpt-oss keeps nothing else in it).
+      // MXFP4 is read by the MoE kernels only (gpt-oss keeps nothing else in it); NVFP4
+      // by every matrix kernel but the embedding gather.
       const bool mxfp4_ok = part_is_per_expert(p);
+      const bool nvfp4_ok = p != Part::EMBEDDING;
       if (f && cols % block_values(*f) == 0 && (f != WeightFormat::FP8 || fp8_ok) &&
-          (f != WeightFormat::MXFP4 || mxfp4_ok))
+          (f != WeightFormat::MXFP4 || mxfp4_ok) && (f != WeightFormat::NVFP4 || nvfp4_ok))
         formats.push_back(*f);
     }
     const bool packed = formats.size() == parts.size();
@@ -448,6 +452,7 @@ void upload_packed(const Piece& p, const ModelSpec& spec, char* dst, DeviceMatri
     if (seg.format == WeightFormat::Q8_0 || seg.format == WeightFormat::FP8)
       m->scales = base + scales_offset(seg.rows, p.cols);
     if (seg.format == WeightFormat::MXFP4) m->scales = base + mxfp4_scales_offset(seg.rows, p.cols);
+    if (seg.format == WeightFormat::NVFP4) m->scales = base + nvfp4_scales_offset(seg.rows, p.cols);
     int64_t row0 = 0;
     size_t scale_at = scales_offset(seg.rows, p.cols);  // FP8: where the next source's scale grid goes
     for (size_t s = seg.first; s < seg.first + seg.count; ++s) {
@@ -479,6 +484,9 @@ void upload_packed(const Piece& p, const ModelSpec& spec, char* dst, DeviceMatri
         scale_at += scale_bytes;
       } else if (seg.format == WeightFormat::MXFP4) {
         upload_mxfp4(*t, base + row0 * (p.cols / 2), base + mxfp4_scales_offset(seg.rows, p.cols) + row0 * (p.cols / 32));
+      } else if (seg.format == WeightFormat::NVFP4) {
+        upload_nvfp4(*t, base + row0 * nvfp4_row_bytes(p.cols),
+                     reinterpret_cast<float*>(base + nvfp4_scales_offset(seg.rows, p.cols)) + row0);
       } else
         upload_blocks(*t, base + row0 * block_row_bytes(seg.format, p.cols));
       row0 += t->rows();

@@ -13,6 +13,7 @@
 #include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/fp8.h"
+#include "engine/backend/cuda/nvfp4.h"
 #include "engine/backend/cuda/packed_gemm.h"
 #include "engine/backend/cuda/q8_0.h"
 
@@ -199,6 +200,8 @@ void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const D
         gemv_q8_0(type, x, rows, k, *part, pn, py, n, out, stream, programmatic);
       else if (part->format == WeightFormat::FP8)
         gemv_fp8(type, x, rows, k, *part, pn, py, n, out, stream, programmatic);
+      else if (part->format == WeightFormat::NVFP4)
+        gemv_nvfp4(type, x, rows, k, *part, pn, py, n, out, stream, programmatic);
       else
         gemv_blocks(part->format, type, x, rows, k, part->data, pn, py, n, out, stream, programmatic);
     } else {

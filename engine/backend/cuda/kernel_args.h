@@ -34,17 +34,22 @@ enum class HalfType : uint8_t { BF16, F16 };
 //         r * k / 2 + 16 b; value j < 16 of the block in the low nibble of byte j, value
 //         16 + j in its high nibble), `scales` [n, k / 32] E8M0 exponent bytes; value =
 //         kMxfp4Values[code] * 2^(e - 127). k * 17 / 32 bytes a row, as in the file.
+//   NVFP4: GGUF's 36-byte blocks as they are (BlockNVFP4, engine/model/quant.h; ModelOpt
+//         checkpoints repacked into them at load), row r at r * k / 64 * 36, then `scales`
+//         [n] f32: each row's tensor scale (the parts of a fused matrix and the experts of
+//         a stack each have their own); value = e2m1 * e4m3(sub-block scale) * scales[r],
+//         rounded as the CPU backend rounds it (nvfp4.h; weight_readers.cuh's Nvfp4Rows).
 // A fused matrix whose parts are stored in different formats (Q4_K_M keeps q and k in
 // Q4_K and v in Q6_K in half the layers) is a chain: rows [0, rows) in this format, the
 // rest in `tail` (rows 0: this part holds every remaining row).
 enum class WeightFormat : uint8_t {
-  HALF, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, FP8, MXFP4,
+  HALF, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, FP8, MXFP4, NVFP4,
   COUNT  // not a format: how many there are (each has a row in block_formats.cu)
 };
 struct DeviceMatrix {
   WeightFormat format = WeightFormat::HALF;
   const void* data = nullptr;
-  const void* scales = nullptr;  // Q8_0, FP8 and MXFP4 only
+  const void* scales = nullptr;  // Q8_0, FP8, MXFP4 and NVFP4 only
   int32_t rows = 0;
   const DeviceMatrix* tail = nullptr;
   int32_t scale_block_rows = 0, scale_block_cols = 0;  // FP8 only

@@ -15,7 +15,8 @@
 // Q5_K, Q6_K) come through BlockRows over their decoders (block_readers.cuh): a chunk is
 // one 32-value part of a block. FP8 (Fp8Rows) applies the scale of the block a value falls
 // in, each matrix of a stack with its own scale grid. MXFP4 (Mxfp4Rows) decodes a block's
-// 32 E2M1 codes with its power-of-two scale.
+// 32 E2M1 codes with its power-of-two scale; NVFP4 (Nvfp4Rows) half a block's 64 with
+// their E4M3 scales and the row's scale.
 #pragma once
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/block_readers.cuh"
@@ -129,6 +130,45 @@ struct Mxfp4Rows {
   }
 };
 
+// The unsigned E4M3 value of an NVFP4 sub-block scale byte, as engine/model/quant.cpp's
+// ue4m3_to_f32 gives it (sign bit ignored; 0x7F, refused at load, reads as 0).
+__device__ __forceinline__ float ue4m3_decode(uint32_t v) {
+  const uint32_t e = (v >> 3) & 15, m = v & 7;
+  if (e == 15 && m == 7) return 0.0f;
+  return e == 0 ? float(m) * 0x1p-9f : __uint_as_float(((e + 120) << 23) | (m << 20));
+}
+
+// NVFP4 as DeviceWeights keeps it (kernel_args.h): a chunk is one half of a 36-byte block
+// (two 16-value sub-blocks: 16 code bytes and their 2 scale bytes, read as 4-byte words
+// through the read-only cache, as BlockRows reads its blocks), times the row's scale;
+// value = (e2m1 * e4m3) * scale, the first product exact, as the CPU backend computes it.
+// Sub-block s's byte j holds its value j (low nibble) and j + 8 (high nibble).
+struct Nvfp4Rows {
+  static constexpr int kValues = 32;
+  using Chunk = const uint8_t*;
+  const uint8_t* data;
+  const float* scales;
+  int64_t row_bytes;
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return data + r * row_bytes + int64_t(c / 64) * 36; }
+  __device__ __forceinline__ void decode(const Chunk& b, int64_t r, int c, float (&out)[kValues]) const {
+    const int half = (c % 64) / 32;
+    const uint32_t d4 = ld_word<4>(b);
+    const float g = __ldg(scales + r);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int s = 2 * half + h;
+      const float d = ue4m3_decode((d4 >> (8 * s)) & 0xFF);
+      const uint32_t q[2] = {ld_word<4>(b + 4 + 8 * s), ld_word<4>(b + 8 + 8 * s)};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t byte = (q[j >> 2] >> (8 * (j & 3))) & 0xFF;
+        out[16 * h + j] = __fmul_rn(__fmul_rn(e2m1_decode(byte & 0x0F), d), g);
+        out[16 * h + j + 8] = __fmul_rn(__fmul_rn(e2m1_decode(byte >> 4), d), g);
+      }
+    }
+  }
+};
+
 // Calls f(reader) with the reader of w for compute type T: a stack of matrices of
 // matrix_rows rows of k values each. w must be one segment (no tail): an MoE stack is.
 template <typename T, typename F>
@@ -154,6 +194,9 @@ void with_weight_reader(const DeviceMatrix& w, int64_t matrix_rows, int64_t k, F
     case WeightFormat::MXFP4:
       SPARK_CHECK(w.scales && k % 32 == 0, "an MXFP4 expert stack needs scales and k a multiple of 32");
       return f(Mxfp4Rows{blocks, static_cast<const uint8_t*>(w.scales), k});
+    case WeightFormat::NVFP4:
+      SPARK_CHECK(w.scales && k % 64 == 0, "an NVFP4 matrix needs scales and k a multiple of 64");
+      return f(Nvfp4Rows{blocks, static_cast<const float*>(w.scales), k / 64 * 36});
     default: SPARK_CHECK(false, std::string("the MoE kernels do not read ") + weight_format_name(w.format));
   }
 }

@@ -1,0 +1,194 @@
+// check_nvfp4.cu — the linear layer on NVFP4 weights kept packed (nvfp4.h through
+// Gemm::linear): both paths (packed GEMV up to 8 rows, packed tensor-core tiles beyond,
+// packed_gemm.h), both compute types and both outputs, at odd shapes (a partial warp step,
+// rows not a multiple of the tile), against the CPU backend's matmul on the same tensor;
+// the fused gate+up+SwiGLU decode (gate_up_check.h) on gate and up parts with their own
+// scales in one matrix, as DeviceWeights holds them; under the emulator, the bytes each
+// Llama-3.1-8B decode GEMV reads against its packed blocks and row scales plus
+// activations (limit 1.03).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "engine/backend/cpu/matmul.h"
+#include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/gemm.h"
+#include "engine/backend/cuda/nvfp4.h"
+#include "engine/model/quant.h"
+#include "engine/util/splitmix.h"
+#include "tests/gpu/gate_up_check.h"
+#include "tests/gpu/gpu_check.h"
+
+namespace spark::gpu_check {
+namespace {
+
+using cuda::bf16;
+using cuda::f16;
+using cuda::Gemm;
+using cuda::GemmOut;
+using cuda::GemmPath;
+using cuda::HalfType;
+
+const char* kCheck = "nvfp4";
+
+// A random NVFP4 matrix [n, k]: every code, sub-block scales of every positive E4M3 value
+// but NaN (0x7F), a tensor scale as ModelOpt's weight_scale_2 (amax / (6 * 448)).
+struct HostNvfp4 {
+  std::vector<uint8_t> blocks;
+  float scale = 0;
+  Tensor tensor;
+};
+HostNvfp4 random_nvfp4(int32_t n, int32_t k, uint64_t seed) {
+  HostNvfp4 h;
+  h.blocks.resize(size_t(n) * size_t(cuda::nvfp4_row_bytes(k)));
+  for (size_t i = 0; i < h.blocks.size(); ++i) {
+    const uint8_t b = uint8_t(splitmix64(seed * 0x9E3779B97F4A7C15ull + i));
+    // Scale bytes (the first 4 of each 36): positive, not NaN, around 1 (0x30..0x47: 0.5..2.75).
+    h.blocks[i] = i % sizeof(BlockNVFP4) < 4 ? uint8_t(0x30 + b % 24) : b;
+  }
+  h.scale = (0.5f + float(splitmix64(seed) >> 40) / 16777216.0f) / (6.0f * 448.0f);
+  h.tensor.name = "w";
+  h.tensor.dtype = DType::NVFP4;
+  h.tensor.shape = {n, k};
+  h.tensor.data = h.blocks.data();
+  h.tensor.nbytes = h.blocks.size();
+  h.tensor.scale = &h.scale;
+  h.tensor.scale_block_rows = n;
+  h.tensor.scale_block_cols = k;
+  return h;
+}
+
+// Matrices stacked along rows in one device matrix, each row with its tensor's scale.
+struct DeviceNvfp4 {
+  DeviceArray<uint8_t> bytes;
+  cuda::DeviceMatrix matrix;
+  DeviceNvfp4(const std::vector<const Tensor*>& parts, int32_t rows, int32_t k) : bytes(cuda::nvfp4_bytes(rows, k)) {
+    auto* scales = reinterpret_cast<float*>(bytes.get() + cuda::nvfp4_scales_offset(rows, k));
+    int64_t row0 = 0;
+    for (const Tensor* t : parts) {
+      cuda::upload_nvfp4(*t, bytes.get() + row0 * cuda::nvfp4_row_bytes(k), scales + row0);
+      row0 += t->rows();
+    }
+    matrix = cuda::DeviceMatrix{cuda::WeightFormat::NVFP4, bytes.get(), scales};
+  }
+};
+
+std::vector<float> cpu_reference(const std::vector<float>& x, int32_t rows, const Tensor& w) {
+  std::vector<float> y(size_t(rows) * size_t(w.rows()));
+  cpu::matmul_rows(x.data(), rows, w, 0, w.rows(), y.data(), w.rows());
+  return y;
+}
+
+template <typename T>
+void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, const std::vector<int32_t>& row_counts,
+                 cudaStream_t stream, uint64_t seed) {
+  const HostNvfp4 host = random_nvfp4(n, k, seed);
+  const DeviceNvfp4 w({&host.tensor}, n, k);
+  for (int32_t rows : row_counts) {
+    const std::vector<float> xf = round_half<T>(random_floats(size_t(rows) * k, seed * 131 + uint64_t(rows)));
+    DeviceArray<T> x(to_half<T>(xf));
+    const std::vector<float> ref = cpu_reference(xf, rows, host.tensor);
+    DeviceArray<float> y32(size_t(rows) * n);
+    DeviceArray<T> y16(size_t(rows) * n);
+    for (GemmPath path : {GemmPath::GEMV, GemmPath::CUBLASLT}) {
+      if (path == GemmPath::GEMV && rows > cuda::kGemvMaxRows) continue;
+      for (GemmOut out : {GemmOut::HALF, GemmOut::F32}) {
+        y32.poison();
+        y16.poison();
+        void* y = out == GemmOut::F32 ? static_cast<void*>(y32.get()) : static_cast<void*>(y16.get());
+        gemm.linear(half_type_of<T>(), x.get(), rows, k, w.matrix, n, y, out, stream, path);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const std::vector<float> got = out == GemmOut::F32 ? y32.download() : from_half(y16.download());
+        // As check_fp8: the GEMV multiplies exact weights in f32; the tile path rounds each
+        // decoded weight to 16 bits, and a 16-bit y rounds once more.
+        const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
+        const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : 1e-2;
+        error_row(kCheck,
+                  std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
+                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " tiles ") + half_name<T>() +
+                      (out == GemmOut::F32 ? "->f32" : "->half"),
+                  rel_error(ref, got), limit);
+      }
+    }
+  }
+}
+
+// The dense MLP's fused gate+up+SwiGLU decode on NVFP4 gate and up matrices [inter, k]
+// each, one device matrix with each part's scale on its rows; with `bytes`, BF16 only with
+// the byte row.
+void check_gate_up_nvfp4(const char* name, int32_t k, int32_t inter, const std::vector<int32_t>& rows,
+                         cudaStream_t stream, uint64_t seed, bool bytes = false) {
+  const HostNvfp4 gate = random_nvfp4(inter, k, seed), up = random_nvfp4(inter, k, seed + 1);
+  const DeviceNvfp4 w({&gate.tensor, &up.tensor}, 2 * inter, k);
+  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) {
+    const std::vector<float> g = cpu_reference(x, r, gate.tensor), u = cpu_reference(x, r, up.tensor);
+    std::vector<float> y;
+    for (int32_t t = 0; t < r; ++t) {
+      y.insert(y.end(), g.begin() + long(t) * inter, g.begin() + long(t + 1) * inter);
+      y.insert(y.end(), u.begin() + long(t) * inter, u.begin() + long(t + 1) * inter);
+    }
+    return y;
+  };
+  const double packed = bytes ? double(2 * gate.tensor.nbytes) + 2.0 * 4 * inter : 0;
+  for (int32_t r : rows)
+    check_gate_up<bf16>(kCheck, name, w.matrix, k, inter, r, product, stream, seed + uint64_t(r), packed);
+  if (!bytes) check_gate_up<f16>(kCheck, name, w.matrix, k, inter, rows.back(), product, stream, seed);
+}
+
+#if SPARK_CUDA_EMU
+// Bytes a decode GEMV reads (emulator accounting) over its blocks, row scales and activations.
+void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream_t stream, uint64_t seed) {
+  const HostNvfp4 host = random_nvfp4(n, k, seed);
+  const DeviceNvfp4 w({&host.tensor}, n, k);
+  const std::vector<float> xf = round_half<bf16>(random_floats(size_t(rows) * k, seed + 7));
+  DeviceArray<bf16> x(to_half<bf16>(xf));
+  DeviceArray<float> y(size_t(rows) * n);
+  Gemm gemm;
+  ::emu::global_reads_begin();
+  gemm.linear(HalfType::BF16, x.get(), rows, k, w.matrix, n, y.get(), GemmOut::F32, stream, GemmPath::GEMV);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const ::emu::GlobalReads reads = ::emu::global_reads_end();
+  const double blocks = double(host.tensor.nbytes);
+  const double ratio = double(reads.total()) / (blocks + 4.0 * n + double(rows) * k * 2);
+  const std::string what = std::string("bytes 8B ") + name + " r=" + std::to_string(rows);
+  row(kCheck, what + " k=" + std::to_string(k) + " n=" + std::to_string(n),
+      fmt("%.4f", ratio) + fmt(" (%.1f MB read", double(reads.total()) / 1e6) + fmt(", blocks %.1f MB)", blocks / 1e6),
+      "<= 1.03",
+      ratio <= 1.03);
+  error_row(kCheck, what + " result", rel_error(cpu_reference(xf, rows, host.tensor), y.download()), 1e-3);
+}
+#endif
+
+void run() {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    Gemm gemm;
+    // odd: k = 1088 (a warp step of 1024 values, then one with two lanes in 32 busy),
+    // n = 1001 (not a multiple of the GEMV's 8 rows a block nor of the tiles' 64).
+    check_shape<bf16>(gemm, "odd", 1088, 1001, {1, 3, 8, 16, 64}, stream, 1);
+    check_shape<f16>(gemm, "odd", 1088, 1001, {1, 8, 16}, stream, 2);
+    check_shape<bf16>(gemm, "one block", 64, 37, {1, 2, 9}, stream, 3);
+    check_shape<f16>(gemm, "tiny", 256, 48, {2, 512}, stream, 4);
+    check_gate_up_nvfp4("NVFP4 odd", 1088, 501, {1, 3, 8}, stream, 5);
+#if SPARK_CUDA_EMU
+    byte_ratio("qkv", 4096, 6144, 1, stream, 11);
+    byte_ratio("o", 4096, 4096, 8, stream, 12);
+    check_gate_up_nvfp4("NVFP4", 4096, 14336, {1}, stream, 13, true);
+    byte_ratio("down", 14336, 4096, 1, stream, 14);
+#endif
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace spark::gpu_check
+
+int main() {
+  return spark::gpu_check::run_main("nvfp4", [] { spark::gpu_check::run(); });
+}

@@ -24,27 +24,57 @@ constexpr uint64_t MAX_HEADER_BYTES = 100ull * 1000 * 1000;  // the limit of the
   throw InputError("safetensors file '" + source + "': " + what);
 }
 
-// Parses JSON text, refusing duplicate keys in objects up to `dup_depth` deep (the
-// reference reader refuses them; nlohmann would silently keep the last) and nesting
-// deeper than `max_depth`.
-json parse_strict_json(const std::string& text, const std::string& what, int max_depth) {
+// The checks json::parse lacks, as a pass of their own over the text: duplicate keys (the
+// reference reader refuses them; nlohmann would silently keep the last) and nesting deeper
+// than max_depth. (A parse callback would do both, but nlohmann's callback parser scans the
+// enclosing object at the end of each one inside it: quadratic in the tensors of a header,
+// minutes for the 60,000 of an NVFP4 MoE shard.)
+struct StrictJsonChecks : nlohmann::json_sax<json> {
+  const std::string& what;
+  int max_depth;
+  int depth = 0;
   std::vector<std::set<std::string>> keys;  // one set per open object
-  std::vector<bool> is_object;
-  json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
-    if (depth > max_depth) throw InputError(what + ": JSON nested deeper than " + std::to_string(max_depth));
-    switch (ev) {
-      case json::parse_event_t::object_start: keys.emplace_back(); break;
-      case json::parse_event_t::object_end: if (!keys.empty()) keys.pop_back(); break;
-      case json::parse_event_t::key:
-        if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
-          throw InputError(what + ": duplicate name '" + parsed.get<std::string>() + "'");
-        break;
-      default: break;
-    }
+  StrictJsonChecks(const std::string& w, int d) : what(w), max_depth(d) {}
+  bool open() {
+    if (++depth > max_depth) throw InputError(what + ": JSON nested deeper than " + std::to_string(max_depth));
     return true;
-  };
+  }
+  bool start_object(std::size_t) override {
+    keys.emplace_back();
+    return open();
+  }
+  bool end_object() override {
+    keys.pop_back();
+    --depth;
+    return true;
+  }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override {
+    --depth;
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (!keys.back().insert(k).second) throw InputError(what + ": duplicate name '" + k + "'");
+    return true;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    throw InputError(what + ": invalid JSON: " + e.what());
+  }
+};
+
+// Parses JSON text, refusing duplicate keys and nesting deeper than `max_depth`.
+json parse_strict_json(const std::string& text, const std::string& what, int max_depth) {
+  StrictJsonChecks checks(what, max_depth);
+  json::sax_parse(text, &checks);
   try {
-    return json::parse(text, cb);
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw InputError(what + ": invalid JSON: " + e.what());
   }

@@ -75,7 +75,8 @@ ModelInfo inspect_model(const Config& c) {
                          ? info.spec.arch->convert_checkpoint(st_model->tensors, info.spec, full_range(info.spec),
                                                               nullptr, "model folder '" + path + "'")
                          : st_model->tensors;
-      if (info.spec.modelopt) check_modelopt_layers(info.tensors, info.spec, "model folder '" + path + "'");
+      // The map names the checkpoint's own modules (before an architecture renames them).
+      if (info.spec.modelopt) check_modelopt_layers(st_model->tensors, info.spec, "model folder '" + path + "'");
       if (info.spec.nvfp4) info.tensors = nvfp4_header_view(info.tensors, "model folder '" + path + "'");
       check_tensor_set(info.tensors, info.spec, full_range(info.spec), "model folder '" + path + "'");
       info.safetensors = std::move(st_model);

@@ -25,7 +25,7 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
       convert ? spec.arch->convert_checkpoint(model.tensors, spec, range, &w, source) : std::map<std::string, Tensor>{};
   const std::map<std::string, Tensor>& file_tensors = convert ? converted : model.tensors;
   if (spec.modelopt) {
-    check_modelopt_layers(file_tensors, spec, source);
+    check_modelopt_layers(model.tensors, spec, source);  // the checkpoint's own module names
     check_modelopt_scales(file_tensors, source);
   }
   const std::map<std::string, Tensor> nvfp4_view = spec.nvfp4 ? nvfp4_header_view(file_tensors, source)

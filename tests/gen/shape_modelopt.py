@@ -12,6 +12,13 @@ No KV-cache quantization (kv_cache_quant_algo null, so no k_scale / v_scale tens
 
   llama-3.1-8b-nvfp4    Llama-3.1-8B, every linear of the layers NVFP4, lm_head excluded.
   qwen3-30b-a3b-nvfp4   Qwen3-30B-A3B, experts and attention NVFP4; routers and lm_head BF16.
+  qwen3.6-35b-a3b-nvfp4 Qwen3.6-35B-A3B (Qwen3_5MoeForConditionalGeneration: Gated DeltaNet
+                        and gated attention layers, 256 experts and a shared expert), the
+                        text model under model.language_model. with each expert's matrices
+                        apart (as NVIDIA's export names them): experts, shared expert,
+                        attention and the DeltaNet's qkv, z and out projections NVFP4; its
+                        32-row a/b projections, conv1d, routers, the shared expert's gate and
+                        lm_head BF16. (The vision tower and MTP head are not written.)
 
 usage: write_shape(name, out_dir) -> bytes of the tensors (what full shards would hold)
 """
@@ -20,7 +27,8 @@ import os
 import struct
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", "configs")
-SHAPES = {"llama-3.1-8b-nvfp4": "llama3_8b", "qwen3-30b-a3b-nvfp4": "qwen3_30b_a3b"}
+SHAPES = {"llama-3.1-8b-nvfp4": "llama3_8b", "qwen3-30b-a3b-nvfp4": "qwen3_30b_a3b",
+          "qwen3.6-35b-a3b-nvfp4": "qwen3_5_35b_a3b"}
 DTYPE_BYTES = {"BF16": 2, "U8": 1, "F8_E4M3": 1, "F32": 4}
 SHARD_BYTES = 5 * 10 ** 9  # the exporters' default max_shard_size of 5GB
 GROUP = 16
@@ -63,6 +71,44 @@ def tensors(c):
     return out, excluded
 
 
+def hybrid_tensors(top):
+    """As tensors(), for a Qwen3.5 / 3.6 MoE (config with text_config)."""
+    c = top["text_config"]
+    h, vocab, E = c["hidden_size"], c["vocab_size"], c["num_experts"]
+    hd, nq, nkv = c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
+    kh, kd, vh, vd = (c["linear_num_key_heads"], c["linear_key_head_dim"], c["linear_num_value_heads"],
+                      c["linear_value_head_dim"])
+    conv, eff, shared = 2 * kh * kd + vh * vd, c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+    m = "model.language_model."
+    out, excluded = [(m + "embed_tokens.weight", "BF16", [vocab, h])], ["lm_head"]
+    for layer, kind in enumerate(c["layer_types"]):
+        p = f"{m}layers.{layer}."
+        out += [(p + "input_layernorm.weight", "BF16", [h]), (p + "post_attention_layernorm.weight", "BF16", [h])]
+        if kind == "linear_attention":
+            a = p + "linear_attn."
+            out += nvfp4_linear(a + "in_proj_qkv", conv, h) + nvfp4_linear(a + "in_proj_z", vh * vd, h)
+            out += [(a + "in_proj_b.weight", "BF16", [vh, h]), (a + "in_proj_a.weight", "BF16", [vh, h]),
+                    (a + "conv1d.weight", "BF16", [conv, 1, c["linear_conv_kernel_dim"]]),
+                    (a + "A_log", "F32", [vh]), (a + "dt_bias", "BF16", [vh]), (a + "norm.weight", "F32", [vd])]
+            out += nvfp4_linear(a + "out_proj", h, vh * vd)
+            excluded += [a + "in_proj_b", a + "in_proj_a"]
+        else:
+            a = p + "self_attn."
+            out += nvfp4_linear(a + "q_proj", 2 * nq * hd, h) + nvfp4_linear(a + "k_proj", nkv * hd, h)
+            out += nvfp4_linear(a + "v_proj", nkv * hd, h) + nvfp4_linear(a + "o_proj", h, nq * hd)
+            out += [(a + "q_norm.weight", "BF16", [hd]), (a + "k_norm.weight", "BF16", [hd])]
+        out.append((p + "mlp.gate.weight", "BF16", [E, h]))
+        for e in range(E):
+            for proj, rows, cols in (("gate_proj", eff, h), ("up_proj", eff, h), ("down_proj", h, eff)):
+                out += nvfp4_linear(f"{p}mlp.experts.{e}.{proj}", rows, cols)
+        for proj, rows, cols in (("gate_proj", shared, h), ("up_proj", shared, h), ("down_proj", h, shared)):
+            out += nvfp4_linear(f"{p}mlp.shared_expert.{proj}", rows, cols)
+        out.append((p + "mlp.shared_expert_gate.weight", "BF16", [1, h]))
+        excluded += [p + "mlp.gate", p + "mlp.shared_expert_gate"]
+    out += [(m + "norm.weight", "BF16", [h]), ("lm_head.weight", "BF16", [vocab, h])]
+    return out, excluded
+
+
 def nbytes(dtype, shape):
     n = DTYPE_BYTES[dtype]
     for d in shape:
@@ -91,7 +137,7 @@ def write_shape(name, out_dir):
     bytes of its tensors."""
     with open(os.path.join(CONFIGS, SHAPES[name], "config.json")) as f:
         cfg = json.load(f)
-    table, excluded = tensors(cfg)
+    table, excluded = hybrid_tensors(cfg) if "text_config" in cfg else tensors(cfg)
     quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": GROUP, "exclude_modules": excluded}
     cfg["quantization_config"] = {"quant_method": "modelopt", **quant}
     os.makedirs(out_dir, exist_ok=True)

@@ -180,7 +180,7 @@ def test_check_refuses_a_gguf_nvfp4_scale_of_nan(out_dir):
     assert "blk.0.attn_q.scale" in err or ("model.layers.0.self_attn.q_proj" in err and "scale" in err), err
 
 
-@pytest.mark.parametrize("name", ["llama-3.1-8b-nvfp4", "qwen3-30b-a3b-nvfp4"])
+@pytest.mark.parametrize("name", ["llama-3.1-8b-nvfp4", "qwen3-30b-a3b-nvfp4", "qwen3.6-35b-a3b-nvfp4"])
 def test_device_plan_counts_nvfp4_at_its_stored_size(tmp_path, name):
     """`sparkd check --device gb10` on a ModelOpt NVFP4 checkpoint's tensor table (the data a
     hole): the device keeps the blocks as stored (plus a scale a row), within 1% of the file's
@@ -195,3 +195,27 @@ def test_device_plan_counts_nvfp4_at_its_stored_size(tmp_path, name):
     assert 1.0 <= ratio <= 1.01, r.stdout
     rate = re.search(r"decode \(proj.\)\s+(.*)", r.stdout).group(1)
     print(f"\n{name}: device bytes {ratio:.3f}x the file's tensors; {rate}")
+
+
+def test_hybrid_nvfp4_computes_what_its_values_do(tmp_path):
+    """The tiny Qwen3.5 hybrid (DeltaNet and gated attention layers) with every projection in
+    NVFP4 (tests/gen/gen_modelopt_hybrid.py) against an F32 copy of the values it holds: the
+    F32 model is held to transformers' golden logits (test_cpu_forward), so the NVFP4 path
+    reads its blocks right if the two agree at every prefix."""
+    import gen_modelopt_hybrid
+    nvfp4, values = gen_modelopt_hybrid.write(str(tmp_path))
+    eos = json.loads((MODELS / "qwen3_5" / "generation_config.json").read_text())["eos_token_id"]
+    tok = tmp_path / "tokenizer"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text(json.dumps(char_tokenizer(eos)))
+    (tok / "tokenizer_config.json").write_text(json.dumps({"eos_token": chr(BASE + eos)}))
+    sequences = json.loads((MODELS / "qwen3_5" / "golden.json").read_text())["sequences"][:3]
+    packed, plain = served_logprobs(nvfp4, tok, sequences), served_logprobs(values, tok, sequences)
+    worst = 0.0
+    for p_rows, v_rows in zip(packed, plain):
+        for p, v in zip(p_rows, v_rows):
+            common = set(p) & set(v)  # all 20 but for a near-tie at the 20th
+            assert len(common) >= TOP - 1, (p, v)
+            worst = max([worst] + [abs(p[t] - v[t]) for t in common])
+    print(f"\nqwen3_5 NVFP4 against its values in F32: max |log-probability difference| = {worst:.2e}")
+    assert worst < LIMIT

@@ -14,13 +14,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "engine/backend/cpu/matmul.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/fp8.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/util/splitmix.h"
 #include "tests/gpu/gate_up_check.h"
 #include "tests/gpu/gpu_check.h"
+#include "tests/gpu/packed_linear_check.h"
 
 namespace spark::gpu_check {
 namespace {
@@ -74,44 +74,19 @@ struct DeviceFp8 {
   }
 };
 
-std::vector<float> cpu_reference(const std::vector<float>& x, int32_t rows, const Tensor& w) {
-  std::vector<float> y(size_t(rows) * size_t(w.rows()));
-  cpu::matmul_rows(x.data(), rows, w, 0, w.rows(), y.data(), w.rows());
-  return y;
-}
-
+// As check_q8_0: the GEMV multiplies exact weights in f32; the tile path rounds each
+// decoded weight to 16 bits (BF16; FP16 holds e4m3 * scale closer), and a 16-bit y rounds
+// once more.
 template <typename T>
 void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, int64_t block_rows, int64_t block_cols,
                  const std::vector<int32_t>& row_counts, cudaStream_t stream, uint64_t seed) {
   const HostFp8 host = random_fp8(n, k, block_rows, block_cols, seed);
   const DeviceFp8 w(host.tensor);
-  for (int32_t rows : row_counts) {
-    const std::vector<float> xf = round_half<T>(random_floats(size_t(rows) * k, seed * 131 + uint64_t(rows)));
-    DeviceArray<T> x(to_half<T>(xf));
-    const std::vector<float> ref = cpu_reference(xf, rows, host.tensor);
-    DeviceArray<float> y32(size_t(rows) * n);
-    DeviceArray<T> y16(size_t(rows) * n);
-    for (GemmPath path : {GemmPath::GEMV, GemmPath::CUBLASLT}) {
-      if (path == GemmPath::GEMV && rows > cuda::kGemvMaxRows) continue;
-      for (GemmOut out : {GemmOut::HALF, GemmOut::F32}) {
-        y32.poison();
-        y16.poison();
-        void* y = out == GemmOut::F32 ? static_cast<void*>(y32.get()) : static_cast<void*>(y16.get());
-        gemm.linear(half_type_of<T>(), x.get(), rows, k, w.matrix, n, y, out, stream, path);
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        const std::vector<float> got = out == GemmOut::F32 ? y32.download() : from_half(y16.download());
-        // As check_q8_0: the GEMV multiplies exact weights in f32; the tile path rounds
-        // each decoded weight to 16 bits, and a 16-bit y rounds once more.
-        const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
-        const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : 1e-2;
-        error_row(kCheck,
-                  std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
-                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " tiles ") + half_name<T>() +
-                      (out == GemmOut::F32 ? "->f32" : "->half"),
-                  rel_error(ref, got), limit);
-      }
-    }
-  }
+  check_packed_linear<T>(kCheck, gemm, name, w.matrix, host.tensor, row_counts, stream, seed,
+                         [](GemmPath path, GemmOut out) {
+                           const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
+                           return out == GemmOut::F32 && exact_w ? 1e-3 : 1e-2;
+                         });
 }
 
 // The dense MLP's fused gate+up+SwiGLU decode on FP8 gate and up matrices [inter, k] each,
@@ -124,15 +99,9 @@ void check_gate_up_fp8(const char* name, int32_t k, int32_t inter, int64_t block
   cuda::DeviceMatrix w = dg.matrix;
   w.rows = inter;
   w.tail = &du.matrix;
-  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) {
-    const std::vector<float> g = cpu_reference(x, r, gate.tensor), u = cpu_reference(x, r, up.tensor);
-    std::vector<float> y;
-    for (int32_t t = 0; t < r; ++t) {
-      y.insert(y.end(), g.begin() + long(t) * inter, g.begin() + long(t + 1) * inter);
-      y.insert(y.end(), u.begin() + long(t) * inter, u.begin() + long(t + 1) * inter);
-    }
-    return y;
-  };
+  const GateUpProduct product =
+      interleaved([&](const std::vector<float>& x, int32_t r) { return cpu_product(x, r, gate.tensor); },
+                  [&](const std::vector<float>& x, int32_t r) { return cpu_product(x, r, up.tensor); }, inter);
   const double packed = bytes ? double(2 * gate.tensor.nbytes + 2 * cuda::fp8_scale_bytes(gate.tensor)) : 0;
   for (int32_t r : rows) check_gate_up<bf16>(kCheck, name, w, k, inter, r, product, stream, seed + uint64_t(r), packed);
   if (!bytes) check_gate_up<f16>(kCheck, name, w, k, inter, rows.back(), product, stream, seed);
@@ -157,7 +126,7 @@ void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream
   const std::string what = std::string("bytes 8B ") + name + " r=" + std::to_string(rows);
   row(kCheck, what + " k=" + std::to_string(k) + " n=" + std::to_string(n),
       fmt("%.4f", ratio) + fmt(" (%.1f MB read)", double(reads.total()) / 1e6), "<= 1.03", ratio <= 1.03);
-  error_row(kCheck, what + " result", rel_error(cpu_reference(xf, rows, host.tensor), y.download()), 1e-3);
+  error_row(kCheck, what + " result", rel_error(cpu_product(xf, rows, host.tensor), y.download()), 1e-3);
 }
 #endif
 

@@ -12,10 +12,8 @@
 
 #include <cstdint>
 #include <string>
-#include <type_traits>
 #include <vector>
 
-#include "engine/backend/cpu/matmul.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/nvfp4.h"
@@ -23,6 +21,7 @@
 #include "engine/util/splitmix.h"
 #include "tests/gpu/gate_up_check.h"
 #include "tests/gpu/gpu_check.h"
+#include "tests/gpu/packed_linear_check.h"
 
 namespace spark::gpu_check {
 namespace {
@@ -78,44 +77,17 @@ struct DeviceNvfp4 {
   }
 };
 
-std::vector<float> cpu_reference(const std::vector<float>& x, int32_t rows, const Tensor& w) {
-  std::vector<float> y(size_t(rows) * size_t(w.rows()));
-  cpu::matmul_rows(x.data(), rows, w, 0, w.rows(), y.data(), w.rows());
-  return y;
-}
-
+// Both paths multiply exact weights: e2m1 * e4m3 has at most 5 significant bits, so the
+// tiles' 16-bit copies hold it exactly too, and the row's scale multiplies the sum
+// (weight_readers.cuh's row_scale). f32 sums in another order than the CPU's; a 16-bit y
+// rounds once more.
 template <typename T>
 void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, const std::vector<int32_t>& row_counts,
                  cudaStream_t stream, uint64_t seed) {
   const HostNvfp4 host = random_nvfp4(n, k, seed);
   const DeviceNvfp4 w({&host.tensor}, n, k);
-  for (int32_t rows : row_counts) {
-    const std::vector<float> xf = round_half<T>(random_floats(size_t(rows) * k, seed * 131 + uint64_t(rows)));
-    DeviceArray<T> x(to_half<T>(xf));
-    const std::vector<float> ref = cpu_reference(xf, rows, host.tensor);
-    DeviceArray<float> y32(size_t(rows) * n);
-    DeviceArray<T> y16(size_t(rows) * n);
-    for (GemmPath path : {GemmPath::GEMV, GemmPath::CUBLASLT}) {
-      if (path == GemmPath::GEMV && rows > cuda::kGemvMaxRows) continue;
-      for (GemmOut out : {GemmOut::HALF, GemmOut::F32}) {
-        y32.poison();
-        y16.poison();
-        void* y = out == GemmOut::F32 ? static_cast<void*>(y32.get()) : static_cast<void*>(y16.get());
-        gemm.linear(half_type_of<T>(), x.get(), rows, k, w.matrix, n, y, out, stream, path);
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        const std::vector<float> got = out == GemmOut::F32 ? y32.download() : from_half(y16.download());
-        // As check_fp8: the GEMV multiplies exact weights in f32; the tile path rounds each
-        // decoded weight to 16 bits, and a 16-bit y rounds once more.
-        const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
-        const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : 1e-2;
-        error_row(kCheck,
-                  std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
-                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " tiles ") + half_name<T>() +
-                      (out == GemmOut::F32 ? "->f32" : "->half"),
-                  rel_error(ref, got), limit);
-      }
-    }
-  }
+  check_packed_linear<T>(kCheck, gemm, name, w.matrix, host.tensor, row_counts, stream, seed,
+                         [](GemmPath, GemmOut out) { return out == GemmOut::F32 ? 1e-5 : 1e-2; });
 }
 
 // The dense MLP's fused gate+up+SwiGLU decode on NVFP4 gate and up matrices [inter, k]
@@ -125,15 +97,9 @@ void check_gate_up_nvfp4(const char* name, int32_t k, int32_t inter, const std::
                          cudaStream_t stream, uint64_t seed, bool bytes = false) {
   const HostNvfp4 gate = random_nvfp4(inter, k, seed), up = random_nvfp4(inter, k, seed + 1);
   const DeviceNvfp4 w({&gate.tensor, &up.tensor}, 2 * inter, k);
-  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) {
-    const std::vector<float> g = cpu_reference(x, r, gate.tensor), u = cpu_reference(x, r, up.tensor);
-    std::vector<float> y;
-    for (int32_t t = 0; t < r; ++t) {
-      y.insert(y.end(), g.begin() + long(t) * inter, g.begin() + long(t + 1) * inter);
-      y.insert(y.end(), u.begin() + long(t) * inter, u.begin() + long(t + 1) * inter);
-    }
-    return y;
-  };
+  const GateUpProduct product =
+      interleaved([&](const std::vector<float>& x, int32_t r) { return cpu_product(x, r, gate.tensor); },
+                  [&](const std::vector<float>& x, int32_t r) { return cpu_product(x, r, up.tensor); }, inter);
   const double packed = bytes ? double(2 * gate.tensor.nbytes) + 2.0 * 4 * inter : 0;
   for (int32_t r : rows)
     check_gate_up<bf16>(kCheck, name, w.matrix, k, inter, r, product, stream, seed + uint64_t(r), packed);
@@ -160,7 +126,7 @@ void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream
       fmt("%.4f", ratio) + fmt(" (%.1f MB read", double(reads.total()) / 1e6) + fmt(", blocks %.1f MB)", blocks / 1e6),
       "<= 1.03",
       ratio <= 1.03);
-  error_row(kCheck, what + " result", rel_error(cpu_reference(xf, rows, host.tensor), y.download()), 1e-3);
+  error_row(kCheck, what + " result", rel_error(cpu_product(xf, rows, host.tensor), y.download()), 1e-3);
 }
 #endif
 

@@ -14,7 +14,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "engine/backend/cpu/matmul.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/cuda_backend.h"
@@ -26,6 +25,7 @@
 #include "engine/util/splitmix.h"
 #include "tests/gpu/gate_up_check.h"
 #include "tests/gpu/gpu_check.h"
+#include "tests/gpu/packed_linear_check.h"
 
 namespace spark::gpu_check {
 namespace {
@@ -79,46 +79,18 @@ struct DeviceQ8 {
 };
 
 
-// The CPU backend's y = x · wᵀ from exactly the 16-bit activations the GPU reads.
-std::vector<float> cpu_reference(const std::vector<float>& x, int32_t rows, const Tensor& w) {
-  std::vector<float> y(size_t(rows) * size_t(w.rows()));
-  cpu::matmul_rows(x.data(), rows, w, 0, w.rows(), y.data(), w.rows());
-  return y;
-}
-
+// The GEMV multiplies the exact weights in f32; the tile path rounds each decoded weight
+// to 16 bits first (2^-9 relative for bf16), and a 16-bit y rounds once more.
 template <typename T>
 void check_shape(Gemm& gemm, const char* name, int32_t k, int32_t n, const std::vector<int32_t>& row_counts,
                  cudaStream_t stream, uint64_t seed) {
   const HostQ8 host = random_q8_0(n, k, seed);
   const DeviceQ8 w(host.tensor);
-  for (int32_t rows : row_counts) {
-    const std::vector<float> xf = round_half<T>(random_floats(size_t(rows) * k, seed * 131 + uint64_t(rows)));
-    DeviceArray<T> x(to_half<T>(xf));
-    const std::vector<float> ref = cpu_reference(xf, rows, host.tensor);
-    DeviceArray<float> y32(size_t(rows) * n);
-    DeviceArray<T> y16(size_t(rows) * n);
-    for (GemmPath path : {GemmPath::GEMV, GemmPath::CUBLASLT}) {
-      if (path == GemmPath::GEMV && rows > cuda::kGemvMaxRows) continue;
-      for (GemmOut out : {GemmOut::HALF, GemmOut::F32}) {
-        y32.poison();
-        y16.poison();
-        void* y = out == GemmOut::F32 ? static_cast<void*>(y32.get()) : static_cast<void*>(y16.get());
-        gemm.linear(half_type_of<T>(), x.get(), rows, k, w.matrix, n, y, out, stream, path);
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        const std::vector<float> got = out == GemmOut::F32 ? y32.download() : from_half(y16.download());
-        // The GEMV multiplies the exact weights in f32; the tile path rounds each
-        // decoded weight to 16 bits first (2^-9 relative for bf16), and a 16-bit y
-        // rounds once more.
-        const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
-        const double limit = out == GemmOut::F32 && exact_w ? 1e-3 : half_limit<T>();
-        error_row(kCheck,
-                  std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
-                      std::to_string(n) + (path == GemmPath::GEMV ? " gemv " : " tiles ") + half_name<T>() +
-                      (out == GemmOut::F32 ? "->f32" : "->half"),
-                  rel_error(ref, got), limit);
-      }
-    }
-  }
+  check_packed_linear<T>(kCheck, gemm, name, w.matrix, host.tensor, row_counts, stream, seed,
+                         [](GemmPath path, GemmOut out) {
+                           const bool exact_w = path == GemmPath::GEMV || std::is_same_v<T, f16>;
+                           return out == GemmOut::F32 && exact_w ? 1e-3 : half_limit<T>();
+                         });
 }
 
 // The memory plan's device bytes for Llama-3.1-8B in Q8_0 (every matrix Q8_0, norms f32)
@@ -147,7 +119,7 @@ void check_gate_up_q8_0(int32_t k, int32_t inter, const std::vector<int32_t>& ro
                         uint64_t seed, bool bytes = false) {
   const HostQ8 host = random_q8_0(2 * inter, k, seed);
   const DeviceQ8 w(host.tensor);
-  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) { return cpu_reference(x, r, host.tensor); };
+  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) { return cpu_product(x, r, host.tensor); };
   for (int32_t r : rows)
     check_gate_up<bf16>(kCheck, "Q8_0", w.matrix, k, inter, r, product, stream, seed + uint64_t(r),
                         bytes ? double(packed_bytes(2 * inter, k)) : 0);
@@ -177,7 +149,7 @@ void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream
           std::to_string(n),
       fmt("%.4f", ratio) + fmt(" (%.1f MB read)", double(reads.total()) / 1e6), "<= 1.03", ratio <= 1.03);
   error_row(kCheck, std::string("bytes 8B ") + name + " r=" + std::to_string(rows) + " result",
-            rel_error(cpu_reference(xf, rows, host.tensor), y.download()), 1e-3);
+            rel_error(cpu_product(xf, rows, host.tensor), y.download()), 1e-3);
 }
 #endif
 

@@ -16,6 +16,20 @@ namespace spark::gpu_check {
 // The CPU backend's product x · wᵀ ([rows, 2 * inter], gate columns first) for x [rows, k].
 using GateUpProduct = std::function<std::vector<float>(const std::vector<float>& x, int32_t rows)>;
 
+// That product from two products of [rows, inter] each, `gate` and `up` (the parts' tensors
+// apart: their scales are their own).
+inline GateUpProduct interleaved(GateUpProduct gate, GateUpProduct up, int32_t inter) {
+  return [=](const std::vector<float>& x, int32_t r) {
+    const std::vector<float> g = gate(x, r), u = up(x, r);
+    std::vector<float> y;
+    for (int32_t t = 0; t < r; ++t) {
+      y.insert(y.end(), g.begin() + long(t) * inter, g.begin() + long(t + 1) * inter);
+      y.insert(y.end(), u.begin() + long(t) * inter, u.begin() + long(t + 1) * inter);
+    }
+    return y;
+  };
+}
+
 // `w` is [2 * inter, k]: gate rows, then up rows. packed_bytes > 0 (emulator only): also
 // the byte row, with packed_bytes the matrix's bytes on the device (scales included).
 template <typename T>

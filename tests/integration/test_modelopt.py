@@ -10,16 +10,14 @@ top-20 log-probabilities after every prefix of every sequence against the log-so
 logits, |error| / max |logit| under 2e-4, as tests/integration/test_nemotron_h_gguf.py holds
 its GGUF models. Hostile files are refused by `sparkd check` with the tensor or key named.
 """
-import concurrent.futures
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-import requests
 
-from conftest import REPO, Server, check_refuses, run_sparkd
-from test_nemotron_h_gguf import LIMIT, TOP
+from conftest import REPO, check_refuses, run_sparkd
+from test_nemotron_h_gguf import LIMIT, TOP, served_logprobs
 from test_serve_tiny_models import BASE, char_tokenizer
 
 import gen_modelopt_models as gen  # tests/gen, on the path through conftest
@@ -72,31 +70,6 @@ def reference(c, w):
         lp = logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))
         out.append((seq, lp, float(np.abs(logits).max())))
     return out
-
-
-def served_logprobs(path, tokenizer_dir, sequences):
-    """Per sequence, per prefix: the server's top-20 {token id: log-probability} for the next
-    token (test_nemotron_h_gguf.served_logprobs, over given sequences instead of golden files)."""
-    s = Server(model=path, settings={"model.tokenizer": str(tokenizer_dir), "model.max_model_len": 256,
-                                     "engine.max_num_seqs": 8}).wait_ready()
-    try:
-        served = requests.get(s.url + "/v1/models", timeout=10).json()["data"][0]["id"]
-
-        def next_token(prompt):
-            r = requests.post(s.url + "/v1/completions", timeout=60, json={
-                "model": served, "prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": TOP,
-                "ignore_eos": True})
-            assert r.status_code == 200, r.text
-            top = r.json()["choices"][0]["logprobs"]["top_logprobs"][0]
-            assert len(top) == TOP and all(len(text) == 1 for text in top), top
-            return {ord(text) - BASE: lp for text, lp in top.items()}
-
-        # Eight at a time: the engine batches them, and a request's logits do not depend on
-        # its neighbours.
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            return [list(pool.map(next_token, [seq[:pos + 1] for pos in range(len(seq))])) for seq in sequences]
-    finally:
-        s.stop()
 
 
 # id -> (layout, write's keyword arguments)

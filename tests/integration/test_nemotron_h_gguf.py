@@ -73,9 +73,13 @@ def golden(model):
     return out
 
 
-def served_logprobs(path, tokenizer_dir, model):
-    """Per golden sequence, per prefix: the server's top-20 {token id: log-probability} for
-    the next token."""
+def golden_sequences(model):
+    return json.loads((MODELS / model / "golden.json").read_text())["sequences"]
+
+
+def served_logprobs(path, tokenizer_dir, sequences):
+    """Per sequence, per prefix: the server's top-20 {token id: log-probability} for the next
+    token (the model's vocabulary one tokenizer_dir character a token id)."""
     s = Server(model=path, settings={"model.tokenizer": str(tokenizer_dir), "model.max_model_len": 256,
                                      "engine.max_num_seqs": 8}).wait_ready()
     try:
@@ -93,15 +97,14 @@ def served_logprobs(path, tokenizer_dir, model):
         # Eight at a time: the engine batches them, and a request's logits do not depend on
         # its neighbours (test_engine_model's batch invariance).
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            return [list(pool.map(next_token, [seq[:pos + 1] for pos in range(len(seq))]))
-                    for seq, _, _ in golden(model)]
+            return [list(pool.map(next_token, [seq[:pos + 1] for pos in range(len(seq))])) for seq in sequences]
     finally:
         s.stop()
 
 
 @pytest.mark.parametrize("model", ["nemotron_h", "nemotron_h_latent"])
 def test_f32_gguf_gives_transformers_logits_at_every_prefix(gguf_dir, tokenizer_dir, model):
-    got = served_logprobs(gguf_file(gguf_dir, model), tokenizer_dir, model)
+    got = served_logprobs(gguf_file(gguf_dir, model), tokenizer_dir, golden_sequences(model))
     worst = 0.0
     for (seq, want_rows, scale), got_rows in zip(golden(model), got):
         for pos, (want, top) in enumerate(zip(want_rows, got_rows)):
@@ -123,8 +126,9 @@ def test_packed_gguf_computes_what_its_values_do(gguf_dir, tokenizer_dir, model,
     the F32 path is held to transformers above, so the packed one reads its blocks right if
     they agree. (Against transformers' logits themselves the rounding tips these tiny models'
     near-uniform routers.)"""
-    packed = served_logprobs(gguf_file(gguf_dir, model, qtype), tokenizer_dir, model)
-    values = served_logprobs(gguf_file(gguf_dir, model, qtype, ".values", values_only=True), tokenizer_dir, model)
+    packed = served_logprobs(gguf_file(gguf_dir, model, qtype), tokenizer_dir, golden_sequences(model))
+    values = served_logprobs(gguf_file(gguf_dir, model, qtype, ".values", values_only=True), tokenizer_dir,
+                             golden_sequences(model))
     worst = 0.0
     for (_, _, scale), p_rows, v_rows in zip(golden(model), packed, values):
         for p, v in zip(p_rows, v_rows):

@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_rows_kernel(R w, const T* __
 #pragma unroll
   for (int a = 0; a < kGemvMaxRows; ++a) {
     if (a < rows) {
-      const float v = warp_sum(acc[a]);
+      const float v = warp_sum(acc[a]) * row_scale(w, r);
       if (lane == 0 && row < n) y[int64_t(a) * ldy + row] = from_f32<OutT>(v);
     }
   }

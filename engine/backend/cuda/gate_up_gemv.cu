@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int a = 0; a < kGemvMaxRows; ++a) {
     if (a < rows) {
-      const float g = warp_sum(ag[a]), u = warp_sum(au[a]);
+      const float g = warp_sum(ag[a]) * row_scale(gate, gi), u = warp_sum(au[a]) * row_scale(up, ui);
       // silu as swiglu.cu computes it (the accurate expf).
       if (lane == 0 && i < inter) act[int64_t(a) * inter + i] = from_f32<T>(g / (1.0f + expf(-g)) * u);
     }

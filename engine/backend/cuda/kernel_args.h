@@ -38,7 +38,8 @@ enum class HalfType : uint8_t { BF16, F16 };
 //         checkpoints repacked into them at load), row r at r * k / 64 * 36, then `scales`
 //         [n] f32: each row's tensor scale (the parts of a fused matrix and the experts of
 //         a stack each have their own); value = e2m1 * e4m3(sub-block scale) * scales[r],
-//         rounded as the CPU backend rounds it (nvfp4.h; weight_readers.cuh's Nvfp4Rows).
+//         the kernels multiplying row r's sums by scales[r] (nvfp4.h; weight_readers.cuh's
+//         Nvfp4Rows and row_scale).
 // A fused matrix whose parts are stored in different formats (Q4_K_M keeps q and k in
 // Q4_K and v in Q6_K in half the layers) is a chain: rows [0, rows) in this format, the
 // rest in `tail` (rows 0: this part holds every remaining row).

@@ -190,8 +190,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int col = col0 + j * 8 + 2 * t + c;
+          const int64_t up_r = int64_t(e) * s.inter + col;
           if (col < n_out)
-            act[row * n_out + col] = from_f32<T>(expert_relu2(ex, int64_t(e) * s.inter + col, acc[j][half * 2 + c]));
+            act[row * n_out + col] = from_f32<T>(expert_relu2(ex, up_r, acc[j][half * 2 + c] * row_scale(w, up_r)));
         }
     } else if constexpr (kGateUp) {
       T* act = static_cast<T*>(out);
@@ -200,9 +201,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int col = col0 + j * 8 + 2 * t + c;
-          const float gate = acc[j][half * 2 + c], up = acc[j + kBN / 16][half * 2 + c];
+          if (col >= n_out) continue;
           const int64_t gate_r = int64_t(e) * 2 * s.inter + col;
-          if (col < n_out) act[row * n_out + col] = from_f32<T>(expert_swiglu(ex, gate_r, gate_r + s.inter, gate, up));
+          const float gate = acc[j][half * 2 + c] * row_scale(w, gate_r);
+          const float up = acc[j + kBN / 16][half * 2 + c] * row_scale(w, gate_r + s.inter);
+          act[row * n_out + col] = from_f32<T>(expert_swiglu(ex, gate_r, gate_r + s.inter, gate, up));
         }
     } else {
       float* y = static_cast<float*>(out);
@@ -211,7 +214,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int col = col0 + j * 8 + 2 * t + c;
-          if (col < n_out) y[row * n_out + col] = expert_down_out(ex, int64_t(e) * s.hidden + col, acc[j][half * 2 + c]);
+          const int64_t down_r = int64_t(e) * s.hidden + col;
+          if (col < n_out) y[row * n_out + col] = expert_down_out(ex, down_r, acc[j][half * 2 + c] * row_scale(w, down_r));
         }
     }
   }

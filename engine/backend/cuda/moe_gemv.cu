@@ -119,9 +119,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kTokens; ++j) {
       if (j < nb) {
-        const float up = warp_sum(au[j]);
+        const float up = warp_sum(au[j]) * row_scale(w, up_r);
         float a;
-        if constexpr (kGated) a = expert_swiglu(ex, gate_r, up_r, warp_sum(ag[j]), up);
+        if constexpr (kGated) a = expert_swiglu(ex, gate_r, up_r, warp_sum(ag[j]) * row_scale(w, gate_r), up);
         else a = expert_relu2(ex, up_r, up);
         if (lane == 0) act[int64_t(row0 + b0 + j) * s.inter + i] = from_f32<T>(a);
       }
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kTokens; ++j) {
       if (j < nb) {
-        const float sum = warp_sum(acc[j]);
+        const float sum = warp_sum(acc[j]) * row_scale(w, r);
         if (lane == 0) y[int64_t(row0 + b0 + j) * s.hidden + n] = expert_down_out(ex, r, sum);
       }
     }

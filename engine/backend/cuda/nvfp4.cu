@@ -9,12 +9,13 @@
 // Qwen3-30B-A3B (3.3B active) ~2.2 GB: ~99 and ~1,360.
 //
 // Instructions. Per weight: shift and mask, the E2M1 code to f32 built from its bits
-// (~4), two multiplies (the sub-block scale, then the row's scale: the CPU backend's
-// rounding); per weight and activation row an x convert and an FMA: about 7 + 2r lane
-// operations a weight. GB10 streams 218e9 / 0.5625 ≈ 388e9 weights/s against ~15e12 lane
-// operations/s (~39 a weight): bandwidth-bound up to 8 rows. H100 streams ~5.3e12
-// weights/s against ~30e12 (~6 a weight): issue-bound from one row, by ~1.5x at one row
-// and ~3.8x at eight; the bit-trick decode of the GPU-concurrency work is what closes it.
+// (~4), one multiply by the sub-block scale (the row's scale multiplies the row's sum
+// once, weight_readers.cuh's row_scale); per weight and activation row an x convert and
+// an FMA: about 6 + 2r lane operations a weight. GB10 streams 218e9 / 0.5625 ≈ 388e9
+// weights/s against ~15e12 lane operations/s (~39 a weight): bandwidth-bound up to 8
+// rows. H100 streams ~5.3e12 weights/s against ~30e12 (~6 a weight): issue-bound beyond
+// one row (~1.3x at one, ~3.7x at eight); the bit-trick decode of the GPU-concurrency
+// work is what closes it.
 //
 // Loads in flight: one lane decodes one 32-value half of a block (two sub-blocks: 16
 // code bytes and their 2 scale bytes, four-byte words through the read-only cache); a

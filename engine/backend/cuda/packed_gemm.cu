@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int col = n0 + wn + jn * 8 + 2 * t + c;
-          if (col < n) y[int64_t(row) * ldy + col] = from_f32<OutT>(acc[i][jn][half * 2 + c]);
+          if (col < n) y[int64_t(row) * ldy + col] = from_f32<OutT>(acc[i][jn][half * 2 + c] * row_scale(w, col));
         }
     }
 }

@@ -140,9 +140,11 @@ __device__ __forceinline__ float ue4m3_decode(uint32_t v) {
 
 // NVFP4 as DeviceWeights keeps it (kernel_args.h): a chunk is one half of a 36-byte block
 // (two 16-value sub-blocks: 16 code bytes and their 2 scale bytes, read as 4-byte words
-// through the read-only cache, as BlockRows reads its blocks), times the row's scale;
-// value = (e2m1 * e4m3) * scale, the first product exact, as the CPU backend computes it.
-// Sub-block s's byte j holds its value j (low nibble) and j + 8 (high nibble).
+// through the read-only cache, as BlockRows reads its blocks) decoded to e2m1 * e4m3,
+// exact in f32 and in either 16-bit type (at most 5 significant bits, 2^-10 .. 2688); the
+// row's scale multiplies the row's sum (row_scale below), so the tiles' 16-bit weights are
+// exact and the decode takes one multiply a weight. Sub-block s's byte j holds its value
+// j (low nibble) and j + 8 (high nibble).
 struct Nvfp4Rows {
   static constexpr int kValues = 32;
   using Chunk = const uint8_t*;
@@ -150,10 +152,9 @@ struct Nvfp4Rows {
   const float* scales;
   int64_t row_bytes;
   __device__ __forceinline__ Chunk load(int64_t r, int c) const { return data + r * row_bytes + int64_t(c / 64) * 36; }
-  __device__ __forceinline__ void decode(const Chunk& b, int64_t r, int c, float (&out)[kValues]) const {
+  __device__ __forceinline__ void decode(const Chunk& b, int64_t, int c, float (&out)[kValues]) const {
     const int half = (c % 64) / 32;
     const uint32_t d4 = ld_word<4>(b);
-    const float g = __ldg(scales + r);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int s = 2 * half + h;
@@ -162,12 +163,24 @@ struct Nvfp4Rows {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const uint32_t byte = (q[j >> 2] >> (8 * (j & 3))) & 0xFF;
-        out[16 * h + j] = __fmul_rn(__fmul_rn(e2m1_decode(byte & 0x0F), d), g);
-        out[16 * h + j + 8] = __fmul_rn(__fmul_rn(e2m1_decode(byte >> 4), d), g);
+        out[16 * h + j] = __fmul_rn(e2m1_decode(byte & 0x0F), d);
+        out[16 * h + j + 8] = __fmul_rn(e2m1_decode(byte >> 4), d);
       }
     }
   }
+  __device__ __forceinline__ float row_scale(int64_t r) const { return __ldg(scales + r); }
 };
+
+// The factor a reader leaves to each row's sum (Nvfp4Rows' row scale), which every kernel
+// multiplies into a row's dot product before its epilogue; 1 for the readers that scale
+// each weight as they decode it.
+template <typename R>
+__device__ __forceinline__ float row_scale(const R& w, int64_t r) {
+  if constexpr (requires { w.row_scale(r); })
+    return w.row_scale(r);
+  else
+    return 1.0f;
+}
 
 // Calls f(reader) with the reader of w for compute type T: a stack of matrices of
 // matrix_rows rows of k values each. w must be one segment (no tail): an MoE stack is.

@@ -1,0 +1,60 @@
+// packed_linear_check.h — Gemm::linear on one packed matrix, for the per-format check
+// programs (check_q8_0, check_fp8, check_nvfp4): at each row count, both paths (the packed
+// GEMV up to kGemvMaxRows rows, the packed tensor-core tiles at every count) and both
+// outputs, against the CPU backend's matmul on the same tensor and the same 16-bit
+// activations.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/matmul.h"
+#include "engine/backend/cuda/gemm.h"
+#include "tests/gpu/gpu_check.h"
+
+namespace spark::gpu_check {
+
+// The CPU backend's y = x · wᵀ ([rows, w.rows()]) from exactly the activations x.
+inline std::vector<float> cpu_product(const std::vector<float>& x, int32_t rows, const Tensor& w) {
+  std::vector<float> y(size_t(rows) * size_t(w.rows()));
+  cpu::matmul_rows(x.data(), rows, w, 0, w.rows(), y.data(), w.rows());
+  return y;
+}
+
+// The error a row may have by path and output (the formats differ in what the tiles' 16-bit
+// copies of their weights round).
+using LinearLimit = std::function<double(cuda::GemmPath, cuda::GemmOut)>;
+
+// `w` is the device copy of `host` ([n, k]); one row per row count, path and output, named
+// "NAME r=.. k=.. n=.. gemv|tiles T->f32|half".
+template <typename T>
+void check_packed_linear(const char* check, cuda::Gemm& gemm, const char* name, const cuda::DeviceMatrix& w,
+                         const Tensor& host, const std::vector<int32_t>& row_counts, cudaStream_t stream,
+                         uint64_t seed, const LinearLimit& limit) {
+  const int32_t n = int32_t(host.rows()), k = int32_t(host.cols());
+  for (int32_t rows : row_counts) {
+    const std::vector<float> xf = round_half<T>(random_floats(size_t(rows) * k, seed * 131 + uint64_t(rows)));
+    DeviceArray<T> x(to_half<T>(xf));
+    const std::vector<float> ref = cpu_product(xf, rows, host);
+    DeviceArray<float> y32(size_t(rows) * n);
+    DeviceArray<T> y16(size_t(rows) * n);
+    for (cuda::GemmPath path : {cuda::GemmPath::GEMV, cuda::GemmPath::CUBLASLT}) {
+      if (path == cuda::GemmPath::GEMV && rows > cuda::kGemvMaxRows) continue;
+      for (cuda::GemmOut out : {cuda::GemmOut::HALF, cuda::GemmOut::F32}) {
+        y32.poison();
+        y16.poison();
+        void* y = out == cuda::GemmOut::F32 ? static_cast<void*>(y32.get()) : static_cast<void*>(y16.get());
+        gemm.linear(half_type_of<T>(), x.get(), rows, k, w, n, y, out, stream, path);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const std::vector<float> got = out == cuda::GemmOut::F32 ? y32.download() : from_half(y16.download());
+        error_row(check,
+                  std::string(name) + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" +
+                      std::to_string(n) + (path == cuda::GemmPath::GEMV ? " gemv " : " tiles ") + half_name<T>() +
+                      (out == cuda::GemmOut::F32 ? "->f32" : "->half"),
+                  rel_error(ref, got), limit(path, out));
+      }
+    }
+  }
+}
+
+}  // namespace spark::gpu_check

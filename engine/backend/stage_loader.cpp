@@ -6,6 +6,7 @@
 
 #include "engine/backend/backend_factory.h"
 #include "engine/model/arch.h"
+#include "engine/model/nvfp4_weights.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -121,15 +122,22 @@ std::unique_ptr<LoadedStage> load_stage(const Config& config, StagePlan plan) {
   s->plan = std::move(plan);
   const ModelSpec& spec = s->plan.info.spec;
   s->weights = load_stage_weights(s->plan.info, s->plan.range);
-  // The CUDA backend quantizes on its way to the device (device_weights.cu).
+  // The CUDA backend quantizes, and repacks ModelOpt's NVFP4, on its way to the device
+  // (device_weights.cu).
   const bool cpu = s->plan.backend == "cpu";
-  if (cpu) quantize_weights(s->weights, spec, s->plan.info.quantize);
+  if (cpu) {
+    quantize_weights(s->weights, spec, s->plan.info.quantize);
+    materialize_nvfp4(s->weights);
+  }
   s->stage = bind_stage(spec, s->weights);
   s->backend = make_backend(config, spec, s->stage);
   if (s->plan.draft) {
     const ModelInfo& draft = *s->plan.draft;
     s->draft_weights = load_stage_weights(draft, full_range(draft.spec));
-    if (cpu) quantize_weights(s->draft_weights, draft.spec, draft.quantize);
+    if (cpu) {
+      quantize_weights(s->draft_weights, draft.spec, draft.quantize);
+      materialize_nvfp4(s->draft_weights);
+    }
     s->draft_stage = bind_stage(draft.spec, s->draft_weights);
     s->draft_backend = make_backend(draft.spec.mtp_head ? config : draft_model_config(config), draft.spec, s->draft_stage);
   }

@@ -10,6 +10,7 @@
 #include "engine/model/quant.h"
 #include "engine/model/shape_text.h"
 #include "engine/util/check.h"
+#include "engine/util/mmap.h"
 
 namespace spark {
 namespace {
@@ -113,41 +114,48 @@ Tensor nvfp4_from_modelopt(const std::map<std::string, Tensor>& found, const Ten
   SPARK_CHECK(t.dtype == DType::NVFP4 && t.shape.size() == 2 && t.shape[1] % 64 == 0,
               "nvfp4_from_modelopt: " + t.name + " is not from nvfp4_header_view");
   const std::string base = t.name.substr(0, t.name.size() - 7);  // without ".weight"
-  const int64_t rows = t.shape[0], cols = t.shape[1];
   const Tensor& bs = side_tensor(found, base + ".weight_scale", t, source);  // checked by nvfp4_header_view
   const float* global = checked_tensor_scales(side_tensor(found, base + ".weight_scale_2", t, source), 1, source);
-
-  // GGUF's block b of a row: scales of sub-blocks 4b..4b+3, then for each sub-block its
-  // values j and j + 8 in byte j; ModelOpt's byte k holds values 2k and 2k + 1.
-  const int64_t blocks = cols / 64;
-  auto buf = std::make_shared<std::vector<uint8_t>>(size_t(rows * blocks) * sizeof(BlockNVFP4));
-  const auto* codes = static_cast<const uint8_t*>(t.data);
+  // Every block scale, before anything is allocated (1/9 of the tensor's bytes).
   const auto* scales = static_cast<const uint8_t*>(bs.data);
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* in = codes + r * cols / 2;
-    const uint8_t* sc = scales + r * cols / 16;
-    for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* out = buf->data() + size_t(r * blocks + b) * sizeof(BlockNVFP4);
-      for (int s = 0; s < 4; ++s) {
-        const int64_t sub = 4 * b + s;
-        check_scale_byte(sc[sub], bs.name, r * cols / 16 + sub, source);
-        out[s] = sc[sub];
-        const uint8_t* q = in + sub * 8;  // the sub-block's 16 values, two a byte
-        for (int j = 0; j < 8; ++j) {
-          const auto code = [&](int i) { return (q[i / 2] >> (4 * (i & 1))) & 0x0F; };
-          out[4 + 8 * s + j] = static_cast<uint8_t>(code(j) | (code(j + 8) << 4));
-        }
-      }
-    }
-  }
+  for (size_t i = 0; i < bs.nbytes; ++i) check_scale_byte(scales[i], bs.name, int64_t(i), source);
+  // The file's scale may sit at any offset: a copy, aligned.
+  auto scale = std::make_shared<float>();
+  std::memcpy(scale.get(), global, sizeof(float));
   Tensor n = t;
-  n.data = buf->data();
-  n.nbytes = buf->size();
-  n.scale = global;
-  n.scale_block_rows = rows;
-  n.scale_block_cols = cols;
-  w.keep_alive(std::move(buf));
+  n.modelopt_block_scales = scales;
+  n.scale = scale.get();
+  n.scale_block_rows = t.rows();
+  n.scale_block_cols = t.cols();
+  w.keep_alive(std::move(scale));
   return n;
+}
+
+void nvfp4_rows(const Tensor& t, int64_t row0, int64_t n, uint8_t* dst) {
+  SPARK_CHECK(t.dtype == DType::NVFP4 && row0 >= 0 && n >= 0 && row0 + n <= t.rows(), "nvfp4_rows: bad rows of " + t.name);
+  const int64_t cols = t.cols(), row_bytes = cols / 64 * int64_t(sizeof(BlockNVFP4));
+  const auto* data = static_cast<const uint8_t*>(t.data);
+  if (!t.modelopt_block_scales) {
+    std::memcpy(dst, data + row0 * row_bytes, size_t(n * row_bytes));
+    return;
+  }
+  for (int64_t r = row0; r < row0 + n; ++r, dst += row_bytes)
+    modelopt_nvfp4_row_to_blocks(data + r * cols / 2, t.modelopt_block_scales + r * cols / 16, cols, dst);
+}
+
+void materialize_nvfp4(Weights& w) {
+  std::vector<Tensor> lazy;
+  for (const auto& [name, t] : w.all())
+    if (t.modelopt_block_scales) lazy.push_back(t);
+  for (Tensor& t : lazy) {
+    auto blocks = std::make_shared<std::vector<uint8_t>>(t.nbytes);
+    nvfp4_rows(t, 0, t.rows(), blocks->data());
+    release_mapped_pages(t.data, size_t(t.rows() * t.cols() / 2));
+    release_mapped_pages(t.modelopt_block_scales, size_t(t.rows() * t.cols() / 16));
+    t.data = blocks->data();
+    t.modelopt_block_scales = nullptr;
+    w.replace(std::move(t), {std::move(blocks)});
+  }
 }
 
 void check_nvfp4_block_scales(const Tensor& t, const std::string& source) {

@@ -9,7 +9,9 @@
 // activations (weight-only, as the Spark playbooks run them), so input_scale is checked and
 // not used. The codes and block scales are repacked, losslessly, into GGUF's NVFP4 blocks
 // (quant.h's BlockNVFP4), weight_scale_2 becoming the Tensor's scale: one layout for both
-// file formats.
+// file formats. The repack happens where the blocks are read: a band of rows at a time on
+// the way to the device (no host copy of the model beside the device's), all at once for
+// the CPU backend.
 #pragma once
 #include <map>
 #include <string>
@@ -42,12 +44,21 @@ void check_modelopt_scales(const std::map<std::string, Tensor>& found, const std
 std::map<std::string, Tensor> nvfp4_header_view(const std::map<std::string, Tensor>& found,
                                                 const std::string& source);
 
-// The NVFP4 tensor of weight t (from nvfp4_header_view) and its scales in `found`: the
-// codes and block scales repacked into a buffer `w` keeps, its scale weight_scale_2.
-// InputError naming the tensor when a scale is missing, of the wrong dtype or shape, NaN
-// or negative.
+// The NVFP4 tensor of weight t (from nvfp4_header_view) and its scales in `found`, as the
+// file holds them (Tensor::modelopt_block_scales), its scale weight_scale_2 (a copy `w`
+// keeps). InputError naming the tensor when a scale is missing, of the wrong dtype or
+// shape, NaN or negative: every block scale is read.
 Tensor nvfp4_from_modelopt(const std::map<std::string, Tensor>& found, const Tensor& t, Weights& w,
                            const std::string& source);
+
+// Rows [row0, row0 + n) of the NVFP4 tensor t as GGUF's blocks at dst: copied, or repacked
+// from ModelOpt's layout.
+void nvfp4_rows(const Tensor& t, int64_t row0, int64_t n, uint8_t* dst);
+
+// Every NVFP4 tensor of `w` still in ModelOpt's layout repacked into a buffer `w` keeps (the
+// tensor, at the same address, now views it), the file pages of its source dropped behind
+// it: the CPU backend's load, which reads the blocks at every step.
+void materialize_nvfp4(Weights& w);
 
 // An NVFP4 tensor's E4M3 block scales (GGUF's): InputError naming the tensor and block
 // when one is NaN. Reads 4 bytes a block.

@@ -98,6 +98,19 @@ float ue4m3_to_f32(uint8_t v) {
   return exp == 0 ? std::ldexp(float(man), -9) : std::ldexp(float(8 + man), exp - 10);
 }
 
+void modelopt_nvfp4_row_to_blocks(const uint8_t* codes, const uint8_t* scales, int64_t cols, uint8_t* dst) {
+  // Block b: the scales of sub-blocks 4b..4b+3, then for each sub-block its values j and
+  // j + 8 in byte j.
+  for (int64_t b = 0; b < cols / 64; ++b, dst += sizeof(BlockNVFP4))
+    for (int s = 0; s < 4; ++s) {
+      const int64_t sub = 4 * b + s;
+      dst[s] = scales[sub];
+      const uint8_t* q = codes + sub * 8;  // the sub-block's 16 values, two a byte
+      const auto code = [&](int i) { return (q[i / 2] >> (4 * (i & 1))) & 0x0F; };
+      for (int j = 0; j < 8; ++j) dst[4 + 8 * s + j] = static_cast<uint8_t>(code(j) | (code(j + 8) << 4));
+    }
+}
+
 bool dequant_supported(DType t) { return dtype_info(t).decode != nullptr; }
 
 namespace {
@@ -264,7 +277,14 @@ void dequantize_tensor_row(const Tensor& t, int64_t row, float* dst) {
   SPARK_CHECK(row >= 0 && row < t.rows(), "row out of range in " + t.name);
   int64_t cols = t.cols();
   size_t row_bytes = dtype_nbytes(t.dtype, cols, cols);
-  dequantize_row(t.dtype, static_cast<const uint8_t*>(t.data) + row_bytes * static_cast<size_t>(row), dst, cols);
+  if (t.modelopt_block_scales) {  // ModelOpt's NVFP4 as the file holds it
+    std::vector<uint8_t> blocks(row_bytes);
+    modelopt_nvfp4_row_to_blocks(static_cast<const uint8_t*>(t.data) + row * cols / 2,
+                                 t.modelopt_block_scales + row * cols / 16, cols, blocks.data());
+    dequantize_row(t.dtype, blocks.data(), dst, cols);
+  } else {
+    dequantize_row(t.dtype, static_cast<const uint8_t*>(t.data) + row_bytes * static_cast<size_t>(row), dst, cols);
+  }
   if (t.scale != nullptr) apply_tensor_scales(t, row, dst);
   else SPARK_CHECK(t.dtype != DType::F8_E4M3, "FP8 tensor " + t.name + " has no scales");
 }

@@ -71,6 +71,10 @@ static_assert(sizeof(BlockNVFP4) == 36);
 // The magnitude of an E4M3 scale byte, sign bit ignored, as ggml reads NVFP4's (0x7F, NaN
 // in E4M3, reads as 0; the loaders refuse such scales).
 float ue4m3_to_f32(uint8_t v);
+// One row of `cols` values (a multiple of 64) in ModelOpt's NVFP4 layout, its codes (two a
+// byte, value 2k in the low nibble of byte k) and E4M3 block scales (one per 16), as GGUF's
+// BlockNVFP4 blocks at dst: the same codes and scale bytes, rearranged.
+void modelopt_nvfp4_row_to_blocks(const uint8_t* codes, const uint8_t* scales, int64_t cols, uint8_t* dst);
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 

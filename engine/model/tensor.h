@@ -44,6 +44,12 @@ struct Tensor {
   // scale per tensor (ModelOpt's weight_scale_2); none means 1.
   const float* scale = nullptr;
   int64_t scale_block_rows = 0, scale_block_cols = 0;
+  // An NVFP4 weight of a ModelOpt checkpoint as the file holds it, not yet repacked: `data`
+  // is ModelOpt's codes ([rows, cols / 2], value 2k in the low nibble of byte k) and this
+  // its E4M3 block scales ([rows, cols / 16]); nbytes counts GGUF's blocks, which
+  // nvfp4_weights.h's nvfp4_rows makes of them a band of rows at a time (the CUDA upload,
+  // so no host copy of the model is made) or materialize_nvfp4 all at once (the CPU backend).
+  const uint8_t* modelopt_block_scales = nullptr;
 
   int64_t numel() const;
   int64_t rows() const { return shape.empty() ? 1 : numel() / shape.back(); }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/nvfp4.h"
@@ -106,6 +107,39 @@ void check_gate_up_nvfp4(const char* name, int32_t k, int32_t inter, const std::
   if (!bytes) check_gate_up<f16>(kCheck, name, w.matrix, k, inter, rows.back(), product, stream, seed);
 }
 
+// A matrix in ModelOpt's layout, as a checkpoint loads (Tensor::modelopt_block_scales):
+// random codes and E4M3 block scales, repacked into GGUF's blocks on upload a band of rows
+// at a time (n x k large enough for several 32 MiB bands), against the CPU backend reading
+// the same tensor a row at a time.
+void check_modelopt_upload(int32_t k, int32_t n, cudaStream_t stream, uint64_t seed) {
+  std::vector<uint8_t> codes(size_t(n) * k / 2), scales(size_t(n) * k / 16);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint8_t(splitmix64(seed * 0x9E3779B97F4A7C15ull + i));
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(0x30 + splitmix64(seed + i) % 24);
+  float scale = 1.0f / (6.0f * 448.0f);
+  Tensor t;
+  t.name = "w";
+  t.dtype = DType::NVFP4;
+  t.shape = {n, k};
+  t.data = codes.data();
+  t.modelopt_block_scales = scales.data();
+  t.nbytes = size_t(cuda::nvfp4_row_bytes(k)) * size_t(n);
+  t.scale = &scale;
+  t.scale_block_rows = n;
+  t.scale_block_cols = k;
+  const DeviceNvfp4 w({&t}, n, k);
+  const std::vector<float> xf = round_half<bf16>(random_floats(size_t(k), seed + 7));
+  DeviceArray<bf16> x(to_half<bf16>(xf));
+  DeviceArray<float> y(static_cast<size_t>(n));
+  Gemm gemm;
+  gemm.linear(HalfType::BF16, x.get(), 1, k, w.matrix, n, y.get(), GemmOut::F32, stream, GemmPath::GEMV);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  error_row(kCheck,
+            "ModelOpt layout repacked on upload (" + std::to_string(t.nbytes >> 20) + " MiB: " +
+                std::to_string((t.nbytes + cuda::kUploadChunk - 1) / cuda::kUploadChunk) + " bands) r=1 k=" +
+                std::to_string(k) + " n=" + std::to_string(n) + " gemv bf16->f32",
+            rel_error(cpu_product(xf, 1, t), y.download()), 1e-5);
+}
+
 #if SPARK_CUDA_EMU
 // Bytes a decode GEMV reads (emulator accounting) over its blocks, row scales and activations.
 void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream_t stream, uint64_t seed) {
@@ -142,6 +176,7 @@ void run() {
     check_shape<bf16>(gemm, "one block", 64, 37, {1, 2, 9}, stream, 3);
     check_shape<f16>(gemm, "tiny", 256, 48, {2, 512}, stream, 4);
     check_gate_up_nvfp4("NVFP4 odd", 1088, 501, {1, 3, 8}, stream, 5);
+    check_modelopt_upload(4096, 20000, stream, 6);
 #if SPARK_CUDA_EMU
     byte_ratio("qkv", 4096, 6144, 1, stream, 11);
     byte_ratio("o", 4096, 4096, 8, stream, 12);

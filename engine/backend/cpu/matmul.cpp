@@ -72,8 +72,17 @@ const float* row_blocks(const Tensor& w, int64_t, const uint8_t* src, float* out
   return out;
 }
 
-// NVFP4: the reference decoder, then the tensor's scale (one per tensor).
+// NVFP4: the reference decoder, then the tensor's scale (one per tensor). A tensor still in
+// ModelOpt's layout (the CPU backend's load repacks them all: materialize_nvfp4) is
+// repacked a row at a time.
 const float* row_nvfp4(const Tensor& w, int64_t row, const uint8_t* src, float* out) {
+  thread_local std::vector<uint8_t> repacked;
+  if (w.modelopt_block_scales) {
+    repacked.resize(size_t(w.cols() / 64) * sizeof(BlockNVFP4));
+    modelopt_nvfp4_row_to_blocks(static_cast<const uint8_t*>(w.data) + row * w.cols() / 2,
+                                 w.modelopt_block_scales + row * w.cols() / 16, w.cols(), repacked.data());
+    src = repacked.data();
+  }
   decode::nvfp4(src, out, w.cols() / 64);
   if (w.scale != nullptr) apply_tensor_scales(w, row, out);
   return out;

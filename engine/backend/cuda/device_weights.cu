@@ -125,8 +125,9 @@ const void** slot(const T*& p) {
 }
 
 // Rows [r0, r0 + n) of t as a tensor of their own (whole rows: every format's blocks run
-// along a row). An FP8 view keeps the scales of its rows: one per tensor as it is, a grid
-// only when the range starts and ends on its block rows.
+// along a row; ModelOpt's NVFP4 codes and block scales too). An FP8 view keeps the scales
+// of its rows: one per tensor as it is, a grid only when the range starts and ends on its
+// block rows.
 Tensor row_range(const Tensor& t, int64_t r0, int64_t n) {
   const size_t row_bytes = t.nbytes / size_t(t.rows());
   Tensor v = t;
@@ -134,6 +135,10 @@ Tensor row_range(const Tensor& t, int64_t r0, int64_t n) {
   v.shape = {n, t.cols()};
   v.data = static_cast<const char*>(t.data) + size_t(r0) * row_bytes;
   v.nbytes = size_t(n) * row_bytes;
+  if (t.modelopt_block_scales) {  // ModelOpt's NVFP4 as the file holds it: codes and scales apart
+    v.data = static_cast<const uint8_t*>(t.data) + r0 * t.cols() / 2;
+    v.modelopt_block_scales = t.modelopt_block_scales + r0 * t.cols() / 16;
+  }
   if (t.scale && t.scale_block_rows >= t.rows()) {
     v.scale_block_rows = n;
   } else if (t.scale) {

@@ -22,12 +22,15 @@
 // warp step is 16 blocks, 576 contiguous bytes, each byte read by one lane.
 #include "engine/backend/cuda/nvfp4.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/block_gemv.cuh"
 #include "engine/backend/cuda/common.cuh"
+#include "engine/model/nvfp4_weights.h"
+#include "engine/util/mmap.h"
 
 namespace spark::cuda {
 namespace {
@@ -53,7 +56,23 @@ void upload_nvfp4(const Tensor& t, void* data, float* scales) {
                   t.nbytes == size_t(t.rows() * nvfp4_row_bytes(t.cols())),
               "upload_nvfp4: " + t.name + " is not rows of whole NVFP4 blocks");
   SPARK_CHECK(t.scale == nullptr || t.scale_block_rows >= t.rows(), "upload_nvfp4: " + t.name + " has one scale");
-  upload_bytes(data, t.data, t.nbytes);
+  if (t.modelopt_block_scales) {
+    // ModelOpt's layout: repacked a band of rows at a time into a bounded host buffer, the
+    // file's pages dropped behind it, so the model is never held twice on the host.
+    const int64_t cols = t.cols(), row_bytes = nvfp4_row_bytes(cols);
+    const int64_t band = std::max<int64_t>(1, int64_t(kUploadChunk) / row_bytes);
+    std::vector<uint8_t> blocks(size_t(std::min(band, t.rows()) * row_bytes));
+    for (int64_t r0 = 0; r0 < t.rows(); r0 += band) {
+      const int64_t n = std::min(band, t.rows() - r0);
+      nvfp4_rows(t, r0, n, blocks.data());
+      CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(data) + r0 * row_bytes, blocks.data(), size_t(n * row_bytes),
+                            cudaMemcpyHostToDevice));
+      release_mapped_pages(static_cast<const uint8_t*>(t.data) + r0 * cols / 2, size_t(n * cols / 2));
+      release_mapped_pages(t.modelopt_block_scales + r0 * cols / 16, size_t(n * cols / 16));
+    }
+  } else {
+    upload_bytes(data, t.data, t.nbytes);
+  }
   const std::vector<float> per_row(size_t(t.rows()), t.scale ? t.scale[0] : 1.0f);
   CUDA_CHECK(cudaMemcpy(scales, per_row.data(), per_row.size() * sizeof(float), cudaMemcpyHostToDevice));
 }

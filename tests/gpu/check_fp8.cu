@@ -113,20 +113,8 @@ void check_gate_up_fp8(const char* name, int32_t k, int32_t inter, int64_t block
 void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream_t stream, uint64_t seed) {
   const HostFp8 host = random_fp8(n, k, 128, 128, seed);
   const DeviceFp8 w(host.tensor);
-  const std::vector<float> xf = round_half<bf16>(random_floats(size_t(rows) * k, seed + 7));
-  DeviceArray<bf16> x(to_half<bf16>(xf));
-  DeviceArray<float> y(size_t(rows) * n);
-  Gemm gemm;
-  ::emu::global_reads_begin();
-  gemm.linear(HalfType::BF16, x.get(), rows, k, w.matrix, n, y.get(), GemmOut::F32, stream, GemmPath::GEMV);
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  const ::emu::GlobalReads reads = ::emu::global_reads_end();
-  const double needed = double(host.tensor.nbytes) + double(cuda::fp8_scale_bytes(host.tensor)) + double(rows) * k * 2;
-  const double ratio = double(reads.total()) / needed;
-  const std::string what = std::string("bytes 8B ") + name + " r=" + std::to_string(rows);
-  row(kCheck, what + " k=" + std::to_string(k) + " n=" + std::to_string(n),
-      fmt("%.4f", ratio) + fmt(" (%.1f MB read)", double(reads.total()) / 1e6), "<= 1.03", ratio <= 1.03);
-  error_row(kCheck, what + " result", rel_error(cpu_product(xf, rows, host.tensor), y.download()), 1e-3);
+  gemv_byte_ratio(kCheck, name, w.matrix, host.tensor,
+                  double(host.tensor.nbytes) + double(cuda::fp8_scale_bytes(host.tensor)), rows, stream, seed);
 }
 #endif
 

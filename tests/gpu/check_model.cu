@@ -852,6 +852,37 @@ void tiny_moe_parity(bool q8_0, bool staggered) {
                 prompts, false, staggered);
 }
 
+// The nearest positive e4m3 code (0 .. 0x7E) to x >= 0.
+uint8_t e4m3_code(float x) {
+  static const std::vector<float> positive = [] {  // the codes' values, increasing
+    std::vector<float> v(0x7F);
+    for (size_t c = 0; c < v.size(); ++c) v[c] = fp8_e4m3_to_f32(uint8_t(c));
+    return v;
+  }();
+  const size_t hi = size_t(std::lower_bound(positive.begin(), positive.end(), x) - positive.begin());
+  return uint8_t(hi == positive.size() || (hi > 0 && x - positive[hi - 1] < positive[hi] - x) ? hi - 1 : hi);
+}
+
+// m with each tensor `pick` chooses replaced: `make` adds its replacement to `out` (and
+// keeps its storage there) from the tensor and its values as f32 rows; the others stay.
+using Replacement = std::function<void(const Tensor& t, const std::vector<float>& values, Weights& out)>;
+LoadedModel with_replaced(LoadedModel m, const std::function<bool(const Tensor&)>& pick, const Replacement& make) {
+  Weights out;
+  for (const auto& [name, t] : m.weights.all()) {
+    if (!pick(t)) {
+      out.add(t);
+      continue;
+    }
+    std::vector<float> v(size_t(t.numel()));
+    for (int64_t r = 0; r < t.rows(); ++r) dequantize_tensor_row(t, r, v.data() + r * t.cols());
+    make(t, v, out);
+  }
+  out.set_range(m.weights.range());
+  out.keep_alive(std::make_shared<Weights>(std::move(m.weights)));
+  m.weights = std::move(out);
+  return m;
+}
+
 // The tiny Qwen3-MoE with its experts quantized to e4m3 here (scale = amax / 448 a block,
 // nearest e4m3 code), `block` x `block` scales or one a row (block 0), as an FP8 checkpoint
 // holds them. The CPU backend reads the same bytes and scales, so this compares the
@@ -863,25 +894,10 @@ LoadedModel with_fp8_experts(LoadedModel m, int64_t block, bool per_tensor_first
   for (const LayerWeights& l : bind_stage(m.info.spec, m.weights).layers)
     for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down})
       for (const Tensor* t : *list) experts.insert(t->name);
-  std::vector<float> positive(0x7F);  // e4m3 codes 0 .. 0x7E in increasing order of value
-  for (size_t c = 0; c < positive.size(); ++c) positive[c] = fp8_e4m3_to_f32(uint8_t(c));
-  auto encode = [&](float x) {
-    const size_t hi = size_t(std::lower_bound(positive.begin(), positive.end(), std::fabs(x)) - positive.begin());
-    const size_t c = hi == positive.size() || (hi > 0 && std::fabs(x) - positive[hi - 1] < positive[hi] - std::fabs(x))
-                         ? hi - 1
-                         : hi;
-    return uint8_t(c | (x < 0 ? 0x80 : 0));
-  };
-  Weights out;
+  auto encode = [](float x) { return uint8_t(e4m3_code(std::fabs(x)) | (x < 0 ? 0x80 : 0)); };
   size_t out_experts = 0;  // expert matrices converted so far
-  for (const auto& [name, t] : m.weights.all()) {
-    if (!experts.count(name)) {
-      out.add(t);
-      continue;
-    }
+  auto fp8 = [&](const Tensor& t, const std::vector<float>& v, Weights& out) {
     const int64_t rows = t.rows(), cols = t.cols();
-    std::vector<float> v(size_t(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) dequantize_tensor_row(t, r, v.data() + r * cols);
     Tensor q = t;
     q.dtype = DType::F8_E4M3;
     const bool one_scale = per_tensor_first && out_experts++ == 0;
@@ -903,10 +919,8 @@ LoadedModel with_fp8_experts(LoadedModel m, int64_t block, bool per_tensor_first
     out.add(q);
     out.keep_alive(bytes);
     out.keep_alive(scales);
-  }
-  out.set_range(m.weights.range());
-  out.keep_alive(std::make_shared<Weights>(std::move(m.weights)));
-  m.weights = std::move(out);
+  };
+  m = with_replaced(std::move(m), [&](const Tensor& t) { return experts.count(t.name) > 0; }, fp8);
   m.info.spec.fp8 = true;
   m.info.spec.fp8_block_rows = m.info.spec.fp8_block_cols = block;
   return m;
@@ -928,23 +942,14 @@ LoadedModel with_nvfp4(LoadedModel m) {
     for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down})
       for (const Tensor* t : *list) convert.insert(t->name);
   }
-  std::vector<float> positive(0x7F);  // e4m3 codes 0 .. 0x7E in increasing order of value
-  for (size_t c = 0; c < positive.size(); ++c) positive[c] = fp8_e4m3_to_f32(uint8_t(c));
-  auto nearest = [](const float* table, size_t n, float x) {
-    size_t best = 0;
-    for (size_t c = 1; c < n; ++c)
-      if (std::fabs(table[c] - x) < std::fabs(table[best] - x)) best = c;
-    return uint8_t(best);
+  auto e2m1_code = [](float x) {  // the nearest of kMxfp4Values
+    uint8_t best = 0;
+    for (uint8_t c = 1; c < 16; ++c)
+      if (std::fabs(kMxfp4Values[c] - x) < std::fabs(kMxfp4Values[best] - x)) best = c;
+    return best;
   };
-  Weights out;
-  for (const auto& [name, t] : m.weights.all()) {
-    if (!convert.count(name) || t.cols() % 64 != 0) {
-      out.add(t);
-      continue;
-    }
+  auto nvfp4 = [&](const Tensor& t, const std::vector<float>& v, Weights& out) {
     const int64_t rows = t.rows(), cols = t.cols();
-    std::vector<float> v(size_t(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) dequantize_tensor_row(t, r, v.data() + r * cols);
     float amax = 0;
     for (float x : v) amax = std::max(amax, std::fabs(x));
     auto scale = std::make_shared<float>(amax > 0 ? amax / (6.0f * 448.0f) : 1.0f);
@@ -956,9 +961,9 @@ LoadedModel with_nvfp4(LoadedModel m) {
       const float* x = v.data() + g * 16;
       float sub = 0;
       for (int j = 0; j < 16; ++j) sub = std::max(sub, std::fabs(x[j]));
-      (*scales)[size_t(g)] = nearest(positive.data(), positive.size(), sub / 6.0f / *scale);
+      (*scales)[size_t(g)] = e4m3_code(sub / 6.0f / *scale);
       const float d = fp8_e4m3_to_f32((*scales)[size_t(g)]) * *scale;
-      auto code = [&](float y) { return d > 0 ? nearest(kMxfp4Values, 16, y / d) : uint8_t(0); };
+      auto code = [&](float y) { return d > 0 ? e2m1_code(y / d) : uint8_t(0); };
       for (int j = 0; j < 8; ++j) (*codes)[size_t(g * 8 + j)] = uint8_t(code(x[2 * j]) | (code(x[2 * j + 1]) << 4));
     }
     Tensor q = t;
@@ -973,11 +978,9 @@ LoadedModel with_nvfp4(LoadedModel m) {
     out.keep_alive(codes);
     out.keep_alive(scales);
     out.keep_alive(scale);
-  }
-  out.set_range(m.weights.range());
-  out.keep_alive(std::make_shared<Weights>(std::move(m.weights)));
-  m.weights = std::move(out);
-  return m;
+  };
+  return with_replaced(std::move(m), [&](const Tensor& t) { return convert.count(t.name) && t.cols() % 64 == 0; },
+                       nvfp4);
 }
 
 // NVFP4 weights (with_nvfp4) kept packed on the device with a scale a row, on the tiny

@@ -145,22 +145,7 @@ void check_modelopt_upload(int32_t k, int32_t n, cudaStream_t stream, uint64_t s
 void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream_t stream, uint64_t seed) {
   const HostNvfp4 host = random_nvfp4(n, k, seed);
   const DeviceNvfp4 w({&host.tensor}, n, k);
-  const std::vector<float> xf = round_half<bf16>(random_floats(size_t(rows) * k, seed + 7));
-  DeviceArray<bf16> x(to_half<bf16>(xf));
-  DeviceArray<float> y(size_t(rows) * n);
-  Gemm gemm;
-  ::emu::global_reads_begin();
-  gemm.linear(HalfType::BF16, x.get(), rows, k, w.matrix, n, y.get(), GemmOut::F32, stream, GemmPath::GEMV);
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  const ::emu::GlobalReads reads = ::emu::global_reads_end();
-  const double blocks = double(host.tensor.nbytes);
-  const double ratio = double(reads.total()) / (blocks + 4.0 * n + double(rows) * k * 2);
-  const std::string what = std::string("bytes 8B ") + name + " r=" + std::to_string(rows);
-  row(kCheck, what + " k=" + std::to_string(k) + " n=" + std::to_string(n),
-      fmt("%.4f", ratio) + fmt(" (%.1f MB read", double(reads.total()) / 1e6) + fmt(", blocks %.1f MB)", blocks / 1e6),
-      "<= 1.03",
-      ratio <= 1.03);
-  error_row(kCheck, what + " result", rel_error(cpu_product(xf, rows, host.tensor), y.download()), 1e-3);
+  gemv_byte_ratio(kCheck, name, w.matrix, host.tensor, double(host.tensor.nbytes) + 4.0 * n, rows, stream, seed);
 }
 #endif
 

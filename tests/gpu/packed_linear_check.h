@@ -2,7 +2,7 @@
 // programs (check_q8_0, check_fp8, check_nvfp4): at each row count, both paths (the packed
 // GEMV up to kGemvMaxRows rows, the packed tensor-core tiles at every count) and both
 // outputs, against the CPU backend's matmul on the same tensor and the same 16-bit
-// activations.
+// activations; under the emulator, the bytes a decode GEMV reads.
 #pragma once
 #include <functional>
 #include <string>
@@ -56,5 +56,29 @@ void check_packed_linear(const char* check, cuda::Gemm& gemm, const char* name, 
     }
   }
 }
+
+#if SPARK_CUDA_EMU
+// The bytes one BF16 decode GEMV of `rows` rows over `w` (the device copy of `host`) reads,
+// by the emulator's accounting, against `packed` (the matrix's device bytes, scales
+// included) plus the activations (limit 1.03); and its result against the CPU's.
+inline void gemv_byte_ratio(const char* check, const char* name, const cuda::DeviceMatrix& w, const Tensor& host,
+                            double packed, int32_t rows, cudaStream_t stream, uint64_t seed) {
+  const int32_t n = int32_t(host.rows()), k = int32_t(host.cols());
+  const std::vector<float> xf = round_half<cuda::bf16>(random_floats(size_t(rows) * k, seed + 7));
+  DeviceArray<cuda::bf16> x(to_half<cuda::bf16>(xf));
+  DeviceArray<float> y(size_t(rows) * n);
+  y.poison();
+  cuda::Gemm gemm;
+  ::emu::global_reads_begin();
+  gemm.linear(cuda::HalfType::BF16, x.get(), rows, k, w, n, y.get(), cuda::GemmOut::F32, stream, cuda::GemmPath::GEMV);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const ::emu::GlobalReads reads = ::emu::global_reads_end();
+  const double ratio = double(reads.total()) / (packed + double(rows) * k * 2);
+  const std::string what = std::string("bytes 8B ") + name + " r=" + std::to_string(rows);
+  row(check, what + " k=" + std::to_string(k) + " n=" + std::to_string(n),
+      fmt("%.4f", ratio) + fmt(" (%.1f MB read)", double(reads.total()) / 1e6), "<= 1.03", ratio <= 1.03);
+  error_row(check, what + " result", rel_error(cpu_product(xf, rows, host), y.download()), 1e-3);
+}
+#endif
 
 }  // namespace spark::gpu_check

@@ -122,6 +122,17 @@ export SPARKD_FIXTURES ?= $(CURDIR)/build/fixtures
 $(FIXTURES_STAMP): $(shell find tests/fixtures -type f 2>/dev/null) tests/gen/fixture_files.py
 	@python3 tests/gen/fixture_files.py >/dev/null && touch $@
 
+# The tiny models' llama.cpp-layout GGUF copies (qwen3_5, qwen3_5_moe, qwen3_next, gpt_oss) are
+# written from the committed safetensors models at test time, not committed:
+# tests/gen/golden_gguf.py writes them into build/golden/models (numpy + gguf, the venv), which
+# every suite reads (SPARKD_GOLDEN_GGUF); the C++ tests need them before they run.
+GOLDEN_GGUF_STAMP := build/golden/models/.stamp
+export SPARKD_GOLDEN_GGUF ?= $(CURDIR)/build/golden/models
+$(GOLDEN_GGUF_STAMP): $(foreach m,qwen3_5 qwen3_5_moe qwen3_next gpt_oss,tests/golden/models/$(m)/config.json \
+  tests/golden/models/$(m)/model.safetensors) tests/gen/golden_gguf.py tests/gen/gen_qwen3_5_gguf.py \
+  tests/gen/gen_qwen3_next_gguf.py tests/gen/gen_gptoss.py | deps
+	@$(PY) tests/gen/golden_gguf.py >/dev/null && touch $@
+
 $(BUILD)/unit_tests: $(UNIT_OBJS) $(ENGINE_OBJS)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -138,7 +149,7 @@ $(BUILD)/cpu_bench: $(BUILD)/obj/tests/bench/cpu_bench.o $(ENGINE_OBJS)
 $(BUILD)/template_tool: $(BUILD)/obj/tests/tools/template_tool.o $(ENGINE_OBJS)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-test: deps $(FIXTURES_STAMP)
+test: deps $(FIXTURES_STAMP) $(GOLDEN_GGUF_STAMP)
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd $(BUILD)/unit_tests $(BUILD)/test-hooks/sparkd $(BUILD)/constrain_tool $(BUILD)/template_tool $(BUILD)/cpu_bench
 	@$(MAKE) --no-print-directory model
 	@rm -rf $(BUILD)/test-results && mkdir -p $(BUILD)/test-results
@@ -184,10 +195,10 @@ constrain-bench: deps all $(BUILD)/constrain_tool $(FIXTURES_STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -r tests/bench/requirements.txt
 	$(PY) tests/bench/constrain_bench.py --tool $(BUILD)/constrain_tool
 
-unit: deps $(BUILD)/unit_tests $(FIXTURES_STAMP)
+unit: deps $(BUILD)/unit_tests $(FIXTURES_STAMP) $(GOLDEN_GGUF_STAMP)
 	$(BUILD)/unit_tests
 
-integration: deps all model $(BUILD)/test-hooks/sparkd $(FIXTURES_STAMP)
+integration: deps all model $(BUILD)/test-hooks/sparkd $(FIXTURES_STAMP) $(GOLDEN_GGUF_STAMP)
 	SPARKD_BIN=$(BUILD)/sparkd $(PY) -m pytest -q -p no:cacheprovider tests/integration
 
 # The fleet test at the full size of a real workload (16 sessions x 6 turns, ~1,500-token
@@ -242,7 +253,7 @@ fuzz: deps
 # ---- mutants: deliberately broken builds the tests must catch ------------------------
 # A CPU-only build is the starting point each mutant's copy recompiles from.
 MUTANT_BASE := $(BUILD)/mutants/base
-mutants: deps model $(FIXTURES_STAMP)
+mutants: deps model $(FIXTURES_STAMP) $(GOLDEN_GGUF_STAMP)
 	@$(MAKE) --no-print-directory -j$(JOBS) CUDA=0 BUILD=$(MUTANT_BASE) $(MUTANT_BASE)/sparkd $(MUTANT_BASE)/unit_tests \
 	  $(MUTANT_BASE)/test-hooks/sparkd
 	@$(PY) tests/mutants/run.py --base $(MUTANT_BASE) --jobs $(JOBS) $(MUTANTS)
@@ -251,17 +262,17 @@ mutants: deps model $(FIXTURES_STAMP)
 gpu-build: all
 	@test "$(CUDA)" = 1 || { echo "gpu-build needs nvcc"; exit 2; }
 	@$(MAKE) --no-print-directory -f tests/gpu/gpu.mk BUILD=$(BUILD) CUDA_ARCHS="$(CUDA_ARCHS)" build
-gpu-check: gpu-build
+gpu-check: gpu-build $(GOLDEN_GGUF_STAMP)
 	@sh tests/gpu/run_checks.sh $(BUILD)/gpu
 # What a GPU run needs beyond the tree, in one archive (tests/gpu/make_bundle.sh) for this
 # build's CUDA_ARCHS; `make gpu-bundle BUILD=build/sm90 CUDA_ARCHS=90` is the smallest, for an
 # H100 or H200. README's "The device command" runs it (tests/gpu/device_run.py).
 GPU_BUNDLE := $(BUILD)/gpu-bundle.tar.xz
 EMU_BUNDLE := $(BUILD)/gpu-bundle-emulated.tar.xz
-gpu-bundle: gpu-build
+gpu-bundle: gpu-build $(GOLDEN_GGUF_STAMP)
 	@sh tests/gpu/make_bundle.sh $(BUILD)/gpu $(GPU_BUNDLE) "$(CUDA_ARCHS)"
 # No GPU needed: the same checks with the kernels run on the CPU by tests/gpu/emu.
-gpu-emu:
+gpu-emu: $(GOLDEN_GGUF_STAMP)
 	@$(MAKE) --no-print-directory -f tests/gpu/emu/emu.mk BUILD=$(BUILD) -j$(JOBS) run
 
 # The whole server on the CUDA path without a GPU: build/emu/sparkd runs its CUDA backend on
@@ -272,7 +283,7 @@ EMU_SERVER_OBJS := $(BUILD)/obj/main.o $(filter $(BUILD)/obj/web/%,$(ENGINE_OBJS
 emu-sparkd: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(EMU_SERVER_OBJS)
 	@$(MAKE) --no-print-directory -f tests/gpu/emu/server.mk BUILD=$(BUILD) -j$(JOBS) server
-emu-server-test: emu-sparkd model $(FIXTURES_STAMP)
+emu-server-test: emu-sparkd model $(FIXTURES_STAMP) $(GOLDEN_GGUF_STAMP)
 	@t0=$$(date +%s); SPARKD_EMULATED_GPU=1 SPARKD_BIN=$(BUILD)/emu/sparkd LD_LIBRARY_PATH=$(BUILD)/emu/nccl \
 	  $(PY) -m pytest -q -p no:cacheprovider tests/integration $(if $(EMU_JUNIT),--junitxml=$(EMU_JUNIT) --junit-prefix=emulated-cuda); rc=$$?; \
 	  echo "emulated server tests: $$(($$(date +%s) - t0)) s"; exit $$rc
@@ -320,7 +331,7 @@ endif
 ifneq ($(QEMU_ARM64),)
   QEMU_UNIT_EXCLUDE := --test-case-exclude='cpu smollm2*,engine + CPU backend: greedy output alone*,speculative engine: 64 mixed*,speculative engine: prefix-cache hits*,speculative engine: structured outputs*'
 endif
-test-arm64: deps-arm64 model $(FIXTURES_STAMP)
+test-arm64: deps-arm64 model $(FIXTURES_STAMP) $(GOLDEN_GGUF_STAMP)
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/sparkd
 	@for b in $(ARM64_TEST_BUILDS); do $(MAKE) --no-print-directory ARCH=arm64 BUILD=$$b CUDA=$$(test $$b = build/arm64 && echo 1 || echo 0) \
 	  -j$(JOBS) $$b/sparkd $$b/unit_tests || exit 1; done

@@ -22,20 +22,26 @@ With --separated it writes gpt_oss_separated instead (no GGUF): the same model w
 that rounding the activations to BF16 cannot flip (separate() below), so the CUDA
 backend's BF16 logits can be held to these f32 golden logits directly.
 
-Run once where torch is installed (CI has no torch, so the outputs are committed):
+Run once where torch is installed (CI has no torch, so the checkpoint and golden logits are
+committed):
   python tests/gen/gen_gptoss.py [--out tests/golden/models] [--separated]
+The GGUF copy is not committed: write_gguf_from_checkpoint() writes it from the committed
+checkpoint with numpy, safetensors and gguf alone (the build's venv), the same bytes as this
+script's run, and tests/gen/golden_gguf.py calls it at test time into
+build/golden/models/gpt_oss.gguf, where the tests read it. This script writes it there too
+(--gguf-out), from the weights in memory, and checks that write_gguf_from_checkpoint gives
+the same bytes.
 """
 import argparse
+import filecmp
 import json
 import os
+import types
 
 import gguf
 import numpy as np
-import torch
-import transformers
 from gguf import GGMLQuantizationType as Q
-from safetensors.numpy import save_file
-from transformers import GptOssConfig, GptOssForCausalLM, Mxfp4Config
+from safetensors.numpy import load_file, save_file
 
 # OCP MX E2M1 code points, code = sign << 3 | magnitude index.
 FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
@@ -44,6 +50,7 @@ WINDOW = 8
 
 
 def config():
+    from transformers import GptOssConfig
     return GptOssConfig(
         vocab_size=256, hidden_size=64, intermediate_size=64, head_dim=16, num_attention_heads=4,
         num_key_value_heads=2, num_hidden_layers=4, num_local_experts=8, num_experts_per_tok=4,
@@ -74,6 +81,8 @@ def mxfp4_dequantize(blocks, scales):
 
 
 def random_state(cfg, gen):
+    import torch
+    from transformers import GptOssForCausalLM
     model = GptOssForCausalLM(cfg).float()
     state = {}
     for name, p in model.state_dict().items():
@@ -126,6 +135,7 @@ def separate(state, cfg, rng):
 
 def router_margins(model, ids):
     """The least 4th - 5th router logit of the tokens of `ids`, over the layers."""
+    import torch
     least = []
 
     def hook(module, args):
@@ -231,10 +241,33 @@ def write_gguf(path, cfg, w):
     wr.close()
 
 
+def write_gguf_from_checkpoint(src, path):
+    """write_gguf from the checkpoint folder `src` (write_checkpoint's output) alone: its
+    config.json, and its tensors with the MXFP4 experts dequantized as write_checkpoint
+    returns them; numpy, safetensors and gguf only (no torch)."""
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = types.SimpleNamespace(**json.load(f))
+    stored = load_file(os.path.join(src, "model.safetensors"))
+    w = {}
+    for name, v in stored.items():
+        if name.endswith("_blocks"):
+            base = name[:-len("_blocks")]
+            w[base] = np.swapaxes(mxfp4_dequantize(v, stored[base + "_scales"]), 1, 2)  # [E, in, out]
+        elif not name.endswith("_scales"):
+            w[name] = v
+    write_gguf(path, cfg, w)
+
+
 def main():
+    import torch
+    import transformers
+    from transformers import GptOssForCausalLM, Mxfp4Config
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "golden", "models"))
     ap.add_argument("--separated", action="store_true", help="write gpt_oss_separated (see separate())")
+    build_models = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "golden", "models")
+    ap.add_argument("--gguf-out", default=build_models,
+                    help="where gpt_oss.gguf goes (not committed: tests/gen/golden_gguf.py)")
     args = ap.parse_args()
     out = os.path.join(args.out, "gpt_oss_separated" if args.separated else "gpt_oss")
     os.makedirs(out, exist_ok=True)
@@ -271,7 +304,13 @@ def main():
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
     if not args.separated:
-        write_gguf(os.path.join(args.out, "gpt_oss.gguf"), cfg, {k: v for k, v in dequant.items()})
+        os.makedirs(args.gguf_out, exist_ok=True)
+        path = os.path.join(args.gguf_out, "gpt_oss.gguf")
+        write_gguf(path, cfg, {k: v for k, v in dequant.items()})
+        again = path + ".from_checkpoint"
+        write_gguf_from_checkpoint(out, again)
+        assert filecmp.cmp(path, again, shallow=False), "write_gguf_from_checkpoint writes other bytes"
+        os.remove(again)
     print(os.path.basename(out), [len(s) for s in seqs])
 
 

@@ -14,9 +14,12 @@ llama.cpp's layout, as transformers' GGUF conversion mapping for qwen35 describe
   columns of ssm_out;
 - the shared expert's gate as a vector.
 
-Run where torch, and accelerate (transformers' GGUF loading needs it), are installed; CI
-has neither, so the files are committed:
-  python tests/gen/gen_qwen3_5_gguf.py [--out tests/golden/models]
+The files are not committed: write() needs only numpy, safetensors and gguf (the build's
+venv), gives the same bytes every time, and tests/gen/golden_gguf.py calls it at test time
+into build/golden/models (qwen3_5.gguf, qwen3_5_moe.gguf), where the tests read them.
+Run by hand where torch, and accelerate (transformers' GGUF loading needs it), are installed
+(CI has neither) to write them the same way and check them against transformers:
+  python tests/gen/gen_qwen3_5_gguf.py [--out build/golden/models]
 """
 import argparse
 import json
@@ -191,14 +194,15 @@ def check_with_transformers(src, path):
 
 
 def main():
+    """Writes (or refreshes) the two files as the tests do, then checks each with transformers."""
+    import golden_gguf
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="tests/golden/models")
+    ap.add_argument("--out", default=str(golden_gguf.PLAIN))
     args = ap.parse_args()
-    for name, arch in (("qwen3_5", "qwen35"), ("qwen3_5_moe", "qwen35moe")):
-        src = os.path.join(args.out, name)
-        path = os.path.join(args.out, name + ".gguf")
-        write(src, path, arch)
-        check_with_transformers(src, path)
+    names = ["qwen3_5.gguf", "qwen3_5_moe.gguf"]
+    golden_gguf.materialize(args.out, names)
+    for name in names:
+        check_with_transformers(str(golden_gguf.MODELS / name[:-len(".gguf")]), os.path.join(args.out, name))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ heads stay grouped by key head as Hugging Face stores them. The layout:
   (every q, then every k, then every v) and attn_gate (every z);
 - in_proj_ba kept fused as ssm_ba (rows per group: b_g, a_g).
 
-Needs only numpy, safetensors and gguf (the build's venv):
-  python tests/gen/gen_qwen3_next_gguf.py [--out tests/golden/models]
+Needs only numpy, safetensors and gguf (the build's venv), and gives the same bytes every
+time, so the file is not committed: tests/gen/golden_gguf.py calls write() at test time into
+build/golden/models/qwen3_next.gguf, where the tests read it. By hand (writes or refreshes it):
+  python tests/gen/gen_qwen3_next_gguf.py [--out build/golden/models]
 """
 import argparse
 import json
@@ -71,13 +73,12 @@ def write(src, path):
 
 
 def main():
+    import golden_gguf
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="tests/golden/models")
+    ap.add_argument("--out", default=str(golden_gguf.PLAIN))
     args = ap.parse_args()
-    src = os.path.join(args.out, "qwen3_next")
-    path = os.path.join(args.out, "qwen3_next.gguf")
-    write(src, path)
-    print(f"wrote {path}")
+    golden_gguf.materialize(args.out, ["qwen3_next.gguf"])
+    print(f"{os.path.join(args.out, 'qwen3_next.gguf')}: written (or already up to date)")
 
 
 if __name__ == "__main__":

@@ -565,6 +565,16 @@ void hybrid_benchmarks(const std::string& config, const std::string& name, int64
 
 std::string tiny_model_path(const std::string& name) { return "tests/golden/models/" + name; }
 
+// The tiny hybrids' llama.cpp-layout copies (qwen3_5.gguf, qwen3_next.gguf) are not committed:
+// tests/gen/golden_gguf.py writes them at test time (numpy + gguf) into SPARKD_GOLDEN_GGUF
+// (make sets it to build/golden/models' absolute path and writes them first), else
+// build/golden/models. Missing, the row fails, or is skipped under GPU_CHECK_MODELS=optional
+// (a GPU machine the build folder did not travel to: carry build/golden/models to run them).
+std::string golden_gguf_path(const std::string& name) {
+  const char* env = std::getenv("SPARKD_GOLDEN_GGUF");
+  return std::string(env && *env ? env : "build/golden/models") + "/" + name;
+}
+
 // Hidden rows (Batch::hidden_rows: every row of a prefill, then each decode row) from the
 // CUDA backend against the CPU backend's, through forward and through forward_sample
 // (whose decode steps replay graphs), each fed the CPU's greedy tokens.
@@ -1200,7 +1210,17 @@ void quantized_at_load_parity(const std::string& name, const std::string& to) {
 // left out: its random router sits near a tie that FP16's rounding tips (7.8e-3 here);
 // Qwen3-Next has the same MoE block with its shared expert.
 void tiny_hybrid_parity(const std::string& file, const std::string& golden) {
-  const LoadedModel m = with_bf16_matrices(load_model(config_for_model(tiny_model_path(file))));
+  const bool gguf = file.ends_with(".gguf");
+  const std::string path = gguf ? golden_gguf_path(file) : tiny_model_path(file);
+  if (gguf && !std::filesystem::exists(path)) {
+    const char* models = std::getenv("GPU_CHECK_MODELS");
+    if (models && std::string(models) == "optional")
+      skip_row("model", file, path + " is not here (written at test time; GPU_CHECK_MODELS=optional)");
+    else
+      row("model", file, path + " missing", "make build/golden/models/.stamp", false);
+    return;
+  }
+  const LoadedModel m = with_bf16_matrices(load_model(config_for_model(path)));
   for (bool staggered : {false, true}) logits_parity(file, m, tiny_model_prompts(golden), true, staggered);
 }
 

@@ -126,6 +126,8 @@ def bundle_env(bundle):
     cuda_lib = pathlib.Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "lib64"
     libs = [str(bundle / "lib")] + ([str(cuda_lib)] if cuda_lib.is_dir() else [])
     env["LD_LIBRARY_PATH"] = ":".join(libs + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
+    if (bundle / "golden").is_dir():  # the tiny models' GGUF copies, written at test time (tests/gen/golden_gguf.py)
+        env["SPARKD_GOLDEN_GGUF"] = str(bundle / "golden")
     return env
 
 

@@ -8,6 +8,8 @@
 #   sparkd-gpu/bin/check_*       one link to gpu_checks per check
 #   sparkd-gpu/lib/              the shared libraries a bare machine lacks: everything ldd
 #                                names but glibc and the CUDA driver and toolkit libraries
+#   sparkd-gpu/golden/           the tiny models' GGUF copies check_model reads, written at test
+#                                time (tests/gen/golden_gguf.py, SPARKD_GOLDEN_GGUF), when built
 #   sparkd-gpu/MANIFEST.json     what it was built for, from which revision, which checks
 # BUILT_FOR is the CUDA architectures ("90 121"), or "emulated" for the CUDA emulator's
 # checks (the rehearsal `make test` runs with device_run.py --dry-run). Prints the
@@ -43,6 +45,8 @@ done | sort -u | while read -r name path; do
     *) cp -L "$path" "$root/lib/$name" ;;
   esac
 done
+golden=${SPARKD_GOLDEN_GGUF:-build/golden/models}
+if ls "$golden"/*.gguf >/dev/null 2>&1; then mkdir -p "$root/golden" && cp "$golden"/*.gguf "$root/golden/"; fi
 emulated=false
 [ "$built_for" = emulated ] && emulated=true
 cat > "$root/MANIFEST.json" <<JSON

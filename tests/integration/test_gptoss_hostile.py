@@ -11,9 +11,14 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from conftest import REPO, SPARKD
+import golden_gguf
 
 MODEL = REPO / "tests" / "golden" / "models" / "gpt_oss"
-GGUF = REPO / "tests" / "golden" / "models" / "gpt_oss.gguf"
+
+
+def gguf_model():
+    """The model as llama.cpp's GGUF, written at test time (tests/gen/golden_gguf.py)."""
+    return golden_gguf.path("gpt_oss.gguf")
 
 
 def check_model(path):
@@ -37,7 +42,7 @@ def copy_model(tmp_path, config_edit=None, tensor_edit=None):
 def test_the_untouched_model_passes(tmp_path):
     r = check_model(copy_model(tmp_path))
     assert r.returncode == 0, r.stderr
-    r = check_model(GGUF)
+    r = check_model(gguf_model())
     assert r.returncode == 0, r.stderr
 
 
@@ -95,9 +100,10 @@ def test_hostile_gptoss_folder(tmp_path, case):
 def gguf_with(tmp_path, key, value):
     """The GGUF file with one integer metadata value rewritten in place (same width)."""
     import gguf
-    reader = gguf.GGUFReader(GGUF)
+    source = gguf_model()
+    reader = gguf.GGUFReader(source)
     field = reader.fields[key]
-    data = bytearray(GGUF.read_bytes())
+    data = bytearray(source.read_bytes())
     offset = field.parts[field.data[0]].__array_interface__["data"][0] - reader.data.__array_interface__["data"][0]
     width = field.parts[field.data[0]].nbytes
     data[offset:offset + width] = int(value).to_bytes(width, "little", signed=True)

@@ -14,6 +14,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from conftest import REPO, check_refuses as refused, run_sparkd
+import golden_gguf
 
 HYBRID = REPO / "tests" / "golden" / "models" / "qwen3_5_moe"
 NEXT = REPO / "tests" / "golden" / "models" / "qwen3_next"
@@ -141,14 +142,12 @@ def test_qwen3_next_fp8_scales(tmp_path):
             "do not align with weight_block_size")
 
 
-GGUF = REPO / "tests" / "golden" / "models" / "qwen3_5_moe.gguf"
-
-
-def gguf_copy(tmp_path, tensors=None, drop_keys=(), source=GGUF, arch="qwen35moe"):
-    """A hybrid GGUF (the Qwen3.5-MoE's by default) rewritten with tensors changed (name ->
+def gguf_copy(tmp_path, tensors=None, drop_keys=(), source="qwen3_5_moe.gguf", arch="qwen35moe"):
+    """A hybrid GGUF (the Qwen3.5-MoE's by default; source names a file of
+    tests/gen/golden_gguf.py, written at test time) rewritten with tensors changed (name ->
     function of the array) and metadata keys left out, by the gguf package."""
     import gguf
-    reader = gguf.GGUFReader(str(source))
+    reader = gguf.GGUFReader(str(golden_gguf.path(source)))
     path = tmp_path / "model.gguf"
     writer = gguf.GGUFWriter(str(path), arch)
     for field in reader.fields.values():
@@ -178,7 +177,8 @@ def generate(path):
 def test_the_unchanged_gguf_loads(tmp_path):
     r = generate(gguf_copy(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "gated deltanet   3 of 4 layers" in run_sparkd("check", "--model", GGUF).stdout
+    check = run_sparkd("check", "--model", golden_gguf.path("qwen3_5_moe.gguf"))
+    assert "gated deltanet   3 of 4 layers" in check.stdout
 
 
 def test_gguf_with_a_positive_ssm_a_or_a_f16_norm_is_refused(tmp_path):
@@ -197,7 +197,7 @@ def test_gguf_keys_and_tensors_that_disagree_are_refused(tmp_path):
 def test_qwen3next_gguf_with_a_fused_projection_of_the_wrong_shape_is_refused(tmp_path):
     """llama.cpp keeps Qwen3-Next's b/a projection fused (ssm_ba): its rows must be the key-head
     groups' 2 x value heads per group, or nothing loads."""
-    source = REPO / "tests" / "golden" / "models" / "qwen3_next.gguf"
+    source = "qwen3_next.gguf"
     r = generate(gguf_copy(tmp_path, source=source, arch="qwen3next"))
     assert r.returncode == 0, r.stdout + r.stderr
     refused(gguf_copy(tmp_path, {"blk.1.ssm_ba.weight": lambda a: a[:6]}, source=source, arch="qwen3next"),

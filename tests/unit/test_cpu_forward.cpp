@@ -8,6 +8,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <fstream>
 #include <string>
@@ -106,8 +108,22 @@ std::vector<int32_t> blocks_for(int32_t len, int32_t first) {
   return blocks;
 }
 
+// The llama.cpp-layout copies of the tiny models (a name ending in .gguf) are not committed:
+// tests/gen/golden_gguf.py writes them at test time into SPARKD_GOLDEN_GGUF (make sets it to
+// build/golden/models' absolute path and writes them first), else build/golden/models.
+// Every other model is a folder of tests/golden/models.
+std::string model_path(const std::string& name) {
+  if (!name.ends_with(".gguf")) return std::string(kGoldenDir) + name;
+  const char* env = std::getenv("SPARKD_GOLDEN_GGUF");
+  const std::string path = std::string(env && *env ? env : "build/golden/models") + "/" + name;
+  INFO(path << " is written at test time: make build/golden/models/.stamp, or build/venv/bin/python "
+               "tests/gen/golden_gguf.py");
+  REQUIRE(std::filesystem::is_regular_file(path));
+  return path;
+}
+
 LoadedModel load(const std::string& name, LayerRange range = {}) {
-  return load_model(config_for_model(std::string(kGoldenDir) + name), range);
+  return load_model(config_for_model(model_path(name)), range);
 }
 
 // Each golden sequence prefilled alone in one step: the worst relative logit error.
@@ -184,7 +200,8 @@ TEST_CASE("cpu forward: hidden rows are the final hidden states transformers' lo
 // over e4m3 x scale). And the Qwen3.5 models as llama.cpp's converter writes them
 // (tests/gen/gen_qwen3_5_gguf.py: qwen35moe, qwen35; norms offset by one, ssm_a, value heads
 // tiled) and Qwen3-Next as it writes qwen3next (tests/gen/gen_qwen3_next_gguf.py: in_proj_qkvz
-// split, ssm_ba fused, dense layers without a router), against the same golden logits.
+// split, ssm_ba fused, dense layers without a router), against the same golden logits; those
+// three files are written at test time (model_path).
 // Sequences of 1, 7, 70 and 130 tokens.
 // qwen3_5_moe_mtp is qwen3_5_moe with an MTP head, which the model's loader leaves out.
 // nemotron_h (tests/gen/gen_nemotron_h.py): Nemotron-H's blocks, each one mixer or one
@@ -488,6 +505,7 @@ TEST_CASE("cpu forward: the backend factory builds the CPU backend and refuses c
   CHECK_THROWS_AS(make_backend(c, m.info.spec, bind_stage(m.info.spec, m.weights)), InputError);
 }
 
+// gpt_oss.gguf: tests/gen/gen_gptoss.py's GGUF copy of gpt_oss, written at test time (model_path).
 TEST_CASE("cpu forward: gpt-oss as a GGUF file (MXFP4 experts) gives transformers' logits") {
   const Golden g = read_golden(std::string(kGoldenDir) + "gpt_oss");
   LoadedModel m = load("gpt_oss.gguf");

@@ -57,6 +57,7 @@ const std::vector<KeySpec>& key_specs() {
       {"model", "tokenizer", KeyType::STRING, {}, 0, 0, setter(&C::model, &ModelConfig::tokenizer)},
       {"model", "quantize", KeyType::STRING, {"none", "fp8", "q8_0"}, 0, 0, setter(&C::model, &ModelConfig::quantize)},
       {"model", "quantize_keep", KeyType::STRING_LIST, {}, 0, 0, setter(&C::model, &ModelConfig::quantize_keep)},
+      {"model", "role", KeyType::STRING, {"chat", "embed", "rerank"}, 0, 0, setter(&C::model, &ModelConfig::role)},
 
       {"engine", "backend", KeyType::STRING, {"auto", "cuda", "cpu"}, 0, 0, setter(&C::engine, &EngineConfig::backend)},
       {"engine", "max_num_seqs", KeyType::INT, {}, 1, 4096, setter(&C::engine, &EngineConfig::max_num_seqs)},
@@ -322,6 +323,12 @@ void validate_whole(const Config& c, const Origins& origins) {
       bad("[model] quantize_keep: \"" + part +
               "\" is not one of \"attention\", \"mlp\", \"experts\", \"lm_head\", \"embedding\"",
           {"model.quantize_keep"});
+  if (c.model.pools() && c.engine.speculative != "none")
+    bad("[model] role = \"" + c.model.role + "\" generates nothing to speculate on; set [engine] speculative = \"none\"",
+        {"model.role", "engine.speculative"});
+  if (c.model.pools() && c.peer.enabled)
+    bad("[model] role = \"" + c.model.role + "\" is served by one box; a pair ([peer] enabled) serves chat models",
+        {"model.role", "peer.enabled"});
   if (c.model.load_format != "dummy" && c.model.path.empty())
     bad("[model] path is empty: set it to a Hugging Face model folder or a .gguf file", {"model.path", "model"});
 }

@@ -19,6 +19,12 @@ struct ModelConfig {
   // stay as stored (engine/model/load_quantization.h).
   std::string quantize = "none";
   std::vector<std::string> quantize_keep;
+  // What the model serves: "chat" (generation), "embed" (/v1/embeddings: pooled, normalised
+  // hidden states) or "rerank" (/v1/rerank and /v1/score: a relevance score per
+  // query-document pair). Embedders and rerankers run without the LM head.
+  std::string role = "chat";
+
+  bool pools() const { return role != "chat"; }
 };
 
 struct EngineConfig {

@@ -19,6 +19,7 @@ class Engine;
 class Tokenizer;
 class ChatTemplate;
 class PeerHead;
+struct PoolingModel;
 
 struct App {
   const Config& config;
@@ -35,6 +36,9 @@ struct App {
   // How this model writes tool calls (web/chat_format/), read from its chat template.
   const ChatFormat* chat_format = &default_chat_format();
   bool thinking_model = false;  // its template knows <think>
+  // An embedder's or reranker's pooling and score head ([model] role); null for a chat
+  // model, which answers only the generation routes, as these models answer only theirs.
+  const PoolingModel* pooling = nullptr;
   int64_t created = 0;          // unix time the model was loaded
 
   // Engine sequences submitted by the API and not yet finished: the admission count

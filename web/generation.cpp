@@ -29,7 +29,7 @@ void check_context(const App& app, const std::vector<std::vector<int32_t>>& prom
 }
 
 Generation::Generation(App& app, const std::string& id, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
-                       const SamplingParams& params, const ClientLink& client)
+                       const SamplingParams& params, const ClientLink& client, bool last_hidden_state)
     : app_(app), n_(n), client_(client) {
   const int64_t total = static_cast<int64_t>(prompts.size()) * n;
   const int64_t limit = app.config.engine.max_num_seqs + app.config.server.max_queued_requests;
@@ -52,6 +52,7 @@ Generation::Generation(App& app, const std::string& id, const std::vector<std::v
         r.request_id = id + "-" + std::to_string(choice);
         r.prompt_ids = prompts[p];
         r.params = params;
+        r.last_hidden_state = last_hidden_state;
         if (params.seed) r.params.seed = *params.seed + uint64_t(choice);
         streams_.push_back(app.engine->submit(std::move(r)));
         finished_.push_back(false);

@@ -9,6 +9,8 @@
 #include "engine/util/version.h"
 #include "web/anthropic/messages.h"
 #include "web/openai/completions.h"
+#include "web/openai/embeddings.h"
+#include "web/rerank/rerank.h"
 #include "web/dashboard/dashboard.h"
 #include "web/http_error.h"
 #include "web/info_handlers.h"
@@ -54,6 +56,10 @@ std::vector<Route> make_routes(App& app) {
        ErrorShape::ANTHROPIC},
       {"POST", "/v1/messages/count_tokens", Access::API_KEY, true, [&app](Req q, Res r) { handle_count_tokens(app, q, r); },
        ErrorShape::ANTHROPIC},
+      {"POST", "/v1/embeddings", Access::API_KEY, true, [&app](Req q, Res r) { handle_embeddings(app, q, r); }},
+      {"POST", "/v1/rerank", Access::API_KEY, true, [&app](Req q, Res r) { handle_rerank(app, q, r); }},
+      {"POST", "/rerank", Access::API_KEY, true, [&app](Req q, Res r) { handle_rerank(app, q, r); }},
+      {"POST", "/v1/score", Access::API_KEY, true, [&app](Req q, Res r) { handle_score(app, q, r); }},
       {"POST", "/tokenize", Access::API_KEY, true, [&app](Req q, Res r) { handle_tokenize(app, q, r); }},
       {"POST", "/detokenize", Access::API_KEY, true, [&app](Req q, Res r) { handle_detokenize(app, q, r); }},
   };

@@ -20,6 +20,7 @@
 #include "engine/peer/model_identity.h"
 #include "engine/peer/pipeline_executor.h"
 #include "engine/peer/worker.h"
+#include "engine/model/pooling.h"
 #include "engine/template/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/check.h"
@@ -127,6 +128,7 @@ struct LoadedParts {
   std::unique_ptr<LoadedStage> stage;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ChatTemplate> chat_template;
+  std::unique_ptr<PoolingModel> pooling;  // an embedder or reranker
   std::unique_ptr<PeerHead> peer;  // peer mode: declared before the engine, which uses it
   std::unique_ptr<Engine> engine;
   std::string backend_description;  // for the dashboard
@@ -170,10 +172,18 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
       throw InputError("engine.speculative_model: " + std::string(e.what()));
     }
   }
-  try {
-    parts->chat_template = std::make_unique<ChatTemplate>(ChatTemplate::from_model(info.path, info.chat_template_path));
-  } catch (const InputError& e) {
-    log_warn("no chat template (", e.what(), "): /v1/chat/completions will refuse requests");
+  if (config.model.pools()) {
+    const Tokenizer& tokenizer = *parts->tokenizer;
+    parts->pooling = std::make_unique<PoolingModel>(
+        read_pooling_model(info, [&tokenizer](const std::string& t) { return tokenizer.token_id(t); }));
+    log_info("serving ", config.model.role == "embed" ? "embeddings" : "rerank scores", " (", pooling_name(parts->pooling->pooling),
+             "-token pooling", parts->pooling->normalize ? ", L2-normalised" : "", ")");
+  } else {
+    try {
+      parts->chat_template = std::make_unique<ChatTemplate>(ChatTemplate::from_model(info.path, info.chat_template_path));
+    } catch (const InputError& e) {
+      log_warn("no chat template (", e.what(), "): /v1/chat/completions will refuse requests");
+    }
   }
   // More blocks than max_num_seqs full-length sequences can reference are never used
   // (beyond prefix-cache retention), so the cache is not made larger than that.
@@ -261,6 +271,7 @@ int run_serve(const Args& args) {
   app.engine = parts->engine.get();
   app.tokenizer = parts->tokenizer.get();
   app.chat_template = parts->chat_template.get();
+  app.pooling = parts->pooling.get();
   app.created = static_cast<int64_t>(std::time(nullptr));
   app.backend_description = parts->backend_description;
   app.weight_bytes = parts->weight_bytes;

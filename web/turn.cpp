@@ -2,6 +2,8 @@
 // its output handed to the framing of the API that asked.
 #include "web/turn.h"
 
+#include "web/pooled.h"
+
 #include <chrono>
 #include <random>
 #include <utility>
@@ -32,6 +34,7 @@ std::string random_id(const char* prefix) {
 
 void require_loaded(const App& app) {
   if (!app.engine || !app.tokenizer) throw HttpError(503, "the model is not loaded yet", "service_unavailable_error");
+  if (app.pooling) throw HttpError(400, pooled_role_message(app), "invalid_request_error", "model");
 }
 
 TurnPrompt chat_turn_prompt(const App& app, ApiRequest& request) {

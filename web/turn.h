@@ -119,7 +119,7 @@ class Turn {
 // The random part of an id: prefix + 24 hex digits ("chatcmpl-", "resp_", "msg_", ...).
 std::string random_id(const char* prefix);
 
-// 503 while the model loads.
+// 503 while the model loads; 400 when the model is an embedder or reranker.
 void require_loaded(const App& app);
 
 }  // namespace spark

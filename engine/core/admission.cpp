@@ -9,7 +9,7 @@ Admission::Admission(int64_t vocab_size, int64_t max_model_len) : vocab_size_(vo
   SPARK_CHECK(vocab_size > 0 && max_model_len > 0, "admission needs a vocabulary and a context");
 }
 
-int64_t Admission::check(std::span<const int32_t> ids, const SamplingParams& params) const {
+int64_t Admission::check(std::span<const int32_t> ids, const SamplingParams& params, bool prompt_only) const {
   if (ids.empty()) throw InputError("the prompt is empty: at least one token is needed");
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab_size_)
@@ -17,6 +17,13 @@ int64_t Admission::check(std::span<const int32_t> ids, const SamplingParams& par
                        " is outside the vocabulary [0, " + std::to_string(vocab_size_) + ")");
   params.validate(vocab_size_);
   const int64_t n = static_cast<int64_t>(ids.size()), limit = max_model_len_;
+  if (prompt_only) {
+    if (n > limit)
+      throw ContextLengthError("the input has " + std::to_string(n) + " tokens, more than the model's context "
+                               "(max_model_len) of " + std::to_string(limit) + " tokens",
+                               n, std::nullopt, limit);
+    return 1;
+  }
   if (n >= limit)
     throw ContextLengthError("the prompt has " + std::to_string(n) + " tokens; the model's context (max_model_len) is " +
                                  std::to_string(limit) + " tokens, which leaves no room for output",

@@ -27,8 +27,9 @@ class Admission {
   Admission(int64_t vocab_size, int64_t max_model_len);
 
   // Throws InputError naming the problem (ContextLengthError for the context); returns
-  // max_tokens resolved (absent: the room left in the context).
-  int64_t check(std::span<const int32_t> prompt_ids, const SamplingParams& params) const;
+  // max_tokens resolved (absent: the room left in the context). A prompt-only request
+  // (Request::last_hidden_state) needs no room for output: it may fill the context.
+  int64_t check(std::span<const int32_t> prompt_ids, const SamplingParams& params, bool prompt_only = false) const;
 
   int64_t vocab_size() const { return vocab_size_; }
   int64_t max_model_len() const { return max_model_len_; }

@@ -178,7 +178,7 @@ EngineState Engine::state() const {
 // ---- request intake (any thread) ---------------------------------------------------
 
 std::shared_ptr<RequestStream> Engine::submit(Request request) {
-  const int64_t max_tokens = admission_.check(request.prompt_ids, request.params);
+  const int64_t max_tokens = admission_.check(request.prompt_ids, request.params, request.last_hidden_state);
   auto live = std::make_unique<Live>(Live{
       nullptr, nullptr, decoders_(request.params.skip_special_tokens),
       StopChecker(request.params, eos_ids_, max_tokens), {}});

@@ -43,7 +43,9 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks, StateC
 
 void Scheduler::add(Sequence* seq) {
   SPARK_CHECK(seq && seq->status == SeqStatus::WAITING && seq->block_table.empty(), "add takes a fresh sequence");
-  SPARK_CHECK(seq->max_tokens >= 1 && seq->num_prompt_tokens + seq->max_tokens <= config_.max_model_len,
+  // A prompt-only sequence (returns_hidden) writes no output token and may fill the context.
+  SPARK_CHECK(seq->max_tokens >= 1 &&
+                  seq->num_prompt_tokens + (seq->returns_hidden ? 0 : seq->max_tokens) <= config_.max_model_len,
               "max_tokens not resolved");
   waiting_.push_back(seq);
 }

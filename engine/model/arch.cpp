@@ -260,6 +260,18 @@ std::string tensor_name(Part part, int64_t layer, int64_t expert) {
   return "model.layers." + std::to_string(layer) + "." + base;
 }
 
+void add_base_model_prefix(std::map<std::string, Tensor>& tensors) {
+  const std::string prefix = "model.", embedding = tensor_name(Part::EMBEDDING);
+  if (tensors.count(embedding) || !tensors.count(embedding.substr(prefix.size()))) return;
+  std::map<std::string, Tensor> renamed;
+  for (auto& [name, t] : tensors) {
+    const bool outside = name.rfind("lm_head.", 0) == 0 || name.rfind("score.", 0) == 0;  // heads keep theirs
+    t.name = outside ? name : prefix + name;
+    renamed.emplace(t.name, t);
+  }
+  tensors = std::move(renamed);
+}
+
 std::string gguf_tensor_name(Part part, int64_t layer) {
   const PartNames& n = names_of(part);
   const std::string base = std::string(n.gguf) + "." + (*n.kind ? n.kind : "weight");
@@ -319,6 +331,8 @@ std::optional<std::string> gguf_to_hf_name(const std::string& name,
                                            const std::vector<std::pair<const char*, const char*>>& fused) {
   for (size_t i = 0; i < kFirstLayerPart; ++i)
     if (name == gguf_tensor_name(static_cast<Part>(i))) return tensor_name(static_cast<Part>(i));
+  // A reranker's classifier, under the name Hugging Face's sequence classifiers give it.
+  if (name == "cls.output.weight" || name == "cls.output.bias") return "score." + name.substr(11);
   if (gguf_layer_of(name) < 0) return std::nullopt;
   const size_t dot = name.find('.', 4);
   const std::string layer = name.substr(4, dot - 4);

@@ -4,6 +4,7 @@
 // turns it into the typed table the backends read; nothing else spells a tensor name.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,6 +74,10 @@ std::vector<PartSpec> outer_parts(const ModelSpec& spec, LayerRange range);
 
 // The Hugging Face name of a part ("model.layers.3.self_attn.q_proj.weight").
 std::string tensor_name(Part part, int64_t layer = -1, int64_t expert = -1);
+// Embedders are often saved from the base model (Qwen3-Embedding: `layers.0...`, `embed_tokens`,
+// `norm`), without the `model.` the causal-LM class puts before them: the names get it, when the
+// embedding is found only without it.
+void add_base_model_prefix(std::map<std::string, Tensor>& tensors);
 // llama.cpp's name of a part in a GGUF file ("blk.3.attn_q.weight"); experts are stacked
 // into one tensor there, so a per-expert part has one name per layer.
 std::string gguf_tensor_name(Part part, int64_t layer = -1);

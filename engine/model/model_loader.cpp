@@ -30,6 +30,14 @@ bool is_gguf_path(const std::string& p) {
   return p.size() >= 5 && p.compare(p.size() - 5, 5, ".gguf") == 0;
 }
 
+// An embedder or reranker runs without its LM head (ModelSpec::pooled).
+ModelSpec for_role(ModelSpec s, const std::string& role) {
+  if (role == "chat") return s;
+  s.pooled = true;
+  s.tie_word_embeddings = true;
+  return s;
+}
+
 DType weight_dtype_for(const Config& c, const ModelSpec& s) {
   if (c.model.dtype == "bf16") return DType::BF16;
   if (c.model.dtype == "fp16") return DType::F16;
@@ -48,6 +56,7 @@ ModelInfo inspect_model(const Config& c) {
   info.path = path;
   info.tokenizer_path = c.model.tokenizer.empty() ? path : c.model.tokenizer;
   info.chat_template_path = c.model.chat_template;
+  info.role = c.model.role;
   bool dummy = c.model.load_format == "dummy";
   if (c.model.load_format != "auto" && !dummy)
     throw InputError("model.load_format = \"" + c.model.load_format + "\" is not one of auto, dummy");
@@ -55,10 +64,10 @@ ModelInfo inspect_model(const Config& c) {
   if (fs::is_regular_file(st)) {
     if (!is_gguf_path(path) && fs::path(path).filename() == "config.json" && dummy) {
       // load_format = dummy may name the config.json itself.
-      info.spec = load_hf_spec(fs::path(path).parent_path().string());
+      info.spec = for_role(load_hf_spec(fs::path(path).parent_path().string()), c.model.role);
     } else if (is_gguf_path(path)) {
       auto g = std::make_shared<GgufFile>(GgufFile::open(path));
-      info.spec = spec_from_gguf(*g);
+      info.spec = for_role(spec_from_gguf(*g), c.model.role);
       if (!dummy) {
         info.tensors = gguf_hf_tensors(*g, info.spec);
         check_tensor_set(info.tensors, info.spec, full_range(info.spec), "GGUF file '" + path + "'");
@@ -68,9 +77,10 @@ ModelInfo inspect_model(const Config& c) {
       throw InputError("model path '" + path + "' is a file but not a .gguf; give a .gguf file or a Hugging Face folder");
     }
   } else if (fs::is_directory(st)) {
-    info.spec = load_hf_spec(path);
+    info.spec = for_role(load_hf_spec(path), c.model.role);
     if (!dummy) {
       auto st_model = std::make_shared<SafetensorsModel>(open_safetensors_model(path));
+      add_base_model_prefix(st_model->tensors);
       info.tensors = info.spec.arch->convert_checkpoint
                          ? info.spec.arch->convert_checkpoint(st_model->tensors, info.spec, full_range(info.spec),
                                                               nullptr, "model folder '" + path + "'")

@@ -29,6 +29,7 @@ struct ModelInfo {
   // tokenizer.json / tokenizer_config.json, or the .gguf whose metadata holds it).
   std::string tokenizer_path;
   std::string chat_template_path;  // model.chat_template override, "" = the model's own
+  std::string role = "chat";       // [model] role
   DType weight_dtype = DType::BF16;  // dummy weights are made in this dtype
   WeightQuantization quantize;       // [model] quantize: what the weights become as they load
   std::map<std::string, Tensor> tensors;  // empty for dummy

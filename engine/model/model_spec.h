@@ -164,6 +164,11 @@ struct ModelSpec {
   // state at the position before it)]), and the model's LM head.
   bool mtp_head = false;
 
+  // Served as an embedder or reranker ([model] role): the final hidden states are the
+  // output and no LM head is loaded. tie_word_embeddings is set with it, so that nothing
+  // expects a head tensor (a head the file holds is ignored, as a tied model's is).
+  bool pooled = false;
+
   bool layer_is_moe(int64_t layer) const;
   bool layer_is_sliding(int64_t layer) const;
   bool layer_is_recurrent(int64_t layer) const;

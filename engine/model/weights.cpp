@@ -49,6 +49,7 @@ namespace {
 bool ignorable(const std::string& name, const ModelSpec& spec) {
   if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) return true;
   if (name == tensor_name(Part::LM_HEAD) && spec.tie_word_embeddings) return true;
+  if (spec.pooled && name.rfind("score.", 0) == 0) return true;  // a reranker's head (engine/model/pooling.h)
   if (spec.fp8 && is_fp8_scale_name(name)) return true;  // read beside their weights (fp8_weights.h)
   if (spec.modelopt && is_modelopt_side_name(name)) return true;  // nvfp4_weights.h
   return false;

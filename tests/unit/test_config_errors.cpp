@@ -78,6 +78,10 @@ TEST_CASE("config errors: every class the README lists quotes its line") {
     check_points_at(e, "t.toml", 4, 1, "block_size = 24");
     e = error_of(kHead + "[peer]\nenabled = true\n");
     check_points_at(e, "t.toml", 4, 1, "enabled = true");
+    e = error_of(kHead + "role = \"embed\"\n[engine]\nspeculative = \"ngram\"\n");
+    CHECK(contains(e, "generates nothing to speculate on"));
+    e = error_of(kHead + "role = \"classify\"\n");
+    CHECK(contains(e, "[model] role = 'classify'"));
     e = error_of("[model]\nname = \"x\"\n");
     CHECK(contains(e, "[model] path is empty"));
     check_points_at(e, "t.toml", 1, 2, "[model]");

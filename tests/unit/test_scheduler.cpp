@@ -385,6 +385,11 @@ TEST_CASE("admission: prompt + max_tokens is checked against max_model_len, ids 
   CHECK_THROWS_WITH_AS(admission.check(full, SamplingParams{}), doctest::Contains("32 tokens"), ContextLengthError);
   CHECK_THROWS_AS(admission.check({}, SamplingParams{}), InputError);
   CHECK_THROWS_WITH_AS(admission.check(bad, SamplingParams{}), doctest::Contains("outside the vocabulary"), InputError);
+  // A prompt-only request (an embedding's) needs no room for output: it may fill the context.
+  CHECK(admission.check(full, SamplingParams{}, /*prompt_only=*/true) == 1);
+  const std::vector<int32_t> over(33, 7);
+  CHECK_THROWS_WITH_AS(admission.check(over, SamplingParams{}, true), doctest::Contains("33 tokens, more than"),
+                       ContextLengthError);
 }
 
 TEST_CASE("scheduler: configurations that could deadlock are refused") {

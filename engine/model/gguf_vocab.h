@@ -8,7 +8,8 @@
 namespace spark {
 
 struct GgufVocab {
-  std::string model;  // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE)
+  std::string model;  // tokenizer.ggml.model: "gpt2" (byte-level BPE), "llama" (SentencePiece BPE) or
+                      // "t5" (SentencePiece Unigram: T5, XLM-RoBERTa and its embedding models)
   std::string pre;    // tokenizer.ggml.pre: names the pre-tokenizer regex ("smollm", "llama-bpe", ...)
   std::vector<std::string> tokens;
   std::vector<float> scores;        // empty when absent
@@ -17,6 +18,8 @@ struct GgufVocab {
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
   bool add_bos = false, add_eos = false;
   bool add_space_prefix = false;
+  bool remove_extra_whitespaces = false;  // "t5": runs of spaces become one
+  std::string precompiled_charsmap;       // "t5": SentencePiece's normalization rules, raw bytes
   std::string chat_template;  // tokenizer.chat_template, empty when absent
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/tokenizer/token_index.h"
+#include "engine/tokenizer/token_model.h"
 
 namespace spark {
 
@@ -39,7 +40,7 @@ struct BpeOptions {
   std::string end_of_word_suffix;
 };
 
-class BpeModel {
+class BpeModel : public TokenModel {
  public:
   // Token ids may be sparse; merges are (left, right) pairs, highest priority first. Throws
   // InputError when a merge names or produces a token that is not in the vocabulary.
@@ -47,18 +48,18 @@ class BpeModel {
   // SentencePiece BPE without a merge list (GGUF "llama"): a pair merges when its
   // concatenation is a token, and higher-scoring tokens merge first.
   BpeModel(TokenIndex vocab, const std::vector<float>& scores, BpeOptions opts);
-  ~BpeModel();
+  ~BpeModel() override;
 
   // Byte-level mode: words arrive as raw bytes rather than GPT-2 mapped characters. Tokens
   // are looked up by the bytes they stand for, which saves the mapping on every encode.
-  void use_raw_bytes();
+  void use_raw_bytes() override;
 
   // Appends the ids of one pre-tokenized word.
-  void tokenize(std::string_view word, std::vector<int32_t>& out) const;
+  void tokenize(std::string_view word, std::vector<int32_t>& out) const override;
 
-  std::optional<int32_t> token_to_id(std::string_view token) const;
-  const std::string* id_to_token(int32_t id) const;
-  int32_t max_id() const { return max_id_; }
+  std::optional<int32_t> token_to_id(std::string_view token) const override;
+  const std::string* id_to_token(int32_t id) const override;
+  int32_t max_id() const override { return max_id_; }
 
  private:
   struct MergeTable;

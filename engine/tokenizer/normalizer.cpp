@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/tokenizer/pattern.h"
+#include "engine/tokenizer/precompiled_charsmap.h"
 #include "engine/tokenizer/unicode_props.h"
 #include "engine/tokenizer/utf8.h"
 #include "engine/util/check.h"
@@ -181,6 +182,16 @@ class BertNormalizer : public Normalizer {
   bool clean_, chinese_, strip_, lower_;
 };
 
+// SentencePiece's compiled normalization rules (nmt_nfkc and the like), as Unigram models ship them.
+class PrecompiledNormalizer : public Normalizer {
+ public:
+  PrecompiledNormalizer(std::string_view blob, const std::string& field) : charsmap_(blob, field) {}
+  void normalize(std::string& t) const override { charsmap_.normalize(t); }
+
+ private:
+  PrecompiledCharsmap charsmap_;
+};
+
 class SequenceNormalizer : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> n) : items_(std::move(n)) {}
@@ -214,6 +225,14 @@ std::unique_ptr<Normalizer> make_prepend_normalizer(const std::string& prefix) {
   return std::make_unique<PrependNormalizer>(prefix);
 }
 
+std::unique_ptr<Normalizer> make_sequence_normalizer(std::vector<std::unique_ptr<Normalizer>> items) {
+  return std::make_unique<SequenceNormalizer>(std::move(items));
+}
+
+std::unique_ptr<Normalizer> make_precompiled_normalizer(std::string_view charsmap, const std::string& field) {
+  return std::make_unique<PrecompiledNormalizer>(charsmap, field);
+}
+
 std::unique_ptr<Normalizer> make_normalizer(const json& j) {
   if (j.is_null()) return nullptr;
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
@@ -230,6 +249,12 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j) {
     if (!j.contains("pattern")) throw InputError("tokenizer.json normalizer Replace needs 'pattern'");
     return std::make_unique<ReplaceNormalizer>(Pattern::from_json(j["pattern"], "normalizer Replace"),
                                                text_field(j, "content", type));
+  }
+  if (type == "Precompiled") {
+    const std::string field = "tokenizer.json normalizer Precompiled field 'precompiled_charsmap'";
+    if (!j.contains("precompiled_charsmap") || !j["precompiled_charsmap"].is_string())
+      throw InputError(field + " must be a base64 string");
+    return make_precompiled_normalizer(decode_base64(j["precompiled_charsmap"].get_ref<const std::string&>(), field), field);
   }
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(text_field(j, "prepend", type));
   if (type == "BertNormalizer") {

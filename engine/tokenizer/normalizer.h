@@ -1,8 +1,10 @@
 // normalizer.h — text normalizers of tokenizer.json (NFC/NFKC/..., Replace, Prepend, Lowercase,
-// Strip, StripAccents, Bert, Sequence), applied to each piece left between added tokens.
+// Strip, StripAccents, Bert, Precompiled, Sequence), applied to each piece left between added tokens.
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -25,5 +27,8 @@ void unicode_normalize(std::string& text, UnicodeForm form);
 // Factories used when building a tokenizer without tokenizer.json (GGUF metadata).
 std::unique_ptr<Normalizer> make_replace_normalizer(const std::string& from, const std::string& to);
 std::unique_ptr<Normalizer> make_prepend_normalizer(const std::string& prefix);
+std::unique_ptr<Normalizer> make_sequence_normalizer(std::vector<std::unique_ptr<Normalizer>> items);
+// SentencePiece's precompiled_charsmap, already decoded; `field` names it in errors.
+std::unique_ptr<Normalizer> make_precompiled_normalizer(std::string_view charsmap, const std::string& field);
 
 }  // namespace spark

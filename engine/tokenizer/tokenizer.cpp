@@ -4,11 +4,11 @@
 #include <filesystem>
 
 #include "engine/model/gguf.h"
-#include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/decoder.h"
 #include "engine/tokenizer/normalizer.h"
 #include "engine/tokenizer/post_processor.h"
 #include "engine/tokenizer/pre_tokenizer.h"
+#include "engine/tokenizer/token_model.h"
 #include "engine/tokenizer/utf8.h"
 #include "engine/util/check.h"
 
@@ -87,7 +87,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 namespace {
 
 // The text decode() starts from for `id`; null when it drops the id.
-const std::string* decoder_text(const AddedVocabulary& added, const BpeModel& model, int32_t id,
+const std::string* decoder_text(const AddedVocabulary& added, const TokenModel& model, int32_t id,
                                 bool skip_special_tokens) {
   const std::string* text = nullptr;
   if (const AddedToken* t = added.find_id(id)) text = &t->decoded;
@@ -98,7 +98,7 @@ const std::string* decoder_text(const AddedVocabulary& added, const BpeModel& mo
 
 // decoder_text of every id, dropped ones left out. The lookup is spelled out again rather
 // than called: this loop runs for every streamed token and the call did not get inlined.
-std::vector<std::string> decoder_texts(const AddedVocabulary& added, const BpeModel& model,
+std::vector<std::string> decoder_texts(const AddedVocabulary& added, const TokenModel& model,
                                        const std::vector<int32_t>& ids, bool skip_special_tokens) {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());

@@ -15,7 +15,7 @@ namespace spark {
 
 class Normalizer;
 class PreTokenizer;
-class BpeModel;
+class TokenModel;
 class PostProcessor;
 class Decoder;
 
@@ -66,7 +66,7 @@ class Tokenizer {
 
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
-  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<TokenModel> model_;  // BpeModel or UnigramModel
   AddedVocabulary added_;
   std::unique_ptr<PostProcessor> post_processor_;
   std::unique_ptr<Decoder> decoder_;

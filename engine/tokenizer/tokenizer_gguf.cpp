@@ -1,6 +1,7 @@
 // tokenizer_gguf.cpp — builds a Tokenizer from GGUF tokenizer metadata, mirroring the
-// tokenizer.json that Hugging Face ships for the same model ("gpt2" and "llama" vocabularies).
+// tokenizer.json that Hugging Face ships for the same model ("gpt2", "llama" and "t5" vocabularies).
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/decoder.h"
@@ -8,6 +9,7 @@
 #include "engine/tokenizer/post_processor.h"
 #include "engine/tokenizer/pre_tokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/unigram.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -77,6 +79,34 @@ void check_id(int32_t id, size_t n, const char* what) {
 
 }  // namespace
 
+// Tokenizer's friend: the parts of a GGUF-described tokenizer that need its members.
+struct TokenizerBuilder {
+  static void unigram(Tokenizer& t, const GgufVocab& v);
+};
+
+// SentencePiece Unigram ("t5": T5, XLM-RoBERTa, bge-m3, multilingual-e5), as Hugging Face's
+// tokenizer.json for those models has it: Precompiled normalizer (then runs of spaces made one
+// when the model removes extra whitespace), Metaspace with splitting, Metaspace decoder.
+void TokenizerBuilder::unigram(Tokenizer& t, const GgufVocab& v) {
+  if (v.scores.empty()) throw InputError("GGUF tokenizer: a \"t5\" (Unigram) vocabulary needs tokenizer.ggml.scores");
+  bool byte_fallback = false;
+  for (int32_t type : v.token_types) byte_fallback = byte_fallback || type == 6;
+  std::optional<int32_t> unk_id;
+  if (v.unk_id >= 0) unk_id = v.unk_id;
+  t.model_ = std::make_unique<UnigramModel>(v.tokens, std::vector<double>(v.scores.begin(), v.scores.end()), unk_id,
+                                            byte_fallback);
+  std::vector<std::unique_ptr<Normalizer>> norms;
+  if (!v.precompiled_charsmap.empty())
+    norms.push_back(make_precompiled_normalizer(v.precompiled_charsmap, "GGUF tokenizer.ggml.precompiled_charsmap"));
+  if (v.remove_extra_whitespaces)
+    norms.push_back(make_normalizer({{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", " "}}));
+  if (!norms.empty()) t.normalizer_ = make_sequence_normalizer(std::move(norms));
+  const char* scheme = v.add_space_prefix ? "always" : "never";
+  t.pre_tokenizer_ = make_metaspace("\xE2\x96\x81", scheme, true);
+  t.decoder_ = byte_fallback ? make_sentencepiece_decoder(v.add_space_prefix)
+                             : make_decoder({{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", scheme}});
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf_vocab(const GgufVocab& v) {
   const size_t n = v.tokens.size();
   if (n == 0) throw InputError("GGUF tokenizer: tokenizer.ggml.tokens is empty");
@@ -136,8 +166,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf_vocab(const GgufVocab& v) {
     // SentencePiece: spaces become U+2581; the first piece of the input gets one prepended.
     t->pre_tokenizer_ = make_metaspace("\xE2\x96\x81", v.add_space_prefix ? "first" : "never", false);
     t->decoder_ = make_sentencepiece_decoder(v.add_space_prefix);
+  } else if (v.model == "t5") {
+    TokenizerBuilder::unigram(*t, v);
   } else {
-    throw InputError("GGUF tokenizer: tokenizer.ggml.model '" + v.model + "' is not supported (gpt2 and llama are)");
+    throw InputError("GGUF tokenizer: tokenizer.ggml.model '" + v.model + "' is not supported (gpt2, llama and t5 are)");
   }
   t->added_ = AddedVocabulary(std::move(added), nullptr);
   t->finish(v.model == "gpt2");

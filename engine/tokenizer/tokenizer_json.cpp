@@ -10,6 +10,7 @@
 #include "engine/tokenizer/pre_tokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tokenizer_json_reader.h"
+#include "engine/tokenizer/unigram.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -46,11 +47,7 @@ bool opt_flag(const json& j, const char* key) {
   return j[key].get<bool>();
 }
 
-std::unique_ptr<BpeModel> make_bpe(const json& m, BpeVocab vocab, bool has_vocab) {
-  if (!m.is_object()) throw InputError("tokenizer.json: 'model' must be an object");
-  std::string type = m.contains("type") && m["type"].is_string() ? m["type"].get<std::string>() : "BPE";
-  if (type != "BPE")
-    throw InputError("tokenizer.json: model type '" + type + "' is not supported (BPE tokenizers only)");
+std::unique_ptr<TokenModel> make_bpe(const json& m, BpeVocab vocab, bool has_vocab) {
   if (!has_vocab) throw InputError("tokenizer.json: BPE model needs a 'vocab' object");
   if (m.contains("merges")) throw InputError("tokenizer.json: 'merges' must be an array of merges");
   BpeOptions o;
@@ -61,6 +58,43 @@ std::unique_ptr<BpeModel> make_bpe(const json& m, BpeVocab vocab, bool has_vocab
   o.continuing_subword_prefix = opt_string(m, "continuing_subword_prefix").value_or("");
   o.end_of_word_suffix = opt_string(m, "end_of_word_suffix").value_or("");
   return std::make_unique<BpeModel>(std::move(vocab), std::move(o));
+}
+
+// Unigram's vocab is an array, so the streaming reader leaves it in the document.
+std::unique_ptr<TokenModel> make_unigram(const json& m) {
+  if (!m.contains("vocab") || !m["vocab"].is_array())
+    throw InputError("tokenizer.json: Unigram model needs a 'vocab' array of [piece, score] pairs");
+  const json& vocab = m["vocab"];
+  if (vocab.empty()) throw InputError("tokenizer.json: Unigram vocab is empty");
+  std::vector<std::string> pieces;
+  std::vector<double> scores;
+  pieces.reserve(vocab.size());
+  scores.reserve(vocab.size());
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    const json& e = vocab[i];
+    if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number())
+      throw InputError("tokenizer.json: Unigram vocab entry " + std::to_string(i) + " must be a [piece, score] pair");
+    pieces.push_back(e[0].get<std::string>());
+    scores.push_back(e[1].get<double>());
+  }
+  std::optional<int32_t> unk_id;
+  if (m.contains("unk_id") && !m["unk_id"].is_null()) {
+    if (!m["unk_id"].is_number_integer()) throw InputError("tokenizer.json: Unigram 'unk_id' must be an integer");
+    const int64_t id = m["unk_id"].get<int64_t>();
+    if (id < 0 || id >= int64_t(pieces.size()))
+      throw InputError("tokenizer.json: Unigram unk_id " + std::to_string(id) + " is outside the vocabulary (" +
+                       std::to_string(pieces.size()) + " pieces)");
+    unk_id = int32_t(id);
+  }
+  return std::make_unique<UnigramModel>(std::move(pieces), std::move(scores), unk_id, opt_flag(m, "byte_fallback"));
+}
+
+std::unique_ptr<TokenModel> make_model(const json& m, TokenizerJsonParts& parts) {
+  if (!m.is_object()) throw InputError("tokenizer.json: 'model' must be an object");
+  std::string type = m.contains("type") && m["type"].is_string() ? m["type"].get<std::string>() : "BPE";
+  if (type == "BPE") return make_bpe(m, std::move(parts.vocab), parts.has_vocab);
+  if (type == "Unigram") return make_unigram(m);
+  throw InputError("tokenizer.json: model type '" + type + "' is not supported (BPE and Unigram are)");
 }
 
 std::vector<AddedToken> parse_added(const json& j, int32_t model_max_id) {
@@ -118,12 +152,14 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& tokenize
   const json& j = parts.rest;
   if (!j.is_object() || !j.contains("model")) throw InputError("tokenizer.json: missing 'model'");
   std::unique_ptr<Tokenizer> t(new Tokenizer());
-  t->model_ = make_bpe(j["model"], std::move(parts.vocab), parts.has_vocab);
+  t->model_ = make_model(j["model"], parts);
+  // Only byte-level BPE may read raw bytes in place of the ByteLevel pre-tokenizer's characters.
+  const bool is_bpe = dynamic_cast<BpeModel*>(t->model_.get()) != nullptr;
   t->normalizer_ = make_normalizer(j.value("normalizer", json()));
   t->pre_tokenizer_ = make_pre_tokenizer(j.value("pre_tokenizer", json()));
   t->added_ = AddedVocabulary(parse_added(j.value("added_tokens", json()), t->model_->max_id()), t->normalizer_.get());
   t->decoder_ = make_decoder(j.value("decoder", json()));
-  t->finish(true);
+  t->finish(is_bpe);
   auto lookup = [tp = t.get()](const std::string& s) { return tp->token_id(s); };
   t->post_processor_ = make_post_processor(j.value("post_processor", json()), lookup, t->vocab_size_);
   t->set_bos_eos_from_config(config_json);

@@ -1,7 +1,8 @@
 """tokenizer_reference.py — builds the reference tokenizers (Hugging Face `tokenizers`) that the
 oracle tests compare sparkd with, and locates their files.
 
-The four fixture tokenizers are loaded from their tokenizer.json. The default SmolLM2 model
+The fixture tokenizers (four BPE ones and xlmr, a SentencePiece Unigram with a precompiled
+charsmap) are loaded from their tokenizer.json. The default SmolLM2 model
 ships only as a GGUF file, so its reference is rebuilt from the GGUF metadata: the `gguf`
 package reads tokens, merges and token types, and a `tokenizers` byte-level BPE is assembled
 the way Hugging Face's tokenizer.json for HuggingFaceTB/SmolLM2-135M-Instruct defines it
@@ -15,7 +16,7 @@ import pathlib
 import fixture_files
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-FIXTURE_NAMES = ["qwen3", "llama3_1", "gptoss", "gemma3"]
+FIXTURE_NAMES = ["qwen3", "llama3_1", "gptoss", "gemma3", "xlmr"]
 ALL_NAMES = FIXTURE_NAMES + ["smollm2"]
 SMOLLM2_GGUF = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -1,10 +1,10 @@
 """test_tokenizer_oracle.py — sparkd tokenize/detokenize against Hugging Face `tokenizers`.
 
-For each of the four fixture tokenizers and the SmolLM2 GGUF tokenizer, the whole corpus
-(tests/golden/tokenizer/corpus.json.gz, built by tests/gen/tokenizer_corpus.py) goes through
-one `sparkd tokenize` and one `sparkd detokenize` process. The results are compared with the
-golden files (written by tests/gen/gen_tokenizer_golden.py from the reference) and with the
-reference run live in this process.
+For each fixture tokenizer (tokenizer_reference.FIXTURE_NAMES) and the SmolLM2 GGUF tokenizer,
+the whole corpus (tests/golden/tokenizer/corpus.json.gz, built by tests/gen/tokenizer_corpus.py)
+goes through one `sparkd tokenize` and one `sparkd detokenize` process. The results are
+compared with the golden files (written by tests/gen/gen_tokenizer_golden.py from the
+reference) and with the reference run live in this process.
 """
 import gzip
 import json

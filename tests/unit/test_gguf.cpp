@@ -176,6 +176,29 @@ TEST_CASE("gguf: tokenizer metadata is validated") {
   CHECK_INPUT_ERROR(read_gguf_vocab(parse(h.b)), "has no tokenizer");
 }
 
+TEST_CASE("gguf: a \"t5\" tokenizer's charsmap bytes and flags are read") {
+  for (uint32_t elem_type : {0u, 1u}) {  // UINT8, INT8: llama.cpp accepts both
+    GgufBuilder g;
+    g.header(0, 4).str("tokenizer.ggml.model").put<uint32_t>(8).str("t5");
+    g.str("tokenizer.ggml.tokens").put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(2).str("a").str("b");
+    g.str("tokenizer.ggml.precompiled_charsmap").put<uint32_t>(9).put<uint32_t>(elem_type).put<uint64_t>(3);
+    g.put<uint8_t>(0x00).put<uint8_t>(0x80).put<uint8_t>(0xFF);
+    g.str("tokenizer.ggml.remove_extra_whitespaces").put<uint32_t>(7).put<uint8_t>(1);
+    GgufVocab v = read_gguf_vocab(parse(g.b));
+    CHECK(v.precompiled_charsmap == std::string("\x00\x80\xFF", 3));
+    CHECK(v.remove_extra_whitespaces);
+    // llama.cpp's defaults for a Unigram vocabulary: EOS and a leading space, no BOS.
+    CHECK(v.add_eos);
+    CHECK_FALSE(v.add_bos);
+    CHECK(v.add_space_prefix);
+  }
+  GgufBuilder g;
+  g.header(0, 3).str("tokenizer.ggml.model").put<uint32_t>(8).str("t5");
+  g.str("tokenizer.ggml.tokens").put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(1).str("a");
+  g.str("tokenizer.ggml.precompiled_charsmap").put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(1).str("x");
+  CHECK_INPUT_ERROR(read_gguf_vocab(parse(g.b)), "tokenizer.ggml.precompiled_charsmap has type array of string");
+}
+
 TEST_CASE("gguf: tensor names map to Hugging Face names") {
   CHECK(gguf_to_hf_name("token_embd.weight") == "model.embed_tokens.weight");
   CHECK(gguf_to_hf_name("output_norm.weight") == "model.norm.weight");

@@ -85,7 +85,7 @@ const char* const TEXTS[] = {
 }  // namespace
 
 TEST_CASE("detokenizer: deltas concatenate to decode() on real tokenizers") {
-  for (const char* name : {"qwen3", "llama3_1"}) {
+  for (const char* name : {"qwen3", "llama3_1", "xlmr"}) {
     const Tokenizer& tok = fixture(name);
     for (const char* text : TEXTS)
       for (bool skip : {false, true}) check_stream(tok, tok.encode(text), skip);
@@ -215,7 +215,7 @@ TEST_CASE("detokenizer: BPEDecoder suffix inside a token, and Replace on joined 
 }
 
 TEST_CASE("detokenizer: the window path stays on for the common tokenizers") {
-  for (const char* name : {"qwen3", "llama3_1", "gptoss", "gemma3"})
+  for (const char* name : {"qwen3", "llama3_1", "gptoss", "gemma3", "xlmr"})
     CHECK_MESSAGE(fixture(name).decodes_in_window(), name);
 }
 

@@ -9,7 +9,7 @@ window.sparkdDash = dash;  // for tests and the curious: counters and the charts
 
 const $ = (id) => document.getElementById(id);
 const KEYS = ["prompt_tps", "generation_tps", "running", "waiting", "kv_usage", "prefix_hit_rate", "spec_acceptance_rate",
-  "ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95", "mem_weights", "mem_kv", "mem_state", "mem_free"];
+  "ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95", "mem_weights", "mem_kv", "mem_state", "mem_other", "mem_free"];
 
 function derive(p) {
   return Object.assign({}, p, { kv_usage: p.kv_blocks_total ? p.kv_blocks_used / p.kv_blocks_total : null });
@@ -51,6 +51,7 @@ function setupCharts() {
   make("c-mem", [{ key: "mem_weights", label: "weights", color: "--s1" },
                  { key: "mem_kv", label: "KV", color: "--s4" },
                  { key: "mem_state", label: "state", color: "--s3" },
+                 { key: "mem_other", label: "others", color: "--s5" },
                  { key: "mem_free", label: "free", color: "--s2" }], { format: fmt.bytes, emptyMax: 1 << 30, stacked: true, binary: true });
 }
 

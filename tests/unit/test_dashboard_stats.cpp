@@ -121,7 +121,7 @@ TEST_CASE("stats sampler: rates from counter deltas, one shared event per tick, 
     return m;
   };
   src.memory = [] { return MemoryFigures{1000, 2000, 300}; };
-  src.memory_available = []() -> std::optional<uint64_t> { return 4096; };
+  src.host_memory = []() -> std::optional<HostMemory> { return HostMemory{8192, 4096, "test"}; };
   src.closing = [&] { return closing.load(); };
   src.requests = &log;
   StatsSampler sampler(src);
@@ -140,6 +140,8 @@ TEST_CASE("stats sampler: rates from counter deltas, one shared event per tick, 
   CHECK(p["kv_blocks_used"] == 25);
   CHECK(p["mem_kv"] == 2000);
   CHECK(p["mem_state"] == 300);
+  CHECK(p["mem_free"] == 4096);
+  CHECK(p["mem_other"] == 8192 - 3300 - 4096);
   CHECK(ev["totals"]["generation_tokens"] == 500);
   // the same event object is handed to every subscriber
   auto again = sampler.wait_next(first->seq, std::chrono::milliseconds(10));
@@ -155,6 +157,27 @@ TEST_CASE("stats sampler: rates from counter deltas, one shared event per tick, 
   CHECK_FALSE(sampler.wait_next(second->seq, std::chrono::milliseconds(3000)));
   CHECK(Clock::now() - t0 < std::chrono::milliseconds(1000));  // woken by closing, not the timeout
   CHECK(sampler.closed());
+}
+
+TEST_CASE("the memory chart stacks to the box's total, even when reserved KV is not yet resident") {
+  // 24 GiB box, 92 MiB weights, 19.1 GiB KV reserved, 22.9 GiB MemAvailable (the KV pages
+  // untouched): the free part is what is left of the total, and nothing is other.
+  const uint64_t GiB = 1ull << 30, MiB = 1ull << 20;
+  StatsPoint p;
+  p.mem_weights = 92 * MiB;
+  p.mem_kv = uint64_t(19.1 * double(GiB));
+  split_host_memory(p, HostMemory{24 * GiB, uint64_t(22.9 * double(GiB)), "test"});
+  CHECK(p.mem_weights + p.mem_kv + p.mem_state + *p.mem_free + *p.mem_other == 24 * GiB);
+  CHECK(*p.mem_other == 0);
+  // Resident KV leaves MemAvailable below what is left: the difference is the OS's and others'.
+  split_host_memory(p, HostMemory{24 * GiB, 2 * GiB, "test"});
+  CHECK(*p.mem_free == 2 * GiB);
+  CHECK(p.mem_weights + p.mem_kv + *p.mem_free + *p.mem_other == 24 * GiB);
+  // Plans larger than the box (not possible when planned, but never negative).
+  p.mem_kv = 30 * GiB;
+  split_host_memory(p, HostMemory{24 * GiB, 2 * GiB, "test"});
+  CHECK(*p.mem_free == 0);
+  CHECK(*p.mem_other == 0);
 }
 
 TEST_CASE("stats totals: the structured-outputs panel's figures from the metrics") {

@@ -149,9 +149,9 @@ StatsSources sources_for(App& app) {
   StatsSources s;
   s.metrics = [&app] { return engine_metrics(app); };
   s.memory = [&app] { return memory_figures(app); };
-  s.memory_available = []() -> std::optional<uint64_t> {
+  s.host_memory = []() -> std::optional<HostMemory> {
     try {
-      return read_host_memory().available_bytes;
+      return read_host_memory();
     } catch (const std::exception&) {
       return std::nullopt;
     }

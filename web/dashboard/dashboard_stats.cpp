@@ -67,7 +67,8 @@ nlohmann::json point_json(const StatsPoint& p) {
           {"mem_weights", p.mem_weights},
           {"mem_kv", p.mem_kv},
           {"mem_state", p.mem_state},
-          {"mem_free", opt(p.mem_free)}};
+          {"mem_free", opt(p.mem_free)},
+          {"mem_other", opt(p.mem_other)}};
 }
 
 nlohmann::json structured_output_json(const MetricsSnapshot& m) {
@@ -111,6 +112,13 @@ nlohmann::json record_json(const RequestLogEntry& r) {
           {"finish_reason", r.finish_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.finish_reason)},
           {"error", r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error)},
           {"version", r.version}};
+}
+
+void split_host_memory(StatsPoint& p, const HostMemory& box) {
+  const uint64_t ours = p.mem_weights + p.mem_kv + p.mem_state;
+  const uint64_t room = box.total_bytes > ours ? box.total_bytes - ours : 0;
+  p.mem_free = std::min(box.available_bytes, room);
+  p.mem_other = room - *p.mem_free;
 }
 
 StatsSampler::StatsSampler(StatsSources sources) : sources_(std::move(sources)) {
@@ -193,7 +201,8 @@ void StatsSampler::sample(Clock::time_point now) {
     p.mem_kv = mem.kv_bytes;
     p.mem_state = mem.state_bytes;
   }
-  if (sources_.memory_available) p.mem_free = sources_.memory_available();
+  if (sources_.host_memory)
+    if (const std::optional<HostMemory> box = sources_.host_memory()) split_host_memory(p, *box);
 
   // Built once here, written as-is by every subscriber.
   nlohmann::json event = {{"point", point_json(p)}};

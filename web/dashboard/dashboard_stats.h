@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/metrics.h"
+#include "engine/util/mem_info.h"
 #include "web/request_log.h"
 
 namespace spark {
@@ -30,7 +31,7 @@ struct MemoryFigures {
 struct StatsSources {
   std::function<std::optional<MetricsSnapshot>()> metrics;  // nullopt while no engine runs
   std::function<MemoryFigures()> memory;
-  std::function<std::optional<uint64_t>()> memory_available;  // bytes the OS could still give
+  std::function<std::optional<HostMemory>()> host_memory;  // MemTotal and MemAvailable; nullopt: unknown
   std::function<nlohmann::json()> live;  // small fields sent every second (health, uptime, peer)
   std::function<bool()> closing;         // true once streams must end (drain, stop)
   const RequestLog* requests = nullptr;
@@ -50,8 +51,16 @@ struct StatsPoint {
   std::optional<double> spec_acceptance_rate;  // accepted / drafted tokens; none when nothing was drafted
   std::optional<double> ttft_p50, ttft_p95, tpot_p50, tpot_p95;  // seconds
   uint64_t mem_weights = 0, mem_kv = 0, mem_state = 0;
-  std::optional<uint64_t> mem_free;
+  // With the box's figures: mem_weights + mem_kv + mem_state + mem_other + mem_free is its total
+  // (split_host_memory).
+  std::optional<uint64_t> mem_free, mem_other;
 };
+
+// The memory chart stacks to the box's total: sparkd's weights, KV and state as planned, then
+// what the OS reports available, capped so that the stack never passes the total (KV pages
+// reserved but not touched yet, and mapped weights in the page cache, count as available to
+// the OS too), and the rest: the OS's and other processes'.
+void split_host_memory(StatsPoint& p, const HostMemory& box);
 
 class StatsSampler {
  public:

@@ -27,10 +27,11 @@ EMBED = MODELS / "qwen3_embed"
 RERANK = MODELS / "qwen3_rerank"
 GOLDEN_EMBED = json.loads((EMBED / "golden.json").read_text())
 GOLDEN_RERANK = json.loads((RERANK / "golden.json").read_text())
-# f32 on the CPU; the CUDA backend runs Qwen in BF16 (tests/gpu/check_model.cu's limits).
-COSINE = 0.999 if EMULATED_GPU else 0.99999
-MAX_ABS = 2e-2 if EMULATED_GPU else 1e-4
-SCORE_TOL = 2e-2 if EMULATED_GPU else 1e-4
+# f32 on the CPU; the CUDA backend runs Qwen in BF16 (measured on the emulator: cosine 0.99999,
+# 1.8e-3 largest difference in a unit vector, 1.3e-3 in a score).
+COSINE = 0.9999 if EMULATED_GPU else 0.99999
+MAX_ABS = 5e-3 if EMULATED_GPU else 1e-4
+SCORE_TOL = 5e-3 if EMULATED_GPU else 1e-4
 SETTINGS = {"model.max_model_len": 512, "engine.max_num_seqs": 16}
 
 
@@ -121,7 +122,7 @@ def test_embeddings_alone_equal_embeddings_in_a_batch(embedder):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         together = list(pool.map(lambda t: c.embeddings.create(model="emb", input=t, encoding_format="float"), texts))
     for i in range(6):
-        assert np.max(np.abs(np.asarray(together[i].data[0].embedding) - alone[i])) < (2e-2 if EMULATED_GPU else 1e-5)
+        assert np.max(np.abs(np.asarray(together[i].data[0].embedding) - alone[i])) < (MAX_ABS if EMULATED_GPU else 1e-5)
 
 
 def test_context_boundary(embedder):

@@ -11,6 +11,7 @@
 
 #include "engine/template/chat_template.h"
 #include "tests/unit/fixture_files.h"
+#include "tests/unit/temp_dir.h"
 
 namespace fs = std::filesystem;
 using spark::ChatTemplate;
@@ -82,22 +83,7 @@ void check_golden(const std::string& name) {
   CHECK(same >= 30);
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("sparkd-chat-template-" + std::to_string(std::rand()) + "-" +
-                                        std::to_string(reinterpret_cast<uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  void write(const std::string& name, const std::string& text) const {
-    fs::create_directories((path / name).parent_path());
-    std::ofstream(path / name) << text;
-  }
-};
+using spark::testing::TempDir;
 
 const ojson kHello = ojson::parse(R"([{"role": "user", "content": "hi"}])");
 

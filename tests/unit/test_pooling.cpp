@@ -10,28 +10,14 @@
 #include "engine/model/architecture.h"
 #include "engine/model/pooling.h"
 #include "engine/util/check.h"
+#include "tests/unit/temp_dir.h"
 
 namespace spark {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Folder {
-  fs::path path;
-  Folder() {
-    path = fs::temp_directory_path() / ("sparkd-pooling-" + std::to_string(std::rand()) + "-" +
-                                        std::to_string(reinterpret_cast<uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~Folder() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  void write(const std::string& name, const std::string& text) const {
-    fs::create_directories((path / name).parent_path());
-    std::ofstream(path / name) << text;
-  }
-};
+using spark::testing::TempDir;
 
 ModelInfo info_for(const std::string& role, const fs::path& dir, int64_t hidden) {
   ModelInfo info;
@@ -82,7 +68,7 @@ TEST_CASE("rerank prompts fill each placeholder of the template once, left to ri
 }
 
 TEST_CASE("sentence-transformers' folder says the pooling and whether the vector is normalised") {
-  Folder dir;
+  TempDir dir("sparkd-pooling");
   PoolingModel m = read_pooling_model(info_for("embed", dir.path, 4), no_tokens);  // no modules.json: last, normalised
   CHECK(m.pooling == Pooling::LAST);
   CHECK(m.normalize);
@@ -97,7 +83,7 @@ TEST_CASE("sentence-transformers' folder says the pooling and whether the vector
 }
 
 TEST_CASE("hostile sentence-transformers files are refused by name") {
-  Folder dir;
+  TempDir dir("sparkd-pooling");
   const auto refuses = [&](const std::string& modules, const std::string& pooling, const char* words) {
     dir.write("modules.json", modules);
     dir.write("1_Pooling/config.json", pooling);
@@ -113,7 +99,7 @@ TEST_CASE("hostile sentence-transformers files are refused by name") {
 }
 
 TEST_CASE("a causal-LM reranker scores with its LM head's \"yes\" row minus its \"no\" row") {
-  Folder dir;
+  TempDir dir("sparkd-pooling");
   ModelInfo info = info_for("rerank", dir.path, 2);
   const std::vector<float> head = {0, 0, 1, 2, 5, -1};  // rows 0..2: "no" is 1, "yes" is 2
   Tensor t;

@@ -124,3 +124,45 @@ TEST_CASE("a causal-LM reranker scores with its LM head's \"yes\" row minus its 
 }
 
 }  // namespace spark
+
+namespace spark {
+
+TEST_CASE("a reranker's classifier: one row with its bias, or two labelled \"yes\" and \"no\" in a GGUF") {
+  testing::TempDir dir("sparkd-pooling");
+  ModelInfo info = info_for("rerank", dir.path, 2);
+  const std::vector<float> one = {0.5f, -1.0f}, bias = {0.25f}, three = {1, 2, 3, 4, 5, 6};
+  Tensor w;
+  w.name = "score.weight";
+  w.dtype = DType::F32;
+  w.shape = {1, 2};
+  w.data = one.data();
+  w.nbytes = 8;
+  Tensor b;
+  b.name = "score.bias";
+  b.dtype = DType::F32;
+  b.shape = {1};
+  b.data = bias.data();
+  b.nbytes = 4;
+  info.tensors[w.name] = w;
+  info.tensors[b.name] = b;
+  PoolingModel m = read_pooling_model(info, no_tokens);
+  CHECK(m.score_row == one);
+  CHECK(m.score_bias == 0.25f);
+  // Three rows, or two without labels (a Hugging Face folder has none): which is "yes"?
+  w.shape = {3, 2};
+  w.data = three.data();
+  w.nbytes = 24;
+  info.tensors[w.name] = w;
+  info.tensors.erase(b.name);
+  CHECK_THROWS_WITH_AS(read_pooling_model(info, no_tokens), doctest::Contains("classifier has 3 rows"), InputError);
+  w.shape = {2, 2};
+  info.tensors[w.name] = w;
+  CHECK_THROWS_WITH_AS(read_pooling_model(info, no_tokens), doctest::Contains("classifier.output_labels"), InputError);
+  b.shape = {2};  // a bias of the wrong length
+  info.tensors[b.name] = b;
+  w.shape = {1, 2};
+  info.tensors[w.name] = w;
+  CHECK_THROWS_WITH_AS(read_pooling_model(info, no_tokens), doctest::Contains("one value per row"), InputError);
+}
+
+}  // namespace spark

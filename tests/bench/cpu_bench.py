@@ -20,6 +20,8 @@ import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_cpp_peer import clear_memory, open_context  # noqa: E402
 
 
 def build_sparkd_bench(build):
@@ -37,30 +39,16 @@ def run_sparkd(exe, model, threads, prompt_len, decode_tokens, batch):
 
 class LlamaCpp:
     def __init__(self, model, threads, max_tokens, batch):
-        import llama_cpp as L
-        self.L = L
-        L.llama_backend_init()
-        mp = L.llama_model_default_params()
-        load = getattr(L, "llama_model_load_from_file", None) or L.llama_load_model_from_file
-        self.model = load(model.encode(), mp)
-        cp = L.llama_context_default_params()
-        cp.n_ctx = max_tokens * batch + 64
-        cp.n_batch = cp.n_ubatch = max(512, batch * 64)
-        cp.n_seq_max = batch
-        cp.n_threads = cp.n_threads_batch = threads
-        new_ctx = getattr(L, "llama_init_from_model", None) or L.llama_new_context_with_model
-        self.ctx = new_ctx(self.model, cp)
+        n_batch = max(512, batch * 64)
+        self.L, self.model, self.ctx = open_context(model, threads, max_tokens * batch + 64, n_batch, batch)
+        L = self.L
         vocab = L.llama_model_get_vocab(self.model) if hasattr(L, "llama_model_get_vocab") else None
         self.n_vocab = L.llama_vocab_n_tokens(vocab) if vocab is not None else L.llama_n_vocab(self.model)
-        self.batch = L.llama_batch_init(cp.n_batch, 0, batch)
+        self.batch = L.llama_batch_init(n_batch, 0, batch)
         self.version = getattr(L, "__version__", "?")
 
     def clear(self):
-        L = self.L
-        if hasattr(L, "llama_get_memory"):
-            L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
-        else:
-            L.llama_kv_cache_clear(self.ctx)
+        clear_memory(self.L, self.ctx)
 
     def step(self, rows):
         """rows: list of (token, pos, seq, want_logits)."""

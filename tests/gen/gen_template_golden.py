@@ -534,6 +534,9 @@ TEMPLATE_SOURCES = {
                         "bos_token": "<s>", "eos_token": "<|im_end|>"},
     "llama3_1": {"kind": "fixture", "path": "tokenizers/llama3_1"},
     "gemma3": {"kind": "fixture", "path": "tokenizers/gemma3"},
+    # Gemma 4's template alone (its tokenizer is not among the fixtures), with the release's tokens.
+    "gemma4": {"kind": "template_file", "path": "tokenizers/gemma4/chat_template.jinja",
+               "bos_token": "<bos>", "eos_token": "<turn|>"},
     "smollm2_gguf": {"kind": "gguf", "path": DEFAULT_GGUF},
     "harmony_style": {"kind": "inline", "template": HARMONY_STYLE, "bos_token": "<|startoftext|>", "eos_token": "<|return|>"},
     "llama_tools_style": {"kind": "inline", "template": LLAMA_TOOLS_STYLE, "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
@@ -610,7 +613,84 @@ def reasoning_history_conversations():
     return out
 
 
-EXTRA_CONVERSATIONS = {"nemotron_3_nano": reasoning_history_conversations}
+def gemma4_conversations():
+    """Gemma 4's branches: arguments of every JSON type written in its own notation (bare keys,
+    <|"|> strings, nested objects and lists), several calls in one turn, reasoning shown only on
+    tool-call turns after the last user turn, tool results found by tool_call_id or name, as
+    text or content parts, or given the Gemma-native way (tool_responses on the assistant turn),
+    an assistant turn continuing another, the developer role, thinking on and off, and tool
+    schemas with the keys the template prints (enum, nullable, items, nested properties)."""
+    U, A, S = "user", "assistant", "system"
+    out = []
+
+    def add(messages, **kw):
+        out.append({"messages": messages, **kw})
+
+    rich_tool = {"type": "function", "function": {
+        "name": "book_trip", "description": "Book a trip.",
+        "parameters": {"type": "object", "required": ["city"], "properties": {
+            "city": {"type": "string", "description": "Where to"},
+            "class": {"type": "string", "enum": ["eco", "biz"]},
+            "dates": {"type": "array", "items": {"type": "string"}, "description": "ISO dates"},
+            "rooms": {"type": "array", "items": {"type": "object", "properties": {"beds": {"type": "integer"}},
+                                                 "required": ["beds"]}},
+            "prefs": {"type": "object", "properties": {"window": {"type": "boolean"}, "note": {"type": "string"}},
+                      "required": ["window"]},
+            "budget": {"type": "number", "nullable": True}}},
+        "response": {"description": "The booking", "type": "object"}}}
+    args = {"city": "Zürich", "class": "biz", "dates": ["2025-01-02", "2025-01-05"], "rooms": [{"beds": 2}, {"beds": 1}],
+            "prefs": {"window": True, "note": "quiet, please: {not json}"}, "budget": 1250.5, "pets": None,
+            "flags": [True, False, None, 0, -3, 2.5e-3], "empty": {}, "none": [], "text": "line one\nline \"two\""}
+    tools = [rich_tool, WEATHER_TOOL]
+    history = [{"role": U, "content": "Plan a trip"},
+               {"role": A, "content": "", "reasoning_content": "Need the booking tool.",
+                "tool_calls": [call("book_trip", args, "t1"), call("get_weather", {"city": "Zürich", "days": 2}, "t2")]},
+               {"role": "tool", "content": "{\"ok\": true}", "tool_call_id": "t1"},
+               {"role": "tool", "content": [{"type": "text", "text": "snow, "}, {"type": "text", "text": "-4 C"}],
+                "tool_call_id": "t2"}]
+    for kw in ({}, {"enable_thinking": True}, {"enable_thinking": False}):
+        add(history, tools=tools, add_generation_prompt=True, **kw)
+        add([{"role": S, "content": "  Be brief.  "}] + history + [{"role": A, "content": "Booked; it snows."}],
+            tools=tools, add_generation_prompt=False, **kw)
+    # Reasoning before the last user turn is dropped; after it, kept only with tool calls.
+    add([{"role": U, "content": "Q1"}, {"role": A, "content": "A1", "reasoning_content": "R1"},
+         {"role": U, "content": "Q2"},
+         {"role": A, "content": None, "reasoning": "R2", "tool_calls": [call("get_weather", {"city": "Oslo"}, "w")]},
+         {"role": "tool", "content": "cold", "tool_call_id": "w"},
+         {"role": A, "content": "<|channel>thought\nhidden<channel|>It is cold.", "reasoning_content": "R3"}],
+        tools=tools, add_generation_prompt=True, enable_thinking=True)
+    # A tool result matched by name only, by an unknown id, and without either.
+    add([{"role": U, "content": "w?"}, {"role": A, "tool_calls": [call("get_weather", {"city": "Rome"})]},
+         {"role": "tool", "content": "hot", "name": "get_weather"},
+         {"role": "tool", "content": "warm", "tool_call_id": "nope"}, {"role": "tool", "content": "mild"}],
+        tools=[WEATHER_TOOL], add_generation_prompt=True)
+    # A call whose arguments arrive as a JSON string (the template prints it as it is).
+    add([{"role": U, "content": "w?"}, {"role": A, "content": "",
+                                        "tool_calls": [call("get_weather", {"city": "Lima"}, "s", as_string=True)]}],
+        tools=[WEATHER_TOOL], add_generation_prompt=False)
+    # A call with no result yet: the template leaves <|tool_response> open.
+    add([{"role": U, "content": "w?"}, {"role": A, "content": "", "tool_calls": [call("get_weather", {"city": "Oslo"}, "o")]}],
+        tools=[WEATHER_TOOL], add_generation_prompt=True)
+    # Gemma's own shape: results on the assistant turn, as a mapping or a bare value.
+    add([{"role": U, "content": "w?"},
+         {"role": A, "tool_calls": [call("get_weather", {"city": "Oslo"}, "o")],
+          "tool_responses": [{"name": "get_weather", "response": {"temp": -3, "sky": "clear", "wind": [1, 2]}},
+                             {"response": "plain text"}]},
+         {"role": A, "content": "Cold and clear."}], tools=[WEATHER_TOOL], add_generation_prompt=True)
+    # Developer role, content parts with media, an empty system turn.
+    add([{"role": "developer", "content": "dev rules"}, {"role": U, "content": [
+        {"type": "image"}, {"type": "text", "text": " look "}, {"type": "audio"}, {"type": "video"}]}],
+        add_generation_prompt=True)
+    add([{"role": S, "content": ""}, {"role": U, "content": "hi"}], tools=[WEATHER_TOOL], add_generation_prompt=True,
+        enable_thinking=True)
+    # A tool that declares no parameters.
+    add([{"role": U, "content": "ping"}, {"role": A, "tool_calls": [call("ping", {}, "p")]},
+         {"role": "tool", "content": "pong", "tool_call_id": "p"}],
+        tools=[{"type": "function", "function": {"name": "ping", "description": "Ping."}}], add_generation_prompt=True)
+    return out
+
+
+EXTRA_CONVERSATIONS = {"nemotron_3_nano": reasoning_history_conversations, "gemma4": gemma4_conversations}
 
 
 def build_template_goldens(names=None):

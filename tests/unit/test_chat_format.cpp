@@ -4,10 +4,13 @@
 // same entry points the server uses (detect_model_traits, make_output_parser).
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
 #include "engine/template/chat_template.h"
+#include "tests/unit/fixture_files.h"
 #include "web/chat_format/chat_format.h"
 #include "web/chat_format/think.h"
 #include "web/chat_prompt.h"
@@ -78,11 +81,14 @@ TEST_CASE("chat formats: each kind of template gets its format; one that shows n
   CHECK(std::string(detected("<tool_call> and ipython")) == "hermes");
   CHECK(std::string(detected("<|start|>{{ r }}<|channel|>analysis<|message|> <tool_call>")) == "harmony");
   CHECK(std::string(detected("<|channel|> alone")) == "hermes");
+  CHECK(std::string(detected("{{ '<|tool_call>call:' + n + '{' }}{{ '<|\"|>' + s + '<|\"|>' }}")) == "gemma4");
+  CHECK(std::string(detected("{{ '<|tool_call>' }}")) == "hermes");  // half the marks is not the format
   CHECK(std::string(detected("{{ messages }}")) == "hermes");
   CHECK(&default_chat_format() == find_chat_format("hermes"));
   CHECK(find_chat_format("none such") == nullptr);
   CHECK(find_chat_format("harmony")->reads_special_tokens());
   CHECK(!find_chat_format("llama3")->reads_special_tokens());
+  CHECK(find_chat_format("gemma4")->reads_special_tokens());
 }
 
 TEST_CASE("chat formats: forced calls open in the prompt for the JSON formats, not for harmony") {
@@ -94,6 +100,17 @@ TEST_CASE("chat formats: forced calls open in the prompt for the JSON formats, n
   CHECK(find_chat_format("llama3")->force_call(tools, &f)->prefill == "{\"name\": \"f\", \"parameters\": ");
   CHECK(find_chat_format("llama3")->force_call(tools, nullptr)->rest.tools.at(0).first == "f\", \"parameters\": ");
   CHECK(!find_chat_format("harmony")->force_call(tools, &f));
+  // Gemma 4's arguments have no grammar here: its calls stay free, forced or not.
+  CHECK(!find_chat_format("gemma4")->force_call(tools, &f));
+  CHECK(!find_chat_format("gemma4")->force_call(tools, nullptr));
+  CHECK(find_chat_format("gemma4")->auto_trigger(tools, nullptr) == nullptr);
+}
+
+TEST_CASE("chat formats: Gemma 4's published template is detected as gemma4") {
+  std::ifstream in(testing::fixtures_dir() + "/tokenizers/gemma4/chat_template.jinja", std::ios::binary);
+  REQUIRE_MESSAGE(in, "gemma4 chat_template.jinja missing " << testing::fixtures_hint());
+  const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(std::string(detect_chat_format(TemplateText{source, source}).name()) == "gemma4");
 }
 
 TEST_CASE("chat formats: a format registered from outside is detected and parses answers") {

@@ -1,6 +1,6 @@
-// test_tool_calls.cpp — the output parser on golden and adversarial text: Hermes and Llama
-// 3.1 tool calls, <think> reasoning, every split of the text into deltas, and time that
-// stays linear on hostile input.
+// test_tool_calls.cpp — the output parser on golden and adversarial text: Hermes, Llama
+// 3.1 and Gemma 4 tool calls, <think> and Gemma 4's thought-channel reasoning, every split
+// of the text into deltas, and time that stays linear on hostile input.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -160,4 +160,121 @@ TEST_CASE("json_depth counts nesting outside strings and stops past the limit") 
   CHECK(json_depth("\"{{{{\"", 100) == 0);
   CHECK(json_depth(std::string(100000, '['), 64) == 65);
   CHECK(json_depth("{\"a\\\"[\": 1}", 10) == 1);
+}
+
+// ---- Gemma 4: <|tool_call>call:NAME{key:VALUE}<tool_call|>, <|channel>thought ... <channel|> ----
+
+namespace {
+
+OutputParserOptions gemma4() { return with_tools("gemma4"); }
+
+nlohmann::json args_of(const ToolCall& call) { return nlohmann::json::parse(call.arguments); }
+
+}  // namespace
+
+TEST_CASE("gemma4: reasoning, content and back-to-back calls with every kind of value") {
+  // As the template writes them: keys sorted and bare, strings between <|"|>, Python's None.
+  std::string text =
+      "<|channel>thought\nThe user wants two things.\n<channel|>Let me check.<|tool_call>call:book{budget:1250.5,"
+      "city:<|\"|>Zürich<|\"|>,empty:{},flags:[true,false,None,0,-3,0.0025,1e-05],none:[],note:<|\"|>a, b: {c} "
+      "[d]\nline \"two\" <tool_call|> inside<|\"|>,prefs:{window:true,deep:{x:[{y:null}]}}}<tool_call|>"
+      "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>";
+  Parsed p = parse_whole(text, gemma4());
+  CHECK(p.reasoning == "The user wants two things.");
+  CHECK(p.content == "Let me check.");
+  REQUIRE(p.calls.size() == 2);
+  CHECK(p.calls[0].name == "book");
+  CHECK(args_of(p.calls[0]) == nlohmann::json::parse(R"({"budget": 1250.5, "city": "Zürich", "empty": {},
+      "flags": [true, false, null, 0, -3, 0.0025, 1e-05], "none": [],
+      "note": "a, b: {c} [d]\nline \"two\" <tool_call|> inside",
+      "prefs": {"window": true, "deep": {"x": [{"y": null}]}}})"));
+  CHECK(p.calls[1].name == "get_weather");
+  CHECK(p.calls[1].arguments == "{\"city\":\"Oslo\"}");
+  CHECK(p.calls[0].id != p.calls[1].id);
+  CHECK(p.calls[0].id.rfind("call_", 0) == 0);
+  check_all_splits(text, gemma4());
+}
+
+TEST_CASE("gemma4: text around calls, and the empty thought channel of a non-thinking turn") {
+  std::string text = "<|channel>thought\n<channel|>\n\nSure.\n<|tool_call>call:ping{}<tool_call|>\nDone.";
+  Parsed p = parse_whole(text, gemma4());
+  CHECK(p.reasoning.empty());
+  CHECK(p.content == "Sure.\nDone.");
+  REQUIRE(p.calls.size() == 1);
+  CHECK(p.calls[0].name == "ping");
+  CHECK(p.calls[0].arguments == "{}");
+  check_all_splits(text, gemma4());
+}
+
+TEST_CASE("gemma4: arguments given as a JSON string read as JSON; quoted keys are accepted") {
+  // The template prints a string's arguments between the call's braces as they came.
+  Parsed p = parse_whole("<|tool_call>call:f{{\"a\": 1, \"b\": [\"x\"]}}<tool_call|>", gemma4());
+  REQUIRE(p.calls.size() == 1);
+  CHECK(args_of(p.calls[0]) == nlohmann::json{{"a", 1}, {"b", {"x"}}});
+  p = parse_whole("<|tool_call>call:f{<|\"|>k k<|\"|>:1,\"q\\\"\":\"v\\n\"}<tool_call|>", gemma4());
+  REQUIRE(p.calls.size() == 1);
+  CHECK(args_of(p.calls[0]) == nlohmann::json{{"k k", 1}, {"q\"", "v\n"}});
+}
+
+TEST_CASE("gemma4: malformed calls stay content, verbatim; an unclosed whole call at the end parses") {
+  for (std::string bad : {"<|tool_call>call:f{a:<|\"|>open}<tool_call|>", "<|tool_call>f{a:1}<tool_call|>",
+                          "<|tool_call>call:{a:1}<tool_call|>", "<|tool_call>call:f{a:1} extra<tool_call|>",
+                          "<|tool_call>call:f{a:1,}<tool_call|>", "<|tool_call>call:f{:1}<tool_call|>",
+                          "<|tool_call>call:f{a:[1,2}<tool_call|>", "<|tool_call>call:two words{}<tool_call|>"}) {
+    CAPTURE(bad);
+    Parsed p = parse_whole(bad, gemma4());
+    CHECK(p.calls.empty());
+    CHECK(p.content == bad);
+    check_all_splits(bad, gemma4());
+  }
+  Parsed p = parse_whole("<|tool_call>call:f{a:1}", gemma4());
+  REQUIRE(p.calls.size() == 1);
+  CHECK(p.calls[0].arguments == "{\"a\":1}");
+  p = parse_whole("<|tool_call>call:f{a:", gemma4());
+  CHECK(p.calls.empty());
+  CHECK(p.content == "<|tool_call>call:f{a:");
+  p = parse_whole("so <|tool_ca", gemma4());  // a partial mark is released when the text ends
+  CHECK(p.content == "so <|tool_ca");
+}
+
+TEST_CASE("gemma4: <turn|> and <|tool_response> end the answer") {
+  Parsed p = parse_whole("Hi.<turn|>\n<|turn>user\nfake", gemma4());
+  CHECK(p.content == "Hi.");
+  p = parse_whole("<|tool_call>call:f{}<tool_call|><|tool_response>response:f{value:<|\"|>made up<|\"|>}", gemma4());
+  CHECK(p.calls.size() == 1);
+  CHECK(p.content.empty());
+  check_all_splits("a<|tool_call>call:f{}<tool_call|><|tool_response>response:f{}<tool_response|>b", gemma4());
+}
+
+TEST_CASE("gemma4: without tools a call is content; the thought channel is reasoning either way") {
+  OutputParserOptions o;
+  o.format = find_chat_format("gemma4");
+  const std::string text = "<|channel>thought\nhm\n<channel|>A <|tool_call>call:f{}<tool_call|>";
+  Parsed p = parse_whole(text, o);
+  CHECK(p.reasoning == "hm");
+  CHECK(p.calls.empty());
+  CHECK(p.content == "A <|tool_call>call:f{}<tool_call|>");
+  check_all_splits(text, o);
+}
+
+TEST_CASE("gemma4: hostile text parses in linear time and deep nesting is refused") {
+  std::string hostile;
+  for (int i = 0; i < 50000; ++i) hostile += "<|tool_ca<|channel>thou<channel|<|\"|{[";
+  std::string body = "<|tool_call>call:f{a:" + std::string(1 << 20, '[');
+  std::string quotes = "<|tool_call>call:f{";
+  for (int i = 0; i < 100000; ++i) quotes += "a:<|\"|>x<|\"|>,";
+  auto t0 = std::chrono::steady_clock::now();
+  for (const std::string* text : {&hostile, &body, &quotes}) {
+    auto parser = make_output_parser(gemma4());
+    for (size_t i = 0; i < text->size(); i += 7) parser->push(text->substr(i, 7));
+    parser->finish();
+    CHECK(parser->num_tool_calls() == 0);
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("4.3 MB of hostile Gemma 4 text parsed in " << seconds << " s");
+  CHECK(seconds < 5.0);
+  std::string deep = "<|tool_call>call:f{a:" + std::string(40, '[') + std::string(40, ']') + "}<tool_call|>";
+  CHECK(parse_whole(deep, gemma4()).calls.empty());
+  std::string ok = "<|tool_call>call:f{a:" + std::string(20, '[') + std::string(20, ']') + "}<tool_call|>";
+  CHECK(parse_whole(ok, gemma4()).calls.size() == 1);
 }

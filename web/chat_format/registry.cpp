@@ -7,6 +7,7 @@
 
 namespace spark {
 
+const ChatFormat& gemma4_chat_format();   // gemma4.cpp
 const ChatFormat& harmony_chat_format();  // harmony.cpp
 const ChatFormat& hermes_chat_format();   // hermes.cpp
 const ChatFormat& llama3_chat_format();   // llama3.cpp
@@ -18,6 +19,7 @@ namespace {
 // before Hermes: its templates wrap the calls in Hermes' <tool_call> tags too.
 constexpr const ChatFormat& (*kFormats[])() = {
     harmony_chat_format,
+    gemma4_chat_format,
     qwen3_xml_chat_format,
     hermes_chat_format,
     llama3_chat_format,

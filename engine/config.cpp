@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <variant>
 
 #include "engine/config_location.h"
+#include "engine/config_models.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -58,6 +60,8 @@ const std::vector<KeySpec>& key_specs() {
       {"model", "quantize", KeyType::STRING, {"none", "fp8", "q8_0"}, 0, 0, setter(&C::model, &ModelConfig::quantize)},
       {"model", "quantize_keep", KeyType::STRING_LIST, {}, 0, 0, setter(&C::model, &ModelConfig::quantize_keep)},
       {"model", "role", KeyType::STRING, {"chat", "embed", "rerank"}, 0, 0, setter(&C::model, &ModelConfig::role)},
+      // Only in [[models]] tables, which take every [model] key besides (in_section).
+      {"models", "memory_share", KeyType::FLOAT, {}, 0, 1, setter(&C::model, &ModelConfig::memory_share)},
 
       {"engine", "backend", KeyType::STRING, {"auto", "cuda", "cpu"}, 0, 0, setter(&C::engine, &EngineConfig::backend)},
       {"engine", "max_num_seqs", KeyType::INT, {}, 1, 4096, setter(&C::engine, &EngineConfig::max_num_seqs)},
@@ -132,11 +136,16 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// A [[models]] table takes the [model] keys and its own.
+bool in_section(const KeySpec& s, const std::string& section) {
+  return s.section == section || (section == "models" && std::string(s.section) == "model");
+}
+
 std::string known_keys_hint(const std::string& section, const std::string& key) {
   std::string best, all;
   size_t best_d = 3;
   for (const auto& s : key_specs()) {
-    if (s.section != section) continue;
+    if (!in_section(s, section)) continue;
     all += all.empty() ? s.key : std::string(", ") + s.key;
     size_t d = edit_distance(key, s.key);
     if (d < best_d) best_d = d, best = s.key;
@@ -146,7 +155,7 @@ std::string known_keys_hint(const std::string& section, const std::string& key) 
 
 const KeySpec* find_spec(const std::string& section, const std::string& key) {
   for (const auto& s : key_specs())
-    if (s.section == section && s.key == key) return &s;
+    if (in_section(s, section) && s.key == key) return &s;
   return nullptr;
 }
 
@@ -170,9 +179,15 @@ std::string describe_accepted(const KeySpec& s) {
   return o.str();
 }
 
+// How messages name the key: "[engine] max_num_seqs", or "[[models]] path" inside one.
+std::string key_label(const KeySpec& s, const std::string& table) {
+  return (table.empty() ? std::string("[") + s.section + "]" : table) + " " + s.key;
+}
+
 // Range and choice checks shared by the file and --set paths.
-void check_value(const KeySpec& s, const Value& v, const ConfigOrigin& where, const std::string& shown) {
-  std::string key = std::string("[") + s.section + "] " + s.key;
+void check_value(const KeySpec& s, const Value& v, const ConfigOrigin& where, const std::string& shown,
+                 const std::string& table = "") {
+  std::string key = key_label(s, table);
   auto bad = [&](const std::string& why) {
     fail(where, key + " = " + shown + ": " + why + "; accepted: " + describe_accepted(s));
   };
@@ -203,8 +218,8 @@ ConfigOrigin where_of(const std::string& source, std::string_view text, const to
   return origin_in_text(source, text, int(r.begin.line), int(r.begin.column));
 }
 
-Value value_from_toml(const KeySpec& s, const toml::node& node, const ConfigOrigin& where) {
-  std::string key = std::string("[") + s.section + "] " + s.key;
+Value value_from_toml(const KeySpec& s, const toml::node& node, const ConfigOrigin& where, const std::string& table = "") {
+  std::string key = key_label(s, table);
   auto wrong = [&]() -> Value {
     fail(where, key + " = " + show(node) + ": wrong type; accepted: " + describe_accepted(s));
   };
@@ -248,6 +263,9 @@ void apply_override(Config& config, const std::string& text, Origins& origins) {
   if (eq == std::string::npos || dot == std::string::npos || dot > eq)
     fail(where, "expected section.key=value");
   std::string section = text.substr(0, dot), key = text.substr(dot + 1, eq - dot - 1), raw = text.substr(eq + 1);
+  // An array of tables has no one key to address; model.KEY sets the first [[models]] entry.
+  if (section == "models")
+    fail(where, "[[models]] entries are not set with --set; model." + key + "=... sets the first of them");
   const KeySpec* s = find_spec(section, key);
   if (!s) {
     bool known_section = std::any_of(key_specs().begin(), key_specs().end(),
@@ -280,12 +298,62 @@ bool valid_replica_name(const std::string& name) {
          });
 }
 
+using OriginKeys = std::vector<std::string>;
+
+// Throws at the first of `keys` that was set (or, none set, at the file).
+[[noreturn]] void fail_at(const Config& c, const Origins& origins, const std::string& what, const OriginKeys& keys) {
+  for (const std::string& k : keys)
+    if (auto it = origins.find(k); it != origins.end()) fail(it->second, what);
+  fail({c.source, ""}, what);
+}
+
+// The checks of one model's keys. Model `index` of a [[models]] config is "models.<index>"
+// in `origins`; the first is also reached by "model.KEY" (--set addresses it so).
+void validate_model(const Config& c, const Origins& origins, size_t index, bool array_form) {
+  const ModelConfig& m = c.models[index];
+  const std::string table = array_form ? "[[models]] '" + served_model_name(m) + "'" : "[model]";
+  auto keys = [&](std::initializer_list<const char*> names) {
+    OriginKeys out;
+    for (const char* n : names) {
+      std::string name(n);
+      if (name.rfind("model.", 0) == 0) {
+        const std::string key = name.substr(6);
+        if (index == 0) out.push_back(name);
+        if (array_form) out.push_back("models." + std::to_string(index) + "." + key);
+      } else if (name == "model") {
+        out.push_back(array_form ? "models." + std::to_string(index) : "model");
+      } else {
+        out.push_back(name);
+      }
+    }
+    return out;
+  };
+  auto bad = [&](const std::string& what, std::initializer_list<const char*> names) {
+    fail_at(c, origins, what, keys(names));
+  };
+  if (!c.engine.enable_chunked_prefill && m.max_model_len > c.engine.max_num_batched_tokens)
+    bad("[engine] enable_chunked_prefill = false needs max_num_batched_tokens (" +
+        std::to_string(c.engine.max_num_batched_tokens) + ") >= " + table + " max_model_len (" +
+        std::to_string(m.max_model_len) + ") so a whole prompt fits in one step", {"engine.enable_chunked_prefill"});
+  for (const std::string& part : m.quantize_keep)
+    if (part != "attention" && part != "mlp" && part != "experts" && part != "lm_head" && part != "embedding")
+      bad(table + " quantize_keep: \"" + part +
+              "\" is not one of \"attention\", \"mlp\", \"experts\", \"lm_head\", \"embedding\"",
+          {"model.quantize_keep"});
+  if (m.pools() && c.engine.speculative != "none")
+    bad(table + " role = \"" + m.role + "\" generates nothing to speculate on; set [engine] speculative = \"none\"",
+        {"model.role", "engine.speculative"});
+  if (m.pools() && c.peer.enabled)
+    bad(table + " role = \"" + m.role + "\" is served by one box; a pair ([peer] enabled) serves chat models",
+        {"model.role", "peer.enabled"});
+  if (m.load_format != "dummy" && m.path.empty())
+    bad(table + " path is empty: set it to a Hugging Face model folder or a .gguf file", {"model.path", "model"});
+}
+
 // Each contradiction points at the first of its keys that was set (or its section, or the file).
 void validate_whole(const Config& c, const Origins& origins) {
   auto bad = [&](const std::string& what, std::initializer_list<const char*> keys) {
-    for (const char* k : keys)
-      if (auto it = origins.find(k); it != origins.end()) fail(it->second, what);
-    fail({c.source, ""}, what);
+    fail_at(c, origins, what, OriginKeys(keys.begin(), keys.end()));
   };
   if (c.engine.block_size & (c.engine.block_size - 1))
     bad("[engine] block_size = " + std::to_string(c.engine.block_size) + ": must be a power of two (1..256)", {"engine.block_size"});
@@ -293,10 +361,6 @@ void validate_whole(const Config& c, const Origins& origins) {
     bad("[engine] max_num_batched_tokens (" + std::to_string(c.engine.max_num_batched_tokens) +
         ") is below max_num_seqs (" + std::to_string(c.engine.max_num_seqs) +
         "): every running sequence needs at least one token per step", {"engine.max_num_batched_tokens", "engine.max_num_seqs"});
-  if (!c.engine.enable_chunked_prefill && c.model.max_model_len > c.engine.max_num_batched_tokens)
-    bad("[engine] enable_chunked_prefill = false needs max_num_batched_tokens (" +
-        std::to_string(c.engine.max_num_batched_tokens) + ") >= [model] max_model_len (" +
-        std::to_string(c.model.max_model_len) + ") so a whole prompt fits in one step", {"engine.enable_chunked_prefill"});
   if (c.engine.prompt_lookup_min > c.engine.prompt_lookup_max)
     bad("[engine] prompt_lookup_min (" + std::to_string(c.engine.prompt_lookup_min) + ") exceeds prompt_lookup_max (" +
         std::to_string(c.engine.prompt_lookup_max) + ")", {"engine.prompt_lookup_min", "engine.prompt_lookup_max"});
@@ -318,19 +382,38 @@ void validate_whole(const Config& c, const Origins& origins) {
     bad("[peer] enabled = true needs head_addr (host:port of the head's control channel)", {"peer.enabled"});
   if (c.peer.enabled && c.peer.transport == "nccl" && c.engine.backend == "cpu")
     bad("[peer] transport = \"nccl\" needs the CUDA backend, but [engine] backend = \"cpu\"; use transport = \"tcp\"", {"peer.transport", "engine.backend"});
-  for (const std::string& part : c.model.quantize_keep)
-    if (part != "attention" && part != "mlp" && part != "experts" && part != "lm_head" && part != "embedding")
-      bad("[model] quantize_keep: \"" + part +
-              "\" is not one of \"attention\", \"mlp\", \"experts\", \"lm_head\", \"embedding\"",
-          {"model.quantize_keep"});
-  if (c.model.pools() && c.engine.speculative != "none")
-    bad("[model] role = \"" + c.model.role + "\" generates nothing to speculate on; set [engine] speculative = \"none\"",
-        {"model.role", "engine.speculative"});
-  if (c.model.pools() && c.peer.enabled)
-    bad("[model] role = \"" + c.model.role + "\" is served by one box; a pair ([peer] enabled) serves chat models",
-        {"model.role", "peer.enabled"});
-  if (c.model.load_format != "dummy" && c.model.path.empty())
-    bad("[model] path is empty: set it to a Hugging Face model folder or a .gguf file", {"model.path", "model"});
+  const bool array_form = origins.count("models") > 0;
+  validate_models(c, [&](const std::string& what, const OriginKeys& keys) { fail_at(c, origins, what, keys); });
+  for (size_t i = 0; i < c.models.size(); ++i) validate_model(c, origins, i, array_form);
+}
+
+// Each [[models]] table: the [model] keys and memory_share, typed and ranged alike.
+void apply_models_array(Config& config, const toml::node& node, const ConfigOrigin& where, const std::string& source,
+                        std::string_view text, Origins& origins) {
+  const toml::array* tables = node.as_array();
+  if (!tables || tables->empty() || !tables->is_array_of_tables())
+    fail(where, "models: write each model as a [[models]] table (the [model] keys plus memory_share)");
+  for (size_t i = 0; i < tables->size(); ++i) {
+    const toml::table& table = *(*tables)[i].as_table();
+    const std::string tag = "models." + std::to_string(i);
+    Config scratch;  // the setters write a Config's model; this entry's starts from the defaults
+    for (auto&& [key_node, value_node] : table) {
+      std::string key(key_node.str());
+      ConfigOrigin kwhere = where_of(source, text, key_node.source());
+      const KeySpec* s = find_spec("models", key);
+      if (!s) fail(kwhere, "unknown key '" + key + "' in [[models]]; " + known_keys_hint("models", key));
+      Value v = value_from_toml(*s, value_node, kwhere, "[[models]]");
+      check_value(*s, v, kwhere, show(value_node), "[[models]]");
+      if (key == "memory_share" && std::get<double>(v) <= 0)
+        fail(kwhere, "[[models]] memory_share = " + show(value_node) +
+                         ": out of range; accepted: a fraction above 0, up to 1, of the box's budget");
+      s->set(scratch, v);
+      origins[tag + "." + key] = kwhere;
+    }
+    origins[tag] = where_of(source, text, table.source());
+    config.models.push_back(std::move(scratch.model));
+  }
+  origins["models"] = where;
 }
 
 void apply_table(Config& config, const toml::table& root, const std::string& source, std::string_view text,
@@ -338,12 +421,18 @@ void apply_table(Config& config, const toml::table& root, const std::string& sou
   for (auto&& [section_key, section_node] : root) {
     std::string section(section_key.str());
     ConfigOrigin where = where_of(source, text, section_key.source());
+    if (section == "models" && !section_node.is_table()) {
+      apply_models_array(config, section_node, where, source, text, origins);
+      continue;
+    }
+    if (section == "models")
+      fail(where, "[models] is one table; several models are [[models]] tables (double brackets), one per model");
     const toml::table* table = section_node.as_table();
     bool known = std::any_of(key_specs().begin(), key_specs().end(),
                              [&](const KeySpec& k) { return k.section == section; });
     if (!known || !table)
       fail(where, "unknown " + std::string(table ? "section [" + section + "]" : "top-level key '" + section + "'") +
-                      "; known sections: [model], [engine], [server], [peer], [log]");
+                      "; known sections: [model], [[models]], [engine], [server], [peer], [log]");
     for (auto&& [key_node, value_node] : *table) {
       std::string key(key_node.str());
       ConfigOrigin kwhere = where_of(source, text, key_node.source());
@@ -355,6 +444,10 @@ void apply_table(Config& config, const toml::table& root, const std::string& sou
       origins[section + "." + key] = kwhere;
     }
     origins[section] = where;
+  }
+  if (origins.count("model") && origins.count("models")) {
+    fail(origins.at("models"),
+         "both [model] and [[models]] are given: use [model] for one model or [[models]] tables for several, not both");
   }
 }
 
@@ -374,7 +467,12 @@ Config parse_config(const std::string& toml_text, const std::string& source,
   }
   Origins origins;
   apply_table(config, root, source, toml_text, origins);
+  // `model` is the first model either way, so --set model.KEY and every caller that
+  // knows one model address [[models]]'s first entry.
+  if (!config.models.empty()) config.model = config.models[0];
   for (const auto& o : overrides) apply_override(config, o, origins);
+  if (config.models.empty()) config.models.push_back(config.model);
+  else config.models[0] = config.model;
   validate_whole(config, origins);
   return config;
 }
@@ -388,9 +486,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   // Relative file paths in a config file are relative to that file, so a unit started
   // from any working directory finds the same files.
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  for (std::string* p : {&config.model.path, &config.model.chat_template, &config.model.tokenizer,
-                         &config.engine.speculative_model, &config.server.api_key_file})
+  auto resolve = [&dir](std::string* p) {
     if (!p->empty() && std::filesystem::path(*p).is_relative()) *p = (dir / *p).lexically_normal().string();
+  };
+  for (ModelConfig& m : config.models)
+    for (std::string* p : {&m.path, &m.chat_template, &m.tokenizer}) resolve(p);
+  config.model = config.models[0];
+  for (std::string* p : {&config.engine.speculative_model, &config.server.api_key_file}) resolve(p);
   return config;
 }
 
@@ -398,6 +500,7 @@ Config config_for_model(const std::string& model_path) {
   Config config;
   config.source = "--model";
   config.model.path = model_path;
+  config.models = {config.model};
   return config;
 }
 

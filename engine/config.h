@@ -23,6 +23,9 @@ struct ModelConfig {
   // hidden states) or "rerank" (/v1/rerank and /v1/score: a relevance score per
   // query-document pair). Embedders and rerankers run without the LM head.
   std::string role = "chat";
+  // [[models]] only: this model's fraction (0, 1] of the box's budget (MemAvailable x
+  // engine.memory_fraction); 0 = unset: the models without one split what is left equally.
+  double memory_share = 0;
 
   bool pools() const { return role != "chat"; }
 };
@@ -96,7 +99,10 @@ struct LogConfig {
 
 struct Config {
   std::string source;  // the file it came from, for messages
-  ModelConfig model;
+  ModelConfig model;   // the first of `models`, which every single-model caller runs
+  // Every model this sparkd serves: [model] alone, or each [[models]] table in order
+  // (always at least one after parsing; models[0] is `model`).
+  std::vector<ModelConfig> models;
   EngineConfig engine;
   ServerConfig server;
   PeerConfig peer;
@@ -112,5 +118,15 @@ Config parse_config(const std::string& toml_text, const std::string& source,
                     const std::vector<std::string>& overrides = {});
 // A config with every default and model.path set, for commands given --model PATH.
 Config config_for_model(const std::string& model_path);
+
+// The id clients name a model by: model.name, else the file or folder name (a GGUF's
+// without ".gguf").
+std::string served_model_name(const ModelConfig& model);
+// Model `index`'s fraction of the box's budget: its memory_share, or an equal part of
+// what the set shares leave (1 for a lone model).
+double memory_share_of(const Config& config, size_t index);
+// The Config model `index` loads and runs with: `model` (and `models`) that entry alone,
+// engine.memory_fraction scaled by its share, so its memory plan takes only its part.
+Config model_run_config(const Config& config, size_t index);
 
 }  // namespace spark

@@ -21,31 +21,40 @@ void require_loaded(const App& app) {
 
 }  // namespace
 
-void handle_models(App& app, const httplib::Request&, httplib::Response& res) {
-  require_loaded(app);
-  J model = J::object();
-  model["id"] = app.model_id;
-  model["object"] = "model";
-  model["created"] = app.created;
-  model["owned_by"] = "sparkd";
-  model["root"] = app.config.model.path;
-  model["parent"] = nullptr;
-  model["max_model_len"] = app.engine->max_model_len();
+void handle_models(const std::vector<App*>& apps, const httplib::Request&, httplib::Response& res) {
+  J data = J::array();
+  for (const App* app : apps) {
+    require_loaded(*app);
+    J model = J::object();
+    model["id"] = app->model_id;
+    model["object"] = "model";
+    model["created"] = app->created;
+    model["owned_by"] = "sparkd";
+    model["root"] = app->config.model.path;
+    model["parent"] = nullptr;
+    model["max_model_len"] = app->engine->max_model_len();
+    data.push_back(std::move(model));
+  }
   J body = J::object();
   body["object"] = "list";
-  body["data"] = J::array({std::move(model)});
+  body["data"] = std::move(data);
   send_json(res, 200, dump_json(body));
 }
 
-void handle_metrics(App& app, const httplib::Request&, httplib::Response& res) {
-  MetricsSnapshot snapshot;
-  if (app.engine) snapshot = app.engine->metrics();
-  ServerGauges server;
-  server.http_in_flight = app.state.in_flight();
-  server.sequences_admitted = app.sequences_in_flight.load();
-  server.ready = app.state.status() == ServeStatus::READY;
+void handle_metrics(const std::vector<App*>& apps, const httplib::Request&, httplib::Response& res) {
+  std::vector<ModelMetrics> models;
+  for (const App* app : apps) {
+    ModelMetrics m;
+    if (app->engine) m.snapshot = app->engine->metrics();
+    // The HTTP count and readiness are the server's, the same under every model's label.
+    m.server.http_in_flight = app->state.in_flight();
+    m.server.sequences_admitted = app->sequences_in_flight.load();
+    m.server.ready = app->state.status() == ServeStatus::READY;
+    m.model_name = app->model_id;
+    models.push_back(std::move(m));
+  }
   res.status = 200;
-  res.set_content(metrics_text(snapshot, server, app.model_id, app.http.replica()), "text/plain; version=0.0.4; charset=utf-8");
+  res.set_content(metrics_text(models, apps.front()->http.replica()), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 void handle_tokenize(App& app, const httplib::Request& req, httplib::Response& res) {

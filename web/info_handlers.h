@@ -2,12 +2,16 @@
 #pragma once
 #include <httplib.h>
 
+#include <vector>
+
 #include "web/app.h"
 
 namespace spark {
 
-void handle_models(App& app, const httplib::Request& req, httplib::Response& res);
-void handle_metrics(App& app, const httplib::Request& req, httplib::Response& res);
+// Every served model, in config order: /v1/models lists each, /metrics labels each one's
+// series with its model_name.
+void handle_models(const std::vector<App*>& apps, const httplib::Request& req, httplib::Response& res);
+void handle_metrics(const std::vector<App*>& apps, const httplib::Request& req, httplib::Response& res);
 // vLLM's shapes: {"prompt" | "messages", "add_special_tokens", "add_generation_prompt"}
 // -> {"count", "max_model_len", "tokens"}; {"tokens"} -> {"prompt"}.
 void handle_tokenize(App& app, const httplib::Request& req, httplib::Response& res);

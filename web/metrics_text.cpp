@@ -34,38 +34,53 @@ std::string number(double v) {
   return buf;
 }
 
+// Writes each family once over every model: `value` reads a model's sample(s) from its
+// ModelMetrics, so a family's samples follow its one # HELP / # TYPE.
 class Writer {
  public:
-  Writer(const std::string& model, const std::string& replica)
-      : label_("model_name=\"" + escape_label(model) + "\"" +
-               (replica.empty() ? "" : ",replica=\"" + escape_label(replica) + "\"")) {}
+  Writer(const std::vector<ModelMetrics>& models, const std::string& replica) : models_(models) {
+    for (const ModelMetrics& m : models)
+      labels_.push_back("model_name=\"" + escape_label(m.model_name) + "\"" +
+                        (replica.empty() ? "" : ",replica=\"" + escape_label(replica) + "\""));
+  }
 
-  void gauge(const std::string& name, const std::string& help, double v) {
+  template <typename F>
+  void gauge(const std::string& name, const std::string& help, F value) {
     head(name, help, "gauge");
-    out_ << name << "{" << label_ << "} " << number(v) << "\n";
+    for (size_t i = 0; i < models_.size(); ++i)
+      out_ << name << "{" << labels_[i] << "} " << number(double(value(models_[i]))) << "\n";
   }
   // Counters are exposed as name_total under a family called `name`, as Python's
   // prometheus_client (and so vLLM) writes them.
-  void counter(const std::string& name, const std::string& help, double v) {
+  template <typename F>
+  void counter(const std::string& name, const std::string& help, F value) {
     head(name, help, "counter");
-    out_ << name << "_total{" << label_ << "} " << number(v) << "\n";
+    for (size_t i = 0; i < models_.size(); ++i)
+      out_ << name << "_total{" << labels_[i] << "} " << number(double(value(models_[i]))) << "\n";
   }
-  void counter_by(const std::string& name, const std::string& help, const std::string& label,
-                  const std::vector<std::pair<std::string, double>>& values) {
+  // `values` gives a model's (label value, sample) pairs.
+  template <typename F>
+  void counter_by(const std::string& name, const std::string& help, const std::string& label, F values) {
     head(name, help, "counter");
-    for (const auto& [key, v] : values)
-      out_ << name << "_total{" << label_ << "," << label << "=\"" << key << "\"} " << number(v) << "\n";
+    for (size_t i = 0; i < models_.size(); ++i)
+      for (const auto& [key, v] : values(models_[i]))
+        out_ << name << "_total{" << labels_[i] << "," << label << "=\"" << key << "\"} " << number(v) << "\n";
   }
-  void histogram(const std::string& name, const std::string& help, const Histogram& h) {
+  template <typename F>
+  void histogram(const std::string& name, const std::string& help, F histogram_of) {
     head(name, help, "histogram");
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i < h.bounds.size(); ++i) {
-      cumulative += h.counts[i];
-      out_ << name << "_bucket{" << label_ << ",le=\"" << number(h.bounds[i]) << "\"} " << cumulative << "\n";
+    for (size_t i = 0; i < models_.size(); ++i) {
+      const Histogram& h = histogram_of(models_[i]);
+      const std::string& label = labels_[i];
+      uint64_t cumulative = 0;
+      for (size_t b = 0; b < h.bounds.size(); ++b) {
+        cumulative += h.counts[b];
+        out_ << name << "_bucket{" << label << ",le=\"" << number(h.bounds[b]) << "\"} " << cumulative << "\n";
+      }
+      out_ << name << "_bucket{" << label << ",le=\"+Inf\"} " << h.count << "\n";
+      out_ << name << "_sum{" << label << "} " << number(h.sum) << "\n";
+      out_ << name << "_count{" << label << "} " << h.count << "\n";
     }
-    out_ << name << "_bucket{" << label_ << ",le=\"+Inf\"} " << h.count << "\n";
-    out_ << name << "_sum{" << label_ << "} " << number(h.sum) << "\n";
-    out_ << name << "_count{" << label_ << "} " << h.count << "\n";
   }
   std::string str() const { return out_.str(); }
 
@@ -73,80 +88,120 @@ class Writer {
   void head(const std::string& name, const std::string& help, const char* type) {
     out_ << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
   }
-  std::string label_;
+  const std::vector<ModelMetrics>& models_;
+  std::vector<std::string> labels_;
   std::ostringstream out_;
 };
+
+using Pairs = std::vector<std::pair<std::string, double>>;
+
+double kv_usage(const MetricsSnapshot& m) {
+  return m.kv_blocks_total > 0 ? double(m.kv_blocks_used) / double(m.kv_blocks_total) : 0.0;
+}
+
+Pairs finished(const MetricsSnapshot& m) {
+  Pairs out;
+  for (FinishReason r : {FinishReason::STOP, FinishReason::LENGTH, FinishReason::ABORT, FinishReason::ERROR})
+    out.emplace_back(std::string(finish_reason_name(r)), double(m.finished(r)));
+  return out;
+}
+
+Pairs accepted_per_pos(const MetricsSnapshot& m) {
+  Pairs out;
+  for (size_t i = 0; i < m.spec_accepted_per_pos.size(); ++i)
+    out.emplace_back(std::to_string(i), double(m.spec_accepted_per_pos[i]));
+  return out;
+}
+
+// Per constraint kind: compiled (refused = false) or refused with a 400.
+Pairs constraints(const MetricsSnapshot& m, bool refused) {
+  Pairs out;
+  for (size_t k = 0; k < kNumConstraintKinds; ++k)
+    out.emplace_back(constraint_kind_name(ConstraintKind(k)),
+                     double(refused ? m.constraints_refused[k] : m.constrained_requests[k]));
+  return out;
+}
 
 }  // namespace
 
 std::string metrics_text(const MetricsSnapshot& m, const ServerGauges& server, const std::string& model_name,
                          const std::string& replica) {
-  Writer w(model_name, replica);
-  const double kv_usage = m.kv_blocks_total > 0 ? double(m.kv_blocks_used) / double(m.kv_blocks_total) : 0.0;
-  std::vector<std::pair<std::string, double>> finished;
-  for (FinishReason r : {FinishReason::STOP, FinishReason::LENGTH, FinishReason::ABORT, FinishReason::ERROR})
-    finished.emplace_back(std::string(finish_reason_name(r)), double(m.finished(r)));
+  return metrics_text(std::vector<ModelMetrics>{{m, server, model_name}}, replica);
+}
 
+std::string metrics_text(const std::vector<ModelMetrics>& models, const std::string& replica) {
+  using M = const ModelMetrics&;
+  Writer w(models, replica);
   // vLLM's names, so dashboards built for vLLM work unchanged.
-  w.gauge("vllm:num_requests_running", "Requests in the running batch.", double(m.num_running));
-  w.gauge("vllm:num_requests_waiting", "Requests waiting for a slot.", double(m.num_waiting));
-  w.gauge("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks referenced by requests (0-1).", kv_usage);
-  w.counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", double(m.prefix_cache_queries));
-  w.counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", double(m.prefix_cache_hits));
-  w.counter("vllm:prompt_tokens", "Prompt tokens of admitted requests.", double(m.prompt_tokens));
-  w.counter("vllm:generation_tokens", "Generated tokens.", double(m.generation_tokens));
-  w.counter("vllm:num_preemptions", "Sequences preempted to free KV blocks.", double(m.preemptions));
-  w.counter_by("vllm:request_success", "Finished requests by finish reason.", "finished_reason", finished);
-  w.counter("vllm:spec_decode_num_drafts", "Speculative draft runs verified.", double(m.spec_num_drafts));
-  w.counter("vllm:spec_decode_num_draft_tokens", "Speculative draft tokens verified.", double(m.spec_num_draft_tokens));
+  w.gauge("vllm:num_requests_running", "Requests in the running batch.", [](M x) { return x.snapshot.num_running; });
+  w.gauge("vllm:num_requests_waiting", "Requests waiting for a slot.", [](M x) { return x.snapshot.num_waiting; });
+  w.gauge("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks referenced by requests (0-1).",
+          [](M x) { return kv_usage(x.snapshot); });
+  w.counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
+            [](M x) { return x.snapshot.prefix_cache_queries; });
+  w.counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.",
+            [](M x) { return x.snapshot.prefix_cache_hits; });
+  w.counter("vllm:prompt_tokens", "Prompt tokens of admitted requests.", [](M x) { return x.snapshot.prompt_tokens; });
+  w.counter("vllm:generation_tokens", "Generated tokens.", [](M x) { return x.snapshot.generation_tokens; });
+  w.counter("vllm:num_preemptions", "Sequences preempted to free KV blocks.", [](M x) { return x.snapshot.preemptions; });
+  w.counter_by("vllm:request_success", "Finished requests by finish reason.", "finished_reason",
+               [](M x) { return finished(x.snapshot); });
+  w.counter("vllm:spec_decode_num_drafts", "Speculative draft runs verified.",
+            [](M x) { return x.snapshot.spec_num_drafts; });
+  w.counter("vllm:spec_decode_num_draft_tokens", "Speculative draft tokens verified.",
+            [](M x) { return x.snapshot.spec_num_draft_tokens; });
   w.counter("vllm:spec_decode_num_accepted_tokens", "Speculative draft tokens accepted.",
-            double(m.spec_num_accepted_tokens));
-  std::vector<std::pair<std::string, double>> per_pos;
-  for (size_t i = 0; i < m.spec_accepted_per_pos.size(); ++i)
-    per_pos.emplace_back(std::to_string(i), double(m.spec_accepted_per_pos[i]));
+            [](M x) { return x.snapshot.spec_num_accepted_tokens; });
   w.counter_by("vllm:spec_decode_num_accepted_tokens_per_pos", "Speculative draft tokens accepted, by draft position.",
-               "position", per_pos);
-  w.histogram("vllm:time_to_first_token_seconds", "Time to first token.", m.time_to_first_token);
-  w.histogram("vllm:time_per_output_token_seconds", "Time per output token after the first.", m.time_per_output_token);
-  w.histogram("vllm:e2e_request_latency_seconds", "Request latency from arrival to the last token.", m.e2e_latency);
-  w.histogram("vllm:request_queue_time_seconds", "Time requests waited before their first step.", m.queue_time);
+               "position", [](M x) { return accepted_per_pos(x.snapshot); });
+  w.histogram("vllm:time_to_first_token_seconds", "Time to first token.",
+              [](M x) -> const Histogram& { return x.snapshot.time_to_first_token; });
+  w.histogram("vllm:time_per_output_token_seconds", "Time per output token after the first.",
+              [](M x) -> const Histogram& { return x.snapshot.time_per_output_token; });
+  w.histogram("vllm:e2e_request_latency_seconds", "Request latency from arrival to the last token.",
+              [](M x) -> const Histogram& { return x.snapshot.e2e_latency; });
+  w.histogram("vllm:request_queue_time_seconds", "Time requests waited before their first step.",
+              [](M x) -> const Histogram& { return x.snapshot.queue_time; });
 
   // sparkd's own names.
-  w.gauge("sparkd_requests_running", "Sequences in the running batch.", double(m.num_running));
-  w.gauge("sparkd_requests_waiting", "Sequences waiting for a slot.", double(m.num_waiting));
-  w.gauge("sparkd_kv_blocks_used", "KV-cache blocks referenced by sequences.", double(m.kv_blocks_used));
-  w.gauge("sparkd_kv_blocks_total", "KV-cache blocks in the cache.", double(m.kv_blocks_total));
-  w.gauge("sparkd_kv_cache_usage_ratio", "kv_blocks_used / kv_blocks_total.", kv_usage);
-  w.gauge("sparkd_http_requests_in_flight", "API requests being served.", double(server.http_in_flight));
+  w.gauge("sparkd_requests_running", "Sequences in the running batch.", [](M x) { return x.snapshot.num_running; });
+  w.gauge("sparkd_requests_waiting", "Sequences waiting for a slot.", [](M x) { return x.snapshot.num_waiting; });
+  w.gauge("sparkd_kv_blocks_used", "KV-cache blocks referenced by sequences.",
+          [](M x) { return x.snapshot.kv_blocks_used; });
+  w.gauge("sparkd_kv_blocks_total", "KV-cache blocks in the cache.", [](M x) { return x.snapshot.kv_blocks_total; });
+  w.gauge("sparkd_kv_cache_usage_ratio", "kv_blocks_used / kv_blocks_total.", [](M x) { return kv_usage(x.snapshot); });
+  w.gauge("sparkd_http_requests_in_flight", "API requests being served.", [](M x) { return x.server.http_in_flight; });
   w.gauge("sparkd_sequences_admitted", "Engine sequences held by API requests (the 429 count).",
-          double(server.sequences_admitted));
-  w.gauge("sparkd_ready", "1 when the server accepts requests.", server.ready ? 1 : 0);
-  w.counter("sparkd_prompt_tokens", "Prompt tokens of admitted requests.", double(m.prompt_tokens));
-  w.counter("sparkd_generation_tokens", "Generated tokens.", double(m.generation_tokens));
-  w.counter("sparkd_prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", double(m.prefix_cache_queries));
-  w.counter("sparkd_prefix_cache_hits", "Prompt tokens found in the prefix cache.", double(m.prefix_cache_hits));
-  w.counter("sparkd_preemptions", "Sequences preempted.", double(m.preemptions));
-  w.counter("sparkd_engine_steps", "Forward passes run.", double(m.engine_steps));
-  w.counter_by("sparkd_requests_finished", "Finished sequences by reason.", "reason", finished);
-  w.histogram("sparkd_time_to_first_token_seconds", "Time to first token.", m.time_to_first_token);
-  w.histogram("sparkd_time_per_output_token_seconds", "Time per output token.", m.time_per_output_token);
-  w.histogram("sparkd_e2e_request_latency_seconds", "Request latency.", m.e2e_latency);
-  w.histogram("sparkd_request_queue_time_seconds", "Queue time.", m.queue_time);
-  std::vector<std::pair<std::string, double>> constrained, refused;
-  for (size_t k = 0; k < kNumConstraintKinds; ++k) {
-    const std::string kind = constraint_kind_name(ConstraintKind(k));
-    constrained.emplace_back(kind, double(m.constrained_requests[k]));
-    refused.emplace_back(kind, double(m.constraints_refused[k]));
-  }
+          [](M x) { return x.server.sequences_admitted; });
+  w.gauge("sparkd_ready", "1 when the server accepts requests.", [](M x) { return x.server.ready ? 1 : 0; });
+  w.counter("sparkd_prompt_tokens", "Prompt tokens of admitted requests.", [](M x) { return x.snapshot.prompt_tokens; });
+  w.counter("sparkd_generation_tokens", "Generated tokens.", [](M x) { return x.snapshot.generation_tokens; });
+  w.counter("sparkd_prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
+            [](M x) { return x.snapshot.prefix_cache_queries; });
+  w.counter("sparkd_prefix_cache_hits", "Prompt tokens found in the prefix cache.",
+            [](M x) { return x.snapshot.prefix_cache_hits; });
+  w.counter("sparkd_preemptions", "Sequences preempted.", [](M x) { return x.snapshot.preemptions; });
+  w.counter("sparkd_engine_steps", "Forward passes run.", [](M x) { return x.snapshot.engine_steps; });
+  w.counter_by("sparkd_requests_finished", "Finished sequences by reason.", "reason",
+               [](M x) { return finished(x.snapshot); });
+  w.histogram("sparkd_time_to_first_token_seconds", "Time to first token.",
+              [](M x) -> const Histogram& { return x.snapshot.time_to_first_token; });
+  w.histogram("sparkd_time_per_output_token_seconds", "Time per output token.",
+              [](M x) -> const Histogram& { return x.snapshot.time_per_output_token; });
+  w.histogram("sparkd_e2e_request_latency_seconds", "Request latency.",
+              [](M x) -> const Histogram& { return x.snapshot.e2e_latency; });
+  w.histogram("sparkd_request_queue_time_seconds", "Queue time.",
+              [](M x) -> const Histogram& { return x.snapshot.queue_time; });
   w.counter_by("sparkd_structured_output_requests", "Requests whose output constraint compiled, by kind.", "kind",
-               constrained);
-  w.counter_by("sparkd_structured_output_refused", "Output constraints refused with a 400, by kind.", "kind", refused);
+               [](M x) { return constraints(x.snapshot, false); });
+  w.counter_by("sparkd_structured_output_refused", "Output constraints refused with a 400, by kind.", "kind",
+               [](M x) { return constraints(x.snapshot, true); });
   w.counter("sparkd_structured_output_cache_hits", "Constraints whose compiled grammar came from the cache.",
-            double(m.constraint_cache_hits));
+            [](M x) { return x.snapshot.constraint_cache_hits; });
   w.histogram("sparkd_structured_output_mask_seconds", "Time to compute one token mask of a constrained sequence.",
-              m.constraint_mask_time);
+              [](M x) -> const Histogram& { return x.snapshot.constraint_mask_time; });
   w.histogram("sparkd_structured_output_compile_seconds", "Time to compile a constraint that missed the cache.",
-              m.constraint_compile_time);
+              [](M x) -> const Histogram& { return x.snapshot.constraint_compile_time; });
   return w.str();
 }
 

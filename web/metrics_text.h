@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/core/metrics.h"
 
@@ -15,7 +16,18 @@ struct ServerGauges {
   bool ready = false;
 };
 
-// `replica` "" leaves the replica label out.
+// One served model's numbers and the name its series carry.
+struct ModelMetrics {
+  MetricsSnapshot snapshot;
+  ServerGauges server;
+  std::string model_name;
+};
+
+// Every model's series in one exposition: each family's # HELP and # TYPE once, then the
+// samples of each model (Prometheus refuses a family described twice). `replica` "" leaves
+// the replica label out.
+std::string metrics_text(const std::vector<ModelMetrics>& models, const std::string& replica);
+// One model.
 std::string metrics_text(const MetricsSnapshot& m, const ServerGauges& server, const std::string& model_name,
                          const std::string& replica);
 

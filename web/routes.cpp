@@ -41,28 +41,31 @@ void version(App& app, const httplib::Request&, httplib::Response& res) {
 
 }  // namespace
 
-std::vector<Route> make_routes(App& app) {
+std::vector<Route> make_routes(ModelRouter& router) {
   using Req = const httplib::Request&;
   using Res = httplib::Response&;
+  App& app = router.first();  // the serving state and the HTTP server are every model's
+  const std::vector<App*>& apps = router.apps();
   std::vector<Route> routes = {
       {"GET", "/health", Access::PUBLIC, false, [&app](Req q, Res r) { health(app, q, r); }},
       {"GET", "/version", Access::PUBLIC, false, [&app](Req q, Res r) { version(app, q, r); }},
-      {"GET", "/metrics", Access::DASHBOARD, false, [&app](Req q, Res r) { handle_metrics(app, q, r); }},
-      {"GET", "/v1/models", Access::API_KEY, false, [&app](Req q, Res r) { handle_models(app, q, r); }},
-      {"POST", "/v1/chat/completions", Access::API_KEY, true, [&app](Req q, Res r) { handle_chat_completions(app, q, r); }},
-      {"POST", "/v1/completions", Access::API_KEY, true, [&app](Req q, Res r) { handle_completions(app, q, r); }},
-      {"POST", "/v1/responses", Access::API_KEY, true, [&app](Req q, Res r) { handle_responses(app, q, r); }},
-      {"POST", "/v1/messages", Access::API_KEY, true, [&app](Req q, Res r) { handle_messages(app, q, r); },
+      {"GET", "/metrics", Access::DASHBOARD, false, [&apps](Req q, Res r) { handle_metrics(apps, q, r); }},
+      {"GET", "/v1/models", Access::API_KEY, false, [&apps](Req q, Res r) { handle_models(apps, q, r); }},
+      {"POST", "/v1/chat/completions", Access::API_KEY, true, router.route("chat", handle_chat_completions)},
+      {"POST", "/v1/completions", Access::API_KEY, true, router.route("chat", handle_completions)},
+      {"POST", "/v1/responses", Access::API_KEY, true, router.route("chat", handle_responses)},
+      {"POST", "/v1/messages", Access::API_KEY, true, router.route("chat", handle_messages), ErrorShape::ANTHROPIC},
+      {"POST", "/v1/messages/count_tokens", Access::API_KEY, true, router.route("chat", handle_count_tokens),
        ErrorShape::ANTHROPIC},
-      {"POST", "/v1/messages/count_tokens", Access::API_KEY, true, [&app](Req q, Res r) { handle_count_tokens(app, q, r); },
-       ErrorShape::ANTHROPIC},
-      {"POST", "/v1/embeddings", Access::API_KEY, true, [&app](Req q, Res r) { handle_embeddings(app, q, r); }},
-      {"POST", "/v1/rerank", Access::API_KEY, true, [&app](Req q, Res r) { handle_rerank(app, q, r); }},
-      {"POST", "/rerank", Access::API_KEY, true, [&app](Req q, Res r) { handle_rerank(app, q, r); }},
-      {"POST", "/v1/score", Access::API_KEY, true, [&app](Req q, Res r) { handle_score(app, q, r); }},
-      {"POST", "/tokenize", Access::API_KEY, true, [&app](Req q, Res r) { handle_tokenize(app, q, r); }},
-      {"POST", "/detokenize", Access::API_KEY, true, [&app](Req q, Res r) { handle_detokenize(app, q, r); }},
+      {"POST", "/v1/embeddings", Access::API_KEY, true, router.route("embed", handle_embeddings)},
+      {"POST", "/v1/rerank", Access::API_KEY, true, router.route("rerank", handle_rerank)},
+      {"POST", "/rerank", Access::API_KEY, true, router.route("rerank", handle_rerank)},
+      {"POST", "/v1/score", Access::API_KEY, true, router.route("rerank", handle_score)},
+      // Any model tokenizes: without a "model", the first one's tokenizer answers.
+      {"POST", "/tokenize", Access::API_KEY, true, router.route("", handle_tokenize)},
+      {"POST", "/detokenize", Access::API_KEY, true, router.route("", handle_detokenize)},
   };
+  // The dashboard shows the first model (its requests, engine and plan).
   for (auto& r : dashboard_routes(app)) routes.push_back(std::move(r));
   return routes;
 }

@@ -2,11 +2,13 @@
 #pragma once
 #include <vector>
 
-#include "web/app.h"
+#include "web/model_router.h"
 #include "web/server.h"
 
 namespace spark {
 
-std::vector<Route> make_routes(App& app);
+// Model-wide routes (health, version, models, metrics) see every model; the others run
+// with the App the router picks for each request.
+std::vector<Route> make_routes(ModelRouter& router);
 
 }  // namespace spark

@@ -8,9 +8,11 @@
 #include <ctime>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
+#include "engine/backend/box_plan.h"
 #include "engine/backend/stage_loader.h"
 #include "engine/config.h"
 #include "engine/core/engine.h"
@@ -32,6 +34,7 @@
 #include "web/app.h"
 #include "web/chat_prompt.h"
 #include "web/connection.h"
+#include "web/model_router.h"
 #include "web/routes.h"
 #include "web/server.h"
 
@@ -97,30 +100,17 @@ std::string engine_problem(const Engine& engine) {
 // Sends WATCHDOG=1 at half the interval systemd asked for, but only while the engine loop's
 // heartbeat is fresh: a wedged engine stops the pings and systemd restarts the service.
 // Pings start with the engine (after READY=1); draining keeps pinging: the engine works.
-void start_watchdog(ServerState& state, const std::atomic<Engine*>& engine, std::atomic<bool>& stop) {
+// `engines_problem` is asked only once `loaded` is set.
+void start_watchdog(ServerState& state, const std::atomic<bool>& loaded, std::function<std::string()> engines_problem,
+                    std::atomic<bool>& stop) {
   auto interval = sd_watchdog_interval();
   if (interval.count() == 0) return;
-  std::thread([&state, &engine, &stop, interval] {
+  std::thread([&state, &loaded, engines_problem, &stop, interval] {
     while (!stop.load()) {
-      Engine* e = engine.load();
-      if (e != nullptr && state.status() != ServeStatus::DEAD && engine_problem(*e).empty()) sd_notify("WATCHDOG=1");
+      if (loaded.load() && state.status() != ServeStatus::DEAD && engines_problem().empty()) sd_notify("WATCHDOG=1");
       std::this_thread::sleep_for(interval / 2);
     }
   }).detach();
-}
-
-std::string served_model_name(const Config& config) {
-  if (!config.model.name.empty()) return config.model.name;
-  std::string path = config.model.path;
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  size_t slash = path.find_last_of('/');
-  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  // A GGUF is served under its file name without the extension, as clients name models;
-  // requests may still give the full file name (check_model).
-  const std::string ext = ".gguf";
-  if (name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0)
-    name.resize(name.size() - ext.size());
-  return name;
 }
 
 // Everything a loaded model consists of; lives until the server has stopped.
@@ -158,9 +148,10 @@ std::unique_ptr<PeerHead> start_peer_head(const Config& config, const StagePlan&
   return head;
 }
 
-std::unique_ptr<LoadedParts> load_parts(const Config& config) {
+// `config` is the model's own (model_run_config) and `stage_plan` its part of the box's plan.
+std::unique_ptr<LoadedParts> load_parts(const Config& config, StagePlan stage_plan) {
   auto parts = std::make_unique<LoadedParts>();
-  parts->stage = load_stage(config);
+  parts->stage = load_stage(config, std::move(stage_plan));
   const StagePlan& stage = parts->stage->plan;
   const ModelInfo& info = stage.info;
   const MemoryPlan& plan = stage.memory;
@@ -185,12 +176,9 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config) {
       log_warn("no chat template (", e.what(), "): /v1/chat/completions will refuse requests");
     }
   }
-  // More blocks than max_num_seqs full-length sequences can reference are never used
-  // (beyond prefix-cache retention), so the cache is not made larger than that.
-  const int64_t useful = std::max<int64_t>(config.engine.max_num_seqs * plan.blocks_per_sequence, plan.blocks_per_sequence);
-  const int64_t blocks = std::min(plan.kv_blocks, useful);
+  const int64_t blocks = kv_blocks_to_allocate(config, plan);
   const int64_t window_blocks = std::min(plan.kv_window_blocks, blocks);
-  log_info("memory plan:\n", describe_plan(plan), "  kv blocks used   ", blocks, " (",
+  log_info("memory plan of ", served_model_name(config.model), ":\n", describe_plan(plan), "  kv blocks used   ", blocks, " (",
            format_bytes(kv_cache_bytes(plan, blocks)), ")");
   parts->backend_description = parts->stage->backend->describe();
   parts->weight_bytes = plan.weight_bytes + plan.draft_weight_bytes;  // with a draft model, both
@@ -233,6 +221,39 @@ int serve_worker(const Config& config) {
   return rc;
 }
 
+// One served model: its Config (model_run_config), the App its requests run with, and its
+// loaded parts. Held by pointer: the App refers to the Config beside it.
+struct ServedModel {
+  Config config;
+  std::unique_ptr<App> app;
+  std::unique_ptr<LoadedParts> parts;
+};
+
+void attach(App& app, LoadedParts& parts) {
+  app.engine = parts.engine.get();
+  app.tokenizer = parts.tokenizer.get();
+  app.chat_template = parts.chat_template.get();
+  app.pooling = parts.pooling.get();
+  app.created = static_cast<int64_t>(std::time(nullptr));
+  app.backend_description = parts.backend_description;
+  app.weight_bytes = parts.weight_bytes;
+  app.kv_cache_bytes = parts.kv_cache_bytes;
+  app.state_bytes = parts.state_bytes;
+  app.peer = parts.peer.get();
+  detect_model_traits(app);
+}
+
+// "" while every engine (and a pair's peer) is alive, else the first problem, naming its
+// model when there are several.
+std::string engines_problem(const std::vector<std::unique_ptr<ServedModel>>& served) {
+  for (const auto& m : served) {
+    std::string problem = engine_problem(*m->parts->engine);
+    if (problem.empty() && m->parts->peer) problem = m->parts->peer->problem();
+    if (!problem.empty()) return served.size() > 1 ? "model '" + m->app->model_id + "': " + problem : problem;
+  }
+  return "";
+}
+
 }  // namespace
 
 int run_serve(const Args& args) {
@@ -241,54 +262,56 @@ int run_serve(const Args& args) {
   Config config = load_config(flags.require("config"), flags.get_all("set"));
   log_configure(config.log.level, config.log.format);
   log_info("sparkd ", version_string(), " starting with ", config.source);
-  if (config.peer.enabled && config.peer.role == "worker") return serve_worker(config);
+  // A pair serves one model (validated); its memory_share, if any, applies on both boxes.
+  if (config.peer.enabled && config.peer.role == "worker") return serve_worker(model_run_config(config, 0));
 
   raise_open_file_limit();
   SignalWatcher signals;  // before any thread starts, so every thread inherits the mask
   ServerState state;
   HttpServer http(config.server, state);
-  App app{config, state, http, served_model_name(config)};
-  http.add_routes(make_routes(app));
+  std::vector<std::unique_ptr<ServedModel>> served;
+  std::vector<App*> apps;
+  std::string names;
+  for (size_t i = 0; i < config.models.size(); ++i) {
+    auto m = std::make_unique<ServedModel>();
+    m->config = model_run_config(config, i);
+    m->app.reset(new App{m->config, state, http, served_model_name(m->config.model)});
+    apps.push_back(m->app.get());
+    names += (names.empty() ? "" : ", ") + m->app->model_id;
+    served.push_back(std::move(m));
+  }
+  ModelRouter router(apps);
+  http.add_routes(make_routes(router));
   int port = http.bind();
   http.start();
   log_info("listening on http://", config.server.host, ":", port, " (503 until the model is loaded)");
-  std::atomic<Engine*> live_engine{nullptr};
+  std::atomic<bool> loaded{false};
   std::atomic<bool> stop_watchdog{false};
-  start_watchdog(state, live_engine, stop_watchdog);
+  start_watchdog(state, loaded, [&served] { return engines_problem(served); }, stop_watchdog);
 
-  std::unique_ptr<LoadedParts> parts;
   try {
-    auto started = std::chrono::steady_clock::now();
     test_hooks::model_load();
-    parts = load_parts(config);
-    log_info("model ", app.model_id, " loaded in ",
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), " s");
+    // Every model is planned, and the plans checked, before any weight loads: a set that
+    // does not fit is refused naming the model, with nothing allocated.
+    std::vector<ModelPlan> plans = plan_box(config);
+    require_box_fits(plans);
+    for (size_t i = 0; i < served.size(); ++i) {
+      auto started = std::chrono::steady_clock::now();
+      served[i]->parts = load_parts(served[i]->config, std::move(plans[i].stage));
+      log_info("model ", served[i]->app->model_id, " (", served[i]->config.model.role, ") loaded in ",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), " s");
+    }
   } catch (...) {
     stop_watchdog = true;
     http.stop();
     throw;
   }
-  app.engine = parts->engine.get();
-  app.tokenizer = parts->tokenizer.get();
-  app.chat_template = parts->chat_template.get();
-  app.pooling = parts->pooling.get();
-  app.created = static_cast<int64_t>(std::time(nullptr));
-  app.backend_description = parts->backend_description;
-  app.weight_bytes = parts->weight_bytes;
-  app.kv_cache_bytes = parts->kv_cache_bytes;
-  app.state_bytes = parts->state_bytes;
-  detect_model_traits(app);
-  Engine& engine = *parts->engine;
-  const PeerHead* peer = parts->peer.get();
-  app.peer = peer;
-  state.set_liveness([&engine, peer] {
-    std::string problem = engine_problem(engine);
-    return problem.empty() && peer ? peer->problem() : problem;
-  });
-  live_engine = &engine;
+  for (auto& m : served) attach(*m->app, *m->parts);
+  state.set_liveness([&served] { return engines_problem(served); });
+  loaded = true;
 
   state.set(ServeStatus::READY);
-  sd_notify("READY=1\nSTATUS=serving " + app.model_id + " on port " + std::to_string(port));
+  sd_notify("READY=1\nSTATUS=serving " + names + " on port " + std::to_string(port));
 
   std::string sig = signals.wait_first();
   log_info(sig, " received: draining (", state.in_flight(), " requests in flight, up to ",
@@ -299,14 +322,14 @@ int run_serve(const Args& args) {
                   std::chrono::milliseconds(int64_t(config.server.drain_timeout_s * 1000));
   if (!state.wait_idle(deadline)) {
     log_warn("drain timeout: ", state.in_flight(), " requests still in flight are cut off");
-    // Stopping the engine ends every live request ("abort"), so their handlers answer
+    // Stopping the engines ends every live request ("abort"), so their handlers answer
     // and return instead of holding the HTTP workers that stop() joins.
-    engine.stop();
+    for (auto& m : served) m->parts->engine->stop();
     state.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   }
   http.stop();
   stop_watchdog = true;
-  engine.stop();
+  for (auto& m : served) m->parts->engine->stop();
   log_info("stopped");
   return 0;
 }

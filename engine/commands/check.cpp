@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 
+#include "engine/backend/box_plan.h"
 #include "engine/backend/stage_loader.h"
 #include "engine/commands/commands.h"
 #include "engine/commands/device_plan.h"
@@ -116,6 +118,30 @@ std::string toml_string(const std::string& s) {
   return out + "\"";
 }
 
+// Several models ([[models]]): each one's spec and plan under its name and role, then the
+// box's total against its budget; exit 2 (an InputError) naming the first that does not fit.
+int check_models(const Config& config, const std::optional<std::string>& device) {
+  const std::vector<ModelPlan> plans = plan_box(config);
+  if (device) {  // each model's plan on that device, with its share of it
+    bool all_fit = true;
+    for (const ModelPlan& p : plans) {
+      bool fits = false;
+      const std::string report = device_plan_report(p.config, p.stage, parse_device(*device), fits);
+      std::printf("model '%s' (role %s)\n%s%s%s\n", p.name.c_str(), p.config.model.role.c_str(),
+                  describe_spec(p.stage.info).c_str(), report.c_str(), fits ? "ok" : "does not fit");
+      all_fit = all_fit && fits;
+    }
+    return all_fit ? 0 : 2;
+  }
+  std::string out;
+  for (const ModelPlan& p : plans) out += "model '" + p.name + "' (role " + p.config.model.role + ")\n" + describe_spec(p.stage.info);
+  std::printf("%s%s", out.c_str(), describe_box_plan(config, plans).c_str());
+  std::fflush(stdout);
+  require_box_fits(plans);
+  std::printf("ok\n");
+  return 0;
+}
+
 }  // namespace
 
 int run_check(const Args& args) {
@@ -135,6 +161,8 @@ int run_check(const Args& args) {
     config = parse_config("", "--model", sets);
   }
 
+  if (config.models.size() > 1) return check_models(config, flags.get("device"));
+  config = model_run_config(config, 0);  // a lone [[models]] entry's memory_share applies too
   const StagePlan stage = plan_stage(config);
   const LayerRange range = stage.range;
   if (auto device = flags.get("device")) {  // a plan for another machine's GPU: this one's memory does not matter

@@ -58,7 +58,8 @@ std::string describe_spec(const ModelInfo& info) {
       o << " (low " << s.rope_scaling.low_freq_factor << ", high " << s.rope_scaling.high_freq_factor
         << ", original " << s.rope_scaling.original_max_position_embeddings << ")";
   }
-  o << "\n  vocab            " << s.vocab_size << (s.tie_word_embeddings ? ", tied embeddings" : "") << "\n";
+  o << "\n  vocab            " << s.vocab_size
+    << (s.pooled ? ", no LM head (an embedder or reranker)" : s.tie_word_embeddings ? ", tied embeddings" : "") << "\n";
   o << "  max positions    " << s.max_position_embeddings << ", rms_norm_eps " << s.rms_norm_eps << "\n";
   if (s.num_experts > 0) {
     o << "  experts          " << s.num_experts << ", top " << s.num_experts_per_tok << ", moe_intermediate "

@@ -66,6 +66,12 @@ function renderHeader() {
   $("hdr-backend").textContent = s.device ? s.backend + " · " + s.device : s.backend;
   $("hdr-version").textContent = "v" + s.version;
   $("hdr-version").title = s.build;
+  // Each served model's share of the memory chart (several models in one sparkd).
+  const models = s.models || [];
+  $("mem-models").textContent = models.length > 1
+    ? models.map((m) => `${m.name} (${m.role}): weights ${fmt.bytes(m.weights_bytes)}, KV ${fmt.bytes(m.kv_bytes)}` +
+        (m.state_bytes ? `, state ${fmt.bytes(m.state_bytes)}` : "")).join(" · ")
+    : "";
 }
 
 function renderLive(live) {

@@ -66,7 +66,7 @@ std::vector<Route> make_routes(ModelRouter& router) {
       {"POST", "/detokenize", Access::API_KEY, true, router.route("", handle_detokenize)},
   };
   // The dashboard shows the first model (its requests, engine and plan).
-  for (auto& r : dashboard_routes(app)) routes.push_back(std::move(r));
+  for (auto& r : dashboard_routes(app, apps)) routes.push_back(std::move(r));
   return routes;
 }
 

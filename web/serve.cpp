@@ -330,6 +330,9 @@ int run_serve(const Args& args) {
   http.stop();
   stop_watchdog = true;
   for (auto& m : served) m->parts->engine->stop();
+  // The dashboard's sampler (owned by the first model's App) reads every model: it stops
+  // before any of them goes.
+  served.front()->app->dashboard.reset();
   log_info("stopped");
   return 0;
 }

@@ -8,6 +8,7 @@ the route); the embedder's vector and the reranker's score are checked against t
 import concurrent.futures
 import json
 import re
+import time
 import subprocess
 
 import numpy as np
@@ -105,6 +106,26 @@ def test_models_lists_every_model(multi):
     assert all(m["object"] == "model" and m["max_model_len"] == 512 for m in data)
     # The SDK reads the list as it reads OpenAI's.
     assert [m.id for m in openai.OpenAI(base_url=multi.url + "/v1", api_key="none").models.list()] == NAMES
+
+
+def test_the_dashboard_stacks_every_model_against_the_box(multi):
+    deadline = time.monotonic() + 10
+    while True:  # the sampler's first point comes a second after start
+        snap = requests.get(multi.url + "/api/snapshot", timeout=10).json()
+        if snap["series"].get("t") or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    models = snap["server"]["models"]
+    assert [(m["name"], m["role"]) for m in models] == list(zip(NAMES, ["chat", "embed", "rerank"]))
+    assert all(m["weights_bytes"] > 0 and m["kv_bytes"] > 0 for m in models)
+    series = snap["series"]
+    # The chart's weights and KV are every model's, and the stack is the box's total.
+    assert series["mem_weights"][-1] == sum(m["weights_bytes"] for m in models)
+    assert series["mem_kv"][-1] == sum(m["kv_bytes"] for m in models)
+    total = series["mem_weights"][-1] + series["mem_kv"][-1] + series["mem_state"][-1] + series["mem_other"][-1] + \
+        series["mem_free"][-1]
+    meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo").read().splitlines())
+    assert total == int(meminfo["MemTotal"].split()[0]) * 1024
 
 
 def test_a_body_without_model_goes_to_the_first_of_its_role(multi):

@@ -24,9 +24,10 @@ constexpr auto kKeepAlive = std::chrono::milliseconds(2500);
 
 struct Dashboard {
   App& app;
+  std::vector<App*> models;  // every served model, app first
   std::unique_ptr<StatsSampler> sampler;
   std::atomic<int> streams{0};
-  explicit Dashboard(App& a) : app(a) {}
+  Dashboard(App& a, std::vector<App*> all) : app(a), models(all.empty() ? std::vector<App*>{&a} : std::move(all)) {}
 };
 
 int64_t unix_ms(std::chrono::system_clock::time_point t) {
@@ -116,9 +117,28 @@ std::optional<MetricsSnapshot> engine_metrics(const App& app) {
   return app.engine->metrics();
 }
 
-MemoryFigures memory_figures(const App& app) {
-  if (!model_ready(app)) return {};
-  return {app.weight_bytes, app.kv_cache_bytes, app.state_bytes};
+// Every model's, summed: the chart stacks them against the box's total.
+MemoryFigures memory_figures(const std::vector<App*>& models) {
+  MemoryFigures sum;
+  for (const App* m : models) {
+    if (!model_ready(*m)) continue;
+    sum.weights_bytes += m->weight_bytes;
+    sum.kv_bytes += m->kv_cache_bytes;
+    sum.state_bytes += m->state_bytes;
+  }
+  return sum;
+}
+
+// Each model's name, role and memory, for the list under the memory chart.
+nlohmann::json models_json(const std::vector<App*>& models) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const App* m : models)
+    out.push_back({{"name", m->model_id},
+                   {"role", m->config.model.role},
+                   {"weights_bytes", m->weight_bytes},
+                   {"kv_bytes", m->kv_cache_bytes},
+                   {"state_bytes", m->state_bytes}});
+  return out;
 }
 
 nlohmann::json server_json(const App& app) {
@@ -145,10 +165,11 @@ nlohmann::json live_json(const App& app) {
   return {{"health", health_json(app)}, {"uptime_s", uptime_s(app)}, {"peer", peer_json(app)}};
 }
 
-StatsSources sources_for(App& app) {
+StatsSources sources_for(Dashboard& d) {
+  App& app = d.app;
   StatsSources s;
   s.metrics = [&app] { return engine_metrics(app); };
-  s.memory = [&app] { return memory_figures(app); };
+  s.memory = [&d] { return memory_figures(d.models); };
   s.host_memory = []() -> std::optional<HostMemory> {
     try {
       return read_host_memory();
@@ -166,7 +187,9 @@ StatsSources sources_for(App& app) {
 }
 
 void snapshot(Dashboard& d, httplib::Response& res) {
-  nlohmann::json out = {{"server", server_json(d.app)},
+  nlohmann::json server = server_json(d.app);
+  server["models"] = models_json(d.models);
+  nlohmann::json out = {{"server", std::move(server)},
                         {"live", live_json(d.app)},
                         {"peer", peer_json(d.app)},
                         {"series", d.sampler->history()},
@@ -253,10 +276,10 @@ void send_asset(httplib::Response& res, const std::string& path, int status = 20
 
 }  // namespace
 
-std::vector<Route> dashboard_routes(App& app) {
+std::vector<Route> dashboard_routes(App& app, std::vector<App*> models) {
   if (!app.config.server.dashboard) return {};
-  auto owned = std::make_shared<Dashboard>(app);
-  owned->sampler = std::make_unique<StatsSampler>(sources_for(app));
+  auto owned = std::make_shared<Dashboard>(app, std::move(models));
+  owned->sampler = std::make_unique<StatsSampler>(sources_for(*owned));
   Dashboard* d = owned.get();
   app.dashboard = owned;  // the app owns it: the sampler stops before what it reads goes away
 

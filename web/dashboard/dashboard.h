@@ -9,6 +9,8 @@
 namespace spark {
 
 // Empty when server.dashboard = false. Starts the stats sampler, owned by app.dashboard.
-std::vector<Route> dashboard_routes(App& app);
+// `models`: every served model's App (several models in one sparkd), app's alone when empty:
+// the memory chart stacks them all and the page lists each one's weights and KV.
+std::vector<Route> dashboard_routes(App& app, std::vector<App*> models = {});
 
 }  // namespace spark

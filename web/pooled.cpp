@@ -7,6 +7,7 @@
 #include "engine/core/engine.h"
 #include "web/generation.h"
 #include "web/http_error.h"
+#include "web/openai_request.h"
 
 namespace spark {
 namespace {
@@ -32,6 +33,13 @@ std::string pooled_role_message(const App& app) {
 void require_role(const App& app, const char* role) {
   if (!app.engine || !app.tokenizer) throw HttpError(503, "the model is not loaded yet", "service_unavailable_error");
   if (app.config.model.role != role || !app.pooling) throw HttpError(400, pooled_role_message(app), "invalid_request_error", "model");
+}
+
+nlohmann::ordered_json pooled_request_body(const App& app, const std::string& body, const char* role) {
+  require_role(app, role);
+  nlohmann::ordered_json j = parse_json_body(body);
+  check_model(j, app.model_id);
+  return j;
 }
 
 void fit_context(const App& app, std::vector<std::vector<int32_t>>& inputs, int64_t truncate, const std::string& param) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "web/app.h"
 #include "web/client_link.h"
 
@@ -16,6 +18,9 @@ namespace spark {
 std::string pooled_role_message(const App& app);
 // 503 while the model loads; 400 naming the served role when it is not `role`.
 void require_role(const App& app, const char* role);
+// A pooled route's body: require_role, then the JSON object with the checks every endpoint
+// shares, its `model` checked against the served name.
+nlohmann::ordered_json pooled_request_body(const App& app, const std::string& body, const char* role);
 
 // Inputs longer than the context: a 400 naming `param`[index], or, with truncate > 0, the
 // last `truncate` tokens kept (vLLM's truncate_prompt_tokens; -1: the context's length).

@@ -6,23 +6,17 @@
 
 #include "engine/config.h"
 #include "engine/util/check.h"
+#include "tests/unit/input_errors.h"
 
 using spark::Config;
 using spark::InputError;
 using spark::parse_config;
 
+using spark::testing::config_error_of;
+using spark::testing::contains;
+
 namespace {
 
-std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_config(text, "t.toml", overrides);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
 const std::string kThree =
     "[engine]\n"                   // 1
@@ -93,71 +87,71 @@ TEST_CASE("config models: --set model.KEY addresses the first [[models]] entry")
   CHECK(c.model.max_model_len == 256);
   CHECK(c.models[0].max_model_len == 256);
   CHECK(c.models[1].max_model_len == 512);
-  CHECK(contains(error_of(kThree, {"models.path=x"}), "[[models]] entries are not set with --set"));
+  CHECK(contains(config_error_of(kThree, {"models.path=x"}), "[[models]] entries are not set with --set"));
 }
 
 TEST_CASE("config models: errors point at their line") {
   SUBCASE("both forms") {
-    std::string e = error_of("[model]\npath = \"a.gguf\"\n[[models]]\npath = \"b.gguf\"\n");
+    std::string e = config_error_of("[model]\npath = \"a.gguf\"\n[[models]]\npath = \"b.gguf\"\n");
     CHECK(contains(e, "both [model] and [[models]]"));
     CHECK(contains(e, "t.toml:3:"));
   }
   SUBCASE("duplicate served names, the file name counting as one") {
-    std::string e = error_of("[[models]]\npath = \"a/x.gguf\"\n[[models]]\npath = \"b/x\"\nrole = \"embed\"\n");
+    std::string e = config_error_of("[[models]]\npath = \"a/x.gguf\"\n[[models]]\npath = \"b/x\"\nrole = \"embed\"\n");
     CHECK(contains(e, "two models are served as 'x'"));
     CHECK(contains(e, "t.toml:4:1:"));
-    e = error_of("[[models]]\npath = \"a.gguf\"\nname = \"m\"\n[[models]]\npath = \"b.gguf\"\nname = \"m\"\n");
+    e = config_error_of("[[models]]\npath = \"a.gguf\"\nname = \"m\"\n[[models]]\npath = \"b.gguf\"\nname = \"m\"\n");
     CHECK(contains(e, "two models are served as 'm'"));
     CHECK(contains(e, "t.toml:6:1:"));
   }
   SUBCASE("shares above the whole budget") {
-    std::string e = error_of(
+    std::string e = config_error_of(
         "[[models]]\npath = \"a.gguf\"\nmemory_share = 0.6\n[[models]]\npath = \"b.gguf\"\nmemory_share = 0.5\n");
     CHECK(contains(e, "the shares add up to 1.1"));
     CHECK(contains(e, "t.toml:6:1:"));
-    e = error_of("[[models]]\npath = \"a.gguf\"\nmemory_share = 1\n[[models]]\npath = \"b.gguf\"\n");
+    e = config_error_of("[[models]]\npath = \"a.gguf\"\nmemory_share = 1\n[[models]]\npath = \"b.gguf\"\n");
     CHECK(contains(e, "leaving nothing for the 1 model(s) without one"));
-    e = error_of("[[models]]\npath = \"a.gguf\"\nmemory_share = 1.5\n");
+    e = config_error_of("[[models]]\npath = \"a.gguf\"\nmemory_share = 1.5\n");
     CHECK(contains(e, "[[models]] memory_share = 1.5: out of range"));
     CHECK(contains(e, "t.toml:3:1:"));
-    e = error_of("[[models]]\npath = \"a.gguf\"\nmemory_share = 0\n");
+    e = config_error_of("[[models]]\npath = \"a.gguf\"\nmemory_share = 0\n");
     CHECK(contains(e, "out of range; accepted: a fraction above 0"));
   }
   SUBCASE("an unknown key inside [[models]]") {
-    std::string e = error_of("[[models]]\npath = \"a.gguf\"\nmemory_shares = 0.5\n");
+    std::string e = config_error_of("[[models]]\npath = \"a.gguf\"\nmemory_shares = 0.5\n");
     CHECK(contains(e, "unknown key 'memory_shares' in [[models]]"));
     CHECK(contains(e, "did you mean 'memory_share'?"));
     CHECK(contains(e, "t.toml:3:1:"));
     // memory_share belongs to [[models]] only
-    e = error_of("[model]\npath = \"a.gguf\"\nmemory_share = 0.5\n");
+    e = config_error_of("[model]\npath = \"a.gguf\"\nmemory_share = 0.5\n");
     CHECK(contains(e, "unknown key 'memory_share' in [model]"));
   }
   SUBCASE("a wrong value inside [[models]] names the table") {
-    std::string e = error_of("[[models]]\npath = \"a.gguf\"\n[[models]]\npath = \"b.gguf\"\nrole = \"classify\"\n");
+    std::string e = config_error_of("[[models]]\npath = \"a.gguf\"\n[[models]]\npath = \"b.gguf\"\nrole = \"classify\"\n");
     CHECK(contains(e, "[[models]] role = 'classify': not an accepted value"));
     CHECK(contains(e, "t.toml:5:1:"));
   }
   SUBCASE("per-model checks name the model") {
-    std::string e = error_of("[[models]]\npath = \"a.gguf\"\n[[models]]\nname = \"b\"\n");
+    std::string e = config_error_of("[[models]]\npath = \"a.gguf\"\n[[models]]\nname = \"b\"\n");
     CHECK(contains(e, "[[models]] 'b' path is empty"));
     CHECK(contains(e, "t.toml:3:"));
-    e = error_of(
+    e = config_error_of(
         "[engine]\nspeculative = \"ngram\"\n[[models]]\npath = \"a.gguf\"\n[[models]]\npath = \"e\"\nrole = "
         "\"embed\"\n");
     CHECK(contains(e, "[[models]] 'e' role = \"embed\" generates nothing to speculate on"));
     CHECK(contains(e, "t.toml:7:1:"));
   }
   SUBCASE("[models] written as one table") {
-    CHECK(contains(error_of("[models]\npath = \"a.gguf\"\n"), "[[models]] tables (double brackets)"));
+    CHECK(contains(config_error_of("[models]\npath = \"a.gguf\"\n"), "[[models]] tables (double brackets)"));
   }
   SUBCASE("a pair serves one model") {
-    std::string e = error_of(
+    std::string e = config_error_of(
         "[peer]\nenabled = true\nhead_addr = \"h:1\"\ntransport = \"tcp\"\n[[models]]\npath = \"a.gguf\"\n"
         "[[models]]\npath = \"b.gguf\"\n");
     CHECK(contains(e, "[peer] enabled = true runs one model split over two boxes, but [[models]] lists 2"));
     CHECK(contains(e, "t.toml:2:1:"));
     // One [[models]] entry in a pair is fine.
-    CHECK(error_of("[peer]\nenabled = true\nhead_addr = \"h:1\"\ntransport = \"tcp\"\n[[models]]\npath = \"a.gguf\"\n")
+    CHECK(config_error_of("[peer]\nenabled = true\nhead_addr = \"h:1\"\ntransport = \"tcp\"\n[[models]]\npath = \"a.gguf\"\n")
               .empty());
   }
 }

@@ -10,10 +10,14 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 #include "engine/util/check.h"
+#include "tests/unit/input_errors.h"
 
 using spark::InputError;
 using spark::Tokenizer;
 using json = nlohmann::json;
+
+using spark::testing::tokenizer_error_of;
+using spark::testing::tokenizer_from;
 
 namespace {
 
@@ -74,21 +78,12 @@ json tiny_sentencepiece() {
         {"fuse_unk", true}, {"byte_fallback", true}}}};
 }
 
-std::unique_ptr<Tokenizer> make(const json& j) { return Tokenizer::from_json_text(j.dump(), ""); }
 
-std::string error_of(const json& j) {
-  try {
-    make(j);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 
 TEST_CASE("tokenizer: byte-level BPE merges, added tokens and the template post-processor") {
-  auto tok = make(tiny_byte_level());
+  auto tok = tokenizer_from(tiny_byte_level());
   CHECK(tok->encode("low", false) == std::vector<int32_t>{7});
   CHECK(tok->encode("lower low", false) == std::vector<int32_t>{7, 8, 10});
   CHECK(tok->encode("low", true) == std::vector<int32_t>{18, 7});
@@ -112,7 +107,7 @@ TEST_CASE("tokenizer: byte-level BPE merges, added tokens and the template post-
 }
 
 TEST_CASE("tokenizer: SentencePiece BPE with byte fallback, unknown fusing and decode repair") {
-  auto tok = make(tiny_sentencepiece());
+  auto tok = tokenizer_from(tiny_sentencepiece());
   CHECK(tok->encode("ab a", false) == std::vector<int32_t>{8, 6});
   CHECK(tok->encode("ab a") == std::vector<int32_t>{1, 8, 6});
   // 'é' is not in the vocabulary: it falls back to its two UTF-8 bytes.
@@ -129,7 +124,7 @@ TEST_CASE("tokenizer: ill-formed UTF-8 input is read as U+FFFD, like a replacing
   CHECK(spark::utf8::repair("\xED\xA0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   CHECK(spark::utf8::repair("\xC0\xAF") == "\xEF\xBF\xBD\xEF\xBF\xBD");
   CHECK(spark::utf8::repair("a\x80" "b") == "a\xEF\xBF\xBD" "b");
-  auto tok = make(tiny_byte_level());
+  auto tok = tokenizer_from(tiny_byte_level());
   CHECK(tok->encode("l\xFFo", false) == tok->encode("l\xEF\xBF\xBDo", false));
 }
 
@@ -137,42 +132,42 @@ TEST_CASE("tokenizer: hostile tokenizer.json files end in a clear InputError") {
   SUBCASE("merge producing a string not in the vocabulary") {
     json j = tiny_byte_level();
     j["model"]["merges"].push_back("r s");
-    CHECK(error_of(j).find("not in the vocabulary") != std::string::npos);
+    CHECK(tokenizer_error_of(j).find("not in the vocabulary") != std::string::npos);
   }
   SUBCASE("merge naming a token not in the vocabulary") {
     json j = tiny_byte_level();
     j["model"]["merges"].push_back("q s");
-    CHECK(error_of(j).find("not in the vocabulary") != std::string::npos);
+    CHECK(tokenizer_error_of(j).find("not in the vocabulary") != std::string::npos);
   }
   SUBCASE("byte tokens <0x-1> and <0xZZ>") {
     for (const char* bad : {"<0x-1>", "<0xZZ>"}) {
       json j = tiny_sentencepiece();
       j["model"]["vocab"][bad] = 400;
-      CHECK(error_of(j).find("<0xNN>") != std::string::npos);
+      CHECK(tokenizer_error_of(j).find("<0xNN>") != std::string::npos);
     }
   }
   SUBCASE("special token id past the vocabulary") {
     json j = tiny_byte_level();
     j["added_tokens"][0]["id"] = 1000000;
-    CHECK(error_of(j).find("outside the vocabulary") != std::string::npos);
+    CHECK(tokenizer_error_of(j).find("outside the vocabulary") != std::string::npos);
     json k = tiny_byte_level();
     k["post_processor"]["special_tokens"]["<|x|>"]["ids"] = {4000};
-    CHECK(error_of(k).find("outside the vocabulary") != std::string::npos);
+    CHECK(tokenizer_error_of(k).find("outside the vocabulary") != std::string::npos);
   }
   SUBCASE("vocabulary id far past the number of tokens (fuzz finding: gigabytes for 500 bytes)") {
     json j = tiny_byte_level();
     j["model"]["vocab"]["|"] = 44444420;
-    CHECK(error_of(j).find("implausibly large") != std::string::npos);
+    CHECK(tokenizer_error_of(j).find("implausibly large") != std::string::npos);
   }
   SUBCASE("Metaspace decoder with an empty replacement") {
     json j = tiny_sentencepiece();
     j["decoder"] = {{"type", "Metaspace"}, {"replacement", ""}, {"prepend_scheme", "always"}};
-    CHECK(error_of(j).find("non-empty 'replacement'") != std::string::npos);
+    CHECK(tokenizer_error_of(j).find("non-empty 'replacement'") != std::string::npos);
   }
   SUBCASE("catastrophic-backtracking split regex stops with an error, not a hang") {
     json j = tiny_byte_level();
     j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(x+x+)+$"}}}, {"behavior", "Isolated"}, {"invert", false}};
-    auto tok = make(j);
+    auto tok = tokenizer_from(j);
     auto t0 = std::chrono::steady_clock::now();
     std::string err;
     try {
@@ -186,7 +181,7 @@ TEST_CASE("tokenizer: hostile tokenizer.json files end in a clear InputError") {
   SUBCASE("regex that does not compile") {
     json j = tiny_byte_level();
     j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
-    CHECK(error_of(j).find("does not compile") != std::string::npos);
+    CHECK(tokenizer_error_of(j).find("does not compile") != std::string::npos);
   }
   SUBCASE("malformed documents") {
     CHECK_THROWS_AS(Tokenizer::from_json_text("{not json", ""), InputError);
@@ -197,10 +192,10 @@ TEST_CASE("tokenizer: hostile tokenizer.json files end in a clear InputError") {
                     InputError);
     json j = tiny_byte_level();
     j["normalizer"] = {{"type", "NoSuchNormalizer"}};
-    CHECK(error_of(j).find("unsupported normalizer") != std::string::npos);
+    CHECK(tokenizer_error_of(j).find("unsupported normalizer") != std::string::npos);
     json k = tiny_byte_level();
     k["model"]["type"] = "WordPiece";
-    CHECK(error_of(k).find("not supported") != std::string::npos);
+    CHECK(tokenizer_error_of(k).find("not supported") != std::string::npos);
   }
 }
 

@@ -17,12 +17,16 @@
 #include "engine/tokenizer/utf8.h"
 #include "engine/util/check.h"
 #include "tests/unit/fixture_files.h"
+#include "tests/unit/input_errors.h"
 
 using spark::InputError;
 using spark::Tokenizer;
 using json = nlohmann::json;
 using Ids = std::vector<int32_t>;
 using spark::GgufVocab;
+
+using spark::testing::tokenizer_error_of;
+using spark::testing::tokenizer_from;
 
 namespace {
 
@@ -36,16 +40,7 @@ json unigram(json vocab, json unk_id = 0, bool byte_fallback = false, json norma
               {"model", {{"type", "Unigram"}, {"unk_id", unk_id}, {"vocab", vocab}, {"byte_fallback", byte_fallback}}}};
 }
 
-std::unique_ptr<Tokenizer> make(const json& j) { return Tokenizer::from_json_text(j.dump(), ""); }
 
-std::string error_of(const json& j) {
-  try {
-    make(j);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // Pieces a b c ab bc abc with log-probabilities -1 -2 -2 -2.5 -3.5 -6; <unk> is id 0.
 json abc_vocab() {
@@ -148,7 +143,7 @@ GgufVocab xlmr_as_gguf(const json& tokenizer_json) {
 }  // namespace
 
 TEST_CASE("unigram: Viterbi keeps the segmentation with the highest total log-probability") {
-  auto tok = make(unigram(abc_vocab()));
+  auto tok = tokenizer_from(unigram(abc_vocab()));
   // "ab" alone (-2.5) beats "a" + "b" (-3).
   CHECK(tok->encode("ab", false) == Ids{4});
   // "aab": a+a+b = -4, a+ab = -3.5.
@@ -166,7 +161,7 @@ TEST_CASE("unigram: Viterbi keeps the segmentation with the highest total log-pr
 }
 
 TEST_CASE("unigram: unknown characters cost the lowest score minus 10, and a run of them is one <unk>") {
-  auto tok = make(unigram(abc_vocab()));
+  auto tok = tokenizer_from(unigram(abc_vocab()));
   CHECK(tok->encode("axb", false) == Ids{1, 0, 2});
   CHECK(tok->encode("axyb", false) == Ids{1, 0, 2});  // x and y fused
   CHECK(tok->encode("xy", false) == Ids{0});
@@ -174,20 +169,20 @@ TEST_CASE("unigram: unknown characters cost the lowest score minus 10, and a run
 
   // "xb" is a piece (-5, the lowest score, so <unk> costs -15); "b" scores s. <unk> + b wins
   // only when -15 + s > -5, i.e. s > 10: 9.5 keeps "xb", 10.5 takes <unk> + "b".
-  auto low = make(unigram(json::array({{"<unk>", 0.0}, {"xb", -5.0}, {"b", 9.5}})));
+  auto low = tokenizer_from(unigram(json::array({{"<unk>", 0.0}, {"xb", -5.0}, {"b", 9.5}})));
   CHECK(low->encode("xb", false) == Ids{1});
-  auto high = make(unigram(json::array({{"<unk>", 0.0}, {"xb", -5.0}, {"b", 10.5}})));
+  auto high = tokenizer_from(unigram(json::array({{"<unk>", 0.0}, {"xb", -5.0}, {"b", 10.5}})));
   CHECK(high->encode("xb", false) == Ids{0, 2});
 
   // Without an unk_id an uncovered character is an error, as in the reference.
-  auto no_unk = make(unigram(abc_vocab(), nullptr));
+  auto no_unk = tokenizer_from(unigram(abc_vocab(), nullptr));
   CHECK(no_unk->encode("ab", false) == Ids{4});
   CHECK_THROWS_AS(no_unk->encode("ax", false), InputError);
 }
 
 TEST_CASE("unigram: byte_fallback spells an unknown run in <0xNN> pieces, all of them or none") {
   json decoder = {{"type", "Sequence"}, {"decoders", json::array({{{"type", "ByteFallback"}}, {{"type", "Fuse"}}})}};
-  auto tok = make(unigram(byte_vocab(), 0, true, nullptr, decoder));
+  auto tok = tokenizer_from(unigram(byte_vocab(), 0, true, nullptr, decoder));
   // € is E2 82 AC: ids 2 + 0xE2, 2 + 0x82, 2 + 0xAC.
   const Ids euro{228, 132, 174};
   CHECK(tok->encode("a\xE2\x82\xAC", false) == Ids{1, 228, 132, 174});
@@ -197,10 +192,10 @@ TEST_CASE("unigram: byte_fallback spells an unknown run in <0xNN> pieces, all of
   CHECK(tok->encode("\xE2\x82\xAC\xE2\x82\xAC" "a", false) == two_euros);
   CHECK(tok->decode(two_euros) == "\xE2\x82\xAC\xE2\x82\xAC" "a");
   // Only <0xE2> and <0x82> exist: the run cannot be spelled in bytes and is one <unk>.
-  auto partial = make(unigram(json::array({{"<unk>", 0.0}, {"a", -1.0}, {"<0xE2>", -5.0}, {"<0x82>", -5.0}}), 0, true));
+  auto partial = tokenizer_from(unigram(json::array({{"<unk>", 0.0}, {"a", -1.0}, {"<0xE2>", -5.0}, {"<0x82>", -5.0}}), 0, true));
   CHECK(partial->encode("a\xE2\x82\xAC", false) == Ids{1, 0});
   // byte_fallback off: <unk>, although the byte pieces exist.
-  auto off = make(unigram(byte_vocab(), 0, false));
+  auto off = tokenizer_from(unigram(byte_vocab(), 0, false));
   CHECK(off->encode("a\xE2\x82\xAC", false) == Ids{1, 0});
 }
 
@@ -225,7 +220,7 @@ TEST_CASE("unigram: the Precompiled normalizer applies rules per grapheme cluste
   CHECK(norm("plain words") == "plain words");
 
   // Through tokenizer.json, before the model: "Ax" normalizes to "b".
-  auto tok = make(unigram(abc_vocab(), 0, false, precompiled(charsmap(RULES))));
+  auto tok = tokenizer_from(unigram(abc_vocab(), 0, false, precompiled(charsmap(RULES))));
   CHECK(tok->encode("Ax", false) == Ids{2});
 }
 
@@ -248,7 +243,7 @@ TEST_CASE("unigram: a corrupt charsmap never reads out of bounds") {
 TEST_CASE("unigram: hostile tokenizer.json inputs end in a clear InputError") {
   auto charsmap_error = [](const std::string& blob_base64) {
     json n = {{"type", "Precompiled"}, {"precompiled_charsmap", blob_base64}};
-    return error_of(unigram(abc_vocab(), 0, false, n));
+    return tokenizer_error_of(unigram(abc_vocab(), 0, false, n));
   };
   auto has = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
   SUBCASE("malformed charsmaps name the field") {
@@ -263,24 +258,24 @@ TEST_CASE("unigram: hostile tokenizer.json inputs end in a clear InputError") {
       CHECK_MESSAGE(has(e, "precompiled_charsmap"), e);
     }
     json missing = unigram(abc_vocab(), 0, false, {{"type", "Precompiled"}});
-    CHECK(has(error_of(missing), "precompiled_charsmap"));
+    CHECK(has(tokenizer_error_of(missing), "precompiled_charsmap"));
     json null_map = unigram(abc_vocab(), 0, false, {{"type", "Precompiled"}, {"precompiled_charsmap", nullptr}});
-    CHECK(has(error_of(null_map), "precompiled_charsmap"));
+    CHECK(has(tokenizer_error_of(null_map), "precompiled_charsmap"));
   }
   SUBCASE("bad vocabulary entries") {
     for (json entry : {json("a"), json::array({"a"}), json::array({"a", "x"}), json::array({1, -1.0}),
                        json::array({"a", -1.0, 3})}) {
       json v = abc_vocab();
       v.push_back(entry);
-      CHECK(has(error_of(unigram(v)), "Unigram vocab entry 7"));
+      CHECK(has(tokenizer_error_of(unigram(v)), "Unigram vocab entry 7"));
     }
-    CHECK(has(error_of(unigram(json::array())), "empty"));
+    CHECK(has(tokenizer_error_of(unigram(json::array())), "empty"));
     json object_vocab = unigram(json::object({{"a", 0}}));
-    CHECK(has(error_of(object_vocab), "'vocab' array"));
+    CHECK(has(tokenizer_error_of(object_vocab), "'vocab' array"));
   }
   SUBCASE("unk_id outside the vocabulary or not an integer") {
-    for (json id : {json(7), json(-1), json(1ll << 40)}) CHECK(has(error_of(unigram(abc_vocab(), id)), "outside the vocabulary"));
-    CHECK(has(error_of(unigram(abc_vocab(), "0")), "must be an integer"));
+    for (json id : {json(7), json(-1), json(1ll << 40)}) CHECK(has(tokenizer_error_of(unigram(abc_vocab(), id)), "outside the vocabulary"));
+    CHECK(has(tokenizer_error_of(unigram(abc_vocab(), "0")), "must be an integer"));
   }
 }
 

@@ -89,9 +89,7 @@ std::vector<std::vector<int32_t>> read_inputs(const App& app, const J& body) {
 
 void handle_embeddings(App& app, const httplib::Request& req, httplib::Response& res) {
   auto hold = app.state.track_request();
-  require_role(app, "embed");
-  const J body = parse_json_body(req.body);
-  check_model(body, app.model_id);
+  const J body = pooled_request_body(app, req.body, "embed");
   const PoolingModel& model = *app.pooling;
   std::string format = "float";
   if (const J* f = json_field(body, "encoding_format")) {

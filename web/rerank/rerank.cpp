@@ -91,9 +91,7 @@ std::string instruction_field(const J& body) {
 
 void handle_rerank(App& app, const httplib::Request& req, httplib::Response& res) {
   auto hold = app.state.track_request();
-  require_role(app, "rerank");
-  const J body = parse_json_body(req.body);
-  check_model(body, app.model_id);
+  const J body = pooled_request_body(app, req.body, "rerank");
   const std::string query = text_field(body, "query");
   const J* docs = json_field(body, "documents");
   if (!docs) bad_request("documents", "'documents' is required");
@@ -129,9 +127,7 @@ void handle_rerank(App& app, const httplib::Request& req, httplib::Response& res
 
 void handle_score(App& app, const httplib::Request& req, httplib::Response& res) {
   auto hold = app.state.track_request();
-  require_role(app, "rerank");
-  const J body = parse_json_body(req.body);
-  check_model(body, app.model_id);
+  const J body = pooled_request_body(app, req.body, "rerank");
   const J* t1 = json_field(body, "text_1");
   const J* t2 = json_field(body, "text_2");
   if (!t1) bad_request("text_1", "'text_1' is required");

@@ -76,8 +76,10 @@ std::string describe_spec(const ModelInfo& info) {
   for (size_t i = 0; i < s.eos_token_ids.size(); ++i) o << (i ? ", " : "") << s.eos_token_ids[i];
   o << "]\n  dtype            " << dtype_name(s.dtype);
   if (!info.tensors.empty()) {
+    // The model's own tensors: scales, sidecars and heads it does not load are not weights.
     std::map<std::string, int> counts;
-    for (const auto& [name, t] : info.tensors) ++counts[std::string(dtype_name(t.dtype))];
+    for (const TensorSpec& t : expected_tensors(s, full_range(s)))
+      if (const auto it = info.tensors.find(t.name); it != info.tensors.end()) ++counts[std::string(dtype_name(it->second.dtype))];
     o << " (tensors stored as";
     for (const auto& [d, n] : counts) o << " " << d << " x" << n;
     o << ")";

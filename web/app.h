@@ -35,7 +35,8 @@ struct App {
   const PeerHead* peer = nullptr;               // peer mode, head: the pair's state
   // How this model writes tool calls (web/chat_format/), read from its chat template.
   const ChatFormat* chat_format = &default_chat_format();
-  bool thinking_model = false;  // its template knows <think>
+  bool thinking_model = false;  // its template knows <think> (or Gemma 4's thought channel)
+  bool thinks_unasked = false;  // and thinks when the request does not say enable_thinking
   // An embedder's or reranker's pooling and score head ([model] role); null for a chat
   // model, which answers only the generation routes, as these models answer only theirs.
   const PoolingModel* pooling = nullptr;

@@ -23,7 +23,8 @@ bool contains(const std::string& s, const char* what) { return s.find(what) != s
 bool thinking_enabled(const App& app, const ApiRequest& r) {
   if (!app.thinking_model) return false;
   auto it = r.template_kwargs.find("enable_thinking");
-  return it == r.template_kwargs.end() || !it->is_boolean() || it->get<bool>();
+  if (it == r.template_kwargs.end() || !it->is_boolean()) return app.thinks_unasked;  // as the template defaults it
+  return it->get<bool>();
 }
 
 // Instructions for templates that never print the tools themselves, in the Hermes style
@@ -53,6 +54,7 @@ void detect_model_traits(App& app) {
   const TemplateText text{app.chat_template->source(true), app.chat_template->source(false)};
   app.chat_format = &detect_chat_format(text);
   app.thinking_model = template_thinks(text);
+  app.thinks_unasked = app.thinking_model && template_thinks_unasked(text);
 }
 
 ChatPrompt build_chat_prompt(const App& app, const ApiRequest& r) {

@@ -157,7 +157,8 @@ ConstraintKind metric_kind(Spec::Kind kind) {
     case Spec::Kind::REGEX: return ConstraintKind::REGEX;
     case Spec::Kind::CHOICE: return ConstraintKind::CHOICE;
     case Spec::Kind::TOOL_CALL:
-    case Spec::Kind::XML_TOOL_CALL: return ConstraintKind::TOOL_CALL;
+    case Spec::Kind::XML_TOOL_CALL:
+    case Spec::Kind::GEMMA_TOOL_CALL: return ConstraintKind::TOOL_CALL;
   }
   return ConstraintKind::JSON_OBJECT;
 }

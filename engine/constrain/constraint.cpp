@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/constrain/gemma_arguments.h"
 #include "engine/constrain/json_schema.h"
 #include "engine/constrain/regex.h"
 #include "engine/constrain/xml_parameters.h"
@@ -57,14 +58,16 @@ Grammar build_grammar(const ConstraintSpec& spec) {
       break;
     }
     case ConstraintSpec::Kind::TOOL_CALL:
-    case ConstraintSpec::Kind::XML_TOOL_CALL: {
+    case ConstraintSpec::Kind::XML_TOOL_CALL:
+    case ConstraintSpec::Kind::GEMMA_TOOL_CALL: {
       if (spec.tools.empty()) throw InputError("tool call: no function to call");
       root = b.new_rule();
       for (const auto& [opening, params] : spec.tools) {
         std::vector<Elem> seq = b.literal(opening);
         const auto schema = parse_schema(params);
-        seq.push_back(GrammarBuilder::call(spec.kind == ConstraintSpec::Kind::TOOL_CALL ? add_json_schema(b, schema)
-                                                                                          : add_xml_parameters(b, schema)));
+        seq.push_back(GrammarBuilder::call(spec.kind == ConstraintSpec::Kind::TOOL_CALL       ? add_json_schema(b, schema)
+                                           : spec.kind == ConstraintSpec::Kind::XML_TOOL_CALL ? add_xml_parameters(b, schema)
+                                                                                              : add_gemma_arguments(b, schema)));
         for (const Elem& e : b.literal(spec.closing)) seq.push_back(e);
         b.add_alt(root, seq);
       }

@@ -16,7 +16,7 @@
 namespace spark::constrain {
 
 struct ConstraintSpec {
-  enum class Kind { JSON_SCHEMA, JSON_OBJECT, REGEX, CHOICE, TOOL_CALL, XML_TOOL_CALL };
+  enum class Kind { JSON_SCHEMA, JSON_OBJECT, REGEX, CHOICE, TOOL_CALL, XML_TOOL_CALL, GEMMA_TOOL_CALL };
   Kind kind = Kind::JSON_OBJECT;
   std::string schema;  // JSON_SCHEMA: the schema as JSON text
   bool strict = false; // JSON_SCHEMA: OpenAI strict mode (every property required)
@@ -24,7 +24,8 @@ struct ConstraintSpec {
   std::vector<std::string> choices;  // CHOICE: the output is exactly one of these
   // TOOL_CALL: one alternative per function, (literal opening, parameters schema as JSON
   // text); then the literal closing all share. XML_TOOL_CALL: the same, with the arguments
-  // as Qwen3-Coder's XML parameters (xml_parameters.h) instead of a JSON object.
+  // as Qwen3-Coder's XML parameters (xml_parameters.h) instead of a JSON object;
+  // GEMMA_TOOL_CALL: as Gemma 4's argument notation (gemma_arguments.h).
   std::vector<std::pair<std::string, std::string>> tools;
   std::string closing;
 

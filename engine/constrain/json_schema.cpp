@@ -34,13 +34,14 @@ std::string dump(const J& v) { return v.dump(-1, ' ', false, J::error_handler_t:
 
 class Compiler {
  public:
-  Compiler(GrammarBuilder& b, const J& root, const JsonSchemaOptions& o) : b_(b), root_(root), options_(o) {}
+  Compiler(GrammarBuilder& b, const J& root, const JsonSchemaOptions& o)
+      : b_(b), root_(root), options_(o), notation_(o.notation) {}
 
   uint32_t compile(const J& s, int depth) {
     if (depth > kMaxSchemaDepth) refuse("nested deeper than " + std::to_string(kMaxSchemaDepth) + " levels");
     if (s.is_boolean()) {
       if (!s.get<bool>()) refuse("the schema 'false' matches nothing");
-      return add_any_json_value(b_);
+      return any_value();
     }
     if (!s.is_object()) refuse("a schema must be an object or a boolean, got " + std::string(s.type_name()));
     for (const auto& [key, value] : s.items())
@@ -50,12 +51,12 @@ class Compiler {
     if (s.contains("allOf")) return compile(merge_all_of(s), depth + 1);
     for (const char* key : {"anyOf", "oneOf"})
       if (s.contains(key)) return compile_any_of(s, key, depth);
-    if (s.contains("const")) return b_.literal_rule(dump(s["const"]));
+    if (s.contains("const")) return b_.literal_rule(literal(s["const"]));
     if (s.contains("enum")) {
       const J& e = s["enum"];
       if (!e.is_array() || e.empty()) refuse("'enum' must be a non-empty array");
       uint32_t r = b_.new_rule();
-      for (const auto& v : e) b_.add_alt(r, b_.literal(dump(v)));
+      for (const auto& v : e) b_.add_alt(r, b_.literal(literal(v)));
       return r;
     }
 
@@ -73,7 +74,7 @@ class Compiler {
       types = implied_types(s);
     }
     if (s.value("nullable", false)) types.push_back("null");
-    if (types.empty()) return add_any_json_value(b_);
+    if (types.empty()) return any_value();
     uint32_t r = b_.new_rule();
     for (const auto& t : types) b_.add_alt(r, {GrammarBuilder::call(compile_type(s, t, depth))});
     return r;
@@ -96,7 +97,7 @@ class Compiler {
     if (type == "null") return b_.literal_rule("null");
     if (type == "boolean") return b_.rule_of({b_.literal("true"), b_.literal("false")});
     if (type == "integer" || type == "number") return compile_number(s, type == "integer");
-    if (type == "string") return compile_string(s);
+    if (type == "string") return notation_ ? notation_->string(b_, s, where()) : compile_string(s);
     if (type == "object") return compile_object(s, depth);
     if (type == "array") {
       if (s.contains("items") && s["items"].is_array()) {  // draft 4-7 tuples (zod writes them): prefixItems
@@ -173,12 +174,21 @@ class Compiler {
     return b_.rule_of({{quote, b_.counted(inside, uint32_t(min), max < 0 ? UINT32_MAX : uint32_t(max)), quote}});
   }
 
-  // A refusal that names where in the schema it arose (the property path).
-  [[noreturn]] void refuse_here(const std::string& what) {
+  // The property path, dotted ("" at the root).
+  std::string where() const {
     std::string at;
     for (const auto& p : path_) at += (at.empty() ? "" : ".") + p;
+    return at;
+  }
+
+  // A refusal that names where in the schema it arose (the property path).
+  [[noreturn]] void refuse_here(const std::string& what) {
+    const std::string at = where();
     refuse(at.empty() ? what : "property '" + at + "': " + what);
   }
+
+  std::string literal(const J& v) const { return notation_ ? notation_->literal(v) : dump(v); }
+  uint32_t any_value() { return notation_ ? notation_->any_value(b_) : add_any_json_value(b_); }
 
   uint32_t compile_object(const J& s, int depth) {
     std::vector<std::pair<std::string, const J*>> props;
@@ -209,16 +219,17 @@ class Compiler {
     std::optional<uint32_t> extra_value;
     if (s.contains("additionalProperties")) {
       const J& a = s["additionalProperties"];
-      if (!(a.is_boolean() && !a.get<bool>())) extra_value = a.is_boolean() ? add_any_json_value(b_) : compile(a, depth + 1);
+      if (!(a.is_boolean() && !a.get<bool>())) extra_value = a.is_boolean() ? any_value() : compile(a, depth + 1);
     }
+    if (notation_) notation_->order(props);
 
     const size_t n = props.size();
     std::vector<uint32_t> member(n);
     for (size_t i = 0; i < n; ++i) {
       path_.push_back(props[i].first);
-      uint32_t value = props[i].second ? compile(*props[i].second, depth + 1) : add_any_json_value(b_);
+      uint32_t value = props[i].second ? compile(*props[i].second, depth + 1) : any_value();
       path_.pop_back();
-      std::vector<Elem> seq = b_.literal(dump(J(props[i].first)) + ":");
+      std::vector<Elem> seq = b_.literal(notation_ ? notation_->key(props[i].first) : dump(J(props[i].first)) + ":");
       seq.push_back(GrammarBuilder::call(value));
       member[i] = b_.rule_of({seq});
     }
@@ -226,8 +237,10 @@ class Compiler {
     // first[i]: members i.. when none was written yet; after[i]: when one was (comma first).
     uint32_t first_tail = b_.empty_rule(), after_tail = b_.empty_rule();
     if (extra_value) {
-      std::vector<Elem> kv{b_.byte('"'), GrammarBuilder::string_body(), b_.byte('"'), b_.byte(':'),
-                           GrammarBuilder::call(*extra_value)};
+      const std::vector<Elem> kv =
+          notation_ ? std::vector<Elem>{GrammarBuilder::call(notation_->any_key(b_)), GrammarBuilder::call(*extra_value)}
+                    : std::vector<Elem>{b_.byte('"'), GrammarBuilder::string_body(), b_.byte('"'), b_.byte(':'),
+                                        GrammarBuilder::call(*extra_value)};
       const uint32_t extra_member = b_.rule_of({kv});
       first_tail = b_.repeat(extra_member, 0, -1, b_.rule_of({{comma}}));
       after_tail = b_.star(b_.rule_of({{comma, GrammarBuilder::call(extra_member)}}));
@@ -262,7 +275,7 @@ class Compiler {
     }
     std::optional<uint32_t> item;
     if (!s.contains("items") || !(s["items"].is_boolean() && !s["items"].get<bool>()))
-      item = s.contains("items") ? compile(s["items"], depth + 1) : add_any_json_value(b_);
+      item = s.contains("items") ? compile(s["items"], depth + 1) : any_value();
     const uint32_t comma = b_.rule_of({{b_.byte(',')}});
     const int64_t k = int64_t(prefix.size());
     uint32_t body;
@@ -307,9 +320,9 @@ class Compiler {
         items = &resolve((*items)["$ref"]);
       }
       if (items->is_object() && items->contains("enum") && (*items)["enum"].is_array())
-        for (const auto& v : (*items)["enum"]) values.push_back(dump(v));
+        for (const auto& v : (*items)["enum"]) values.push_back(literal(v));
       else if (items->is_object() && items->contains("const"))
-        values.push_back(dump((*items)["const"]));
+        values.push_back(literal((*items)["const"]));
       else if (items->is_object() && items->value("type", J()) == "boolean")
         values = {"true", "false"};
     }
@@ -416,6 +429,7 @@ class Compiler {
   GrammarBuilder& b_;
   const J& root_;
   JsonSchemaOptions options_;
+  const ValueNotation* notation_;
   std::map<std::string, uint32_t> refs_;
   std::vector<std::string> path_;
 };

@@ -22,15 +22,6 @@ constexpr std::string_view kParameterClose = "</parameter>";
   throw InputError("tool call: parameter '" + key + "': " + why);
 }
 
-// Bare text of `inside` that never holds the closing tag (the reader ends a value there).
-uint32_t without_closing_tag(GrammarBuilder& b, uint32_t inside, const std::string& key) {
-  const Elem any = GrammarBuilder::call(b.star(add_text_char(b)));
-  std::vector<Elem> containing{any};
-  for (const Elem& e : b.literal(kParameterClose)) containing.push_back(e);
-  containing.push_back(any);
-  return add_intersection(b, inside, b.rule_of({containing}), Combine::FIRST_NOT_SECOND, "parameter '" + key + "'", false);
-}
-
 int64_t length_bound(const J& s, const char* name, const std::string& key) {
   if (!s[name].is_number_integer() || s[name].get<int64_t>() < 0 || s[name].get<int64_t>() > kMaxRepeat)
     refuse(key, std::string("'") + name + "' must be an integer from 0 to " + std::to_string(kMaxRepeat));
@@ -56,6 +47,12 @@ uint32_t string_value(GrammarBuilder& b, const J& s, const std::string& key) {
     }
     return rule;
   }
+  return add_bare_text(b, s, kParameterClose, key);
+}
+
+}  // namespace
+
+uint32_t add_bare_text(GrammarBuilder& b, const J& s, std::string_view never, const std::string& key) {
   const bool any_format = s.contains("format") && (s["format"] == "password" || s["format"] == "binary");
   const bool format = s.contains("format") && !any_format, pattern = s.contains("pattern");
   if ((format && !s["format"].is_string()) || (pattern && !s["pattern"].is_string()))
@@ -71,12 +68,18 @@ uint32_t string_value(GrammarBuilder& b, const J& s, const std::string& key) {
     const uint32_t counted = b.repeat(add_text_char(b), min, max);
     inside = format || pattern ? add_intersection(b, inside, counted, Combine::BOTH, "parameter '" + key + "'", false) : counted;
   }
-  return without_closing_tag(b, inside, key);
+  // Never the tag that ends the value (the reader ends it at the first one).
+  const Elem any = GrammarBuilder::call(b.star(add_text_char(b)));
+  std::vector<Elem> containing{any};
+  for (const Elem& e : b.literal(never)) containing.push_back(e);
+  containing.push_back(any);
+  return add_intersection(b, inside, b.rule_of({containing}), Combine::FIRST_NOT_SECOND, "parameter '" + key + "'", false);
 }
 
-// Numbers the reader can read back: JSON allows 1e999 and integers of any length, which
-// no double or int64 holds (the value would stay text). Every number schema without bounds
-// gets +-1e15, the widest the number grammar takes (number_range.h).
+namespace {
+
+}  // namespace
+
 void bound_numbers(J& s) {
   if (s.is_array()) {
     for (J& item : s) bound_numbers(item);
@@ -91,6 +94,8 @@ void bound_numbers(J& s) {
   }
   for (auto& [key, value] : s.items()) bound_numbers(value);
 }
+
+namespace {
 
 // A parameter's value, typed as the reader types it back.
 uint32_t value_rule(GrammarBuilder& b, const J& s, const J& root, const std::string& key) {

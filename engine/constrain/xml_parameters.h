@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,17 @@ namespace spark::constrain {
 // the first of its anyOf / oneOf branches that names one; "" when none does. `nullable`:
 // null is among them.
 std::string xml_value_type(const nlohmann::ordered_json& schema, bool& nullable);
+
+// Bare text under a string schema's format, pattern and lengths (characters, as JSON
+// Schema counts them) that never holds `never` (the tag its reader ends the text at);
+// `key` names the parameter in refusals. Shared with Gemma 4's strings (gemma_arguments.h).
+uint32_t add_bare_text(GrammarBuilder& b, const nlohmann::ordered_json& schema, std::string_view never,
+                       const std::string& key);
+
+// Numbers a reader can read back: JSON allows 1e999 and integers of any length, which no
+// double or int64 holds (the value would stay text). Every number schema in `schema` without
+// bounds gets +-1e15, the widest the number grammar takes (number_range.h).
+void bound_numbers(nlohmann::ordered_json& schema);
 
 // The parameters of a function whose parameters schema is `parameters` (an object schema).
 // Throws InputError for what the format cannot write (a key holding '>' or a newline) or

@@ -12,6 +12,10 @@ real model writes them.
   content and calls only. <|tool_response> (the model handing over to a tool) ends it.
 - Turn two: the calls and tool results sent back as OpenAI clients send them render as
   jinja2 renders them (the prompt's token count equals that of the reference's text).
+- Forced calls (tool_choice "required" and a named function, thinking off) open in the prompt
+  and the rest is held to the grammar of Gemma's argument notation: the random model, free
+  to write anything, writes calls whose arguments validate against the tool's schema
+  (jsonschema), every one of 100. Under "auto" every call the model opens is held the same.
 
 The tokenizer spells printable ASCII and newline one character a token, with Gemma 4's
 markers as special tokens and <turn|> (the end of a turn) as the EOS; so the forced ids are
@@ -20,7 +24,9 @@ the answer's characters and markers.
 import json
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
+import jsonschema
 import openai
 import pytest
 
@@ -227,3 +233,101 @@ def test_thinking_off_gives_content_and_calls_and_a_tool_response_ends_the_answe
             assert not calls and content.startswith("Checking the weather.\n<|tool_call>call:get_weather{")
     finally:
         s.stop()
+
+
+def validator_schema(schema):
+    """The schema as jsonschema reads it: OpenAPI's nullable as a type that admits null."""
+    if isinstance(schema, list):
+        return [validator_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: validator_schema(v) for k, v in schema.items() if k != "nullable"}
+    if schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+SCHEMA_OF = {t["function"]["name"]: validator_schema(t["function"]["parameters"]) for t in TOOLS}
+FORCED_RUNS = 100
+
+
+def why_invalid(choice, named=None):
+    """None when the choice is one call of a declared (or the named) function whose arguments
+    validate; else the reason."""
+    calls = choice.message.tool_calls or []
+    if len(calls) != 1:
+        return f"{len(calls)} calls; content {choice.message.content!r}"
+    name, arguments = calls[0].function.name, calls[0].function.arguments
+    if named and name != named:
+        return f"called {name}, not {named}"
+    if name not in SCHEMA_OF:
+        return f"called an undeclared {name!r}"
+    try:
+        jsonschema.validate(json.loads(arguments), SCHEMA_OF[name])
+    except (ValueError, jsonschema.ValidationError) as e:
+        return f"{type(e).__name__}: {str(e)[:200]} in {arguments[:300]!r}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def free_server(tmp_path_factory):
+    """The random model, nothing forced: what it writes is what the constraint allows."""
+    s = Server({"model.max_model_len": MAX_LEN, "engine.max_num_seqs": 10},
+               model=model_folder(tmp_path_factory.mktemp("free"))).wait_ready()
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("tool_choice", ["required", "book_trip"])
+def test_forced_calls_follow_the_schema(free_server, tool_choice):
+    """Thinking off (a thinking model's forced call is not opened in the prompt): by Gemma 4's
+    template's default for "required", said by the request for the named call."""
+    named = None if tool_choice == "required" else tool_choice
+    kwargs = {"chat_template_kwargs": {"enable_thinking": False}} if named else {}
+    choice_param = "required" if not named else {"type": "function", "function": {"name": named}}
+    with client(free_server) as c:
+        def one(seed):
+            return c.chat.completions.create(
+                model="gemma4_tiny", messages=QUESTION, tools=TOOLS, tool_choice=choice_param, temperature=1.0,
+                max_tokens=160, n=10, seed=seed, extra_body=kwargs).choices
+
+        runs = FORCED_RUNS // 2
+        with ThreadPoolExecutor(2) as pool:
+            choices = [ch for batch in pool.map(one, range(runs // 10)) for ch in batch]
+    assert len(choices) == runs
+    failures = [(ch.index, why) for ch in choices if (why := why_invalid(ch, named))]
+    assert not failures, failures[:5]
+    assert all(ch.finish_reason in ("tool_calls", "length") for ch in choices)
+    names = {ch.message.tool_calls[0].function.name for ch in choices}
+    print(f"{tool_choice}: {len(choices)} calls validate, to {sorted(names)}")
+    if named:
+        assert names == {named}
+    # Strings the random model wrote hold the notation's own punctuation and stay whole.
+    texts = [json.loads(ch.message.tool_calls[0].function.arguments) for ch in choices]
+    assert any(any(p in json.dumps(t) for p in (",", ":", "{", "}")) for t in texts)
+
+
+def test_auto_calls_the_model_opens_follow_the_schema(free_server):
+    """tool_choice "auto": the random model opens a call now and then (<|tool_call> is one of
+    its tokens); every call it opens is held to the grammar and reads back valid."""
+    with client(free_server) as c:
+        def one(seed):
+            return c.chat.completions.create(
+                model="gemma4_tiny", messages=QUESTION, tools=TOOLS, temperature=1.0, max_tokens=200, n=10, seed=seed,
+                extra_body={"chat_template_kwargs": {"enable_thinking": False}}).choices
+
+        with ThreadPoolExecutor(2) as pool:
+            choices = [ch for batch in pool.map(one, range(3)) for ch in batch]
+    calls, failures = 0, []
+    for ch in choices:
+        if "<|tool_call>" in (ch.message.content or "") and ch.finish_reason != "length":
+            failures.append(("an opened call was not parsed", ch.message.content))
+        for call in ch.message.tool_calls or []:
+            calls += 1
+            try:
+                jsonschema.validate(json.loads(call.function.arguments), SCHEMA_OF[call.function.name])
+            except (KeyError, ValueError, jsonschema.ValidationError) as e:
+                failures.append((call.function.name, repr(e)[:300]))
+    print(f"auto: {calls} calls in {len(choices)} answers")
+    assert calls, "the seeded random model opens a call in some answers"
+    assert not failures, failures[:5]

@@ -91,7 +91,7 @@ TEST_CASE("chat formats: each kind of template gets its format; one that shows n
   CHECK(find_chat_format("gemma4")->reads_special_tokens());
 }
 
-TEST_CASE("chat formats: forced calls open in the prompt for the JSON formats, not for harmony") {
+TEST_CASE("chat formats: forced calls open in the prompt for the JSON formats and Gemma 4, not for harmony") {
   const auto tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
   const std::string f = "f";
   CHECK(find_chat_format("hermes")->force_call(tools, nullptr)->prefill == "<tool_call>\n{\"name\": \"");
@@ -100,10 +100,14 @@ TEST_CASE("chat formats: forced calls open in the prompt for the JSON formats, n
   CHECK(find_chat_format("llama3")->force_call(tools, &f)->prefill == "{\"name\": \"f\", \"parameters\": ");
   CHECK(find_chat_format("llama3")->force_call(tools, nullptr)->rest.tools.at(0).first == "f\", \"parameters\": ");
   CHECK(!find_chat_format("harmony")->force_call(tools, &f));
-  // Gemma 4's arguments have no grammar here: its calls stay free, forced or not.
-  CHECK(!find_chat_format("gemma4")->force_call(tools, &f));
-  CHECK(!find_chat_format("gemma4")->force_call(tools, nullptr));
-  CHECK(find_chat_format("gemma4")->auto_trigger(tools, nullptr) == nullptr);
+  // Gemma 4: the call opens in the prompt up to the name (through it when named).
+  CHECK(find_chat_format("gemma4")->force_call(tools, &f)->prefill == "<|tool_call>call:f");
+  CHECK(find_chat_format("gemma4")->force_call(tools, nullptr)->prefill == "<|tool_call>call:");
+  CHECK(find_chat_format("gemma4")->force_call(tools, nullptr)->rest.tools.at(0).first == "f");
+  CHECK(find_chat_format("gemma4")->force_call(tools, nullptr)->rest.closing == "<tool_call|>");
+  const auto trigger = find_chat_format("gemma4")->auto_trigger(tools, nullptr);
+  REQUIRE(trigger);
+  CHECK(trigger->opening == "<|tool_call>");
 }
 
 TEST_CASE("chat formats: Gemma 4's published template is detected as gemma4") {
@@ -111,6 +115,14 @@ TEST_CASE("chat formats: Gemma 4's published template is detected as gemma4") {
   REQUIRE_MESSAGE(in, "gemma4 chat_template.jinja missing " << testing::fixtures_hint());
   const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(std::string(detect_chat_format(TemplateText{source, source}).name()) == "gemma4");
+  // It thinks in its thought channel when enable_thinking asks it to.
+  CHECK(template_thinks(TemplateText{source, source}));
+  CHECK(!template_thinks_unasked(TemplateText{source, source}));  // only when enable_thinking is true
+  const std::string qwen = "{{ '<think>\\n' }}";
+  CHECK(template_thinks(TemplateText{qwen, qwen}));
+  CHECK(template_thinks_unasked(TemplateText{qwen, qwen}));
+  const std::string no_switch = "{{ '<|channel>thought\n<channel|>' }}";
+  CHECK(!template_thinks(TemplateText{no_switch, no_switch}));
 }
 
 TEST_CASE("chat formats: a format registered from outside is detected and parses answers") {

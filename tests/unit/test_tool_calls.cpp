@@ -3,8 +3,15 @@
 // of the text into deltas, and time that stays linear on hostile input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <random>
+#include <regex>
+#include <set>
 #include <nlohmann/json.hpp>
+
+#include "engine/constrain/constraint.h"
+#include "engine/util/check.h"
 
 #include "tests/unit/output_events.h"
 #include "web/chat_format/chat_format.h"
@@ -277,4 +284,197 @@ TEST_CASE("gemma4: hostile text parses in linear time and deep nesting is refuse
   CHECK(parse_whole(deep, gemma4()).calls.empty());
   std::string ok = "<|tool_call>call:f{a:" + std::string(20, '[') + std::string(20, ']') + "}<tool_call|>";
   CHECK(parse_whole(ok, gemma4()).calls.size() == 1);
+}
+
+namespace {
+
+using OJ = nlohmann::ordered_json;
+
+// Every kind of value the notation writes, and keys the template's dictsort puts out of the
+// schema's order ("Unit" before "where", case-insensitively).
+const OJ kGemmaTools = OJ::parse(R"([
+  {"type": "function", "function": {"name": "plan", "parameters": {"type": "object", "properties": {
+    "where": {"type": "object", "properties": {"name": {"type": "string"}, "lat": {"type": "number"}},
+              "required": ["name"]},
+    "city": {"type": "string"},
+    "Unit": {"type": "string", "enum": ["c", "f, \"quoted\" {x}", "x<tool_call|>y", "日本"]},
+    "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    "ratio": {"type": "number"},
+    "ok": {"type": "boolean"},
+    "note": {"type": ["string", "null"]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3},
+    "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+    "odd key": {"type": "integer"},
+    "anything": {}},
+    "required": ["city", "days", "where"]}}},
+  {"type": "function", "function": {"name": "ping"}}
+])");
+
+size_t code_points(const std::string& s) {
+  return size_t(std::count_if(s.begin(), s.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }));
+}
+
+// The arguments of `plan` against its schema, checked by hand.
+void check_plan_arguments(const nlohmann::json& a) {
+  REQUIRE(a.is_object());
+  const std::set<std::string> declared = {"where", "city", "Unit", "days", "ratio", "ok", "note", "tags", "code", "odd key", "anything"};
+  for (const auto& [key, value] : a.items()) CHECK(declared.count(key));
+  REQUIRE(a.contains("city"));
+  REQUIRE(a.contains("days"));
+  REQUIRE(a.contains("where"));
+  CHECK(a["city"].is_string());
+  CHECK(a["days"].is_number_integer());
+  CHECK(a["days"].get<int64_t>() >= 1);
+  CHECK(a["days"].get<int64_t>() <= 7);
+  CHECK(a["where"].is_object());
+  CHECK(a["where"]["name"].is_string());
+  if (a["where"].contains("lat")) CHECK(a["where"]["lat"].is_number());
+  for (const auto& [key, value] : a["where"].items()) CHECK((key == "name" || key == "lat"));
+  if (a.contains("Unit")) {
+    const std::set<std::string> units = {"c", "f, \"quoted\" {x}", "x<tool_call|>y", "日本"};
+    CHECK((a["Unit"].is_string() && units.count(a["Unit"].get<std::string>())));
+  }
+  if (a.contains("ratio")) CHECK(a["ratio"].is_number());
+  if (a.contains("ok")) CHECK(a["ok"].is_boolean());
+  if (a.contains("note")) CHECK((a["note"].is_string() || a["note"].is_null()));
+  if (a.contains("tags")) {
+    REQUIRE(a["tags"].is_array());
+    CHECK(a["tags"].size() <= 3);
+    for (const auto& t : a["tags"]) CHECK((t.is_string() && code_points(t.get<std::string>()) <= 5));
+  }
+  if (a.contains("code")) CHECK((a["code"].is_string() && std::regex_match(a["code"].get<std::string>(), std::regex("[A-Z]{3}"))));
+  if (a.contains("odd key")) CHECK(a["odd key"].is_number_integer());
+}
+
+std::string lowered(std::string s) {
+  for (char& c : s) c = char(std::tolower(uint8_t(c)));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("gemma4: a forced call opens in the prompt, and every call its grammar allows reads back valid") {
+  const ChatFormat& f = *find_chat_format("gemma4");
+  // Single bytes, and tokens that cross the notation's marks: the delimiter whole and in
+  // part, the closing tag, quotes, braces, commas, newlines and multi-byte characters.
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
+  for (const char* t : {"<|\"|>", "<|\"|", "<|", "\"|>", "<tool_call|>", "}<tool_call|>", "\"", "{", "},", ", ", ":{",
+                        "\n", "\\n", "日本", "é", "call:", "<|\"|>,", "true", "null", "-12", "3.5e"})
+    bytes.emplace_back(t);
+  const auto table = std::make_shared<const constrain::TokenTable>(bytes);
+  CHECK(f.auto_trigger(kGemmaTools, table) != nullptr);
+  std::mt19937 rng(41);
+  std::vector<uint64_t> mask;
+  const std::string named = "plan";
+  size_t strings_with_marks = 0;
+  std::set<std::string> called;
+  for (const std::string* name : {static_cast<const std::string*>(nullptr), &named}) {
+    const auto call = f.force_call(kGemmaTools, name);
+    REQUIRE(call);
+    CHECK(call->prefill == (name ? "<|tool_call>call:plan" : "<|tool_call>call:"));
+    const auto c = constrain::compile_constraint(call->rest, table);
+    for (int walk = 0; walk < 300; ++walk) {
+      auto m = c->new_matcher();
+      std::string text = call->prefill;
+      for (uint32_t left = 300; left > 0 && !(m->accepting() && m->finished()); --left) {
+        m->fill_mask(mask, left - 1);
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < int32_t(table->vocab_size()); ++t)
+          if ((mask[size_t(t) / 64] >> (t % 64)) & 1) allowed.push_back(t);
+        if (allowed.empty()) break;
+        const int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+        REQUIRE(m->advance(pick));
+        text += table->bytes(pick);
+      }
+      CAPTURE(text);
+      REQUIRE(m->accepting());
+      REQUIRE(text.size() > 12);
+      CHECK(text.substr(text.size() - 12) == "<tool_call|>");
+      Parsed p = parse_whole(text, gemma4());
+      CHECK(p.content.empty());
+      REQUIRE(p.calls.size() == 1);
+      if (name) CHECK(p.calls[0].name == named);
+      called.insert(p.calls[0].name);
+      if (p.calls[0].name == "ping") {
+        CHECK(args_of(p.calls[0]).is_object());
+        continue;
+      }
+      REQUIRE(p.calls[0].name == "plan");
+      check_plan_arguments(args_of(p.calls[0]));
+      // Keys in the template's order: sorted, case-insensitively.
+      std::vector<std::string> keys;
+      const OJ written = OJ::parse(p.calls[0].arguments);
+      for (const auto& [key, value] : written.items()) keys.push_back(lowered(key));
+      CHECK(std::is_sorted(keys.begin(), keys.end()));
+      const nlohmann::json args = args_of(p.calls[0]);
+      const std::string city = args["city"].get<std::string>();
+      strings_with_marks += city.find_first_of("{},:\"\n") != std::string::npos;
+      if (walk < 20) check_all_splits(text, gemma4());
+    }
+  }
+  MESSAGE(strings_with_marks << " of 600 calls wrote the notation's punctuation inside a string");
+  CHECK(strings_with_marks > 100);
+  CHECK(called == std::set<std::string>{"ping", "plan"});
+}
+
+TEST_CASE("gemma4: calls the grammar holds to, written by hand: accepted ones parse, others are refused") {
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
+  const auto table = std::make_shared<const constrain::TokenTable>(bytes);
+  const auto call = find_chat_format("gemma4")->force_call(kGemmaTools, nullptr);
+  const auto c = constrain::compile_constraint(call->rest, table);
+  auto accepts = [&](const std::string& rest) {
+    auto m = c->new_matcher();
+    return m->advance_bytes(rest) && m->accepting();
+  };
+  const std::string ok =
+      "plan{anything:{k:[1,<|\"|>two<|\"|>,null]},city:<|\"|>a, b: {c} [d]\n\"e\" <tool_call|> é<|\"|>,code:<|\"|>ABC<|\"|>,"
+      "days:7,note:null,odd key:-3,ok:false,ratio:-2.5,tags:[<|\"|>日本語<|\"|>],Unit:<|\"|>f, \"quoted\" {x}<|\"|>,"
+      "where:{lat:1.5,name:<|\"|><|\"|>}}<tool_call|>";
+  CHECK(accepts(ok));
+  Parsed p = parse_whole("<|tool_call>call:" + ok, gemma4());
+  REQUIRE(p.calls.size() == 1);
+  check_plan_arguments(args_of(p.calls[0]));
+  CHECK(args_of(p.calls[0])["city"] == "a, b: {c} [d]\n\"e\" <tool_call|> é");
+  CHECK(accepts("ping{}<tool_call|>"));
+  CHECK(accepts("plan{city:<|\"|>x<|\"|>,days:1,where:{name:<|\"|>y<|\"|>}}<tool_call|>"));
+  CHECK(!accepts("plan{days:1,city:<|\"|>x<|\"|>,where:{name:<|\"|>y<|\"|>}}<tool_call|>"));  // out of order
+  CHECK(!accepts("plan{city:<|\"|>x<|\"|>,where:{name:<|\"|>y<|\"|>}}<tool_call|>"));          // days missing
+  CHECK(!accepts("plan{city:<|\"|>x<|\"|>,days:8,where:{name:<|\"|>y<|\"|>}}<tool_call|>"));   // above maximum
+  CHECK(!accepts("plan{city:\"x\",days:1,where:{name:<|\"|>y<|\"|>}}<tool_call|>"));           // JSON's quotes
+  CHECK(!accepts("plan{city:<|\"|>x<|\"|>,days:1,Unit:<|\"|>k<|\"|>,where:{name:<|\"|>y<|\"|>}}<tool_call|>"));
+  CHECK(!accepts("plan{city:<|\"|>x<|\"|>,code:<|\"|>AB<|\"|>,days:1,where:{name:<|\"|>y<|\"|>}}<tool_call|>"));
+  CHECK(!accepts("plan{city:<|\"|>x<|\"|>,days:1,tags:[<|\"|>abcdef<|\"|>],where:{name:<|\"|>y<|\"|>}}<tool_call|>"));
+  CHECK(!accepts("nope{}<tool_call|>"));
+  // Numbers a double holds, as the reader types them: no exponent past 1e15.
+  CHECK(!accepts("plan{city:<|\"|>x<|\"|>,days:1,ratio:1e999,where:{name:<|\"|>y<|\"|>}}<tool_call|>"));
+}
+
+TEST_CASE("gemma4: names the notation cannot write are refused; hostile schemas are refused as JSON's grammar refuses them") {
+  const ChatFormat& f = *find_chat_format("gemma4");
+  const auto refusal = [&](const std::string& parameters) {
+    try {
+      constrain::build_grammar(
+          f.force_call(OJ::parse(R"([{"type":"function","function":{"name":"a","parameters":)" + parameters + "}}]"), nullptr)->rest);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THROWS_AS(f.force_call(OJ::parse(R"([{"type":"function","function":{"name":"a{b"}}])"), nullptr), InputError);
+  CHECK_THROWS_AS(f.force_call(OJ::parse(R"([{"type":"function","function":{"name":"a b"}}])"), nullptr), InputError);
+  CHECK(refusal(R"({"type":"object","properties":{"x":{"type":"string","enum":["a<|\"|>b"]}}})").find("<|\"|>") != std::string::npos);
+  CHECK(refusal(R"({"type":"object","properties":{"x":{"not":{}}}})").find("unsupported keyword 'not'") != std::string::npos);
+  CHECK(refusal(R"({"type":"object","patternProperties":{}})").find("patternProperties") != std::string::npos);
+  CHECK(refusal(R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})").find("$ref") != std::string::npos);
+  CHECK(refusal(R"({"type":"object","properties":{"x":{"type":"string","format":"hostname"}}})").find("hostname") != std::string::npos);
+  std::string deep;
+  for (int i = 0; i < 200; ++i) deep += R"({"type":"object","properties":{"a":)";
+  deep += "{}" + std::string(400, '}');
+  CHECK(refusal(deep).find("deeper") != std::string::npos);
+  OJ big = {{"type", "object"}, {"properties", {{"x", {{"enum", OJ::array()}}}}}};
+  for (int i = 0; i < 100000; ++i) big["properties"]["x"]["enum"].push_back("value-" + std::to_string(i));
+  CHECK(refusal(big.dump()).find("too large") != std::string::npos);
+  CHECK(refusal(R"({"type":"object","properties":{"x":{"type":"string","maxLength":2,"minLength":3}}})").find("maxLength") != std::string::npos);
 }

@@ -7,14 +7,17 @@
 // arguments arrive as a JSON string as that string between the braces, so
 // call:NAME{{"k": 1}} reads as JSON. <turn|> ends the answer, and <|tool_response> (the model
 // handing over to a tool) does too; what follows either is not the model's answer.
-// Calls are not held to a grammar: no constraint in engine/constrain writes this notation,
-// so forced and "auto" calls alike stay free (the prompt still asks for a forced call).
+// Calls are held to a grammar (engine/constrain/gemma_arguments.h): forced ones from the
+// prompt's "<|tool_call>call:", under "auto" from the model's <|tool_call>. The markers are
+// special tokens, which a constrained call never samples (token_table.h): there they are
+// spelled in plain text, which reads back the same.
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/util/check.h"
 #include "web/chat_format/json_call.h"
 #include "web/chat_format/think.h"
 
@@ -363,10 +366,36 @@ class Gemma4 : public ChatFormat {
     return text.with_tools.find(kCallOpen) != std::string::npos && text.with_tools.find(kQuote) != std::string::npos;
   }
   bool reads_special_tokens() const override { return true; }
-  std::optional<ForcedCall> force_call(const J&, const std::string*) const override { return std::nullopt; }
+  std::optional<ForcedCall> force_call(const J& tools, const std::string* named) const override {
+    ForcedCall f;
+    f.prefill = std::string(kCallOpen) + std::string(kCallPrefix) + (named ? *named : "");
+    f.rest = call_spec(tools, "", named);
+    return f;
+  }
   std::shared_ptr<constrain::ToolTrigger> auto_trigger(
-      const J&, const std::shared_ptr<const constrain::TokenTable>&) const override {
-    return nullptr;
+      const J& tools, const std::shared_ptr<const constrain::TokenTable>& table) const override {
+    auto trigger = std::make_shared<constrain::ToolTrigger>();
+    trigger->format = constrain::ToolTrigger::Format::TAG;
+    trigger->opening = std::string(kCallOpen);
+    trigger->call = constrain::compile_constraint(call_spec(tools, std::string(kCallPrefix), nullptr), table);
+    return trigger;
+  }
+  // The call after `before_name`: each declared function's name (unless `named`), its
+  // arguments, and the closing tag.
+  static constrain::ConstraintSpec call_spec(const J& tools, const std::string& before_name, const std::string* named) {
+    constrain::ConstraintSpec s;
+    s.kind = constrain::ConstraintSpec::Kind::GEMMA_TOOL_CALL;
+    s.closing = std::string(kCallClose);
+    for (const auto& t : tools) {
+      const J& fn = t["function"];
+      const std::string name = fn["name"].get<std::string>();
+      if (named && name != *named) continue;
+      if (name.empty() || name.find_first_of("{ \n\t\r") != std::string::npos)
+        throw InputError("tool call: Gemma 4's notation cannot write the function name '" + name +
+                         "' ('{' or whitespace)");
+      s.tools.emplace_back(named ? "" : before_name + name, function_parameters(fn).dump());
+    }
+    return s;
   }
   // The channel is read here, whatever `reasoning` says: its tokens cannot be anything else.
   std::unique_ptr<OutputParser> make_parser(const OutputParserOptions& options) const override {

@@ -103,6 +103,12 @@ class ThinkParser : public OutputParser {
 }  // namespace
 
 bool template_thinks(const TemplateText& text) {
+  // Gemma 4 thinks in its thought channel, when enable_thinking asks it to.
+  auto channel = [](const std::string& t) { return contains(t, "<|channel>thought") && contains(t, "enable_thinking"); };
+  return template_thinks_unasked(text) || channel(text.without_tools) || channel(text.with_tools);
+}
+
+bool template_thinks_unasked(const TemplateText& text) {
   return contains(text.without_tools, kThinkOpen) || contains(text.with_tools, kThinkOpen);
 }
 

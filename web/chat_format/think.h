@@ -12,7 +12,11 @@
 
 namespace spark {
 
+// The template writes <think> reasoning, or Gemma 4's thought channel (enable_thinking).
 bool template_thinks(const TemplateText& text);
+// Whether it thinks when the request does not say (no enable_thinking): <think> templates
+// do; Gemma 4's writes an empty thought channel unless enable_thinking is true.
+bool template_thinks_unasked(const TemplateText& text);
 // The rendered prompt ends by opening <think> (the model's reasoning starts at once).
 bool prompt_opens_reasoning(std::string_view prompt_text);
 

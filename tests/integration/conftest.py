@@ -1,6 +1,7 @@
 """Shared helpers for the integration tests: where things are, and a real sparkd server."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,6 +70,34 @@ def emulated_model_settings():
     d = _emulated_model_dir
     return {"model.path": str(d), "model.load_format": "dummy", "model.tokenizer": str(MODEL),
             "model.chat_template": str(d / "chat_template.jinja"), "model.name": model_id()}
+
+
+def character_chat_model(dest, special, eos_id, bos_token, eos_token, template, max_len=4096):
+    """The tiny Nemotron-H (tests/golden/models/nemotron_h) as a chat model for the chat-format
+    tests, in folder `dest`: a character tokenizer (printable ASCII and newline as themselves,
+    other ids as CJK characters the tests never write), `special` ({text: id}) as special tokens,
+    room for `max_len` positions (its attention has no positions: only a bound) and `template`
+    beside it as chat_template.jinja, as releases ship it."""
+    shutil.copytree(REPO / "tests" / "golden" / "models" / "nemotron_h", dest)
+    config = json.loads((dest / "config.json").read_text())
+    config["max_position_embeddings"] = max_len
+    (dest / "config.json").write_text(json.dumps(config))
+    ascii_ids = list(range(32, 127)) + [10]
+    vocab = {chr(i) if i in ascii_ids else chr(0x4E00 + i): i for i in range(256)}
+    vocab = {t: i for t, i in vocab.items() if i not in special.values()}
+    vocab.update(special)
+    (dest / "tokenizer.json").write_text(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "normalizer": None, "pre_tokenizer": None,
+        "post_processor": None, "decoder": {"type": "Fuse"},
+        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for t, i in special.items()],
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                  "merges": []}}))
+    (dest / "tokenizer_config.json").write_text(json.dumps({"bos_token": bos_token, "eos_token": eos_token}))
+    (dest / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_id}))
+    shutil.copyfile(template, dest / "chat_template.jinja")
+    return dest
 
 
 def free_port():

@@ -23,23 +23,20 @@ the answer's characters and markers.
 """
 import json
 import re
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
 import openai
 import pytest
 
-from conftest import FIXTURES, REPO, SPARKD_TEST_HOOKS, Server, assemble_chat_stream
+from conftest import FIXTURES, SPARKD_TEST_HOOKS, Server, assemble_chat_stream, character_chat_model
 import gen_template_golden as reference
 
 TEMPLATE_PATH = "tokenizers/gemma4/chat_template.jinja"
-TINY = REPO / "tests" / "golden" / "models" / "nemotron_h"
 BOS, EOS = 1, 2
 SPECIAL = {"<bos>": BOS, "<turn|>": EOS, "<|turn>": 3, "<|tool_call>": 4, "<tool_call|>": 5, "<|\"|>": 6,
            "<|channel>": 7, "<channel|>": 8, "<|tool_response>": 9, "<tool_response|>": 11, "<|tool>": 12,
            "<tool|>": 13, "<|think|>": 14}
-BASE_CJK = 0x4E00  # ids that are not ASCII or markers spell CJK characters, never written here
 MAX_LEN = 4096
 SPECIAL_RE = re.compile("|".join(re.escape(t) for t in sorted(SPECIAL, key=len, reverse=True)))
 
@@ -103,29 +100,9 @@ def model_turn(calls, reasoning=None, content=""):
 
 
 def model_folder(tmp_path):
-    """The tiny Nemotron-H with the character tokenizer, room for the template's prompts, and
-    Gemma 4's chat template beside it as the release ships it (chat_template.jinja)."""
-    d = tmp_path / "gemma4_tiny"
-    shutil.copytree(TINY, d)
-    config = json.loads((d / "config.json").read_text())
-    config["max_position_embeddings"] = MAX_LEN  # no positions in its attention: only a bound
-    (d / "config.json").write_text(json.dumps(config))
-    ascii_ids = list(range(32, 127)) + [10]
-    vocab = {chr(i) if i in ascii_ids else chr(BASE_CJK + i): i for i in range(256)}
-    vocab = {t: i for t, i in vocab.items() if i not in SPECIAL.values()}
-    vocab.update(SPECIAL)
-    (d / "tokenizer.json").write_text(json.dumps({
-        "version": "1.0", "truncation": None, "padding": None, "normalizer": None, "pre_tokenizer": None,
-        "post_processor": None, "decoder": {"type": "Fuse"},
-        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                          "normalized": False, "special": True} for t, i in SPECIAL.items()],
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
-                  "merges": []}}))
-    (d / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<bos>", "eos_token": "<turn|>"}))
-    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": EOS}))
-    shutil.copyfile(FIXTURES / TEMPLATE_PATH, d / "chat_template.jinja")
-    return d
+    """The tiny Nemotron-H as a chat model with Gemma 4's markers and chat template."""
+    return character_chat_model(tmp_path / "gemma4_tiny", SPECIAL, EOS, "<bos>", "<turn|>", FIXTURES / TEMPLATE_PATH,
+                                MAX_LEN)
 
 
 def token_ids(text):

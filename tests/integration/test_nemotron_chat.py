@@ -20,21 +20,18 @@ The tokenizer spells printable ASCII and newline one character a token, with <|i
 answer's characters.
 """
 import json
-import shutil
 
 import openai
 import pytest
 import requests
 
-from conftest import FIXTURES, REPO, SPARKD_TEST_HOOKS, Server, assemble_chat_stream
+from conftest import FIXTURES, SPARKD_TEST_HOOKS, Server, assemble_chat_stream, character_chat_model
 import gen_template_golden as reference
 
 
 TEMPLATE = FIXTURES / "templates" / "nemotron_3_nano" / "chat_template.jinja"
-TINY = REPO / "tests" / "golden" / "models" / "nemotron_h"
 EOS, IM_START = 2, 3
 SPECIAL = {"<|im_end|>": EOS, "<|im_start|>": IM_START}
-BASE_CJK = 0x4E00  # ids that are not ASCII spell CJK characters, never written here
 MAX_LEN = 4096  # the template's tool instructions alone are ~1,400 characters, a token each
 
 TOOLS = [{"type": "function", "function": {
@@ -63,29 +60,8 @@ QUESTION = [{"role": "system", "content": "You are terse."}, {"role": "user", "c
 
 
 def model_folder(tmp_path):
-    """The tiny Nemotron-H with the character tokenizer, room for the template's prompts, and
-    Nemotron-3's chat template beside it as the release ships it (chat_template.jinja)."""
-    d = tmp_path / "nemotron_h"
-    shutil.copytree(TINY, d)
-    config = json.loads((d / "config.json").read_text())
-    config["max_position_embeddings"] = MAX_LEN  # no positions in its attention: only a bound
-    (d / "config.json").write_text(json.dumps(config))
-    ascii_ids = list(range(32, 127)) + [10]
-    vocab = {chr(i) if i in ascii_ids else chr(BASE_CJK + i): i for i in range(256)}
-    vocab = {t: i for t, i in vocab.items() if i not in SPECIAL.values()}
-    vocab.update(SPECIAL)
-    (d / "tokenizer.json").write_text(json.dumps({
-        "version": "1.0", "truncation": None, "padding": None, "normalizer": None, "pre_tokenizer": None,
-        "post_processor": None, "decoder": {"type": "Fuse"},
-        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                          "normalized": False, "special": True} for t, i in SPECIAL.items()],
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
-                  "merges": []}}))
-    (d / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "<|im_end|>"}))
-    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": EOS}))
-    shutil.copyfile(TEMPLATE, d / "chat_template.jinja")
-    return d
+    """The tiny Nemotron-H as a chat model with Nemotron-3's markers and chat template."""
+    return character_chat_model(tmp_path / "nemotron_h", SPECIAL, EOS, "<s>", "<|im_end|>", TEMPLATE, MAX_LEN)
 
 
 def forced(text):

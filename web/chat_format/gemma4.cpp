@@ -39,17 +39,6 @@ constexpr std::string_view kResponseOpen = "<|tool_response>";
 // Arguments nest shallowly; deeper text is not a call we would hand to a client.
 constexpr size_t kMaxDepth = 32;
 
-size_t skip_space(std::string_view s, size_t at) {
-  while (at < s.size() && is_space(s[at])) ++at;
-  return at;
-}
-
-std::string_view trim(std::string_view s) {
-  s.remove_prefix(skip_space(s, 0));
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 // ---- reading one call ------------------------------------------------------------------------
 
 // A recursive-descent reader of the argument notation over one call's body; each byte is
@@ -116,7 +105,7 @@ class ArgumentReader {
     if (at_ < s_.size() && s_[at_] == '"') return read_json_string(key);
     const size_t colon = s_.find(':', at_);
     if (colon == std::string_view::npos) return false;
-    const std::string_view bare = trim(s_.substr(at_, colon - at_));
+    const std::string_view bare = trim_space(s_.substr(at_, colon - at_));
     if (bare.empty() || bare.find_first_of("{}[],\n") != std::string_view::npos) return false;
     key = std::string(bare);
     at_ = colon;
@@ -157,7 +146,7 @@ class ArgumentReader {
   // A number, true / false, or null / None; any other word stays the text it is.
   bool bare(J& out) {
     const size_t end = s_.find_first_of(",}]", at_);
-    const std::string_view word = trim(s_.substr(at_, end == std::string_view::npos ? end : end - at_));
+    const std::string_view word = trim_space(s_.substr(at_, end == std::string_view::npos ? end : end - at_));
     if (word.empty()) return false;
     at_ = end == std::string_view::npos ? s_.size() : end;
     if (word == "true" || word == "True") {
@@ -185,13 +174,13 @@ bool read_gemma_call(std::string_view body, std::vector<ToolCall>& calls) {
   const size_t brace = body.find('{', at);
   if (brace == std::string_view::npos) return false;
   ToolCall call;
-  call.name = std::string(trim(body.substr(at, brace - at)));
+  call.name = std::string(trim_space(body.substr(at, brace - at)));
   if (call.name.empty() || call.name.find_first_of(" \n\t") != std::string::npos) return false;
   J arguments;
   // A JSON string's arguments, printed between the braces as they came.
-  std::string_view rest = trim(body.substr(brace));
+  std::string_view rest = trim_space(body.substr(brace));
   std::string_view inner = rest.substr(1, rest.size() >= 2 ? rest.size() - 2 : 0);
-  if (rest.size() >= 2 && rest.back() == '}' && trim(inner).substr(0, 1) == "{" &&
+  if (rest.size() >= 2 && rest.back() == '}' && trim_space(inner).substr(0, 1) == "{" &&
       json_depth(inner, kMaxDepth) <= kMaxDepth)
     arguments = J::parse(inner, nullptr, /*allow_exceptions=*/false);
   if (!arguments.is_object()) {

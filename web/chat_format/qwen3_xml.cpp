@@ -38,17 +38,6 @@ constexpr size_t kMaxValueJsonDepth = 32;
 
 bool starts_with(std::string_view s, size_t at, std::string_view what) { return s.substr(at, what.size()) == what; }
 
-size_t skip_space(std::string_view s, size_t at) {
-  while (at < s.size() && is_space(s[at])) ++at;
-  return at;
-}
-
-std::string_view trim(std::string_view s) {
-  s.remove_prefix(skip_space(s, 0));
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 std::string lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = char(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
@@ -66,7 +55,7 @@ J typed_value(std::string_view raw, const J* schema) {
   if (!schema) return std::string(raw);
   bool nullable = false;
   const std::string type = constrain::xml_value_type(*schema, nullable);
-  const std::string_view text = trim(raw);
+  const std::string_view text = trim_space(raw);
   if (nullable && is_null_word(text)) return nullptr;
   if (type.empty() || type == "string") return std::string(raw);
   if (is_null_word(text)) return nullptr;  // vLLM reads these as null for any other type
@@ -116,7 +105,7 @@ size_t value_end(std::string_view body, size_t from) {
 bool read_name(std::string_view body, size_t& at, std::string& name) {
   const size_t close = body.find('>', at);
   if (close == std::string_view::npos) return false;
-  name = std::string(trim(body.substr(at, close - at)));
+  name = std::string(trim_space(body.substr(at, close - at)));
   at = close + 1;
   return !name.empty() && name.find('\n') == std::string::npos;
 }

@@ -136,6 +136,17 @@ std::unique_ptr<OutputParser> think_then(const OutputParserOptions& options, std
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
+size_t skip_space(std::string_view s, size_t at) {
+  while (at < s.size() && is_space(s[at])) ++at;
+  return at;
+}
+
+std::string_view trim_space(std::string_view s) {
+  s.remove_prefix(skip_space(s, 0));
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
 bool emit_until(std::string& buf, std::string_view tag, OutputEvent::Kind kind, bool final,
                 std::vector<OutputEvent>& out) {
   bool partial = false;

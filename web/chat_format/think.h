@@ -43,6 +43,9 @@ std::unique_ptr<AnswerSplitter> content_only();
 std::unique_ptr<OutputParser> think_then(const OutputParserOptions& options, std::unique_ptr<AnswerSplitter> answer);
 
 bool is_space(char c);
+// The first position at or after `at` that is not space; `s` without its outer space.
+size_t skip_space(std::string_view s, size_t at);
+std::string_view trim_space(std::string_view s);
 // Emits `buf` as `kind` up to `tag`. True when the tag is there whole (it is erased with
 // what came before it); false when buf is spent, or ends in what may be the tag's start
 // (kept until more text decides it, released when the text is final).

@@ -112,7 +112,8 @@ CASES = [
     ("detokenize-negative", "POST", "/detokenize", json.dumps({"tokens": [-1]}), 400, "tokens", "vocabulary"),
     ("tokenize-neither", "POST", "/tokenize", json.dumps({}), 400, "prompt", "exactly one"),
     ("get-on-post-route", "GET", CHAT, None, 405, None, "not allowed"),
-    ("unknown-route", "POST", "/v1/embeddings", "{}", 404, None, "no route"),
+    ("unknown-route", "POST", "/v1/audio/speech", "{}", 404, None, "no route"),
+    ("embeddings-on-a-chat-model", "POST", "/v1/embeddings", json.dumps({"input": "a"}), 400, "model", "chat model"),
     ("template-kwargs-list", "POST", CHAT, chat(chat_template_kwargs=[1]), 400, "chat_template_kwargs", "object"),
     # Accepted: what OpenAI accepts, we accept.
     ("unknown-fields-ignored", "POST", CHAT, chat(frobnicate={"x": [1, 2]}, metadata={"a": "b"}), 200, None, None),

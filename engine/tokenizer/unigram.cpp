@@ -66,10 +66,10 @@ void UnigramModel::build_trie() {
     int32_t node;
     size_t lo, hi, depth;
   };
-  std::vector<Range> todo{{add_node(0), 0, sorted.size(), 0}};
-  while (!todo.empty()) {
-    Range r = todo.back();
-    todo.pop_back();
+  std::vector<Range> pending{{add_node(0), 0, sorted.size(), 0}};
+  while (!pending.empty()) {
+    Range r = pending.back();
+    pending.pop_back();
     size_t k = r.lo;
     for (; k < r.hi && sorted[k].first.size() == r.depth; ++k) trie_.id[size_t(r.node)] = sorted[k].second;
     // All children of a node are made here, one after another, so they sit side by side.
@@ -79,7 +79,7 @@ void UnigramModel::build_trie() {
       const uint8_t b = uint8_t(sorted[k].first[r.depth]);
       size_t e = k;
       while (e < r.hi && uint8_t(sorted[e].first[r.depth]) == b) ++e;
-      todo.push_back({add_node(b), k, e, r.depth + 1});
+      pending.push_back({add_node(b), k, e, r.depth + 1});
       ++count;
       k = e;
     }

@@ -71,11 +71,13 @@ GgufVocab read_gguf_vocab(const GgufFile& f) {
   voc.eos_id = special_id(f, "tokenizer.ggml.eos_token_id", n);
   voc.unk_id = special_id(f, "tokenizer.ggml.unknown_token_id", n);
   voc.pad_id = special_id(f, "tokenizer.ggml.padding_token_id", n);
+  voc.sep_id = special_id(f, "tokenizer.ggml.seperator_token_id", n);
   // llama.cpp's defaults when the flags are absent: SentencePiece BPE vocabularies add BOS
   // and a leading space, Unigram ("t5") ones EOS and a leading space, byte-level BPE neither.
   bool spm = voc.model == "llama", t5 = voc.model == "t5";
   voc.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
   voc.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(t5);
+  voc.add_sep = f.get_bool("tokenizer.ggml.add_sep_token").value_or(false);
   voc.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm || t5);
   voc.remove_extra_whitespaces = f.get_bool("tokenizer.ggml.remove_extra_whitespaces").value_or(false);
   voc.chat_template = f.get_string("tokenizer.chat_template").value_or("");

@@ -16,7 +16,9 @@ struct GgufVocab {
   std::vector<int32_t> token_types; // 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
   std::vector<std::string> merges;  // "a b" pairs, highest priority first
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
+  int32_t sep_id = -1;  // tokenizer.ggml.seperator_token_id (llama.cpp's spelling)
   bool add_bos = false, add_eos = false;
+  bool add_sep = false;  // a pair puts SEP before its second text (XLM-R: <s> a </s></s> b </s>)
   bool add_space_prefix = false;
   bool remove_extra_whitespaces = false;  // "t5": runs of spaces become one
   std::string precompiled_charsmap;       // "t5": SentencePiece's normalization rules, raw bytes

@@ -84,6 +84,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return ids;
 }
 
+std::vector<int32_t> Tokenizer::encode_pair(std::string_view a, std::string_view b, bool add_special_tokens) const {
+  std::vector<int32_t> ids = encode(a, false);
+  const std::vector<int32_t> second = encode(b, false);
+  if (post_processor_) {
+    post_processor_->process_pair(ids, second, add_special_tokens);
+  } else {
+    ids.insert(ids.end(), second.begin(), second.end());
+  }
+  return ids;
+}
+
 namespace {
 
 // The text decode() starts from for `id`; null when it drops the id.

@@ -34,6 +34,10 @@ class Tokenizer {
   // parse_special: match special-token text in `text` (HF default true); false treats it as
   // plain text (safe for chat content). Ill-formed UTF-8 is read as U+FFFD.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true, bool parse_special = true) const;
+  // A pair (a cross-encoder's query and document) as HF encode(a, b) gives it: each text encoded
+  // without special tokens, then joined by the post-processor's pair form (XLM-R's
+  // <s> a </s></s> b </s>, BERT's [CLS] a [SEP] b [SEP]); plain concatenation without one.
+  std::vector<int32_t> encode_pair(std::string_view a, std::string_view b, bool add_special_tokens = true) const;
   // Ids outside the vocabulary are skipped, as in the reference. Output is valid UTF-8.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 

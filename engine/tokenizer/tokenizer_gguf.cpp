@@ -173,10 +173,14 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf_vocab(const GgufVocab& v) {
   }
   t->added_ = AddedVocabulary(std::move(added), nullptr);
   t->finish(v.model == "gpt2");
-  std::vector<int32_t> prefix, suffix;
+  std::vector<int32_t> prefix, suffix, sep;
   if (v.add_bos && v.bos_id >= 0) prefix.push_back(v.bos_id);
   if (v.add_eos && v.eos_id >= 0) suffix.push_back(v.eos_id);
-  if (!prefix.empty() || !suffix.empty()) t->post_processor_ = make_affix_processor(prefix, suffix);
+  // A pair is [BOS] a [EOS] [SEP] b [EOS], as llama.cpp lays out a rerank input without a
+  // template (XLM-R rerankers: <s> a </s></s> b </s>).
+  if (v.add_sep && v.sep_id >= 0) sep.push_back(v.sep_id);
+  if (!prefix.empty() || !suffix.empty() || !sep.empty())
+    t->post_processor_ = make_affix_processor(prefix, suffix, sep);
   t->bos_id_ = v.bos_id;
   t->eos_id_ = v.eos_id;
   if (v.bos_id >= 0) t->bos_token_ = v.tokens[size_t(v.bos_id)];

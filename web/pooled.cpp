@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/core/engine.h"
+#include "engine/model/pooling.h"
 #include "web/generation.h"
 #include "web/http_error.h"
 #include "web/openai_request.h"
@@ -49,7 +50,13 @@ void fit_context(const App& app, std::vector<std::vector<int32_t>>& inputs, int6
     auto& ids = inputs[i];
     const std::string where = param + "[" + std::to_string(i) + "]";
     if (ids.empty()) throw HttpError(400, where + " is empty: at least one token is needed", "invalid_request_error", where);
-    if (truncate != 0 && int64_t(ids.size()) > keep) ids.erase(ids.begin(), ids.end() - keep);
+    if (truncate != 0 && int64_t(ids.size()) > keep) {
+      // Never the pooled token: a last-token model keeps the end, a CLS one (an encoder) the
+      // start and its closing token, as sentence-transformers' max_seq_length cuts.
+      if (app.pooling->pooling != Pooling::CLS) ids.erase(ids.begin(), ids.end() - keep);
+      else if (keep == 1) ids.resize(1);
+      else ids.erase(ids.begin() + (keep - 1), ids.end() - 1);
+    }
     if (int64_t(ids.size()) > limit)
       throw HttpError(400,
                       where + " has " + std::to_string(ids.size()) + " tokens, more than the model's context of " +

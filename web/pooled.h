@@ -22,8 +22,9 @@ void require_role(const App& app, const char* role);
 // shares, its `model` checked against the served name.
 nlohmann::ordered_json pooled_request_body(const App& app, const std::string& body, const char* role);
 
-// Inputs longer than the context: a 400 naming `param`[index], or, with truncate > 0, the
-// last `truncate` tokens kept (vLLM's truncate_prompt_tokens; -1: the context's length).
+// Inputs longer than the context: a 400 naming `param`[index], or, with truncate > 0, cut to
+// `truncate` tokens (vLLM's truncate_prompt_tokens; -1: the context's length): the last ones
+// for a last-token model, the first ones and the closing token for a CLS-pooled encoder.
 void fit_context(const App& app, std::vector<std::vector<int32_t>>& inputs, int64_t truncate, const std::string& param);
 
 struct PooledOutputs {

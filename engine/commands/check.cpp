@@ -49,7 +49,11 @@ std::string describe_spec(const ModelInfo& info) {
       << d.k_head_dim << ", " << d.num_v_heads << " value heads x " << d.v_head_dim << ", conv kernel "
       << d.conv_kernel << "\n";
   }
-  if (s.no_rope) o << "  rope             none (attention without positions)";
+  if (s.encoder)
+    o << "  encoder          bidirectional attention, post-norm LayerNorm, GELU; learned positions (" << s.position_rows
+      << " rows from row " << s.position_offset << ")" << (s.type_vocab_size > 0 ? ", token type 0" : "") << "\n";
+  if (s.encoder) o << "  rope             none";
+  else if (s.no_rope) o << "  rope             none (attention without positions)";
   else o << "  rope             theta " << s.rope_theta;
   if (s.rotary_dim > 0 && s.rotary_dim != s.head_dim) o << ", " << s.rotary_dim << " of " << s.head_dim << " dims rotate";
   if (!s.rope_scaling.type.empty()) {
@@ -60,7 +64,8 @@ std::string describe_spec(const ModelInfo& info) {
   }
   o << "\n  vocab            " << s.vocab_size
     << (s.pooled ? ", no LM head (an embedder or reranker)" : s.tie_word_embeddings ? ", tied embeddings" : "") << "\n";
-  o << "  max positions    " << s.max_position_embeddings << ", rms_norm_eps " << s.rms_norm_eps << "\n";
+  o << "  max positions    " << s.max_position_embeddings << (s.encoder ? ", layer_norm_eps " : ", rms_norm_eps ")
+    << s.rms_norm_eps << "\n";
   if (s.num_experts > 0) {
     o << "  experts          " << s.num_experts << ", top " << s.num_experts_per_tok << ", moe_intermediate "
       << s.moe_intermediate_size << ", norm_topk_prob " << (s.norm_topk_prob ? "true" : "false")

@@ -43,16 +43,24 @@ constexpr auto kIdleWake = std::chrono::milliseconds(100);
 int64_t resolve_max_model_len(const Config& config, const ModelSpec& spec, int64_t num_kv_blocks) {
   const int64_t capacity = num_kv_blocks * config.engine.block_size;
   if (spec.max_position_embeddings <= 0) return config.model.max_model_len > 0 ? config.model.max_model_len : capacity;
-  const int64_t limit = effective_max_model_len(config, spec);
+  int64_t limit = effective_max_model_len(config, spec);
+  // An encoder runs each prompt whole in one step (SchedulerConfig::whole_prompts).
+  if (spec.encoder && limit > config.engine.max_num_batched_tokens) {
+    if (config.model.max_model_len > 0)
+      log_warn("engine: max_model_len is cut to engine.max_num_batched_tokens = ", config.engine.max_num_batched_tokens,
+               ": an encoder runs each input whole in one step");
+    limit = config.engine.max_num_batched_tokens;
+  }
   return config.model.max_model_len > 0 ? limit : std::min(limit, capacity);  // the scheduler checks the cache holds it
 }
 
-SchedulerConfig scheduler_config(const EngineConfig& e, int64_t max_model_len) {
+SchedulerConfig scheduler_config(const EngineConfig& e, const ModelSpec& spec, int64_t max_model_len) {
   SchedulerConfig s;
   s.max_num_seqs = e.max_num_seqs;
   s.max_num_batched_tokens = e.max_num_batched_tokens;
   s.max_model_len = max_model_len;
-  s.enable_chunked_prefill = e.enable_chunked_prefill;
+  s.enable_chunked_prefill = e.enable_chunked_prefill && !spec.encoder;
+  s.whole_prompts = spec.encoder;
   return s;
 }
 
@@ -69,6 +77,8 @@ bool prefix_caching_for(const EngineConfig& e, const ModelSpec& spec) {
   if (e.enable_prefix_caching && spec.has_recurrent_layers() && e.checkpoint_slots() == 0)
     log_warn("engine: prefix caching is off for a model with recurrent layers (", spec.architecture,
              ") without engine.state_checkpoints");
+  // An encoder's K and V of a prefix depend on the tokens after it: nothing is reusable.
+  if (spec.encoder) return false;
   return e.enable_prefix_caching && (!spec.has_recurrent_layers() || e.checkpoint_slots() > 0);
 }
 
@@ -109,7 +119,7 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
   // Each micro-batch slot gets its share of the sequences, so that decode-only traffic
   // fills every slot.
   const size_t slots = executor_->num_slots();
-  SchedulerConfig sc = scheduler_config(config.engine, admission_.max_model_len());
+  SchedulerConfig sc = scheduler_config(config.engine, spec, admission_.max_model_len());
   sc.max_num_seqs = std::max<int64_t>(1, (sc.max_num_seqs + int64_t(slots) - 1) / int64_t(slots));
   // Recurrent state: each slot's scheduler hands out its own range of state slots.
   const int64_t state_slots = state_slots_for(config.engine, spec, slots);

@@ -215,8 +215,9 @@ void Scheduler::build_batch(ScheduledStep& step) const {
     // the last token and every draft do.
     const auto last = static_cast<int32_t>(b.token_ids.size()) - 1;
     if (end == known && seq.returns_hidden) {
+      SPARK_CHECK(!config_.whole_prompts || start == 0, "an encoder's prompt split across steps");
       entry.hidden_row = static_cast<int32_t>(b.hidden_rows.size());
-      b.hidden_rows.push_back(last);
+      b.hidden_rows.push_back(config_.whole_prompts ? static_cast<int32_t>(b.token_ids.size() - (end - start)) : last);
     } else if (end == known) {
       entry.logits_row = static_cast<int32_t>(b.logits_rows.size());
       for (auto d = static_cast<int32_t>(entry.num_draft_tokens); d >= 0; --d) b.logits_rows.push_back(last - d);

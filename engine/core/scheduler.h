@@ -26,6 +26,10 @@ struct SchedulerConfig {
   // Drafts from an MTP head, which reads the model's final hidden state at every position:
   // each row of a sequence that may draft is a hidden row (StepEntry::draft_hidden_row).
   bool hidden_for_drafts = false;
+  // An encoder (ModelSpec::encoder): each prompt runs whole in one step, since every token
+  // attends to all of them (max_model_len must not exceed max_num_batched_tokens), and the
+  // hidden state a sequence returns is its first token's (CLS pooling).
+  bool whole_prompts = false;
 };
 
 // One sequence's part of a step: num_new_tokens rows of the batch, in entry order; when
@@ -34,7 +38,7 @@ struct SchedulerConfig {
 // seq->draft_tokens, and its last 1 + num_draft_tokens rows each get a logits row
 // (consecutive, from logits_row). A sequence that returns its hidden state instead
 // (Sequence::returns_hidden) gets hidden_row >= 0 on the chunk that ends its prompt:
-// its last row is batch.hidden_rows[hidden_row]. With SchedulerConfig::hidden_for_drafts,
+// its last row (first, with whole_prompts) is batch.hidden_rows[hidden_row]. With SchedulerConfig::hidden_for_drafts,
 // a sequence that may draft gets draft_hidden_row >= 0: its rows are the hidden rows from
 // there on, in order.
 struct StepEntry {

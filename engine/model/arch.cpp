@@ -25,6 +25,10 @@ constexpr PartNames kNames[kNumParts] = {
     {"mtp.fc", "nextn.eh_proj", "weight"},
     {"mtp.pre_fc_norm_embedding", "nextn.enorm", "weight"},
     {"mtp.pre_fc_norm_hidden", "nextn.hnorm", "weight"},
+    {"model.embed_positions", "position_embd", "weight"},
+    {"model.embed_token_types", "token_types", "weight"},
+    {"model.embed_norm", "token_embd_norm", "weight"},
+    {"model.embed_norm", "token_embd_norm", "bias"},
     {"input_layernorm", "attn_norm", "weight"},
     {"self_attn.q_proj", "attn_q", "weight"},
     {"self_attn.k_proj", "attn_k", "weight"},
@@ -74,6 +78,10 @@ constexpr PartNames kNames[kNumParts] = {
     {"mixer.dt_bias", "ssm_dt", ""},
     {"mixer.norm", "ssm_norm", "weight"},
     {"mixer.out_proj", "ssm_out", "weight"},
+    {"input_layernorm", "attn_norm", "bias"},
+    {"post_attention_layernorm", "ffn_norm", "bias"},
+    {"mlp.up_proj", "ffn_up", "bias"},
+    {"mlp.down_proj", "ffn_down", "bias"},
 };
 static_assert(std::size(kNames) == kNumParts);
 constexpr size_t kFirstLayerPart = static_cast<size_t>(Part::ATTN_NORM);
@@ -116,7 +124,7 @@ Counts count(const ModelSpec& s, LayerRange range) {
 bool part_is_norm(Part p) {
   return p == Part::FINAL_NORM || p == Part::ATTN_NORM || p == Part::FFN_NORM || p == Part::Q_NORM ||
          p == Part::K_NORM || p == Part::LIN_NORM || p == Part::MTP_EMBED_NORM || p == Part::MTP_HIDDEN_NORM ||
-         p == Part::SSM_NORM;
+         p == Part::SSM_NORM || p == Part::EMBED_NORM;
 }
 
 const std::vector<PartFamily>& part_families() {
@@ -127,7 +135,7 @@ const std::vector<PartFamily>& part_families() {
       {"experts", {Part::EXPERT_GATE, Part::EXPERT_UP, Part::EXPERT_DOWN, Part::SHARED_GATE, Part::SHARED_UP,
                    Part::SHARED_DOWN, Part::MOE_LATENT_IN, Part::MOE_LATENT_OUT}},
       {"lm_head", {Part::LM_HEAD}},
-      {"embedding", {Part::EMBEDDING}},
+      {"embedding", {Part::EMBEDDING, Part::POS_EMBEDDING, Part::TYPE_EMBEDDING}},
   };
   return families;
 }
@@ -175,11 +183,25 @@ std::vector<PartSpec> mamba2_parts(const ModelSpec& s) {
   return out;
 }
 
+// An encoder layer (ModelSpec::encoder): biased attention, its post-norm, a biased GELU MLP and
+// its post-norm.
+std::vector<PartSpec> encoder_layer_parts(const ModelSpec& s) {
+  const int64_t h = s.hidden_size, q_dim = s.num_heads * s.head_dim, kv_dim = s.num_kv_heads * s.head_dim;
+  const int64_t ff = s.intermediate_size;
+  return {{Part::Q, {q_dim, h}},       {Part::Q_BIAS, {q_dim}},     {Part::K, {kv_dim, h}},
+          {Part::K_BIAS, {kv_dim}},     {Part::V, {kv_dim, h}},      {Part::V_BIAS, {kv_dim}},
+          {Part::O, {h, q_dim}},        {Part::O_BIAS, {h}},         {Part::ATTN_NORM, {h}},
+          {Part::ATTN_NORM_BIAS, {h}},  {Part::UP, {ff, h}},         {Part::UP_BIAS, {ff}},
+          {Part::DOWN, {h, ff}},        {Part::DOWN_BIAS, {h}},      {Part::FFN_NORM, {h}},
+          {Part::FFN_NORM_BIAS, {h}}};
+}
+
 }  // namespace
 
 std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
   const int64_t h = s.hidden_size, hd = s.head_dim;
   const int64_t q_dim = s.num_heads * hd, kv_dim = s.num_kv_heads * hd;
+  if (s.encoder) return encoder_layer_parts(s);
   std::vector<PartSpec> out;
   if (!s.layer_has_mixer(layer)) {
     // A feed-forward block (Nemotron-H): its norm is FFN_NORM, below.
@@ -246,6 +268,12 @@ std::vector<PartSpec> outer_parts(const ModelSpec& s, LayerRange range) {
   if (range.first_layer == 0 || (last_stage && s.tie_word_embeddings)) out.push_back({Part::EMBEDDING, {s.vocab_size, h}});
   if (s.mtp_head && range.first_layer == 0)
     out.insert(out.end(), {{Part::MTP_FC, {h, 2 * h}}, {Part::MTP_EMBED_NORM, {h}}, {Part::MTP_HIDDEN_NORM, {h}}});
+  if (s.encoder && range.first_layer == 0) {
+    out.push_back({Part::POS_EMBEDDING, {s.position_rows, h}});
+    if (s.type_vocab_size > 0) out.push_back({Part::TYPE_EMBEDDING, {s.type_vocab_size, h}});
+    out.insert(out.end(), {{Part::EMBED_NORM, {h}}, {Part::EMBED_NORM_BIAS, {h}}});
+  }
+  if (s.encoder) return out;  // no final norm; pooled, so no LM head either
   if (last_stage) {
     out.push_back({Part::FINAL_NORM, {h}});
     if (!s.tie_word_embeddings) out.push_back({Part::LM_HEAD, {s.vocab_size, h}});
@@ -333,6 +361,8 @@ std::optional<std::string> gguf_to_hf_name(const std::string& name,
     if (name == gguf_tensor_name(static_cast<Part>(i))) return tensor_name(static_cast<Part>(i));
   // A reranker's classifier, under the name Hugging Face's sequence classifiers give it.
   if (name == "cls.output.weight" || name == "cls.output.bias") return "score." + name.substr(11);
+  // A cross-encoder's classifier has a dense layer (tanh) before it.
+  if (name == "cls.weight" || name == "cls.bias") return "score.dense." + name.substr(4);
   if (gguf_layer_of(name) < 0) return std::nullopt;
   const size_t dot = name.find('.', 4);
   const std::string layer = name.substr(4, dot - 4);

@@ -19,6 +19,8 @@ enum class Part : uint8_t {
   EMBEDDING, FINAL_NORM, LM_HEAD,  // outside the layers
   // An MTP head's input (ModelSpec::mtp_head): the fc over the normed embedding and hidden state.
   MTP_FC, MTP_EMBED_NORM, MTP_HIDDEN_NORM,
+  // An encoder's input (ModelSpec::encoder): learned positions, token types, the LayerNorm after them.
+  POS_EMBEDDING, TYPE_EMBEDDING, EMBED_NORM, EMBED_NORM_BIAS,
   ATTN_NORM, Q, K, V, O, Q_BIAS, K_BIAS, V_BIAS, Q_NORM, K_NORM,
   FFN_NORM, GATE, UP, DOWN,                    // dense MLP
   ROUTER, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN,  // mixture of experts; EXPERT_* once per expert
@@ -34,10 +36,12 @@ enum class Part : uint8_t {
   // Mamba-2 (Nemotron-H): in_proj, the conv1d and its bias, A_log, D, dt_bias, the grouped
   // gated norm, out_proj.
   SSM_IN, SSM_CONV, SSM_CONV_BIAS, SSM_A_LOG, SSM_D, SSM_DT_BIAS, SSM_NORM, SSM_OUT,
+  // An encoder layer's LayerNorm biases and MLP biases.
+  ATTN_NORM_BIAS, FFN_NORM_BIAS, UP_BIAS, DOWN_BIAS,
   COUNT
 };
 inline constexpr size_t kNumParts = static_cast<size_t>(Part::COUNT);
-bool part_is_norm(Part p);        // RMSNorm weights (initialised to 1 by dummy weights)
+bool part_is_norm(Part p);        // norm weights (initialised to 1 by dummy weights)
 // The families of weight matrices a user names ([model] quantize_keep): "attention" (the
 // token mixer's projections, attention's and the recurrent mixers'), "mlp", "experts" (the
 // shared expert's too), "lm_head", "embedding".

@@ -6,13 +6,13 @@
 namespace spark {
 
 extern const Architecture kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kQwen3_5, kQwen3_5Moe, kQwen3Next,
-    kNemotronH, kNemotronHMoe;
+    kNemotronH, kNemotronHMoe, kXlmRoberta, kXlmRobertaClassifier;
 
 namespace {
 std::vector<const Architecture*>& registry() {
   static std::vector<const Architecture*> all = {&kLlama, &kMistral, &kQwen2, &kQwen3, &kQwen3Moe, &kGptOss,
                                                  &kQwen3_5, &kQwen3_5Moe, &kQwen3Next, &kNemotronH,
-                                                 &kNemotronHMoe};
+                                                 &kNemotronHMoe, &kXlmRoberta, &kXlmRobertaClassifier};
   return all;
 }
 }  // namespace

@@ -10,12 +10,17 @@
 
 namespace spark {
 
-const char* name_of(NormPlacement p) { return p == NormPlacement::PRE ? "pre" : "sandwich"; }
-const char* name_of(NormKind k) { return k == NormKind::RMS ? "rms" : "rms (1 + w)"; }
+const char* name_of(NormPlacement p) {
+  return p == NormPlacement::PRE ? "pre" : p == NormPlacement::SANDWICH ? "sandwich" : "post";
+}
+const char* name_of(NormKind k) {
+  return k == NormKind::RMS ? "rms" : k == NormKind::RMS_PLUS_ONE ? "rms (1 + w)" : "layer norm";
+}
 const char* name_of(Activation a) {
   return a == Activation::SILU ? "silu" : a == Activation::CLAMPED_SWIGLU ? "clamped swiglu"
                                         : a == Activation::GELU_TANH      ? "gelu (tanh)"
-                                                                           : "relu^2";
+                                        : a == Activation::RELU2          ? "relu^2"
+                                                                           : "gelu";
 }
 const char* name_of(Mixer m) {
   return m == Mixer::ATTENTION ? "attention" : m == Mixer::RECURRENT ? "gated deltanet" : m == Mixer::MAMBA2 ? "mamba-2" : "none";
@@ -37,12 +42,18 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
     x.num_kv_heads = s.num_kv_heads;
     x.head_dim = s.head_dim;
     x.attention_scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+    if (s.encoder) {
+      x.norm_placement = NormPlacement::POST;
+      x.norm_kind = NormKind::LAYER;
+      x.activation = Activation::GELU;
+      x.bidirectional = true;
+    }
     x.qk_norm = s.qk_norm;
     x.sinks = s.attention_sinks;
     x.window = s.layer_is_sliding(l) ? s.sliding_window : 0;
     x.rope_theta = s.rope_theta;
     x.rotary_dim = s.rotary_dim > 0 ? s.rotary_dim : s.head_dim;
-    x.rope = !s.no_rope;
+    x.rope = !s.no_rope && !s.encoder;  // an encoder's positions are learned, added to its input
     x.output_gate = s.attn_output_gate && x.mixer == Mixer::ATTENTION;
     x.ffn = s.layer_has_ffn(l);
     x.moe = s.layer_is_moe(l);
@@ -107,6 +118,7 @@ void require_cases(const std::vector<LayerShape>& layers, const ModelSpec& s, co
     if (!c.no_rope && !l.rope && l.attends()) lacks(c, l, "attention without RoPE");
     if (!c.ffn_less_layers && !l.ffn) lacks(c, l, "missing feed-forward (a token-mixer-only block)");
     if (!c.sigmoid_router && l.sigmoid_router) lacks(c, l, "sigmoid router with score-correction bias");
+    if (!c.bidirectional && l.bidirectional) lacks(c, l, "bidirectional attention (an encoder's)");
   }
 }
 

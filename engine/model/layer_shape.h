@@ -13,14 +13,15 @@
 
 namespace spark {
 
-// How a residual branch is normalised: x + f(norm(x)) ("pre") is every architecture's today;
-// Gemma's "sandwich" also normalises f's output before adding it.
-enum class NormPlacement : uint8_t { PRE, SANDWICH };
-// RMSNorm as x / rms(x) * w, or Gemma's x / rms(x) * (1 + w).
-enum class NormKind : uint8_t { RMS, RMS_PLUS_ONE };
+// How a residual branch is normalised: x + f(norm(x)) ("pre") is the decoders'; Gemma's
+// "sandwich" also normalises f's output before adding it; encoders' "post" is norm(x + f(x)).
+enum class NormPlacement : uint8_t { PRE, SANDWICH, POST };
+// RMSNorm as x / rms(x) * w, Gemma's x / rms(x) * (1 + w), or LayerNorm with a bias.
+enum class NormKind : uint8_t { RMS, RMS_PLUS_ONE, LAYER };
 // The MLP's activation: SiLU(gate) * up, gpt-oss's clamped gate * sigmoid(alpha * gate) *
-// (up + 1), Gemma's GELU (tanh) gate, or Nemotron-H's ungated relu(up)^2.
-enum class Activation : uint8_t { SILU, CLAMPED_SWIGLU, GELU_TANH, RELU2 };
+// (up + 1), Gemma's GELU (tanh) gate, Nemotron-H's ungated relu(up)^2, or encoders' ungated
+// exact GELU(up x + b) with biased projections.
+enum class Activation : uint8_t { SILU, CLAMPED_SWIGLU, GELU_TANH, RELU2, GELU };
 // Which token mixer the layer has: attention over the paged KV cache, a recurrent state
 // (the Gated DeltaNet of Qwen3.5/3.6, the Mamba-2 of Nemotron-H), or none (a Nemotron-H
 // feed-forward block).
@@ -49,6 +50,8 @@ struct LayerShape {
   int64_t rotary_dim = 0;
   bool rope = true;          // false: attention without positions (Nemotron-H)
   bool output_gate = false;  // the attention output times sigmoid(a gate q_proj also yields)
+  // Every token of a sequence attends to all of its tokens (encoders); causal otherwise.
+  bool bidirectional = false;
 
   // The MLP: dense, or experts chosen by a router; none in a Nemotron-H mixer block.
   bool ffn = true;
@@ -90,6 +93,7 @@ struct LayerCases {
   bool no_rope = false;           // attention without RoPE
   bool ffn_less_layers = false;   // layers of a token mixer only
   bool sigmoid_router = false;
+  bool bidirectional = false;     // attention without the causal mask (encoders)
 };
 
 // Throws InputError naming the backend, the first layer and the case it lacks, e.g.

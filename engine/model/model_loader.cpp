@@ -32,6 +32,9 @@ bool is_gguf_path(const std::string& p) {
 
 // An embedder or reranker runs without its LM head (ModelSpec::pooled).
 ModelSpec for_role(ModelSpec s, const std::string& role) {
+  if (role == "chat" && s.encoder)
+    throw InputError(s.architecture + " is an encoder, which has no LM head to generate with: serve it with "
+                     "[model] role = \"embed\" or \"rerank\"");
   if (role == "chat") return s;
   s.pooled = true;
   s.tie_word_embeddings = true;

@@ -169,6 +169,18 @@ struct ModelSpec {
   // expects a head tensor (a head the file holds is ignored, as a tied model's is).
   bool pooled = false;
 
+  // Encoders (XLM-RoBERTa): every token attends to every token of its sequence, so a prompt
+  // runs whole in one step and no prefix of it can be reused. Their layers are post-norm,
+  // x = LN(x + attn(x)) then x = LN(x + ffn(x)), with LayerNorms carrying biases (rms_norm_eps
+  // is their epsilon; ATTN_NORM and FFN_NORM follow what they name), biased projections, an
+  // exact-GELU MLP of UP and DOWN and no RoPE. The input is the token's embedding plus its
+  // learned position (row position_offset + p of the position table's position_rows) plus
+  // token type 0 (when type_vocab_size > 0), through EMBED_NORM. No final norm.
+  bool encoder = false;
+  int64_t position_rows = 0;
+  int64_t position_offset = 0;  // RoBERTa numbers positions from pad_token_id + 1
+  int64_t type_vocab_size = 0;
+
   bool layer_is_moe(int64_t layer) const;
   bool layer_is_sliding(int64_t layer) const;
   bool layer_is_recurrent(int64_t layer) const;

@@ -67,15 +67,16 @@ void read_sentence_transformers(const fs::path& dir, PoolingModel& m) {
   }
 }
 
-// llama.cpp's pooling_type: 0 none, 1 mean, 2 cls, 3 last, 4 rank (the last token's state
-// through cls.output).
-void read_gguf_pooling(const GgufFile& f, const std::string& arch, PoolingModel& m) {
+// llama.cpp's pooling_type: 0 none, 1 mean, 2 cls, 3 last, 4 rank (the pooled state through
+// the classifier: an encoder's first token's, a decoder's last token's).
+void read_gguf_pooling(const GgufFile& f, const std::string& arch, bool encoder, PoolingModel& m) {
   const std::optional<int64_t> type = f.get_int(arch + ".pooling_type");
   if (!type) return;
   switch (*type) {
     case 1: m.pooling = Pooling::MEAN; break;
     case 2: m.pooling = Pooling::CLS; break;
-    case 3: case 4: m.pooling = Pooling::LAST; break;
+    case 3: m.pooling = Pooling::LAST; break;
+    case 4: m.pooling = encoder ? Pooling::CLS : Pooling::LAST; break;
     default:
       throw InputError("GGUF file '" + f.source + "': " + arch + ".pooling_type = " + std::to_string(*type) +
                        " is not a pooling an embedder or reranker is served with (1 mean, 2 cls, 3 last, 4 rank)");
@@ -105,13 +106,24 @@ void read_score_head(const ModelInfo& info, const std::function<std::optional<in
     auto it = info.tensors.find(name);
     return it == info.tensors.end() ? nullptr : &it->second;
   };
+  // A cross-encoder's classifier (XLM-R's, GGUF cls): dense and tanh before the output row.
+  if (const Tensor* dense = find("score.dense.weight")) {
+    const Tensor* bias = find("score.dense.bias");
+    if (dense->shape != std::vector<int64_t>{h, h} || !bias || bias->shape != std::vector<int64_t>{h})
+      throw InputError(what + ": its classifier's dense layer must be " + std::to_string(h) + " x " + std::to_string(h) +
+                       " with a bias of " + std::to_string(h));
+    m.score_dense.resize(size_t(h * h));
+    for (int64_t r = 0; r < h; ++r) dequantize_tensor_row(*dense, r, m.score_dense.data() + r * h);
+    m.score_dense_bias.resize(size_t(h));
+    dequantize_tensor_row(*bias, 0, m.score_dense_bias.data());
+  }
   if (const Tensor* cls = find("score.weight")) {
     const Tensor* bias = find("score.bias");
     std::vector<float> b(cls->shape.empty() ? 0 : size_t(cls->shape[0]), 0.0f);
     if (bias) {
-      if (bias->shape.size() != 1 || bias->shape[0] != cls->shape[0] || bias->dtype != DType::F32)
-        throw InputError(what + ": score.bias must be f32 with one value per row of score.weight");
-      std::copy_n(static_cast<const float*>(bias->data), b.size(), b.begin());
+      if (bias->shape.size() != 1 || bias->shape[0] != cls->shape[0] || !dequant_supported(bias->dtype))
+        throw InputError(what + ": score.bias must hold one value per row of score.weight");
+      dequantize_tensor_row(*bias, 0, b.data());
     }
     if (cls->shape.size() == 2 && cls->shape[0] == 1) {
       m.score_row = row_of(*cls, 0, h, what);
@@ -160,6 +172,17 @@ const char* pooling_name(Pooling p) {
 
 float PoolingModel::score(std::span<const float> hidden) const {
   SPARK_CHECK(hidden.size() == score_row.size(), "a score needs one hidden state of the head's width");
+  std::vector<float> dense;
+  if (!score_dense.empty()) {
+    const size_t h = hidden.size();
+    dense.resize(h);
+    for (size_t r = 0; r < h; ++r) {
+      double y = score_dense_bias[r];
+      for (size_t i = 0; i < h; ++i) y += double(score_dense[r * h + i]) * double(hidden[i]);
+      dense[r] = float(std::tanh(y));
+    }
+    hidden = dense;
+  }
   double z = score_bias;
   for (size_t i = 0; i < hidden.size(); ++i) z += double(score_row[i]) * double(hidden[i]);
   return float(1.0 / (1.0 + std::exp(-z)));
@@ -198,15 +221,18 @@ PoolingModel read_pooling_model(const ModelInfo& info,
   SPARK_CHECK(info.role == "embed" || info.role == "rerank", "pooling is read for embedders and rerankers");
   PoolingModel m;
   m.hidden_size = info.spec.hidden_size;
-  if (info.gguf) read_gguf_pooling(*info.gguf, info.spec.arch->gguf_name, m);
+  // The engine keeps one token's state of a prompt (Request::last_hidden_state): a decoder's
+  // last, an encoder's first (SchedulerConfig::whole_prompts); mean pooling would need every row.
+  const Pooling kept = info.spec.encoder ? Pooling::CLS : Pooling::LAST;
+  m.pooling = kept;
+  if (info.gguf) read_gguf_pooling(*info.gguf, info.spec.arch->gguf_name, info.spec.encoder, m);
   else if (fs::is_directory(info.path)) read_sentence_transformers(info.path, m);
-  // The engine keeps the state of a prompt's last token (Request::last_hidden_state); a
-  // causal model's CLS or mean would need every row.
-  if (m.pooling != Pooling::LAST)
-    throw InputError("model '" + info.path + "' pools with " + pooling_name(m.pooling) +
-                     "; sparkd serves decoder embedders and rerankers that pool the last token");
+  if (m.pooling != kept)
+    throw InputError("model '" + info.path + "' pools with " + pooling_name(m.pooling) + "; sparkd serves " +
+                     (info.spec.encoder ? "encoders that pool the first (CLS) token" : "decoders that pool the last token"));
   if (info.role == "rerank") {
     m.normalize = false;
+    m.pair_input = info.spec.encoder;
     if (m.rerank_template.empty()) m.rerank_template = kQwen3RerankTemplate;
     if (m.rerank_template.find("{query}") == std::string::npos || m.rerank_template.find("{document}") == std::string::npos)
       throw InputError("model '" + info.path + "': its rerank template must hold {query} and {document}");

@@ -29,6 +29,12 @@ struct PoolingModel {
   // Either way one row w and bias b remain: [hidden_size] f32.
   std::vector<float> score_row;
   float score_bias = 0.0f;
+  // A cross-encoder's classifier first maps h to tanh(W h + b) ([hidden_size]^2 row-major and
+  // [hidden_size] f32); empty when the row reads h itself.
+  std::vector<float> score_dense, score_dense_bias;
+  // A cross-encoder reads the query and the document as the tokenizer's pair
+  // (Tokenizer::encode_pair) rather than in a prompt.
+  bool pair_input = false;
   // The reranker's prompt, with {query} and {document} (and {instruction}) where the pair
   // goes: the GGUF's tokenizer.chat_template.rerank, else the Qwen3-Reranker format.
   std::string rerank_template;

@@ -48,6 +48,10 @@ StageWeights bind_stage(const ModelSpec& spec, const Weights& weights) {
     else if (p.part == Part::MTP_FC) stage.mtp_fc = t;
     else if (p.part == Part::MTP_EMBED_NORM) stage.mtp_embed_norm = t;
     else if (p.part == Part::MTP_HIDDEN_NORM) stage.mtp_hidden_norm = t;
+    else if (p.part == Part::POS_EMBEDDING) stage.pos_embedding = t;
+    else if (p.part == Part::TYPE_EMBEDDING) stage.type_embedding = t;
+    else if (p.part == Part::EMBED_NORM) stage.embed_norm = t;
+    else if (p.part == Part::EMBED_NORM_BIAS) stage.embed_norm_bias = t;
     else stage.lm_head = t;
   }
   if (stage.final_norm && !stage.lm_head) stage.lm_head = stage.embedding;  // tied
@@ -77,6 +81,7 @@ std::vector<const Tensor*> all_tensors(const StageWeights& stage) {
   add(stage.mtp_fc);
   add(stage.mtp_embed_norm);
   add(stage.mtp_hidden_norm);
+  for (const Tensor* t : {stage.pos_embedding, stage.type_embedding, stage.embed_norm, stage.embed_norm_bias}) add(t);
   for (const LayerWeights& l : stage.layers) {
     for (const Tensor* t : l.parts) add(t);
     for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down, &l.expert_gate_bias, &l.expert_up_bias,

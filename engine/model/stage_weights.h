@@ -34,6 +34,12 @@ struct StageWeights {
   const Tensor* mtp_fc = nullptr;
   const Tensor* mtp_embed_norm = nullptr;
   const Tensor* mtp_hidden_norm = nullptr;
+  // An encoder's input (ModelSpec::encoder): learned positions, token types (null when the
+  // model has none) and the LayerNorm after their sum.
+  const Tensor* pos_embedding = nullptr;
+  const Tensor* type_embedding = nullptr;
+  const Tensor* embed_norm = nullptr;
+  const Tensor* embed_norm_bias = nullptr;
   std::vector<LayerWeights> layers;    // [range.last_layer - range.first_layer]
 
   bool has_embedding() const { return range.first_layer == 0; }

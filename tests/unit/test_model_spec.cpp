@@ -125,7 +125,8 @@ TEST_CASE("model spec: configs sparkd cannot run are refused with a clear messag
   CHECK_INPUT_ERROR(parse_hf_config(minimal("GPT2LMHeadModel"), "", "c"),
                     "architecture GPT2LMHeadModel is not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
                     "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM, "
-                    "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration, Qwen3NextForCausalLM, NemotronHForCausalLM)");
+                    "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration, Qwen3NextForCausalLM, NemotronHForCausalLM, "
+                    "XLMRobertaModel, XLMRobertaForSequenceClassification)");
   CHECK_INPUT_ERROR(parse_hf_config(R"({"vocab_size":5})", "", "c"), "\"architectures\" must list");
   CHECK_INPUT_ERROR(parse_hf_config("[1]", "", "c"), "not a JSON object");
   CHECK_INPUT_ERROR(parse_hf_config("{", "", "c"), "invalid JSON");
@@ -148,6 +149,25 @@ TEST_CASE("model spec: configs sparkd cannot run are refused with a clear messag
                     "mlp_only_layers");
   CHECK_INPUT_ERROR(parse_hf_config(minimal("LlamaForCausalLM"), "{", "c"), "generation_config.json");
   CHECK_INPUT_ERROR(load_hf_spec("/nonexistent-folder"), "has no config.json");
+}
+
+TEST_CASE("model spec: XLM-RoBERTa encoders number positions after the padding row, and other encoders are refused") {
+  const std::string sizes = R"(,"max_position_embeddings":514,"pad_token_id":1,"layer_norm_eps":1e-5,"type_vocab_size":1)";
+  const ModelSpec s = parse_hf_config(minimal("XLMRobertaModel", sizes), "", "c");
+  CHECK(s.encoder);
+  CHECK(s.position_rows == 514);
+  CHECK(s.position_offset == 2);
+  CHECK(s.max_position_embeddings == 512);
+  CHECK(s.rms_norm_eps == doctest::Approx(1e-5));
+  CHECK(s.type_vocab_size == 1);
+  const ModelSpec c = parse_hf_config(minimal("XLMRobertaForSequenceClassification", sizes), "", "c");
+  CHECK(c.encoder);
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("XLMRobertaModel", sizes + R"(,"hidden_act":"gelu_new")"), "", "c"), "hidden_act");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("XLMRobertaModel", sizes + R"(,"is_decoder":true)"), "", "c"), "is_decoder");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("XLMRobertaModel", sizes + R"(,"position_embedding_type":"relative_key")"), "", "c"),
+                    "position_embedding_type");
+  CHECK_INPUT_ERROR(parse_hf_config(minimal("XLMRobertaModel", R"(,"max_position_embeddings":2)"), "", "c"),
+                    "max_position_embeddings");
 }
 
 TEST_CASE("model spec: YaRN and gpt-oss settings as transformers reads them") {
@@ -204,7 +224,7 @@ TEST_CASE("model spec: an architecture added to the registry is read through its
   CHECK_INPUT_ERROR(parse_hf_config(config, "", "fake.json"), "architecture FakeForCausalLM is not supported");
   {
     ScopedArchitecture added(kFake);
-    CHECK(hf_architecture_list().find("NemotronHForCausalLM, FakeForCausalLM") != std::string::npos);
+    CHECK(hf_architecture_list().find("XLMRobertaForSequenceClassification, FakeForCausalLM") != std::string::npos);
     ModelSpec s = parse_hf_config(config, "", "fake.json");
     CHECK(s.arch == &kFake);
     CHECK(s.architecture == "FakeForCausalLM");

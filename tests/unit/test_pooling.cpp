@@ -59,6 +59,17 @@ TEST_CASE("a reranker's score is the sigmoid of its row's product with the state
   CHECK(m.score(h) == doctest::Approx(1.0 / (1.0 + std::exp(-0.5))));
 }
 
+TEST_CASE("a cross-encoder's classifier maps the state through tanh(W h + b) before its row") {
+  PoolingModel m;
+  m.score_dense = {1.0f, 0.0f, 0.5f, -1.0f};  // rows [1, 0] and [0.5, -1]
+  m.score_dense_bias = {0.0f, 0.25f};
+  m.score_row = {2.0f, 1.0f};
+  m.score_bias = -0.5f;
+  const std::vector<float> h = {0.5f, 0.25f};  // tanh(0.5), tanh(0.25 - 0.25 + 0.25)
+  const double z = 2.0 * std::tanh(0.5) + std::tanh(0.25) - 0.5;
+  CHECK(m.score(h) == doctest::Approx(1.0 / (1.0 + std::exp(-z))));
+}
+
 TEST_CASE("rerank prompts fill each placeholder of the template once, left to right") {
   PoolingModel m;
   m.rerank_template = "I:{instruction}|Q:{query}|D:{document}";

@@ -139,6 +139,23 @@ TEST_CASE("scheduler: without chunked prefill a prompt waits for a budget that f
   CHECK(new_tokens_of(s2) == std::vector<int64_t>{1, 10});
 }
 
+TEST_CASE("scheduler: an encoder's prompts run whole, and each returns its first row") {
+  BlockManager bm(16, 4, false);
+  SchedulerConfig c = config(4, 16, 16, false);
+  c.whole_prompts = true;
+  Scheduler sched(c, bm);
+  auto a = make_seq(1, 1, 6, 1, sched), b = make_seq(2, 21, 5, 1, sched), d = make_seq(3, 41, 9, 1, sched);
+  for (auto* s : {a.get(), b.get(), d.get()}) {
+    s->returns_hidden = true;
+    sched.add(s);
+  }
+  ScheduledStep s1 = sched.schedule();
+  CHECK(seqs_of(s1) == std::vector<Sequence*>{a.get(), b.get()});  // 6 + 5; d's 9 waits whole
+  CHECK(new_tokens_of(s1) == std::vector<int64_t>{6, 5});
+  CHECK(s1.batch.hidden_rows == std::vector<int32_t>{0, 6});
+  CHECK(s1.batch.logits_rows.empty());
+}
+
 TEST_CASE("scheduler: out of blocks the newest is preempted, then resumes by recompute and finishes") {
   BlockManager bm(4, 2, true);
   Scheduler sched(config(4, 16, 8), bm);

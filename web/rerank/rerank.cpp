@@ -1,5 +1,6 @@
 // rerank.cpp — query-document pairs rendered into the reranker's own prompt
-// (PoolingModel::rerank_prompt), run for their last token's state and scored by its head.
+// (PoolingModel::rerank_prompt), or a cross-encoder's tokenizer pair, run for their pooled
+// state and scored by its head.
 #include "web/rerank/rerank.h"
 
 #include <algorithm>
@@ -69,7 +70,9 @@ Scored score_pairs(App& app, const httplib::Request& req, const std::vector<std:
   std::vector<std::vector<int32_t>> inputs;
   for (size_t i = 0; i < documents.size(); ++i) {
     const std::string& q = queries.size() == 1 ? queries[0] : queries[i];
-    inputs.push_back(app.tokenizer->encode(model.rerank_prompt(q, documents[i], instruction), true, /*parse_special=*/true));
+    inputs.push_back(model.pair_input ? app.tokenizer->encode_pair(q, documents[i])
+                                      : app.tokenizer->encode(model.rerank_prompt(q, documents[i], instruction), true,
+                                                              /*parse_special=*/true));
   }
   fit_context(app, inputs, truncate, param);
   ConnectionWatch client(req);

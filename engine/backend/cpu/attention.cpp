@@ -323,7 +323,7 @@ void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_
       int64_t lo = ctx, hi = 0;
       for (int i = 0; i < tile.count; ++i) {
         const int64_t v = tile.begin + i, r = v / group, h = tile.kv_head * group + v % group, t = row0 + r;
-        const int64_t visible = ctx - q_rows + r + 1;  // causal limit
+        const int64_t visible = extras.causal ? ctx - q_rows + r + 1 : ctx;
         const int64_t first = extras.window > 0 ? std::max<int64_t>(0, visible - extras.window) : 0;
         qs[i] = {q + (t * heads + h) * hd, out + (t * heads + h) * hd, first, visible,
                  extras.sinks ? extras.sinks[h] : -INFINITY};

@@ -49,14 +49,17 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
   require_cases(shapes, spec,
                 LayerCases{.backend = "the CPU backend",
                            .mixers = {Mixer::ATTENTION, Mixer::RECURRENT, Mixer::MAMBA2, Mixer::NONE},
-                           .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE},
-                           .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::RELU2},
+                           .norm_placements = {NormPlacement::PRE, NormPlacement::POST},
+                           .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE, NormKind::LAYER},
+                           .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::RELU2,
+                                           Activation::GELU},
                            .partial_rotary = true,
                            .output_gate = true,
                            .shared_expert = true,
                            .no_rope = true,
                            .ffn_less_layers = true,
-                           .sigmoid_router = true});
+                           .sigmoid_router = true,
+                           .bidirectional = true});
   // Zero-centred RMSNorm weights are used as (1 + w): folded in once here.
   auto norm_f32 = [&spec](const Tensor* t) {
     std::vector<float> w = vec_f32(t);
@@ -69,6 +72,13 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
   embedding_ = weights.embedding;
   lm_head_ = weights.lm_head;
   final_norm_ = norm_f32(weights.final_norm);
+  if (spec.encoder && has_embedding_) {
+    pos_embedding_ = weights.pos_embedding;
+    type0_.assign(size_t(H), 0.0f);
+    if (weights.type_embedding) cpu::decode_row(*weights.type_embedding, 0, type0_.data());
+    embed_norm_ = vec_f32(weights.embed_norm);
+    embed_norm_bias_ = vec_f32(weights.embed_norm_bias);
+  }
   if (spec.mtp_head) {
     mtp_fc_ = weights.mtp_fc;
     mtp_embed_norm_ = norm_f32(weights.mtp_embed_norm);
@@ -84,6 +94,11 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     L.ffn = shape.ffn;
     L.rope = shape.rope;
     L.relu2 = shape.activation == Activation::RELU2;
+    L.encoder = shape.norm_placement == NormPlacement::POST;
+    L.attn_norm_bias = vec_f32(w.find(Part::ATTN_NORM_BIAS));
+    L.ffn_norm_bias = vec_f32(w.find(Part::FFN_NORM_BIAS));
+    L.up_bias = vec_f32(w.find(Part::UP_BIAS));
+    L.down_bias = vec_f32(w.find(Part::DOWN_BIAS));
     if (shape.mixer == Mixer::MAMBA2) {
       L.state_index = num_recurrent_++;
       cpu::Mamba2Weights& m = L.mamba;
@@ -260,6 +275,7 @@ std::vector<float*> CpuBackend::states_of(const Batch& batch, int64_t r) {
 
 void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
   const Layer& L = layers_[static_cast<size_t>(index)];
+  if (L.encoder) return run_encoder_layer(index, batch, x);
   const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
   const float eps = static_cast<float>(spec_.rms_norm_eps);
   float* h = h_.data();
@@ -322,7 +338,7 @@ void CpuBackend::attend(int64_t index, const Batch& batch, float* h) {
   const cpu::KvGeometry g = layer_kv(index);
   cpu::write_kv(batch, g, k_.data(), v_.data(), cache);
   cpu::attention(pool, batch, g, nh, q_.data(), cache, att_.data(),
-                 {L.window, L.sinks.empty() ? nullptr : L.sinks.data()});
+                 {L.window, L.sinks.empty() ? nullptr : L.sinks.data(), /*causal=*/!L.encoder});
   if (L.output_gate)
     pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t)
@@ -336,6 +352,54 @@ void CpuBackend::attend(int64_t index, const Batch& batch, float* h) {
   if (!L.o_bias.empty())
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < H; ++i) h[t * H + i] += L.o_bias[static_cast<size_t>(i)];
+}
+
+void CpuBackend::run_encoder_layer(int64_t index, const Batch& batch, float* x) {
+  const Layer& L = layers_[static_cast<size_t>(index)];
+  ThreadPool& pool = *pool_;
+  const int64_t T = batch.num_tokens(), H = spec_.hidden_size, I = L.up->rows();
+  const float eps = static_cast<float>(spec_.rms_norm_eps);
+  float* h = h_.data();
+  std::copy(x, x + T * H, h);
+  attend(index, batch, h);
+  pool.parallel_for(T, 8, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      for (int64_t i = 0; i < H; ++i) x[t * H + i] += h[t * H + i];
+      cpu::layer_norm(x + t * H, L.attn_norm.data(), L.attn_norm_bias.data(), H, eps, x + t * H);
+    }
+  });
+  cpu::matmul(pool, x, T, *L.up, gate_.data());
+  pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* row = gate_.data() + t * I;
+      for (int64_t i = 0; i < I; ++i) row[i] += L.up_bias[static_cast<size_t>(i)];
+      cpu::gelu(row, I, row);
+    }
+  });
+  cpu::matmul(pool, gate_.data(), T, *L.down, h);
+  pool.parallel_for(T, 8, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      for (int64_t i = 0; i < H; ++i) x[t * H + i] += h[t * H + i] + L.down_bias[static_cast<size_t>(i)];
+      cpu::layer_norm(x + t * H, L.ffn_norm.data(), L.ffn_norm_bias.data(), H, eps, x + t * H);
+    }
+  });
+}
+
+void CpuBackend::embed_encoder_input(const Batch& batch, float* x) {
+  const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
+  const auto eps = static_cast<float>(spec_.rms_norm_eps);
+  std::vector<float> pos(static_cast<size_t>(H));
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = batch.token_ids[static_cast<size_t>(t)];
+    const int64_t p = spec_.position_offset + batch.positions[static_cast<size_t>(t)];
+    SPARK_CHECK(id >= 0 && id < spec_.vocab_size, "token id outside the vocabulary: admission checks prompts");
+    SPARK_CHECK(p < spec_.position_rows, "a position past the encoder's table: admission caps prompts at its context");
+    float* row = x + t * H;
+    cpu::decode_row(*embedding_, id, row);
+    cpu::decode_row(*pos_embedding_, p, pos.data());
+    for (int64_t i = 0; i < H; ++i) row[i] += pos[static_cast<size_t>(i)] + type0_[static_cast<size_t>(i)];
+    cpu::layer_norm(row, embed_norm_.data(), embed_norm_bias_.data(), H, eps, row);
+  }
 }
 
 void CpuBackend::feed_forward(const Layer& L, float* h, int64_t T, float* x) {
@@ -437,6 +501,8 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
   float* x = x_.data();
   if (mtp_fc_) {
     embed_mtp_input(batch, hidden_in, x);
+  } else if (spec_.encoder && !hidden_in) {
+    embed_encoder_input(batch, x);
   } else if (hidden_in) {
     std::copy(hidden_in, hidden_in + T * H, x);
   } else {
@@ -449,6 +515,12 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
   }
   for (int64_t l = 0; l < static_cast<int64_t>(layers_.size()); ++l) run_layer(l, batch, x);
 
+  if (spec_.encoder) {  // no final norm and no LM head: the wanted rows as they are
+    out.final_hidden.resize(batch.hidden_rows.size() * static_cast<size_t>(H));
+    for (size_t r = 0; r < batch.hidden_rows.size(); ++r)
+      std::copy_n(x + batch.hidden_rows[r] * H, H, out.final_hidden.data() + r * size_t(H));
+    return;
+  }
   if (!has_head_) {
     out.hidden.assign(x, x + T * H);
     return;

@@ -58,6 +58,9 @@ class CpuBackend : public Backend {
     int64_t window = 0;                         // sliding-window layer: tokens it sees
     std::vector<float> q_norm, k_norm;          // empty without qk_norm
     std::vector<float> attn_norm, ffn_norm;
+    // An encoder layer (post-norm LayerNorms, biased GELU MLP, bidirectional attention).
+    bool encoder = false;
+    std::vector<float> attn_norm_bias, ffn_norm_bias, up_bias, down_bias;
     const Tensor* gate = nullptr;  // dense MLP (null in an MoE layer, and without a gate: relu^2)
     const Tensor* up = nullptr;
     const Tensor* down = nullptr;
@@ -80,6 +83,10 @@ class CpuBackend : public Backend {
   // The MLP (dense, or routed and shared experts) of `L` on h; adds its output to x.
   void feed_forward(const Layer& L, float* h, int64_t T, float* x);
   void embed_mtp_input(const Batch& batch, const float* hidden_in, float* x);
+  // An encoder's input: LayerNorm(token + learned position + token type 0).
+  void embed_encoder_input(const Batch& batch, float* x);
+  // An encoder layer on x in place: x = LN(x + attn(x)), x = LN(x + ffn(x)).
+  void run_encoder_layer(int64_t index, const Batch& batch, float* x);
   // Checks the batch's state slots and zeroes the states of sequences starting afresh;
   // one state pointer per sequence for held recurrent layer `r`.
   void prepare_states(const Batch& batch);
@@ -98,6 +105,9 @@ class CpuBackend : public Backend {
   const Tensor* mtp_fc_ = nullptr;
   std::vector<float> mtp_embed_norm_, mtp_hidden_norm_;
   std::vector<float> mtp_in_;  // [T x 2H]
+  // An encoder's input (ModelSpec::encoder): rows of the position table and token type 0.
+  const Tensor* pos_embedding_ = nullptr;
+  std::vector<float> type0_, embed_norm_, embed_norm_bias_;
   std::vector<Layer> layers_;
   cpu::Rope rope_;
   std::unique_ptr<ThreadPool> pool_;

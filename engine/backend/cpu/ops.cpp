@@ -17,6 +17,17 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
   for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv);
 }
 
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, float eps, float* out) {
+  // Two passes in double: the mean is taken out before the variance, as torch does.
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / double(n);
+  double var = 0;
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const double inv = 1.0 / std::sqrt(var / double(n) + double(eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * static_cast<float>((x[i] - mean) * inv) + bias[i];
+}
+
 Rope::Rope(const ModelSpec& spec)
     : head_dim_(spec.head_dim), rotary_dim_(spec.rotary_dim > 0 ? spec.rotary_dim : spec.head_dim) {
   SPARK_CHECK(rotary_dim_ > 0 && rotary_dim_ % 2 == 0 && rotary_dim_ <= head_dim_,
@@ -125,6 +136,10 @@ void relu2(const float* x, int64_t n, float* out) {
     const float r = x[i] > 0 ? x[i] : 0.0f;
     out[i] = r * r;
   }
+}
+
+void gelu(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {

@@ -1,6 +1,5 @@
-// ops.h — the element-wise and per-row operations of a decoder layer on the CPU:
-// RMSNorm, rotary embedding (HF rotate_half convention; llama3, linear and YaRN scaling),
-// SwiGLU and gpt-oss's clamped variant, softmax.
+// ops.h — the element-wise and per-row operations of a layer on the CPU: RMSNorm, LayerNorm, rotary embedding (HF rotate_half convention; llama3, linear and YaRN scaling),
+// SwiGLU and gpt-oss's clamped variant, GELU, softmax.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -11,6 +10,8 @@ namespace spark::cpu {
 
 // out = x / sqrt(mean(x²) + eps) * weight over n values; out may alias x.
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
+// out = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias over n values (encoders); out may alias x.
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, float eps, float* out);
 
 // The rotary frequencies of a model (rope_theta, head_dim and rope_scaling), computed in
 // f32 the way transformers does so angles agree with the reference bit for bit at small
@@ -41,6 +42,8 @@ class Rope {
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 // out[i] = relu(x[i])^2 (Nemotron-H's ungated feed-forwards); out may alias x.
 void relu2(const float* x, int64_t n, float* out);
+// out[i] = x[i] * Phi(x[i]), the exact (erf) GELU of encoders; out may alias x.
+void gelu(const float* x, int64_t n, float* out);
 
 // gpt-oss's expert activation: gate clamped above at `limit`, up to [-limit, limit],
 // out = gate * sigmoid(alpha * gate) * (up + 1); out may alias gate.

@@ -84,6 +84,27 @@ function renderLive(live) {
   chip.title = h.reason || "serving";
   $("hdr-uptime").textContent = "up " + fmt.uptime(live.uptime_s);
   renderPeer(live.peer);
+  renderModels(live.models);
+}
+
+// Several models in one sparkd: each engine's work (the tiles and charts follow the first).
+function renderModels(models) {
+  const card = $("models-card");
+  card.hidden = !models || models.length < 2;
+  if (card.hidden) return;
+  $("models-note").textContent = "the charts follow " + models[0].name;
+  const body = $("models-rows");
+  body.replaceChildren();
+  for (const m of models) {
+    const tr = document.createElement("tr");
+    const cells = [m.name, m.role, m.running, m.waiting, m.finished, m.prompt_tokens, m.generation_tokens];
+    cells.forEach((v, i) => {
+      const td = document.createElement("td");
+      td.textContent = i < 2 ? v : v == null ? "—" : fmt.int(v);
+      tr.appendChild(td);
+    });
+    body.appendChild(tr);
+  }
 }
 
 function renderPeer(p) {

@@ -128,6 +128,23 @@ def test_the_dashboard_stacks_every_model_against_the_box(multi):
     assert total == int(meminfo["MemTotal"].split()[0]) * 1024
 
 
+def test_the_dashboard_shows_each_models_work(multi):
+    before = requests.get(multi.url + "/api/snapshot", timeout=10).json()["live"]["models"]
+    assert [(m["name"], m["role"]) for m in before] == list(zip(NAMES, ["chat", "embed", "rerank"]))
+    r = requests.post(multi.url + "/v1/embeddings", json={"model": "emb", "input": ["a b", "c"]}, timeout=60)
+    assert r.status_code == 200, r.text
+    old = {m["name"]: m for m in before}
+    deadline = time.monotonic() + 10
+    while True:  # the engine counts a request when its step ends, as the answer goes out
+        after = {m["name"]: m for m in requests.get(multi.url + "/api/snapshot", timeout=10).json()["live"]["models"]}
+        if after["emb"]["finished"] >= old["emb"]["finished"] + 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert after["emb"]["finished"] == old["emb"]["finished"] + 2
+    assert after["emb"]["prompt_tokens"] == old["emb"]["prompt_tokens"] + r.json()["usage"]["prompt_tokens"]
+    assert after["rr"]["finished"] == old["rr"]["finished"] and after["chat"]["finished"] == old["chat"]["finished"]
+
+
 def test_a_body_without_model_goes_to_the_first_of_its_role(multi):
     r = requests.post(multi.url + "/v1/embeddings", json={"input": GOLDEN_EMBED["texts"][1]}, timeout=60)
     assert r.status_code == 200, r.text

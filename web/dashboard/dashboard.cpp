@@ -160,9 +160,33 @@ nlohmann::json server_json(const App& app) {
           {"api_keys", !app.config.server.api_keys.empty() || !app.config.server.api_key_file.empty()}};
 }
 
+// Each model's engine, when several are served: the charts follow the first, and this is
+// where the others' work shows.
+nlohmann::json models_activity_json(const std::vector<App*>& models) {
+  nlohmann::json out = nlohmann::json::array();
+  if (models.size() < 2) return out;
+  for (const App* m : models) {
+    nlohmann::json row = {{"name", m->model_id}, {"role", m->config.model.role}};
+    if (std::optional<MetricsSnapshot> s = engine_metrics(*m)) {
+      uint64_t finished = 0;
+      for (uint64_t n : s->requests_finished) finished += n;
+      row.update({{"running", s->num_running},
+                  {"waiting", s->num_waiting},
+                  {"finished", finished},
+                  {"prompt_tokens", s->prompt_tokens},
+                  {"generation_tokens", s->generation_tokens}});
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
 // Small fields sent with every tick.
-nlohmann::json live_json(const App& app) {
-  return {{"health", health_json(app)}, {"uptime_s", uptime_s(app)}, {"peer", peer_json(app)}};
+nlohmann::json live_json(const App& app, const std::vector<App*>& models) {
+  return {{"health", health_json(app)},
+          {"uptime_s", uptime_s(app)},
+          {"peer", peer_json(app)},
+          {"models", models_activity_json(models)}};
 }
 
 StatsSources sources_for(Dashboard& d) {
@@ -177,7 +201,7 @@ StatsSources sources_for(Dashboard& d) {
       return std::nullopt;
     }
   };
-  s.live = [&app] { return live_json(app); };
+  s.live = [&d] { return live_json(d.app, d.models); };
   s.closing = [&app] {
     ServeStatus st = app.state.status();
     return st == ServeStatus::DRAINING || st == ServeStatus::DEAD;
@@ -190,7 +214,7 @@ void snapshot(Dashboard& d, httplib::Response& res) {
   nlohmann::json server = server_json(d.app);
   server["models"] = models_json(d.models);
   nlohmann::json out = {{"server", std::move(server)},
-                        {"live", live_json(d.app)},
+                        {"live", live_json(d.app, d.models)},
                         {"peer", peer_json(d.app)},
                         {"series", d.sampler->history()},
                         {"totals", d.sampler->totals()},

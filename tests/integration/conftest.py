@@ -1,4 +1,5 @@
 """Shared helpers for the integration tests: where things are, and a real sparkd server."""
+import contextlib
 import json
 import os
 import shutil
@@ -179,6 +180,28 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+@contextlib.contextmanager
+def pooled_server(kind, path, role, name, settings):
+    """A ready server of an embedder or reranker ([model] role), with `kind` ("hf" or "gguf":
+    which file it loaded) kept on it for the tests."""
+    with Server(settings={**settings, "model.role": role, "model.name": name}, model=path) as s:
+        s.wait_ready()
+        s.kind = kind
+        yield s
+
+
+def check_embedding(got, want, cosine, max_abs):
+    """An embedding against its golden vector: the cosine above `cosine`, every value within
+    `max_abs`, and of unit length."""
+    import numpy as np
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape
+    cos = got @ want / (np.linalg.norm(got) * np.linalg.norm(want))
+    assert cos > cosine, cos
+    assert np.max(np.abs(got - want)) < max_abs, np.max(np.abs(got - want))
+    assert abs(np.linalg.norm(got) - 1) < 1e-5
 
 
 def to_toml(settings):

@@ -17,7 +17,7 @@ import openai
 import pytest
 import requests
 
-from conftest import EMULATED_GPU, REPO, Server, check_refuses, health_ok
+from conftest import EMULATED_GPU, REPO, Server, check_refuses, check_embedding, health_ok, pooled_server
 from gguf_encoder import write_encoder_gguf
 
 pytestmark = pytest.mark.cuda_path
@@ -45,25 +45,19 @@ def ggufs(tmp_path_factory):
 @pytest.fixture(scope="module", params=["hf", "gguf"])
 def embedder(request, ggufs):
     path = EMBED if request.param == "hf" else ggufs / "embed.gguf"
-    with Server(settings={**BASE, "model.role": "embed", "model.name": "emb", "engine.max_num_seqs": 16}, model=path) as s:
-        s.wait_ready()
-        s.kind = request.param
+    with pooled_server(request.param, path, "embed", "emb", {**BASE, "engine.max_num_seqs": 16}) as s:
         yield s
 
 
 @pytest.fixture(scope="module", params=["hf", "gguf"])
 def reranker(request, ggufs):
     path = RERANK if request.param == "hf" else ggufs / "rerank.gguf"
-    with Server(settings={**BASE, "model.role": "rerank", "model.name": "rr"}, model=path) as s:
-        yield s.wait_ready()
+    with pooled_server(request.param, path, "rerank", "rr", BASE) as s:
+        yield s
 
 
 def check_vector(got, want):
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    assert got.shape == want.shape
-    cos = got @ want / (np.linalg.norm(got) * np.linalg.norm(want))
-    assert cos > COSINE, cos
-    assert np.max(np.abs(got - want)) < MAX_ABS, np.max(np.abs(got - want))
+    check_embedding(got, want, COSINE, MAX_ABS)
 
 
 def embed(server, inputs, **kw):

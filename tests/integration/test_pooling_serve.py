@@ -17,7 +17,7 @@ import openai
 import pytest
 import requests
 
-from conftest import EMULATED_GPU, REPO, Server, health_ok
+from conftest import EMULATED_GPU, REPO, check_embedding, health_ok, pooled_server
 from gguf_pooling import write_pooling_gguf
 
 pytestmark = pytest.mark.cuda_path
@@ -46,16 +46,14 @@ def ggufs(tmp_path_factory):
 @pytest.fixture(scope="module", params=["hf", "gguf"])
 def embedder(request, ggufs):
     path = EMBED if request.param == "hf" else ggufs / "embed.gguf"
-    with Server(settings={**SETTINGS, "model.role": "embed", "model.name": "emb"}, model=path) as s:
-        yield s.wait_ready()
+    with pooled_server(request.param, path, "embed", "emb", SETTINGS) as s:
+        yield s
 
 
 @pytest.fixture(scope="module", params=["hf", "gguf"])
 def reranker(request, ggufs):
     path = RERANK if request.param == "hf" else ggufs / "rerank.gguf"
-    with Server(settings={**SETTINGS, "model.role": "rerank", "model.name": "rr"}, model=path) as s:
-        s.wait_ready()
-        s.kind = request.param
+    with pooled_server(request.param, path, "rerank", "rr", SETTINGS) as s:
         yield s
 
 
@@ -64,12 +62,7 @@ def client(server):
 
 
 def check_vector(got, want):
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    assert got.shape == want.shape
-    cos = got @ want / (np.linalg.norm(got) * np.linalg.norm(want))
-    assert cos > COSINE, cos
-    assert np.max(np.abs(got - want)) < MAX_ABS, np.max(np.abs(got - want))
-    assert abs(np.linalg.norm(got) - 1) < 1e-5
+    check_embedding(got, want, COSINE, MAX_ABS)
 
 
 def test_embeddings_equal_transformers(embedder):

@@ -141,7 +141,7 @@ def write_tokenizer(tok, out):
 
 
 def config(vocab_size, **extra):
-    return XLMRobertaConfig(vocab_size=vocab_size, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4,
+    return XLMRobertaConfig(vocab_size=vocab_size, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
                             intermediate_size=64, max_position_embeddings=MAX_TOKENS + 2, type_vocab_size=1,
                             hidden_act="gelu", layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                             **extra)

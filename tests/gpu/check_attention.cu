@@ -1,9 +1,9 @@
 // check_attention.cu — checks the CUDA attention kernels (prefill tiles, split-K decode,
 // mixed steps, a replayed decode graph; BF16 and F16 compute with caches in the compute
 // type or FP8; head_dim 16 to 256; gpt-oss's sliding windows and sink logits, with the
-// blocks wholly before a window poisoned so that reading one shows) against
-// cpu::attention on shuffled block tables, and times decode and prefill at the
-// Llama-3.1-8B shape.
+// blocks wholly before a window poisoned so that reading one shows; encoders' bidirectional
+// rows) against cpu::attention on shuffled block tables, and times decode and prefill at
+// the Llama-3.1-8B shape.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -48,6 +48,7 @@ struct Case {
   HalfType compute = HalfType::BF16;  // q, out; the cache too unless FP8
   int window = 0;                     // gpt-oss: a sliding window (AttentionExtras)
   bool sinks = false;                 // gpt-oss: a sink logit a head
+  bool causal = true;                 // false: encoders' bidirectional attention (AttentionExtras)
 };
 
 std::string dtype_name(KvDtype d, HalfType compute = HalfType::BF16) {
@@ -285,7 +286,7 @@ void check_case(const Case& c, uint64_t seed) {
   if (poison >= 0) poison_block(caches, poison);
   const std::vector<float> sinks = random_floats(size_t(c.heads), seed + 3, -3.0f, 3.0f);
   DeviceArray<float> d_sinks(sinks);
-  const cpu::AttentionExtras extras{c.window, c.sinks ? sinks.data() : nullptr};
+  const cpu::AttentionExtras extras{c.window, c.sinks ? sinks.data() : nullptr, c.causal};
   const size_t qn = size_t(b.num_tokens()) * size_t(c.heads) * size_t(c.head_dim);
   const std::vector<float> q = round_to(c.compute, random_floats(qn, seed + 2, -3.0f, 3.0f));
   DeviceArray<uint16_t> d_q(to_half_bits(c.compute, q)), d_out(qn);
@@ -297,14 +298,14 @@ void check_case(const Case& c, uint64_t seed) {
   d_out.poison();
   const bool decode_only = attn.prepare(b, nullptr);
   attn.run(dev.db, caches.layer(), d_q.get(), d_out.get(), nullptr, false,
-           {c.window, c.sinks ? d_sinks.get() : nullptr});
+           {c.window, c.sinks ? d_sinks.get() : nullptr, c.causal});
   CUDA_CHECK(cudaDeviceSynchronize());
   const std::string what = c.name + " " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " d" +
                            std::to_string(c.head_dim) + " " + dtype_name(c.dtype, c.compute) +
                            (c.window > 0 ? " window " + std::to_string(c.window) + " (" + std::to_string(hidden) +
                                                " blocks before it poisoned)"
                                          : "") +
-                           (c.sinks ? " sinks" : "");
+                           (c.sinks ? " sinks" : "") + (c.causal ? "" : " bidirectional");
   if (decode_only != expect_decode) row(kCheck, what, "prepare() misjudged decode-only", "-", false);
   const std::vector<float> got = from_half_bits(c.compute, d_out.download());
   error_row(kCheck, what, rel_error(cpu_attention(c, hb, caches.g, q, caches.ref, extras), got),
@@ -689,6 +690,18 @@ void run_all() {
       {"sliding mixed", 4, 2, 32, KvDtype::F16, 16, mixed_b, HalfType::F16, 128, true},
       {"sinks prefill T=200", 4, 2, 32, KvDtype::BF16, 16, {{200, 200}}, HalfType::BF16, 0, true},
       {"sliding prefill T=300", 8, 8, 256, KvDtype::BF16, 16, {{300, 300}}, HalfType::BF16, 128, true},  // Q in shared
+      // Encoders (BGE-M3: 16/16 of 64; the tiny XLM-R: 2/2 of 16): whole prompts,
+      // every row seeing its sequence; one-row sequences go to the decode kernel. The last
+      // case's cached prefix is no encoder's, but the kernel's rule is the same: all of it.
+      {"encoder prefill", 16, 16, 64, KvDtype::BF16, 16, {{300, 300}, {1, 1}, {64, 64}, {17, 17}, {129, 129}},
+       HalfType::BF16, 0, false, false},
+      {"encoder prefill", 16, 16, 64, KvDtype::F16, 16, {{300, 300}, {1, 1}, {64, 64}, {17, 17}, {129, 129}},
+       HalfType::F16, 0, false, false},
+      {"encoder prefill", 16, 16, 64, KvDtype::FP8, 16, {{200, 200}, {65, 65}, {2, 2}}, HalfType::BF16, 0, false,
+       false},
+      {"encoder prefill", 2, 2, 16, KvDtype::BF16, 16, {{57, 57}, {3, 3}, {9, 9}, {1, 1}}, HalfType::BF16, 0, false,
+       false},
+      {"encoder mixed", 4, 2, 32, KvDtype::F16, 16, {{40, 100}, {1, 30}, {70, 70}}, HalfType::F16, 0, false, false},
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {

@@ -1,5 +1,6 @@
-// check_elementwise.cu — checks the element-wise CUDA kernels (embedding gather, add +
-// RMSNorm, qkv bias/norm/RoPE + paged KV write, SwiGLU, squared ReLU, the sigmoid output gates) against
+// check_elementwise.cu — checks the element-wise CUDA kernels (embedding gather, an encoder's
+// position rows, add + RMSNorm, an encoder's add + LayerNorm, qkv bias/norm/RoPE + paged KV
+// write, SwiGLU, squared ReLU, biased GELU, the sigmoid output gates) against
 // the CPU reference or a host computation, in both compute types (bf16 and f16), and times
 // them at Llama-3.1-8B shapes. Also the pipeline stage boundary's f32 <-> 16-bit conversions.
 #include <cuda_fp8.h>
@@ -75,6 +76,31 @@ void check_embedding(int32_t hidden) {
       std::copy_n(table.begin() + int64_t(ids[size_t(t)]) * hidden, hidden, ref.begin() + int64_t(t) * hidden);
   error_row(kCheck, "embedding " + shape(n, hidden) + tag<T>() + " (3 bad ids -> 0)", rel_error(ref, d_out.download()),
             kF32Limit);
+}
+
+// An encoder's position rows plus token type 0 (f32 tables), from positions offset by 2 as
+// RoBERTa numbers them; positions past the table give type 0 alone (the host refuses them first).
+void check_position_rows(int32_t hidden, bool with_type) {
+  const int64_t table_rows = 66, offset = 2;
+  const std::vector<int32_t> positions = {0, 1, 63, 7, 64, -3, 5};  // 2 bad positions
+  const int32_t n = int32_t(positions.size());
+  const std::vector<float> table = random_floats(size_t(table_rows * hidden), 41 + hidden);
+  const std::vector<float> type0 = random_floats(size_t(hidden), 42 + hidden);
+  DeviceArray<float> d_table(table), d_type(type0), d_out(size_t(n) * hidden);
+  DeviceArray<int32_t> d_pos(positions);
+  d_out.poison();
+  cuda::encoder_position_rows(d_pos.get(), n, d_table.get(), offset, table_rows, with_type ? d_type.get() : nullptr,
+                              hidden, d_out.get(), nullptr);
+  sync();
+  std::vector<float> ref(size_t(n) * hidden);
+  for (int32_t t = 0; t < n; ++t) {
+    const int64_t r = offset + positions[size_t(t)];
+    for (int32_t i = 0; i < hidden; ++i)
+      ref[size_t(t) * hidden + i] =
+          (r >= 0 && r < table_rows ? table[size_t(r * hidden + i)] : 0.0f) + (with_type ? type0[size_t(i)] : 0.0f);
+  }
+  error_row(kCheck, "encoder position rows " + shape(n, hidden) + (with_type ? " + type 0" : "") + " (2 bad positions)",
+            rel_error(ref, d_out.download()), 0.0);
 }
 
 // ---- add + RMSNorm ----------------------------------------------------------------------
@@ -337,6 +363,39 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   row(kCheck, what + ": other slots untouched", std::to_string(touched) + " touched", "0", touched == 0);
 }
 
+// ---- add + LayerNorm (encoders) -----------------------------------------------------------
+
+// x = LayerNorm(x + (delta + delta_bias)) written to x (f32) and out (T). The rows carry a
+// large common offset, which a one-pass variance would lose to cancellation.
+template <typename T>
+void check_add_layer_norm(int32_t rows, int32_t hidden, bool with_delta, bool with_bias, uint64_t seed) {
+  const float eps = 1e-5f;
+  const size_t n = size_t(rows) * hidden;
+  std::vector<float> x0 = random_floats(n, seed, -2.0f, 2.0f);
+  for (size_t i = 0; i < n; ++i) x0[i] += 30.0f;
+  const std::vector<float> delta = random_floats(n, seed + 1);
+  const std::vector<float> delta_bias = random_floats(size_t(hidden), seed + 2);
+  const std::vector<float> weight = random_floats(size_t(hidden), seed + 3, 0.5f, 1.5f);
+  const std::vector<float> bias = random_floats(size_t(hidden), seed + 4);
+  DeviceArray<float> d_x(x0), d_delta(delta), d_delta_bias(delta_bias), d_w(weight), d_b(bias);
+  DeviceArray<T> d_out(n);
+  d_out.poison();
+  cuda::add_layer_norm(d_x.get(), with_delta ? d_delta.get() : nullptr, with_bias ? d_delta_bias.get() : nullptr,
+                       d_w.get(), d_b.get(), rows, hidden, eps, d_out.get(), nullptr);
+  sync();
+  std::vector<float> ref = x0;
+  for (int32_t r = 0; r < rows; ++r) {
+    float* row = ref.data() + int64_t(r) * hidden;
+    for (int32_t i = 0; i < hidden; ++i)
+      row[i] += (with_delta ? delta[size_t(r) * hidden + i] : 0.0f) + (with_bias ? delta_bias[size_t(i)] : 0.0f);
+    cpu::layer_norm(row, weight.data(), bias.data(), hidden, eps, row);
+  }
+  const std::string what = "add_layer_norm " + shape(rows, hidden) + tag<T>() + (with_delta ? "" : " no delta") +
+                           (with_bias ? " + bias" : "");
+  error_row(kCheck, what + ": x", rel_error(ref, d_x.download()), kF32Limit);
+  error_row(kCheck, what + ": out", rel_error(ref, from_half(d_out.download())), half_limit<T>());
+}
+
 // ---- SwiGLU -----------------------------------------------------------------------------
 
 // spikes: some gate and up values of +-400, whose products (+-160000) pass FP16's 65504.
@@ -363,6 +422,24 @@ void check_swiglu(int32_t rows, int32_t inter, uint64_t seed, bool spikes = fals
     for (float& v : ref) v = std::clamp(v, -65504.0f, 65504.0f);
   error_row(kCheck, "swiglu " + shape(rows, inter) + tag<T>() + (spikes ? " with outputs past 65504" : ""),
             rel_error(ref, from_half(d_out.download())), half_limit<T>());
+}
+
+// Encoders' biased exact GELU, in place on the up projection's rows: gelu(x + bias).
+template <typename T>
+void check_bias_gelu(int32_t rows, int32_t n, uint64_t seed) {
+  const std::vector<float> x = round_half<T>(random_floats(size_t(rows) * n, seed, -6.0f, 6.0f));
+  const std::vector<float> bias = random_floats(size_t(n), seed + 1);
+  DeviceArray<T> d(to_half<T>(x));
+  DeviceArray<float> d_bias(bias);
+  cuda::bias_gelu(d.get(), d_bias.get(), rows, n, nullptr);
+  sync();
+  std::vector<float> ref(x.size());
+  for (int32_t t = 0; t < rows; ++t) {
+    float* row = ref.data() + int64_t(t) * n;
+    for (int32_t i = 0; i < n; ++i) row[i] = x[size_t(t) * n + i] + bias[size_t(i)];
+    cpu::gelu(row, n, row);
+  }
+  error_row(kCheck, "bias_gelu " + shape(rows, n) + tag<T>(), rel_error(ref, from_half(d.download())), half_limit<T>());
 }
 
 // Nemotron-H's squared ReLU, in place; FP16 saturates at 65504 as swiglu's stores do.
@@ -601,6 +678,10 @@ void run_cases() {
   check_add_rms_norm<T>(4, 4096, true, false, 105);
   check_rms_norm_rows<T>(4096);
   check_rms_norm_rows<T>(896);
+  check_add_layer_norm<T>(7, 1024, true, true, 111);  // BGE-M3's width
+  check_add_layer_norm<T>(3, 32, true, false, 112);
+  check_add_layer_norm<T>(5, 8192, false, false, 113);
+  check_add_layer_norm<T>(2, 4104, true, true, 114);  // chunks not a multiple of the threads
 
   // Named by their bf16 form; for f16 a 16-bit cache becomes F16 ("... f16") and an FP8 one
   // is fed from f16 ("... fp8 f16").
@@ -631,6 +712,9 @@ void run_cases() {
       {"nemotron-h hd128 32/2 no rope bf16", 32, 2, 128, false, false, "", 10000.0, KvDtype::BF16, 0, 0, true},
       {"nemotron-h hd128 32/2 no rope fp8", 32, 2, 128, false, false, "", 10000.0, KvDtype::FP8, 0, 0, true},
       {"hd80 (scalar path) 8/2 no rope bf16", 8, 2, 80, false, false, "", 10000.0, KvDtype::BF16, 0, 0, true},
+      // The tiny XLM-R encoder: 4 heads of 8 with biases, no RoPE.
+      {"xlm-r hd16 2/2 bias no rope bf16", 2, 2, 16, true, false, "", 10000.0, KvDtype::BF16, 0, 0, true},
+      {"xlm-r hd16 2/2 bias no rope fp8", 2, 2, 16, true, false, "", 10000.0, KvDtype::FP8, 0, 0, true},
   };
   uint64_t seed = 1000;
   for (RopeCase c : cases) {
@@ -651,6 +735,8 @@ void run_cases() {
   check_swiglu<T>(3, 256, 204, true);
   check_relu2<T>(7 * 1856, 205);
   check_relu2<T>(8, 206);
+  check_bias_gelu<T>(7, 4096, 207);  // BGE-M3's intermediate size
+  check_bias_gelu<T>(3, 24, 208);
 
   // Qwen3.5: 16 heads of 256 gated, the gate after q, k and v (20 heads) in each row.
   check_output_gate<T>(7, 16 * 256, 20 * 256, 36 * 256, 401);
@@ -663,6 +749,8 @@ void run_cases() {
 void run() {
   run_cases<bf16>();
   run_cases<f16>();
+  check_position_rows(1024, true);
+  check_position_rows(32, false);
   check_gated_rows(7, 2048, 5, 501);
   check_gated_rows(3, 30, 1, 502);
   check_gated_rows(5, 2688, 0, 503);

@@ -1,6 +1,6 @@
 // check_model.cu — whole-model checks of the CUDA backend against the CPU backend (logits
 // of the tiny fixture models, in whole-prompt, padded-bucket and mixed chunked-prefill and
-// decode steps, the tiny llama also quantized to Q8_0, a tiny llama in Q4_K_M and a tiny Qwen3 in Q8_0, Q4_K and Q6_K, tiny FP8 checkpoints, tiny models quantized to Q8_0 and FP8 at load ([model] quantize), the tiny hybrids (Qwen3.5, Qwen3-Next), the tiny Qwen3.5-MoE's MTP head (also against independent reference logits), and of SmolLM2; SmolLM2 greedy text with 16-bit and FP8 KV; the
+// decode steps, the tiny llama also quantized to Q8_0, a tiny llama in Q4_K_M and a tiny Qwen3 in Q8_0, Q4_K and Q6_K, tiny FP8 checkpoints, tiny models quantized to Q8_0 and FP8 at load ([model] quantize), the tiny hybrids (Qwen3.5, Qwen3-Next), the tiny Qwen3.5-MoE's MTP head (also against independent reference logits), and of SmolLM2; the tiny XLM-R encoder's rows; SmolLM2 greedy text with 16-bit and FP8 KV; the
 // size of FP8's effect on SmolLM2's logits against an independent reference), of a
 // two-stage pipeline split against one CUDA backend, and the Llama-3.1-8B-shaped
 // benchmarks (decode bandwidth, batching, prefill rate) against the copy bandwidth and
@@ -623,6 +623,56 @@ void hidden_rows_parity(const std::string& name, const LoadedModel& m, std::vect
   }
   error_row("model", name + " bf16 final hidden rows vs cpu (" + std::to_string(rows) + " rows, forward and device sampling)",
             err, kLogitsLimitBF16);
+}
+
+// An encoder (XLM-R, ModelSpec::encoder): the tiny embedder's rows from the CUDA backend
+// against the CPU backend's (which matches transformers to 1e-7), every row of each prompt
+// returned (the pooled first row among them), in three kinds of step: all the golden
+// prompts at once (prefill tiles, bidirectional), two short prompts (<= kGemvMaxRows rows:
+// each row its own sequence over its whole prompt, a graph captured, then replayed), and
+// one-token prompts (decode-only steps).
+void tiny_encoder_parity(bool f16) {
+  Config config = config_for_model(tiny_model_path("xlmr_embed"));
+  config.model.role = "embed";
+  LoadedModel m = load_model(config);
+  const ModelSpec& spec = m.info.spec;
+  SPARK_CHECK(spec.encoder, "the tiny embedder is an encoder");
+  const std::string name = "xlmr_embed";
+  std::ifstream f(tiny_model_path("xlmr_embed") + "/golden.json");
+  const auto golden = nlohmann::json::parse(f)["ids"].get<std::vector<std::vector<int32_t>>>();
+  const std::vector<int32_t> five = {0, 54, 11, 160, 2};  // with golden[6]'s 3: kGemvMaxRows rows
+  const std::vector<std::vector<std::vector<int32_t>>> steps = {
+      golden, {golden[6], five}, {golden[6], five}, {golden[6], five}, {{0}, {5}}, {{0}, {5}}, {{0}, {5}}};
+  Sequences sized(golden, 0);
+  CpuBackend cpu(spec, bind_stage(spec, m.weights), 0);
+  CudaBackend gpu(spec, bind_stage(spec, m.weights), options_for(sized, f16, false, true));
+  cpu.init_kv_cache(sized.num_blocks(), kBlock);
+  gpu.init_kv_cache(sized.num_blocks(), kBlock);
+  double err = 0;
+  size_t rows = 0;
+  for (const auto& prompts : steps) {
+    Sequences seqs(prompts, 0);
+    seqs.blocks_per_seq = sized.blocks_per_seq;  // the block tables' stride the backends were sized for
+    Batch batch = seqs.next();
+    batch.logits_rows.clear();  // an embedder's steps return hidden rows only
+    for (int32_t r = 0; r < batch.num_tokens(); ++r) batch.hidden_rows.push_back(r);
+    ForwardResult want, got;
+    cpu.forward(batch, nullptr, want);
+    gpu.forward(batch, nullptr, got);
+    if (got.final_hidden.size() != want.final_hidden.size() || want.final_hidden.empty() || !got.logits.empty())
+      throw std::runtime_error(std::to_string(got.final_hidden.size()) + " hidden values from the CUDA backend, " +
+                               std::to_string(want.final_hidden.size()) + " from the CPU");
+    err = std::max(err, rel_error(want.final_hidden, got.final_hidden));
+    rows += batch.hidden_rows.size();
+  }
+  const CudaStepCounts c = gpu.step_counts();
+  row("model", name + " graphs", std::to_string(c.multi_row_captured) + " captured, " +
+      std::to_string(c.multi_row_replayed) + " replayed multi-row; " + std::to_string(c.decode_captured) + ", " +
+      std::to_string(c.decode_replayed) + " decode", ">= 1 each", c.multi_row_captured >= 1 && c.multi_row_replayed >= 1 &&
+      c.decode_captured >= 1 && c.decode_replayed >= 1);
+  error_row("model", name + (f16 ? " f16" : " bf16") + " encoder rows vs cpu (" +
+                         std::to_string(rows) + " rows, whole prompts, multi-row graphs, one-token steps)",
+            err, f16 ? kLogitsLimitF16 : kLogitsLimitBF16);
 }
 
 // A little-endian f32 file of `count` values (the golden data the generators write).
@@ -1430,6 +1480,7 @@ int main() {
         hidden_rows_parity(name, load_model(config_for_model(tiny_model_path(name))), tiny_model_prompts(name));
       });
     run_part("model", "qwen3_5_moe MTP head", mtp_head_parity);
+    for (bool f16 : {false, true}) run_part("model", "xlmr_embed", [f16] { tiny_encoder_parity(f16); });
     if (emulated()) {
       for (const char* name : {"llama", "qwen3", "qwen3_moe", "qwen3_moe_separated", "gpt_oss", "gpt_oss_separated"})
         run_part("model", name, [name] { tiny_model_device_greedy(name); });

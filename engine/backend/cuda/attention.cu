@@ -184,6 +184,7 @@ void Attention::run(const DeviceBatch& batch, KvLayer cache, const void* q, void
   SPARK_CHECK(st.prepared, "attention: run() before prepare()");
   SPARK_CHECK(batch.num_seqs <= sh.max_seqs && batch.num_tokens <= sh.max_tokens, "attention: batch exceeds the shape");
   SPARK_CHECK(extras.window >= 0, "attention: a negative sliding window");
+  SPARK_CHECK(extras.causal || extras.window == 0, "attention: a sliding window needs causal attention");
   if (!st.decode_only) SPARK_CHECK(batch.num_seqs == st.num_seqs, "attention: run() on a batch prepare() did not plan");
 
   const auto step = [&](attn::StepParams& p) {
@@ -201,6 +202,7 @@ void Attention::run(const DeviceBatch& batch, KvLayer cache, const void* q, void
     p.scale_log2 = st.scale_log2;
     p.window = extras.window;
     p.sinks = extras.sinks;
+    p.causal = extras.causal;
   };
 
   attn::DecodeParams d;

@@ -1,6 +1,6 @@
-// attention.h — causal attention over the paged KV cache: a tiled tensor-core kernel for
-// prefill rows (variable length, cached prefixes) and a split-K kernel over block tables
-// for decode rows (one query per sequence, GQA heads of a kv head together).
+// attention.h — causal (or an encoder's bidirectional) attention over the paged KV cache: a
+// tiled tensor-core kernel for prefill rows (variable length, cached prefixes) and a split-K
+// kernel over block tables for decode rows (one query per sequence, GQA heads of a kv head together).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -29,14 +29,18 @@ struct AttentionShape {
   float scale = 0.0f;              // softmax scale, 1 / sqrt(head_dim)
 };
 
-// What one layer's attention adds to plain causal attention (gpt-oss); zeros: nothing.
+// What one layer's attention adds to plain causal attention (gpt-oss, encoders); the
+// defaults: nothing.
 //   window > 0: each row sees only the last `window` tokens of its causal prefix, itself
 //     included; cache blocks wholly before the first row's window are never read.
 //   sinks: [num_heads] f32 logits, one a head, that join each row's softmax (scaled as
 //     logits already are: not by `scale`) and add no value.
+//   causal false: every row sees all context_lens[s] tokens of its sequence (encoders,
+//     whose prompts run whole in one step); no window then.
 struct AttentionExtras {
   int32_t window = 0;
   const float* sinks = nullptr;
+  bool causal = true;
 };
 
 class Attention {
@@ -58,7 +62,8 @@ class Attention {
 
   // out[t, h * head_dim ...] = softmax(q[t, h] · K_sᵀ · scale) · V_s over the causal
   // prefix of t's sequence s: row i of a sequence with n query rows sees its first
-  // context_lens[s] - n + i + 1 tokens, read through s's block table. q and out are
+  // context_lens[s] - n + i + 1 tokens (all context_lens[s] when not extras.causal), read
+  // through s's block table. q and out are
   // [num_tokens, num_heads * head_dim] of shape.compute (__nv_bfloat16 or __half); head h
   // reads kv head h / (num_heads / num_kv_heads). Sequences with context_lens 0 (graph
   // padding) give zeros. programmatic: the decode kernels as programmatic dependent

@@ -83,6 +83,9 @@ struct StepParams {
   float scale_log2 = 0;  // softmax scale * log2(e)
   int32_t window = 0;             // > 0: a row sees its last `window` tokens only (AttentionExtras)
   const float* sinks = nullptr;   // [num_heads] sink logits, or null
+  // false: each row sees its sequence's whole context (AttentionExtras). Only the prefill
+  // kernel reads it: a decode row is its sequence's last, which sees the whole context either way.
+  bool causal = true;
 };
 
 // The first token a row that sees `visible` tokens of its sequence attends to.

@@ -1,5 +1,5 @@
-// attention_prefill.cu — causal prefill attention over the paged cache: FlashAttention-2 style tiles on bf16 or f16
-// tensor cores (mma.sync m16n8k16).
+// attention_prefill.cu — causal (or, for encoders, bidirectional) prefill attention over the
+// paged cache: FlashAttention-2 style tiles on bf16 or f16 tensor cores (mma.sync m16n8k16).
 #include <string>
 #include <type_traits>
 
@@ -94,7 +94,8 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
   const int ctx = p.context_lens[seq];
   const int prefix = ctx - n;  // cached tokens before this step's rows
   const int rows = min(BM, n - row0);
-  const int kv_end = prefix + row0 + rows;  // keys the tile's last row sees
+  // Keys the tile's last row sees: all of the context without the causal mask.
+  const int kv_end = p.causal ? prefix + row0 + rows : ctx;
   const int ntiles = (kv_end + BN - 1) / BN;
   // A sliding window: keys before the tile's first row's window are not loaded (their
   // blocks may be gone), and the tiles wholly before it are skipped.
@@ -173,8 +174,9 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(const PrefillP
   cp_async_commit();  // group 0: Q and the first K/V tile
 
   const int wrow = warp * 16;                                         // warp's first row in the tile
-  const int lim_a = prefix + row0 + wrow + g + 1, lim_b = lim_a + 8;  // keys rows g, g+8 see
-  const int warp_lim = prefix + row0 + wrow + 1;                      // keys every row of the warp sees
+  const int lim_a = p.causal ? prefix + row0 + wrow + g + 1 : ctx;   // keys rows g, g+8 see
+  const int lim_b = p.causal ? lim_a + 8 : ctx;
+  const int warp_lim = p.causal ? prefix + row0 + wrow + 1 : ctx;     // keys every row of the warp sees
   const int win = p.window;
   const int lo_a = lim_a - win, lo_b = lim_b - win;                   // with a window: the first keys rows g, g+8 see
   // ldmatrix lane addresses (see the fragment layouts of mma.m16n8k16):

@@ -129,7 +129,12 @@ __device__ __forceinline__ void store8(T* p, const float (&f)[8]) {
   *reinterpret_cast<uint4*>(p) = raw;
 }
 
-// f32 rows: eight values are two 16-byte stores.
+// f32 rows: eight values are two 16-byte loads or stores.
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
+  f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w, f[4] = hi.x, f[5] = hi.y, f[6] = hi.z, f[7] = hi.w;
+}
+
 __device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
   reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
   reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);

@@ -1,7 +1,8 @@
-// cuda_backend.cu — the decoder forward pass on the GPU: batch upload, the embedding (an
-// MTP head's input stage after it, mtp_input.h), the layers (layer_forward.h), decode
-// steps through CUDA graphs, the LM head, and logits or device-sampled tokens back to the
-// host; the device memory of the weights, activations, KV cache and recurrent states.
+// cuda_backend.cu — the forward pass on the GPU: batch upload, the embedding (an MTP head's
+// input stage after it, mtp_input.h; an encoder's positions and LayerNorm, embedding.h),
+// the layers (layer_forward.h), decode steps through CUDA graphs, the LM head, and logits
+// or device-sampled tokens (an encoder: its pooled rows as they are) back to the host; the
+// device memory of the weights, activations, KV cache and recurrent states.
 #include "engine/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -134,6 +135,9 @@ struct CudaBackend::Impl {
   LayerRange range;
   std::vector<LayerShape> shapes;  // the stage's layers, as layer_shape.h describes them
   bool has_embedding = false, has_head = false;
+  // The last stage of an encoder (ModelSpec::encoder): no final norm and no LM head; the
+  // batch's hidden rows are returned as the last layer left them.
+  bool raw_rows = false;
   std::string device_name;
   int cc_major = 0, cc_minor = 0;
   // Decode-step kernels start while the one before them finishes (launch_kernel in
@@ -215,7 +219,7 @@ struct CudaBackend::Impl {
   int64_t state_slot_values() const { return num_recurrent * spec.recurrent_state_values(); }
   void copy_states(const Batch& b);
   Batch padded(const Batch& b, int32_t bucket) const;
-  static Batch rows_as_sequences(const Batch& b);
+  static Batch rows_as_sequences(const Batch& b, bool causal);
   void count(bool multi_row, std::optional<cuda::DecodeGraphs::Use> use);
   void upload(const Batch& b, const Batch& step);
   HalfType half() const { return half_type(opt); }
@@ -225,6 +229,19 @@ struct CudaBackend::Impl {
   }
   int32_t run(const Batch& batch, const float* hidden_in);
   void copy_final_hidden(const Batch& batch, std::vector<float>& out);
+
+  // An encoder's first layer reads x and x rounded to T in act.normed (layer_forward.h): on
+  // the first stage x = LayerNorm(token + position + type 0) over the gathered tokens, which
+  // writes both; a later stage rounds the x it received.
+  template <typename Half>
+  void encoder_input(bool received, int32_t rows, const cuda::DeviceBatch& db) {
+    const int32_t H = int32_t(spec.hidden_size);
+    if (received) return cuda::hidden_to_16bit<Half>(act.x, int64_t(rows) * H, static_cast<Half*>(act.normed), stream);
+    cuda::encoder_position_rows(db.positions, rows, weights->pos_embedding, spec.position_offset, spec.position_rows,
+                                weights->type_embedding, H, act.proj, stream);
+    cuda::add_layer_norm<Half>(act.x, act.proj, nullptr, weights->embed_norm, weights->embed_norm_bias, rows, H,
+                               float(spec.rms_norm_eps), static_cast<Half*>(act.normed), stream);
+  }
 };
 
 void CudaBackend::Impl::check_batch(const Batch& b, bool needs_ids) const {
@@ -249,6 +266,17 @@ void CudaBackend::Impl::check_batch(const Batch& b, bool needs_ids) const {
       if (id < 0 || id >= spec.vocab_size)
         throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " +
                          std::to_string(spec.vocab_size));
+  if (spec.encoder) {
+    // Every row attends to its whole sequence: a sequence must run whole in one step
+    // (SchedulerConfig::whole_prompts), within the learned positions.
+    for (int32_t s = 0; s < b.num_seqs(); ++s)
+      if (b.context_lens[size_t(s)] != b.query_start[size_t(s) + 1] - b.query_start[size_t(s)])
+        fail("an encoder's sequence " + std::to_string(s) + " does not run whole in this step");
+    for (int32_t p : b.positions)
+      if (p < 0 || spec.position_offset + p >= spec.position_rows)
+        fail("position " + std::to_string(p) + " is outside the encoder's " +
+             std::to_string(spec.position_rows - spec.position_offset) + " learned positions");
+  }
 }
 
 // A decode-only batch grown to `bucket` sequences of one row each: padding rows write no
@@ -268,7 +296,8 @@ Batch CudaBackend::Impl::padded(const Batch& b, int32_t bucket) const {
 
 // The same step with every query row as a sequence of its own: row i of a sequence of n
 // rows and context c becomes a one-row sequence of context c - n + i + 1 over the same
-// block table, which is exactly the causal prefix that row attends to. Its KV is written
+// block table, which is exactly the causal prefix that row attends to (c itself when not
+// `causal`: an encoder's rows see the whole sequence). Its KV is written
 // (by slot) before attention reads it, as in the original step. So a step verifying
 // drafts runs the decode kernels, and a decode graph, instead of the prefill tiles that
 // prepare() uploads per step. The price: each row reads its sequence's KV itself, so a
@@ -276,7 +305,7 @@ Batch CudaBackend::Impl::padded(const Batch& b, int32_t bucket) const {
 // tile kernel reads c (per layer, 2 x num_kv_heads x head_dim x 2 bytes a token in BF16),
 // while the weights, which dominate a decode step until c is in the thousands, are read
 // once either way. Only steps of at most rows_at_decode_cost() rows take this path.
-Batch CudaBackend::Impl::rows_as_sequences(const Batch& b) {
+Batch CudaBackend::Impl::rows_as_sequences(const Batch& b, bool causal) {
   Batch r;
   r.token_ids = b.token_ids;
   r.positions = b.positions;
@@ -290,7 +319,7 @@ Batch CudaBackend::Impl::rows_as_sequences(const Batch& b) {
     const int32_t n = b.query_start[size_t(s) + 1] - b.query_start[size_t(s)];
     for (int32_t i = 0; i < n; ++i) {
       r.query_start.push_back(r.query_start.back() + 1);
-      r.context_lens.push_back(b.context_lens[size_t(s)] - n + i + 1);
+      r.context_lens.push_back(causal ? b.context_lens[size_t(s)] - n + i + 1 : b.context_lens[size_t(s)]);
       r.block_tables.insert(r.block_tables.end(), b.block_tables.begin() + std::ptrdiff_t(size_t(s) * stride),
                             b.block_tables.begin() + std::ptrdiff_t(size_t(s + 1) * stride));
     }
@@ -382,7 +411,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   const bool multi_row = S > 0 && !decode_only && batch.num_tokens() <= cuda::kGemvMaxRows;
   std::optional<Batch> flat;
   // (A recurrent layer still reads each sequence's rows in order, as one: upload.)
-  if (graphs && multi_row) flat = rows_as_sequences(batch);
+  if (graphs && multi_row) flat = rows_as_sequences(batch, !spec.encoder);
   const int32_t bucket = graphs && (decode_only || flat) ? graphs->bucket_for(batch.num_tokens()) : 0;
   std::optional<Batch> grown;
   if (bucket > 0) grown = padded(flat ? *flat : batch, bucket);
@@ -416,6 +445,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
       else
         cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding.data),
                                      spec.vocab_size, H, act.x, stream);
+      if (spec.encoder) encoder_input<Half>(hidden_in || from_boundary, T, db);
       // Outside any graph, as the gather: hidden_in changes every step. Padding rows (past
       // the batch's own) get a zero hidden half.
       if (spec.mtp_head)
@@ -454,14 +484,17 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
 // bits, these are not), and comes to the host in one copy.
 void CudaBackend::Impl::copy_final_hidden(const Batch& batch, std::vector<float>& out) {
   out.clear();
-  if (!has_head || batch.hidden_rows.empty()) return;
+  if (!(has_head || raw_rows) || batch.hidden_rows.empty()) return;
   const auto H = size_t(spec.hidden_size);
   const auto first = size_t(batch.hidden_rows.front()), span = size_t(batch.hidden_rows.back()) - first + 1;
-  // act.proj is free once the step has run (the last layer's output is in x).
-  cuda::rms_norm_strided<float>(act.x + first * H, int32_t(span), weights->final_norm, int32_t(H),
-                                float(spec.rms_norm_eps), act.proj, int64_t(H), stream);
+  // act.proj is free once the step has run (the last layer's output is in x). An encoder's
+  // rows have no final norm: they come from x itself.
+  if (!raw_rows)
+    cuda::rms_norm_strided<float>(act.x + first * H, int32_t(span), weights->final_norm, int32_t(H),
+                                  float(spec.rms_norm_eps), act.proj, int64_t(H), stream);
   std::vector<float> rows(span * H);
-  CUDA_CHECK(cudaMemcpyAsync(rows.data(), act.proj, rows.size() * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(rows.data(), raw_rows ? act.x + first * H : act.proj, rows.size() * 4,
+                             cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   out.resize(batch.hidden_rows.size() * H);
   for (size_t r = 0; r < batch.hidden_rows.size(); ++r) {
@@ -490,20 +523,24 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   require_cases(m.shapes, spec,
                 LayerCases{.backend = "the CUDA backend",
                            .mixers = {Mixer::ATTENTION, Mixer::RECURRENT, Mixer::MAMBA2, Mixer::NONE},
-                           .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE},
-                           .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::RELU2},
+                           .norm_placements = {NormPlacement::PRE, NormPlacement::POST},
+                           .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE, NormKind::LAYER},
+                           .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::RELU2,
+                                           Activation::GELU},
                            .partial_rotary = true,
                            .output_gate = true,
                            .shared_expert = true,
                            .no_rope = true,
                            .ffn_less_layers = true,
-                           .sigmoid_router = true});
+                           .sigmoid_router = true,
+                           .bidirectional = true});
   if (range_has(spec, r, &ModelSpec::layer_is_moe)) check_moe_config(spec);
   for (const LayerShape& shape : m.shapes)
     m.recurrent_index.push_back(shape.mixer == Mixer::RECURRENT || shape.mixer == Mixer::MAMBA2 ? m.num_recurrent++ : -1);
   if (m.num_recurrent > 0) spec.mamba2_layers() ? check_mamba2_config(spec) : check_delta_net_config(spec);
   m.has_embedding = r.first_layer == 0;
-  m.has_head = r.last_layer == spec.num_layers;
+  m.has_head = r.last_layer == spec.num_layers && !spec.encoder;
+  m.raw_rows = r.last_layer == spec.num_layers && spec.encoder;
 
   std::string why;
   auto devices = cuda_devices(&why);
@@ -558,7 +595,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   m.rope.position_scale = rope.position_scale();
   m.rope.attention_scale = rope.attention_scale();
   m.rope.rotary_dim = int32_t(spec.rotary_dim > 0 ? spec.rotary_dim : spec.head_dim);
-  m.rope.rotates = !spec.no_rope;
+  m.rope.rotates = !spec.no_rope && !spec.encoder;  // an encoder's positions are learned, in its input
   CUDA_CHECK(cudaMallocHost(&m.host_ints, size_t(m.layout.total) * 4));
   std::fill(m.host_ints, m.host_ints + m.layout.total, 0);
   // Block-table rows are read only up to each context's length, but start them valid.
@@ -689,7 +726,7 @@ void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardRes
   out.final_hidden.clear();
   if (batch.num_tokens() == 0) return;
   const int32_t R = m.run(batch, hidden_in);
-  if (!m.has_head) {
+  if (!m.has_head && !m.raw_rows) {
     out.hidden.resize(size_t(batch.num_tokens()) * size_t(m.spec.hidden_size));
     CUDA_CHECK(cudaMemcpyAsync(out.hidden.data(), m.act.x, out.hidden.size() * 4, cudaMemcpyDeviceToHost, m.stream));
   } else if (R > 0) {
@@ -758,7 +795,7 @@ uint64_t CudaBackend::weight_bytes_per_token(const ModelSpec& spec, LayerRange r
 }
 
 uint64_t CudaBackend::workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range) {
-  const bool has_head = range.last_layer == spec.num_layers;
+  const bool has_head = range.last_layer == spec.num_layers && !spec.encoder;
   Sizes z(spec, options, largest_bucket(options), range);
   uint64_t total =
       z.total() + cuda::Gemm::kWorkspaceBytes + cuda::Attention::workspace_bytes(attention_shape(spec, options, z));

@@ -196,11 +196,20 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
   if (range.first_layer == 0) {
     matrix({stage ? stage->embedding : nullptr}, {Part::EMBEDDING}, -1, {s.vocab_size}, H,
            w ? &w->embedding : &matrix_sink);
-    if (!s.tie_word_embeddings || range.last_layer != s.num_layers) out.back().read_per_token = 0;  // one row a token
+    if (!s.tie_word_embeddings || range.last_layer != s.num_layers || s.encoder)
+      out.back().read_per_token = 0;  // one row a token
     if (s.mtp_head) {  // the head's input stage (mtp_input.h)
       matrix({stage ? stage->mtp_fc : nullptr}, {Part::MTP_FC}, -1, {H}, 2 * H, w ? &w->mtp_fc : &matrix_sink);
       vec({stage ? stage->mtp_embed_norm : nullptr}, {H}, w ? slot(w->mtp_embed_norm) : &sink, norm_map);
       vec({stage ? stage->mtp_hidden_norm : nullptr}, {H}, w ? slot(w->mtp_hidden_norm) : &sink, norm_map);
+    }
+    if (s.encoder) {  // the input's positions, token types and LayerNorm (embedding.h)
+      vec({stage ? stage->pos_embedding : nullptr}, {s.position_rows * H}, w ? slot(w->pos_embedding) : &sink);
+      out.back().read_per_token = 0;  // one row a token
+      if (s.type_vocab_size > 0)
+        vec({stage ? stage->type_embedding : nullptr}, {s.type_vocab_size * H}, w ? slot(w->type_embedding) : &sink);
+      vec({stage ? stage->embed_norm : nullptr}, {H}, w ? slot(w->embed_norm) : &sink);
+      vec({stage ? stage->embed_norm_bias : nullptr}, {H}, w ? slot(w->embed_norm_bias) : &sink);
     }
   }
   if (w) w->layers.assign(size_t(range.last_layer - range.first_layer), DeviceLayer{});
@@ -214,6 +223,10 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     const bool mixer = s.layer_has_mixer(l), ffn = s.layer_has_ffn(l);
     if (mixer) vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm), norm_map);
     if (ffn) vec({t(Part::FFN_NORM)}, {H}, v(&DeviceLayer::ffn_norm), norm_map);
+    if (s.encoder) {  // LayerNorms with biases
+      vec({t(Part::ATTN_NORM_BIAS)}, {H}, v(&DeviceLayer::attn_norm_bias));
+      vec({t(Part::FFN_NORM_BIAS)}, {H}, v(&DeviceLayer::ffn_norm_bias));
+    }
     if (!mixer) {
       // the feed-forward below
     } else if (s.layer_is_recurrent(l) && s.mamba2_layers()) {
@@ -261,7 +274,7 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
              m(&DeviceLayer::qkv));
     }
     if (mixer && !s.layer_is_recurrent(l)) {
-      if (s.attention_bias)
+      if (s.attention_bias || s.encoder)
         vec({t(Part::Q_BIAS), t(Part::K_BIAS), t(Part::V_BIAS)}, {nh * hd, nkv * hd, nkv * hd},
             v(&DeviceLayer::qkv_bias));
       if (s.qk_norm) {
@@ -269,18 +282,23 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
         vec({t(Part::K_NORM)}, {hd}, v(&DeviceLayer::k_norm), norm_map);
       }
       matrix({t(Part::O)}, {Part::O}, l, {H}, nh * hd, m(&DeviceLayer::o));
-      if (s.o_bias) vec({t(Part::O_BIAS)}, {H}, v(&DeviceLayer::o_bias));
+      if (s.o_bias || s.encoder) vec({t(Part::O_BIAS)}, {H}, v(&DeviceLayer::o_bias));
       if (s.attention_sinks) vec({t(Part::SINKS)}, {nh}, v(&DeviceLayer::sinks));
     }
     if (!ffn) continue;
-    // Squared-ReLU feed-forwards (Nemotron-H) have no gate rows: "gate_up" holds the up rows.
-    const bool gated = !s.relu2_mlp;
+    // Squared-ReLU feed-forwards (Nemotron-H) and encoders' GELU MLPs have no gate rows:
+    // "gate_up" holds the up rows.
+    const bool gated = !s.relu2_mlp && !s.encoder;
     if (!s.layer_is_moe(l)) {
       if (gated)
         matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
       else
         matrix({t(Part::UP)}, {Part::UP}, l, {I}, H, m(&DeviceLayer::gate_up));
       matrix({t(Part::DOWN)}, {Part::DOWN}, l, {H}, I, m(&DeviceLayer::down));
+      if (s.encoder) {
+        vec({t(Part::UP_BIAS)}, {I}, v(&DeviceLayer::up_bias));
+        vec({t(Part::DOWN_BIAS)}, {H}, v(&DeviceLayer::down_bias));
+      }
       continue;
     }
     const int64_t E = s.num_experts, mi = s.moe_intermediate_size;
@@ -343,7 +361,7 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       out.back().read_per_token = out[out.size() - 2].read_per_token = double(s.num_experts_per_tok) / double(E);
     }
   }
-  if (range.last_layer == s.num_layers) {
+  if (range.last_layer == s.num_layers && !s.encoder) {  // an encoder has neither (its rows are pooled raw)
     vec({stage ? stage->final_norm : nullptr}, {H}, w ? slot(w->final_norm) : &sink, norm_map);
     // Tied models reuse the embedding; a stage without layer 0 loads it as its head.
     if (!s.tie_word_embeddings || range.first_layer != 0)

@@ -25,6 +25,12 @@ struct DeviceLayer {
   const float* k_norm = nullptr;
   const float* attn_norm = nullptr;  // [hidden]
   const float* ffn_norm = nullptr;
+  // An encoder layer (ModelSpec::encoder): its LayerNorms' biases [hidden] and its MLP's
+  // biases (up [intermediate], down [hidden]); gate_up then holds the up rows only. Null otherwise.
+  const float* attn_norm_bias = nullptr;
+  const float* ffn_norm_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
   DeviceMatrix o;        // [hidden, heads * head_dim]
   const float* o_bias = nullptr;  // [hidden] (gpt-oss), or null
   const float* sinks = nullptr;   // [heads] sink logits (gpt-oss), or null
@@ -99,6 +105,13 @@ class DeviceWeights {
   DeviceMatrix mtp_fc;                     // [hidden, 2 * hidden]: over [normed embedding; normed hidden]
   const float* mtp_embed_norm = nullptr;   // [hidden], as used (1 + w for zero-centred norms)
   const float* mtp_hidden_norm = nullptr;  // [hidden]
+  // An encoder's input (ModelSpec::encoder, embedding.h), when the stage holds layer 0; null
+  // otherwise. f32: the position table is small beside the token table ([position_rows,
+  // hidden]), and a row is read once a token.
+  const float* pos_embedding = nullptr;   // [position_rows, hidden]
+  const float* type_embedding = nullptr;  // [type_vocab_size, hidden]; null without token types
+  const float* embed_norm = nullptr;      // [hidden]
+  const float* embed_norm_bias = nullptr;
   std::vector<DeviceLayer> layers;
 
  private:

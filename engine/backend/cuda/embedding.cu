@@ -1,4 +1,6 @@
-// embedding.cu — the token embedding gather: 16-bit or Q8_0 table rows widened into the f32 residual.
+// embedding.cu — the token embedding gather: 16-bit or Q8_0 table rows widened into the f32
+// residual; and an encoder's position rows (plus token type 0) gathered beside it. Gathers:
+// per row H table values read (2 or 4 bytes each) and 4H bytes written.
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/embedding.h"
 
@@ -56,7 +58,40 @@ __global__ void embedding_gather_q8_0_kernel(const int32_t* __restrict__ token_i
   for (int k = 0; k < 4; ++k) dst[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
 }
 
+// As embedding_gather_kernel: one thread per 8 values, flat over all rows; f32 table rows
+// (32 bytes a thread, two 16-byte loads) plus type 0's row, which every row shares (L1/L2).
+__global__ void position_rows_kernel(const int32_t* __restrict__ positions, const float* __restrict__ table,
+                                     int64_t offset, int64_t table_rows, const float* __restrict__ type0,
+                                     int32_t hidden, int64_t total_chunks, float* __restrict__ out) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= total_chunks) return;
+  const int64_t chunks_per_row = hidden / 8;
+  const int64_t t = c / chunks_per_row, col = (c - t * chunks_per_row) * 8;
+  const int64_t row = offset + positions[t];
+  float p[8] = {}, y[8] = {};
+  if (row >= 0 && row < table_rows) load8(table + row * hidden + col, p);
+  if (type0) load8(type0 + col, y);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) p[k] += y[k];
+  store8(out + t * hidden + col, p);
+}
+
 }  // namespace
+
+void encoder_position_rows(const int32_t* positions, int32_t num_tokens, const float* pos_table, int64_t position_offset,
+                           int64_t position_rows, const float* type0, int32_t hidden, float* out, cudaStream_t stream) {
+  SPARK_CHECK(num_tokens >= 0 && position_rows > 0 && position_offset >= 0 && hidden > 0 && hidden % 8 == 0,
+              "encoder_position_rows: bad sizes");
+  SPARK_CHECK(reinterpret_cast<uintptr_t>(pos_table) % 16 == 0 && reinterpret_cast<uintptr_t>(type0) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(out) % 16 == 0,
+              "encoder_position_rows: tables and out must be 16-byte aligned");
+  if (num_tokens == 0) return;
+  const int64_t total_chunks = int64_t(num_tokens) * (hidden / 8);
+  const auto blocks = unsigned(ceil_div(total_chunks, kThreads));
+  position_rows_kernel<<<blocks, kThreads, 0, stream>>>(positions, pos_table, position_offset, position_rows, type0,
+                                                        hidden, total_chunks, out);
+  CUDA_CHECK_LAUNCH();
+}
 
 void embedding_gather_q8_0(const int32_t* token_ids, int32_t num_tokens, const DeviceMatrix& table, int64_t vocab,
                            int32_t hidden, float* out, cudaStream_t stream) {

@@ -1,4 +1,4 @@
-// embedding.h — launcher for the token embedding gather.
+// embedding.h — launchers for the token embedding gather, and an encoder's learned positions.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -21,5 +21,14 @@ void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const T* tab
 // The same from a Q8_0 table (kernel_args.h; hidden a multiple of 32).
 void embedding_gather_q8_0(const int32_t* token_ids, int32_t num_tokens, const DeviceMatrix& table, int64_t vocab,
                            int32_t hidden, float* out, cudaStream_t stream);
+
+// An encoder's input beyond its token (ModelSpec::encoder): out[t] = pos_table[position_offset
+// + positions[t]] + type0, f32 [num_tokens, hidden], which add_layer_norm (rms_norm.h) then
+// adds to the gathered tokens and normalises (the CPU's word + (position + type) order).
+// pos_table is [position_rows, hidden] f32, type0 token type 0's row [hidden] f32 or null
+// (a model without token types). A row outside the table gives type0 alone (the host
+// validates positions first; this only keeps a bad one from reading outside the table).
+void encoder_position_rows(const int32_t* positions, int32_t num_tokens, const float* pos_table, int64_t position_offset,
+                           int64_t position_rows, const float* type0, int32_t hidden, float* out, cudaStream_t stream);
 
 }  // namespace spark::cuda

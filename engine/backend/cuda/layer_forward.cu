@@ -1,5 +1,6 @@
-// layer_forward.cu — the decoder layers of one step on the device (layer_forward.h): fused
-// kernels around cuBLASLt GEMMs and the GEMV family, one block of each layer at a time.
+// layer_forward.cu — the decoder (and encoder) layers of one step on the device
+// (layer_forward.h): fused kernels around cuBLASLt GEMMs and the GEMV family, one block of
+// each layer at a time.
 #include "engine/backend/cuda/layer_forward.h"
 
 #include "engine/backend/cuda/bias.h"
@@ -50,6 +51,10 @@ class Layers {
     for (size_t l = 0; l < s_.weights.layers.size(); ++l) {
       const DeviceLayer& L = s_.weights.layers[l];
       const LayerShape& shape = s_.shapes[l];
+      if (shape.norm_placement == NormPlacement::POST) {
+        encoder_layer(L, l);
+        continue;
+      }
       if (shape.mixer != Mixer::NONE) {
         add_and_norm(L.attn_norm);
         if (shape.mixer == Mixer::RECURRENT) delta_net(L, l);
@@ -94,13 +99,32 @@ class Layers {
     layer_kv.num_slots = s_.cache[l].num_blocks * s_.kv.block_size;
     qkv_rope_kv_write<T>(t(act_.wide), L.qkv_bias, L.q_norm, L.k_norm, eps_, db_.positions, db_.slot_mapping, rows_, nh,
                          qkv_n, s_.rope, layer_kv, s_.cache[l], t(act_.q), stream_, programmatic_);
+    const LayerShape& shape = s_.shapes[l];
     s_.attention.run(db_, s_.cache[l], act_.q, act_.mid, stream_, programmatic_,
-                     {int32_t(s_.shapes[l].window), L.sinks});
+                     {int32_t(shape.window), L.sinks, !shape.bidirectional});
     // The gates sit after v in each qkv row, untouched until gate_up overwrites them.
-    if (s_.shapes[l].output_gate)
+    if (shape.output_gate)
       apply_output_gate<T>(t(act_.mid), t(act_.wide) + gate_at, qkv_n, rows_, nh * hd, stream_, programmatic_);
     linear(act_.mid, nh * hd, L.o, hidden_, act_.proj, GemmOut::F32);
-    if (L.o_bias) add_bias_f32(act_.proj, L.o_bias, rows_, hidden_, stream_, programmatic_);
+    // A post-norm layer's norm adds the bias with the projection (encoder_layer).
+    if (L.o_bias && shape.norm_placement != NormPlacement::POST)
+      add_bias_f32(act_.proj, L.o_bias, rows_, hidden_, stream_, programmatic_);
+  }
+
+  // An encoder layer (post-norm): x = LN(x + attn(x)), then x = LN(x + ffn(x)), with
+  // ffn = down(gelu(up h + up_bias)) + down_bias. Each norm also leaves x rounded to T in
+  // act.normed, the next block's input (the embedding's norm, or the stage's input, does
+  // so for the first layer); the output projections' biases are added in the norms.
+  void encoder_layer(const DeviceLayer& L, size_t l) {
+    const int32_t inter = int32_t(s_.spec.intermediate_size);
+    attention(L, l);
+    add_layer_norm<T>(act_.x, act_.proj, L.o_bias, L.attn_norm, L.attn_norm_bias, rows_, hidden_, eps_, t(act_.normed),
+                      stream_, programmatic_);
+    linear(act_.normed, hidden_, L.gate_up, inter, act_.mid, GemmOut::HALF);
+    bias_gelu<T>(t(act_.mid), L.up_bias, rows_, inter, stream_, programmatic_);
+    linear(act_.mid, inter, L.down, hidden_, act_.proj, GemmOut::F32);
+    add_layer_norm<T>(act_.x, act_.proj, L.down_bias, L.ffn_norm, L.ffn_norm_bias, rows_, hidden_, eps_,
+                      t(act_.normed), stream_, programmatic_);
   }
 
   // The Gated DeltaNet: its four projections in f32 (the recurrence accumulates them), the

@@ -1,7 +1,8 @@
 // layer_forward.h — the decoder layers of one step on the device, between the embedding
 // (or the previous stage's hidden states) and the final norm: each layer's token mixer
 // (attention, Gated DeltaNet, Mamba-2) and feed-forward (SwiGLU or squared-ReLU MLP, MoE
-// with its shared expert and LatentMoE projections) around the f32 residual stream. The
+// with its shared expert and LatentMoE projections) around the f32 residual stream; and
+// encoders' post-norm layers (bidirectional attention, biased GELU MLP, LayerNorms). The
 // batch plumbing, graphs and memory live in cuda_backend.cu; this is the model's math.
 #pragma once
 #include <cuda_runtime.h>
@@ -42,7 +43,8 @@ struct LayerStep {
 };
 
 // Runs the stage's layers over db's rows: x (act.x) is the residual stream on entry and on
-// return; every other activation buffer is scratch. T is the compute type (__nv_bfloat16
+// return; every other activation buffer is scratch, but that an encoder's (post-norm)
+// layers also read x rounded to T in act.normed on entry, and leave it there. T is the compute type (__nv_bfloat16
 // or __half). No host synchronisation: a decode step captures into a CUDA graph.
 template <typename T>
 void run_layers(const LayerStep& s, const DeviceBatch& db, cudaStream_t stream, bool programmatic);

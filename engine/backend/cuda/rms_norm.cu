@@ -1,4 +1,6 @@
-// rms_norm.cu — the fused residual add + RMSNorm, and the final norm of selected rows.
+// rms_norm.cu — the fused residual add + RMSNorm, an encoder's residual add + LayerNorm, and
+// the final norm of selected rows. Each reads a row of x (and delta) once into registers and
+// writes its outputs once: per row 4H (+4H delta) bytes read, 2H written (+4H x); memory-bound.
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/rms_norm.h"
@@ -68,7 +70,72 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// The encoder's post-norm (add_layer_norm in rms_norm.h): as add_rms_norm_kernel, one CTA a
+// row with the row in registers, but two reductions (the sum, then the squares of the centred
+// values) and the LayerNorm written back to x as well as to out.
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    add_layer_norm_kernel(float* __restrict__ x, const float* __restrict__ delta, const float* __restrict__ delta_bias,
+                          const float* __restrict__ weight, const float* __restrict__ bias, int32_t hidden, float eps,
+                          T* __restrict__ out) {
+  __shared__ float scratch[32];
+  wait_then_allow_next_kernel();
+  const int64_t r = blockIdx.x;
+  float* xr = x + r * hidden;
+  const int chunks = hidden / 8;
+
+  float v[kChunksPerThread][8];
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kChunksPerThread; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c >= chunks) break;
+    load8(xr + c * 8, v[k]);
+    float d[8] = {};
+    if (delta) load8(delta + r * hidden + c * 8, d);
+    if (delta_bias) {
+      float b[8];
+      load8(delta_bias + c * 8, b);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) d[j] += b[j];  // the CPU's order: x + (delta + bias)
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[k][j] += d[j];
+      sum += v[k][j];
+    }
+  }
+  const float mean = block_sum(sum, scratch) / float(hidden);
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kChunksPerThread; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c >= chunks) break;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[k][j] -= mean;
+      sum_sq += v[k][j] * v[k][j];
+    }
+  }
+  const float inv = 1.0f / sqrtf(block_sum(sum_sq, scratch) / float(hidden) + eps);
+#pragma unroll
+  for (int k = 0; k < kChunksPerThread; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c >= chunks) break;
+    float w[8], b[8], o[8];
+    load8(weight + c * 8, w);
+    load8(bias + c * 8, b);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = w[j] * (v[k][j] * inv) + b[j];
+    store8(xr + c * 8, o);
+    store8(out + r * hidden + c * 8, o);
+  }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Threads for a row of `hidden` values: each keeps up to kChunksPerThread chunks of 8.
+int threads_for(int32_t hidden) { return int(ceil_div(ceil_div(hidden / 8, kChunksPerThread), 32) * 32); }
 
 template <typename T>
 void launch(float* x, const int32_t* row_ids, const float* delta, const float* weight, int32_t rows, int32_t hidden,
@@ -81,10 +148,8 @@ void launch(float* x, const int32_t* row_ids, const float* delta, const float* w
   SPARK_CHECK(aligned16(x) && aligned16(delta) && aligned16(weight) && aligned16(out) && out_stride % 8 == 0 &&
                   out_stride >= hidden,
               "rms_norm: pointers must be 16-byte aligned, and output rows a multiple of 8 values apart");
-  const int64_t chunks = hidden / 8;
-  const int threads = int(ceil_div(ceil_div(chunks, kChunksPerThread), 32) * 32);
   launch_kernel("add_rms_norm_kernel", programmatic, add_rms_norm_kernel<T>, dim3(unsigned(rows)),
-                dim3(unsigned(threads)), 0, stream, x, row_ids, delta, weight, hidden, eps, out, out_stride);
+                dim3(unsigned(threads_for(hidden))), 0, stream, x, row_ids, delta, weight, hidden, eps, out, out_stride);
 }
 
 }  // namespace
@@ -93,6 +158,21 @@ template <typename T>
 void add_rms_norm(float* x, const float* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
                   cudaStream_t stream, bool programmatic) {
   launch<T>(x, nullptr, delta, weight, rows, hidden, eps, out, hidden, stream, programmatic);
+}
+
+template <typename T>
+void add_layer_norm(float* x, const float* delta, const float* delta_bias, const float* weight, const float* bias,
+                    int32_t rows, int32_t hidden, float eps, T* out, cudaStream_t stream, bool programmatic) {
+  SPARK_CHECK(rows >= 0, "add_layer_norm: negative rows");
+  SPARK_CHECK(hidden > 0 && hidden % 8 == 0 && hidden <= kMaxHidden,
+              "add_layer_norm: hidden must be a positive multiple of 8, at most 32768");
+  if (rows == 0) return;
+  SPARK_CHECK(x && weight && bias && out, "add_layer_norm: x, weight, bias and out are required");
+  SPARK_CHECK(aligned16(x) && aligned16(delta) && aligned16(delta_bias) && aligned16(weight) && aligned16(bias) &&
+                  aligned16(out),
+              "add_layer_norm: pointers must be 16-byte aligned");
+  launch_kernel("add_layer_norm_kernel", programmatic, add_layer_norm_kernel<T>, dim3(unsigned(rows)),
+                dim3(unsigned(threads_for(hidden))), 0, stream, x, delta, delta_bias, weight, bias, hidden, eps, out);
 }
 
 template <typename T>
@@ -113,6 +193,10 @@ void rms_norm_strided(const float* x, int32_t rows, const float* weight, int32_t
 template void add_rms_norm<bf16>(float*, const float*, const float*, int32_t, int32_t, float, bf16*, cudaStream_t,
                                  bool);
 template void add_rms_norm<f16>(float*, const float*, const float*, int32_t, int32_t, float, f16*, cudaStream_t, bool);
+template void add_layer_norm<bf16>(float*, const float*, const float*, const float*, const float*, int32_t, int32_t,
+                                   float, bf16*, cudaStream_t, bool);
+template void add_layer_norm<f16>(float*, const float*, const float*, const float*, const float*, int32_t, int32_t,
+                                  float, f16*, cudaStream_t, bool);
 template void rms_norm_rows<bf16>(const float*, const int32_t*, int32_t, const float*, int32_t, float, bf16*,
                                   cudaStream_t, bool);
 template void rms_norm_rows<f16>(const float*, const int32_t*, int32_t, const float*, int32_t, float, f16*,

@@ -1,4 +1,5 @@
-// rms_norm.h — launchers for the fused residual add + RMSNorm, and plain RMSNorms of rows.
+// rms_norm.h — launchers for the fused residual add + RMSNorm (or an encoder's post-norm
+// LayerNorm), and plain RMSNorms of rows.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,6 +19,16 @@ namespace spark::cuda {
 template <typename T>
 void add_rms_norm(float* x, const float* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
                   cudaStream_t stream, bool programmatic = false);
+
+// An encoder's post-norm (NormPlacement::POST), for each of `rows` rows of `hidden` values:
+// x = LayerNorm(x + (delta + delta_bias)) = (y - mean(y)) / sqrt(var(y) + eps) * weight + bias
+// with y the sum, written back to x in f32, and the same rounded to T into out (the next
+// GEMM's input). delta ([rows, hidden] f32, a projection's output) and delta_bias
+// ([hidden] f32, that projection's bias) may each be null. The mean is taken out before
+// the variance, as torch and cpu::layer_norm do. T is the compute type.
+template <typename T>
+void add_layer_norm(float* x, const float* delta, const float* delta_bias, const float* weight, const float* bias,
+                    int32_t rows, int32_t hidden, float eps, T* out, cudaStream_t stream, bool programmatic = false);
 
 // The final norm on the rows whose logits are wanted only: out[r] = rmsnorm(x[row_ids[r]]).
 template <typename T>

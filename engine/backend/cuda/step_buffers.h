@@ -33,7 +33,8 @@ struct Activations {
   // activation (and LatentMoE's sum, rounded for latent_out)
   void* mid = nullptr;
   float* proj = nullptr;      // [T, H] f32 o_proj / down_proj output, added to x by the next norm;
-                              // an MTP head's hidden_in rows before its layer (mtp_input.h)
+                              // an MTP head's hidden_in rows before its layer (mtp_input.h); an
+                              // encoder's position rows before its first layer (embedding.h)
   void* head_in = nullptr;    // [R, H] final-normed rows for the LM head
   float* logits = nullptr;    // [R, vocab]
   float* inv_freq = nullptr;  // [head_dim / 2]
@@ -103,7 +104,9 @@ struct Sizes {
   int64_t max_tokens, max_seqs, max_rows, stride;
   size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints, moe, aux, boundary;
   Sizes(const ModelSpec& s, const CudaOptions& o, int64_t largest_bucket, LayerRange range) {
-    const bool has_head = range.last_layer == s.num_layers, whole = has_head && range.first_layer == 0;
+    // An encoder's last stage returns its raw rows (no final norm, no LM head: no head_in or logits).
+    const bool last = range.last_layer == s.num_layers, has_head = last && !s.encoder,
+               whole = last && range.first_layer == 0;
     max_seqs = std::max<int64_t>(o.max_num_seqs, largest_bucket);
     max_tokens = std::max<int64_t>(o.max_num_batched_tokens, max_seqs);
     max_rows = max_seqs;
@@ -124,7 +127,9 @@ struct Sizes {
     const int64_t latent = moe_here ? s.moe_latent_size : 0;  // LatentMoE's width (layer_forward.cu)
     x = aligned(size_t(max_tokens * H) * 4);
     normed = aligned(size_t(max_tokens * H) * 2);
-    wide = aligned(size_t(max_tokens * std::max({qkv_width(s), 2 * I, 2 * shared_i, s.mtp_head ? 2 * H : 0, latent})) *
+    // A fused gate/up output is 2 I wide; an encoder's MLP has no gate and writes mid.
+    const int64_t gate_up = s.encoder ? 0 : 2 * I;
+    wide = aligned(size_t(max_tokens * std::max({qkv_width(s), gate_up, 2 * shared_i, s.mtp_head ? 2 * H : 0, latent})) *
                    2);
     q = aligned(size_t(max_tokens * qd) * 2);
     mid = aligned(size_t(max_tokens * std::max({qd, I, shared_i, value_dim, inner, latent})) * 2);

@@ -1,5 +1,5 @@
-// swiglu.h — launchers for the MLP activations: SwiGLU of the fused gate/up projection, and
-// the squared ReLU of Nemotron-H's ungated up projection.
+// swiglu.h — launchers for the MLP activations: SwiGLU of the fused gate/up projection, the
+// squared ReLU of Nemotron-H's ungated up projection, and encoders' biased exact GELU.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,5 +20,11 @@ void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t 
 // cpu::relu2. n a multiple of 8 and x 16-byte aligned.
 template <typename T>
 void relu2(T* x, int64_t n, cudaStream_t stream, bool programmatic = false);
+
+// x[t, i] = gelu(x[t, i] + bias[i]) in place for t < rows, i < n, with the exact (erf) GELU
+// v * Phi(v) as cpu::gelu (T as above; computed in f32 from the T value, rounded to T). x is
+// the up projection's output [rows, n], bias [n] f32; n a multiple of 8, both 16-byte aligned.
+template <typename T>
+void bias_gelu(T* x, const float* bias, int32_t rows, int32_t n, cudaStream_t stream, bool programmatic = false);
 
 }  // namespace spark::cuda

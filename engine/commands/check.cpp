@@ -62,6 +62,15 @@ std::string describe_spec(const ModelInfo& info) {
       o << " (low " << s.rope_scaling.low_freq_factor << ", high " << s.rope_scaling.high_freq_factor
         << ", original " << s.rope_scaling.original_max_position_embeddings << ")";
   }
+  if (s.sliding_rope)
+    o << "; sliding layers theta " << s.sliding_rope_theta
+      << (s.sliding_rope_scaling.type.empty() ? "" : ", " + s.sliding_rope_scaling.type + " scaling");
+  if (s.sandwich_norms || s.gelu_tanh_mlp || s.scale_embedding || s.query_pre_attn_scalar > 0 || s.final_logit_softcap > 0) {
+    o << "\n  layer            " << (s.sandwich_norms ? "sandwich norms" : "pre-norm")
+      << (s.gelu_tanh_mlp ? ", GELU (tanh) MLP" : "") << (s.scale_embedding ? ", embedding x sqrt(hidden)" : "");
+    if (s.query_pre_attn_scalar > 0) o << ", queries x " << s.query_pre_attn_scalar << "^-1/2";
+    if (s.final_logit_softcap > 0) o << ", logits capped at " << s.final_logit_softcap;
+  }
   o << "\n  vocab            " << s.vocab_size
     << (s.pooled ? ", no LM head (an embedder or reranker)" : s.tie_word_embeddings ? ", tied embeddings" : "") << "\n";
   o << "  max positions    " << s.max_position_embeddings << (s.encoder ? ", layer_norm_eps " : ", rms_norm_eps ")

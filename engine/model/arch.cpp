@@ -1,5 +1,5 @@
 // arch.cpp — the tensors of every architecture (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, gpt-oss,
-// Qwen3.5/3.6): parts, shapes, and their Hugging Face and GGUF names.
+// Qwen3.5/3.6, Gemma 3): parts, shapes, and their Hugging Face and GGUF names.
 #include "engine/model/arch.h"
 
 #include <iterator>
@@ -82,6 +82,10 @@ constexpr PartNames kNames[kNumParts] = {
     {"post_attention_layernorm", "ffn_norm", "bias"},
     {"mlp.up_proj", "ffn_up", "bias"},
     {"mlp.down_proj", "ffn_down", "bias"},
+    // The sandwich norms. Gemma's checkpoints call the first post_attention_layernorm, which
+    // is Llama's (and this table's) name of FFN_NORM: arch/gemma3.cpp renames it to this one.
+    {"post_attention_norm", "post_attention_norm", "weight"},
+    {"post_feedforward_layernorm", "post_ffw_norm", "weight"},
 };
 static_assert(std::size(kNames) == kNumParts);
 constexpr size_t kFirstLayerPart = static_cast<size_t>(Part::ATTN_NORM);
@@ -124,7 +128,7 @@ Counts count(const ModelSpec& s, LayerRange range) {
 bool part_is_norm(Part p) {
   return p == Part::FINAL_NORM || p == Part::ATTN_NORM || p == Part::FFN_NORM || p == Part::Q_NORM ||
          p == Part::K_NORM || p == Part::LIN_NORM || p == Part::MTP_EMBED_NORM || p == Part::MTP_HIDDEN_NORM ||
-         p == Part::SSM_NORM || p == Part::EMBED_NORM;
+         p == Part::SSM_NORM || p == Part::EMBED_NORM || p == Part::POST_ATTN_NORM || p == Part::POST_FFN_NORM;
 }
 
 const std::vector<PartFamily>& part_families() {
@@ -222,9 +226,11 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
       out.push_back({Part::Q_NORM, {hd}});
       out.push_back({Part::K_NORM, {hd}});
     }
+    if (s.sandwich_norms) out.push_back({Part::POST_ATTN_NORM, {h}});
   }
   if (!s.layer_has_ffn(layer)) return out;  // a mixer block (Nemotron-H)
   out.push_back({Part::FFN_NORM, {h}});
+  if (s.sandwich_norms) out.push_back({Part::POST_FFN_NORM, {h}});
   // Squared-ReLU feed-forwards have no gate projection.
   const bool gated = !s.relu2_mlp;
   if (s.layer_is_moe(layer)) {

@@ -38,6 +38,11 @@ enum class Part : uint8_t {
   SSM_IN, SSM_CONV, SSM_CONV_BIAS, SSM_A_LOG, SSM_D, SSM_DT_BIAS, SSM_NORM, SSM_OUT,
   // An encoder layer's LayerNorm biases and MLP biases.
   ATTN_NORM_BIAS, FFN_NORM_BIAS, UP_BIAS, DOWN_BIAS,
+  // Gemma's sandwich norms (ModelSpec::sandwich_norms): on the attention's output and on the
+  // MLP's, before each joins the residual. FFN_NORM is the norm before the MLP, whatever a
+  // checkpoint calls it (Gemma: pre_feedforward_layernorm; its post_attention_layernorm is
+  // POST_ATTN_NORM here).
+  POST_ATTN_NORM, POST_FFN_NORM,
   COUNT
 };
 inline constexpr size_t kNumParts = static_cast<size_t>(Part::COUNT);

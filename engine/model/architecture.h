@@ -24,6 +24,10 @@ struct Architecture {
   // Multimodal checkpoints keep the text model's settings in this config.json object
   // ("text_config"); nullptr when they are at the top level.
   const char* text_config = nullptr;
+  // The text model's settings a config.json may leave out, as a JSON object of transformers'
+  // defaults for the class (published multimodal configs list only what differs from
+  // them); nullptr when every key the readers need must be given.
+  const char* config_defaults = nullptr;
 
   // The architecture's own config.json keys, read after the shared ones (sizes, RoPE,
   // dtype, quantization): biases, norms, MLP or experts, sliding windows. Throws

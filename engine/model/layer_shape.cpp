@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "engine/model/arch.h"
 #include "engine/util/check.h"
@@ -41,7 +42,10 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
     x.num_heads = s.num_heads;
     x.num_kv_heads = s.num_kv_heads;
     x.head_dim = s.head_dim;
-    x.attention_scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+    x.attention_scale =
+        1.0 / std::sqrt(s.query_pre_attn_scalar > 0 ? s.query_pre_attn_scalar : static_cast<double>(s.head_dim));
+    if (s.sandwich_norms) x.norm_placement = NormPlacement::SANDWICH;
+    if (s.gelu_tanh_mlp) x.activation = Activation::GELU_TANH;
     if (s.encoder) {
       x.norm_placement = NormPlacement::POST;
       x.norm_kind = NormKind::LAYER;
@@ -51,7 +55,9 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
     x.qk_norm = s.qk_norm;
     x.sinks = s.attention_sinks;
     x.window = s.layer_is_sliding(l) ? s.sliding_window : 0;
-    x.rope_theta = s.rope_theta;
+    const bool own_rope = s.sliding_rope && x.window > 0;
+    x.rope_theta = own_rope ? s.sliding_rope_theta : s.rope_theta;
+    x.rope_scaling = own_rope ? s.sliding_rope_scaling : s.rope_scaling;
     x.rotary_dim = s.rotary_dim > 0 ? s.rotary_dim : s.head_dim;
     x.rope = !s.no_rope && !s.encoder;  // an encoder's positions are learned, added to its input
     x.output_gate = s.attn_output_gate && x.mixer == Mixer::ATTENTION;
@@ -92,6 +98,13 @@ void require_one_of(const std::vector<T>& have, T want, const LayerCases& c, con
                      name_of(want) + "'");
 }
 
+// "10000, no scaling" / "1e+06, linear scaling".
+std::string rope_text(double theta, const RopeScaling& scaling) {
+  char base[32];
+  std::snprintf(base, sizeof base, "%g", theta);
+  return std::string(base) + ", " + (scaling.type.empty() ? "no" : scaling.type) + " scaling";
+}
+
 [[noreturn]] void lacks(const LayerCases& c, const LayerShape& l, const std::string& what) {
   throw InputError(c.backend + " has no case for layer " + std::to_string(l.layer) + "'s " + what);
 }
@@ -105,9 +118,12 @@ void require_cases(const std::vector<LayerShape>& layers, const ModelSpec& s, co
     require_one_of(c.norm_kinds, l.norm_kind, c, l, "norm kind");
     require_one_of(c.activations, l.activation, c, l, "activation");
     if (!c.per_layer_geometry && (l.num_heads != s.num_heads || l.num_kv_heads != s.num_kv_heads ||
-                                  l.head_dim != s.head_dim || l.rope_theta != s.rope_theta))
-      lacks(c, l, "own attention geometry or RoPE base (the model's: " + std::to_string(s.num_heads) + " heads, " +
+                                  l.head_dim != s.head_dim))
+      lacks(c, l, "own attention geometry (the model's: " + std::to_string(s.num_heads) + " heads, " +
                       std::to_string(s.num_kv_heads) + " kv heads, head_dim " + std::to_string(s.head_dim) + ")");
+    if (!c.per_layer_rope && l.rope && (l.rope_theta != s.rope_theta || !(l.rope_scaling == s.rope_scaling)))
+      lacks(c, l, "own RoPE (base " + rope_text(l.rope_theta, l.rope_scaling) + "; the model's: base " +
+                      rope_text(s.rope_theta, s.rope_scaling) + ")");
     if (!c.partial_rotary && l.rotary_dim != l.head_dim)
       lacks(c, l, "partial rotary embedding (" + std::to_string(l.rotary_dim) + " of " +
                       std::to_string(l.head_dim) + " dimensions)");
@@ -120,6 +136,10 @@ void require_cases(const std::vector<LayerShape>& layers, const ModelSpec& s, co
     if (!c.sigmoid_router && l.sigmoid_router) lacks(c, l, "sigmoid router with score-correction bias");
     if (!c.bidirectional && l.bidirectional) lacks(c, l, "bidirectional attention (an encoder's)");
   }
+  if (!c.embedding_scale && s.scale_embedding)
+    throw InputError(c.backend + " has no case for the model's embedding scaled by sqrt(hidden_size)");
+  if (!c.logit_softcap && s.final_logit_softcap > 0)
+    throw InputError(c.backend + " has no case for the model's final logit softcapping");
 }
 
 }  // namespace spark

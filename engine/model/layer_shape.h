@@ -45,8 +45,9 @@ struct LayerShape {
   bool qk_norm = false;
   bool sinks = false;   // a learned per-head logit joins each softmax
   int64_t window = 0;   // attends to the last `window` tokens; 0 for the whole context
-  // RoPE: the base, and how many of each head's dimensions rotate.
+  // RoPE: the base, its scaling, and how many of each head's dimensions rotate.
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   int64_t rotary_dim = 0;
   bool rope = true;          // false: attention without positions (Nemotron-H)
   bool output_gate = false;  // the attention output times sigmoid(a gate q_proj also yields)
@@ -82,10 +83,11 @@ struct LayerCases {
   std::vector<NormPlacement> norm_placements = {NormPlacement::PRE};
   std::vector<NormKind> norm_kinds = {NormKind::RMS};
   std::vector<Activation> activations = {Activation::SILU, Activation::CLAMPED_SWIGLU};
-  // Cases every backend lacks today, kept here so each is refused by name: attention
-  // geometry, RoPE base and scale that vary by layer, partial rotary, a scale other than
-  // 1/sqrt(head_dim).
+  // Cases a backend may lack, each refused by name: attention geometry (heads, kv heads,
+  // head_dim) that varies by layer; a RoPE (base or scaling) other than the model's on some
+  // layers (Gemma 3's sliding layers); partial rotary; a scale other than 1/sqrt(head_dim).
   bool per_layer_geometry = false;
+  bool per_layer_rope = false;
   bool partial_rotary = false;
   bool custom_attention_scale = false;
   bool output_gate = false;
@@ -94,6 +96,10 @@ struct LayerCases {
   bool ffn_less_layers = false;   // layers of a token mixer only
   bool sigmoid_router = false;
   bool bidirectional = false;     // attention without the causal mask (encoders)
+  // Around the layers (the ModelSpec's, not a layer's): the embedding times sqrt(hidden_size),
+  // and logits capped by tanh (Gemma).
+  bool embedding_scale = false;
+  bool logit_softcap = false;
 };
 
 // Throws InputError naming the backend, the first layer and the case it lacks, e.g.

@@ -83,11 +83,9 @@ DType parse_dtype(const std::string& s, const std::string& source) {
 
 // transformers' _compute_yarn_parameters: the factor defaults to the ratio of the context
 // lengths, the attention factor to 0.1 ln(factor) + 1 (or the mscale ratio DeepSeek gives).
-void parse_yarn(const ConfigReader& p, ModelSpec& s) {
-  RopeScaling& y = s.rope_scaling;
-  y.original_max_position_embeddings =
-      p.integer_or("original_max_position_embeddings", 1, MAX_POSITIONS, s.max_position_embeddings);
-  y.factor = p.number_or("factor", double(s.max_position_embeddings) / double(y.original_max_position_embeddings));
+void parse_yarn(const ConfigReader& p, int64_t max_positions, RopeScaling& y) {
+  y.original_max_position_embeddings = p.integer_or("original_max_position_embeddings", 1, MAX_POSITIONS, max_positions);
+  y.factor = p.number_or("factor", double(max_positions) / double(y.original_max_position_embeddings));
   if (!(y.factor >= 1.0)) p.fail("factor", "must be at least 1");
   y.beta_fast = p.number_or("beta_fast", 32.0);
   y.beta_slow = p.number_or("beta_slow", 1.0);
@@ -117,29 +115,7 @@ void parse_rope(const ConfigReader& r, ModelSpec& s) {
   }
   if (!(s.rope_theta > 0)) r.fail("rope_theta", "must be positive");
   if (!scaling) return;
-  ConfigReader p{*scaling, r.source};
-  std::string type;
-  for (const char* k : {"rope_type", "type"})
-    if (p.has(k)) {
-      if (!(*scaling)[k].is_string()) p.fail(k, "must be a string");
-      type = (*scaling)[k].get<std::string>();
-      break;
-    }
-  if (type.empty() || type == "default") return;
-  if (type != "llama3" && type != "linear" && type != "yarn")
-    throw InputError(r.source + ": rope scaling type \"" + type + "\" is not supported (supported: llama3, linear, yarn)");
-  s.rope_scaling.type = type;
-  if (type == "yarn") return parse_yarn(p, s);
-  s.rope_scaling.factor = p.number_or("factor", 1.0);
-  if (!(s.rope_scaling.factor >= 1.0)) p.fail("factor", "must be at least 1");
-  if (type == "llama3") {
-    s.rope_scaling.low_freq_factor = p.number_or("low_freq_factor", 1.0);
-    s.rope_scaling.high_freq_factor = p.number_or("high_freq_factor", 4.0);
-    s.rope_scaling.original_max_position_embeddings =
-        p.integer_or("original_max_position_embeddings", 1, MAX_POSITIONS, 8192);
-    if (!(s.rope_scaling.low_freq_factor > 0) || !(s.rope_scaling.high_freq_factor > s.rope_scaling.low_freq_factor))
-      p.fail("high_freq_factor", "must exceed low_freq_factor, and both must be positive");
-  }
+  read_rope_scaling(ConfigReader{*scaling, r.source}, s.max_position_embeddings, s.rope_scaling);
 }
 
 // One ModelOpt algorithm (quant_algo) into the spec's flags; `key` names it in errors.
@@ -223,6 +199,31 @@ void parse_quantization(const ConfigReader& r, ModelSpec& s, const json* hf_quan
 
 }  // namespace
 
+void read_rope_scaling(const ConfigReader& p, int64_t max_positions, RopeScaling& out) {
+  std::string type;
+  for (const char* k : {"rope_type", "type"})
+    if (p.has(k)) {
+      if (!p.j[k].is_string()) p.fail(k, "must be a string");
+      type = p.j[k].get<std::string>();
+      break;
+    }
+  out = RopeScaling{};
+  if (type.empty() || type == "default") return;
+  if (type != "llama3" && type != "linear" && type != "yarn")
+    throw InputError(p.source + ": rope scaling type \"" + type + "\" is not supported (supported: llama3, linear, yarn)");
+  out.type = type;
+  if (type == "yarn") return parse_yarn(p, max_positions, out);
+  out.factor = p.number_or("factor", 1.0);
+  if (!(out.factor >= 1.0)) p.fail("factor", "must be at least 1");
+  if (type == "llama3") {
+    out.low_freq_factor = p.number_or("low_freq_factor", 1.0);
+    out.high_freq_factor = p.number_or("high_freq_factor", 4.0);
+    out.original_max_position_embeddings = p.integer_or("original_max_position_embeddings", 1, MAX_POSITIONS, 8192);
+    if (!(out.low_freq_factor > 0) || !(out.high_freq_factor > out.low_freq_factor))
+      p.fail("high_freq_factor", "must exceed low_freq_factor, and both must be positive");
+  }
+}
+
 bool ModelSpec::layer_is_moe(int64_t layer) const {
   // Transformers' Qwen3-MoE rule: a sparse block every decoder_sparse_step layers,
   // except the layers listed in mlp_only_layers.
@@ -285,6 +286,11 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
   json j = section ? top[section] : top;
   for (const char* k : {"torch_dtype", "dtype", "tie_word_embeddings", "bos_token_id", "eos_token_id"})
     if (section && !(j.contains(k) && !j[k].is_null()) && top.contains(k)) j[k] = top[k];
+  if (s.arch->config_defaults) {
+    const json defaults = json::parse(s.arch->config_defaults);
+    for (const auto& [k, v] : defaults.items())
+      if (!j.contains(k)) j[k] = v;
+  }
   const std::string text_source = section ? source + " (" + section + ")" : source;
   const ConfigReader r{j, text_source};
 

@@ -24,6 +24,7 @@ struct RopeScaling {
   double beta_slow = 1.0;
   bool truncate = true;
   double attention_factor = 1.0;
+  bool operator==(const RopeScaling&) const = default;
 };
 
 struct ModelSpec {
@@ -55,8 +56,25 @@ struct ModelSpec {
   bool attn_output_gate = false;
   // The dimensions of each head RoPE rotates (NeoX halves within them); 0: all head_dim.
   int64_t rotary_dim = 0;
-  // Zero-centred RMSNorm weights (Qwen3.5/3.6): x / rms(x) * (1 + w).
+  // Zero-centred RMSNorm weights (Qwen3.5/3.6, Gemma): x / rms(x) * (1 + w).
   bool norm_plus_one = false;
+
+  // Gemma: each branch's output is normed too before it joins the residual ("sandwich":
+  // x + post_norm(f(pre_norm(x))), the parts POST_ATTN_NORM and POST_FFN_NORM).
+  bool sandwich_norms = false;
+  // The gated MLP's activation is GELU with the tanh approximation, down(gelu(gate x) * up x).
+  bool gelu_tanh_mlp = false;
+  // Queries are scaled by query_pre_attn_scalar^-1/2 rather than head_dim^-1/2; 0: head_dim's.
+  double query_pre_attn_scalar = 0;
+  // The token embedding is multiplied by sqrt(hidden_size) (Gemma's normalizer).
+  bool scale_embedding = false;
+  // > 0: the logits are capped, tanh(logits / cap) * cap (Gemma 2's final_logit_softcapping).
+  double final_logit_softcap = 0;
+  // Sliding-window layers with a RoPE of their own (Gemma 3: rope_local_base_freq, no
+  // scaling); otherwise every layer uses rope_theta and rope_scaling.
+  bool sliding_rope = false;
+  double sliding_rope_theta = 10000.0;
+  RopeScaling sliding_rope_scaling;
 
   // Hybrids (Qwen3.5/3.6): layers whose token mixer is a Gated DeltaNet, a recurrent state
   // per sequence in place of attention over the KV cache; empty when every layer attends.

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/gguf.h"
+#include "engine/model/model_spec.h"
 #include "engine/util/check.h"
 
 namespace spark {
@@ -59,6 +60,12 @@ struct ConfigReader {
     return j[key].get<bool>();
   }
 };
+
+// A RoPE scaling object (rope_scaling, rope_parameters, or one layer type's entry of
+// rope_parameters): its type ("rope_type" or "type": default, llama3, linear, yarn) and that
+// type's keys, into `out` (reset first); `max_positions` is YaRN's default context. Throws
+// InputError naming the key.
+void read_rope_scaling(const ConfigReader& scaling, int64_t max_positions, RopeScaling& out);
 
 // The "<general.architecture>.*" keys of a GGUF file.
 struct GgufMetaReader {

@@ -1,9 +1,9 @@
-"""Safetensors models of seven architectures (Llama, Qwen3, Qwen3-MoE, gpt-oss, the Qwen3.5
-hybrids and Nemotron-H, the last on the CPU backend only) served over HTTP and answered
+"""Safetensors models of eight architectures (Llama, Qwen3, Qwen3-MoE, gpt-oss, the Qwen3.5
+hybrids, Nemotron-H and Gemma 3, the last two on the CPU backend only) served over HTTP and answered
 through the openai SDK, checked against Hugging Face transformers.
 
 The tiny models in tests/golden/models (tests/gen/gen_tiny_models.py) have a 256-token
-vocabulary and no tokenizer; each test copy gets a BPE tokenizer.json whose 256 tokens are
+vocabulary (the tiny Gemma 3's, 128) and no tokenizer; each test copy gets a BPE tokenizer.json whose tokens are
 single CJK characters (U+4E00 + id), so any output text maps back to its token ids. The
 oracle is golden.json: transformers' logits at every position of four token sequences; the
 server's greedy next token after each prefix must be that row's argmax (rows whose top-2
@@ -39,8 +39,8 @@ def tie_margin(name, row):
     return max(TIE_MARGIN, 2 * CUDA_LOGITS_LIMIT[name] * max(abs(v) for v in row))
 
 
-def char_tokenizer(eos_id):
-    vocab = {chr(BASE + i): i for i in range(256)}
+def char_tokenizer(eos_id, vocab_size=256):
+    vocab = {chr(BASE + i): i for i in range(vocab_size)}
     return {"version": "1.0", "truncation": None, "padding": None, "normalizer": None, "pre_tokenizer": None,
             "post_processor": None, "decoder": None,
             "added_tokens": [{"id": eos_id, "content": chr(BASE + eos_id), "single_word": False, "lstrip": False,
@@ -54,7 +54,8 @@ def served_copy(name, tmp_path):
     d = tmp_path / name
     shutil.copytree(MODELS / name, d)
     eos = eos_id(name)
-    (d / "tokenizer.json").write_text(json.dumps(char_tokenizer(eos)))
+    vocab_size = json.loads((MODELS / name / "golden.json").read_text())["vocab_size"]
+    (d / "tokenizer.json").write_text(json.dumps(char_tokenizer(eos, vocab_size)))
     (d / "tokenizer_config.json").write_text(json.dumps({
         "eos_token": chr(BASE + eos),
         "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}))
@@ -81,7 +82,9 @@ def recurrent_state_bytes(name, slots):
 
 
 def eos_id(name):
-    return json.loads((MODELS / name / "generation_config.json").read_text())["eos_token_id"]
+    """The first of the model's EOS ids (the tokenizer's special token; the others are plain)."""
+    eos = json.loads((MODELS / name / "generation_config.json").read_text())["eos_token_id"]
+    return eos[0] if isinstance(eos, list) else eos
 
 
 def golden_rows(name):
@@ -117,7 +120,8 @@ ROUTER_FLIPS = pytest.mark.skipif(EMULATED_GPU, reason="16-bit activations flip 
     pytest.param("gpt_oss", marks=pytest.mark.skipif(
         EMULATED_GPU, reason=GPTOSS_16BIT)), "gpt_oss_separated",
     pytest.param("qwen3_5_moe", marks=ROUTER_FLIPS), "qwen3_5", pytest.param("qwen3_next", marks=ROUTER_FLIPS),
-    pytest.param("nemotron_h", marks=ROUTER_FLIPS)])
+    pytest.param("nemotron_h", marks=ROUTER_FLIPS),
+    pytest.param("gemma3", marks=pytest.mark.skipif(EMULATED_GPU, reason="Gemma 3 runs on the CPU backend only"))])
 def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
     rows = golden_rows(name)
     assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -30,8 +31,10 @@ using namespace spark;
 namespace {
 
 const char* kGoldenDir = "tests/golden/models/";
+// gemma3 (tests/gen/gen_gemma3.py): sandwich (1 + w) norms, a scaled embedding, sliding layers
+// (window 8) with their own RoPE beside linearly scaled full ones, query_pre_attn_scalar.
 const char* kModels[] = {"llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_moe_separated", "qwen3_bf16", "gpt_oss", "gpt_oss_separated",
-                         "qwen3_yarn"};
+                         "qwen3_yarn", "gemma3"};
 
 struct Golden {
   std::vector<std::vector<int32_t>> sequences;
@@ -401,7 +404,8 @@ TEST_CASE("cpu forward: logits only for the requested rows") {
 }
 
 TEST_CASE("cpu forward: a two-stage layer split gives the full model's logits") {
-  for (const char* name : {"llama", "qwen3_moe", "gpt_oss"}) {
+  // gemma3: the embedding is scaled on the first stage only.
+  for (const char* name : {"llama", "qwen3_moe", "gpt_oss", "gemma3"}) {
     CAPTURE(name);
     const Golden g = read_golden(std::string(kGoldenDir) + name);
     LoadedModel full = load(name);
@@ -431,6 +435,95 @@ TEST_CASE("cpu forward: a two-stage layer split gives the full model's logits") 
     }
     CHECK(rel_error(got.data(), g.logits[3].data(), got.size()) < 1e-4);
   }
+}
+
+// tests/gen/gen_gemma3.py's softcap.json: the gemma3 weights with final_logit_softcapping set,
+// as Gemma 2 and 4 configs have it, and transformers' capped logits of one sequence.
+TEST_CASE("cpu forward: gemma3 with a final logit softcap matches transformers' capped logits") {
+  const std::string dir = std::string(kGoldenDir) + "gemma3";
+  std::ifstream f(dir + "/softcap.json");
+  REQUIRE(f.good());
+  const auto j = nlohmann::json::parse(f);
+  const Golden plain = read_golden(dir);
+  const auto seq = j["sequences"][0].get<std::vector<int32_t>>();
+  REQUIRE(seq == plain.sequences[3]);
+  const size_t V = size_t(plain.vocab), n = seq.size() * V;
+  std::vector<float> want(n);
+  std::ifstream lf(dir + "/" + j["logits"][0].get<std::string>(), std::ios::binary);
+  lf.read(reinterpret_cast<char*>(want.data()), std::streamsize(n * sizeof(float)));
+  REQUIRE(lf.gcount() == std::streamsize(n * sizeof(float)));
+  REQUIRE(rel_error(want.data(), plain.logits[3].data(), n) > 0.1);  // the cap matters on these logits
+
+  LoadedModel m = load("gemma3");
+  ModelSpec spec = m.info.spec;
+  spec.final_logit_softcap = j["final_logit_softcapping"].get<double>();
+  CpuBackend backend(spec, bind_stage(spec, m.weights), 2);
+  backend.init_kv_cache(kNumBlocks, kBlockSize);
+  const auto len = static_cast<int32_t>(seq.size());
+  ForwardResult out;
+  backend.forward(make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true), nullptr, out);
+  REQUIRE(out.logits.size() == n);
+  double abs_err = 0;
+  for (size_t i = 0; i < n; ++i) abs_err = std::max(abs_err, std::fabs(double(out.logits[i]) - want[i]));
+  const double rel = rel_error(out.logits.data(), want.data(), n);
+  MESSAGE("gemma3, logits capped at " << spec.final_logit_softcap << ": max abs error " << abs_err << ", relative " << rel);
+  CHECK(rel < 1e-4);
+  // Without the cap, the same sequence gives transformers' plain logits.
+  CpuBackend uncapped(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
+  uncapped.init_kv_cache(kNumBlocks, kBlockSize);
+  uncapped.forward(make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true), nullptr, out);
+  double plain_abs = 0;
+  for (size_t i = 0; i < n; ++i) plain_abs = std::max(plain_abs, std::fabs(double(out.logits[i]) - plain.logits[3][i]));
+  MESSAGE("gemma3, uncapped: max abs error " << plain_abs << ", relative " << rel_error(out.logits.data(), plain.logits[3].data(), n));
+  CHECK(rel_error(out.logits.data(), plain.logits[3].data(), n) < 1e-4);
+}
+
+// The multimodal class's layout, written from the gemma3 folder: its config under text_config,
+// each tensor under model.language_model.* (the same bytes), and a vision-tower tensor that
+// is skipped.
+TEST_CASE("cpu forward: gemma3 as Gemma3ForConditionalGeneration (text_config, model.language_model.*) gives the same logits") {
+  namespace fs = std::filesystem;
+  using nlohmann::json;
+  const fs::path src = std::string(kGoldenDir) + "gemma3";
+  const fs::path dir = fs::temp_directory_path() / ("sparkd_gemma3_mm_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ifstream cf(src / "config.json");
+  json text = json::parse(cf);
+  text.erase("architectures");
+  const json top = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"text_config", text},
+                    {"vision_config", {{"hidden_size", 8}}}, {"torch_dtype", "bfloat16"}};
+  std::ofstream(dir / "config.json") << top.dump();
+  fs::copy_file(src / "generation_config.json", dir / "generation_config.json");
+  std::ifstream wf(src / "model.safetensors", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(wf)), std::istreambuf_iterator<char>());
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  const json header = json::parse(bytes.substr(8, header_len));
+  std::string data = bytes.substr(8 + header_len);
+  json renamed;
+  for (const auto& [name, entry] : header.items())
+    renamed[name == "__metadata__" ? name : "model.language_model." + name.substr(6)] = entry;  // after "model."
+  renamed["model.vision_tower.vision_model.post_layernorm.weight"] = {
+      {"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {data.size(), data.size() + 8}}};
+  data.append(8, '\0');
+  std::string text_header = renamed.dump();
+  text_header.append((8 - text_header.size() % 8) % 8, ' ');
+  const uint64_t new_len = text_header.size();
+  std::ofstream out(dir / "model.safetensors", std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&new_len), 8);
+  out << text_header << data;
+  out.close();
+
+  const Golden g = read_golden(src.string());
+  LoadedModel m = load_model(config_for_model(dir.string()));
+  CHECK(m.info.spec.arch == find_hf_architecture("Gemma3ForConditionalGeneration"));
+  CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
+  backend.init_kv_cache(kNumBlocks, kBlockSize);
+  const double worst = worst_prefill_error(backend, g);
+  MESSAGE("gemma3 as Gemma3ForConditionalGeneration: max relative logit error " << worst);
+  CHECK(worst < 1e-4);
+  fs::remove_all(dir);
 }
 
 // Batches come from the scheduler or a validated peer frame: a bad one reaching the

@@ -79,9 +79,11 @@ TEST_CASE("layer shapes: a case the backend lacks is refused with the layer and 
   CHECK_INPUT_ERROR(require_cases(with([](LayerShape& l) { l.mixer = Mixer::RECURRENT; }), s, cpu),
                     "layer 2's token mixer 'gated deltanet'");
   CHECK_INPUT_ERROR(require_cases(with([](LayerShape& l) { l.head_dim = 64; }), s, cpu),
-                    "layer 2's own attention geometry or RoPE base");
+                    "layer 2's own attention geometry (the model's: 4 heads, 2 kv heads, head_dim 32)");
   CHECK_INPUT_ERROR(require_cases(with([](LayerShape& l) { l.rope_theta = 10000; }), s, cpu),
-                    "layer 2's own attention geometry or RoPE base");
+                    "layer 2's own RoPE (base 10000, no scaling; the model's: base 1e+06, no scaling)");
+  CHECK_INPUT_ERROR(require_cases(with([](LayerShape& l) { l.rope_scaling.type = "linear"; }), s, cpu),
+                    "layer 2's own RoPE (base 1e+06, linear scaling; the model's: base 1e+06, no scaling)");
   CHECK_INPUT_ERROR(require_cases(with([](LayerShape& l) { l.rotary_dim = 16; }), s, cpu),
                     "layer 2's partial rotary embedding (16 of 32 dimensions)");
   CHECK_INPUT_ERROR(require_cases(with([](LayerShape& l) { l.attention_scale = 1.0; }), s, cpu),

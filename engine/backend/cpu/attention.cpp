@@ -297,7 +297,7 @@ void attention(ThreadPool& pool, const Batch& batch, const KvGeometry& g, int64_
   const int64_t hd = g.head_dim;
   const int64_t group = heads / g.kv_heads;
   const int64_t slot_floats = g.slot_floats();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = extras.scale > 0 ? extras.scale : 1.0f / std::sqrt(static_cast<float>(hd));
   // Tiles small enough that every thread gets several (a decode step of one sequence has
   // only `heads` queries), at most kMaxTileQueries.
   const int64_t queries = batch.num_tokens() * heads;

@@ -51,6 +51,7 @@ struct AttentionExtras {
   int64_t window = 0;             // > 0: each row sees only the last `window` tokens, itself included
   const float* sinks = nullptr;   // [heads]: a logit that joins each head's softmax and adds no value
   bool causal = true;             // false: every row sees its sequence's whole context (encoders)
+  float scale = 0.0f;             // the logits' scale; 0: 1/sqrt(head_dim)
 };
 
 // For each row t of sequence s: attends over the first (context_lens[s] - rows_of_s + i + 1)

@@ -36,7 +36,7 @@ void grow(std::vector<T>& v, int64_t n) {
 }  // namespace
 
 CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int threads)
-    : spec_(spec), range_(weights.range), rope_(spec), pool_(std::make_unique<ThreadPool>(threads)) {
+    : spec_(spec), range_(weights.range), pool_(std::make_unique<ThreadPool>(threads)) {
   const int64_t H = spec.hidden_size, hd = spec.head_dim, nh = spec.num_heads, nkv = spec.num_kv_heads;
   if (H <= 0 || hd <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0 || spec.vocab_size <= 0)
     throw InputError("model config: hidden_size, head_dim, num_heads, num_kv_heads and vocab_size must be "
@@ -49,17 +49,21 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
   require_cases(shapes, spec,
                 LayerCases{.backend = "the CPU backend",
                            .mixers = {Mixer::ATTENTION, Mixer::RECURRENT, Mixer::MAMBA2, Mixer::NONE},
-                           .norm_placements = {NormPlacement::PRE, NormPlacement::POST},
+                           .norm_placements = {NormPlacement::PRE, NormPlacement::SANDWICH, NormPlacement::POST},
                            .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE, NormKind::LAYER},
-                           .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::RELU2,
-                                           Activation::GELU},
+                           .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::GELU_TANH,
+                                           Activation::RELU2, Activation::GELU},
+                           .per_layer_rope = true,
                            .partial_rotary = true,
+                           .custom_attention_scale = true,
                            .output_gate = true,
                            .shared_expert = true,
                            .no_rope = true,
                            .ffn_less_layers = true,
                            .sigmoid_router = true,
-                           .bidirectional = true});
+                           .bidirectional = true,
+                           .embedding_scale = true,
+                           .logit_softcap = true});
   // Zero-centred RMSNorm weights are used as (1 + w): folded in once here.
   auto norm_f32 = [&spec](const Tensor* t) {
     std::vector<float> w = vec_f32(t);
@@ -89,6 +93,21 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     Layer L;
     L.attn_norm = norm_f32(w.find(Part::ATTN_NORM));
     L.ffn_norm = norm_f32(w.find(Part::FFN_NORM));
+    L.post_attn_norm = norm_f32(w.find(Part::POST_ATTN_NORM));
+    L.post_ffn_norm = norm_f32(w.find(Part::POST_FFN_NORM));
+    L.gelu_tanh = shape.activation == Activation::GELU_TANH;
+    // Only a scale other than 1/sqrt(head_dim) is passed on: the attention computes that one itself.
+    if (std::fabs(shape.attention_scale * std::sqrt(double(shape.head_dim)) - 1.0) > 1e-12)
+      L.attention_scale = static_cast<float>(shape.attention_scale);
+    if (shape.attends() && shape.rope) {
+      const std::pair<double, RopeScaling> key{shape.rope_theta, shape.rope_scaling};
+      const auto it = std::find(rope_keys_.begin(), rope_keys_.end(), key);
+      L.rope_index = static_cast<size_t>(it - rope_keys_.begin());
+      if (it == rope_keys_.end()) {
+        ropes_.emplace_back(hd, shape.rotary_dim, shape.rope_theta, shape.rope_scaling);
+        rope_keys_.push_back(key);
+      }
+    }
     L.window = shape.window;
     L.mixer = shape.mixer;
     L.ffn = shape.ffn;
@@ -142,6 +161,9 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     L.shared_up = w.find(Part::SHARED_UP);
     L.shared_down = w.find(Part::SHARED_DOWN);
     L.shared_expert_gate = w.find(Part::SHARED_EXPERT_GATE);
+    if (!L.post_ffn_norm.empty() && w.is_moe())
+      throw InputError("the CPU backend has no case for layer " + std::to_string(shape.layer) +
+                       "'s norm after an MoE feed-forward (sandwich norms with experts)");
     if (w.is_moe()) {
       L.moe.router = &w.get(Part::ROUTER);
       L.moe.top_k = spec.num_experts_per_tok;
@@ -294,6 +316,10 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
     } else {
       attend(index, batch, h);
     }
+    if (!L.post_attn_norm.empty())
+      pool_->parallel_for(T, 8, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) cpu::rms_norm(h + t * H, L.post_attn_norm.data(), H, eps, h + t * H);
+      });
     for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
   }
   if (!L.ffn) return;
@@ -330,15 +356,16 @@ void CpuBackend::attend(int64_t index, const Batch& batch, float* h) {
         for (int64_t i = 0; i < nkv; ++i) cpu::rms_norm(k + i * hd, L.k_norm.data(), hd, eps, k + i * hd);
       }
       if (!L.rope) continue;
-      rope_.apply(q, nh, batch.positions[static_cast<size_t>(t)]);
-      rope_.apply(k, nkv, batch.positions[static_cast<size_t>(t)]);
+      const cpu::Rope& rope = ropes_[L.rope_index];
+      rope.apply(q, nh, batch.positions[static_cast<size_t>(t)]);
+      rope.apply(k, nkv, batch.positions[static_cast<size_t>(t)]);
     }
   });
   cpu::LayerKv& cache = cache_[static_cast<size_t>(index)];
   const cpu::KvGeometry g = layer_kv(index);
   cpu::write_kv(batch, g, k_.data(), v_.data(), cache);
   cpu::attention(pool, batch, g, nh, q_.data(), cache, att_.data(),
-                 {L.window, L.sinks.empty() ? nullptr : L.sinks.data(), /*causal=*/!L.encoder});
+                 {L.window, L.sinks.empty() ? nullptr : L.sinks.data(), /*causal=*/!L.encoder, L.attention_scale});
   if (L.output_gate)
     pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t)
@@ -447,10 +474,19 @@ void CpuBackend::feed_forward(const Layer& L, float* h, int64_t T, float* x) {
   } else {
     cpu::matmul_many(pool, h, T, {{L.gate, gate_.data()}, {L.up, up_.data()}});
     pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
-      cpu::silu_mul(gate_.data() + b * I, up_.data() + b * I, (e - b) * I, gate_.data() + b * I);
+      if (L.gelu_tanh)
+        cpu::gelu_tanh_mul(gate_.data() + b * I, up_.data() + b * I, (e - b) * I, gate_.data() + b * I);
+      else
+        cpu::silu_mul(gate_.data() + b * I, up_.data() + b * I, (e - b) * I, gate_.data() + b * I);
     });
   }
   cpu::matmul(pool, gate_.data(), T, *L.down, h);
+  if (!L.post_ffn_norm.empty()) {
+    const auto eps = static_cast<float>(spec_.rms_norm_eps);
+    pool.parallel_for(T, 8, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) cpu::rms_norm(h + t * H, L.post_ffn_norm.data(), H, eps, h + t * H);
+    });
+  }
   for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
 }
 
@@ -512,6 +548,13 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
       SPARK_CHECK(id >= 0 && id < spec_.vocab_size, "token id outside the vocabulary: admission checks prompts");
       cpu::decode_row(*embedding_, id, x + t * H);
     }
+    if (spec_.scale_embedding) {
+      // Gemma's normalizer sqrt(hidden_size), in f32. transformers multiplies by it rounded to
+      // the embedding's dtype (in BF16, sqrt(2560) = 50.596 becomes 50.5); its f32 runs, which
+      // the golden logits are, use it unrounded, as here.
+      const auto normalizer = static_cast<float>(std::sqrt(static_cast<double>(H)));
+      for (int64_t i = 0; i < T * H; ++i) x[i] *= normalizer;
+    }
   }
   for (int64_t l = 0; l < static_cast<int64_t>(layers_.size()); ++l) run_layer(l, batch, x);
 
@@ -538,6 +581,10 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
     cpu::rms_norm(x + batch.logits_rows[static_cast<size_t>(r)] * H, final_norm_.data(), H, eps, h + r * H);
   out.logits.resize(static_cast<size_t>(R * spec_.vocab_size));
   cpu::matmul(*pool_, h, R, *lm_head_, out.logits.data());
+  if (spec_.final_logit_softcap > 0) {
+    const auto cap = static_cast<float>(spec_.final_logit_softcap);
+    for (float& v : out.logits) v = std::tanh(v / cap) * cap;
+  }
 }
 
 }  // namespace spark

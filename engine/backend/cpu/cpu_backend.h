@@ -58,6 +58,11 @@ class CpuBackend : public Backend {
     int64_t window = 0;                         // sliding-window layer: tokens it sees
     std::vector<float> q_norm, k_norm;          // empty without qk_norm
     std::vector<float> attn_norm, ffn_norm;
+    // Sandwich norms (Gemma): on the attention's and the MLP's outputs; empty otherwise.
+    std::vector<float> post_attn_norm, post_ffn_norm;
+    size_t rope_index = 0;            // which of ropes_ the layer rotates q and k with
+    float attention_scale = 0.0f;     // 0: 1/sqrt(head_dim)
+    bool gelu_tanh = false;           // the gated MLP's activation is GELU (tanh), not SiLU
     // An encoder layer (post-norm LayerNorms, biased GELU MLP, bidirectional attention).
     bool encoder = false;
     std::vector<float> attn_norm_bias, ffn_norm_bias, up_bias, down_bias;
@@ -109,7 +114,10 @@ class CpuBackend : public Backend {
   const Tensor* pos_embedding_ = nullptr;
   std::vector<float> type0_, embed_norm_, embed_norm_bias_;
   std::vector<Layer> layers_;
-  cpu::Rope rope_;
+  // The RoPEs of the held layers, each distinct (base, scaling) once: one for most models,
+  // two for Gemma 3 (its sliding layers' own).
+  std::vector<cpu::Rope> ropes_;
+  std::vector<std::pair<double, RopeScaling>> rope_keys_;  // [ropes_.size()]
   std::unique_ptr<ThreadPool> pool_;
   cpu::KvGeometry kv_;
   int64_t window_blocks_ = 0;  // blocks the sliding-window layers hold

@@ -29,12 +29,15 @@ void layer_norm(const float* x, const float* weight, const float* bias, int64_t 
 }
 
 Rope::Rope(const ModelSpec& spec)
-    : head_dim_(spec.head_dim), rotary_dim_(spec.rotary_dim > 0 ? spec.rotary_dim : spec.head_dim) {
+    : Rope(spec.head_dim, spec.rotary_dim > 0 ? spec.rotary_dim : spec.head_dim, spec.rope_theta, spec.rope_scaling) {}
+
+Rope::Rope(int64_t head_dim, int64_t rotary_dim, double theta, const RopeScaling& rs)
+    : head_dim_(head_dim), rotary_dim_(rotary_dim) {
   SPARK_CHECK(rotary_dim_ > 0 && rotary_dim_ % 2 == 0 && rotary_dim_ <= head_dim_,
               "rope: the rotary dimensions must be even and within head_dim");
   const int64_t half = rotary_dim_ / 2;
   inv_freq_.resize(static_cast<size_t>(half));
-  const float base = static_cast<float>(spec.rope_theta);
+  const float base = static_cast<float>(theta);
   for (int64_t i = 0; i < half; ++i) {
     // transformers: 1 / base ** (arange(0, dim, 2).float() / dim), all in f32, dim the
     // rotary dimensions.
@@ -42,7 +45,6 @@ Rope::Rope(const ModelSpec& spec)
     const float p = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(expo)));
     inv_freq_[static_cast<size_t>(i)] = 1.0f / p;
   }
-  const RopeScaling& rs = spec.rope_scaling;
   if (rs.type == "llama3") {
     // transformers' _compute_llama3_parameters: long wavelengths slowed by `factor`,
     // short ones kept, the band between blended smoothly.
@@ -140,6 +142,15 @@ void relu2(const float* x, int64_t n, float* out) {
 
 void gelu(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+}
+
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  // torch's gelu(approximate="tanh"): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+  const float k = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x))) * up[i];
+  }
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {

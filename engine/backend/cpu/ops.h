@@ -20,6 +20,8 @@ class Rope {
  public:
   Rope() = default;
   explicit Rope(const ModelSpec& spec);
+  // The same for a layer with its own base and scaling (LayerShape::rope_theta, rope_scaling).
+  Rope(int64_t head_dim, int64_t rotary_dim, double theta, const RopeScaling& scaling);
   // Rotates the first and second halves of the first rotary_dim values (ModelSpec::rotary_dim;
   // all of them by default) of each of `heads` vectors of head_dim values starting at x
   // (stride head_dim) for position `pos`.
@@ -40,6 +42,8 @@ class Rope {
 
 // out[i] = silu(gate[i]) * up[i] for n values; out may alias gate.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+// out[i] = gelu_tanh(gate[i]) * up[i], GELU's tanh approximation (Gemma's MLP); out may alias gate.
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
 // out[i] = relu(x[i])^2 (Nemotron-H's ungated feed-forwards); out may alias x.
 void relu2(const float* x, int64_t n, float* out);
 // out[i] = x[i] * Phi(x[i]), the exact (erf) GELU of encoders; out may alias x.

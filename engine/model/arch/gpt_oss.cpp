@@ -9,32 +9,6 @@
 namespace spark {
 namespace {
 
-void read_layer_types(const ConfigReader& r, ModelSpec& s) {
-  s.layer_sliding.assign(static_cast<size_t>(s.num_layers), 0);
-  if (r.has("layer_types")) {
-    const nlohmann::json& types = r.j["layer_types"];
-    if (!types.is_array() || static_cast<int64_t>(types.size()) != s.num_layers)
-      r.fail("layer_types", "must list one type per layer (" + std::to_string(s.num_layers) + ")");
-    for (size_t l = 0; l < types.size(); ++l) {
-      const std::string t = types[l].is_string() ? types[l].get<std::string>() : types[l].dump();
-      if (t != "sliding_attention" && t != "full_attention")
-        r.fail("layer_types", "[" + std::to_string(l) + "] = \"" + t +
-                                  "\" is not one of sliding_attention, full_attention");
-      s.layer_sliding[l] = t == "sliding_attention";
-    }
-  } else {
-    for (int64_t l = 0; l < s.num_layers; l += 2) s.layer_sliding[static_cast<size_t>(l)] = 1;  // transformers' default
-  }
-  bool any_sliding = false;
-  for (uint8_t x : s.layer_sliding) any_sliding = any_sliding || x;
-  if (any_sliding) {
-    if (!r.has("sliding_window")) r.fail("sliding_window", "is missing but layer_types has sliding_attention layers");
-    if (!r.j["sliding_window"].is_number_integer() || r.j["sliding_window"].get<int64_t>() < 1)
-      r.fail("sliding_window", "= " + r.j["sliding_window"].dump() + " must be a positive number of tokens");
-    s.sliding_window = r.integer("sliding_window", 1, MAX_POSITIONS);
-  }
-}
-
 void read_config(const ConfigReader& r, ModelSpec& s) {
   s.attention_bias = r.boolean_or("attention_bias", true);
   if (!s.attention_bias) r.fail("attention_bias", "= false is not supported for GptOssForCausalLM");
@@ -44,7 +18,9 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
   s.swiglu_limit = r.number_or("swiglu_limit", 7.0);
   s.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
   if (!(s.swiglu_limit > 0)) r.fail("swiglu_limit", "must be positive");
-  read_layer_types(r, s);
+  std::vector<uint8_t> every_other(static_cast<size_t>(s.num_layers), 0);  // transformers' default
+  for (size_t l = 0; l < every_other.size(); l += 2) every_other[l] = 1;
+  read_layer_types(r, s, every_other);
   // Every layer is sparse; its experts are intermediate_size wide.
   s.num_experts = r.integer("num_local_experts", 1, MAX_EXPERTS);
   s.num_experts_per_tok = r.integer("num_experts_per_tok", 1, s.num_experts);

@@ -46,4 +46,31 @@ void read_qwen_routed_experts(const ConfigReader& r, ModelSpec& s, bool norm_top
                                   : r.integer_or("intermediate_size", 1, MAX_DIM, 0);
 }
 
+void read_layer_types(const ConfigReader& r, ModelSpec& s, const std::vector<uint8_t>& default_sliding) {
+  s.layer_sliding.assign(static_cast<size_t>(s.num_layers), 0);
+  if (r.has("layer_types")) {
+    const nlohmann::json& types = r.j["layer_types"];
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != s.num_layers)
+      r.fail("layer_types", "must list one type per layer (" + std::to_string(s.num_layers) + ")");
+    for (size_t l = 0; l < types.size(); ++l) {
+      const std::string t = types[l].is_string() ? types[l].get<std::string>() : types[l].dump();
+      if (t != "sliding_attention" && t != "full_attention")
+        r.fail("layer_types", "[" + std::to_string(l) + "] = \"" + t +
+                                  "\" is not one of sliding_attention, full_attention");
+      s.layer_sliding[l] = t == "sliding_attention";
+    }
+  } else {
+    SPARK_CHECK(default_sliding.size() == s.layer_sliding.size(), "read_layer_types: a default for every layer");
+    s.layer_sliding = default_sliding;
+  }
+  bool any_sliding = false;
+  for (uint8_t x : s.layer_sliding) any_sliding = any_sliding || x;
+  if (any_sliding) {
+    if (!r.has("sliding_window")) r.fail("sliding_window", "is missing but layer_types has sliding_attention layers");
+    if (!r.j["sliding_window"].is_number_integer() || r.j["sliding_window"].get<int64_t>() < 1)
+      r.fail("sliding_window", "= " + r.j["sliding_window"].dump() + " must be a positive number of tokens");
+    s.sliding_window = r.integer("sliding_window", 1, MAX_POSITIONS);
+  }
+}
+
 }  // namespace spark

@@ -1,6 +1,9 @@
 // shared_keys.h — config keys several architectures read the same way; each architecture
 // file calls the ones it has.
 #pragma once
+#include <cstdint>
+#include <vector>
+
 #include "engine/model/model_spec.h"
 #include "engine/model/spec_readers.h"
 
@@ -21,5 +24,11 @@ void read_dense_mlp(const GgufMetaReader& meta, ModelSpec& spec);
 // expert block every decoder_sparse_step layers except the mlp_only_layers, whose dense
 // MLP needs intermediate_size.
 void read_qwen_routed_experts(const ConfigReader& config, ModelSpec& spec, bool norm_topk_prob_default);
+
+// Which layers attend through a sliding window (layer_types: "sliding_attention" or
+// "full_attention" per layer; `default_sliding` when the config has none, transformers'
+// default for the class) and the window, sliding_window, which is required when any
+// layer slides.
+void read_layer_types(const ConfigReader& config, ModelSpec& spec, const std::vector<uint8_t>& default_sliding);
 
 }  // namespace spark

@@ -1,0 +1,164 @@
+// gemma3.cpp — Gemma 3's text model (Gemma3ForCausalLM, and Gemma3ForConditionalGeneration's
+// text under "text_config" and "model.language_model.", the vision tower not read): the
+// embedding scaled by sqrt(hidden_size); four RMSNorms a layer, weights used as (1 + w), in
+// sandwich placement (x + post_norm(f(pre_norm(x))) for attention and for the MLP); q and k
+// normed per head; queries scaled by query_pre_attn_scalar^-1/2; sliding-window and full
+// layers as layer_types says, each kind with its own RoPE; a GELU-tanh gated MLP; a tied LM
+// head, and final_logit_softcapping when set. Hugging Face folders only (no GGUF yet).
+#include <string_view>
+
+#include "engine/model/arch.h"
+#include "engine/model/arch/shared_keys.h"
+#include "engine/model/architecture.h"
+#include "engine/util/log.h"
+
+namespace spark {
+namespace {
+
+// transformers' Gemma3TextConfig defaults for the keys the readers need: published
+// Gemma3ForConditionalGeneration configs leave most of them out of text_config.
+constexpr const char* kDefaults = R"({
+  "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+  "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072,
+  "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256, "sliding_window": 4096, "tie_word_embeddings": true,
+  "hidden_activation": "gelu_pytorch_tanh", "bos_token_id": 2, "eos_token_id": 1
+})";
+
+// RoPE by layer type. Transformers 5 writes rope_parameters keyed by layer type
+// ({"full_attention": {...}, "sliding_attention": {...}}); older configs give the full
+// layers' rope_theta and rope_scaling and the sliding layers' base as rope_local_base_freq
+// (never scaled). Defaults as transformers': 1e6 for full layers, 1e4 for sliding ones.
+void read_rope(const ConfigReader& r, ModelSpec& s) {
+  double full_theta = 1e6, sliding_theta = 1e4;
+  RopeScaling full, sliding;
+  const nlohmann::json* by_type = nullptr;
+  if (r.has("rope_parameters") && r.j["rope_parameters"].is_object() &&
+      (r.j["rope_parameters"].contains("full_attention") || r.j["rope_parameters"].contains("sliding_attention")))
+    by_type = &r.j["rope_parameters"];
+  if (by_type) {
+    for (const char* type : {"full_attention", "sliding_attention"}) {
+      if (!by_type->contains(type) || (*by_type)[type].is_null()) continue;
+      const std::string key = std::string("rope_parameters.") + type;
+      if (!(*by_type)[type].is_object()) r.fail(key, "must be an object");
+      const std::string source = r.source + " (" + key + ")";
+      const ConfigReader p{(*by_type)[type], source};
+      const bool is_full = type[0] == 'f';
+      double& theta = is_full ? full_theta : sliding_theta;
+      theta = p.number_or("rope_theta", theta);
+      read_rope_scaling(p, s.max_position_embeddings, is_full ? full : sliding);
+    }
+  } else {
+    full_theta = r.number_or("rope_theta", full_theta);
+    const char* scaling_key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+    if (r.has(scaling_key)) {
+      if (!r.j[scaling_key].is_object()) r.fail(scaling_key, "must be an object");
+      read_rope_scaling(ConfigReader{r.j[scaling_key], r.source}, s.max_position_embeddings, full);
+      full_theta = ConfigReader{r.j[scaling_key], r.source}.number_or("rope_theta", full_theta);
+    }
+    sliding_theta = r.number_or("rope_local_base_freq", sliding_theta);
+  }
+  if (!(full_theta > 0)) r.fail("rope_theta", "must be positive");
+  if (!(sliding_theta > 0)) r.fail("rope_local_base_freq", "must be positive");
+  s.rope_theta = full_theta;
+  s.rope_scaling = full;
+  s.sliding_rope = true;
+  s.sliding_rope_theta = sliding_theta;
+  s.sliding_rope_scaling = sliding;
+}
+
+void read_config(const ConfigReader& r, ModelSpec& s) {
+  refuse_attention_and_mlp_bias(r, s);
+  read_dense_mlp(r, s);
+  s.norm_plus_one = s.sandwich_norms = s.gelu_tanh_mlp = s.qk_norm = s.scale_embedding = true;
+  s.tie_word_embeddings = r.boolean_or("tie_word_embeddings", true);
+  if (r.has("hidden_activation") && !(r.j["hidden_activation"].is_string() && r.j["hidden_activation"] == "gelu_pytorch_tanh"))
+    r.fail("hidden_activation", "= " + r.j["hidden_activation"].dump() + " is not supported (supported: \"gelu_pytorch_tanh\")");
+  s.query_pre_attn_scalar = r.number_or("query_pre_attn_scalar", 256);
+  if (!(s.query_pre_attn_scalar > 0)) r.fail("query_pre_attn_scalar", "must be positive");
+  s.final_logit_softcap = r.number_or("final_logit_softcapping", 0);
+  if (r.has("final_logit_softcapping") && !(s.final_logit_softcap > 0))
+    r.fail("final_logit_softcapping", "must be positive or null");
+  // Gemma 2 capped the attention logits; transformers' Gemma 3 passes no cap to its
+  // attention, and sparkd implements none: a config that sets one is refused, not ignored.
+  if (r.has("attn_logit_softcapping"))
+    r.fail("attn_logit_softcapping", "= " + r.j["attn_logit_softcapping"].dump() + " is not supported (only null)");
+  if (r.boolean_or("use_bidirectional_attention", false))
+    r.fail("use_bidirectional_attention", "= true (an embedding model's attention) is not supported");
+  // transformers' default layer_types: every sliding_window_pattern-th layer is full.
+  const int64_t pattern = r.integer_or("sliding_window_pattern", 1, MAX_LAYERS, 6);
+  std::vector<uint8_t> sliding(static_cast<size_t>(s.num_layers));
+  for (size_t l = 0; l < sliding.size(); ++l) sliding[l] = (int64_t(l) + 1) % pattern != 0;
+  read_layer_types(r, s, sliding);
+  read_rope(r, s);
+}
+
+constexpr std::string_view kLayers = "model.layers.";
+
+// A file tensor's name in the shared table; "" for the vision tower and the projector into
+// it. Gemma's post_attention_layernorm is the attention's sandwich norm, its
+// pre_feedforward_layernorm the table's MLP norm (FFN_NORM).
+std::string table_name(const std::string& file_name) {
+  std::string name = file_name;
+  for (std::string_view skip : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."})
+    if (name.starts_with(skip)) return "";
+  // transformers 5 saves the text model as model.language_model.*, earlier versions as
+  // language_model.model.* (and language_model.lm_head).
+  for (std::string_view prefix : {"model.language_model.", "language_model.model."})
+    if (name.starts_with(prefix)) name = "model." + name.substr(prefix.size());
+  if (name.starts_with("language_model.lm_head.")) name = name.substr(std::string_view("language_model.").size());
+  if (!name.starts_with(kLayers)) return name;
+  const size_t dot = name.find('.', kLayers.size());
+  if (dot == std::string::npos || dot == kLayers.size() || dot - kLayers.size() > 6) return name;
+  const std::string index = name.substr(kLayers.size(), dot - kLayers.size());
+  if (index.find_first_not_of("0123456789") != std::string::npos) return name;
+  const std::string rest = name.substr(dot + 1);
+  const int64_t layer = std::stoll(index);
+  if (rest == "post_attention_layernorm.weight") return tensor_name(Part::POST_ATTN_NORM, layer);
+  if (rest == "pre_feedforward_layernorm.weight") return tensor_name(Part::FFN_NORM, layer);
+  if (rest == "post_feedforward_layernorm.weight") return tensor_name(Part::POST_FFN_NORM, layer);
+  return name;
+}
+
+std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec&, LayerRange,
+                                      Weights* keep, const std::string& source) {
+  std::map<std::string, Tensor> out;
+  size_t skipped = 0;
+  for (const auto& [name, tensor] : file) {
+    Tensor t = tensor;
+    t.name = table_name(name);
+    if (t.name.empty()) {
+      ++skipped;
+      continue;
+    }
+    if (!out.emplace(t.name, t).second)
+      throw InputError(source + ": tensor '" + name + "' is stored twice (as '" + t.name + "')");
+  }
+  if (skipped > 0 && !keep)  // said once, when the model is inspected
+    log_info("model: ", skipped, " tensors of the vision tower and its projector are not loaded with the model");
+  return out;
+}
+
+}  // namespace
+
+extern const Architecture kGemma3{
+    .hf_class = "Gemma3ForCausalLM",
+    .gguf_name = nullptr,
+    .config_defaults = kDefaults,
+    .read_config = read_config,
+    .read_gguf = nullptr,
+    .convert_checkpoint = convert,
+    .needs_bf16_activations = true,
+};
+
+extern const Architecture kGemma3Multimodal{
+    .hf_class = "Gemma3ForConditionalGeneration",
+    .gguf_name = nullptr,
+    .text_config = "text_config",
+    .config_defaults = kDefaults,
+    .read_config = read_config,
+    .read_gguf = nullptr,
+    .convert_checkpoint = convert,
+    .needs_bf16_activations = true,
+};
+
+}  // namespace spark

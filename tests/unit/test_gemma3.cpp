@@ -41,9 +41,9 @@ json old_form() {
   return c;
 }
 
-// The CUDA backend's cases (engine/backend/cuda/cuda_backend.cu), which have no Gemma layer.
-LayerCases cuda_cases() {
-  return LayerCases{.backend = "the CUDA backend",
+// A backend with every case but Gemma's (the CUDA backend's today).
+LayerCases cases_without_gemma() {
+  return LayerCases{.backend = "a backend",
                     .mixers = {Mixer::ATTENTION, Mixer::RECURRENT, Mixer::MAMBA2, Mixer::NONE},
                     .norm_placements = {NormPlacement::PRE, NormPlacement::POST},
                     .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE, NormKind::LAYER},
@@ -57,10 +57,9 @@ LayerCases cuda_cases() {
                     .bidirectional = true};
 }
 
-// The CPU backend's cases (engine/backend/cpu/cpu_backend.cpp).
-LayerCases cpu_cases() {
-  LayerCases c = cuda_cases();
-  c.backend = "the CPU backend";
+// The same with Gemma 3's (the CPU backend's).
+LayerCases cases_with_gemma() {
+  LayerCases c = cases_without_gemma();
   c.norm_placements.push_back(NormPlacement::SANDWICH);
   c.activations.push_back(Activation::GELU_TANH);
   c.per_layer_rope = c.custom_attention_scale = c.embedding_scale = c.logit_softcap = true;
@@ -195,34 +194,34 @@ TEST_CASE("gemma3 layer shapes: sandwich (1 + w) norms, GELU-tanh, the query sca
   for (const PartSpec& p : layer_parts(s, 0))
     if (part_is_norm(p.part) && p.part != Part::Q_NORM && p.part != Part::K_NORM) norms.push_back(p.part);
   CHECK(norms == std::vector<Part>{Part::ATTN_NORM, Part::POST_ATTN_NORM, Part::FFN_NORM, Part::POST_FFN_NORM});
-  CHECK_NOTHROW(require_cases(layers, s, cpu_cases()));
+  CHECK_NOTHROW(require_cases(layers, s, cases_with_gemma()));
 }
 
 TEST_CASE("gemma3 layer shapes: a backend without Gemma's cases refuses it by name") {
   const ModelSpec s = parse(golden_config());
   const std::vector<LayerShape> layers = layer_shapes(s, {0, 4});
-  CHECK_INPUT_ERROR(require_cases(layers, s, cuda_cases()),
-                    "the CUDA backend has no case for layer 0's norm placement 'sandwich'");
-  LayerCases c = cpu_cases();
+  CHECK_INPUT_ERROR(require_cases(layers, s, cases_without_gemma()),
+                    "a backend has no case for layer 0's norm placement 'sandwich'");
+  LayerCases c = cases_with_gemma();
   c.activations.pop_back();
   CHECK_INPUT_ERROR(require_cases(layers, s, c), "has no case for layer 0's activation 'gelu (tanh)'");
-  c = cpu_cases();
+  c = cases_with_gemma();
   c.per_layer_rope = false;
   CHECK_INPUT_ERROR(require_cases(layers, s, c), "has no case for layer 0's own RoPE (base 10000, no scaling; the model's: base 100000, linear scaling)");
-  c = cpu_cases();
+  c = cases_with_gemma();
   c.custom_attention_scale = false;
   CHECK_INPUT_ERROR(require_cases(layers, s, c), "has no case for layer 0's attention scale other than 1/sqrt(head_dim)");
-  c = cpu_cases();
+  c = cases_with_gemma();
   c.embedding_scale = false;
   CHECK_INPUT_ERROR(require_cases(layers, s, c), "no case for the model's embedding scaled by sqrt(hidden_size)");
   json capped = golden_config();
   capped["final_logit_softcapping"] = 30.0;
   const ModelSpec sc = parse(capped);
-  c = cpu_cases();
+  c = cases_with_gemma();
   c.logit_softcap = false;
   CHECK_INPUT_ERROR(require_cases(layer_shapes(sc, {0, 4}), sc, c), "no case for the model's final logit softcapping");
   // Per-layer RoPE is not per-layer geometry: a backend may have one without the other.
-  c = cpu_cases();
+  c = cases_with_gemma();
   c.per_layer_geometry = false;
   CHECK_NOTHROW(require_cases(layers, s, c));
 }

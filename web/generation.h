@@ -23,7 +23,7 @@ class Generation {
   // Submits n requests for each prompt (choice index = prompt * n + i; with a seed,
   // choice i samples with seed + i). Throws HttpError 429 when the engine's queue is
   // full, 503 when the engine does not accept work, 400 for what the engine refuses.
-  // last_hidden_state: prompt-only requests, each finishing with its last token's final
+  // last_hidden_state: prompt-only requests, each finishing with its pooled token's final
   // hidden state (Request::last_hidden_state).
   Generation(App& app, const std::string& id, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
              const SamplingParams& params, const ClientLink& client, bool last_hidden_state = false);

@@ -1,6 +1,6 @@
 // pooled.h — what the embedding and scoring routes share: checking that the served model
 // is the kind they need, and running inputs through the engine for the final hidden
-// state of each one's last token (prompt-only requests, batched by the engine like any
+// state of each one's pooled token (prompt-only requests, batched by the engine like any
 // prompts and keeping no KV once they finish, beyond what the prefix cache holds).
 #pragma once
 #include <cstdint>

@@ -34,8 +34,9 @@ struct Request {
   std::string request_id;  // unique among live requests; empty: the engine assigns one
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
-  // Runs the prompt only and finishes with the final hidden state of its last token
-  // (RequestOutput::hidden): last-token pooling, for embeddings and scoring.
+  // Runs the prompt only and finishes with the final hidden state of its pooled token
+  // (RequestOutput::hidden): a decoder's last, an encoder's first (SchedulerConfig::whole_prompts),
+  // for embeddings and scoring.
   bool last_hidden_state = false;
 };
 

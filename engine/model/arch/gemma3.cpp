@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "engine/model/arch.h"
+#include "engine/model/arch/checkpoint_names.h"
 #include "engine/model/arch/shared_keys.h"
 #include "engine/model/architecture.h"
 #include "engine/util/log.h"
@@ -92,47 +93,30 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
   read_rope(r, s);
 }
 
-constexpr std::string_view kLayers = "model.layers.";
-
-// A file tensor's name in the shared table; "" for the vision tower and the projector into
-// it. Gemma's post_attention_layernorm is the attention's sandwich norm, its
+// A file tensor's name in the shared table; nullopt for the vision tower and the projector
+// into it. Gemma's post_attention_layernorm is the attention's sandwich norm, its
 // pre_feedforward_layernorm the table's MLP norm (FFN_NORM).
-std::string table_name(const std::string& file_name) {
+std::optional<std::string> table_name(const std::string& file_name) {
   std::string name = file_name;
   for (std::string_view skip : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."})
-    if (name.starts_with(skip)) return "";
+    if (name.starts_with(skip)) return std::nullopt;
   // transformers 5 saves the text model as model.language_model.*, earlier versions as
   // language_model.model.* (and language_model.lm_head).
   for (std::string_view prefix : {"model.language_model.", "language_model.model."})
     if (name.starts_with(prefix)) name = "model." + name.substr(prefix.size());
   if (name.starts_with("language_model.lm_head.")) name = name.substr(std::string_view("language_model.").size());
-  if (!name.starts_with(kLayers)) return name;
-  const size_t dot = name.find('.', kLayers.size());
-  if (dot == std::string::npos || dot == kLayers.size() || dot - kLayers.size() > 6) return name;
-  const std::string index = name.substr(kLayers.size(), dot - kLayers.size());
-  if (index.find_first_not_of("0123456789") != std::string::npos) return name;
-  const std::string rest = name.substr(dot + 1);
-  const int64_t layer = std::stoll(index);
-  if (rest == "post_attention_layernorm.weight") return tensor_name(Part::POST_ATTN_NORM, layer);
-  if (rest == "pre_feedforward_layernorm.weight") return tensor_name(Part::FFN_NORM, layer);
-  if (rest == "post_feedforward_layernorm.weight") return tensor_name(Part::POST_FFN_NORM, layer);
+  const std::optional<LayerName> in_layer = split_layer_name(name, "model.layers.");
+  if (!in_layer) return name;
+  if (in_layer->rest == "post_attention_layernorm.weight") return tensor_name(Part::POST_ATTN_NORM, in_layer->layer);
+  if (in_layer->rest == "pre_feedforward_layernorm.weight") return tensor_name(Part::FFN_NORM, in_layer->layer);
+  if (in_layer->rest == "post_feedforward_layernorm.weight") return tensor_name(Part::POST_FFN_NORM, in_layer->layer);
   return name;
 }
 
 std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec&, LayerRange,
                                       Weights* keep, const std::string& source) {
-  std::map<std::string, Tensor> out;
   size_t skipped = 0;
-  for (const auto& [name, tensor] : file) {
-    Tensor t = tensor;
-    t.name = table_name(name);
-    if (t.name.empty()) {
-      ++skipped;
-      continue;
-    }
-    if (!out.emplace(t.name, t).second)
-      throw InputError(source + ": tensor '" + name + "' is stored twice (as '" + t.name + "')");
-  }
+  std::map<std::string, Tensor> out = renamed_tensors(file, table_name, source, &skipped);
   if (skipped > 0 && !keep)  // said once, when the model is inspected
     log_info("model: ", skipped, " tensors of the vision tower and its projector are not loaded with the model");
   return out;

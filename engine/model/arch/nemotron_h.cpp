@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/model/arch.h"
+#include "engine/model/arch/checkpoint_names.h"
 #include "engine/model/arch/nemotron_h_gguf.h"
 #include "engine/model/architecture.h"
 #include "engine/model/spec_readers.h"
@@ -136,13 +137,11 @@ std::string table_name(const std::string& name, const ModelSpec& spec) {
   if (name == "backbone.embeddings.weight" || name == "backbone.embedding.weight") return tensor_name(Part::EMBEDDING);
   if (name == "backbone.norm_f.weight") return tensor_name(Part::FINAL_NORM);
   if (name == "lm_head.weight") return name;
-  if (!name.starts_with(kLayers)) return name;  // not part of the model: check_tensor_set names it
-  const size_t dot = name.find('.', kLayers.size());
-  const std::string index = name.substr(kLayers.size(), dot - kLayers.size());
-  if (dot == std::string::npos || index.empty() || index.size() > 4 || index.find_first_not_of("0123456789") != std::string::npos)
-    return name;
-  const int64_t layer = std::stoll(index);
-  const std::string rest = name.substr(dot + 1), prefix = "model.layers." + index + ".";
+  const std::optional<LayerName> in_layer = split_layer_name(name, kLayers);
+  if (!in_layer) return name;  // not part of the model: check_tensor_set names it
+  const int64_t layer = in_layer->layer;
+  const std::string& rest = in_layer->rest;
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
   if (layer >= spec.num_layers) return name;
   if (rest == "norm.weight")
     return tensor_name(spec.layer_has_mixer(layer) ? Part::ATTN_NORM : Part::FFN_NORM, layer);

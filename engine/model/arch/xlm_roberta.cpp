@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "engine/model/arch.h"
+#include "engine/model/arch/checkpoint_names.h"
 #include "engine/model/architecture.h"
 #include "engine/model/gguf.h"
 #include "engine/model/spec_readers.h"
@@ -97,29 +98,16 @@ std::optional<std::string> table_name(std::string name) {
   const auto part_of = [&](Part p) { return kind == "weight" ? p : bias_of(p); };
   for (const auto& [hf, part] : kInputParts)
     if (base == hf && part_of(part) != Part::COUNT) return tensor_name(part_of(part));
-  const std::string layer_prefix = "encoder.layer.";
-  if (base.rfind(layer_prefix, 0) != 0) return name;
-  const size_t end = base.find('.', layer_prefix.size());
-  if (end == std::string::npos || end == layer_prefix.size()) return name;
-  const std::string index = base.substr(layer_prefix.size(), end - layer_prefix.size());
-  if (index.find_first_not_of("0123456789") != std::string::npos || index.size() > 6) return name;
+  const std::optional<LayerName> in_layer = split_layer_name(base + ".", "encoder.layer.");
+  if (!in_layer) return name;
   for (const auto& [hf, part] : kLayerParts)
-    if (base.compare(end + 1, std::string::npos, hf) == 0) return tensor_name(part_of(part), std::stoll(index));
+    if (in_layer->rest == std::string(hf) + ".") return tensor_name(part_of(part), in_layer->layer);
   return name;
 }
 
 std::map<std::string, Tensor> convert_checkpoint(const std::map<std::string, Tensor>& file, const ModelSpec&,
                                                  LayerRange, Weights*, const std::string& source) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, t] : file) {
-    std::optional<std::string> renamed = table_name(name);
-    if (!renamed) continue;
-    Tensor copy = t;
-    copy.name = *renamed;
-    if (!out.emplace(copy.name, copy).second)
-      throw InputError(source + ": tensor '" + name + "' is stored twice (as '" + copy.name + "')");
-  }
-  return out;
+  return renamed_tensors(file, table_name, source);
 }
 
 }  // namespace

@@ -389,6 +389,14 @@ std::optional<std::string> gguf_to_hf_name(const std::string& name,
   return std::nullopt;
 }
 
+std::string gguf_mtp_head_name(const std::string& name, int64_t head_block) {
+  if (name == gguf_tensor_name(Part::EMBEDDING) || name == gguf_tensor_name(Part::LM_HEAD)) return name;
+  if (gguf_layer_of(name) != head_block) return "";
+  const std::string rest = name.substr(name.find('.', 4) + 1);
+  if (rest == "nextn.shared_head_norm.weight") return gguf_tensor_name(Part::FINAL_NORM);
+  return rest.starts_with("nextn.") ? rest : "blk.0." + rest;
+}
+
 bool gguf_is_stacked_experts(const std::string& name) {
   return name.find("_exps.") != std::string::npos && name.rfind("blk.", 0) == 0;
 }

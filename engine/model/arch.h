@@ -121,6 +121,12 @@ bool gguf_is_stacked_experts(const std::string& gguf_name);
 bool gguf_is_nvfp4_sidecar(const std::string& gguf_name);
 // The layer a "blk.N." name belongs to; -1 for names outside the layers.
 int64_t gguf_layer_of(const std::string& gguf_name);
+// A file tensor's name as an MTP head's spec reads it (gguf_to_hf_name then names it), or ""
+// for one the head does not read. llama.cpp writes the head as block `head_block`, the
+// first after the model's layers: its decoder layer under the usual names (the head's
+// layer 0), its own parts as nextn.* and its final norm as nextn.shared_head_norm; the
+// embedding and the LM head are the model's.
+std::string gguf_mtp_head_name(const std::string& gguf_name, int64_t head_block);
 std::string gguf_expert_name(const std::string& hf_pattern, int64_t expert);
 
 // gpt-oss checkpoints (GptOssForCausalLM) call the router mlp.router and store each

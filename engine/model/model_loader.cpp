@@ -105,13 +105,17 @@ ModelInfo inspect_model(const Config& c) {
 
 ModelInfo mtp_head_info(const ModelInfo& model) {
   if (model.spec.mtp_layers <= 0)
-    throw InputError("model '" + model.path + "' (" + model.spec.architecture +
-                     ") has no MTP head: its config names no mtp_num_hidden_layers");
-  if (model.format == ModelFormat::GGUF)
-    throw InputError("model '" + model.path + "': MTP heads are read from Hugging Face folders, not GGUF files");
+    throw InputError("model '" + model.path + "' (" + model.spec.architecture + ") has no MTP head: its " +
+                     (model.format == ModelFormat::GGUF ? "file sets no nextn_predict_layers"
+                                                        : "config names no mtp_num_hidden_layers"));
   ModelInfo head = model;
   head.spec = mtp_head_spec(model.spec);
   if (model.format == ModelFormat::DUMMY) return head;
+  if (model.format == ModelFormat::GGUF) {
+    head.tensors = gguf_hf_tensors(*model.gguf, head.spec);
+    check_tensor_set(head.tensors, head.spec, full_range(head.spec), "GGUF file '" + model.path + "' (MTP head)");
+    return head;
+  }
   const std::string source = "model folder '" + model.path + "' (MTP head)";
   head.tensors = head.spec.arch->convert_checkpoint(model.safetensors->tensors, head.spec, full_range(head.spec),
                                                     nullptr, source);

@@ -50,8 +50,10 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
 std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec& spec, LayerRange range, Weights* keep) {
   std::map<std::string, Tensor> out;
   // llama.cpp counts a multi-token-prediction block among the layers (after them); the
-  // model's layers end before it.
-  const int64_t file_blocks = f.get_int(spec.arch->gguf_name + std::string(".block_count")).value_or(spec.num_layers);
+  // model's layers end before it, and an MTP head's spec reads only it (gguf_mtp_head_name).
+  const std::string arch = spec.arch->gguf_name;
+  const int64_t file_blocks = f.get_int(arch + ".block_count").value_or(spec.num_layers);
+  const int64_t head_block = spec.mtp_head ? file_blocks - f.get_int(arch + ".nextn_predict_layers").value_or(0) : -1;
   // llama.cpp's NVFP4 tensors come with F32 sidecars: X.scale (ModelOpt's weight_scale_2,
   // one per tensor or per expert) and X.input_scale (unused: activations stay 16-bit).
   std::map<std::string, const GgufTensorInfo*> sidecars;
@@ -71,14 +73,16 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
   for (const GgufTensorInfo& info : f.tensors) {
     if (info.name == "rope_freqs.weight") continue;  // folded into the spec's RopeScaling
     if (sidecars.count(info.name)) continue;
-    const int64_t layer = gguf_layer_of(info.name);
+    const std::string name = spec.mtp_head ? gguf_mtp_head_name(info.name, head_block) : info.name;
+    if (name.empty()) continue;
+    const int64_t layer = gguf_layer_of(name);
     if (layer >= spec.num_layers && layer < file_blocks) continue;
-    auto hf = gguf_to_hf_name(info.name, spec.arch->gguf_aliases, spec.arch->gguf_fused);
+    auto hf = gguf_to_hf_name(name, spec.arch->gguf_aliases, spec.arch->gguf_fused);
     if (!hf) throw InputError("GGUF file '" + f.source + "': tensor '" + info.name + "' is not part of any supported architecture");
     Tensor t;
     t.dtype = info.dtype;
     t.data = f.tensor_data(info);
-    const bool stacked = gguf_is_stacked_experts(info.name);
+    const bool stacked = gguf_is_stacked_experts(name);
     const float* scale = scale_of(info, stacked && !info.shape.empty() ? info.shape[0] : 1);
     if (!stacked) {
       t.name = *hf;

@@ -17,6 +17,11 @@ Same layout as gen_gptoss.py, under tests/golden/models/gemma3/:
                    Gemma 4's logit cap; Gemma 3 configs have null): its sequence and logits
                    file (softcap_0.f32), so that the weights are stored once
 
+and the same files under tests/golden/models/gemma3_gguf/ for a model that llama.cpp's gemma3
+GGUF layout can describe (tests/gen/gguf_gemma3.py writes it so at test time): its loader
+reads no layer types and no query scale, so this one has 6 layers of which every 6th is full
+(layer 5), and queries scaled by head_dim^-0.5 (llama.cpp's rule for every size but the 27B's).
+
 The reference is transformers in f32 on the CPU (the BF16 weights read back and widened),
 eager attention, each sequence in one forward without a cache. The script also checks the
 config transformers writes says what the model computed with (layer types, RoPE per layer
@@ -44,11 +49,15 @@ ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
         "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100000.0}}
 
 
-def config(softcap=None):
+GGUF_LAYER_TYPES = ["sliding_attention"] * 5 + ["full_attention"]
+
+
+def config(softcap=None, layer_types=LAYER_TYPES, query_pre_attn_scalar=24):
     return Gemma3TextConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24, sliding_window=WINDOW,
-        layer_types=LAYER_TYPES, rope_parameters=json.loads(json.dumps(ROPE)), max_position_embeddings=256,
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=len(layer_types),
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=query_pre_attn_scalar,
+        sliding_window=WINDOW, layer_types=layer_types, rope_parameters=json.loads(json.dumps(ROPE)),
+        max_position_embeddings=256,
         rms_norm_eps=1e-6, final_logit_softcapping=softcap, attn_logit_softcapping=None,
         tie_word_embeddings=True, bos_token_id=2, eos_token_id=1, pad_token_id=0)
 
@@ -85,16 +94,14 @@ def stepwise(model, ids):
     return torch.stack(rows)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "golden", "models"))
-    args = ap.parse_args()
-    out = os.path.join(args.out, "gemma3")
+def write_model(out, cfg, seed):
+    """Random BF16 weights for `cfg` (seed), saved in `out` with the config, read back by
+    transformers and checked; its golden logits of four sequences. Returns the model (f32),
+    the sequences and the reference's description."""
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
-    cfg = config()
     model = Gemma3ForCausalLM(cfg)
-    state = random_state(model, torch.Generator().manual_seed(3300))
+    state = random_state(model, torch.Generator().manual_seed(seed))
     # Tied: the checkpoint holds the embedding only.
     save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight"},
               os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
@@ -112,13 +119,13 @@ def main():
         if name != "lm_head.weight":
             assert torch.equal(got[name], v.float()), f"transformers read {name} back differently"
     assert torch.equal(got["lm_head.weight"], got["model.embed_tokens.weight"]), "the head is not tied"
-    assert model.config.layer_types == LAYER_TYPES
+    assert model.config.layer_types == cfg.layer_types
     rp = model.config.rope_parameters
     assert rp["full_attention"]["rope_type"] == "linear" and rp["full_attention"]["factor"] == 2.0, rp
     assert rp["sliding_attention"]["rope_theta"] == 10000.0 and rp["full_attention"]["rope_theta"] == 100000.0, rp
     assert model.config.sliding_window == WINDOW
 
-    rng = np.random.default_rng(3301)
+    rng = np.random.default_rng(seed + 1)
     seqs = [rng.integers(3, VOCAB, size=n).tolist() for n in SEQUENCE_LENGTHS]
     files = []
     for j, ids in enumerate(seqs):
@@ -131,6 +138,15 @@ def main():
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump({"reference": reference, "architecture": "Gemma3ForCausalLM", "vocab_size": VOCAB,
                    "sequences": seqs, "logits": files}, f, indent=1)
+    return model, seqs, reference
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "golden", "models"))
+    args = ap.parse_args()
+    out = os.path.join(args.out, "gemma3")
+    model, seqs, reference = write_model(out, config(), 3300)
 
     # The same weights with the final logits capped at SOFTCAP.
     capped = Gemma3ForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
@@ -146,6 +162,10 @@ def main():
         json.dump({"reference": reference, "final_logit_softcapping": SOFTCAP, "vocab_size": VOCAB,
                    "sequences": [ids], "logits": ["softcap_0.f32"]}, f, indent=1)
     print("gemma3", [len(s) for s in seqs], "max |logit|", float(plain.abs().max()))
+
+    _, seqs, _ = write_model(os.path.join(args.out, "gemma3_gguf"),
+                             config(layer_types=GGUF_LAYER_TYPES, query_pre_attn_scalar=16), 3400)
+    print("gemma3_gguf", [len(s) for s in seqs])
 
 
 if __name__ == "__main__":

@@ -12,11 +12,17 @@ llama.cpp's layout, as transformers' GGUF conversion mapping for qwen35 describe
   j * num_key_heads + k, on every tensor with a row per value head or value element (the v
   rows of attn_qkv and ssm_conv1d, attn_gate, ssm_alpha, ssm_beta, ssm_a, ssm_dt) and on the
   columns of ssm_out;
-- the shared expert's gate as a vector.
+- the shared expert's gate as a vector;
+- an MTP head (the source's "mtp.*", as llama.cpp's converter writes it since its MTP support):
+  one more block after the layers (block_count counts it, nextn_predict_layers = 1) holding
+  mtp.layers.0 under the usual names and mtp.fc, the two pre-fc norms and mtp.norm as
+  nextn.eh_proj, nextn.enorm, nextn.hnorm and nextn.shared_head_norm, every norm with the one
+  added.
 
 The files are not committed: write() needs only numpy, safetensors and gguf (the build's
 venv), gives the same bytes every time, and tests/gen/golden_gguf.py calls it at test time
-into build/golden/models (qwen3_5.gguf, qwen3_5_moe.gguf), where the tests read them.
+into build/golden/models (qwen3_5.gguf, qwen3_5_moe.gguf, qwen3_5_moe_mtp.gguf), where the
+tests read them.
 Run by hand where torch, and accelerate (transformers' GGUF loading needs it), are installed
 (CI has neither) to write them the same way and check them against transformers:
   python tests/gen/gen_qwen3_5_gguf.py [--out build/golden/models]
@@ -54,13 +60,15 @@ def f32(a):
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
-def add_hybrid_keys(w, c, dense_ffn, rope_sections, experts, tokenizer_pre):
+def add_hybrid_keys(w, c, dense_ffn, rope_sections, experts, tokenizer_pre, mtp_layers=0):
     """The metadata llama.cpp's converter writes for both hybrids (c: the text config), and a
     byte-level tokenizer (each of the 256 ids one byte, as GPT-2 spells bytes) under
     `tokenizer_pre`, so that any text encodes; the golden tests feed ids."""
     nk, nv, dk, dv = (c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"],
                       c["linear_value_head_dim"])
-    w.add_block_count(c["num_hidden_layers"])
+    w.add_block_count(c["num_hidden_layers"] + mtp_layers)
+    if mtp_layers:
+        w.add_nextn_predict_layers(mtp_layers)
     w.add_context_length(c["max_position_embeddings"])
     w.add_embedding_length(c["hidden_size"])
     if dense_ffn:
@@ -108,12 +116,13 @@ def add_outer_tensors(w, t):
     w.add_tensor("output_norm.weight", f32(t["norm.weight"] + 1))
 
 
-def add_norms_and_attention(w, t, c, layer):
-    """A layer's two norms and, in a full-attention layer, its attention; whether it was one."""
-    p, b = f"layers.{layer}.", f"blk.{layer}."
+def add_norms_and_attention(w, t, c, layer, block=None):
+    """A layer's two norms and, in a full-attention layer, its attention; whether it was one.
+    `block`: the GGUF block it is written as (the layer's own index unless given)."""
+    p, b = f"layers.{layer}.", f"blk.{layer if block is None else block}."
     w.add_tensor(b + "attn_norm.weight", f32(t[p + "input_layernorm.weight"] + 1))
     w.add_tensor(b + "post_attention_norm.weight", f32(t[p + "post_attention_layernorm.weight"] + 1))
-    if c["layer_types"][layer] != "full_attention":
+    if block is None and c["layer_types"][layer] != "full_attention":
         return False
     for hf, ll in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
         w.add_tensor(b + ll + ".weight", f32(t[p + "self_attn." + hf + ".weight"]))
@@ -122,26 +131,58 @@ def add_norms_and_attention(w, t, c, layer):
     return True
 
 
-def add_shared_expert(w, t, layer):
+def add_shared_expert(w, t, layer, block=None):
     """A layer's shared expert, its gate as a vector."""
-    p, b = f"layers.{layer}.", f"blk.{layer}."
+    p, b = f"layers.{layer}.", f"blk.{layer if block is None else block}."
     for hf, ll in (("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"), ("down_proj", "ffn_down_shexp")):
         w.add_tensor(b + ll + ".weight", f32(t[p + "mlp.shared_expert." + hf + ".weight"]))
     w.add_tensor(b + "ffn_gate_inp_shexp.weight", f32(t[p + "mlp.shared_expert_gate.weight"][0]))
 
 
+def add_experts(w, t, c, layer, block=None):
+    """A layer's router, its stacked experts (gate and up split) and its shared expert."""
+    p, b = f"layers.{layer}.", f"blk.{layer if block is None else block}."
+    w.add_tensor(b + "ffn_gate_inp.weight", f32(t[p + "mlp.gate.weight"]))
+    gate_up, inter = t[p + "mlp.experts.gate_up_proj"], c["moe_intermediate_size"]
+    w.add_tensor(b + "ffn_gate_exps.weight", f32(gate_up[:, :inter]))
+    w.add_tensor(b + "ffn_up_exps.weight", f32(gate_up[:, inter:]))
+    w.add_tensor(b + "ffn_down_exps.weight", f32(t[p + "mlp.experts.down_proj"]))
+    add_shared_expert(w, t, layer, block)
+
+
+def add_mtp_block(w, mtp, c, moe):
+    """The MTP head as block num_hidden_layers: its decoder layer (a full-attention layer)
+    under the usual names, and its own parts as blk.N.nextn.* (mtp: the head's tensors
+    without their "mtp." prefix, its layer as "layers.0.")."""
+    block = c["num_hidden_layers"]
+    add_norms_and_attention(w, mtp, c, 0, block)
+    if moe:
+        add_experts(w, mtp, c, 0, block)
+    else:
+        for hf, ll in (("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"), ("down_proj", "ffn_down")):
+            w.add_tensor(f"blk.{block}.{ll}.weight", f32(mtp["layers.0.mlp." + hf + ".weight"]))
+    nextn = f"blk.{block}.nextn."
+    w.add_tensor(nextn + "eh_proj.weight", f32(mtp["fc.weight"]))
+    w.add_tensor(nextn + "enorm.weight", f32(mtp["pre_fc_norm_embedding.weight"] + 1))
+    w.add_tensor(nextn + "hnorm.weight", f32(mtp["pre_fc_norm_hidden.weight"] + 1))
+    w.add_tensor(nextn + "shared_head_norm.weight", f32(mtp["norm.weight"] + 1))
+
+
 def write(src, path, arch):
     with open(os.path.join(src, "config.json")) as f:
         c = json.load(f)["text_config"]
-    t = {k[len(TEXT):] if k.startswith(TEXT) else k: v for k, v in load_file(os.path.join(src, "model.safetensors")).items()
+    tensors = load_file(os.path.join(src, "model.safetensors"))
+    t = {k[len(TEXT):] if k.startswith(TEXT) else k: v for k, v in tensors.items()
          if not k.startswith("model.visual.") and not k.startswith("mtp.")}
+    mtp = {k[len("mtp."):]: v for k, v in tensors.items() if k.startswith("mtp.")}
     nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
     per_k, dk, dv = nv // nk, c["linear_key_head_dim"], c["linear_value_head_dim"]
     key_rows = 2 * nk * dk
     moe = arch == "qwen35moe"
 
     w = gguf.GGUFWriter(path, arch)
-    add_hybrid_keys(w, c, dense_ffn=not moe, rope_sections=True, experts=moe, tokenizer_pre="qwen35")
+    add_hybrid_keys(w, c, dense_ffn=not moe, rope_sections=True, experts=moe, tokenizer_pre="qwen35",
+                    mtp_layers=1 if mtp else 0)
 
     add_outer_tensors(w, t)
     for layer in range(c["num_hidden_layers"]):
@@ -159,15 +200,12 @@ def write(src, path, arch):
             w.add_tensor(b + "ssm_norm.weight", f32(t[la + "norm.weight"]))
             w.add_tensor(b + "ssm_out.weight", f32(tiled(t[la + "out_proj.weight"].T, nk, per_k, dv).T))
         if moe:
-            w.add_tensor(b + "ffn_gate_inp.weight", f32(t[p + "mlp.gate.weight"]))
-            gate_up, inter = t[p + "mlp.experts.gate_up_proj"], c["moe_intermediate_size"]
-            w.add_tensor(b + "ffn_gate_exps.weight", f32(gate_up[:, :inter]))
-            w.add_tensor(b + "ffn_up_exps.weight", f32(gate_up[:, inter:]))
-            w.add_tensor(b + "ffn_down_exps.weight", f32(t[p + "mlp.experts.down_proj"]))
-            add_shared_expert(w, t, layer)
+            add_experts(w, t, c, layer)
         else:
             for hf, ll in (("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"), ("down_proj", "ffn_down")):
                 w.add_tensor(b + ll + ".weight", f32(t[p + "mlp." + hf + ".weight"]))
+    if mtp:
+        add_mtp_block(w, mtp, c, moe)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -199,7 +237,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(golden_gguf.PLAIN))
     args = ap.parse_args()
-    names = ["qwen3_5.gguf", "qwen3_5_moe.gguf"]
+    names = ["qwen3_5.gguf", "qwen3_5_moe.gguf", "qwen3_5_moe_mtp.gguf"]
     golden_gguf.materialize(args.out, names)
     for name in names:
         check_with_transformers(str(golden_gguf.MODELS / name[:-len(".gguf")]), os.path.join(args.out, name))

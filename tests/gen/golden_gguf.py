@@ -1,8 +1,8 @@
 """golden_gguf.py — the tiny models' llama.cpp-layout GGUF copies, written at test time.
 
-tests/gen/gen_qwen3_5_gguf.py, gen_qwen3_next_gguf.py and gen_gptoss.py write the committed
-safetensors models tests/golden/models/qwen3_5, qwen3_5_moe, qwen3_next and gpt_oss as
-llama.cpp's converter writes them. What they write is a function of those models alone
+tests/gen/gen_qwen3_5_gguf.py, gen_qwen3_next_gguf.py, gen_gptoss.py and gguf_gemma3.py write
+the committed safetensors models tests/golden/models/qwen3_5, qwen3_5_moe, qwen3_5_moe_mtp,
+qwen3_next, gpt_oss and gemma3_gguf as llama.cpp's converter writes them. What they write is a function of those models alone
 (numpy, safetensors and gguf, all in the build's venv; no torch), the same bytes every time,
 so the .gguf files are not committed (the tracked tree's limit,
 tests/integration/test_tree_size.py): this module is the one place that writes them, into
@@ -32,8 +32,10 @@ PLAIN = REPO / "build" / "golden" / "models"
 FILES = {
     "qwen3_5.gguf": ("qwen3_5", "gen_qwen3_5_gguf", "qwen35"),
     "qwen3_5_moe.gguf": ("qwen3_5_moe", "gen_qwen3_5_gguf", "qwen35moe"),
+    "qwen3_5_moe_mtp.gguf": ("qwen3_5_moe_mtp", "gen_qwen3_5_gguf", "qwen35moe"),  # with its MTP block
     "qwen3_next.gguf": ("qwen3_next", "gen_qwen3_next_gguf", None),
     "gpt_oss.gguf": ("gpt_oss", "gen_gptoss", None),
+    "gemma3.gguf": ("gemma3_gguf", "gguf_gemma3", None),
 }
 
 
@@ -56,6 +58,9 @@ def _write(name, out):
     elif script == "gen_qwen3_next_gguf":
         import gen_qwen3_next_gguf
         gen_qwen3_next_gguf.write(str(MODELS / src), str(out))
+    elif script == "gguf_gemma3":
+        import gguf_gemma3
+        gguf_gemma3.write(str(MODELS / src), str(out))
     else:
         import gen_gptoss
         gen_gptoss.write_gguf_from_checkpoint(str(MODELS / src), str(out))

@@ -145,7 +145,8 @@ def test_qwen3_next_fp8_scales(tmp_path):
 def gguf_copy(tmp_path, tensors=None, drop_keys=(), source="qwen3_5_moe.gguf", arch="qwen35moe"):
     """A hybrid GGUF (the Qwen3.5-MoE's by default; source names a file of
     tests/gen/golden_gguf.py, written at test time) rewritten with tensors changed (name ->
-    function of the array) and metadata keys left out, by the gguf package."""
+    function of the array, or None to leave it out) and metadata keys left out, by the gguf
+    package."""
     import gguf
     reader = gguf.GGUFReader(str(golden_gguf.path(source)))
     path = tmp_path / "model.gguf"
@@ -160,9 +161,14 @@ def gguf_copy(tmp_path, tensors=None, drop_keys=(), source="qwen3_5_moe.gguf", a
         else:
             writer.add_key_value(field.name, value, kind)
     for t in reader.tensors:
-        a = np.array(t.data).reshape([int(d) for d in reversed(t.shape)])
-        change = (tensors or {}).get(t.name)
-        writer.add_tensor(t.name, change(a) if change else a)
+        change = (tensors or {}).get(t.name, lambda x: x)
+        if not change:
+            continue
+        if t.tensor_type not in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            assert t.name not in (tensors or {}), f"{t.name}: only F32 and F16 tensors are changed"
+            writer.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)  # BF16 or blocks: the bytes
+            continue
+        writer.add_tensor(t.name, change(np.array(t.data).reshape([int(d) for d in reversed(t.shape)])))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -13,7 +13,9 @@ import re
 import pytest
 import requests
 
+import golden_gguf
 from conftest import Server, run_sparkd, to_toml, wait_engine_idle
+from test_hybrid_hostile import gguf_copy
 from test_peer_hybrid import PROMPTS, greedy, run_all
 from test_serve_tiny_models import served_copy
 
@@ -67,6 +69,29 @@ def test_concurrent_answers_equal_those_without_drafts(pair):
     assert run_all(on.url, PROMPTS, MAX_TOKENS) == run_all(off.url, PROMPTS, MAX_TOKENS)
 
 
+def test_a_gguf_head_drafts_and_changes_nothing():
+    """The same model as llama.cpp's converter writes it (tests/gen/golden_gguf.py): the head
+    is the block after the layers (block_count counts it, nextn_predict_layers = 1), its own
+    parts under nextn.*. Drafts are made and verified, and every answer and its logprobs
+    are those of the same file served without them."""
+    gguf = golden_gguf.path("qwen3_5_moe_mtp.gguf")
+    off = Server(SETTINGS, model=gguf)
+    on = Server({**SETTINGS, **MTP}, model=gguf)
+    try:
+        off.wait_ready(), on.wait_ready()
+        want = [completion(off.url, p) for p in PROMPTS[:4]]
+        got = [completion(on.url, p) for p in PROMPTS[:4]]
+        drafted, _ = drafts(on.url)
+        assert run_all(on.url, PROMPTS, MAX_TOKENS) == run_all(off.url, PROMPTS, MAX_TOKENS)
+        log = on.output()
+    finally:
+        off.stop()
+        on.stop()
+    assert got == want
+    assert drafted > 0
+    assert "speculative decoding with the model's MTP head" in log, log
+
+
 def test_server_logs_the_mtp_head(pair):
     off, on = pair
     log = on.output()
@@ -91,6 +116,20 @@ def test_mtp_on_a_model_without_a_head(tmp_path):
     model = served_copy("qwen3_5_moe", tmp_path)
     refused(tmp_path, {"model.path": str(model), **MTP}, 'speculative = "mtp"', "has no MTP head",
             "mtp_num_hidden_layers")
+
+
+def test_mtp_on_a_gguf_without_a_head(tmp_path):
+    refused(tmp_path, {"model.path": str(golden_gguf.path("qwen3_5_moe.gguf")), **MTP}, 'speculative = "mtp"',
+            "has no MTP head", "nextn_predict_layers")
+
+
+def test_gguf_heads_that_disagree_with_the_model_are_refused(tmp_path):
+    """The head's block in llama.cpp's layout with a part of the wrong shape, or one left out."""
+    mtp = {"source": "qwen3_5_moe_mtp.gguf", "arch": "qwen35moe"}
+    bad = gguf_copy(tmp_path, {"blk.4.nextn.eh_proj.weight": lambda a: a[:, :96]}, **mtp)
+    refused(tmp_path, {"model.path": str(bad), **MTP}, "mtp.fc.weight", "(MTP head)")
+    bad = gguf_copy(tmp_path, {"blk.4.nextn.enorm.weight": None}, **mtp)
+    refused(tmp_path, {"model.path": str(bad), **MTP}, "mtp.pre_fc_norm_embedding.weight", "(MTP head)")
 
 
 def test_mtp_head_named_by_the_config_but_missing_from_the_files(tmp_path):

@@ -158,6 +158,35 @@ TEST_CASE("cpu forward: tiny models match transformers' logits within 1e-4") {
   }
 }
 
+// Gemma 3 as llama.cpp's converter writes it (tests/gen/gguf_gemma3.py, at test time: norms
+// with the one added, no layer types or query scale in the file, the sliding layers' RoPE
+// base as rope.freq_base_swa), and the folder it is written from (6 layers, every 6th full,
+// as llama.cpp's loader has them): transformers' logits, whole and in chunks of 5 (past the
+// window of 8 across steps).
+TEST_CASE("cpu forward: Gemma 3 as a GGUF file (llama.cpp's gemma3) and as its folder match transformers' logits") {
+  for (const std::string name : {"gemma3_gguf", "gemma3.gguf"}) {
+    CAPTURE(name);
+    const Golden g = read_golden(std::string(kGoldenDir) + "gemma3_gguf");
+    LoadedModel m = load(name);
+    CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
+    backend.init_kv_cache(kNumBlocks, kBlockSize);
+    const double worst = worst_prefill_error(backend, g);
+    MESSAGE(name << ": max relative logit error " << worst);
+    CHECK(worst < 1e-4);
+    const auto& seq = g.sequences[3];
+    const auto len = static_cast<int32_t>(seq.size());
+    const size_t V = static_cast<size_t>(g.vocab);
+    std::vector<float> got(seq.size() * V);
+    for (int32_t at = 0; at < len; at += 5) {
+      const int32_t end = std::min(len, at + 5);
+      ForwardResult out;
+      backend.forward(make_batch({{&seq, at, end, blocks_for(len, 30)}}, true), nullptr, out);
+      std::copy(out.logits.begin(), out.logits.end(), got.begin() + std::ptrdiff_t(size_t(at) * V));
+    }
+    CHECK(rel_error(got.data(), g.logits[3].data(), got.size()) < 1e-4);
+  }
+}
+
 // A hidden row is the LM head's input: the final hidden state times the LM head gives
 // transformers' logits. Every row is both a hidden and a logits row, and also each alone.
 TEST_CASE("cpu forward: hidden rows are the final hidden states transformers' logits come from") {
@@ -248,47 +277,52 @@ TEST_CASE("cpu forward: Qwen3.5, Qwen3-Next and Nemotron-H hybrids match transfo
 TEST_CASE("cpu forward: a Qwen3.5 MTP head matches the numpy reference within 1e-4, whole and row by row") {
   // tests/gen/gen_qwen3_5_mtp.py: rows of (token, incoming hidden state), the head's own
   // forward (fc over the normed embedding and hidden state, one gated attention + MoE
-  // layer, its norm, the model's LM head) in float64 numpy.
-  const std::string dir = std::string(kGoldenDir) + "qwen3_5_moe_mtp";
-  std::ifstream f(dir + "/mtp_golden.json");
-  REQUIRE(f.good());
-  const auto j = nlohmann::json::parse(f);
-  const LoadedModel head = load_mtp_head(load("qwen3_5_moe_mtp").info);
-  const ModelSpec& spec = head.info.spec;
-  CpuBackend backend(spec, bind_stage(spec, head.weights), 2);
-  backend.init_kv_cache(kNumBlocks, kBlockSize);
-  const auto H = size_t(spec.hidden_size), V = size_t(spec.vocab_size);
-  auto read = [&](const std::string& name, size_t n) {
-    std::ifstream in(dir + "/" + name, std::ios::binary);
-    std::vector<float> v(n);
-    in.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
-    REQUIRE(in.gcount() == std::streamsize(n * 4));
-    return v;
-  };
-  for (size_t s = 0; s < j["sequences"].size(); ++s) {
-    CAPTURE(s);
-    const auto seq = j["sequences"][s].get<std::vector<int32_t>>();
-    const auto len = int32_t(seq.size());
-    const std::vector<float> hidden = read(j["hidden"][s].get<std::string>(), seq.size() * H);
-    const std::vector<float> want = read(j["logits"][s].get<std::string>(), seq.size() * V);
-    ForwardResult out;
-    backend.forward(make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true), hidden.data(), out);
-    const double whole = rel_error(out.logits.data(), want.data(), want.size());
-    std::vector<float> stepped;
-    for (int32_t r = 0; r < len; ++r) {
-      backend.forward(make_batch({{&seq, r, r + 1, blocks_for(len, 30)}}, true), hidden.data() + size_t(r) * H, out);
-      stepped.insert(stepped.end(), out.logits.begin(), out.logits.end());
+  // layer, its norm, the model's LM head) in float64 numpy. The same head read from the
+  // Hugging Face folder and from llama.cpp's layout (the block after the layers, nextn.*).
+  for (const std::string file : {"qwen3_5_moe_mtp", "qwen3_5_moe_mtp.gguf"}) {
+    CAPTURE(file);
+    const std::string dir = std::string(kGoldenDir) + "qwen3_5_moe_mtp";
+    std::ifstream f(dir + "/mtp_golden.json");
+    REQUIRE(f.good());
+    const auto j = nlohmann::json::parse(f);
+    const LoadedModel head = load_mtp_head(load(file).info);
+    const ModelSpec& spec = head.info.spec;
+    CpuBackend backend(spec, bind_stage(spec, head.weights), 2);
+    backend.init_kv_cache(kNumBlocks, kBlockSize);
+    const auto H = size_t(spec.hidden_size), V = size_t(spec.vocab_size);
+    auto read = [&](const std::string& name, size_t n) {
+      std::ifstream in(dir + "/" + name, std::ios::binary);
+      std::vector<float> v(n);
+      in.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
+      REQUIRE(in.gcount() == std::streamsize(n * 4));
+      return v;
+    };
+    for (size_t s = 0; s < j["sequences"].size(); ++s) {
+      CAPTURE(s);
+      const auto seq = j["sequences"][s].get<std::vector<int32_t>>();
+      const auto len = int32_t(seq.size());
+      const std::vector<float> hidden = read(j["hidden"][s].get<std::string>(), seq.size() * H);
+      const std::vector<float> want = read(j["logits"][s].get<std::string>(), seq.size() * V);
+      ForwardResult out;
+      backend.forward(make_batch({{&seq, 0, len, blocks_for(len, 30)}}, true), hidden.data(), out);
+      const double whole = rel_error(out.logits.data(), want.data(), want.size());
+      std::vector<float> stepped;
+      for (int32_t r = 0; r < len; ++r) {
+        backend.forward(make_batch({{&seq, r, r + 1, blocks_for(len, 30)}}, true), hidden.data() + size_t(r) * H, out);
+        stepped.insert(stepped.end(), out.logits.begin(), out.logits.end());
+      }
+      const double rows = rel_error(stepped.data(), want.data(), want.size());
+      MESSAGE(file << " MTP head, " << len << " rows: max relative logit error " << whole << " whole, " << rows
+                           << " row by row");
+      CHECK(whole < 1e-4);
+      CHECK(rows < 1e-4);
     }
-    const double rows = rel_error(stepped.data(), want.data(), want.size());
-    MESSAGE("MTP head, " << len << " rows: max relative logit error " << whole << " whole, " << rows << " row by row");
-    CHECK(whole < 1e-4);
-    CHECK(rows < 1e-4);
+    // Without hidden states the head has nothing to run on.
+    const std::vector<int32_t> one{5};
+    ForwardResult out;
+    CHECK_THROWS_WITH_AS(backend.forward(make_batch({{&one, 0, 1, blocks_for(1, 30)}}, true), nullptr, out),
+                         doctest::Contains("MTP head"), InputError);
   }
-  // Without hidden states the head has nothing to run on.
-  const std::vector<int32_t> one{5};
-  ForwardResult out;
-  CHECK_THROWS_WITH_AS(backend.forward(make_batch({{&one, 0, 1, blocks_for(1, 30)}}, true), nullptr, out),
-                       doctest::Contains("MTP head"), InputError);
 }
 
 TEST_CASE("cpu forward: a hybrid's sequences keep their own states, side by side and in a reused slot") {

@@ -4,7 +4,8 @@
 // sandwich placement (x + post_norm(f(pre_norm(x))) for attention and for the MLP); q and k
 // normed per head; queries scaled by query_pre_attn_scalar^-1/2; sliding-window and full
 // layers as layer_types says, each kind with its own RoPE; a GELU-tanh gated MLP; a tied LM
-// head, and final_logit_softcapping when set. Hugging Face folders only (no GGUF yet).
+// head, and final_logit_softcapping when set. GGUF files as llama.cpp writes them (gemma3).
+#include <algorithm>
 #include <string_view>
 
 #include "engine/model/arch.h"
@@ -93,6 +94,36 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
   read_rope(r, s);
 }
 
+// llama.cpp's gemma3 files name neither the layer types nor the query scale: its loader
+// makes every 6th layer full (5, 11, ...; sliding_window_pattern, when a file has one, as a
+// period or one flag a layer) and scales queries by 1/sqrt(hidden / heads) for the 27B (62
+// layers) and 1/sqrt(head_dim) for the others; the sliding layers take rope.freq_base_swa
+// (10000 where absent), unscaled, and the full layers rope.freq_base with the file's linear
+// scaling (the shared reader). Norms are stored with the one added (taken back at load).
+void read_gguf(const GgufMetaReader& m, ModelSpec& s) {
+  read_dense_mlp(m, s);
+  s.norm_plus_one = s.sandwich_norms = s.gelu_tanh_mlp = s.qk_norm = s.scale_embedding = true;
+  s.query_pre_attn_scalar = s.num_layers == 62 ? double(s.hidden_size) / double(s.num_heads) : double(s.head_dim);
+  s.final_logit_softcap = m.number("final_logit_softcapping", 0);
+  if (m.f.find(m.arch + ".final_logit_softcapping") && !(s.final_logit_softcap > 0))
+    m.fail(m.arch + ".final_logit_softcapping", "must be positive");
+  s.layer_sliding.assign(size_t(s.num_layers), 0);
+  const GgufValue* pattern = m.f.find(m.arch + ".attention.sliding_window_pattern");
+  if (pattern && pattern->type == GgufType::ARRAY) {
+    if (pattern->elem_type != GgufType::BOOL || int64_t(pattern->ints.size()) != s.num_layers)
+      m.fail(m.arch + ".attention.sliding_window_pattern", "must hold one flag a layer (" + std::to_string(s.num_layers) + ")");
+    for (size_t l = 0; l < s.layer_sliding.size(); ++l) s.layer_sliding[l] = pattern->ints[l] != 0;
+  } else {
+    const int64_t period = m.integer("attention.sliding_window_pattern", 1, MAX_LAYERS, 6);
+    for (int64_t l = 0; l < s.num_layers; ++l) s.layer_sliding[size_t(l)] = l % period < period - 1;
+  }
+  if (std::find(s.layer_sliding.begin(), s.layer_sliding.end(), 1) != s.layer_sliding.end())
+    s.sliding_window = m.integer("attention.sliding_window", 1, MAX_POSITIONS);
+  s.sliding_rope = true;
+  s.sliding_rope_theta = m.number("rope.freq_base_swa", 10000.0);
+  if (!(s.sliding_rope_theta > 0)) m.fail(m.arch + ".rope.freq_base_swa", "must be positive");
+}
+
 // A file tensor's name in the shared table; nullopt for the vision tower and the projector
 // into it. Gemma's post_attention_layernorm is the attention's sandwich norm, its
 // pre_feedforward_layernorm the table's MLP norm (FFN_NORM).
@@ -126,10 +157,10 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
 
 extern const Architecture kGemma3{
     .hf_class = "Gemma3ForCausalLM",
-    .gguf_name = nullptr,
+    .gguf_name = "gemma3",
     .config_defaults = kDefaults,
     .read_config = read_config,
-    .read_gguf = nullptr,
+    .read_gguf = read_gguf,
     .convert_checkpoint = convert,
     .needs_bf16_activations = true,
 };

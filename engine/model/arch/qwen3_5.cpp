@@ -7,7 +7,8 @@
 // ("mtp.*") only into the head's own spec (mtp_head_spec), which reads nothing else but
 // the embedding and the LM head.
 // GGUF files (llama.cpp's qwen35, qwen35moe) are read too: the loader undoes llama.cpp's
-// norm offset and ssm_a, and the value heads stay tiled as the file has them.
+// norm offset and ssm_a, and the value heads stay tiled as the file has them; an MTP head
+// there is the block after the layers (gguf_hf_tensors).
 #include <algorithm>
 #include <string_view>
 
@@ -51,8 +52,13 @@ void read_dense(const ConfigReader& r, ModelSpec& s) {
   read_dense_mlp(r, s);
 }
 
+// llama.cpp writes the MTP head as the blocks after the layers (read_gated_delta_net_hybrid
+// takes them out of the layer count); gguf_hf_tensors reads them into the head's spec.
+void read_mtp_gguf(const GgufMetaReader& m, ModelSpec& s) { s.mtp_layers = m.integer("nextn_predict_layers", 0, 16, 0); }
+
 void read_dense_gguf(const GgufMetaReader& m, ModelSpec& s) {
   read_gated_delta_net_hybrid(m, s);
+  read_mtp_gguf(m, s);
   read_dense_mlp(m, s);
 }
 
@@ -78,6 +84,7 @@ void read_moe(const ConfigReader& r, ModelSpec& s) {
 
 void read_moe_gguf(const GgufMetaReader& m, ModelSpec& s) {
   read_gated_delta_net_hybrid(m, s);
+  read_mtp_gguf(m, s);
   const int64_t experts = m.integer("expert_count", 1, MAX_EXPERTS);
   set_experts(s, experts, m.integer("expert_used_count", 1, experts), m.integer("expert_feed_forward_length", 1, MAX_DIM),
               m.integer("expert_shared_feed_forward_length", 0, MAX_DIM, 0), m.integer("feed_forward_length", 0, MAX_DIM, 0));

@@ -18,7 +18,7 @@ EMU_SRCS   := $(wildcard $(EMU_DIR)/src/*.cpp)
 EMU_HDRS   := $(wildcard $(EMU_DIR)/include/*.h $(EMU_DIR)/include/emu/*.h)
 
 # CUDA code type-puns freely (bf16 pairs as uint32_t): g++ must not assume otherwise.
-COMMON := -std=c++20 -g -fno-strict-aliasing -Wno-subobject-linkage -I. -I$(EMU_DIR)/include -include emu/prelude.h -DSPARKD_CUDA=1 -DSPARK_CUDA_EMU=1 \
+COMMON := -std=c++20 -g1 -fno-strict-aliasing -Wno-subobject-linkage -I. -I$(EMU_DIR)/include -include emu/prelude.h -DSPARKD_CUDA=1 -DSPARK_CUDA_EMU=1 \
           -pthread -Wall -Wno-unused-function -Wno-unused-variable -Wno-unknown-pragmas -MMD -MP
 # Kernel code: uninitialised locals get a pattern, not whatever the stack held.
 KERNEL_FLAGS := -ftrivial-auto-var-init=pattern

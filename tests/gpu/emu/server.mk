@@ -20,5 +20,5 @@ $(EMU)/sparkd: $(SERVER_OBJS) $(EMU)/fast/libcuda_emu.a $(EMU)/libengine.a
 # A test library only: found through LD_LIBRARY_PATH, as the real libnccl.so.2 would be.
 $(NCCL_STANDIN): $(EMU_DIR)/nccl/nccl_standin.cpp $(EMU_DIR)/include/nccl.h
 	@mkdir -p $(@D)
-	$(CXX) -std=c++20 -O2 -g -Wall -Wextra -fPIC -shared -pthread -I$(EMU_DIR)/include -include emu/prelude.h \
+	$(CXX) -std=c++20 -O2 -g1 -Wall -Wextra -fPIC -shared -pthread -I$(EMU_DIR)/include -include emu/prelude.h \
 	  -Wl,-soname,libnccl.so.2 -o $@ $<

@@ -212,12 +212,13 @@ def write(src, path, arch):
     w.close()
 
 
-def check_with_transformers(src, path):
-    """transformers reads the file back (its GGUF integration) and must give the golden logits."""
+def check_with_transformers(src, path, **settings):
+    """transformers reads the file back (its GGUF integration) and must give the golden logits
+    of the model in `src` (settings: what from_pretrained is told beside the file)."""
     import torch
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                                 dtype=torch.float32)
+                                                 dtype=torch.float32, **settings)
     model.eval()
     with open(os.path.join(src, "golden.json")) as f:
         golden = json.load(f)
@@ -232,7 +233,7 @@ def check_with_transformers(src, path):
 
 
 def main():
-    """Writes (or refreshes) the two files as the tests do, then checks each with transformers."""
+    """Writes (or refreshes) the files as the tests do, then checks each with transformers."""
     import golden_gguf
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(golden_gguf.PLAIN))

@@ -28,6 +28,7 @@ import os
 import gguf
 import numpy as np
 
+import gen_qwen3_5_gguf
 from gguf_pooling import read_safetensors
 
 HF_TO_GGUF = {
@@ -113,25 +114,11 @@ def check_with_transformers(src, path):
     Its reader takes the tensors and most keys, but not the two settings llama.cpp's loader
     derives (the query scale from head_dim, the full layers' linear RoPE scaling): those are
     given as the source config has them, so what is checked is the file's tensors and keys."""
-    import torch
-    from transformers import AutoModelForCausalLM
     with open(os.path.join(src, "config.json")) as f:
         c = json.load(f)
-    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                                 dtype=torch.float32, attn_implementation="eager",
-                                                 query_pre_attn_scalar=c["query_pre_attn_scalar"],
-                                                 rope_parameters=c["rope_parameters"])
-    model.eval()
-    with open(os.path.join(src, "golden.json")) as f:
-        golden = json.load(f)
-    worst = 0.0
-    for i, seq in enumerate(golden["sequences"]):
-        want = np.fromfile(os.path.join(src, f"logits_{i}.f32"), dtype=np.float32).reshape(len(seq), -1)
-        with torch.no_grad():
-            got = model(torch.tensor([seq])).logits[0].numpy()
-        worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
-    assert worst < 1e-4, f"{path}: transformers reads logits {worst:.2e} away from the golden ones"
-    print(f"{path}: transformers' GGUF reader gives the golden logits (max relative error {worst:.2e})")
+    gen_qwen3_5_gguf.check_with_transformers(src, path, attn_implementation="eager",
+                                             query_pre_attn_scalar=c["query_pre_attn_scalar"],
+                                             rope_parameters=c["rope_parameters"])
 
 
 def main():

@@ -41,9 +41,11 @@ FILES = {
 
 def _inputs(name):
     """The files whose change makes `name` stale: its source model and the scripts writing it
-    (gen_qwen3_next_gguf takes its helpers from gen_qwen3_5_gguf)."""
+    (gen_qwen3_next_gguf takes its helpers from gen_qwen3_5_gguf, gguf_gemma3 its reader from
+    gguf_pooling)."""
     src, script, _ = FILES[name]
-    scripts = {script} | ({"gen_qwen3_5_gguf"} if script == "gen_qwen3_next_gguf" else set())
+    helpers = {"gen_qwen3_next_gguf": {"gen_qwen3_5_gguf"}, "gguf_gemma3": {"gguf_pooling"}}
+    scripts = {script} | helpers.get(script, set())
     return ([MODELS / src / "config.json", MODELS / src / "model.safetensors"]
             + [HERE / f"{s}.py" for s in sorted(scripts)])
 

@@ -129,6 +129,21 @@ LoadedModel load(const std::string& name, LayerRange range = {}) {
   return load_model(config_for_model(model_path(name)), range);
 }
 
+// Every row's logits of `seq` run `piece` tokens a step, each step resuming where the one
+// before left (a hybrid's state in `state_slot`).
+std::vector<float> logits_in_pieces(CpuBackend& backend, const std::vector<int32_t>& seq, int32_t piece, size_t vocab,
+                                    int32_t state_slot = 0) {
+  const auto len = static_cast<int32_t>(seq.size());
+  std::vector<float> got(seq.size() * vocab);
+  for (int32_t at = 0; at < len; at += piece) {
+    ForwardResult out;
+    backend.forward(make_batch({{&seq, at, std::min(len, at + piece), blocks_for(len, 30), state_slot}}, true), nullptr,
+                    out);
+    std::copy(out.logits.begin(), out.logits.end(), got.begin() + std::ptrdiff_t(size_t(at) * vocab));
+  }
+  return got;
+}
+
 // Each golden sequence prefilled alone in one step: the worst relative logit error.
 double worst_prefill_error(CpuBackend& backend, const Golden& g) {
   double worst = 0;
@@ -173,16 +188,7 @@ TEST_CASE("cpu forward: Gemma 3 as a GGUF file (llama.cpp's gemma3) and as its f
     const double worst = worst_prefill_error(backend, g);
     MESSAGE(name << ": max relative logit error " << worst);
     CHECK(worst < 1e-4);
-    const auto& seq = g.sequences[3];
-    const auto len = static_cast<int32_t>(seq.size());
-    const size_t V = static_cast<size_t>(g.vocab);
-    std::vector<float> got(seq.size() * V);
-    for (int32_t at = 0; at < len; at += 5) {
-      const int32_t end = std::min(len, at + 5);
-      ForwardResult out;
-      backend.forward(make_batch({{&seq, at, end, blocks_for(len, 30)}}, true), nullptr, out);
-      std::copy(out.logits.begin(), out.logits.end(), got.begin() + std::ptrdiff_t(size_t(at) * V));
-    }
+    const std::vector<float> got = logits_in_pieces(backend, g.sequences[3], 5, size_t(g.vocab));
     CHECK(rel_error(got.data(), g.logits[3].data(), got.size()) < 1e-4);
   }
 }
@@ -257,18 +263,9 @@ TEST_CASE("cpu forward: Qwen3.5, Qwen3-Next and Nemotron-H hybrids match transfo
     MESSAGE(name << ": whole prompts, max relative logit error " << whole);
     CHECK(whole < 1e-4);
     // The longest prompt in pieces, each step resuming the state the one before left.
-    const auto& seq = g.sequences[3];
-    const auto len = static_cast<int32_t>(seq.size());
-    const size_t V = static_cast<size_t>(g.vocab);
     for (int32_t piece : {1, 7, 64, 100}) {
       CAPTURE(piece);
-      std::vector<float> got(seq.size() * V);
-      for (int32_t at = 0; at < len; at += piece) {
-        const int32_t end = std::min(len, at + piece);
-        ForwardResult out;
-        backend.forward(make_batch({{&seq, at, end, blocks_for(len, 30), 2}}, true), nullptr, out);
-        std::copy(out.logits.begin(), out.logits.end(), got.begin() + std::ptrdiff_t(size_t(at) * V));
-      }
+      const std::vector<float> got = logits_in_pieces(backend, g.sequences[3], piece, size_t(g.vocab), 2);
       CHECK(rel_error(got.data(), g.logits[3].data(), got.size()) < 1e-4);
     }
   }

@@ -60,6 +60,15 @@ def f32(a):
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
+def add_attention_keys(w, c):
+    """The attention's head counts and sizes and the RMSNorm epsilon (c: the text config)."""
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_key_length(c["head_dim"])
+    w.add_value_length(c["head_dim"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+
+
 def add_hybrid_keys(w, c, dense_ffn, rope_sections, experts, tokenizer_pre, mtp_layers=0):
     """The metadata llama.cpp's converter writes for both hybrids (c: the text config), and a
     byte-level tokenizer (each of the 256 ids one byte, as GPT-2 spells bytes) under
@@ -73,11 +82,7 @@ def add_hybrid_keys(w, c, dense_ffn, rope_sections, experts, tokenizer_pre, mtp_
     w.add_embedding_length(c["hidden_size"])
     if dense_ffn:
         w.add_feed_forward_length(c["intermediate_size"])
-    w.add_head_count(c["num_attention_heads"])
-    w.add_head_count_kv(c["num_key_value_heads"])
-    w.add_key_length(c["head_dim"])
-    w.add_value_length(c["head_dim"])
-    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    add_attention_keys(w, c)
     rope = c["rope_parameters"]
     w.add_rope_freq_base(rope["rope_theta"])
     w.add_rope_dimension_count(int(c["head_dim"] * rope["partial_rotary_factor"]))

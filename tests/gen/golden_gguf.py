@@ -42,9 +42,9 @@ FILES = {
 def _inputs(name):
     """The files whose change makes `name` stale: its source model and the scripts writing it
     (gen_qwen3_next_gguf takes its helpers from gen_qwen3_5_gguf, gguf_gemma3 its reader from
-    gguf_pooling)."""
+    gguf_pooling and its attention keys from gen_qwen3_5_gguf)."""
     src, script, _ = FILES[name]
-    helpers = {"gen_qwen3_next_gguf": {"gen_qwen3_5_gguf"}, "gguf_gemma3": {"gguf_pooling"}}
+    helpers = {"gen_qwen3_next_gguf": {"gen_qwen3_5_gguf"}, "gguf_gemma3": {"gguf_pooling", "gen_qwen3_5_gguf"}}
     scripts = {script} | helpers.get(script, set())
     return ([MODELS / src / "config.json", MODELS / src / "model.safetensors"]
             + [HERE / f"{s}.py" for s in sorted(scripts)])

@@ -78,7 +78,8 @@ def test_a_gguf_head_drafts_and_changes_nothing():
     off = Server(SETTINGS, model=gguf)
     on = Server({**SETTINGS, **MTP}, model=gguf)
     try:
-        off.wait_ready(), on.wait_ready()
+        off.wait_ready()
+        on.wait_ready()
         want = [completion(off.url, p) for p in PROMPTS[:4]]
         got = [completion(on.url, p) for p in PROMPTS[:4]]
         drafted, _ = drafts(on.url)

@@ -10,6 +10,7 @@
 #include "engine/model/dummy.h"
 #include "engine/model/layer_shape.h"
 #include "engine/util/check.h"
+#include "engine/util/log.h"
 #if SPARKD_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/device_info.h"
@@ -72,6 +73,14 @@ std::string compute_dtype_name(const Config& c, const ModelSpec& s, const std::s
   return s.dtype == DType::BF16 ? "bf16" : "fp16";
 }
 
+// The checkpoint's k_scale / v_scale are checked (nvfp4_weights.cpp) and not used: the FP8
+// cache scales each token's head by a power of two of its own (kernel_args.h), which keeps
+// every value within E4M3's relative step where one calibrated scale a layer clips the
+// tokens above its calibration and spends range on the small ones.
+bool fp8_kv_cache(const Config& c, const ModelSpec& s) {
+  return c.engine.kv_cache_dtype == "fp8" || (c.engine.kv_cache_dtype == "auto" && s.kv_cache_fp8);
+}
+
 #if SPARKD_CUDA
 namespace {
 // Weights as the device keeps them: GGUF block, FP8 and MXFP4 expert matrices packed,
@@ -112,7 +121,7 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
     f.sliding_kv_window_only = true;  // CpuBackend::init_windowed_kv_cache
     return f;
   }
-  const bool fp8 = c.engine.kv_cache_dtype == "fp8";
+  const bool fp8 = fp8_kv_cache(c, s);
   f.kv_dtype = fp8 ? "fp8" : compute_dtype_name(c, s, backend);
   f.sliding_kv_window_only = true;  // CudaBackend::init_windowed_kv_cache
 #if SPARKD_CUDA
@@ -133,6 +142,8 @@ std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spe
   if (backend == "cuda") return std::make_unique<CudaBackend>(spec, stage, cuda_options(config, spec));
 #endif
   if (config.engine.cpu_threads < 0) throw InputError("engine.cpu_threads must be >= 0 (0 = every core)");
+  if (spec.kv_cache_fp8)
+    log_info("the checkpoint's FP8 KV cache (kv_cache_quant_algo) is not taken: the CPU backend keeps its KV in f32");
   return std::make_unique<CpuBackend>(spec, stage, static_cast<int>(config.engine.cpu_threads));
 }
 
@@ -140,7 +151,7 @@ std::unique_ptr<Backend> make_backend(const Config& config, const ModelSpec& spe
 CudaOptions cuda_options(const Config& config, const ModelSpec& spec) {
   CudaOptions o;
   o.f16 = compute_dtype_name(config, spec, "cuda") == "fp16";
-  o.fp8_kv = config.engine.kv_cache_dtype == "fp8";
+  o.fp8_kv = fp8_kv_cache(config, spec);
   o.cuda_graphs = config.engine.cuda_graphs;
   o.max_num_seqs = config.engine.max_num_seqs;
   o.max_num_batched_tokens = config.engine.max_num_batched_tokens;

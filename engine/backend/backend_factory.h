@@ -29,6 +29,10 @@ MemoryBudget memory_budget(const std::string& backend);
 // values FP16 keeps closer. The CPU backend computes in "f32".
 std::string compute_dtype_name(const Config& config, const ModelSpec& spec, const std::string& backend);
 
+// Whether the CUDA backend keeps its KV cache in FP8: engine.kv_cache_dtype = "fp8", or
+// "auto" on a checkpoint calibrated for it (ModelOpt's kv_cache_quant_algo FP8).
+bool fp8_kv_cache(const Config& config, const ModelSpec& spec);
+
 // What `backend` will allocate for a stage holding `range`, asked before anything is
 // allocated: weights as that backend keeps them, KV bytes per token and their dtype,
 // activation workspace and runtime reserve.

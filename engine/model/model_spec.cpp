@@ -144,8 +144,11 @@ void parse_modelopt(const json& q, const std::string& key, const std::string& so
   s.modelopt = true;
   if (r.has("group_size") && !(q["group_size"].is_number_integer() && q["group_size"].get<int64_t>() == 16))
     r.fail(key + ".group_size", "must be 16 (NVFP4's block of values)");
-  if (r.has("kv_cache_quant_algo") && text(q["kv_cache_quant_algo"], key + ".kv_cache_quant_algo") != "FP8")
-    r.fail(key + ".kv_cache_quant_algo", "must be FP8 or null");
+  if (r.has("kv_cache_quant_algo")) {
+    if (text(q["kv_cache_quant_algo"], key + ".kv_cache_quant_algo") != "FP8")
+      r.fail(key + ".kv_cache_quant_algo", "must be FP8 or null");
+    s.kv_cache_fp8 = true;
+  }
   if (algo != "MIXED_PRECISION") return modelopt_algo(algo, key + ".quant_algo", source, s);
   if (!r.has("quantized_layers") || !q["quantized_layers"].is_object() || q["quantized_layers"].empty())
     r.fail(key + ".quantized_layers", "must map each quantized layer to its quant_algo for MIXED_PRECISION");

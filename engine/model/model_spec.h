@@ -169,6 +169,9 @@ struct ModelSpec {
   // checked against them). Weight-only: activations stay 16-bit or f32.
   bool modelopt = false;
   bool nvfp4 = false;
+  // kv_cache_quant_algo "FP8": the checkpoint was calibrated for an FP8 KV cache, which
+  // engine.kv_cache_dtype = "auto" then gives it on the CUDA backend (fp8_kv_cache).
+  bool kv_cache_fp8 = false;
   std::map<std::string, std::string> modelopt_layers;
   // quantization_config with quant_method "mxfp4" (gpt-oss): the experts' matrices ship as
   // MXFP4 blocks (what a dummy of the model is planned with; real files say it per tensor).

@@ -8,7 +8,9 @@ The tensor table is ModelOpt's export of quant_algo NVFP4 (as in NVIDIA's publis
 byte), X.weight_scale F8_E4M3 [out, in/16], X.weight_scale_2 F32 [] and X.input_scale F32 [];
 embeddings, norms, the LM head and MoE routers stay BF16. The configs are the published ones
 (tests/golden/configs) with quantization_config added, and hf_quant_config.json beside them.
-No KV-cache quantization (kv_cache_quant_algo null, so no k_scale / v_scale tensors).
+No KV-cache quantization (kv_cache_quant_algo null), unless kv_fp8: then kv_cache_quant_algo
+FP8 and each attention layer's k_proj.k_scale and v_proj.v_scale (F32 []), as ModelOpt
+exports a checkpoint calibrated for an FP8 KV cache.
 
   llama-3.1-8b-nvfp4    Llama-3.1-8B, every linear of the layers NVFP4, lm_head excluded.
   qwen3-30b-a3b-nvfp4   Qwen3-30B-A3B, experts and attention NVFP4; routers and lm_head BF16.
@@ -20,7 +22,7 @@ No KV-cache quantization (kv_cache_quant_algo null, so no k_scale / v_scale tens
                         32-row a/b projections, conv1d, routers, the shared expert's gate and
                         lm_head BF16. (The vision tower and MTP head are not written.)
 
-usage: write_shape(name, out_dir) -> bytes of the tensors (what full shards would hold)
+usage: write_shape(name, out_dir, kv_fp8=False) -> bytes of the tensors (what full shards would hold)
 """
 import json
 import os
@@ -109,6 +111,14 @@ def hybrid_tensors(top):
     return out, excluded
 
 
+def kv_scale(name):
+    """The KV cache scale ModelOpt writes after an attention layer's k or v projection."""
+    for proj in ("k", "v"):
+        if name.endswith(f"self_attn.{proj}_proj.weight"):
+            return [(name[:-len("weight")] + f"{proj}_scale", "F32", [])]
+    return []
+
+
 def nbytes(dtype, shape):
     n = DTYPE_BYTES[dtype]
     for d in shape:
@@ -132,13 +142,15 @@ def write_shard(path, table):
     return offset
 
 
-def write_shape(name, out_dir):
+def write_shape(name, out_dir, kv_fp8=False):
     """Writes `name` (a SHAPES key) as a sharded ModelOpt NVFP4 folder in out_dir; returns the
     bytes of its tensors."""
     with open(os.path.join(CONFIGS, SHAPES[name], "config.json")) as f:
         cfg = json.load(f)
     table, excluded = hybrid_tensors(cfg) if "text_config" in cfg else tensors(cfg)
-    quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": GROUP, "exclude_modules": excluded}
+    if kv_fp8:
+        table = [t for row in table for t in [row] + kv_scale(row[0])]
+    quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8" if kv_fp8 else None, "group_size": GROUP, "exclude_modules": excluded}
     cfg["quantization_config"] = {"quant_method": "modelopt", **quant}
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w") as f:

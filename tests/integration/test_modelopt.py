@@ -170,6 +170,27 @@ def test_device_plan_counts_nvfp4_at_its_stored_size(tmp_path, name):
     print(f"\n{name}: device bytes {ratio:.3f}x the file's tensors; {rate}")
 
 
+def test_a_checkpoint_calibrated_for_an_fp8_kv_cache_gets_one(tmp_path):
+    """kv_cache_quant_algo FP8 (k_scale / v_scale beside each attention layer): with
+    engine.kv_cache_dtype = "auto" the CUDA plan keeps the KV cache in FP8, half the 16-bit
+    bytes a token; the CPU backend keeps f32 whatever the checkpoint says."""
+    import re
+    import shape_modelopt
+    kv = {}
+    for fp8 in (False, True):
+        path = tmp_path / f"kv_fp8_{fp8}"
+        shape_modelopt.write_shape("llama-3.1-8b-nvfp4", str(path), kv_fp8=fp8)
+        r = run_sparkd("check", "--model", path, "--device", "gb10")
+        assert r.returncode == 0, r.stdout + r.stderr
+        kv[fp8] = re.search(r"kv cache dtype\s+(\w+), (\d+) bytes/token", r.stdout).groups()
+        cpu = run_sparkd("check", "--model", path)  # the plan is printed, fitting or not (exit 2)
+        assert re.search(r"kv cache dtype\s+f32,", cpu.stdout), cpu.stdout
+    assert kv[False][0] == "bf16" and kv[True][0] == "fp8", kv
+    # 32 layers x 8 KV heads x 128 x (K and V): 2 bytes a value, or 1 and a scale byte a head.
+    assert int(kv[False][1]) == 32 * 2 * 8 * 128 * 2, kv
+    assert int(kv[True][1]) == 32 * 2 * 8 * (128 + 1), kv
+
+
 def test_hybrid_nvfp4_computes_what_its_values_do(tmp_path):
     """The tiny Qwen3.5 hybrid (DeltaNet and gated attention layers) with every projection in
     NVFP4 (tests/gen/gen_modelopt_hybrid.py) against an F32 copy of the values it holds: the

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/backend_factory.h"
 #include "engine/model/fp8_weights.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/nvfp4_weights.h"
@@ -65,9 +66,15 @@ TEST_CASE("modelopt: quant_algo, MIXED_PRECISION maps and hf_quant_config.json a
   const ModelSpec nv = parse_hf_config(config(R"({"quant_method":"modelopt","quant_algo":"NVFP4","group_size":16,)"
                                               R"("kv_cache_quant_algo":"FP8","exclude_modules":["lm_head"]})"),
                                        "", "c");
-  CHECK((nv.modelopt && nv.nvfp4 && !nv.fp8));
+  CHECK((nv.modelopt && nv.nvfp4 && !nv.fp8 && nv.kv_cache_fp8));
   const ModelSpec fp8 = parse_hf_config(config(R"({"quant_method":"modelopt","quant_algo":"FP8"})"), "", "c");
-  CHECK((fp8.modelopt && fp8.fp8 && !fp8.nvfp4 && fp8.fp8_block_rows == 0));
+  CHECK((fp8.modelopt && fp8.fp8 && !fp8.nvfp4 && fp8.fp8_block_rows == 0 && !fp8.kv_cache_fp8));
+  // The checkpoint's FP8 KV cache is what "auto" gives it; "fp8" is FP8 for every model.
+  Config c;
+  CHECK(fp8_kv_cache(c, nv));
+  CHECK_FALSE(fp8_kv_cache(c, fp8));
+  c.engine.kv_cache_dtype = "fp8";
+  CHECK(fp8_kv_cache(c, fp8));
   const ModelSpec mixed = parse_hf_config(
       config(R"({"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{)"
              R"("model.layers.0.self_attn.q_proj":{"quant_algo":"FP8"},)"

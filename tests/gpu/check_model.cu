@@ -1062,18 +1062,23 @@ LoadedModel with_nvfp4(LoadedModel m) {
 // NVFP4 weights (with_nvfp4) kept packed on the device with a scale a row, on the tiny
 // Llama (every matrix) and Qwen3-MoE (its 32-wide expert down projections stay f32),
 // plain, staggered and 12 sequences wide (graph bucket 16, packed tiles); FP16, as
-// tiny_moe_parity explains for the MoE's near-uniform router. The tiny Qwen3.5 (DeltaNet
-// and gated attention projections) in FP16 and BF16, held to what those activations cost
-// transformers on its NVFP4 values (half_reference.json's "nvfp4": FP16 8.0e-3, BF16
-// 3.6e-2; measured on gen_modelopt_hybrid's quantization, which also takes the DeltaNet's
-// a/b projections): its recurrence carries the rounding past the llama family's limits.
+// tiny_moe_parity explains for the MoE's near-uniform router. The hybrids plain and
+// staggered: the tiny Qwen3.5 (DeltaNet and gated attention projections) in FP16 and BF16,
+// held to what those activations cost transformers on its NVFP4 values (half_reference.json's
+// "nvfp4": FP16 8.0e-3, BF16 3.6e-2; measured on gen_modelopt_hybrid's quantization, which
+// also takes the DeltaNet's a/b projections): its recurrence carries the rounding past the
+// llama family's limits. (Not the tiny Nemotron-H: with its few NVFP4 matrices its router's
+// near-ties put FP16 at 2.86e-3, too near the limit to tell the kernels; its NVFP4 experts
+// are check_moe's rows.)
 void tiny_nvfp4_parity(const std::string& name) {
   const LoadedModel m = with_nvfp4(load_model(config_for_model(tiny_model_path(name))));
   const auto golden = tiny_model_prompts(name);
   if (m.info.spec.has_recurrent_layers()) {
-    for (bool f16 : {true, false})
-      for (bool staggered : {false, true})
-        logits_parity(name + " NVFP4", m, golden, f16, staggered, nullptr, {}, half_reference_limit(name, "nvfp4", f16));
+    for (bool f16 : {true, false}) {
+      const std::optional<double> limit = half_reference_limit(name, "nvfp4", f16);
+      if (!f16 && !limit) continue;
+      for (bool staggered : {false, true}) logits_parity(name + " NVFP4", m, golden, f16, staggered, nullptr, {}, limit);
+    }
     return;
   }
   const bool f16 = true;

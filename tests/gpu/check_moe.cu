@@ -3,8 +3,8 @@
 // ties (Qwen3-MoE's, gpt-oss's and Nemotron-H's sigmoid rule with its score bias and
 // routed scale), the whole block at 1, 2, 7, 16, 64 and 300
 // tokens through the expert paths a step of that size can take (decode GEMVs up to 64
-// tokens, grouped GEMM) for BF16, FP16, Q8_0,
-// Q4_K, Q6_K and FP8 (128x128 block and per-channel scales) experts, Nemotron-H's block
+// tokens, grouped GEMM) for BF16, FP16, Q8_0, Q4_K, Q6_K, FP8 (128x128 block and
+// per-channel scales) and NVFP4 experts, Nemotron-H's block
 // (ungated squared-ReLU experts, sigmoid router; LatentMoE's router wider than its
 // experts) likewise, a token alone and among 31 others; the memory plan of Qwen3-30B-A3B (device
 // bytes against the file's, bytes a batch-1 decode step reads against attention + router
@@ -768,6 +768,9 @@ void run() {
   nemotron_case<bf16>(DType::Q4_K, 256, 256, 0, kSanitized ? std::vector<int32_t>{7} : all, stream, 25);
   nemotron_case<f16>(DType::Q6_K, 256, 256, 0, few, stream, 26);
   nemotron_case<bf16>(DType::F8_E4M3, 256, 192, 0, few, stream, 27);
+  nemotron_case<bf16>(DType::NVFP4, 256, 192, 0, few, stream, 28);
+  nemotron_case<f16>(DType::NVFP4, 64, 192, 256, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 64},
+                     stream, 29);
   nemotron_case<bf16>(DType::BF16, 16, 64, 256, some, stream, 31);
   nemotron_case<f16>(DType::F16, 16, 64, 256, some, stream, 32);
   nemotron_case<bf16>(DType::Q8_0, 64, 96, 256, some, stream, 33);

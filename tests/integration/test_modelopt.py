@@ -191,19 +191,22 @@ def test_a_checkpoint_calibrated_for_an_fp8_kv_cache_gets_one(tmp_path):
     assert int(kv[True][1]) == 32 * 2 * 8 * (128 + 1), kv
 
 
-def test_hybrid_nvfp4_computes_what_its_values_do(tmp_path):
-    """The tiny Qwen3.5 hybrid (DeltaNet and gated attention layers) with every projection in
-    NVFP4 (tests/gen/gen_modelopt_hybrid.py) against an F32 copy of the values it holds: the
-    F32 model is held to transformers' golden logits (test_cpu_forward), so the NVFP4 path
-    reads its blocks right if the two agree at every prefix."""
+@pytest.mark.parametrize("model", ["qwen3_5", "nemotron_h"])
+def test_hybrid_nvfp4_computes_what_its_values_do(tmp_path, model):
+    """A tiny hybrid with its projections in NVFP4 (tests/gen/gen_modelopt_hybrid.py: the
+    Qwen3.5's DeltaNet and gated attention layers, every projection; the Nemotron-H's Mamba-2
+    out_proj, attention o_proj and squared-ReLU experts' down projections) against an F32
+    copy of the values it holds: the F32 model is held to transformers' golden logits
+    (test_cpu_forward, test_nemotron_h), so the NVFP4 path reads its blocks right if the two
+    agree at every prefix."""
     import gen_modelopt_hybrid
-    nvfp4, values = gen_modelopt_hybrid.write(str(tmp_path))
-    eos = json.loads((MODELS / "qwen3_5" / "generation_config.json").read_text())["eos_token_id"]
+    nvfp4, values = gen_modelopt_hybrid.write(str(tmp_path), model)
+    eos = json.loads((MODELS / model / "generation_config.json").read_text())["eos_token_id"]
     tok = tmp_path / "tokenizer"
     tok.mkdir()
     (tok / "tokenizer.json").write_text(json.dumps(char_tokenizer(eos)))
     (tok / "tokenizer_config.json").write_text(json.dumps({"eos_token": chr(BASE + eos)}))
-    sequences = json.loads((MODELS / "qwen3_5" / "golden.json").read_text())["sequences"][:3]
+    sequences = json.loads((MODELS / model / "golden.json").read_text())["sequences"][:3]
     packed, plain = served_logprobs(nvfp4, tok, sequences), served_logprobs(values, tok, sequences)
     worst = 0.0
     for p_rows, v_rows in zip(packed, plain):
@@ -211,5 +214,5 @@ def test_hybrid_nvfp4_computes_what_its_values_do(tmp_path):
             common = set(p) & set(v)  # all 20 but for a near-tie at the 20th
             assert len(common) >= TOP - 1, (p, v)
             worst = max([worst] + [abs(p[t] - v[t]) for t in common])
-    print(f"\nqwen3_5 NVFP4 against its values in F32: max |log-probability difference| = {worst:.2e}")
+    print(f"\n{model} NVFP4 against its values in F32: max |log-probability difference| = {worst:.2e}")
     assert worst < LIMIT

@@ -9,12 +9,13 @@ Every 2-D projection of the text model whose rows are whole 64-value blocks is q
 (the Qwen3.5's attention q/k/v/o, DeltaNet in_proj_qkv, in_proj_z, in_proj_a, in_proj_b and
 out_proj, MLP gate/up/down: all of them; the Nemotron-H's 32-wide model leaves the Mamba-2
 out_proj, attention o_proj and the experts' down projections) by gen_modelopt_models's NVFP4 quantizer (quant_algo
-MIXED_PRECISION, every quantized layer NVFP4 in its map, with input scales); the embedding, LM head, norms, the DeltaNet's conv1d, A_log and dt_bias,
-and the vision tower stay as stored (F32), as ModelOpt's exports leave them; so do the routers. The values copy
-holds e2m1 * e4m3 * weight_scale_2 of each quantized matrix (rounded once to f32, as both
-backends compute it) and every other tensor as stored: the tiny model's F32 path is held to
-transformers' golden logits by the unit tests, so serving both and comparing holds the NVFP4
-path to transformers too.
+MIXED_PRECISION, every quantized layer NVFP4 in its map, with input scales); the embedding,
+LM head, norms, routers, the DeltaNet's conv1d, A_log and dt_bias, and the vision tower stay
+as stored (F32), as ModelOpt's exports leave them. The values copy holds
+e2m1 * e4m3 * weight_scale_2 of each quantized matrix (rounded once to f32, as both backends
+compute it) and every other tensor as stored: transformers' forward over it gives the golden
+log-probabilities the NVFP4 checkpoint is held to (gen_nvfp4_hybrid_golden.py), and its FP16
+and BF16 costs (gen_half_reference.py).
 
 usage: gen_modelopt_hybrid.py OUT_DIR [MODEL]   (writes OUT_DIR/MODEL_nvfp4 and OUT_DIR/MODEL_values;
 MODEL qwen3_5 or nemotron_h, default qwen3_5)

@@ -192,27 +192,32 @@ def test_a_checkpoint_calibrated_for_an_fp8_kv_cache_gets_one(tmp_path):
 
 
 @pytest.mark.parametrize("model", ["qwen3_5", "nemotron_h"])
-def test_hybrid_nvfp4_computes_what_its_values_do(tmp_path, model):
+def test_hybrid_nvfp4_matches_transformers_on_its_values(tmp_path, model):
     """A tiny hybrid with its projections in NVFP4 (tests/gen/gen_modelopt_hybrid.py: the
     Qwen3.5's DeltaNet and gated attention layers, every projection; the Nemotron-H's Mamba-2
-    out_proj, attention o_proj and squared-ReLU experts' down projections) against an F32
-    copy of the values it holds: the F32 model is held to transformers' golden logits
-    (test_cpu_forward, test_nemotron_h), so the NVFP4 path reads its blocks right if the two
-    agree at every prefix."""
+    out_proj, attention o_proj and squared-ReLU experts' down projections), served, against
+    transformers' f32 forward over the values the checkpoint holds (nvfp4_golden.json,
+    tests/gen/gen_nvfp4_hybrid_golden.py): the top-20 next-token log-probabilities at every
+    prefix of three golden sequences."""
+    import hashlib
     import gen_modelopt_hybrid
+    golden = json.loads((MODELS / model / "nvfp4_golden.json").read_text())
     nvfp4, values = gen_modelopt_hybrid.write(str(tmp_path), model)
+    assert hashlib.sha256((Path(values) / "model.safetensors").read_bytes()).hexdigest() == golden["values_sha256"], \
+        "gen_modelopt_hybrid writes other values than nvfp4_golden.json was computed from: rerun its generator"
     eos = json.loads((MODELS / model / "generation_config.json").read_text())["eos_token_id"]
     tok = tmp_path / "tokenizer"
     tok.mkdir()
     (tok / "tokenizer.json").write_text(json.dumps(char_tokenizer(eos)))
     (tok / "tokenizer_config.json").write_text(json.dumps({"eos_token": chr(BASE + eos)}))
-    sequences = json.loads((MODELS / model / "golden.json").read_text())["sequences"][:3]
-    packed, plain = served_logprobs(nvfp4, tok, sequences), served_logprobs(values, tok, sequences)
+    served = served_logprobs(nvfp4, tok, golden["sequences"])
     worst = 0.0
-    for p_rows, v_rows in zip(packed, plain):
-        for p, v in zip(p_rows, v_rows):
-            common = set(p) & set(v)  # all 20 but for a near-tie at the 20th
-            assert len(common) >= TOP - 1, (p, v)
-            worst = max([worst] + [abs(p[t] - v[t]) for t in common])
-    print(f"\n{model} NVFP4 against its values in F32: max |log-probability difference| = {worst:.2e}")
+    for got_rows, want_rows in zip(served, golden["rows"]):
+        for got, want in zip(got_rows, want_rows):
+            wanted = dict(zip(want["ids"], want["logprobs"]))
+            common = set(got) & set(wanted)  # all 20 but for a near-tie at the 20th
+            assert len(common) >= TOP - 1, (got, wanted)
+            worst = max([worst] + [abs(got[t] - wanted[t]) / want["max_abs_logit"] for t in common])
+    print(f"\n{model} NVFP4 against transformers on its values: max |log-probability error| / max |logit| = "
+          f"{worst:.2e}")
     assert worst < LIMIT

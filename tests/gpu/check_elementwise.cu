@@ -400,8 +400,9 @@ void check_add_layer_norm(int32_t rows, int32_t hidden, bool with_delta, bool wi
 
 // spikes: some gate and up values of +-400, whose products (+-160000) pass FP16's 65504.
 // FP16 stores saturate (from_f32 in common.cuh): there the output must be +-65504, not inf.
+// gelu_tanh: Gemma's gelu_tanh(gate) * up, against cpu::gelu_tanh_mul.
 template <typename T>
-void check_swiglu(int32_t rows, int32_t inter, uint64_t seed, bool spikes = false) {
+void check_swiglu(int32_t rows, int32_t inter, uint64_t seed, bool spikes = false, bool gelu_tanh = false) {
   std::vector<float> gate_up = round_half<T>(random_floats(size_t(rows) * 2 * inter, seed, -6.0f, 6.0f));
   if (spikes)
     for (int32_t t = 0; t < rows; ++t)
@@ -411,16 +412,17 @@ void check_swiglu(int32_t rows, int32_t inter, uint64_t seed, bool spikes = fals
       }
   DeviceArray<T> d_in(to_half<T>(gate_up)), d_out(size_t(rows) * inter);
   d_out.poison();
-  cuda::swiglu(d_in.get(), rows, inter, d_out.get(), nullptr);
+  cuda::swiglu(d_in.get(), rows, inter, d_out.get(), nullptr, false, gelu_tanh);
   sync();
   std::vector<float> ref(size_t(rows) * inter);
   for (int32_t t = 0; t < rows; ++t) {
     const float* g = gate_up.data() + int64_t(t) * 2 * inter;
-    cpu::silu_mul(g, g + inter, inter, ref.data() + int64_t(t) * inter);
+    (gelu_tanh ? cpu::gelu_tanh_mul : cpu::silu_mul)(g, g + inter, inter, ref.data() + int64_t(t) * inter);
   }
   if constexpr (std::is_same_v<T, f16>)
     for (float& v : ref) v = std::clamp(v, -65504.0f, 65504.0f);
-  error_row(kCheck, "swiglu " + shape(rows, inter) + tag<T>() + (spikes ? " with outputs past 65504" : ""),
+  error_row(kCheck, std::string(gelu_tanh ? "gelu-tanh gate " : "swiglu ") + shape(rows, inter) + tag<T>() +
+                        (spikes ? " with outputs past 65504" : ""),
             rel_error(ref, from_half(d_out.download())), half_limit<T>());
 }
 
@@ -733,6 +735,8 @@ void run_cases() {
   check_swiglu<T>(3, 768, 202);
   check_swiglu<T>(2, 24, 203);
   check_swiglu<T>(3, 256, 204, true);
+  check_swiglu<T>(7, 10240, 209, false, true);  // Gemma 3 4B's intermediate size
+  check_swiglu<T>(3, 256, 210, true, true);
   check_relu2<T>(7 * 1856, 205);
   check_relu2<T>(8, 206);
   check_bias_gelu<T>(7, 4096, 207);  // BGE-M3's intermediate size

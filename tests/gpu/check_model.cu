@@ -913,6 +913,14 @@ void tiny_model_parity(const std::string& name, bool staggered = false) {
   for (bool f16 : {false, true}) logits_parity(name, m, tiny_model_prompts(name), f16, staggered);
 }
 
+// The tiny Gemma 3 with final_logit_softcapping 15 (its logits reach ~30 uncapped), as
+// Gemma 2 and some Gemma 3 configs set it: both backends cap the same logits.
+void tiny_gemma3_softcap() {
+  LoadedModel m = load_model(config_for_model(tiny_model_path("gemma3")));
+  m.info.spec.final_logit_softcap = 15;
+  for (bool f16 : {false, true}) logits_parity("gemma3, logits capped at 15,", m, tiny_model_prompts("gemma3"), f16);
+}
+
 // The tiny Qwen3-MoE (f32), and quantized to Q8_0 by gguf (tests/gen/gen_q8_0_models.py;
 // its stacked experts stay packed on the device), in FP16. Its random router is nearly
 // uniform over the 8 experts, so BF16's rounding of the activations (2^-9) flips a top-2
@@ -1539,7 +1547,8 @@ void tiny_model_split(const std::string& name, bool staggered = false) {
 
 int main() {
   return run_main("model", [] {
-    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16"}) run_part("model", name, [name] { tiny_model_parity(name); });
+    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16", "gemma3", "gemma3_gguf"})
+      run_part("model", name, [name] { tiny_model_parity(name); });
     for (bool q8_0 : {false, true})
       for (bool staggered : {false, true}) run_part("model", "qwen3_moe", [q8_0, staggered] { tiny_moe_parity(q8_0, staggered); });
     for (int64_t block : {16, 0}) run_part("model", "qwen3_moe FP8 experts", [block] { tiny_fp8_moe_parity(block); });
@@ -1559,7 +1568,9 @@ int main() {
         if (std::string(name) != "qwen3_5" || std::string(to) == "q8_0")  // see quantized_at_load_parity
           run_part("model", std::string(name) + " quantized at load, " + to,
                    [name, to] { quantized_at_load_parity(name, to); });
-    for (const char* name : {"llama", "qwen3"}) run_part("model", name, [name] { tiny_model_parity(name, true); });
+    for (const char* name : {"llama", "qwen3", "gemma3", "gemma3_gguf"})
+      run_part("model", name, [name] { tiny_model_parity(name, true); });
+    run_part("model", "gemma3 softcap", tiny_gemma3_softcap);
     for (bool staggered : {false, true}) run_part("model", "gpt_oss", [staggered] { tiny_gptoss_parity(staggered); });
     for (const auto& [file, golden] : std::vector<std::pair<std::string, std::string>>{
              {"qwen3_5", "qwen3_5"}, {"qwen3_5.gguf", "qwen3_5"}, {"qwen3_next", "qwen3_next"},

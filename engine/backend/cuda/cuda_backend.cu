@@ -22,6 +22,7 @@
 #include "engine/backend/cuda/device_info.h"
 #include "engine/backend/cuda/device_weights.h"
 #include "engine/backend/cuda/embedding.h"
+#include "engine/backend/cuda/f32_scale.h"
 #include "engine/backend/cuda/gemm.h"
 #include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/kv_block_copy.h"
@@ -98,7 +99,8 @@ cuda::AttentionShape attention_shape(const ModelSpec& s, const CudaOptions& o, c
   a.max_tokens = int32_t(z.max_tokens);
   a.max_seqs = int32_t(z.max_seqs);
   a.max_blocks_per_seq = int32_t(z.stride);
-  a.scale = 1.0f / std::sqrt(float(s.head_dim));
+  // 1/sqrt(head_dim), or Gemma's query_pre_attn_scalar^-1/2 (LayerShape::attention_scale).
+  a.scale = float(1.0 / std::sqrt(s.query_pre_attn_scalar > 0 ? s.query_pre_attn_scalar : double(s.head_dim)));
   return a;
 }
 
@@ -152,7 +154,7 @@ struct CudaBackend::Impl {
   std::unique_ptr<cuda::DeviceSampler> sampler;
   std::unique_ptr<cuda::DecodeGraphs> graphs;
   std::optional<cuda::MoeScratch> moe;
-  cuda::RopeArgs rope;
+  std::vector<cuda::RopeArgs> ropes;  // each layer's, as LayerStep takes them
   cuda::MtpInput mtp;  // an MTP head's input stage (ModelSpec::mtp_head); unset otherwise
   void* act_arena = nullptr;
   Activations act;
@@ -224,7 +226,7 @@ struct CudaBackend::Impl {
   void upload(const Batch& b, const Batch& step);
   HalfType half() const { return half_type(opt); }
   cuda::LayerStep layer_step() const {
-    return {spec, shapes, *weights, act, *gemm, *attention, moe ? &*moe : nullptr, rope, kv, cache, states,
+    return {spec, shapes, *weights, act, *gemm, *attention, moe ? &*moe : nullptr, ropes, kv, cache, states,
             state_slot_values(), recurrent_index, half()};
   }
   int32_t run(const Batch& batch, const float* hidden_in);
@@ -445,6 +447,9 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
       else
         cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding.data),
                                      spec.vocab_size, H, act.x, stream);
+      // Gemma's normalizer, in f32 as the CPU backend applies it (cpu_backend.cpp says why).
+      if (spec.scale_embedding && (!hidden_in || spec.mtp_head) && !from_boundary)
+        cuda::scale_f32(act.x, int64_t(T) * H, float(std::sqrt(double(H))), stream);
       if (spec.encoder) encoder_input<Half>(hidden_in || from_boundary, T, db);
       // Outside any graph, as the gather: hidden_in changes every step. Padding rows (past
       // the batch's own) get a zero hidden half.
@@ -459,9 +464,12 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
         cuda::rms_norm_rows<Half>(act.x, act.ints + layout.logits_rows, R, weights->final_norm, H,
                                   float(spec.rms_norm_eps), static_cast<Half*>(act.head_in), stream, programmatic);
     });
-    if (has_head && R > 0)
+    if (has_head && R > 0) {
       gemm->linear(half(), act.head_in, R, H, weights->lm_head, int32_t(spec.vocab_size), act.logits,
                    cuda::GemmOut::F32, stream, cuda::GemmPath::AUTO, programmatic);
+      if (spec.final_logit_softcap > 0)
+        cuda::softcap_f32(act.logits, int64_t(R) * spec.vocab_size, float(spec.final_logit_softcap), stream);
+    }
   };
   try {
     step();
@@ -523,17 +531,21 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   require_cases(m.shapes, spec,
                 LayerCases{.backend = "the CUDA backend",
                            .mixers = {Mixer::ATTENTION, Mixer::RECURRENT, Mixer::MAMBA2, Mixer::NONE},
-                           .norm_placements = {NormPlacement::PRE, NormPlacement::POST},
+                           .norm_placements = {NormPlacement::PRE, NormPlacement::SANDWICH, NormPlacement::POST},
                            .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE, NormKind::LAYER},
-                           .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::RELU2,
-                                           Activation::GELU},
+                           .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::GELU_TANH,
+                                           Activation::RELU2, Activation::GELU},
+                           .per_layer_rope = true,
                            .partial_rotary = true,
+                           .custom_attention_scale = true,
                            .output_gate = true,
                            .shared_expert = true,
                            .no_rope = true,
                            .ffn_less_layers = true,
                            .sigmoid_router = true,
-                           .bidirectional = true});
+                           .bidirectional = true,
+                           .embedding_scale = true,
+                           .logit_softcap = true});
   if (range_has(spec, r, &ModelSpec::layer_is_moe)) check_moe_config(spec);
   for (const LayerShape& shape : m.shapes)
     m.recurrent_index.push_back(shape.mixer == Mixer::RECURRENT || shape.mixer == Mixer::MAMBA2 ? m.num_recurrent++ : -1);
@@ -556,7 +568,20 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   CUDA_CHECK(cudaSetDevice(options.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
 
-  cpu::Rope rope(spec);  // throws for a rope_scaling type no backend supports
+  // One RoPE table for each base and scaling the layers use (Gemma 3's sliding layers have
+  // their own); made first, as cpu::Rope throws for a rope_scaling no backend supports.
+  std::vector<std::pair<double, RopeScaling>> rope_keys;
+  std::vector<cpu::Rope> rope_tables;
+  std::vector<size_t> rope_of_layer;
+  for (const LayerShape& shape : m.shapes) {
+    const std::pair<double, RopeScaling> key{shape.rope_theta, shape.rope_scaling};
+    const auto it = std::find(rope_keys.begin(), rope_keys.end(), key);
+    rope_of_layer.push_back(size_t(it - rope_keys.begin()));
+    if (it != rope_keys.end()) continue;
+    rope_keys.push_back(key);
+    rope_tables.emplace_back(shape.head_dim, shape.rotary_dim, shape.rope_theta, shape.rope_scaling);
+  }
+  SPARK_CHECK(int64_t(rope_tables.size()) <= cuda::rope_tables(spec), "more RoPE tables than the workspace holds");
   m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half(), options.quantize);
   if (spec.mtp_head)
     m.mtp = {&m.weights->mtp_fc, m.weights->mtp_embed_norm, m.weights->mtp_hidden_norm, int32_t(spec.hidden_size),
@@ -590,12 +615,18 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   if (m.sizes.moe) m.moe.emplace(moe_config(spec), m.act.moe);
   m.act.aux = reinterpret_cast<float*>(take(m.sizes.aux));
   m.act.boundary = take(m.sizes.boundary);
-  CUDA_CHECK(cudaMemcpy(m.act.inv_freq, rope.inv_freq().data(), rope.inv_freq().size() * 4, cudaMemcpyHostToDevice));
-  m.rope.inv_freq = m.act.inv_freq;
-  m.rope.position_scale = rope.position_scale();
-  m.rope.attention_scale = rope.attention_scale();
-  m.rope.rotary_dim = int32_t(spec.rotary_dim > 0 ? spec.rotary_dim : spec.head_dim);
-  m.rope.rotates = !spec.no_rope && !spec.encoder;  // an encoder's positions are learned, in its input
+  for (size_t k = 0; k < rope_tables.size(); ++k)
+    CUDA_CHECK(cudaMemcpy(m.act.inv_freq + int64_t(k) * (spec.head_dim / 2), rope_tables[k].inv_freq().data(),
+                          rope_tables[k].inv_freq().size() * 4, cudaMemcpyHostToDevice));
+  for (size_t l = 0; l < m.shapes.size(); ++l) {
+    const cpu::Rope& rope = rope_tables[rope_of_layer[l]];
+    cuda::RopeArgs& a = m.ropes.emplace_back();
+    a.inv_freq = m.act.inv_freq + int64_t(rope_of_layer[l]) * (spec.head_dim / 2);
+    a.position_scale = rope.position_scale();
+    a.attention_scale = rope.attention_scale();
+    a.rotary_dim = int32_t(m.shapes[l].rotary_dim);
+    a.rotates = m.shapes[l].rope;  // no RoPE: Nemotron-H, and encoders (positions learned, in their input)
+  }
   CUDA_CHECK(cudaMallocHost(&m.host_ints, size_t(m.layout.total) * 4));
   std::fill(m.host_ints, m.host_ints + m.layout.total, 0);
   // Block-table rows are read only up to each context's length, but start them valid.

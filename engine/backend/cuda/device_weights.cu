@@ -223,6 +223,10 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     const bool mixer = s.layer_has_mixer(l), ffn = s.layer_has_ffn(l);
     if (mixer) vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm), norm_map);
     if (ffn) vec({t(Part::FFN_NORM)}, {H}, v(&DeviceLayer::ffn_norm), norm_map);
+    if (s.sandwich_norms) {
+      vec({t(Part::POST_ATTN_NORM)}, {H}, v(&DeviceLayer::post_attn_norm), norm_map);
+      vec({t(Part::POST_FFN_NORM)}, {H}, v(&DeviceLayer::post_ffn_norm), norm_map);
+    }
     if (s.encoder) {  // LayerNorms with biases
       vec({t(Part::ATTN_NORM_BIAS)}, {H}, v(&DeviceLayer::attn_norm_bias));
       vec({t(Part::FFN_NORM_BIAS)}, {H}, v(&DeviceLayer::ffn_norm_bias));

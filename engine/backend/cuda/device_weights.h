@@ -25,6 +25,9 @@ struct DeviceLayer {
   const float* k_norm = nullptr;
   const float* attn_norm = nullptr;  // [hidden]
   const float* ffn_norm = nullptr;
+  // Gemma's sandwich norms on the attention's and the MLP's outputs [hidden]; null otherwise.
+  const float* post_attn_norm = nullptr;
+  const float* post_ffn_norm = nullptr;
   // An encoder layer (ModelSpec::encoder): its LayerNorms' biases [hidden] and its MLP's
   // biases (up [intermediate], down [hidden]); gate_up then holds the up rows only. Null otherwise.
   const float* attn_norm_bias = nullptr;

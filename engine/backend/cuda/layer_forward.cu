@@ -55,21 +55,24 @@ class Layers {
         encoder_layer(L, l);
         continue;
       }
+      const bool sandwich = shape.norm_placement == NormPlacement::SANDWICH;
       if (shape.mixer != Mixer::NONE) {
         add_and_norm(L.attn_norm);
         if (shape.mixer == Mixer::RECURRENT) delta_net(L, l);
         else if (shape.mixer == Mixer::MAMBA2) mamba2(L, l);
         else attention(L, l);
+        if (sandwich) post_norm(L.post_attn_norm);
       }
       if (!shape.ffn) continue;
       add_and_norm(L.ffn_norm);
       if (shape.moe) moe(L, shape);
       else mlp(shape, L.gate_up, int32_t(s_.spec.intermediate_size), L.down, act_.proj);
+      if (sandwich) post_norm(L.post_ffn_norm);
     }
     // The last block's output joins the residual stream here (the next stage, or the final
     // norm, reads x).
     if (pending_)
-      add_rms_norm<T>(act_.x, act_.proj, nullptr, rows_, hidden_, eps_, static_cast<T*>(nullptr), stream_, programmatic_);
+      add_rms_norm<T>(act_.x, pending_, nullptr, rows_, hidden_, eps_, static_cast<T*>(nullptr), stream_, programmatic_);
   }
 
  private:
@@ -77,9 +80,15 @@ class Layers {
 
   // x += the previous block's output, then act.normed = rms_norm(x) * w in T.
   void add_and_norm(const float* w) {
-    add_rms_norm<T>(act_.x, pending_ ? act_.proj : nullptr, w, rows_, hidden_, eps_, t(act_.normed), stream_,
-                    programmatic_);
-    pending_ = true;
+    add_rms_norm<T>(act_.x, pending_, w, rows_, hidden_, eps_, t(act_.normed), stream_, programmatic_);
+    pending_ = act_.proj;
+  }
+
+  // Gemma's sandwich: the block's output (act.proj) normed in f32 into act.aux, which joins
+  // x in its place.
+  void post_norm(const float* w) {
+    rms_norm_strided<float>(act_.proj, rows_, w, hidden_, eps_, act_.aux, hidden_, stream_, programmatic_);
+    pending_ = act_.aux;
   }
 
   void linear(const void* x, int32_t k, const DeviceMatrix& w, int32_t n, void* y, GemmOut out) {
@@ -98,7 +107,7 @@ class Layers {
     KvShape layer_kv = s_.kv;  // a sliding layer holds the window blocks only
     layer_kv.num_slots = s_.cache[l].num_blocks * s_.kv.block_size;
     qkv_rope_kv_write<T>(t(act_.wide), L.qkv_bias, L.q_norm, L.k_norm, eps_, db_.positions, db_.slot_mapping, rows_, nh,
-                         qkv_n, s_.rope, layer_kv, s_.cache[l], t(act_.q), stream_, programmatic_);
+                         qkv_n, s_.ropes[l], layer_kv, s_.cache[l], t(act_.q), stream_, programmatic_);
     const LayerShape& shape = s_.shapes[l];
     s_.attention.run(db_, s_.cache[l], act_.q, act_.mid, stream_, programmatic_,
                      {int32_t(shape.window), L.sinks, !shape.bidirectional});
@@ -157,17 +166,20 @@ class Layers {
     linear(act_.mid, int32_t(m.inner()), L.ssm_out, hidden_, act_.proj, GemmOut::F32);
   }
 
-  // A dense MLP on the normed rows into `out` (f32): silu(gate) * up, or (Nemotron-H)
-  // relu(up)^2 with gate_up holding the up rows only, through `down`.
+  // A dense MLP on the normed rows into `out` (f32): silu(gate) * up, Gemma's
+  // gelu_tanh(gate) * up, or (Nemotron-H) relu(up)^2 with gate_up holding the up rows only,
+  // through `down`.
   void mlp(const LayerShape& shape, const DeviceMatrix& gate_up, int32_t inter, const DeviceMatrix& down, float* out) {
     if (shape.activation == Activation::RELU2) {
       linear(act_.normed, hidden_, gate_up, inter, act_.mid, GemmOut::HALF);
       relu2<T>(t(act_.mid), int64_t(rows_) * inter, stream_, programmatic_);
-    } else if (rows_ <= kGemvMaxRows && gate_up_fusable(gate_up, inter, hidden_)) {  // packed: one pass
+    } else if (shape.activation == Activation::SILU && rows_ <= kGemvMaxRows &&
+               gate_up_fusable(gate_up, inter, hidden_)) {  // packed: one pass
       gate_up_swiglu_gemv(s_.half, act_.normed, rows_, hidden_, gate_up, inter, act_.mid, stream_, programmatic_);
     } else {
       linear(act_.normed, hidden_, gate_up, 2 * inter, act_.wide, GemmOut::HALF);
-      swiglu<T>(t(act_.wide), rows_, inter, t(act_.mid), stream_, programmatic_);
+      swiglu<T>(t(act_.wide), rows_, inter, t(act_.mid), stream_, programmatic_,
+                shape.activation == Activation::GELU_TANH);
     }
     linear(act_.mid, inter, down, hidden_, out, GemmOut::F32);
   }
@@ -208,7 +220,7 @@ class Layers {
   bool programmatic_;
   int32_t rows_, hidden_;
   float eps_;
-  bool pending_ = false;  // act.proj holds a block's output that x does not have yet
+  const float* pending_ = nullptr;  // a block's output that x does not have yet (act.proj or act.aux), or null
 };
 
 }  // namespace

@@ -31,7 +31,7 @@ struct LayerStep {
   Gemm& gemm;
   Attention& attention;
   const MoeScratch* moe;  // null without MoE layers
-  const RopeArgs& rope;
+  const std::vector<RopeArgs>& ropes;  // each of the stage's layers' (its layer type's base and scaling)
   const KvShape& kv;
   const std::vector<KvLayer>& cache;
   // Each slot holds every recurrent layer's state in layer order (recurrent_index: a

@@ -100,6 +100,9 @@ inline int64_t qkv_width(const ModelSpec& s) {
   return (s.num_heads * (s.attn_output_gate ? 2 : 1) + 2 * s.num_kv_heads) * s.head_dim;
 }
 
+// RoPE frequency tables a model's layers use: one, or (Gemma 3) another for the sliding layers.
+inline int64_t rope_tables(const ModelSpec& s) { return s.sliding_rope ? 2 : 1; }
+
 struct Sizes {
   int64_t max_tokens, max_seqs, max_rows, stride;
   size_t x, normed, wide, q, mid, proj, head_in, logits, inv_freq, ints, moe, aux, boundary;
@@ -134,14 +137,16 @@ struct Sizes {
     q = aligned(size_t(max_tokens * qd) * 2);
     mid = aligned(size_t(max_tokens * std::max({qd, I, shared_i, value_dim, inner, latent})) * 2);
     // f32 scratch: a DeltaNet layer's four projections, a Mamba-2 layer's in_proj, the
-    // shared expert's output and gate logit, LatentMoE's weighted sum.
+    // shared expert's output and gate logit, LatentMoE's weighted sum, a block's output
+    // through Gemma's sandwich norm.
     const int64_t aux_values = std::max({delta ? d.conv_dim() + value_dim + 2 * d.num_v_heads : 0,
-                                         mamba ? mb.in_proj_rows() : 0, shared_i > 0 ? H + 1 : 0, latent});
+                                         mamba ? mb.in_proj_rows() : 0, shared_i > 0 ? H + 1 : 0, latent,
+                                         s.sandwich_norms ? H : 0});
     aux = aligned(size_t(max_tokens * aux_values) * 4);
     proj = aligned(size_t(max_tokens * H) * 4);
     head_in = has_head ? aligned(size_t(max_rows * H) * 2) : 0;
     logits = has_head ? aligned(size_t(max_rows * s.vocab_size) * 4) : 0;
-    inv_freq = aligned(size_t(s.head_dim / 2) * 4);
+    inv_freq = aligned(size_t(s.head_dim / 2) * 4 * size_t(rope_tables(s)));
     ints = aligned(size_t(BatchLayout(max_tokens, max_seqs, stride, max_rows).total) * 4);
     moe = moe_here ? aligned(MoeScratch::bytes(moe_config(s))) : 0;
     boundary = whole ? 0 : aligned(size_t(max_tokens * H) * 2);

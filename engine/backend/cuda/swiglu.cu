@@ -1,5 +1,5 @@
-// swiglu.cu — SwiGLU over the fused [gate | up] projection output, the squared ReLU, and the
-// biased exact GELU. All memory-bound: per 8 values one or two 16-byte loads and one store
+// swiglu.cu — SwiGLU (or Gemma's GELU-tanh gate) over the fused [gate | up] projection
+// output, the squared ReLU, and the biased exact GELU. All memory-bound: per 8 values one or two 16-byte loads and one store
 // (the GELU also 32 bias bytes, from L1/L2: one row of them serves every row).
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/ptx.cuh"
@@ -11,8 +11,9 @@ namespace {
 constexpr int kThreads = 256;
 
 // One thread per 8 outputs, flat over rows * inter / 8: two 16-byte loads (gate, up) and
-// one 16-byte store. silu uses the accurate expf: this is memory-bound either way.
-template <typename T>
+// one 16-byte store. silu uses the accurate expf, the GELU gate tanhf (torch's
+// gelu(approximate="tanh"), as cpu::gelu_tanh_mul): this is memory-bound either way.
+template <typename T, bool kGeluTanh>
 __global__ void swiglu_kernel(const T* __restrict__ gate_up, int32_t inter, int64_t total_chunks, T* __restrict__ out) {
   wait_then_allow_next_kernel();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -24,7 +25,11 @@ __global__ void swiglu_kernel(const T* __restrict__ gate_up, int32_t inter, int6
   load8(g_row + col, g);
   load8(g_row + inter + col, u);
 #pragma unroll
-  for (int k = 0; k < 8; ++k) o[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+  for (int k = 0; k < 8; ++k) {
+    const float x = g[k];
+    o[k] = kGeluTanh ? 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[k]
+                     : x / (1.0f + expf(-x)) * u[k];
+  }
   store8(out + t * inter + col, o);
 }
 
@@ -66,7 +71,8 @@ __global__ void bias_gelu_kernel(T* __restrict__ x, const float* __restrict__ bi
 }  // namespace
 
 template <typename T>
-void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t stream, bool programmatic) {
+void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t stream, bool programmatic,
+            bool gelu_tanh) {
   SPARK_CHECK(rows >= 0, "swiglu: negative rows");
   SPARK_CHECK(inter > 0 && inter % 8 == 0, "swiglu: inter must be a positive multiple of 8");
   SPARK_CHECK(reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
@@ -74,8 +80,12 @@ void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t 
   if (rows == 0) return;
   const int64_t total_chunks = int64_t(rows) * (inter / 8);
   const int64_t blocks = ceil_div(total_chunks, kThreads);
-  launch_kernel("swiglu_kernel", programmatic, swiglu_kernel<T>, dim3(unsigned(blocks)), dim3(kThreads), 0, stream,
-                gate_up, inter, total_chunks, out);
+  if (gelu_tanh)
+    launch_kernel("swiglu_kernel", programmatic, swiglu_kernel<T, true>, dim3(unsigned(blocks)), dim3(kThreads), 0,
+                  stream, gate_up, inter, total_chunks, out);
+  else
+    launch_kernel("swiglu_kernel", programmatic, swiglu_kernel<T, false>, dim3(unsigned(blocks)), dim3(kThreads), 0,
+                  stream, gate_up, inter, total_chunks, out);
 }
 
 template <typename T>
@@ -99,8 +109,8 @@ void bias_gelu(T* x, const float* bias, int32_t rows, int32_t n, cudaStream_t st
                 dim3(kThreads), 0, stream, x, bias, n, chunks);
 }
 
-template void swiglu<bf16>(const bf16*, int32_t, int32_t, bf16*, cudaStream_t, bool);
-template void swiglu<f16>(const f16*, int32_t, int32_t, f16*, cudaStream_t, bool);
+template void swiglu<bf16>(const bf16*, int32_t, int32_t, bf16*, cudaStream_t, bool, bool);
+template void swiglu<f16>(const f16*, int32_t, int32_t, f16*, cudaStream_t, bool, bool);
 
 template void relu2<bf16>(bf16*, int64_t, cudaStream_t, bool);
 template void relu2<f16>(f16*, int64_t, cudaStream_t, bool);

@@ -10,11 +10,13 @@
 namespace spark::cuda {
 
 // gate_up is [rows, 2 * inter] T (the compute type, __nv_bfloat16 or __half): gate in the
-// first `inter` columns, up in the rest. out[t, i] = silu(gate[t, i]) * up[t, i] in f32,
-// rounded to T; out is [rows, inter]. programmatic: a programmatic dependent launch
-// (launch_kernel in common.cuh; sm_90 and later only).
+// first `inter` columns, up in the rest. out[t, i] = silu(gate[t, i]) * up[t, i] in f32
+// (gelu_tanh: Gemma's gelu_tanh(gate) * up, as cpu::gelu_tanh_mul), rounded to T; out is
+// [rows, inter]. programmatic: a programmatic dependent launch (launch_kernel in
+// common.cuh; sm_90 and later only).
 template <typename T>
-void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t stream, bool programmatic = false);
+void swiglu(const T* gate_up, int32_t rows, int32_t inter, T* out, cudaStream_t stream, bool programmatic = false,
+            bool gelu_tanh = false);
 
 // x[i] = max(x[i], 0)^2 in place for i < n (T as above; computed in f32, rounded to T), as
 // cpu::relu2. n a multiple of 8 and x 16-byte aligned.

@@ -1,0 +1,17 @@
+// f32_scale.h — f32 values scaled in place: the embedding's normalizer (x * s, Gemma's
+// sqrt(hidden_size)) and the final logits' soft cap (tanh(x / cap) * cap, Gemma's
+// final_logit_softcapping).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace spark::cuda {
+
+// x[i] *= s for i < n.
+void scale_f32(float* x, int64_t n, float s, cudaStream_t stream);
+
+// x[i] = tanhf(x[i] / cap) * cap for i < n, as the CPU backend caps its logits.
+void softcap_f32(float* x, int64_t n, float cap, cudaStream_t stream);
+
+}  // namespace spark::cuda

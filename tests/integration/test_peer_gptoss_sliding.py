@@ -11,16 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 import random
 
 from conftest import Server, free_port
-from test_gptoss_sliding_kv import BLOCK, LARGE, SMALL, close, complete, model_dir, prompt, window_blocks_needed
+from test_sliding_kv import BLOCK, LARGE, SMALL, close, complete, model_dir, prompt, window_blocks_needed
 
 
 def test_pair_with_window_blocks_matches_single_server(tmp_path_factory):
-    d = model_dir(tmp_path_factory)
+    d = model_dir(tmp_path_factory, "gpt_oss")
     addr = f"127.0.0.1:{free_port()}"
     peer = {"peer.enabled": True, "peer.transport": "tcp", "peer.head_addr": addr, "peer.timeout_s": 10.0,
             "peer.layer_split": "2"}
     rng = random.Random(3)
-    prompts = [prompt(rng, 200), prompt(rng, 210)]
+    prompts = [prompt(rng, 200, 256), prompt(rng, 210, 256)]
     with Server(model=d, settings=LARGE) as single:
         single.wait_ready()
         want = [complete(single, ids, 250 - len(ids)) for ids in prompts]

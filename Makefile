@@ -51,7 +51,7 @@ ifeq ($(CUDA),1)
 endif
 
 .PHONY: all deps test unit deps-arm64 test-arm64 deb integration fleet-bench spec-bench embed-bench run model fuzz format clean help \
-        gpu-check gpu-build gpu-bundle gpu-emu mutants emu-sparkd emu-server-test \
+        gpu-check gpu-build gpu-bundle gpu-emu kernel-report mutants emu-sparkd emu-server-test \
         constrain-oracle constrain-bench
 all: $(BUILD)/sparkd
 
@@ -69,6 +69,7 @@ help:
 	@echo "make gpu-check  on a GPU machine: CUDA kernels vs the CPU reference, and benchmarks"
 	@echo "make gpu-emu    the same checks on the CPU under the CUDA emulator (plain, then ASan)"
 	@echo "make gpu-bundle sparkd and every GPU check in one archive for a GPU machine (tests/gpu/device_run.py)"
+	@echo "make kernel-report  registers, spills and resident warps of the hot kernels (sm_90, sm_121), against budgets"
 	@echo "make emu-server-test  the server's CUDA path on the emulator: build/emu/sparkd, cuda_path tests"
 	@echo "make constrain-oracle / constrain-bench   structured outputs at full size / beside llguidance, xgrammar"
 	@echo "make format     clang-format every C++ source;  make clean"
@@ -280,6 +281,11 @@ GPU_BUNDLE := $(BUILD)/gpu-bundle.tar.xz
 EMU_BUNDLE := $(BUILD)/gpu-bundle-emulated.tar.xz
 gpu-bundle: gpu-build $(GOLDEN_GGUF_STAMP)
 	@sh tests/gpu/make_bundle.sh $(BUILD)/gpu $(GPU_BUNDLE) "$(CUDA_ARCHS)"
+# No GPU needed: the compiler's registers and stack frames for the hot kernels against
+# tests/gpu/kernel_budgets.json (test_kernel_budgets.py checks them in make test).
+kernel-report: deps all
+	@test "$(CUDA)" = 1 || { echo "kernel-report needs nvcc"; exit 2; }
+	@$(PY) tests/gpu/kernel_report.py --objects $(BUILD)/obj/engine/backend/cuda
 # No GPU needed: the same checks with the kernels run on the CPU by tests/gpu/emu.
 gpu-emu: $(GOLDEN_GGUF_STAMP)
 	@$(MAKE) --no-print-directory -f tests/gpu/emu/emu.mk BUILD=$(BUILD) -j$(JOBS) run

@@ -62,6 +62,16 @@ inline constexpr float kFp8E4m3Max = 448.0f;
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A small unsigned code u (< 2^23) minus kBias as an exact f32 without the int-to-float
+// conversion: u sits in the low mantissa bits of 2^23, and one exact subtraction of
+// 2^23 + kBias leaves u - kBias. For 8-bit sources, which nvcc converts with I2F (16 a clock
+// an SM on sm_90, against 64 integer and 128 FP32 operations); a 32-bit integer's float()
+// becomes I2FP, which needs no help (the K-quant readers).
+template <int kBias = 0>
+__device__ __forceinline__ float code_to_f32(uint32_t u) {
+  return __uint_as_float(0x4B000000u | u) - float(8388608 + kBias);
+}
+
 // FP8 KV scales are powers of two kept as a biased exponent byte (value = e4m3 * 2^(e - 127)),
 // so a scale costs 1 byte per head vector and the cache holds 2x the tokens of BF16
 // (less 1/head_dim). Decoding is a shift: no table, no division.

@@ -1,6 +1,6 @@
 // check_model.cu — whole-model checks of the CUDA backend against the CPU backend (logits
 // of the tiny fixture models, in whole-prompt, padded-bucket and mixed chunked-prefill and
-// decode steps, the tiny llama also quantized to Q8_0, a tiny llama in Q4_K_M and a tiny Qwen3 in Q8_0, Q4_K and Q6_K, tiny FP8 checkpoints, tiny models quantized to Q8_0 and FP8 at load ([model] quantize), the tiny hybrids (Qwen3.5, Qwen3-Next), the tiny Qwen3.5-MoE's MTP head (also against independent reference logits), and of SmolLM2; the tiny XLM-R encoder's rows; SmolLM2 greedy text with 16-bit and FP8 KV; the
+// decode steps, the tiny llama also quantized to Q8_0, a tiny llama in Q4_K_M and a tiny Qwen3 in Q8_0, Q4_K and Q6_K, tiny FP8 checkpoints, tiny models quantized to Q8_0 and FP8 at load ([model] quantize), the tiny hybrids (Qwen3.5, Qwen3-Next; the Qwen3.5 also in NVFP4), the tiny Gemma 3 models (sandwich norms, a RoPE per layer type, with and without a logit cap), the tiny Qwen3.5-MoE's MTP head (also against independent reference logits), and of SmolLM2; the tiny XLM-R encoder's rows; SmolLM2 greedy text with 16-bit and FP8 KV; the
 // size of FP8's effect on SmolLM2's logits against an independent reference), of a
 // two-stage pipeline split against one CUDA backend, and the Llama-3.1-8B-shaped
 // benchmarks (decode bandwidth, batching, prefill rate) against the copy bandwidth and

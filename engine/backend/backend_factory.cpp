@@ -98,7 +98,8 @@ void plan_cuda_layout(const Config& c, const ModelInfo& info, LayerRange range, 
   const StoredDType served = served_dtypes(stored, info.quantize, s);
   f.weight_bytes = CudaBackend::weight_bytes(s, range, served);
   f.weight_bytes_per_token = CudaBackend::weight_bytes_per_token(s, range, served);
-  f.kv_bytes_per_token = uint64_t(attention_layer_count(s, range)) * CudaBackend::kv_bytes_per_token_layer(s, fp8);
+  f.kv_bytes_per_token = CudaBackend::kv_bytes_per_token(s, range, fp8);
+  f.kv_bytes_per_token_sliding = CudaBackend::kv_bytes_per_token(s, range, fp8, /*sliding_only=*/true);
   f.workspace_bytes = CudaBackend::workspace_bytes(s, cuda_options(c, s), range);
   f.reserve_bytes = kCudaReserveBytes;
 }
@@ -109,13 +110,13 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
   const ModelSpec& s = info.spec;
   check_range(s, range);
   // Recurrent layers keep no K and V (their state is counted per sequence).
-  const int64_t layers = attention_layer_count(s, range);
   StageFootprint f;
   f.state_bytes_per_sequence = recurrent_state_bytes(s, range);
   if (backend == "cpu") {
     f.kv_dtype = "f32";
     f.weight_bytes = stage_weight_bytes(info, range);  // read as stored, through the mapping
-    f.kv_bytes_per_token = uint64_t(layers) * CpuBackend::kv_bytes_per_token_layer(s);
+    f.kv_bytes_per_token = CpuBackend::kv_bytes_per_token(s, range);
+    f.kv_bytes_per_token_sliding = CpuBackend::kv_bytes_per_token(s, range, /*sliding_only=*/true);
     f.workspace_bytes = CpuBackend::workspace_bytes(s, range, c.engine.max_num_batched_tokens, c.engine.max_num_seqs);
     f.reserve_bytes = kCpuReserveBytes;
     f.sliding_kv_window_only = true;  // CpuBackend::init_windowed_kv_cache
@@ -129,7 +130,9 @@ StageFootprint stage_footprint(const Config& c, const ModelInfo& info, LayerRang
 #else
   // Without the CUDA backend's own layout: weights as stored, 16-bit or FP8 KV.
   f.weight_bytes = stage_weight_bytes(info, range);
-  f.kv_bytes_per_token = 2ull * uint64_t(layers) * uint64_t(s.num_kv_heads * s.head_dim) * (fp8 ? 1 : 2);
+  const KvTokenSize kv = kv_token_size(s, range), kv_sliding = kv_token_size(s, range, /*sliding_only=*/true);
+  f.kv_bytes_per_token = kv.values * (fp8 ? 1 : 2);
+  f.kv_bytes_per_token_sliding = kv_sliding.values * (fp8 ? 1 : 2);
   f.workspace_bytes = CpuBackend::workspace_bytes(s, range, c.engine.max_num_batched_tokens, c.engine.max_num_seqs);
   f.reserve_bytes = kCpuReserveBytes;
 #endif

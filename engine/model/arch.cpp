@@ -86,6 +86,13 @@ constexpr PartNames kNames[kNumParts] = {
     // is Llama's (and this table's) name of FFN_NORM: arch/gemma3.cpp renames it to this one.
     {"post_attention_norm", "post_attention_norm", "weight"},
     {"post_feedforward_layernorm", "post_ffw_norm", "weight"},
+    // Gemma 4's: its checkpoints' names, llama.cpp's in its gemma4 files.
+    {"layer_scalar", "layer_output_scale", ""},
+    {"pre_feedforward_layernorm_2", "pre_ffw_norm_2", "weight"},
+    {"post_feedforward_layernorm_1", "post_ffw_norm_1", "weight"},
+    {"post_feedforward_layernorm_2", "post_ffw_norm_2", "weight"},
+    {"router.scale", "ffn_gate_inp_scale", ""},
+    {"router.per_expert_scale", "ffn_down_exps_scale", ""},
 };
 static_assert(std::size(kNames) == kNumParts);
 constexpr size_t kFirstLayerPart = static_cast<size_t>(Part::ATTN_NORM);
@@ -128,7 +135,9 @@ Counts count(const ModelSpec& s, LayerRange range) {
 bool part_is_norm(Part p) {
   return p == Part::FINAL_NORM || p == Part::ATTN_NORM || p == Part::FFN_NORM || p == Part::Q_NORM ||
          p == Part::K_NORM || p == Part::LIN_NORM || p == Part::MTP_EMBED_NORM || p == Part::MTP_HIDDEN_NORM ||
-         p == Part::SSM_NORM || p == Part::EMBED_NORM || p == Part::POST_ATTN_NORM || p == Part::POST_FFN_NORM;
+         p == Part::SSM_NORM || p == Part::EMBED_NORM || p == Part::POST_ATTN_NORM || p == Part::POST_FFN_NORM ||
+         p == Part::LAYER_SCALAR || p == Part::MOE_NORM || p == Part::POST_MLP_NORM || p == Part::POST_MOE_NORM ||
+         p == Part::ROUTER_INPUT_SCALE || p == Part::EXPERT_SCALE;
 }
 
 const std::vector<PartFamily>& part_families() {
@@ -203,8 +212,8 @@ std::vector<PartSpec> encoder_layer_parts(const ModelSpec& s) {
 }  // namespace
 
 std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
-  const int64_t h = s.hidden_size, hd = s.head_dim;
-  const int64_t q_dim = s.num_heads * hd, kv_dim = s.num_kv_heads * hd;
+  const int64_t h = s.hidden_size, hd = s.layer_head_dim(layer);
+  const int64_t q_dim = s.num_heads * hd, kv_dim = s.layer_num_kv_heads(layer) * hd;
   if (s.encoder) return encoder_layer_parts(s);
   std::vector<PartSpec> out;
   if (!s.layer_has_mixer(layer)) {
@@ -213,8 +222,9 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
     out = s.mamba2_layers() ? mamba2_parts(s) : delta_net_parts(s);
   } else {
     // An output gate doubles q_proj: per head, the query rows and then the gate rows.
-    out = {{Part::ATTN_NORM, {h}}, {Part::Q, {q_dim * (s.attn_output_gate ? 2 : 1), h}}, {Part::K, {kv_dim, h}},
-           {Part::V, {kv_dim, h}}, {Part::O, {h, q_dim}}};
+    out = {{Part::ATTN_NORM, {h}}, {Part::Q, {q_dim * (s.attn_output_gate ? 2 : 1), h}}, {Part::K, {kv_dim, h}}};
+    if (s.layer_has_v_proj(layer)) out.push_back({Part::V, {kv_dim, h}});
+    out.push_back({Part::O, {h, q_dim}});
     if (s.attention_bias) {
       out.push_back({Part::Q_BIAS, {q_dim}});
       out.push_back({Part::K_BIAS, {kv_dim}});
@@ -228,9 +238,16 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
     }
     if (s.sandwich_norms) out.push_back({Part::POST_ATTN_NORM, {h}});
   }
+  if (s.layer_scalar) out.push_back({Part::LAYER_SCALAR, {1}});
   if (!s.layer_has_ffn(layer)) return out;  // a mixer block (Nemotron-H)
   out.push_back({Part::FFN_NORM, {h}});
   if (s.sandwich_norms) out.push_back({Part::POST_FFN_NORM, {h}});
+  if (s.moe_beside_mlp && s.layer_is_moe(layer)) {  // Gemma 4: the dense MLP, then the experts beside it
+    out.insert(out.end(), {{Part::GATE, {s.intermediate_size, h}}, {Part::UP, {s.intermediate_size, h}},
+                           {Part::DOWN, {h, s.intermediate_size}}, {Part::MOE_NORM, {h}}, {Part::POST_MLP_NORM, {h}},
+                           {Part::POST_MOE_NORM, {h}}, {Part::ROUTER_INPUT_SCALE, {h}},
+                           {Part::EXPERT_SCALE, {s.num_experts}}});
+  }
   // Squared-ReLU feed-forwards have no gate projection.
   const bool gated = !s.relu2_mlp;
   if (s.layer_is_moe(layer)) {

@@ -43,10 +43,15 @@ enum class Part : uint8_t {
   // checkpoint calls it (Gemma: pre_feedforward_layernorm; its post_attention_layernorm is
   // POST_ATTN_NORM here).
   POST_ATTN_NORM, POST_FFN_NORM,
+  // Gemma 4 (ModelSpec::layer_scalar, moe_beside_mlp): the layer's output scalar; the MoE
+  // block's norms (the experts' input, the dense MLP's output, the experts' output); the
+  // router's input scale and its per-expert scales.
+  LAYER_SCALAR, MOE_NORM, POST_MLP_NORM, POST_MOE_NORM, ROUTER_INPUT_SCALE, EXPERT_SCALE,
   COUNT
 };
 inline constexpr size_t kNumParts = static_cast<size_t>(Part::COUNT);
-bool part_is_norm(Part p);        // norm weights (initialised to 1 by dummy weights)
+// Norm weights, and the scales Gemma 4 multiplies by (initialised to 1 by dummy weights).
+bool part_is_norm(Part p);
 // The families of weight matrices a user names ([model] quantize_keep): "attention" (the
 // token mixer's projections, attention's and the recurrent mixers'), "mlp", "experts" (the
 // shared expert's too), "lm_head", "embedding".

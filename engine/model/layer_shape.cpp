@@ -40,10 +40,10 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
     x.norm_kind = s.norm_plus_one ? NormKind::RMS_PLUS_ONE : NormKind::RMS;
     x.norm_eps = s.rms_norm_eps;
     x.num_heads = s.num_heads;
-    x.num_kv_heads = s.num_kv_heads;
-    x.head_dim = s.head_dim;
+    x.num_kv_heads = s.layer_num_kv_heads(l);
+    x.head_dim = s.layer_head_dim(l);
     x.attention_scale =
-        1.0 / std::sqrt(s.query_pre_attn_scalar > 0 ? s.query_pre_attn_scalar : static_cast<double>(s.head_dim));
+        1.0 / std::sqrt(s.query_pre_attn_scalar > 0 ? s.query_pre_attn_scalar : static_cast<double>(x.head_dim));
     if (s.sandwich_norms) x.norm_placement = NormPlacement::SANDWICH;
     if (s.gelu_tanh_mlp) x.activation = Activation::GELU_TANH;
     if (s.encoder) {
@@ -58,11 +58,15 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
     const bool own_rope = s.sliding_rope && x.window > 0;
     x.rope_theta = own_rope ? s.sliding_rope_theta : s.rope_theta;
     x.rope_scaling = own_rope ? s.sliding_rope_scaling : s.rope_scaling;
-    x.rotary_dim = s.rotary_dim > 0 ? s.rotary_dim : s.head_dim;
+    x.rotary_dim = s.rotary_dim > 0 ? s.rotary_dim : x.head_dim;
     x.rope = !s.no_rope && !s.encoder;  // an encoder's positions are learned, added to its input
     x.output_gate = s.attn_output_gate && x.mixer == Mixer::ATTENTION;
+    x.v_norm = s.v_norm && x.mixer == Mixer::ATTENTION;
+    x.k_eq_v = x.mixer == Mixer::ATTENTION && !s.layer_has_v_proj(l);
+    x.layer_scalar = s.layer_scalar;
     x.ffn = s.layer_has_ffn(l);
     x.moe = s.layer_is_moe(l);
+    x.moe_beside_mlp = x.moe && s.moe_beside_mlp;
     x.shared_expert = x.moe && s.shared_expert_intermediate_size > 0;
     x.sigmoid_router = x.moe && s.sigmoid_router;
     if (s.relu2_mlp) x.activation = Activation::RELU2;
@@ -77,9 +81,13 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
   return out;
 }
 
-int64_t attention_layer_count(const ModelSpec& s, LayerRange range) {
-  int64_t n = 0;
-  for (int64_t l = range.first_layer; l < range.last_layer; ++l) n += s.layer_has_mixer(l) && !s.layer_is_recurrent(l);
+KvTokenSize kv_token_size(const ModelSpec& s, LayerRange range, bool sliding_only) {
+  KvTokenSize n;
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
+    if (!s.layer_has_mixer(l) || s.layer_is_recurrent(l) || (sliding_only && !s.layer_is_sliding(l))) continue;
+    n.values += 2 * uint64_t(s.layer_num_kv_heads(l) * s.layer_head_dim(l));
+    n.heads += 2 * uint64_t(s.layer_num_kv_heads(l));
+  }
   return n;
 }
 
@@ -135,6 +143,10 @@ void require_cases(const std::vector<LayerShape>& layers, const ModelSpec& s, co
     if (!c.ffn_less_layers && !l.ffn) lacks(c, l, "missing feed-forward (a token-mixer-only block)");
     if (!c.sigmoid_router && l.sigmoid_router) lacks(c, l, "sigmoid router with score-correction bias");
     if (!c.bidirectional && l.bidirectional) lacks(c, l, "bidirectional attention (an encoder's)");
+    if (!c.v_norm && l.v_norm) lacks(c, l, "value norm (an RMSNorm without a weight)");
+    if (!c.k_eq_v && l.k_eq_v) lacks(c, l, "values taken from the key projection (attention_k_eq_v)");
+    if (!c.layer_scalar && l.layer_scalar) lacks(c, l, "output scalar");
+    if (!c.moe_beside_mlp && l.moe_beside_mlp) lacks(c, l, "dense MLP beside its experts (Gemma 4's MoE block)");
   }
   if (!c.embedding_scale && s.scale_embedding)
     throw InputError(c.backend + " has no case for the model's embedding scaled by sqrt(hidden_size)");

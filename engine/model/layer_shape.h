@@ -53,6 +53,11 @@ struct LayerShape {
   bool output_gate = false;  // the attention output times sigmoid(a gate q_proj also yields)
   // Every token of a sequence attends to all of its tokens (encoders); causal otherwise.
   bool bidirectional = false;
+  // Gemma 4: values normed per head by an RMSNorm without a weight; no v_proj, the values
+  // being the key projection (k_eq_v); the layer's output times LAYER_SCALAR.
+  bool v_norm = false;
+  bool k_eq_v = false;
+  bool layer_scalar = false;
 
   // The MLP: dense, or experts chosen by a router; none in a Nemotron-H mixer block.
   bool ffn = true;
@@ -63,6 +68,8 @@ struct LayerShape {
   bool shared_expert = false;  // an always-on expert beside the routed ones, sigmoid-gated
   // Nemotron-H: sigmoid scores, a correction bias to choose by, scaled weights.
   bool sigmoid_router = false;
+  // Gemma 4: the dense MLP beside the experts (ModelSpec::moe_beside_mlp).
+  bool moe_beside_mlp = false;
 
   // K and V values one token stores in this layer's cache.
   int64_t kv_values_per_token() const { return mixer == Mixer::ATTENTION ? 2 * num_kv_heads * head_dim : 0; }
@@ -71,10 +78,16 @@ struct LayerShape {
 
 // The layers of `range`, in order.
 std::vector<LayerShape> layer_shapes(const ModelSpec& spec, LayerRange range);
-// Of the layers of `range`: those that attend (and keep K and V in the paged cache), and
-// the recurrent state one sequence holds in its recurrent layers (f32 bytes).
-int64_t attention_layer_count(const ModelSpec& spec, LayerRange range);
+// The recurrent state one sequence holds in the recurrent layers of `range` (f32 bytes).
 uint64_t recurrent_state_bytes(const ModelSpec& spec, LayerRange range);
+// What one token keeps in the KV cache of the layers of `range` (of their sliding layers
+// only, with sliding_only): K and V values, 2 x kv heads x head_dim a layer, and kv heads,
+// 2 x kv heads a layer (an FP8 cache keeps a scale per head). Layers may differ (Gemma 4).
+struct KvTokenSize {
+  uint64_t values = 0;
+  uint64_t heads = 0;
+};
+KvTokenSize kv_token_size(const ModelSpec& spec, LayerRange range, bool sliding_only = false);
 
 // What a backend implements. A case outside it is refused by require_cases.
 struct LayerCases {
@@ -96,6 +109,10 @@ struct LayerCases {
   bool ffn_less_layers = false;   // layers of a token mixer only
   bool sigmoid_router = false;
   bool bidirectional = false;     // attention without the causal mask (encoders)
+  bool v_norm = false;            // Gemma 4's weightless value norm
+  bool k_eq_v = false;            // values from the key projection
+  bool layer_scalar = false;      // the layer's output times a scalar
+  bool moe_beside_mlp = false;    // Gemma 4's MoE block
   // Around the layers (the ModelSpec's, not a layer's): the embedding times sqrt(hidden_size),
   // and logits capped by tanh (Gemma).
   bool embedding_scale = false;

@@ -48,9 +48,7 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) p.sliding_layers += s.layer_is_sliding(l) ? 1 : 0;
   if (p.sliding_layers > 0) {
     p.sliding_window = s.sliding_window;
-    // Every held layer keeps the same K and V bytes per token (one head shape, one dtype).
-    p.kv_bytes_per_token_sliding =
-        p.kv_bytes_per_token / uint64_t(range.last_layer - range.first_layer) * uint64_t(p.sliding_layers);
+    p.kv_bytes_per_token_sliding = f.kv_bytes_per_token_sliding;
   }
   p.block_size = c.engine.block_size;
   SPARK_CHECK(p.block_size > 0, "block_size validated by the config");

@@ -26,6 +26,7 @@ struct StageFootprint {
   uint64_t weight_bytes = 0;        // the stage's weights as the backend keeps them
   uint64_t weight_bytes_per_token = 0;  // of those, what a batch-1 decode step reads (MoE: k experts); 0: unknown
   uint64_t kv_bytes_per_token = 0;  // K and V, all held layers
+  uint64_t kv_bytes_per_token_sliding = 0;  // of those, the sliding-window layers'
   uint64_t state_bytes_per_sequence = 0;  // recurrent layers' state of one sequence
   uint64_t workspace_bytes = 0;     // activations of the largest step, logits, scratch
   uint64_t reserve_bytes = 0;       // runtime, allocator slack, CUDA graph pools

@@ -212,12 +212,17 @@ void read_rope_scaling(const ConfigReader& p, int64_t max_positions, RopeScaling
     }
   out = RopeScaling{};
   if (type.empty() || type == "default") return;
-  if (type != "llama3" && type != "linear" && type != "yarn")
-    throw InputError(p.source + ": rope scaling type \"" + type + "\" is not supported (supported: llama3, linear, yarn)");
+  if (type != "llama3" && type != "linear" && type != "yarn" && type != "proportional")
+    throw InputError(p.source + ": rope scaling type \"" + type +
+                     "\" is not supported (supported: llama3, linear, yarn, proportional)");
   out.type = type;
   if (type == "yarn") return parse_yarn(p, max_positions, out);
   out.factor = p.number_or("factor", 1.0);
   if (!(out.factor >= 1.0)) p.fail("factor", "must be at least 1");
+  if (type == "proportional") {
+    out.rotated_fraction = p.number_or("partial_rotary_factor", 1.0);
+    if (!(out.rotated_fraction > 0 && out.rotated_fraction <= 1)) p.fail("partial_rotary_factor", "must be in (0, 1]");
+  }
   if (type == "llama3") {
     out.low_freq_factor = p.number_or("low_freq_factor", 1.0);
     out.high_freq_factor = p.number_or("high_freq_factor", 4.0);
@@ -225,6 +230,13 @@ void read_rope_scaling(const ConfigReader& p, int64_t max_positions, RopeScaling
     if (!(out.low_freq_factor > 0) || !(out.high_freq_factor > out.low_freq_factor))
       p.fail("high_freq_factor", "must exceed low_freq_factor, and both must be positive");
   }
+}
+
+int64_t ModelSpec::layer_head_dim(int64_t layer) const {
+  return full_head_dim > 0 && !layer_is_sliding(layer) ? full_head_dim : head_dim;
+}
+int64_t ModelSpec::layer_num_kv_heads(int64_t layer) const {
+  return full_num_kv_heads > 0 && !layer_is_sliding(layer) ? full_num_kv_heads : num_kv_heads;
 }
 
 bool ModelSpec::layer_is_moe(int64_t layer) const {

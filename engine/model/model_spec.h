@@ -13,8 +13,12 @@ namespace spark {
 struct Architecture;  // engine/model/architecture.h: one per file under engine/model/arch/
 
 struct RopeScaling {
-  std::string type;  // "" (none), "llama3", "linear", "yarn"
+  std::string type;  // "" (none), "llama3", "linear", "yarn", "proportional"
   double factor = 1.0;
+  // Proportional (Gemma 4's full layers): the fraction of each head's frequency pairs that
+  // turn, over NeoX halves of the whole head with exponents over the whole head_dim; the
+  // other pairs have frequency 0. All frequencies are divided by `factor`.
+  double rotated_fraction = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
@@ -75,6 +79,26 @@ struct ModelSpec {
   bool sliding_rope = false;
   double sliding_rope_theta = 10000.0;
   RopeScaling sliding_rope_scaling;
+
+  // Gemma 4: the full-attention ("global") layers' own geometry, global_head_dim and
+  // num_global_key_value_heads; 0: head_dim / num_kv_heads, as the sliding layers'.
+  int64_t full_head_dim = 0;
+  int64_t full_num_kv_heads = 0;
+  // Gemma 4's attention_k_eq_v: the full-attention layers have no v_proj; their values are
+  // the key projection as it comes (before k_norm and RoPE).
+  bool full_k_eq_v = false;
+  // Gemma 4: the values are normed per head by an RMSNorm without a weight.
+  bool v_norm = false;
+  // Gemma 4: each layer's output, the whole residual stream, is multiplied by the layer's
+  // LAYER_SCALAR.
+  bool layer_scalar = false;
+  // Gemma 4's MoE block: every layer has the dense MLP and the routed experts side by
+  // side, on the same residual r: the MLP reads FFN_NORM(r) and is normed by POST_MLP_NORM,
+  // the experts read MOE_NORM(r) and are normed by POST_MOE_NORM, the two are added and
+  // normed by POST_FFN_NORM. The router reads r through an RMSNorm whose weight is
+  // ROUTER_INPUT_SCALE / sqrt(hidden_size); softmax over every expert, the top k
+  // renormalised, each times its EXPERT_SCALE.
+  bool moe_beside_mlp = false;
 
   // Hybrids (Qwen3.5/3.6): layers whose token mixer is a Gated DeltaNet, a recurrent state
   // per sequence in place of attention over the KV cache; empty when every layer attends.
@@ -202,6 +226,10 @@ struct ModelSpec {
   int64_t position_offset = 0;  // RoBERTa numbers positions from pad_token_id + 1
   int64_t type_vocab_size = 0;
 
+  // A layer's attention geometry: the full layers' own where the model has one (Gemma 4).
+  int64_t layer_head_dim(int64_t layer) const;
+  int64_t layer_num_kv_heads(int64_t layer) const;
+  bool layer_has_v_proj(int64_t layer) const { return !(full_k_eq_v && !layer_is_sliding(layer)); }
   bool layer_is_moe(int64_t layer) const;
   bool layer_is_sliding(int64_t layer) const;
   bool layer_is_recurrent(int64_t layer) const;

@@ -424,7 +424,7 @@ void llama8b_quantized_decode(const std::string& name, const std::function<DType
   const double table = double(dtype_nbytes(stored(Part::EMBEDDING), spec.vocab_size * spec.hidden_size,
                                            spec.hidden_size));
   const double read = double(CudaBackend::weight_bytes(spec, full_range(spec), as_stored)) - table +
-                      double(spec.num_layers) * double(CudaBackend::kv_bytes_per_token_layer(spec, false)) * ctx;
+                      double(CudaBackend::kv_bytes_per_token(spec, full_range(spec), false)) * ctx;
   decode_rate_rows("bench", "8B " + name, *gpu, blocks_per_seq, kBlock, 1.0, read, copy_gbs,
                    fmt(", %.2f GB read a token", read / 1e9));
 }
@@ -465,7 +465,7 @@ void llama8b_benchmarks() {
   const double weight_bytes =
       double(CudaBackend::weight_bytes(spec, full_range(spec), [](Part, int64_t) { return DType::BF16; })) - double(spec.vocab_size * spec.hidden_size * 2);
   const double kv_bytes_per_token =
-      double(spec.num_layers) * double(CudaBackend::kv_bytes_per_token_layer(spec, false));
+      double(CudaBackend::kv_bytes_per_token(spec, full_range(spec), false));
   const double t1 = step_ms(*gpu, decode_batch(1, ctx, blocks_per_seq, kBlock));
   const double bw = (weight_bytes + kv_bytes_per_token * ctx) / (t1 * 1e-3) / 1e9;
   row("bench", "8B bf16 decode b=1 ctx 512: " + fmt("%.2f ms", t1),

@@ -33,8 +33,11 @@ namespace {
 const char* kGoldenDir = "tests/golden/models/";
 // gemma3 (tests/gen/gen_gemma3.py): sandwich (1 + w) norms, a scaled embedding, sliding layers
 // (window 8) with their own RoPE beside linearly scaled full ones, query_pre_attn_scalar.
+// gemma4 / gemma4_moe (tests/gen/gen_gemma4.py): full layers with wider heads and fewer KV
+// heads than the sliding ones, K = V (gemma4), proportional RoPE, the value norm, layer
+// scalars, soft-capped logits; the MoE block beside the dense MLP (gemma4_moe).
 const char* kModels[] = {"llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_moe_separated", "qwen3_bf16", "gpt_oss", "gpt_oss_separated",
-                         "qwen3_yarn", "gemma3"};
+                         "qwen3_yarn", "gemma3", "gemma4", "gemma4_moe"};
 
 struct Golden {
   std::vector<std::vector<int32_t>> sequences;
@@ -435,8 +438,9 @@ TEST_CASE("cpu forward: logits only for the requested rows") {
 }
 
 TEST_CASE("cpu forward: a two-stage layer split gives the full model's logits") {
-  // gemma3: the embedding is scaled on the first stage only.
-  for (const char* name : {"llama", "qwen3_moe", "gpt_oss", "gemma3"}) {
+  // gemma3: the embedding is scaled on the first stage only; gemma4_moe: each stage's cache
+  // has its own layers' shapes (a sliding layer, then a full one).
+  for (const char* name : {"llama", "qwen3_moe", "gpt_oss", "gemma3", "gemma4_moe"}) {
     CAPTURE(name);
     const Golden g = read_golden(std::string(kGoldenDir) + name);
     LoadedModel full = load(name);
@@ -509,52 +513,57 @@ TEST_CASE("cpu forward: gemma3 with a final logit softcap matches transformers' 
   CHECK(rel_error(out.logits.data(), plain.logits[3].data(), n) < 1e-4);
 }
 
-// The multimodal class's layout, written from the gemma3 folder: its config under text_config,
+// The multimodal classes' layout, written from the gemma3 and gemma4_moe folders (Gemma 4's
+// stacked experts included): the config under text_config,
 // each tensor under model.language_model.* (the same bytes), and a vision-tower tensor that
 // is skipped.
-TEST_CASE("cpu forward: gemma3 as Gemma3ForConditionalGeneration (text_config, model.language_model.*) gives the same logits") {
-  namespace fs = std::filesystem;
-  using nlohmann::json;
-  const fs::path src = std::string(kGoldenDir) + "gemma3";
-  const fs::path dir = fs::temp_directory_path() / ("sparkd_gemma3_mm_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ifstream cf(src / "config.json");
-  json text = json::parse(cf);
-  text.erase("architectures");
-  const json top = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"text_config", text},
-                    {"vision_config", {{"hidden_size", 8}}}, {"torch_dtype", "bfloat16"}};
-  std::ofstream(dir / "config.json") << top.dump();
-  fs::copy_file(src / "generation_config.json", dir / "generation_config.json");
-  std::ifstream wf(src / "model.safetensors", std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(wf)), std::istreambuf_iterator<char>());
-  uint64_t header_len = 0;
-  std::memcpy(&header_len, bytes.data(), 8);
-  const json header = json::parse(bytes.substr(8, header_len));
-  std::string data = bytes.substr(8 + header_len);
-  json renamed;
-  for (const auto& [name, entry] : header.items())
-    renamed[name == "__metadata__" ? name : "model.language_model." + name.substr(6)] = entry;  // after "model."
-  renamed["model.vision_tower.vision_model.post_layernorm.weight"] = {
-      {"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {data.size(), data.size() + 8}}};
-  data.append(8, '\0');
-  std::string text_header = renamed.dump();
-  text_header.append((8 - text_header.size() % 8) % 8, ' ');
-  const uint64_t new_len = text_header.size();
-  std::ofstream out(dir / "model.safetensors", std::ios::binary);
-  out.write(reinterpret_cast<const char*>(&new_len), 8);
-  out << text_header << data;
-  out.close();
+TEST_CASE("cpu forward: Gemma 3 and 4 as their ConditionalGeneration classes (text_config, model.language_model.*) give the same logits") {
+  for (const auto& [name, hf_class] : {std::pair<std::string, std::string>{"gemma3", "Gemma3ForConditionalGeneration"},
+                                       std::pair<std::string, std::string>{"gemma4_moe", "Gemma4ForConditionalGeneration"}}) {
+    CAPTURE(name);
+    namespace fs = std::filesystem;
+    using nlohmann::json;
+    const fs::path src = std::string(kGoldenDir) + name;
+    const fs::path dir = fs::temp_directory_path() / ("sparkd_gemma_mm_" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ifstream cf(src / "config.json");
+    json text = json::parse(cf);
+    text.erase("architectures");
+    const json top = {{"architectures", {hf_class}}, {"text_config", text},
+                      {"vision_config", {{"hidden_size", 8}}}, {"torch_dtype", "bfloat16"}};
+    std::ofstream(dir / "config.json") << top.dump();
+    fs::copy_file(src / "generation_config.json", dir / "generation_config.json");
+    std::ifstream wf(src / "model.safetensors", std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(wf)), std::istreambuf_iterator<char>());
+    uint64_t header_len = 0;
+    std::memcpy(&header_len, bytes.data(), 8);
+    const json header = json::parse(bytes.substr(8, header_len));
+    std::string data = bytes.substr(8 + header_len);
+    json renamed;
+    for (const auto& [name, entry] : header.items())
+      renamed[name == "__metadata__" ? name : "model.language_model." + name.substr(6)] = entry;  // after "model."
+    renamed["model.vision_tower.vision_model.post_layernorm.weight"] = {
+        {"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {data.size(), data.size() + 8}}};
+    data.append(8, '\0');
+    std::string text_header = renamed.dump();
+    text_header.append((8 - text_header.size() % 8) % 8, ' ');
+    const uint64_t new_len = text_header.size();
+    std::ofstream out(dir / "model.safetensors", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&new_len), 8);
+    out << text_header << data;
+    out.close();
 
-  const Golden g = read_golden(src.string());
-  LoadedModel m = load_model(config_for_model(dir.string()));
-  CHECK(m.info.spec.arch == find_hf_architecture("Gemma3ForConditionalGeneration"));
-  CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
-  backend.init_kv_cache(kNumBlocks, kBlockSize);
-  const double worst = worst_prefill_error(backend, g);
-  MESSAGE("gemma3 as Gemma3ForConditionalGeneration: max relative logit error " << worst);
-  CHECK(worst < 1e-4);
-  fs::remove_all(dir);
+    const Golden g = read_golden(src.string());
+    LoadedModel m = load_model(config_for_model(dir.string()));
+    CHECK(m.info.spec.arch == find_hf_architecture(hf_class));
+    CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
+    backend.init_kv_cache(kNumBlocks, kBlockSize);
+    const double worst = worst_prefill_error(backend, g);
+    MESSAGE(name << " as " << hf_class << ": max relative logit error " << worst);
+    CHECK(worst < 1e-4);
+    fs::remove_all(dir);
+  }
 }
 
 // Batches come from the scheduler or a validated peer frame: a bad one reaching the

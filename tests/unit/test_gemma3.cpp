@@ -167,7 +167,7 @@ TEST_CASE("gemma3 spec: bad keys are refused by name") {
   CHECK_INPUT_ERROR(parse_hf_config(with([](json& c) { c["rope_parameters"]["full_attention"]["rope_type"] = "dynamic"; }), "", "c"),
                     "rope scaling type \"dynamic\" is not supported");
   CHECK_INPUT_ERROR(parse_hf_config(with([](json& c) { c["rope_parameters"]["sliding_attention"]["rope_theta"] = -1.0; }), "", "c"),
-                    "\"rope_local_base_freq\" must be positive");
+                    "(rope_parameters.sliding_attention): \"rope_theta\" must be positive");
   CHECK_INPUT_ERROR(parse_hf_config(with([](json& c) { c["rope_parameters"]["full_attention"] = 3; }), "", "c"),
                     "\"rope_parameters.full_attention\" must be an object");
   CHECK_INPUT_ERROR(parse_hf_config(with([](json& c) { c["attention_bias"] = true; }), "", "c"),

@@ -53,6 +53,7 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
                            .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE, NormKind::LAYER},
                            .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::GELU_TANH,
                                            Activation::RELU2, Activation::GELU},
+                           .per_layer_geometry = true,
                            .per_layer_rope = true,
                            .partial_rotary = true,
                            .custom_attention_scale = true,
@@ -62,6 +63,10 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
                            .ffn_less_layers = true,
                            .sigmoid_router = true,
                            .bidirectional = true,
+                           .v_norm = true,
+                           .k_eq_v = true,
+                           .layer_scalar = true,
+                           .moe_beside_mlp = true,
                            .embedding_scale = true,
                            .logit_softcap = true});
   // Zero-centred RMSNorm weights are used as (1 + w): folded in once here.
@@ -99,15 +104,26 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     // Only a scale other than 1/sqrt(head_dim) is passed on: the attention computes that one itself.
     if (std::fabs(shape.attention_scale * std::sqrt(double(shape.head_dim)) - 1.0) > 1e-12)
       L.attention_scale = static_cast<float>(shape.attention_scale);
+    L.num_kv_heads = shape.num_kv_heads;
+    L.head_dim = shape.head_dim;
+    if (shape.attends()) {
+      if (shape.num_kv_heads <= 0 || shape.head_dim <= 0 || nh % shape.num_kv_heads != 0)
+        throw InputError("model config: layer " + std::to_string(shape.layer) +
+                         "'s kv heads must be positive and divide num_heads, and its head_dim positive");
+      max_q_dim_ = std::max(max_q_dim_, nh * shape.head_dim);
+      max_kv_dim_ = std::max(max_kv_dim_, shape.num_kv_heads * shape.head_dim);
+    }
     if (shape.attends() && shape.rope) {
-      const std::pair<double, RopeScaling> key{shape.rope_theta, shape.rope_scaling};
+      const RopeKey key{shape.head_dim, shape.rotary_dim, shape.rope_theta, shape.rope_scaling};
       const auto it = std::find(rope_keys_.begin(), rope_keys_.end(), key);
       L.rope_index = static_cast<size_t>(it - rope_keys_.begin());
       if (it == rope_keys_.end()) {
-        ropes_.emplace_back(hd, shape.rotary_dim, shape.rope_theta, shape.rope_scaling);
+        ropes_.emplace_back(shape.head_dim, shape.rotary_dim, shape.rope_theta, shape.rope_scaling);
         rope_keys_.push_back(key);
       }
     }
+    L.v_norm = shape.v_norm;
+    if (const Tensor* s = w.find(Part::LAYER_SCALAR)) L.layer_scalar = vec_f32(s).at(0);
     L.window = shape.window;
     L.mixer = shape.mixer;
     L.ffn = shape.ffn;
@@ -146,7 +162,7 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     } else if (shape.mixer == Mixer::ATTENTION) {
       L.q = &w.get(Part::Q);
       L.k = &w.get(Part::K);
-      L.v = &w.get(Part::V);
+      L.v = shape.k_eq_v ? nullptr : &w.get(Part::V);
       L.o = &w.get(Part::O);
       L.output_gate = shape.output_gate;
     }
@@ -161,7 +177,7 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     L.shared_up = w.find(Part::SHARED_UP);
     L.shared_down = w.find(Part::SHARED_DOWN);
     L.shared_expert_gate = w.find(Part::SHARED_EXPERT_GATE);
-    if (!L.post_ffn_norm.empty() && w.is_moe())
+    if (!L.post_ffn_norm.empty() && w.is_moe() && !shape.moe_beside_mlp)
       throw InputError("the CPU backend has no case for layer " + std::to_string(shape.layer) +
                        "'s norm after an MoE feed-forward (sandwich norms with experts)");
     if (w.is_moe()) {
@@ -185,6 +201,19 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
       L.moe.relu2 = L.relu2;
       L.latent_in = w.find(Part::MOE_LATENT_IN);
       L.latent_out = w.find(Part::MOE_LATENT_OUT);
+      L.moe.gelu_tanh = L.gelu_tanh;
+      if (shape.moe_beside_mlp) {
+        L.moe_beside_mlp = true;
+        L.gate = &w.get(Part::GATE);
+        L.up = &w.get(Part::UP);
+        L.down = &w.get(Part::DOWN);
+        L.moe_norm = norm_f32(w.find(Part::MOE_NORM));
+        L.post_mlp_norm = norm_f32(w.find(Part::POST_MLP_NORM));
+        L.post_moe_norm = norm_f32(w.find(Part::POST_MOE_NORM));
+        L.router_norm = vec_f32(w.find(Part::ROUTER_INPUT_SCALE));
+        for (float& v : L.router_norm) v /= std::sqrt(static_cast<float>(H));
+        L.moe.expert_scale = vec_f32(w.find(Part::EXPERT_SCALE));
+      }
     } else if (shape.ffn) {
       L.gate = w.find(Part::GATE);
       L.up = &w.get(Part::UP);
@@ -192,6 +221,7 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     }
     layers_.push_back(std::move(L));
   }
+  ones_.assign(size_t(std::max<int64_t>(max_kv_dim_, 1)), 1.0f);
 }
 
 // The matmul decodes each weight block once per call and runs up to eight activation rows
@@ -206,8 +236,8 @@ int64_t CpuBackend::rows_at_decode_cost() const { return kRowsAtDecodeCost; }
 
 std::string CpuBackend::describe() const { return "cpu (" + std::to_string(pool_->size()) + " threads)"; }
 
-uint64_t CpuBackend::kv_bytes_per_token_layer(const ModelSpec& spec) {
-  return 2 * uint64_t(spec.num_kv_heads * spec.head_dim) * sizeof(float);
+uint64_t CpuBackend::kv_bytes_per_token(const ModelSpec& spec, LayerRange range, bool sliding_only) {
+  return kv_token_size(spec, range, sliding_only).values * sizeof(float);
 }
 
 uint64_t CpuBackend::workspace_bytes(const ModelSpec& s, LayerRange range, int64_t max_step_tokens, int64_t max_seqs) {
@@ -236,9 +266,7 @@ uint64_t CpuBackend::workspace_bytes(const ModelSpec& s, LayerRange range, int64
 }
 
 size_t CpuBackend::kv_block_bytes(int64_t block_size) const {
-  const auto attending = static_cast<size_t>(
-      std::count_if(layers_.begin(), layers_.end(), [](const Layer& L) { return L.attends(); }));
-  return attending * size_t(block_size) * kv_bytes_per_token_layer(spec_);
+  return size_t(block_size) * kv_bytes_per_token(spec_, range_);
 }
 
 void CpuBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {
@@ -255,7 +283,8 @@ void CpuBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_b
   cache_ = std::vector<cpu::LayerKv>(layers_.size());
   for (size_t i = 0; i < cache_.size(); ++i) {
     if (!layers_[i].attends()) continue;
-    const size_t n = static_cast<size_t>(layer_kv(static_cast<int64_t>(i)).slots() * kv_.slot_floats());
+    const cpu::KvGeometry g = layer_kv(static_cast<int64_t>(i));
+    const size_t n = static_cast<size_t>(g.slots() * g.slot_floats());
     cache_[i].k.allocate(n);
     cache_[i].v.allocate(n);
   }
@@ -268,8 +297,11 @@ void CpuBackend::init_state_slots(int64_t num_slots) {
 }
 
 cpu::KvGeometry CpuBackend::layer_kv(int64_t index) const {
+  const Layer& L = layers_[static_cast<size_t>(index)];
   cpu::KvGeometry g = kv_;
-  if (layers_[static_cast<size_t>(index)].window > 0) g.num_blocks = window_blocks_;
+  if (L.window > 0) g.num_blocks = window_blocks_;
+  g.kv_heads = L.num_kv_heads;
+  g.head_dim = L.head_dim;
   return g;
 }
 
@@ -322,27 +354,37 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
       });
     for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
   }
-  if (!L.ffn) return;
-  pool_->parallel_for(T, 8, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.ffn_norm.data(), H, eps, h + t * H);
-  });
-  feed_forward(L, h, T, x);
+  if (L.ffn) {
+    pool_->parallel_for(T, 8, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) cpu::rms_norm(x + t * H, L.ffn_norm.data(), H, eps, h + t * H);
+    });
+    if (L.moe_beside_mlp) dense_beside_experts(L, h, T, x);
+    else feed_forward(L, h, T, x);
+  }
+  if (L.layer_scalar != 1.0f)
+    for (int64_t i = 0; i < T * H; ++i) x[i] *= L.layer_scalar;
 }
 
 void CpuBackend::attend(int64_t index, const Batch& batch, float* h) {
   const Layer& L = layers_[static_cast<size_t>(index)];
   ThreadPool& pool = *pool_;
-  const int64_t T = batch.num_tokens(), H = spec_.hidden_size, hd = spec_.head_dim;
-  const int64_t nh = spec_.num_heads, nkv = spec_.num_kv_heads;
+  const int64_t T = batch.num_tokens(), H = spec_.hidden_size, hd = L.head_dim;
+  const int64_t nh = spec_.num_heads, nkv = L.num_kv_heads;
   const float eps = static_cast<float>(spec_.rms_norm_eps);
   // With an output gate, q_proj yields per head the query and then the gate.
   float* q_out = L.output_gate ? q_gate_.data() : q_.data();
-  cpu::matmul_many(pool, h, T, {{L.q, q_out}, {L.k, k_.data()}, {L.v, v_.data()}});
+  if (L.v)
+    cpu::matmul_many(pool, h, T, {{L.q, q_out}, {L.k, k_.data()}, {L.v, v_.data()}});
+  else  // the values are the key projection, before k_norm and RoPE
+    cpu::matmul_many(pool, h, T, {{L.q, q_out}, {L.k, k_.data()}});
   pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       float* q = q_.data() + t * nh * hd;
       float* k = k_.data() + t * nkv * hd;
       float* v = v_.data() + t * nkv * hd;
+      if (!L.v) std::copy_n(k, nkv * hd, v);
+      if (L.v_norm)
+        for (int64_t i = 0; i < nkv; ++i) cpu::rms_norm(v + i * hd, ones_.data(), hd, eps, v + i * hd);
       if (L.output_gate)
         for (int64_t i = 0; i < nh; ++i)
           std::copy_n(q_gate_.data() + (t * nh + i) * 2 * hd, hd, q + i * hd);
@@ -490,6 +532,32 @@ void CpuBackend::feed_forward(const Layer& L, float* h, int64_t T, float* x) {
   for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
 }
 
+void CpuBackend::dense_beside_experts(const Layer& L, float* h, int64_t T, float* x) {
+  ThreadPool& pool = *pool_;
+  const int64_t H = spec_.hidden_size, I = L.up->rows();
+  const auto eps = static_cast<float>(spec_.rms_norm_eps);
+  auto norm_rows = [&](const float* in, const std::vector<float>& w, float* out) {
+    pool.parallel_for(T, 8, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) cpu::rms_norm(in + t * H, w.data(), H, eps, out + t * H);
+    });
+  };
+  // The dense MLP on FFN_NORM(x), normed: into h.
+  cpu::matmul_many(pool, h, T, {{L.gate, gate_.data()}, {L.up, up_.data()}});
+  pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
+    cpu::gelu_tanh_mul(gate_.data() + b * I, up_.data() + b * I, (e - b) * I, gate_.data() + b * I);
+  });
+  cpu::matmul(pool, gate_.data(), T, *L.down, h);
+  norm_rows(h, L.post_mlp_norm, h);
+  // The experts on MOE_NORM(x), routed on x's own norm times the router's scale, normed: into att_.
+  norm_rows(x, L.moe_norm, moe_in_.data());
+  norm_rows(x, L.router_norm, route_in_.data());
+  cpu::moe_ffn(pool, L.moe, moe_in_.data(), T, H, att_.data(), route_in_.data());
+  norm_rows(att_.data(), L.post_moe_norm, att_.data());
+  for (int64_t i = 0; i < T * H; ++i) h[i] += att_[static_cast<size_t>(i)];
+  norm_rows(h, L.post_ffn_norm, h);
+  for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
+}
+
 // An MTP head's layer input, row by row: fc([norm(embedding of the row's token);
 // norm(the model's hidden state the row comes with)]).
 void CpuBackend::embed_mtp_input(const Batch& batch, const float* hidden_in, float* x) {
@@ -514,7 +582,8 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
   if (window_blocks_ < kv_.num_blocks) check_window_blocks(batch, window_blocks_, kv_.block_size, spec_.sliding_window);
   prepare_states(batch);
   for (size_t l = 0; l < layers_.size(); ++l)  // sliding layers hold no full-only blocks
-    if (layers_[l].window == 0 && layers_[l].attends()) cpu::copy_blocks(batch.block_copies, kv_, cache_[l]);
+    if (layers_[l].window == 0 && layers_[l].attends())
+      cpu::copy_blocks(batch.block_copies, layer_kv(int64_t(l)), cache_[l]);
   const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
   out.logits.clear();
   out.hidden.clear();
@@ -522,15 +591,19 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
   if (T == 0) return;
 
   const ModelSpec::DeltaNet& d = spec_.delta_net;
-  const int64_t qkv = std::max(spec_.num_heads, spec_.num_kv_heads) * spec_.head_dim;
+  const int64_t qkv = std::max(max_q_dim_, max_kv_dim_);
   const int64_t inter = std::max(spec_.intermediate_size, spec_.shared_expert_intermediate_size);
   grow(x_, T * H);
   grow(h_, T * H);
-  grow(q_, T * spec_.num_heads * spec_.head_dim);
-  if (spec_.attn_output_gate) grow(q_gate_, T * 2 * spec_.num_heads * spec_.head_dim);
-  grow(k_, T * spec_.num_kv_heads * spec_.head_dim);
-  grow(v_, T * spec_.num_kv_heads * spec_.head_dim);
+  grow(q_, T * max_q_dim_);
+  if (spec_.attn_output_gate) grow(q_gate_, T * 2 * max_q_dim_);
+  grow(k_, T * max_kv_dim_);
+  grow(v_, T * max_kv_dim_);
   grow(att_, T * std::max({qkv, H, d.value_dim()}));  // a Mamba-2 layer's output is H wide
+  if (spec_.moe_beside_mlp) {
+    grow(moe_in_, T * H);
+    grow(route_in_, T * H);
+  }
   grow(gate_, T * inter);
   grow(up_, T * inter);
 

@@ -33,10 +33,10 @@ class CpuBackend : public Backend {
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
   int64_t rows_at_decode_cost() const override;
 
-  // For the memory plan, before a backend exists: K and V bytes of one token in one
-  // layer (f32), and the activations of a step of max_step_tokens rows (plus one logits
-  // row per sequence on the last stage).
-  static uint64_t kv_bytes_per_token_layer(const ModelSpec& spec);
+  // For the memory plan, before a backend exists: K and V bytes of one token in the layers
+  // of `range` (f32; of the sliding layers only, with sliding_only), and the activations
+  // of a step of max_step_tokens rows (plus one logits row per sequence on the last stage).
+  static uint64_t kv_bytes_per_token(const ModelSpec& spec, LayerRange range, bool sliding_only = false);
   static uint64_t workspace_bytes(const ModelSpec& spec, LayerRange range, int64_t max_step_tokens, int64_t max_seqs);
 
  private:
@@ -51,8 +51,11 @@ class CpuBackend : public Backend {
     const Tensor* q = nullptr;  // with an output gate, per head the query rows then the gate rows
     bool output_gate = false;
     const Tensor* k = nullptr;
-    const Tensor* v = nullptr;
+    const Tensor* v = nullptr;  // null where the values are the key projection (Gemma 4's k_eq_v)
     const Tensor* o = nullptr;
+    int64_t num_kv_heads = 0, head_dim = 0;  // the layer's own (Gemma 4's full layers differ)
+    bool v_norm = false;                     // values normed per head by a weightless RMSNorm
+    float layer_scalar = 1.0f;               // Gemma 4: the layer's output times it
     std::vector<float> q_bias, k_bias, v_bias;  // empty without attention_bias
     std::vector<float> o_bias, sinks;           // gpt-oss; empty otherwise
     int64_t window = 0;                         // sliding-window layer: tokens it sees
@@ -80,6 +83,10 @@ class CpuBackend : public Backend {
     const Tensor* shared_up = nullptr;
     const Tensor* shared_down = nullptr;
     const Tensor* shared_expert_gate = nullptr;
+    // Gemma 4's MoE block (moe_beside_mlp): the experts' input norm, the dense MLP's and the
+    // experts' output norms, and the router's input norm (its scale / sqrt(hidden_size)).
+    bool moe_beside_mlp = false;
+    std::vector<float> moe_norm, post_mlp_norm, post_moe_norm, router_norm;
   };
 
   void run_layer(int64_t index, const Batch& batch, float* x);
@@ -87,6 +94,8 @@ class CpuBackend : public Backend {
   void attend(int64_t index, const Batch& batch, float* h);
   // The MLP (dense, or routed and shared experts) of `L` on h; adds its output to x.
   void feed_forward(const Layer& L, float* h, int64_t T, float* x);
+  // Gemma 4's MoE block on the residual x (h: its FFN_NORM); adds its output to x.
+  void dense_beside_experts(const Layer& L, float* h, int64_t T, float* x);
   void embed_mtp_input(const Batch& batch, const float* hidden_in, float* x);
   // An encoder's input: LayerNorm(token + learned position + token type 0).
   void embed_encoder_input(const Batch& batch, float* x);
@@ -114,10 +123,16 @@ class CpuBackend : public Backend {
   const Tensor* pos_embedding_ = nullptr;
   std::vector<float> type0_, embed_norm_, embed_norm_bias_;
   std::vector<Layer> layers_;
-  // The RoPEs of the held layers, each distinct (base, scaling) once: one for most models,
-  // two for Gemma 3 (its sliding layers' own).
+  // The RoPEs of the held layers, each distinct (head width, base, scaling) once: one for
+  // most models, two for Gemma (its sliding layers' own).
+  struct RopeKey {
+    int64_t head_dim, rotary_dim;
+    double theta;
+    RopeScaling scaling;
+    bool operator==(const RopeKey&) const = default;
+  };
   std::vector<cpu::Rope> ropes_;
-  std::vector<std::pair<double, RopeScaling>> rope_keys_;  // [ropes_.size()]
+  std::vector<RopeKey> rope_keys_;  // [ropes_.size()]
   std::unique_ptr<ThreadPool> pool_;
   cpu::KvGeometry kv_;
   int64_t window_blocks_ = 0;  // blocks the sliding-window layers hold
@@ -129,7 +144,10 @@ class CpuBackend : public Backend {
   cpu::DeltaNetScratch delta_scratch_;
   cpu::Mamba2Scratch mamba_scratch_;
   // Activation workspaces, grown to the largest batch seen and reused.
-  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, q_gate_;
+  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, q_gate_, moe_in_, route_in_;
+  // The widest layer's query and K (or V) values a token, and ones for weightless norms.
+  int64_t max_q_dim_ = 0, max_kv_dim_ = 0;
+  std::vector<float> ones_;
 };
 
 }  // namespace spark

@@ -1,5 +1,6 @@
 // moe.cpp — router softmax, top-k selection and per-expert grouped SwiGLU (Qwen3-MoE), and
-// gpt-oss's variant: router bias, softmax over the top k, expert biases, clamped SwiGLU.
+// the variants: gpt-oss's router bias, softmax over the top k, expert biases and clamped
+// SwiGLU; Nemotron-H's sigmoid router; Gemma 4's GELU-tanh experts and per-expert scales.
 #include "engine/backend/cpu/moe.h"
 
 #include <algorithm>
@@ -68,7 +69,8 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t toke
   for (int64_t t = 0; t < tokens; ++t) {
     route_token(rule, probs.data() + t * experts, w.score_bias ? score_bias.data() : nullptr, experts, k,
                 w.norm_topk_prob, ids.data(), weights.data());
-    for (int64_t i = 0; i < k; ++i) weights[size_t(i)] *= w.routed_scale;
+    for (int64_t i = 0; i < k; ++i)
+      weights[size_t(i)] *= w.expert_scale.empty() ? w.routed_scale : w.expert_scale[size_t(ids[size_t(i)])];
     for (int64_t i = 0; i < k; ++i) {
       rows_of[static_cast<size_t>(ids[size_t(i)])].push_back(t);
       weight_of[static_cast<size_t>(ids[size_t(i)])].push_back(weights[size_t(i)]);
@@ -107,6 +109,7 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const float* x, int64_t toke
       add_bias(bias_of(w.gate_bias, e), b_gate, gate.data(), n, inter);
       add_bias(bias_of(w.up_bias, e), b_up, up.data(), n, inter);
       if (w.swiglu_limit > 0) clamped_swiglu(gate.data(), up.data(), n * inter, w.swiglu_limit, w.swiglu_alpha, gate.data());
+      else if (w.gelu_tanh) gelu_tanh_mul(gate.data(), up.data(), n * inter, gate.data());
       else silu_mul(gate.data(), up.data(), n * inter, gate.data());
     }
     matmul(pool, gate.data(), n, *w.down[static_cast<size_t>(e)], down.data());

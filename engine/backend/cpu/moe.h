@@ -42,12 +42,16 @@ struct MoeWeights {
   const Tensor* score_bias = nullptr;
   float routed_scale = 1;
   bool relu2 = false;
+  // Gemma 4: GELU-tanh gated experts, and each chosen expert's weight times its scale
+  // ([experts], after the renormalisation); false / empty otherwise.
+  bool gelu_tanh = false;
+  std::vector<float> expert_scale;
 };
 
 // out[t] = sum over the top_k experts e of x[t]'s router weights p_e * down_e(act(gate_e x, up_e x))
 // (down_e(relu(up_e x)^2) for relu2 experts). The weights are the router softmax over all
-// experts (renormalised over the k when norm_topk_prob), gpt-oss's softmax over the k
-// chosen logits, or Nemotron-H's sigmoid scores times routed_scale. Tokens are grouped by
+// experts (renormalised over the k when norm_topk_prob, then times Gemma 4's expert_scale),
+// gpt-oss's softmax over the k chosen logits, or Nemotron-H's sigmoid scores times routed_scale. Tokens are grouped by
 // expert so each expert's weights are read once per call.
 // `route_x`: what the router reads, when not x (LatentMoE routes the hidden state and runs
 // the experts on its latent projection, x).

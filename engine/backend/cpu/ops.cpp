@@ -67,9 +67,17 @@ Rope::Rope(int64_t head_dim, int64_t rotary_dim, double theta, const RopeScaling
     position_scale_ = 1.0f / static_cast<float>(rs.factor);
   } else if (rs.type == "yarn") {
     apply_yarn(rs, base);
+  } else if (rs.type == "proportional") {
+    // transformers' _compute_proportional_rope_parameters: the first
+    // floor(fraction * head_dim / 2) pairs keep their frequencies, the rest do not turn.
+    const auto turning = static_cast<int64_t>(std::floor(rs.rotated_fraction * static_cast<double>(rotary_dim_) / 2));
+    for (int64_t i = 0; i < half; ++i) {
+      float& f = inv_freq_[static_cast<size_t>(i)];
+      f = i < turning ? f / static_cast<float>(rs.factor) : 0.0f;
+    }
   } else if (!rs.type.empty() && rs.type != "default") {
     throw InputError("rope_scaling type \"" + rs.type + "\" is not supported by the CPU backend "
-                     "(supported: none, llama3, linear, yarn)");
+                     "(supported: none, llama3, linear, yarn, proportional)");
   }
 }
 

@@ -567,15 +567,14 @@ std::string CudaBackend::describe() const {
 
 LayerRange CudaBackend::layers() const { return impl_->range; }
 
-uint64_t CudaBackend::kv_bytes_per_token_layer(const ModelSpec& spec, bool fp8_kv) {
-  const uint64_t values = uint64_t(spec.num_kv_heads * spec.head_dim);
-  return fp8_kv ? 2 * (values + uint64_t(spec.num_kv_heads)) : 2 * values * 2;
+uint64_t CudaBackend::kv_bytes_per_token(const ModelSpec& spec, LayerRange range, bool fp8_kv, bool sliding_only) {
+  const KvTokenSize n = kv_token_size(spec, range, sliding_only);
+  return fp8_kv ? n.values + n.heads : n.values * 2;
 }
 
 size_t CudaBackend::kv_block_bytes(int64_t block_size) const {
   const Impl& m = *impl_;
-  return size_t(attention_layer_count(m.spec, m.range)) * size_t(block_size) *
-         kv_bytes_per_token_layer(m.spec, m.opt.fp8_kv);
+  return size_t(block_size) * kv_bytes_per_token(m.spec, m.range, m.opt.fp8_kv);
 }
 
 void CudaBackend::init_kv_cache(int64_t num_blocks, int64_t block_size) {

@@ -77,8 +77,9 @@ class CudaBackend : public Backend {
   static uint64_t weight_bytes(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
   // The weight bytes a batch-1 decode step reads (an MoE layer: router and top_k experts).
   static uint64_t weight_bytes_per_token(const ModelSpec& spec, LayerRange range, const StoredDType& stored);
-  // KV bytes per token per layer: K and V, plus the FP8 scale bytes.
-  static uint64_t kv_bytes_per_token_layer(const ModelSpec& spec, bool fp8_kv);
+  // KV bytes one token keeps in the layers of `range` (the sliding ones only, with
+  // sliding_only): K and V, plus the FP8 scale bytes.
+  static uint64_t kv_bytes_per_token(const ModelSpec& spec, LayerRange range, bool fp8_kv, bool sliding_only = false);
 
  private:
   struct Impl;

@@ -1,6 +1,6 @@
 // checkpoint_names.h — what the architectures that rename a checkpoint's tensors onto the
-// shared table (Architecture::convert_checkpoint) do alike: split a layer tensor's name, and
-// rename a file's tensors with the duplicate check.
+// shared table (Architecture::convert_checkpoint) do alike: split a layer tensor's name,
+// rename a file's tensors with the duplicate check, split stacked experts.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/model/model_spec.h"
 #include "engine/model/tensor.h"
 
 namespace spark {
@@ -27,5 +28,12 @@ std::optional<LayerName> split_layer_name(std::string_view name, std::string_vie
 std::map<std::string, Tensor> renamed_tensors(const std::map<std::string, Tensor>& file,
                                               const std::function<std::optional<std::string>(const std::string&)>& rename,
                                               const std::string& source, size_t* skipped = nullptr);
+
+// A layer's stacked experts (transformers 5's fused layout) as the table's per-expert parts,
+// views of each expert's rows that need no copy: gate_up [E, 2I, H] (an expert's gate rows,
+// then its up rows) or down [E, H, I], E, I and H the spec's. Throws InputError naming
+// `file_name` when the shape disagrees with the config or the dtype is not F32, F16 or BF16.
+void split_stacked_experts(const Tensor& stacked, const std::string& file_name, int64_t layer, bool gate_up,
+                           const ModelSpec& spec, const std::string& source, std::map<std::string, Tensor>& out);
 
 }  // namespace spark

@@ -31,41 +31,25 @@ constexpr const char* kDefaults = R"({
 // layers' rope_theta and rope_scaling and the sliding layers' base as rope_local_base_freq
 // (never scaled). Defaults as transformers': 1e6 for full layers, 1e4 for sliding ones.
 void read_rope(const ConfigReader& r, ModelSpec& s) {
-  double full_theta = 1e6, sliding_theta = 1e4;
-  RopeScaling full, sliding;
-  const nlohmann::json* by_type = nullptr;
-  if (r.has("rope_parameters") && r.j["rope_parameters"].is_object() &&
-      (r.j["rope_parameters"].contains("full_attention") || r.j["rope_parameters"].contains("sliding_attention")))
-    by_type = &r.j["rope_parameters"];
-  if (by_type) {
-    for (const char* type : {"full_attention", "sliding_attention"}) {
-      if (!by_type->contains(type) || (*by_type)[type].is_null()) continue;
-      const std::string key = std::string("rope_parameters.") + type;
-      if (!(*by_type)[type].is_object()) r.fail(key, "must be an object");
-      const std::string source = r.source + " (" + key + ")";
-      const ConfigReader p{(*by_type)[type], source};
-      const bool is_full = type[0] == 'f';
-      double& theta = is_full ? full_theta : sliding_theta;
-      theta = p.number_or("rope_theta", theta);
-      read_rope_scaling(p, s.max_position_embeddings, is_full ? full : sliding);
-    }
-  } else {
-    full_theta = r.number_or("rope_theta", full_theta);
-    const char* scaling_key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-    if (r.has(scaling_key)) {
-      if (!r.j[scaling_key].is_object()) r.fail(scaling_key, "must be an object");
-      read_rope_scaling(ConfigReader{r.j[scaling_key], r.source}, s.max_position_embeddings, full);
-      full_theta = ConfigReader{r.j[scaling_key], r.source}.number_or("rope_theta", full_theta);
-    }
-    sliding_theta = r.number_or("rope_local_base_freq", sliding_theta);
+  s.rope_theta = 1e6;
+  s.sliding_rope_theta = 1e4;
+  s.rope_scaling = s.sliding_rope_scaling = RopeScaling{};
+  if (read_rope_by_layer_type(r, s)) return;
+  RopeScaling full;
+  double full_theta = r.number_or("rope_theta", s.rope_theta);
+  const char* scaling_key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (r.has(scaling_key)) {
+    if (!r.j[scaling_key].is_object()) r.fail(scaling_key, "must be an object");
+    read_rope_scaling(ConfigReader{r.j[scaling_key], r.source}, s.max_position_embeddings, full);
+    full_theta = ConfigReader{r.j[scaling_key], r.source}.number_or("rope_theta", full_theta);
   }
+  const double sliding_theta = r.number_or("rope_local_base_freq", s.sliding_rope_theta);
   if (!(full_theta > 0)) r.fail("rope_theta", "must be positive");
   if (!(sliding_theta > 0)) r.fail("rope_local_base_freq", "must be positive");
   s.rope_theta = full_theta;
   s.rope_scaling = full;
   s.sliding_rope = true;
   s.sliding_rope_theta = sliding_theta;
-  s.sliding_rope_scaling = sliding;
 }
 
 void read_config(const ConfigReader& r, ModelSpec& s) {

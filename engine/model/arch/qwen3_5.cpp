@@ -13,10 +13,10 @@
 #include <string_view>
 
 #include "engine/model/arch.h"
+#include "engine/model/arch/checkpoint_names.h"
 #include "engine/model/arch/gated_delta_net_keys.h"
 #include "engine/model/arch/shared_keys.h"
 #include "engine/model/architecture.h"
-#include "engine/model/shape_text.h"
 #include "engine/util/log.h"
 
 namespace spark {
@@ -90,18 +90,6 @@ void read_moe_gguf(const GgufMetaReader& m, ModelSpec& s) {
               m.integer("expert_shared_feed_forward_length", 0, MAX_DIM, 0), m.integer("feed_forward_length", 0, MAX_DIM, 0));
 }
 
-// Expert e's rows [first, first + rows) of a stacked [E, R, C] tensor, as a tensor of its own.
-Tensor expert_rows(const Tensor& stacked, int64_t e, int64_t first, int64_t rows, std::string name) {
-  const int64_t R = stacked.shape[1], C = stacked.shape[2];
-  const size_t row_bytes = stacked.nbytes / size_t(stacked.shape[0] * R);
-  Tensor t = stacked;
-  t.name = std::move(name);
-  t.shape = {rows, C};
-  t.nbytes = row_bytes * size_t(rows);
-  t.data = static_cast<const uint8_t*>(stacked.data) + row_bytes * size_t(e * R + first);
-  return t;
-}
-
 // The file's tensors `spec` reads under the shared table's names (table_name), and stacked
 // experts ([E, 2I, H] gate then up rows, [E, H, I] down) split into views of each expert's
 // rows, which need no copy.
@@ -109,7 +97,6 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
                                       LayerRange, Weights* keep, const std::string& source) {
   std::map<std::string, Tensor> out;
   size_t skipped = 0;
-  const int64_t E = spec.num_experts, I = spec.moe_intermediate_size, H = spec.hidden_size;
   for (const auto& [name, tensor] : file) {
     Tensor t = tensor;
     t.name = table_name(name, spec);
@@ -125,27 +112,7 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
       if (index.empty() || index.size() > 4 || index.find_first_not_of("0123456789") != std::string::npos ||
           std::stoll(index) >= spec.num_layers)
         throw InputError(source + ": tensor " + name + " names no layer of the model");
-      const int64_t layer = std::stoll(index);
-      const bool gate_up = tail == "gate_up_proj";
-      const std::vector<int64_t> want = gate_up ? std::vector<int64_t>{E, 2 * I, H} : std::vector<int64_t>{E, H, I};
-      if (t.shape != want)
-        throw InputError(source + ": tensor " + name + " has shape " + shape_str(t.shape) + ", the config (" +
-                         std::to_string(E) + " experts, hidden_size " + std::to_string(H) + ", moe_intermediate_size " +
-                         std::to_string(I) + ") implies " + shape_str(want));
-      if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-        throw InputError(source + ": stacked expert tensor " + name + " has dtype " + std::string(dtype_name(t.dtype)) +
-                         "; stacked experts must be F32, F16 or BF16");
-      for (int64_t e = 0; e < E; ++e) {
-        if (gate_up) {
-          Tensor g = expert_rows(t, e, 0, I, tensor_name(Part::EXPERT_GATE, layer, e));
-          Tensor u = expert_rows(t, e, I, I, tensor_name(Part::EXPERT_UP, layer, e));
-          out[g.name] = g;
-          out[u.name] = u;
-        } else {
-          Tensor d = expert_rows(t, e, 0, H, tensor_name(Part::EXPERT_DOWN, layer, e));
-          out[d.name] = d;
-        }
-      }
+      split_stacked_experts(t, name, std::stoll(index), tail == "gate_up_proj", spec, source, out);
       continue;
     }
     if (!out.emplace(t.name, t).second) throw InputError(source + ": tensor " + t.name + " appears twice");

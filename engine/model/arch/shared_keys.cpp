@@ -73,4 +73,24 @@ void read_layer_types(const ConfigReader& r, ModelSpec& s, const std::vector<uin
   }
 }
 
+bool read_rope_by_layer_type(const ConfigReader& r, ModelSpec& s) {
+  if (!r.has("rope_parameters") || !r.j["rope_parameters"].is_object()) return false;
+  const nlohmann::json& by_type = r.j["rope_parameters"];
+  if (!by_type.contains("full_attention") && !by_type.contains("sliding_attention")) return false;
+  for (const char* type : {"full_attention", "sliding_attention"}) {
+    if (!by_type.contains(type) || by_type[type].is_null()) continue;
+    const std::string key = std::string("rope_parameters.") + type;
+    if (!by_type[type].is_object()) r.fail(key, "must be an object");
+    const std::string source = r.source + " (" + key + ")";
+    const ConfigReader p{by_type[type], source};
+    const bool full = type[0] == 'f';
+    double& theta = full ? s.rope_theta : s.sliding_rope_theta;
+    theta = p.number_or("rope_theta", theta);
+    if (!(theta > 0)) p.fail("rope_theta", "must be positive");
+    read_rope_scaling(p, s.max_position_embeddings, full ? s.rope_scaling : s.sliding_rope_scaling);
+  }
+  s.sliding_rope = true;
+  return true;
+}
+
 }  // namespace spark

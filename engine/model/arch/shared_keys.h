@@ -30,5 +30,11 @@ void read_qwen_routed_experts(const ConfigReader& config, ModelSpec& spec, bool 
 // default for the class) and the window, sliding_window, which is required when any
 // layer slides.
 void read_layer_types(const ConfigReader& config, ModelSpec& spec, const std::vector<uint8_t>& default_sliding);
+// RoPE by layer type, as transformers 5 writes it for Gemma: rope_parameters keyed
+// "full_attention" and "sliding_attention", each with its rope_theta and scaling, into the
+// spec's rope_* (full layers) and sliding_rope_* (sliding layers, sliding_rope set); a type
+// the object leaves out keeps what the spec holds. False, with nothing read, when the
+// config has no such object.
+bool read_rope_by_layer_type(const ConfigReader& config, ModelSpec& spec);
 
 }  // namespace spark

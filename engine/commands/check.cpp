@@ -29,7 +29,12 @@ std::string describe_spec(const ModelInfo& info) {
   if (s.intermediate_size > 0) o << ", intermediate " << s.intermediate_size;
   o << "\n  attention        " << s.num_heads << " heads, " << s.num_kv_heads << " kv heads, head_dim "
     << s.head_dim << (s.attention_bias ? ", qkv bias" : "") << (s.qk_norm ? ", q/k norm" : "")
-    << (s.attn_output_gate ? ", output gate" : "") << (s.norm_plus_one ? ", norms (1 + w)" : "") << "\n";
+    << (s.attn_output_gate ? ", output gate" : "") << (s.norm_plus_one ? ", norms (1 + w)" : "")
+    << (s.v_norm ? ", v norm" : "");
+  if (s.full_head_dim > 0)  // Gemma 4: the full-attention layers' own shape
+    o << "; full layers " << (s.full_num_kv_heads > 0 ? s.full_num_kv_heads : s.num_kv_heads) << " kv heads, head_dim " << s.full_head_dim
+      << (s.full_k_eq_v ? ", K = V" : "");
+  o << "\n";
   if (!s.layer_ffn_only.empty()) {  // Nemotron-H: one block a layer
     std::string pattern;
     for (int64_t l = 0; l < s.num_layers; ++l)
@@ -58,6 +63,7 @@ std::string describe_spec(const ModelInfo& info) {
   if (s.rotary_dim > 0 && s.rotary_dim != s.head_dim) o << ", " << s.rotary_dim << " of " << s.head_dim << " dims rotate";
   if (!s.rope_scaling.type.empty()) {
     o << ", " << s.rope_scaling.type << " scaling factor " << s.rope_scaling.factor;
+    if (s.rope_scaling.type == "proportional") o << " (" << s.rope_scaling.rotated_fraction << " of the pairs turn)";
     if (s.rope_scaling.type == "llama3")
       o << " (low " << s.rope_scaling.low_freq_factor << ", high " << s.rope_scaling.high_freq_factor
         << ", original " << s.rope_scaling.original_max_position_embeddings << ")";
@@ -68,8 +74,10 @@ std::string describe_spec(const ModelInfo& info) {
   if (s.sandwich_norms || s.gelu_tanh_mlp || s.scale_embedding || s.query_pre_attn_scalar > 0 || s.final_logit_softcap > 0) {
     o << "\n  layer            " << (s.sandwich_norms ? "sandwich norms" : "pre-norm")
       << (s.gelu_tanh_mlp ? ", GELU (tanh) MLP" : "") << (s.scale_embedding ? ", embedding x sqrt(hidden)" : "");
-    if (s.query_pre_attn_scalar > 0) o << ", queries x " << s.query_pre_attn_scalar << "^-1/2";
+    if (s.query_pre_attn_scalar == 1.0) o << ", attention scale 1";
+    else if (s.query_pre_attn_scalar > 0) o << ", queries x " << s.query_pre_attn_scalar << "^-1/2";
     if (s.final_logit_softcap > 0) o << ", logits capped at " << s.final_logit_softcap;
+    if (s.layer_scalar) o << ", layer output scalars";
   }
   o << "\n  vocab            " << s.vocab_size
     << (s.pooled ? ", no LM head (an embedder or reranker)" : s.tie_word_embeddings ? ", tied embeddings" : "") << "\n";
@@ -84,6 +92,7 @@ std::string describe_spec(const ModelInfo& info) {
     if (s.sigmoid_router) o << ", sigmoid router x " << s.routed_scaling_factor;
     if (s.moe_latent_size > 0) o << ", latent " << s.moe_latent_size;
     if (s.relu2_mlp) o << ", relu^2";
+    if (s.moe_beside_mlp) o << ", beside each layer's dense MLP";
     o << "\n";
   }
   o << "  special tokens   bos " << s.bos_token_id << ", eos [";

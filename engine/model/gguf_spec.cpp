@@ -122,7 +122,9 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
     if (!(s.rope_scaling.factor >= 1.0)) m.fail(*arch + ".rope.scaling.factor", "must be at least 1");
     if (*type == "yarn") yarn_from_gguf(m, s);
   }
-  if (const GgufTensorInfo* rf = f.find_tensor("rope_freqs.weight")) recover_llama3_rope(f, *rf, s);
+  // Gemma 4's read_gguf reads its rope_freqs (proportional RoPE) itself.
+  if (const GgufTensorInfo* rf = f.find_tensor("rope_freqs.weight"); rf && s.rope_scaling.type != "proportional")
+    recover_llama3_rope(f, *rf, s);
 
   auto id = [&](const char* key) -> int32_t {
     auto v = f.get_int(key);

@@ -111,7 +111,7 @@ MemoryPlan plan_memory(const ModelSpec& s, LayerRange range, const StageFootprin
     } else {
       m << " leaves " << format_bytes(left) << " = " << p.kv_tokens << " KV tokens, but one sequence of "
         << p.max_model_len << " tokens needs " << p.blocks_per_sequence * p.block_size << " ("
-        << format_bytes(static_cast<uint64_t>(p.blocks_per_sequence) * p.kv_block_bytes)
+        << format_bytes(kv_cache_bytes(p, p.blocks_per_sequence))
         << "); set model.max_model_len to at most " << p.kv_tokens
         << (p.kv_dtype == "bf16" || p.kv_dtype == "fp16" ? ", use engine.kv_cache_dtype = \"fp8\"," : "")
         << " or raise engine.memory_fraction";

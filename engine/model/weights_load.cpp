@@ -55,10 +55,21 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
   const int64_t file_blocks = f.get_int(arch + ".block_count").value_or(spec.num_layers);
   const int64_t head_block = spec.mtp_head ? file_blocks - f.get_int(arch + ".nextn_predict_layers").value_or(0) : -1;
   // llama.cpp's NVFP4 tensors come with F32 sidecars: X.scale (ModelOpt's weight_scale_2,
-  // one per tensor or per expert) and X.input_scale (unused: activations stay 16-bit).
+  // one per tensor or per expert) and X.input_scale (unused: activations stay 16-bit). Beside
+  // a matrix of another type, X.scale is a scale of the model's own (Gemma 4's router input
+  // scale, ffn_gate_inp.scale, and per-expert scale, ffn_down_exps.scale), read under the
+  // table's name for it, X_scale.
   std::map<std::string, const GgufTensorInfo*> sidecars;
-  for (const GgufTensorInfo& info : f.tensors)
-    if (gguf_is_nvfp4_sidecar(info.name)) sidecars[info.name] = &info;
+  std::map<std::string, std::string> own_scales;  // file name -> the name it is read under
+  for (const GgufTensorInfo& info : f.tensors) {
+    if (!gguf_is_nvfp4_sidecar(info.name)) continue;
+    const std::string base = info.name.substr(0, info.name.rfind('.'));
+    const GgufTensorInfo* of = f.find_tensor(base + ".weight");
+    if (info.name.ends_with(".scale") && of && of->dtype != DType::NVFP4)
+      own_scales[info.name] = base + "_scale.weight";
+    else
+      sidecars[info.name] = &info;
+  }
   const auto scale_of = [&](const GgufTensorInfo& info, int64_t count) -> const float* {
     if (info.dtype != DType::NVFP4 || info.name.size() < 7) return nullptr;
     const auto it = sidecars.find(info.name.substr(0, info.name.size() - 7) + ".scale");
@@ -73,7 +84,9 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
   for (const GgufTensorInfo& info : f.tensors) {
     if (info.name == "rope_freqs.weight") continue;  // folded into the spec's RopeScaling
     if (sidecars.count(info.name)) continue;
-    const std::string name = spec.mtp_head ? gguf_mtp_head_name(info.name, head_block) : info.name;
+    const auto own_scale = own_scales.find(info.name);
+    const std::string& file_name = own_scale == own_scales.end() ? info.name : own_scale->second;
+    const std::string name = spec.mtp_head ? gguf_mtp_head_name(file_name, head_block) : file_name;
     if (name.empty()) continue;
     const int64_t layer = gguf_layer_of(name);
     if (layer >= spec.num_layers && layer < file_blocks) continue;
@@ -82,7 +95,9 @@ std::map<std::string, Tensor> gguf_hf_tensors(const GgufFile& f, const ModelSpec
     Tensor t;
     t.dtype = info.dtype;
     t.data = f.tensor_data(info);
-    const bool stacked = gguf_is_stacked_experts(name);
+    // Experts llama.cpp stacks where the table has a part per expert; a fused stack
+    // (Architecture::gguf_fused) goes whole to convert_gguf.
+    const bool stacked = gguf_is_stacked_experts(name) && hf->find("{E}") != std::string::npos;
     const float* scale = scale_of(info, stacked && !info.shape.empty() ? info.shape[0] : 1);
     if (!stacked) {
       t.name = *hf;

@@ -21,7 +21,8 @@ towers; no per-layer input embeddings, no KV sharing between layers):
     two branches normed apart (post_feedforward_layernorm_1 / _2), added, then normed by
     post_feedforward_layernorm.
 The head widths are the real models' scaled down together: sliding 16, global 32 (256 and
-512 in the 31B), 2 KV heads on sliding layers and 1 on global ones (16 and 4 there).
+512 in the 31B), 2 KV heads on sliding layers and 1 on global ones (16 and 4 there; the
+MoE model's global layers keep 2, as transformers reads a config without K = V).
 
 Under tests/golden/models/gemma4/ (dense, K = V global layers) and gemma4_moe/ (the MoE
 block, and global layers with a v_proj: attention_k_eq_v false):
@@ -60,7 +61,7 @@ def config(moe):
     return Gemma4TextConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=len(LAYER_TYPES),
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
-        num_global_key_value_heads=1, attention_k_eq_v=not moe,
+        num_global_key_value_heads=None if moe else 1, attention_k_eq_v=not moe,
         sliding_window=WINDOW, layer_types=list(LAYER_TYPES), rope_parameters=json.loads(json.dumps(ROPE)),
         max_position_embeddings=256, rms_norm_eps=1e-6, final_logit_softcapping=SOFTCAP,
         hidden_size_per_layer_input=0, num_kv_shared_layers=0, use_double_wide_mlp=False,
@@ -111,7 +112,9 @@ def write_model(out, cfg, seed):
     d = cfg.to_dict()
     d.pop("per_layer_config", None)  # derived from the keys below when read back
     d["global_head_dim"] = 32
-    d["num_global_key_value_heads"] = 1
+    # Only K = V models have KV heads of their own on the full layers (transformers ignores
+    # the key otherwise; llama.cpp's converter would write it as if it counted).
+    d["num_global_key_value_heads"] = 1 if cfg.attention_k_eq_v else None
     d["architectures"] = ["Gemma4ForCausalLM"]
     d["dtype"] = "bfloat16"
     with open(os.path.join(out, "config.json"), "w") as f:

@@ -1,8 +1,9 @@
 """golden_gguf.py — the tiny models' llama.cpp-layout GGUF copies, written at test time.
 
-tests/gen/gen_qwen3_5_gguf.py, gen_qwen3_next_gguf.py, gen_gptoss.py and gguf_gemma3.py write
-the committed safetensors models tests/golden/models/qwen3_5, qwen3_5_moe, qwen3_5_moe_mtp,
-qwen3_next, gpt_oss and gemma3_gguf as llama.cpp's converter writes them. What they write is a function of those models alone
+tests/gen/gen_qwen3_5_gguf.py, gen_qwen3_next_gguf.py, gen_gptoss.py, gguf_gemma3.py and
+gguf_gemma4.py write the committed safetensors models tests/golden/models/qwen3_5, qwen3_5_moe,
+qwen3_5_moe_mtp, qwen3_next, gpt_oss, gemma3_gguf, gemma4 and gemma4_moe as llama.cpp's
+converter writes them. What they write is a function of those models alone
 (numpy, safetensors and gguf, all in the build's venv; no torch), the same bytes every time,
 so the .gguf files are not committed (the tracked tree's limit,
 tests/integration/test_tree_size.py): this module is the one place that writes them, into
@@ -36,6 +37,8 @@ FILES = {
     "qwen3_next.gguf": ("qwen3_next", "gen_qwen3_next_gguf", None),
     "gpt_oss.gguf": ("gpt_oss", "gen_gptoss", None),
     "gemma3.gguf": ("gemma3_gguf", "gguf_gemma3", None),
+    "gemma4.gguf": ("gemma4", "gguf_gemma4", None),
+    "gemma4_moe.gguf": ("gemma4_moe", "gguf_gemma4", None),
 }
 
 
@@ -44,7 +47,8 @@ def _inputs(name):
     (gen_qwen3_next_gguf takes its helpers from gen_qwen3_5_gguf, gguf_gemma3 its reader from
     gguf_pooling and its attention keys from gen_qwen3_5_gguf)."""
     src, script, _ = FILES[name]
-    helpers = {"gen_qwen3_next_gguf": {"gen_qwen3_5_gguf"}, "gguf_gemma3": {"gguf_pooling", "gen_qwen3_5_gguf"}}
+    helpers = {"gen_qwen3_next_gguf": {"gen_qwen3_5_gguf"}, "gguf_gemma3": {"gguf_pooling", "gen_qwen3_5_gguf"},
+               "gguf_gemma4": {"gguf_gemma3", "gguf_pooling", "gen_qwen3_5_gguf"}}
     scripts = {script} | helpers.get(script, set())
     return ([MODELS / src / "config.json", MODELS / src / "model.safetensors"]
             + [HERE / f"{s}.py" for s in sorted(scripts)])
@@ -63,6 +67,9 @@ def _write(name, out):
     elif script == "gguf_gemma3":
         import gguf_gemma3
         gguf_gemma3.write(str(MODELS / src), str(out))
+    elif script == "gguf_gemma4":
+        import gguf_gemma4
+        gguf_gemma4.write(str(MODELS / src), str(out))
     else:
         import gen_gptoss
         gen_gptoss.write_gguf_from_checkpoint(str(MODELS / src), str(out))

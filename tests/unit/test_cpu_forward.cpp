@@ -181,10 +181,15 @@ TEST_CASE("cpu forward: tiny models match transformers' logits within 1e-4") {
 // base as rope.freq_base_swa), and the folder it is written from (6 layers, every 6th full,
 // as llama.cpp's loader has them): transformers' logits, whole and in chunks of 5 (past the
 // window of 8 across steps).
-TEST_CASE("cpu forward: Gemma 3 as a GGUF file (llama.cpp's gemma3) and as its folder match transformers' logits") {
-  for (const std::string name : {"gemma3_gguf", "gemma3.gguf"}) {
+// Gemma 4 likewise (tests/gen/gguf_gemma4.py: the layer types as flags, the two head widths
+// and KV head counts per layer, proportional RoPE as rope_freqs, the router's scales as
+// ".scale" tensors, the experts' gate and up rows in one stacked tensor).
+TEST_CASE("cpu forward: Gemma 3 and 4 as GGUF files (llama.cpp's gemma3, gemma4) match transformers' logits") {
+  for (const auto& [name, golden] : {std::pair<std::string, std::string>{"gemma3_gguf", "gemma3_gguf"},
+                                     {"gemma3.gguf", "gemma3_gguf"}, {"gemma4.gguf", "gemma4"},
+                                     {"gemma4_moe.gguf", "gemma4_moe"}}) {
     CAPTURE(name);
-    const Golden g = read_golden(std::string(kGoldenDir) + "gemma3_gguf");
+    const Golden g = read_golden(std::string(kGoldenDir) + golden);
     LoadedModel m = load(name);
     CpuBackend backend(m.info.spec, bind_stage(m.info.spec, m.weights), 2);
     backend.init_kv_cache(kNumBlocks, kBlockSize);

@@ -159,7 +159,7 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
                           DeviceWeights* w, std::deque<Tensor>* views) {
   static const void* sink = nullptr;
   static DeviceMatrix matrix_sink;
-  const int64_t H = s.hidden_size, hd = s.head_dim, nh = s.num_heads, nkv = s.num_kv_heads, I = s.intermediate_size;
+  const int64_t H = s.hidden_size, nh = s.num_heads, I = s.intermediate_size;
   std::vector<Piece> out;
   // A matrix stays packed when every part it fuses is in a packed format (each its own,
   // Q4_K_M mixes Q4_K and Q6_K) and its rows are whole blocks of each.
@@ -219,6 +219,8 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
     auto m = [&](DeviceMatrix DeviceLayer::*member) { return L ? &(L->*member) : &matrix_sink; };
     auto v = [&](const float* DeviceLayer::*member) { return L ? slot(L->*member) : &sink; };
     auto t = [&](Part part) { return stage ? stage->layers[index].find(part) : nullptr; };
+    // Gemma 4's full layers have attention geometry of their own.
+    const int64_t hd = s.layer_head_dim(l), nkv = s.layer_num_kv_heads(l);
     // A Nemotron-H layer is one block: a mixer or a feed-forward, each with its norm.
     const bool mixer = s.layer_has_mixer(l), ffn = s.layer_has_ffn(l);
     if (mixer) vec({t(Part::ATTN_NORM)}, {H}, v(&DeviceLayer::attn_norm), norm_map);
@@ -227,6 +229,7 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       vec({t(Part::POST_ATTN_NORM)}, {H}, v(&DeviceLayer::post_attn_norm), norm_map);
       vec({t(Part::POST_FFN_NORM)}, {H}, v(&DeviceLayer::post_ffn_norm), norm_map);
     }
+    if (s.layer_scalar) vec({t(Part::LAYER_SCALAR)}, {1}, v(&DeviceLayer::layer_scalar));
     if (s.encoder) {  // LayerNorms with biases
       vec({t(Part::ATTN_NORM_BIAS)}, {H}, v(&DeviceLayer::attn_norm_bias));
       vec({t(Part::FFN_NORM_BIAS)}, {H}, v(&DeviceLayer::ffn_norm_bias));
@@ -273,6 +276,8 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
         }
       }
       matrix(std::move(from), std::move(parts), l, std::move(rows), H, m(&DeviceLayer::qkv));
+    } else if (!s.layer_has_v_proj(l)) {  // Gemma 4's K = V layers: the values are the keys' rows
+      matrix({t(Part::Q), t(Part::K)}, {Part::Q, Part::K}, l, {nh * hd, nkv * hd}, H, m(&DeviceLayer::qkv));
     } else {
       matrix({t(Part::Q), t(Part::K), t(Part::V)}, {Part::Q, Part::K, Part::V}, l, {nh * hd, nkv * hd, nkv * hd}, H,
              m(&DeviceLayer::qkv));
@@ -306,6 +311,15 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       continue;
     }
     const int64_t E = s.num_experts, mi = s.moe_intermediate_size;
+    if (s.moe_beside_mlp) {  // Gemma 4: the dense MLP beside the experts, the block's norms and scales
+      matrix({t(Part::GATE), t(Part::UP)}, {Part::GATE, Part::UP}, l, {I, I}, H, m(&DeviceLayer::gate_up));
+      matrix({t(Part::DOWN)}, {Part::DOWN}, l, {H}, I, m(&DeviceLayer::down));
+      vec({t(Part::MOE_NORM)}, {H}, v(&DeviceLayer::moe_norm), norm_map);
+      vec({t(Part::POST_MLP_NORM)}, {H}, v(&DeviceLayer::post_mlp_norm), norm_map);
+      vec({t(Part::POST_MOE_NORM)}, {H}, v(&DeviceLayer::post_moe_norm), norm_map);
+      vec({t(Part::ROUTER_INPUT_SCALE)}, {H}, v(&DeviceLayer::router_input_scale));
+      vec({t(Part::EXPERT_SCALE)}, {E}, v(&DeviceLayer::expert_scale));
+    }
     vec({t(Part::ROUTER)}, {E * H}, v(&DeviceLayer::router));
     if (s.sigmoid_router) vec({t(Part::ROUTER_SCORE_BIAS)}, {E}, v(&DeviceLayer::router_score_bias));
     // Every expert's gate and up rows, then every expert's down rows: one matrix each.

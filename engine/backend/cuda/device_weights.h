@@ -19,6 +19,7 @@ struct DeviceLayer {
   // [(heads + 2 kv_heads) * head_dim, hidden]: q rows, k rows, v rows; with an attention
   // output gate (Qwen3.5/3.6) the gate rows follow, so the rows of q, k and v stay as
   // without it (q_proj yields each head's query, then its gate: they are split at upload).
+  // Without v rows where the values are the keys (Gemma 4's K = V layers).
   DeviceMatrix qkv;
   const float* qkv_bias = nullptr;  // same rows; null without attention bias
   const float* q_norm = nullptr;    // [head_dim]; null without qk_norm
@@ -74,6 +75,15 @@ struct DeviceLayer {
   const float* ssm_dt_bias = nullptr;    // [heads]
   const float* ssm_norm = nullptr;       // [inner]
   const float* router_score_bias = nullptr;  // [experts]: Nemotron-H's score-correction bias
+  // Gemma 4: the layer's output scalar [1]; in its MoE block, beside gate_up and down (the
+  // dense MLP), the experts' input norm, the MLP's and the experts' output norms [hidden],
+  // the router's input scale [hidden] and per-expert scales [experts]. Null otherwise.
+  const float* layer_scalar = nullptr;
+  const float* moe_norm = nullptr;
+  const float* post_mlp_norm = nullptr;
+  const float* post_moe_norm = nullptr;
+  const float* router_input_scale = nullptr;
+  const float* expert_scale = nullptr;
   DeviceMatrix moe_latent_in;   // [latent, hidden]: LatentMoE's way into the experts (Nemotron-3-Super)
   DeviceMatrix moe_latent_out;  // [hidden, latent]
 };

@@ -95,9 +95,12 @@ inline bool range_has(const ModelSpec& s, LayerRange r, bool (ModelSpec::*is)(in
   return false;
 }
 
-// The fused q/k/v projection's width: with an output gate, the gates follow v.
+// The fused q/k/v projection's width, the widest layer's: with an output gate, the gates follow v.
 inline int64_t qkv_width(const ModelSpec& s) {
-  return (s.num_heads * (s.attn_output_gate ? 2 : 1) + 2 * s.num_kv_heads) * s.head_dim;
+  int64_t width = 0;
+  for (int64_t l = 0; l < s.num_layers; ++l)
+    width = std::max(width, (s.num_heads * (s.attn_output_gate ? 2 : 1) + 2 * s.layer_num_kv_heads(l)) * s.layer_head_dim(l));
+  return width;
 }
 
 // RoPE frequency tables a model's layers use: one, or (Gemma 3) another for the sliding layers.
@@ -114,7 +117,8 @@ struct Sizes {
     max_tokens = std::max<int64_t>(o.max_num_batched_tokens, max_seqs);
     max_rows = max_seqs;
     stride = (o.max_model_len + o.block_size - 1) / o.block_size;
-    const int64_t H = s.hidden_size, qd = s.num_heads * s.head_dim;
+    // The widest layer's queries (Gemma 4's full layers have wider heads).
+    const int64_t H = s.hidden_size, qd = s.num_heads * std::max(s.head_dim, s.full_head_dim);
     // A dense MLP's width, when the range holds one (Qwen3-30B-A3B's config names an
     // intermediate_size that none of its all-MoE layers uses).
     bool any_dense = false;

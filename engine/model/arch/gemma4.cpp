@@ -10,7 +10,10 @@
 // embedding scaled by sqrt(hidden_size), a tied head and the final logit soft cap. With
 // enable_moe_block, every layer's dense MLP and routed experts run side by side
 // (ModelSpec::moe_beside_mlp). The E2B / E4B shapes (per-layer input embeddings, KV shared
-// between layers) are refused by name.
+// between layers) are refused by name. GGUF files as llama.cpp's converter writes them
+// (gemma4): see read_gguf.
+#include <algorithm>
+#include <cstring>
 #include <string_view>
 
 #include "engine/model/arch.h"
@@ -33,11 +36,24 @@ constexpr const char* kDefaults = R"({
                       "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}}
 })";
 
+// What every Gemma 4 is, whatever its file says.
+void set_gemma4(ModelSpec& s) {
+  s.sandwich_norms = s.gelu_tanh_mlp = s.qk_norm = s.v_norm = s.scale_embedding = s.layer_scalar = true;
+  s.query_pre_attn_scalar = 1.0;  // transformers' Gemma4TextAttention: scaling = 1.0
+}
+
+void set_experts(ModelSpec& s, int64_t experts, int64_t top_k, int64_t width) {
+  s.num_experts = experts;
+  s.num_experts_per_tok = top_k;
+  s.moe_intermediate_size = width;
+  s.norm_topk_prob = true;
+  s.moe_beside_mlp = true;
+}
+
 void read_config(const ConfigReader& r, ModelSpec& s) {
   refuse_attention_and_mlp_bias(r, s);
   read_dense_mlp(r, s);
-  s.sandwich_norms = s.gelu_tanh_mlp = s.qk_norm = s.v_norm = s.scale_embedding = s.layer_scalar = true;
-  s.query_pre_attn_scalar = 1.0;  // transformers' Gemma4TextAttention: scaling = 1.0
+  set_gemma4(s);
   s.tie_word_embeddings = r.boolean_or("tie_word_embeddings", true);
   if (r.has("hidden_activation") && !(r.j["hidden_activation"].is_string() && r.j["hidden_activation"] == "gelu_pytorch_tanh"))
     r.fail("hidden_activation", "= " + r.j["hidden_activation"].dump() + " is not supported (supported: \"gelu_pytorch_tanh\")");
@@ -74,11 +90,83 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
     r.fail("rope_parameters", "must give the RoPE of each layer type (full_attention, sliding_attention)");
   if (r.boolean_or("enable_moe_block", false)) {
     const int64_t experts = r.integer("num_experts", 1, MAX_EXPERTS);
-    s.num_experts = experts;
-    s.num_experts_per_tok = r.integer("top_k_experts", 1, experts);
-    s.moe_intermediate_size = r.integer("moe_intermediate_size", 1, MAX_DIM);
-    s.norm_topk_prob = true;
-    s.moe_beside_mlp = true;
+    set_experts(s, experts, r.integer("top_k_experts", 1, experts), r.integer("moe_intermediate_size", 1, MAX_DIM));
+  }
+}
+
+// The full layers' proportional RoPE as llama.cpp stores it: rope_freqs, a divisor per
+// frequency pair of the full head, 1 for the pairs that turn and 1e30 (no turn) for the rest.
+void read_rope_freqs(const GgufMetaReader& m, ModelSpec& s) {
+  const GgufTensorInfo* t = m.f.find_tensor("rope_freqs.weight");
+  if (!t) return;  // every pair turns
+  const int64_t half = s.full_head_dim / 2;
+  if (t->dtype != DType::F32 || t->shape != std::vector<int64_t>{half})
+    m.fail("rope_freqs.weight", "must be F32 of " + std::to_string(half) + " values (half the full layers' key_length)");
+  std::vector<float> div(static_cast<size_t>(half));
+  std::memcpy(div.data(), m.f.tensor_data(*t), div.size() * sizeof(float));
+  const auto turning = std::find_if(div.begin(), div.end(), [](float v) { return v != 1.0f; }) - div.begin();
+  if (std::any_of(div.begin() + turning, div.end(), [](float v) { return !(v >= 1e29f); }))
+    m.fail("rope_freqs.weight", "is not proportional RoPE (divisors 1 for the pairs that turn, then 1e30)");
+  s.rope_scaling = RopeScaling{};
+  s.rope_scaling.type = "proportional";
+  s.rope_scaling.rotated_fraction = double(2 * turning) / double(s.full_head_dim);
+}
+
+// llama.cpp's gemma4 files (its converter's Gemma4Model): the layer types as one flag a layer
+// (attention.sliding_window_pattern, true = sliding); attention.key_length the full layers'
+// head width, key_length_swa the sliding ones'; head_count_kv one value a layer where the
+// full layers have KV heads of their own; K = V where the full layers have no attn_v;
+// rope.freq_base the full layers' base and rope.freq_base_swa the sliding ones', the
+// proportional RoPE in rope_freqs; the norms stored as they are.
+void read_gguf(const GgufMetaReader& m, ModelSpec& s) {
+  read_dense_mlp(m, s);
+  set_gemma4(s);
+  s.final_logit_softcap = m.number("final_logit_softcapping", 0);
+  if (m.f.find(m.arch + ".final_logit_softcapping") && !(s.final_logit_softcap > 0))
+    m.fail(m.arch + ".final_logit_softcapping", "must be positive");
+  if (m.integer("embedding_length_per_layer_input", 0, MAX_HIDDEN, 0) != 0)
+    m.fail(m.arch + ".embedding_length_per_layer_input", "> 0 (per-layer input embeddings, Gemma 4 E2B / E4B) is not supported");
+  if (m.integer("attention.shared_kv_layers", 0, MAX_LAYERS, 0) != 0)
+    m.fail(m.arch + ".attention.shared_kv_layers", "> 0 (layers sharing KV, Gemma 4 E2B / E4B) is not supported");
+  const std::string pattern_key = m.arch + ".attention.sliding_window_pattern";
+  const GgufValue* pattern = m.f.find(pattern_key);
+  if (!pattern || pattern->type != GgufType::ARRAY || pattern->elem_type != GgufType::BOOL ||
+      int64_t(pattern->ints.size()) != s.num_layers)
+    m.fail(pattern_key, "must hold one flag a layer (" + std::to_string(s.num_layers) + ")");
+  s.layer_sliding.assign(pattern->ints.begin(), pattern->ints.end());
+  if (std::find(s.layer_sliding.begin(), s.layer_sliding.end(), 1) != s.layer_sliding.end())
+    s.sliding_window = m.integer("attention.sliding_window", 1, MAX_POSITIONS);
+  // The shared reader took key_length, the full layers' width, as head_dim.
+  s.full_head_dim = s.head_dim;
+  s.head_dim = m.integer("attention.key_length_swa", 2, MAX_DIM, s.head_dim);
+  if (m.integer("attention.value_length_swa", 1, MAX_DIM, s.head_dim) != s.head_dim)
+    m.fail(m.arch + ".attention.value_length_swa", "differs from key_length_swa, which is not supported");
+  if (s.head_dim % 2 != 0) m.fail(m.arch + ".attention.key_length_swa", "must be even");
+  if (m.integer("rope.dimension_count_swa", 1, MAX_DIM, s.head_dim) != s.head_dim)
+    m.fail(m.arch + ".rope.dimension_count_swa", "is not key_length_swa (partial rotary is not supported)");
+  const std::vector<int64_t> kv = gguf_per_layer(m, "attention.head_count_kv", s.num_layers, s.num_heads);
+  s.num_kv_heads = s.full_num_kv_heads = 0;
+  for (int64_t l = 0; l < s.num_layers; ++l) {
+    const int64_t heads = kv[size_t(l)];
+    if (heads < 1 || s.num_heads % heads != 0)
+      m.fail(m.arch + ".attention.head_count_kv", "[" + std::to_string(l) + "] = " + std::to_string(heads) +
+                                                      " does not divide head_count");
+    int64_t& kind = s.layer_is_sliding(l) ? s.num_kv_heads : s.full_num_kv_heads;
+    if (kind != 0 && kind != heads)
+      m.fail(m.arch + ".attention.head_count_kv", "differs between layers of one type, which is not supported");
+    kind = heads;
+  }
+  if (s.num_kv_heads == 0) s.num_kv_heads = s.full_num_kv_heads;  // no sliding layers
+  const auto full = std::find(s.layer_sliding.begin(), s.layer_sliding.end(), 0);
+  if (full != s.layer_sliding.end())
+    s.full_k_eq_v = !m.f.find_tensor(gguf_tensor_name(Part::V, full - s.layer_sliding.begin()));
+  s.sliding_rope = true;
+  s.sliding_rope_theta = m.number("rope.freq_base_swa", 10000.0);
+  if (!(s.sliding_rope_theta > 0)) m.fail(m.arch + ".rope.freq_base_swa", "must be positive");
+  read_rope_freqs(m, s);
+  if (m.f.find(m.arch + ".expert_count")) {
+    const int64_t experts = m.integer("expert_count", 1, MAX_EXPERTS);
+    set_experts(s, experts, m.integer("expert_used_count", 1, experts), m.integer("expert_feed_forward_length", 1, MAX_DIM));
   }
 }
 
@@ -100,13 +188,14 @@ std::optional<std::string> table_name(const std::string& file_name) {
   return name;
 }
 
-std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec& spec, LayerRange,
-                                      Weights* keep, const std::string& source) {
-  size_t skipped = 0;
-  std::map<std::string, Tensor> renamed = renamed_tensors(file, table_name, source, &skipped);
+// The tensors under the table's names, each layer's stacked experts (experts.gate_up_proj
+// and experts.down_proj, with or without ".weight") split into views of each expert's rows.
+std::map<std::string, Tensor> split_experts(const std::map<std::string, Tensor>& renamed, const ModelSpec& spec,
+                                            const std::string& source) {
   std::map<std::string, Tensor> out;
   for (auto& [name, t] : renamed) {
-    const std::optional<LayerName> in_layer = split_layer_name(name, "model.layers.");
+    std::optional<LayerName> in_layer = split_layer_name(name, "model.layers.");
+    if (in_layer && in_layer->rest.ends_with(".weight")) in_layer->rest.resize(in_layer->rest.size() - 7);
     if (in_layer && (in_layer->rest == "experts.gate_up_proj" || in_layer->rest == "experts.down_proj")) {
       if (spec.num_experts == 0) throw InputError(source + ": tensor " + name + " holds experts, but enable_moe_block is off");
       if (in_layer->layer >= spec.num_layers) throw InputError(source + ": tensor " + name + " names no layer of the model");
@@ -115,20 +204,37 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file,
     }
     out.emplace(name, t);
   }
+  return out;
+}
+
+std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec& spec, LayerRange,
+                                      Weights* keep, const std::string& source) {
+  size_t skipped = 0;
+  std::map<std::string, Tensor> out = split_experts(renamed_tensors(file, table_name, source, &skipped), spec, source);
   if (skipped > 0 && !keep)  // said once, when the model is inspected
     log_info("model: ", skipped, " tensors of the vision and audio towers are not loaded with the model");
   return out;
+}
+
+// llama.cpp keeps the experts' gate and up rows stacked in one tensor as the checkpoint does
+// (ffn_gate_up_exps, under experts.gate_up_proj.weight here): split as the checkpoint's.
+std::map<std::string, Tensor> convert_gguf(const std::map<std::string, Tensor>& file, const ModelSpec& spec, LayerRange,
+                                           Weights*, const std::string& source) {
+  return split_experts(file, spec, source);
 }
 
 }  // namespace
 
 extern const Architecture kGemma4{
     .hf_class = "Gemma4ForCausalLM",
-    .gguf_name = nullptr,
+    .gguf_name = "gemma4",
     .config_defaults = kDefaults,
     .read_config = read_config,
-    .read_gguf = nullptr,
+    .read_gguf = read_gguf,
     .convert_checkpoint = convert,
+    .gguf_fused = {{"ffn_gate_up_exps", "experts.gate_up_proj"}},
+    .convert_gguf = convert_gguf,
+    .gguf_kv_heads_per_layer = true,
     .needs_bf16_activations = true,
 };
 

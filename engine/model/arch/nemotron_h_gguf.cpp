@@ -20,30 +20,10 @@
 #include <utility>
 
 #include "engine/model/arch.h"
+#include "engine/model/arch/shared_keys.h"
 
 namespace spark {
 namespace {
-
-// A key llama.cpp stores per layer: an array of block_count integers, or one for all.
-std::vector<int64_t> per_layer(const GgufMetaReader& m, const std::string& key, int64_t blocks, int64_t hi) {
-  const std::string k = m.arch + "." + key;
-  const GgufValue* v = m.f.find(k);
-  if (!v) m.fail(k, "is missing");
-  if (v->type != GgufType::ARRAY) return std::vector<int64_t>(size_t(blocks), m.integer(key, 0, hi));
-  if (v->elem_type == GgufType::UINT64) m.fail(k, "must be an array of 32-bit integers");
-  const bool integers = v->elem_type != GgufType::BOOL && v->elem_type != GgufType::STRING &&
-                        v->elem_type != GgufType::ARRAY && v->elem_type != GgufType::FLOAT32 &&
-                        v->elem_type != GgufType::FLOAT64;
-  if (!integers) m.fail(k, "must be an array of integers, one a layer");
-  if (int64_t(v->ints.size()) != blocks)
-    m.fail(k, "has " + std::to_string(v->ints.size()) + " entries, but block_count is " + std::to_string(blocks) +
-                  " (one a layer)");
-  for (size_t l = 0; l < v->ints.size(); ++l)
-    if (v->ints[l] < 0 || v->ints[l] > hi)
-      m.fail(k, "[" + std::to_string(l) + "] = " + std::to_string(v->ints[l]) + " is outside [0, " +
-                    std::to_string(hi) + "]");
-  return v->ints;
-}
 
 // The one nonzero value `values` holds on the layers of `kind` (0 when there are none), or
 // the key is refused: the model description has one of each.
@@ -136,8 +116,8 @@ void read_nemotron_h_gguf(const GgufMetaReader& m, ModelSpec& s) {
   const int64_t blocks = s.num_layers;
   // The converter appends an MTP block after the model's layers; it is not read.
   s.num_layers -= m.integer("nextn_predict_layers", 0, blocks - 1, 0);
-  const std::vector<int64_t> kv = per_layer(m, "attention.head_count_kv", blocks, s.num_heads);
-  const std::vector<int64_t> ff = per_layer(m, "feed_forward_length", blocks, MAX_DIM);
+  const std::vector<int64_t> kv = gguf_per_layer(m, "attention.head_count_kv", blocks, s.num_heads);
+  const std::vector<int64_t> ff = gguf_per_layer(m, "feed_forward_length", blocks, MAX_DIM);
   s.no_rope = true;
   s.relu2_mlp = true;
 

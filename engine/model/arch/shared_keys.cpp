@@ -93,4 +93,24 @@ bool read_rope_by_layer_type(const ConfigReader& r, ModelSpec& s) {
   return true;
 }
 
+std::vector<int64_t> gguf_per_layer(const GgufMetaReader& m, const std::string& key, int64_t blocks, int64_t hi) {
+  const std::string k = m.arch + "." + key;
+  const GgufValue* v = m.f.find(k);
+  if (!v) m.fail(k, "is missing");
+  if (v->type != GgufType::ARRAY) return std::vector<int64_t>(size_t(blocks), m.integer(key, 0, hi));
+  if (v->elem_type == GgufType::UINT64) m.fail(k, "must be an array of 32-bit integers");
+  const bool integers = v->elem_type != GgufType::BOOL && v->elem_type != GgufType::STRING &&
+                        v->elem_type != GgufType::ARRAY && v->elem_type != GgufType::FLOAT32 &&
+                        v->elem_type != GgufType::FLOAT64;
+  if (!integers) m.fail(k, "must be an array of integers, one a layer");
+  if (int64_t(v->ints.size()) != blocks)
+    m.fail(k, "has " + std::to_string(v->ints.size()) + " entries, but block_count is " + std::to_string(blocks) +
+                  " (one a layer)");
+  for (size_t l = 0; l < v->ints.size(); ++l)
+    if (v->ints[l] < 0 || v->ints[l] > hi)
+      m.fail(k, "[" + std::to_string(l) + "] = " + std::to_string(v->ints[l]) + " is outside [0, " +
+                    std::to_string(hi) + "]");
+  return v->ints;
+}
+
 }  // namespace spark

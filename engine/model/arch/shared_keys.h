@@ -37,4 +37,8 @@ void read_layer_types(const ConfigReader& config, ModelSpec& spec, const std::ve
 // config has no such object.
 bool read_rope_by_layer_type(const ConfigReader& config, ModelSpec& spec);
 
+// A key llama.cpp stores per layer in GGUF files: an array of `blocks` integers in [0, hi],
+// or one value for every layer. Throws InputError naming the key.
+std::vector<int64_t> gguf_per_layer(const GgufMetaReader& meta, const std::string& key, int64_t blocks, int64_t hi);
+
 }  // namespace spark

@@ -62,6 +62,10 @@ constexpr std::array<DTypeInfo, size_t(DType::COUNT)> kTable{{
     {DType::MXFP4, "MXFP4", 32, sizeof(BlockMXFP4), 39, false, {}, decode::mxfp4, quantize_mxfp4, false},
     // Its scales are E4M3 bytes: the loaders check them (nvfp4_weights.h).
     {DType::NVFP4, "NVFP4", 64, sizeof(BlockNVFP4), 40, false, {}, decode::nvfp4, nullptr, false},
+    {DType::Q5_0, "Q5_0", 32, sizeof(BlockQ5_0), 6, false, {at(offsetof(BlockQ5_0, d), "d"), none}, decode::q5_0,
+     nullptr, false},
+    {DType::Q5_1, "Q5_1", 32, sizeof(BlockQ5_1), 7, false,
+     {at(offsetof(BlockQ5_1, d), "d"), at(offsetof(BlockQ5_1, m), "m")}, decode::q5_1, nullptr, false},
 }};
 
 constexpr bool rows_in_order() {

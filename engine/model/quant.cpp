@@ -1,4 +1,4 @@
-// quant.cpp — dequantization of F16/BF16 and GGML Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4.
+// quant.cpp — dequantization of F16/BF16 and GGML Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4.
 #include "engine/model/quant.h"
 
 #include "engine/model/dtype_table.h"
@@ -176,6 +176,36 @@ void q4_1(const uint8_t* b, float* y, int64_t nb) {
     for (int j = 0; j < 16; ++j) {
       y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
       y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+// ggml's dequantize_row_q5_0 / _q5_1: the fifth bit of value j is bit j of qh.
+void q5_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 22, y += 32) {
+    const float d = f16_to_f32(load_u16(b));
+    const uint32_t qh = uint32_t(b[2]) | uint32_t(b[3]) << 8 | uint32_t(b[4]) << 16 | uint32_t(b[5]) << 24;
+    const uint8_t* qs = b + 6;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = int((qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16;
+      const int hi = int((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+      y[j] = static_cast<float>(lo) * d;
+      y[j + 16] = static_cast<float>(hi) * d;
+    }
+  }
+}
+
+void q5_1(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 24, y += 32) {
+    const float d = f16_to_f32(load_u16(b));
+    const float m = f16_to_f32(load_u16(b + 2));
+    const uint32_t qh = uint32_t(b[4]) | uint32_t(b[5]) << 8 | uint32_t(b[6]) << 16 | uint32_t(b[7]) << 24;
+    const uint8_t* qs = b + 8;
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t lo = (qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10);
+      const uint32_t hi = (qs[j] >> 4) | ((qh >> (j + 12)) & 0x10);
+      y[j] = static_cast<float>(lo) * d + m;
+      y[j + 16] = static_cast<float>(hi) * d + m;
     }
   }
 }

@@ -25,6 +25,19 @@ struct BlockQ4_1 {
   uint16_t m;
   uint8_t qs[16];
 };
+// Q5_0 / Q5_1: value j's fifth bit is bit j of qh (little-endian), above its nibble in
+// qs (low nibbles for j < 16, high after); Q5_0 is d * (q - 16), Q5_1 d * q + m.
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
 struct BlockQ4_K {
   uint16_t d;
   uint16_t dmin;
@@ -76,6 +89,7 @@ float ue4m3_to_f32(uint8_t v);
 // BlockNVFP4 blocks at dst: the same codes and scale bytes, rearranged.
 void modelopt_nvfp4_row_to_blocks(const uint8_t* codes, const uint8_t* scales, int64_t cols, uint8_t* dst);
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 float f16_to_f32(uint16_t h);   // exact, including subnormals, infinities and NaN
@@ -98,10 +112,12 @@ void q5_k(const uint8_t* src, float* dst, int64_t blocks);
 void q6_k(const uint8_t* src, float* dst, int64_t blocks);
 void mxfp4(const uint8_t* src, float* dst, int64_t blocks);
 void nvfp4(const uint8_t* src, float* dst, int64_t blocks);  // without the tensor's scale
+void q5_0(const uint8_t* src, float* dst, int64_t blocks);
+void q5_1(const uint8_t* src, float* dst, int64_t blocks);
 }  // namespace decode
 
-// True for the types dequantize_row() accepts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
-// Q5_K, Q6_K, MXFP4, and F8_E4M3 and NVFP4 (without their tensor's scales:
+// True for the types dequantize_row() accepts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q4_K, Q5_K, Q6_K, MXFP4, and F8_E4M3 and NVFP4 (without their tensor's scales:
 // dequantize_tensor_row applies them).
 bool dequant_supported(DType t);
 
@@ -119,7 +135,7 @@ struct BadBlockScale {
   float value = 0;
 };
 // The first block among the `nbytes` bytes of type-t blocks at `data` with a scale field
-// (d of every format; m of Q4_1; dmin of Q4_K and Q5_K) that is not finite; nullopt when
+// (d of every format; m of Q4_1 and Q5_1; dmin of Q4_K and Q5_K) that is not finite; nullopt when
 // all are, or when t has no half-float block scales. Reads 2 or 4 bytes a block, but
 // touches every page of the tensor.
 std::optional<BadBlockScale> find_nonfinite_block_scale(DType t, const void* data, size_t nbytes);

@@ -16,6 +16,9 @@ enum class DType : uint8_t {
   Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K,
   MXFP4,  // OCP microscaling FP4: 32 E2M1 values sharing a power-of-two (E8M0) scale
   NVFP4,  // NVIDIA FP4: 64 E2M1 values, an E4M3 scale per 16, times the tensor's f32 scale
+  // GGUF's 5-bit blocks of 32: what llama-quantize stores for Q4_K (Q5_0) and Q5_K (Q5_1)
+  // rows that are not whole 256-value blocks (Gemma 4 26B-A4B's 704-wide experts).
+  Q5_0, Q5_1,
   COUNT   // not a type: how many there are (each has a row in dtype_table.cpp)
 };
 

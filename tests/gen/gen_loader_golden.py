@@ -122,6 +122,13 @@ def gen_quant(out, rng):
     mxfp4_source[2, 64:96] *= 1e-3
     q = gguf.quants.quantize(mxfp4_source, Q.MXFP4)
     w.add_tensor("t_mxfp4", q, raw_shape=q.shape, raw_dtype=Q.MXFP4)
+    # Q5_0 and Q5_1 (what llama-quantize stores for Q4_K and Q5_K rows that are not whole
+    # 256-value blocks) from gguf's quantizer, also with a generator of their own.
+    legacy5 = np.random.default_rng(50).standard_normal((rows, 96)).astype(np.float32)
+    legacy5[1, 32:64] *= 1e-3
+    for name, qtype in [("t_q5_0", Q.Q5_0), ("t_q5_1", Q.Q5_1)]:
+        q = gguf.quants.quantize(legacy5, qtype)
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
     # K-quants: random bytes with sane scales (gguf-py has no K-quant quantizer).
     for name, qtype in [("t_q4_k", Q.Q4_K), ("t_q5_k", Q.Q5_K), ("t_q6_k", Q.Q6_K)]:
         blocks = k_quant_blocks(rng, qtype, rows * 2)  # 3 rows of 512 elements

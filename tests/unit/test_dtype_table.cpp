@@ -42,7 +42,8 @@ TEST_CASE("dtype table: lookups miss what no row has") {
   CHECK(dtype_of_safetensors_name("F8_E8M0") == nullptr);
   CHECK(dtype_of_ggml_type(12)->type == DType::Q4_K);
   CHECK(dtype_of_safetensors_name("BF16")->type == DType::BF16);
-  CHECK(gguf_dtype_list() == "F64, F32, F16, BF16, I64, I32, I16, I8, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4");
+  CHECK(gguf_dtype_list() ==
+        "F64, F32, F16, BF16, I64, I32, I16, I8, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4, Q5_0, Q5_1");
   CHECK(safetensors_dtype_list() == "F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2");
 }
 

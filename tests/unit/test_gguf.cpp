@@ -271,8 +271,8 @@ TEST_CASE("gguf: tensor dimensions, counts and types") {
   unk.header(1, 0).tensor("w", {32}, 99, 0).align().data(128);
   CHECK_INPUT_ERROR(parse(unk.b), "unknown tensor type 99");
   GgufBuilder uns;
-  uns.header(1, 0).tensor("w", {32}, 6, 0).align().data(128);
-  CHECK_INPUT_ERROR(parse(uns.b), "tensor type Q5_0 is not supported");
+  uns.header(1, 0).tensor("w", {256}, 10, 0).align().data(128);
+  CHECK_INPUT_ERROR(parse(uns.b), "tensor type Q2_K is not supported");
   GgufBuilder row;
   row.header(1, 0).tensor("w", {33}, 2, 0).align().data(128);
   CHECK_INPUT_ERROR(parse(row.b), "not a whole number of 32-element blocks");

@@ -64,7 +64,7 @@ TEST_CASE("quant: every GGUF type dequantizes exactly as gguf-py") {
     CHECK(worst == 0);
     seen.insert(std::string(dtype_name(t->dtype)));
   }
-  for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "MXFP4"})
+  for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "MXFP4"})
     CHECK_MESSAGE(seen.count(type) == 1, "golden data lacks ", type);
 }
 

@@ -521,6 +521,10 @@ constexpr std::array<CpuKernels, size_t(DType::COUNT)> kKernels{{
     // Its E8M0 scales have no register decoder yet: rows decode whole, then the f32 tile.
     decoded(DType::MXFP4, row_blocks<BlockMXFP4>),
     decoded(DType::NVFP4, row_nvfp4),
+    // Rare (llama-quantize's fallback for rows not of whole K-quant blocks): rows decode
+    // whole, then the f32 tile.
+    decoded(DType::Q5_0, row_blocks<BlockQ5_0>),
+    decoded(DType::Q5_1, row_blocks<BlockQ5_1>),
 }};
 
 constexpr bool kernels_in_order() {

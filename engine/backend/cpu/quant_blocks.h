@@ -65,6 +65,28 @@ inline void decode_block(const BlockQ4_1& b, float* y) {
   }
 }
 
+// Q5_0 / Q5_1: the nibble and, above it, bit j of qh (value j; j + 16 takes bit j + 16).
+inline void q5_values(const uint8_t* qh_bytes, const uint8_t* qs, float* q) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<float>((qs[j] & 0x0f) | (((qh >> j) << 4) & 0x10));
+    q[j + 16] = static_cast<float>((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
+  }
+}
+
+inline void decode_block(const BlockQ5_0& b, float* y) {
+  const float d = f16_to_f32(b.d);
+  q5_values(b.qh, b.qs, y);
+  for (int j = 0; j < 32; ++j) y[j] = (y[j] - 16.0f) * d;
+}
+
+inline void decode_block(const BlockQ5_1& b, float* y) {
+  const float d = f16_to_f32(b.d), m = f16_to_f32(b.m);
+  q5_values(b.qh, b.qs, y);
+  for (int j = 0; j < 32; ++j) y[j] = y[j] * d + m;
+}
+
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block.
 inline void k_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
   if (j < 4) {

@@ -82,6 +82,8 @@ constexpr std::array<PackedRow, size_t(DType::COUNT)> kPacked{{
     {DType::Q6_K, WeightFormat::Q6_K},
     {DType::MXFP4, WeightFormat::MXFP4},
     {DType::NVFP4, WeightFormat::NVFP4},
+    {DType::Q5_0, {}},  // converted to the compute type at upload
+    {DType::Q5_1, {}},
 }};
 
 constexpr bool rows_in_order() {

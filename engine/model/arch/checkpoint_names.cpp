@@ -58,9 +58,11 @@ void split_stacked_experts(const Tensor& t, const std::string& file_name, int64_
     throw InputError(source + ": tensor " + file_name + " has shape " + shape_str(t.shape) + ", the config (" +
                      std::to_string(E) + " experts, hidden_size " + std::to_string(H) + ", moe_intermediate_size " +
                      std::to_string(I) + ") implies " + shape_str(want));
-  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+  // Rows are whole blocks of any GGUF type, so an expert's rows are a slice; scales kept
+  // beside the tensor (FP8's, NVFP4's) would need slicing too.
+  if (t.scale != nullptr)
     throw InputError(source + ": stacked expert tensor " + file_name + " has dtype " + std::string(dtype_name(t.dtype)) +
-                     "; stacked experts must be F32, F16 or BF16");
+                     " with scales of its own; such stacked experts are not supported");
   for (int64_t e = 0; e < E; ++e) {
     if (gate_up) {
       Tensor g = expert_rows(t, e, 0, I, tensor_name(Part::EXPERT_GATE, layer, e));

@@ -31,8 +31,9 @@ std::map<std::string, Tensor> renamed_tensors(const std::map<std::string, Tensor
 
 // A layer's stacked experts (transformers 5's fused layout) as the table's per-expert parts,
 // views of each expert's rows that need no copy: gate_up [E, 2I, H] (an expert's gate rows,
-// then its up rows) or down [E, H, I], E, I and H the spec's. Throws InputError naming
-// `file_name` when the shape disagrees with the config or the dtype is not F32, F16 or BF16.
+// then its up rows) or down [E, H, I], E, I and H the spec's, of any type whose rows are
+// whole blocks (GGUF's). Throws InputError naming `file_name` when the shape disagrees
+// with the config or the tensor has scales of its own (FP8, NVFP4).
 void split_stacked_experts(const Tensor& stacked, const std::string& file_name, int64_t layer, bool gate_up,
                            const ModelSpec& spec, const std::string& source, std::map<std::string, Tensor>& out);
 

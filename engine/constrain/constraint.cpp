@@ -61,6 +61,8 @@ Grammar build_grammar(const ConstraintSpec& spec) {
     case ConstraintSpec::Kind::XML_TOOL_CALL:
     case ConstraintSpec::Kind::GEMMA_TOOL_CALL: {
       if (spec.tools.empty()) throw InputError("tool call: no function to call");
+      // The closing tag is an added token in the real tokenizers (</tool_call>, <tool_call|>).
+      if (!spec.closing.empty()) b.add_marker(spec.closing);
       root = b.new_rule();
       for (const auto& [opening, params] : spec.tools) {
         std::vector<Elem> seq = b.literal(opening);

@@ -112,6 +112,7 @@ uint32_t add_gemma_arguments(GrammarBuilder& b, const J& parameters) {
       !schema.contains("allOf"))
     schema["type"] = "object";
   bound_numbers(schema);  // the reader types a bare number only when a double holds it
+  b.add_marker(kGemmaQuote);  // the real tokenizer's own token, which the model writes
   return add_json_schema(b, schema, {false, &notation});
 }
 

@@ -68,6 +68,10 @@ std::vector<Elem> GrammarBuilder::literal(std::string_view text) {
   return seq;
 }
 
+void GrammarBuilder::add_marker(std::string_view text) {
+  if (std::find(g_.markers.begin(), g_.markers.end(), text) == g_.markers.end()) g_.markers.emplace_back(text);
+}
+
 uint32_t GrammarBuilder::star(uint32_t rule) {
   uint32_t r = new_rule();
   add_alt(r, {call(rule), call(r)});

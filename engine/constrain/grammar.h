@@ -86,6 +86,11 @@ struct Grammar {
   // alternative (an escape or a multi-byte character counts one).
   std::vector<uint8_t> in_region;
   std::vector<uint32_t> min_chars, max_chars;
+  // Texts the grammar's notation writes as its own markers (Gemma 4's <|"|> around a
+  // string), which a tokenizer may hold as added tokens. Added tokens are never allowed
+  // inside a value (token_table.h) but these: the matcher allows such a token wherever the
+  // grammar accepts its text, and takes it where that text is forced, as the model writes it.
+  std::vector<std::string> markers;
   // The rule an element calls: RULE's index, or a counted region's rule.
   uint32_t called(const Elem& e) const { return e.kind == ElemKind::COUNTED ? counted[e.index].rule : e.index; }
   bool calls(const Elem& e) const { return e.kind == ElemKind::RULE || e.kind == ElemKind::COUNTED; }
@@ -114,6 +119,8 @@ class GrammarBuilder {
   Elem counted(uint32_t rule, uint32_t min, uint32_t max);
   std::vector<Elem> literal(std::string_view text);
   uint32_t literal_rule(std::string_view text) { return rule_of({literal(text)}); }
+  // Declares `text` one of the grammar's markers (Grammar::markers); once is enough.
+  void add_marker(std::string_view text);
   uint32_t empty_rule() { return rule_of({{}}); }
 
   uint32_t optional(uint32_t rule) { return rule_of({{call(rule)}, {}}); }

@@ -45,6 +45,21 @@ Matcher::Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const T
   std::sort(leaves_.begin(), leaves_.end());
   leaves_.erase(std::unique(leaves_.begin(), leaves_.end()), leaves_.end());
   compact();
+  for (const auto& [id, text] : tokens_->markup())
+    if (std::find(grammar_->markers.begin(), grammar_->markers.end(), text) != grammar_->markers.end())
+      marker_tokens_.emplace_back(id, text);
+  std::sort(marker_tokens_.begin(), marker_tokens_.end());
+}
+
+bool Matcher::takes(std::string_view text, uint32_t finish_within) {
+  std::vector<uint32_t> cur = leaves_, next;
+  for (char c : text) {
+    next.clear();
+    step(cur, 0, cur.size(), uint8_t(c), next);
+    if (next.empty()) return false;
+    cur.swap(next);
+  }
+  return finish_within == kNoLimit || min_rest(cur, 0, cur.size()) <= finish_within;
 }
 
 uint32_t Matcher::intern(uint32_t pos, uint32_t sub, uint32_t parent) {
@@ -399,6 +414,16 @@ int32_t Matcher::forced_token() {
     forced += char(only);
     cur.swap(next);
   }
+  // Where the forced text starts with a marker, the marker's own token; forced text before
+  // a marker is forced up to it.
+  for (const auto& [id, text] : marker_tokens_) {
+    if (forced.starts_with(text)) return id;
+    if (const size_t at = forced.find(text); at != std::string::npos) {
+      forced.resize(at);
+      after = ByteSet{};
+      after.add(uint8_t(text[0]));
+    }
+  }
   if (forced.empty()) return -1;
   const std::vector<int32_t> ids = tokens_->encoder()(forced);
   std::string spelled;
@@ -497,6 +522,8 @@ void Matcher::compute_mask(std::vector<uint64_t>& mask, uint32_t finish_within) 
   } else {
     walk(tokens_->trie(), 0, find_set(leaves_), mask, finish_within);
   }
+  for (const auto& [id, text] : marker_tokens_)
+    if (size_t(id) / 64 < mask.size() && takes(text, finish_within)) mask[size_t(id) / 64] |= uint64_t(1) << (id % 64);
   memo_.clear();
   reset_intern(keep);  // drop the nodes the walk made
 }
@@ -504,6 +531,9 @@ void Matcher::compute_mask(std::vector<uint64_t>& mask, uint32_t finish_within) 
 bool Matcher::advance(int32_t token) {
   if (token < 0 || size_t(token) >= tokens_->vocab_size()) return false;
   const std::string& bytes = tokens_->bytes(token);
+  if (bytes.empty())  // an added token: only a grammar's marker goes on
+    for (const auto& [id, text] : marker_tokens_)
+      if (id == token) return advance_bytes(text);
   return !bytes.empty() && advance_bytes(bytes);
 }
 

@@ -107,6 +107,11 @@ class Matcher {
   void reset_intern(size_t keep_nodes);
   void compact();
 
+  // The added tokens whose text is one of the grammar's markers (Grammar::markers), with it.
+  std::vector<std::pair<int32_t, std::string>> marker_tokens_;
+  // Whether the current stacks take `text` whole, within `finish_within` bytes of the end.
+  bool takes(std::string_view text, uint32_t finish_within);
+
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenTable> tokens_;
   std::vector<Node> nodes_;       // arena; nodes_[0] is unused (0 = no parent)

@@ -46,7 +46,8 @@ class TokenTable {
   // `encode` (optional) is the tokenizer's own encoding of text, for forced text (see
   // Matcher::fill_mask); the tokenizer behind it must outlive the table.
   // `markup` (optional): the text of added tokens (<tool_call>, <|message|>), which are
-  // never allowed inside a constrained value but open one (tool_trigger.h).
+  // never allowed inside a constrained value (but a grammar's own markers, Grammar::markers)
+  // and open one (tool_trigger.h).
   explicit TokenTable(std::vector<std::string> token_bytes, Encoder encode = {},
                       std::unordered_map<int32_t, std::string> markup = {});
   static std::shared_ptr<const TokenTable> from_tokenizer(const Tokenizer& tokenizer);
@@ -64,6 +65,8 @@ class TokenTable {
   // maxLength), written over the first words of `mask`.
   void body_mask_within(uint8_t state, uint32_t room, std::vector<uint64_t>& mask) const;
   const Encoder& encoder() const { return encode_; }
+  // The added tokens' texts by id (the `markup` the table was made with).
+  const std::unordered_map<int32_t, std::string>& markup() const { return markup_; }
   size_t max_token_bytes() const { return max_token_bytes_; }
 
  private:

@@ -2,8 +2,8 @@
 behind a sequence's window move to blocks the full-attention layers alone hold
 (engine/core/block_manager.h). Served by `sparkd serve` on the tiny gpt-oss model (2 of 4
 layers sliding), the tiny Gemma 3 (3 of 4, with its own RoPE; FP16 on the emulated CUDA
-server, as gpt-oss computes there) and the tiny Gemma 4 MoE (2 of 4, the full layers with
-their own KV shape; the CPU backend only), each with a window of 8 tokens and blocks of 4 (of 8 on
+server, as gpt-oss computes there) and the tiny Gemma 4s, dense and MoE (2 of 4, the full
+layers with their own KV shape; the CPU backend only), each with a window of 8 tokens and blocks of 4 (of 8 on
 the emulated CUDA server, whose attention takes no smaller), with prompts far longer than
 the window:
 
@@ -48,10 +48,12 @@ SMALL = {"model.max_model_len": 256, "engine.max_num_seqs": 2, "engine.block_siz
 
 
 # model -> (its vocabulary's size, the plan's sliding-layer count line). Gemma 4's sliding
-# and full layers differ in KV heads and head width (gemma4_moe: 2 x 16 against 2 x 32), so
-# its window and full-only blocks differ in bytes too; the CUDA backend refuses it yet.
-MODELS = {"gpt_oss": (256, "2 of 4"), "gemma3": (128, "3 of 4"), "gemma4_moe": (128, "2 of 4")}
-SERVED = [m for m in MODELS if not (EMULATED_GPU and m == "gemma4_moe")]
+# and full layers differ in KV heads and head width (2 x 16 against 1 x 32 with K = V in
+# gemma4, 2 x 32 in gemma4_moe), so its window and full-only blocks differ in bytes too; the
+# CUDA backend refuses it yet.
+MODELS = {"gpt_oss": (256, "2 of 4"), "gemma3": (128, "3 of 4"), "gemma4": (128, "2 of 4"),
+          "gemma4_moe": (128, "2 of 4")}
+SERVED = [m for m in MODELS if not (EMULATED_GPU and m.startswith("gemma4"))]
 
 
 def model_dir(tmp_path_factory, name):

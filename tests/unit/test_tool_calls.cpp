@@ -418,6 +418,74 @@ TEST_CASE("gemma4: a forced call opens in the prompt, and every call its grammar
   CHECK(called == std::set<std::string>{"ping", "plan"});
 }
 
+// The real Gemma 4 tokenizer holds <|"|> and <tool_call|> as added tokens, which no value
+// may hold: the grammar declares them its markers, so a string can close with the token the
+// model writes, and where the delimiter or the closing tag is forced, their token is.
+TEST_CASE("gemma4: with <|\"|> and <tool_call|> as added tokens, a constrained call closes strings with them") {
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
+  const int32_t quote = int32_t(bytes.size()), close = quote + 1, other = quote + 2;
+  bytes.insert(bytes.end(), {"", "", ""});
+  // Text encodes byte by byte (the added tokens are not parsed from text, as the
+  // constraint's encoder never parses them).
+  const constrain::TokenTable::Encoder encode = [](const std::string& text) {
+    std::vector<int32_t> ids;
+    for (char ch : text) ids.push_back(uint8_t(ch));
+    return ids;
+  };
+  const auto table = std::make_shared<const constrain::TokenTable>(
+      bytes, encode,
+      std::unordered_map<int32_t, std::string>{{quote, "<|\"|>"}, {close, "<tool_call|>"}, {other, "<turn|>"}});
+  const auto call = find_chat_format("gemma4")->force_call(kGemmaTools, nullptr);
+  const auto c = constrain::compile_constraint(call->rest, table);
+  std::vector<uint64_t> mask;
+  auto allowed = [&](constrain::Matcher& m, int32_t t) {
+    m.fill_mask(mask);
+    return ((mask[size_t(t) / 64] >> (t % 64)) & 1) != 0;
+  };
+  auto m = c->new_matcher();
+  REQUIRE(m->advance_bytes("plan{city:"));
+  CHECK(allowed(*m, quote));  // opens the string
+  CHECK(!allowed(*m, close));
+  CHECK(!allowed(*m, other));
+  REQUIRE(m->advance(quote));
+  REQUIRE(m->advance_bytes("Oslo"));
+  CHECK(allowed(*m, quote));   // closes it, as the model writes it
+  CHECK(allowed(*m, 'X'));     // or the text goes on
+  CHECK(!allowed(*m, other));  // other added tokens never
+  REQUIRE(m->advance(quote));
+  CHECK(!m->advance(other));
+  // Random calls over this table, as text the way the table prints its tokens: each parses
+  // back to one call whose arguments meet the schema.
+  std::mt19937 rng(7);
+  for (int walk = 0; walk < 100; ++walk) {
+    auto w = c->new_matcher();
+    std::string text = call->prefill;
+    bool used_quote = false, used_close = false;
+    for (uint32_t left = 300; left > 0 && !(w->accepting() && w->finished()); --left) {
+      w->fill_mask(mask, left - 1);
+      std::vector<int32_t> ok;
+      for (int32_t t = 0; t < int32_t(table->vocab_size()); ++t)
+        if ((mask[size_t(t) / 64] >> (t % 64)) & 1) ok.push_back(t);
+      REQUIRE(!ok.empty());
+      const int32_t pick = ok[std::uniform_int_distribution<size_t>(0, ok.size() - 1)(rng)];
+      REQUIRE(w->advance(pick));
+      used_quote |= pick == quote;
+      used_close |= pick == close;
+      text += table->text(pick);
+    }
+    CAPTURE(text);
+    REQUIRE(w->accepting());
+    Parsed p = parse_whole(text, gemma4());
+    REQUIRE(p.calls.size() == 1);
+    CHECK(used_close);  // the closing tag is forced: its own token
+    if (p.calls[0].name == "plan") {
+      CHECK(used_quote);
+      check_plan_arguments(args_of(p.calls[0]));
+    }
+  }
+}
+
 TEST_CASE("gemma4: calls the grammar holds to, written by hand: accepted ones parse, others are refused") {
   std::vector<std::string> bytes;
   for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));

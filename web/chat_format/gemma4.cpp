@@ -9,8 +9,9 @@
 // handing over to a tool) does too; what follows either is not the model's answer.
 // Calls are held to a grammar (engine/constrain/gemma_arguments.h): forced ones from the
 // prompt's "<|tool_call>call:", under "auto" from the model's <|tool_call>. The markers are
-// special tokens, which a constrained call never samples (token_table.h): there they are
-// spelled in plain text, which reads back the same.
+// special tokens, which a constrained value never holds but for the grammar's own markers
+// (<|"|> and the closing <tool_call|>, Grammar::markers): those are sampled as the tokens
+// the model writes, and read back as their text.
 #include <algorithm>
 #include <memory>
 #include <string>

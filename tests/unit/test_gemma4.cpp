@@ -3,6 +3,7 @@
 // the refusal of what a backend lacks, and hostile files. Its logits: test_cpu_forward.cpp.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16,7 +17,9 @@
 #include "engine/model/arch.h"
 #include "engine/model/architecture.h"
 #include "engine/model/layer_shape.h"
+#include "engine/model/dummy.h"
 #include "engine/model/model_loader.h"
+#include "engine/model/stage_weights.h"
 #include "tests/unit/test_model_golden.h"
 
 using namespace spark;
@@ -239,4 +242,83 @@ TEST_CASE("gemma4 hostile files: a clear error before anything is allocated") {
   CHECK_INPUT_ERROR(EditedModel("gemma4_moe", [](json& c) { c["enable_moe_block"] = false; }).load(),
                     "holds experts, but enable_moe_block is off");
   CHECK_NOTHROW(EditedModel("gemma4", [](json&) {}).load());
+}
+
+// The published shapes (tests/golden/configs/gemma_4_31b, gemma_4_26b_a4b: the models'
+// text_config as Google's config.json gives it): parameters and KV a token by layer type.
+TEST_CASE("gemma4 spec: the 31B and 26B-A4B shapes, their parameters and KV bytes a token") {
+  auto read = [](const std::string& name) {
+    std::ifstream in("tests/golden/configs/" + name + "/config.json");
+    REQUIRE(in.good());
+    return parse(json::parse(in));
+  };
+  const ModelSpec dense = read("gemma_4_31b"), moe = read("gemma_4_26b_a4b");
+  CHECK(dense.arch == find_hf_architecture("Gemma4ForConditionalGeneration"));
+  CHECK(parameter_count(dense) == 30697345340);
+  CHECK(parameter_count(moe) == 25233141790);
+  // 50 sliding layers x 2 x 16 x 256 and 10 full ones x 2 x 4 x 512 values (x 2 bytes in BF16:
+  // 901,120); the 26B's 25 x 2 x 8 x 256 and 5 x 2 x 2 x 512.
+  CHECK(kv_token_size(dense, full_range(dense)).values == 50 * 2 * 16 * 256 + 10 * 2 * 4 * 512);
+  CHECK(kv_token_size(dense, full_range(dense), true).values == 50 * 2 * 16 * 256);
+  CHECK(kv_token_size(moe, full_range(moe)).values == 25 * 2 * 8 * 256 + 5 * 2 * 2 * 512);
+  CHECK(moe.layer_is_moe(0));
+  CHECK(moe.moe_beside_mlp);
+}
+
+// 256- and 512-wide heads as the real models have them (the 31B's widths and head ratios,
+// fewer and narrower layers), dummy weights: the CPU backend runs them, and a prefill in
+// three chunks, past the window, gives the logits of the whole.
+TEST_CASE("gemma4 cpu: 256- and 512-wide heads, whole and in chunks") {
+  std::ifstream in("tests/golden/configs/gemma_4_31b/config.json");
+  json c = json::parse(in);
+  json& t = c["text_config"];
+  t["num_hidden_layers"] = 6;
+  t["layer_types"] = {"sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+                      "sliding_attention", "full_attention"};
+  t["hidden_size"] = 128;
+  t["intermediate_size"] = 256;
+  t["num_attention_heads"] = 8;
+  t["num_key_value_heads"] = 4;
+  t["num_global_key_value_heads"] = 1;
+  t["vocab_size"] = 300;
+  t["sliding_window"] = 16;
+  const ModelSpec s = parse(c);
+  REQUIRE(s.layer_head_dim(5) == 512);
+  const Weights w = make_dummy_weights(s, full_range(s), DType::BF16, 3);
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(3 + (i * 37) % 290);
+  auto run = [&](const std::vector<std::pair<int32_t, int32_t>>& chunks) {
+    CpuBackend b(s, bind_stage(s, w), 2);
+    b.init_kv_cache(8, 16);
+    std::vector<float> last;
+    for (auto [lo, hi] : chunks) {
+      Batch batch;
+      batch.max_blocks_per_seq = 3;
+      batch.query_start = {0, hi - lo};
+      for (int32_t p = lo; p < hi; ++p) {
+        batch.token_ids.push_back(ids[size_t(p)]);
+        batch.positions.push_back(p);
+        batch.slot_mapping.push_back(p);  // blocks 0, 1, 2 in order
+      }
+      batch.context_lens = {hi};
+      batch.state_slots = {0};
+      batch.block_tables = {0, 1, 2};
+      batch.logits_rows = {hi - lo - 1};
+      ForwardResult out;
+      b.forward(batch, nullptr, out);
+      last = out.logits;
+    }
+    return last;
+  };
+  const std::vector<float> whole = run({{0, 40}}), chunked = run({{0, 13}, {13, 29}, {29, 40}});
+  REQUIRE(whole.size() == 300);
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < whole.size(); ++i) {
+    REQUIRE(std::isfinite(whole[i]));
+    diff = std::max(diff, std::fabs(double(whole[i]) - chunked[i]));
+    mag = std::max(mag, std::fabs(double(whole[i])));
+  }
+  MESSAGE("512-wide full heads: max |logit| " << mag << ", chunked vs whole " << diff / mag);
+  CHECK(mag > 0);
+  CHECK(diff / mag < 1e-5);
 }

@@ -35,6 +35,9 @@ Rope::Rope(int64_t head_dim, int64_t rotary_dim, double theta, const RopeScaling
     : head_dim_(head_dim), rotary_dim_(rotary_dim) {
   SPARK_CHECK(rotary_dim_ > 0 && rotary_dim_ % 2 == 0 && rotary_dim_ <= head_dim_,
               "rope: the rotary dimensions must be even and within head_dim");
+  if (rotary_dim_ > 1024)  // apply()'s angle buffers
+    throw InputError("model config: RoPE over " + std::to_string(rotary_dim_) +
+                     " dimensions of a head; the CPU backend rotates at most 1024");
   const int64_t half = rotary_dim_ / 2;
   inv_freq_.resize(static_cast<size_t>(half));
   const float base = static_cast<float>(theta);

@@ -47,6 +47,8 @@ import transformers
 from safetensors.torch import save_file
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
+from gen_gemma3 import logits_of, stepwise
+
 VOCAB = 128
 WINDOW = 8
 SOFTCAP = 30.0
@@ -82,24 +84,6 @@ def random_state(model, gen):
             v = torch.randn(shape, generator=gen) / (shape[-1] ** 0.5)
         state[name] = v.to(torch.bfloat16)
     return state
-
-
-def logits_of(model, ids):
-    with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0].float()
-
-
-def stepwise(model, ids):
-    """Token by token through transformers' cache: each row's logits."""
-    from transformers import DynamicCache
-    cache = DynamicCache(config=model.config)
-    rows = []
-    with torch.no_grad():
-        for i, t in enumerate(ids):
-            out = model(torch.tensor([[t]]), past_key_values=cache, use_cache=True,
-                        position_ids=torch.tensor([[i]]))
-            rows.append(out.logits[0, -1].float())
-    return torch.stack(rows)
 
 
 def write_model(out, cfg, seed):

@@ -55,6 +55,22 @@ def vocabulary(n):
     return pieces, [-float(i) for i in range(n)], types
 
 
+def add_vocabulary(w, c):
+    """The made-up SentencePiece vocabulary of c's vocab_size and its special ids, as the
+    Gemma converters write a vocabulary's keys."""
+    pieces, scores, types = vocabulary(c["vocab_size"])
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(pieces)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(c["bos_token_id"])
+    w.add_eos_token_id(c["eos_token_id"])
+    w.add_pad_token_id(c["pad_token_id"])
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(False)
+
+
 def write(src, path):
     with open(os.path.join(src, "config.json")) as f:
         c = json.load(f)
@@ -75,17 +91,7 @@ def write(src, path):
     w.add_rope_scaling_factor(rope["full_attention"]["factor"])
     w.add_sliding_window(c["sliding_window"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
-    pieces, scores, types = vocabulary(c["vocab_size"])
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(pieces)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(c["bos_token_id"])
-    w.add_eos_token_id(c["eos_token_id"])
-    w.add_pad_token_id(c["pad_token_id"])
-    w.add_add_bos_token(True)
-    w.add_add_space_prefix(False)
+    add_vocabulary(w, c)
 
     def matrix(name, a):  # BF16 as the checkpoint has it (gguf writes the raw 16 bits)
         w.add_tensor(name, (a.view(np.uint32) >> 16).astype(np.uint16), raw_dtype=gguf.GGMLQuantizationType.BF16)

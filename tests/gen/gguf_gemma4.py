@@ -28,7 +28,7 @@ import os
 import gguf
 import numpy as np
 
-from gguf_gemma3 import vocabulary
+from gguf_gemma3 import add_vocabulary
 from gguf_pooling import read_safetensors
 
 HF_TO_GGUF = {
@@ -82,16 +82,7 @@ def write(src, path):
         w.add_expert_used_count(c["top_k_experts"])
         w.add_expert_feed_forward_length(c["moe_intermediate_size"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
-    pieces, scores, types = vocabulary(c["vocab_size"])
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(pieces)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(c["bos_token_id"])
-    w.add_eos_token_id(c["eos_token_id"])
-    w.add_add_bos_token(True)
-    w.add_add_space_prefix(False)
+    add_vocabulary(w, c)
 
     def tensor(name, a):
         a = np.ascontiguousarray(a)

@@ -256,8 +256,13 @@ uint64_t CpuBackend::workspace_bytes(const ModelSpec& s, LayerRange range, int64
   const int64_t recurrent = !s.has_recurrent_layers() ? 0
                             : s.mamba2_layers()     ? s.mamba2.in_proj_rows() + s.mamba2.conv_dim() + s.mamba2.inner()
                                                     : 2 * d.conv_dim() + 2 * d.value_dim() + 2 * d.num_v_heads;
-  const int64_t per_token = 4 * s.hidden_size + (s.num_heads + 2 * s.num_kv_heads) * s.head_dim + 2 * ffn +
-                            (any_moe ? s.num_experts : 0) + gated_q + recurrent;
+  // q, k and v of the widest layer (Gemma 4's full layers have wider heads).
+  int64_t qkv = 0;
+  for (int64_t l = range.first_layer; l < range.last_layer; ++l)
+    qkv = std::max(qkv, (s.num_heads + 2 * s.layer_num_kv_heads(l)) * s.layer_head_dim(l));
+  // Gemma 4's MoE block: the experts' input and the router's beside the dense MLP's.
+  const int64_t beside = s.moe_beside_mlp ? 2 * s.hidden_size : 0;
+  const int64_t per_token = 4 * s.hidden_size + qkv + 2 * ffn + (any_moe ? s.num_experts : 0) + gated_q + recurrent + beside;
   uint64_t bytes = uint64_t(std::max<int64_t>(max_step_tokens, 1)) * uint64_t(per_token) * 4;
   // Logits: a row per sequence, or per draft too in a step verifying drafts (speculator.cpp).
   if (range.last_layer == s.num_layers)

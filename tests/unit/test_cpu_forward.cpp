@@ -546,8 +546,8 @@ TEST_CASE("cpu forward: Gemma 3 and 4 as their ConditionalGeneration classes (te
     const json header = json::parse(bytes.substr(8, header_len));
     std::string data = bytes.substr(8 + header_len);
     json renamed;
-    for (const auto& [name, entry] : header.items())
-      renamed[name == "__metadata__" ? name : "model.language_model." + name.substr(6)] = entry;  // after "model."
+    for (const auto& [tensor, entry] : header.items())
+      renamed[tensor == "__metadata__" ? tensor : "model.language_model." + tensor.substr(6)] = entry;  // after "model."
     renamed["model.vision_tower.vision_model.post_layernorm.weight"] = {
         {"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {data.size(), data.size() + 8}}};
     data.append(8, '\0');

@@ -46,7 +46,15 @@ done | sort -u | while read -r name path; do
   esac
 done
 golden=${SPARKD_GOLDEN_GGUF:-build/golden/models}
-if ls "$golden"/*.gguf >/dev/null 2>&1; then mkdir -p "$root/golden" && cp "$golden"/*.gguf "$root/golden/"; fi
+if ls "$golden"/*.gguf >/dev/null 2>&1; then
+  mkdir -p "$root/golden"
+  for f in "$golden"/*.gguf; do
+    case "$(basename "$f")" in
+      gemma4*) ;;  # the CUDA backend refuses Gemma 4 yet: no check reads them
+      *) cp "$f" "$root/golden/" ;;
+    esac
+  done
+fi
 emulated=false
 [ "$built_for" = emulated ] && emulated=true
 cat > "$root/MANIFEST.json" <<JSON

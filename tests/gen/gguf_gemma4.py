@@ -47,7 +47,10 @@ HF_TO_GGUF = {
 }
 
 
-def write(src, path):
+def write(src, path, broken=None):
+    """`broken` (tests of hostile files): key -> a value written in place of the right one,
+    for "pattern" (the layer flags), "kv_heads" (head_count_kv) and "rope_freqs"."""
+    broken = broken or {}
     with open(os.path.join(src, "config.json")) as f:
         c = json.load(f)
     t = read_safetensors(os.path.join(src, "model.safetensors"))
@@ -66,12 +69,14 @@ def write(src, path):
     w.add_sliding_window(c["sliding_window"])
     w.add_shared_kv_layers(c["num_kv_shared_layers"])
     w.add_embedding_length_per_layer_input(c["hidden_size_per_layer_input"] or 0)
-    w.add_sliding_window_pattern(sliding)
+    w.add_sliding_window_pattern(broken.get("pattern", sliding))
     w.add_key_length(c["global_head_dim"])
     w.add_value_length(c["global_head_dim"])
     w.add_key_length_swa(c["head_dim"])
     w.add_value_length_swa(c["head_dim"])
-    if c.get("num_global_key_value_heads") is not None:
+    if "kv_heads" in broken:
+        w.add_head_count_kv(broken["kv_heads"])
+    elif c.get("num_global_key_value_heads") is not None:
         w.add_head_count_kv([c["num_key_value_heads"] if s else c["num_global_key_value_heads"] for s in sliding])
     else:
         w.add_head_count_kv(c["num_key_value_heads"])
@@ -96,7 +101,8 @@ def write(src, path):
     tensor("output_norm.weight", t["model.norm.weight"])
     half = c["global_head_dim"] // 2
     turning = int(rope["full_attention"]["partial_rotary_factor"] * c["global_head_dim"] / 2)
-    tensor("rope_freqs.weight", np.array([1.0] * turning + [1e30] * (half - turning), dtype=np.float32))
+    freqs = broken.get("rope_freqs", [1.0] * turning + [1e30] * (half - turning))
+    tensor("rope_freqs.weight", np.array(freqs, dtype=np.float32))
     for layer in range(c["num_hidden_layers"]):
         for hf, ll in HF_TO_GGUF.items():
             name = f"model.layers.{layer}.{hf}"

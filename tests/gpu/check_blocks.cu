@@ -2,17 +2,20 @@
 // (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; block_formats.h, through Gemm::linear): both paths
 // (packed GEMV up to 8 rows, packed tensor-core tiles beyond, packed_gemm.h), both compute
 // types and both outputs against the CPU backend's matmul on the same blocks; a chained
-// matrix mixing formats (Q4_K_M's q/k/v); the fused gate+up+SwiGLU decode (gate_up_check.h); the embedding gather against the loader's
-// dequantization; under the emulator, the bytes each Llama-3.1-8B decode GEMV reads
-// against its packed weights plus activations (limit 1.03); the memory plan's bytes for
-// an 8B Q4_K_M model against the file's.
+// matrix mixing formats (Q4_K_M's q/k/v); the fused gate+up+SwiGLU decode
+// (gate_up_check.h); the embedding gather against the loader's dequantization; under the
+// emulator, the bytes Llama-3.1-8B's linear layers read in decode steps of 1..64 rows
+// against their packed weights (linear_byte_ratio); the memory plan's bytes for an 8B
+// Q4_K_M model against the file's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -29,6 +32,7 @@
 #include "engine/util/splitmix.h"
 #include "tests/gpu/gate_up_check.h"
 #include "tests/gpu/gpu_check.h"
+#include "tests/gpu/packed_linear_check.h"
 
 namespace spark::gpu_check {
 namespace {
@@ -102,13 +106,6 @@ struct DeviceBlocks {
   }
 };
 
-// The CPU backend's y = x · wᵀ from exactly the 16-bit activations the GPU reads.
-std::vector<float> cpu_reference(const std::vector<float>& x, int32_t rows, const Tensor& w) {
-  std::vector<float> y(size_t(rows) * size_t(w.rows()));
-  cpu::matmul_rows(x.data(), rows, w, 0, w.rows(), y.data(), w.rows());
-  return y;
-}
-
 std::string shape_name(WeightFormat f, const char* name, int32_t rows, int32_t k, int32_t n) {
   return std::string(cuda::weight_format_name(f)) + " " + name + " r=" + std::to_string(rows) +
          " k=" + std::to_string(k) + " n=" + std::to_string(n);
@@ -126,7 +123,7 @@ void check_linear(Gemm& gemm, const std::string& name, const cuda::DeviceMatrix&
   std::vector<float> expect(size_t(rows) * n);
   int32_t n0 = 0;
   for (const Tensor* t : ref) {
-    const std::vector<float> part = cpu_reference(xf, rows, *t);
+    const std::vector<float> part = cpu_product(xf, rows, *t);
     for (int32_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < t->rows(); ++c) expect[size_t(r) * n + n0 + c] = part[size_t(r * t->rows() + c)];
     n0 += int32_t(t->rows());
@@ -198,7 +195,7 @@ void check_gate_up_format(WeightFormat f, int32_t k, int32_t inter, const std::v
                           cudaStream_t stream, uint64_t seed, bool bytes = false) {
   const HostBlocks host = random_blocks(f, 2 * inter, k, seed);
   const DeviceBlocks w(f, host.tensor);
-  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) { return cpu_reference(x, r, host.tensor); };
+  const GateUpProduct product = [&](const std::vector<float>& x, int32_t r) { return cpu_product(x, r, host.tensor); };
   const std::string name = cuda::weight_format_name(f);
   for (int32_t r : rows)
     check_gate_up<bf16>(kCheck, name, w.matrix, k, inter, r, product, stream, seed + uint64_t(r),
@@ -248,28 +245,14 @@ void plan_bytes() {
 }
 
 #if SPARK_CUDA_EMU
-// Bytes a decode GEMV reads (emulator accounting, emu/device.h) over what it must read:
-// the packed weights and the activation rows.
+// Bytes a decode step's linear layer reads (emulator accounting, linear_byte_ratio) over
+// what it must read.
 void byte_ratio(WeightFormat f, const char* name, int32_t k, int32_t n, int32_t rows, cudaStream_t stream,
                 uint64_t seed) {
   const HostBlocks host = random_blocks(f, n, k, seed);
   const DeviceBlocks w(f, host.tensor);
-  const std::vector<float> xf = round_half<bf16>(random_floats(size_t(rows) * k, seed + 7));
-  DeviceArray<bf16> x(to_half<bf16>(xf));
-  DeviceArray<float> y(size_t(rows) * n);
-  y.poison();
-  Gemm gemm;
-  ::emu::global_reads_begin();
-  gemm.linear(HalfType::BF16, x.get(), rows, k, w.matrix, n, y.get(), GemmOut::F32, stream, GemmPath::GEMV);
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  const ::emu::GlobalReads reads = ::emu::global_reads_end();
-  const double needed = double(host.tensor.nbytes) + double(rows) * k * 2;
-  const double ratio = double(reads.total()) / needed;
-  const std::string what = std::string("bytes 8B ") + cuda::weight_format_name(f) + " " + name +
-                           " r=" + std::to_string(rows);
-  row(kCheck, what + " k=" + std::to_string(k) + " n=" + std::to_string(n),
-      fmt("%.4f", ratio) + fmt(" (%.1f MB read)", double(reads.total()) / 1e6), "<= 1.03", ratio <= 1.03);
-  error_row(kCheck, what + " result", rel_error(cpu_reference(xf, rows, host.tensor), y.download()), 1e-3);
+  linear_byte_ratio(kCheck, std::string(cuda::weight_format_name(f)) + " " + name, w.matrix, host.tensor,
+                    double(host.tensor.nbytes), rows, stream, seed);
 }
 #endif
 
@@ -278,7 +261,8 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    const std::vector<int32_t> rows = {1, 3, 8, 64};  // 16 in FP16 below
+    // Tiles: 16 rows for 1..16 (split k at every size here), 32 for 24, 64 for 64, 128 for 512.
+    const std::vector<int32_t> rows = {1, 3, 8, 24, 64};  // 16 in FP16 below
     const WeightFormat kquants[] = {WeightFormat::Q4_K, WeightFormat::Q6_K, WeightFormat::Q5_K};
     const WeightFormat small[] = {WeightFormat::Q4_0, WeightFormat::Q4_1};
     uint64_t seed = 1;
@@ -306,11 +290,22 @@ void run() {
     for (WeightFormat f : {WeightFormat::Q4_K, WeightFormat::Q6_K}) {
       byte_ratio(f, "qkv", 4096, 6144, 1, stream, 11);
       byte_ratio(f, "o", 4096, 4096, 8, stream, 12);
+      byte_ratio(f, "o", 4096, 4096, 16, stream, 12);
       check_gate_up_format(f, 4096, 14336, {1}, stream, 13, true);
       byte_ratio(f, "down", 14336, 4096, 1, stream, 14);
     }
     for (WeightFormat f : {WeightFormat::Q5_K, WeightFormat::Q4_0, WeightFormat::Q4_1})
       byte_ratio(f, "o", 4096, 4096, 1, stream, 15);
+    byte_ratio(WeightFormat::Q4_K, "down", 14336, 4096, 64, stream, 16);
+#else
+    // Llama-3.1-8B's o and down projections in Q4_K_M's formats, batches of 1 to 64.
+    for (WeightFormat f : {WeightFormat::Q4_K, WeightFormat::Q6_K})
+      for (auto [name, k, n] : {std::tuple{"o", 4096, 4096}, std::tuple{"down", 14336, 4096}}) {
+        const HostBlocks host = random_blocks(f, n, k, 17);
+        bench_packed_linear<DeviceBlocks>(kCheck, std::string("8B ") + cuda::weight_format_name(f) + " " + name, k,
+                                          n, double(host.tensor.nbytes),
+                                          [&] { return std::make_unique<DeviceBlocks>(f, host.tensor); }, stream);
+      }
 #endif
   }
   CUDA_CHECK(cudaStreamDestroy(stream));

@@ -108,13 +108,13 @@ void check_gate_up_fp8(const char* name, int32_t k, int32_t inter, int64_t block
 }
 
 #if SPARK_CUDA_EMU
-// Bytes a decode GEMV reads (emulator accounting) over its e4m3 weights, scales and
-// activations, with 128x128 block scales as Qwen3-FP8 ships them.
+// Bytes a decode step's linear layer reads (emulator accounting, linear_byte_ratio) over
+// its e4m3 weights and scales, with 128x128 block scales as Qwen3-FP8 ships them.
 void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream_t stream, uint64_t seed) {
   const HostFp8 host = random_fp8(n, k, 128, 128, seed);
   const DeviceFp8 w(host.tensor);
-  gemv_byte_ratio(kCheck, name, w.matrix, host.tensor,
-                  double(host.tensor.nbytes) + double(cuda::fp8_scale_bytes(host.tensor)), rows, stream, seed);
+  linear_byte_ratio(kCheck, name, w.matrix, host.tensor,
+                    double(host.tensor.nbytes) + double(cuda::fp8_scale_bytes(host.tensor)), rows, stream, seed);
 }
 #endif
 
@@ -136,8 +136,10 @@ void run() {
 #if SPARK_CUDA_EMU
     byte_ratio("qkv", 4096, 6144, 1, stream, 11);
     byte_ratio("o", 4096, 4096, 8, stream, 12);
+    byte_ratio("o", 4096, 4096, 16, stream, 12);
     check_gate_up_fp8("FP8 block128", 4096, 14336, 128, 128, {1}, stream, 13, true);
     byte_ratio("down", 14336, 4096, 1, stream, 14);
+    byte_ratio("down", 14336, 4096, 64, stream, 14);
 #endif
   }
   CUDA_CHECK(cudaStreamDestroy(stream));

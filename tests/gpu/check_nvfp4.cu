@@ -141,11 +141,12 @@ void check_modelopt_upload(int32_t k, int32_t n, cudaStream_t stream, uint64_t s
 }
 
 #if SPARK_CUDA_EMU
-// Bytes a decode GEMV reads (emulator accounting) over its blocks, row scales and activations.
+// Bytes a decode step's linear layer reads (emulator accounting, linear_byte_ratio) over
+// its blocks and row scales.
 void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream_t stream, uint64_t seed) {
   const HostNvfp4 host = random_nvfp4(n, k, seed);
   const DeviceNvfp4 w({&host.tensor}, n, k);
-  gemv_byte_ratio(kCheck, name, w.matrix, host.tensor, double(host.tensor.nbytes) + 4.0 * n, rows, stream, seed);
+  linear_byte_ratio(kCheck, name, w.matrix, host.tensor, double(host.tensor.nbytes) + 4.0 * n, rows, stream, seed);
 }
 #endif
 
@@ -165,8 +166,10 @@ void run() {
 #if SPARK_CUDA_EMU
     byte_ratio("qkv", 4096, 6144, 1, stream, 11);
     byte_ratio("o", 4096, 4096, 8, stream, 12);
+    byte_ratio("o", 4096, 4096, 16, stream, 12);
     check_gate_up_nvfp4("NVFP4", 4096, 14336, {1}, stream, 13, true);
     byte_ratio("down", 14336, 4096, 1, stream, 14);
+    byte_ratio("down", 14336, 4096, 64, stream, 14);
 #endif
   }
   CUDA_CHECK(cudaStreamDestroy(stream));

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -128,12 +130,12 @@ void check_gate_up_q8_0(int32_t k, int32_t inter, const std::vector<int32_t>& ro
 
 #if SPARK_CUDA_EMU
 
-// Bytes a decode GEMV reads (emulator accounting, emu/device.h) over what it must read:
-// the packed weights and the activation rows.
+// Bytes a decode step's linear layer reads (emulator accounting, linear_byte_ratio) over
+// what it must read.
 void byte_ratio(const char* name, int32_t k, int32_t n, int32_t rows, cudaStream_t stream, uint64_t seed) {
   const HostQ8 host = random_q8_0(n, k, seed);
   const DeviceQ8 w(host.tensor);
-  gemv_byte_ratio(kCheck, name, w.matrix, host.tensor, double(packed_bytes(n, k)), rows, stream, seed);
+  linear_byte_ratio(kCheck, name, w.matrix, host.tensor, double(packed_bytes(n, k)), rows, stream, seed);
 }
 #endif
 
@@ -142,8 +144,8 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    // Up to 128 rows are one row tile (packed_gemm.h): 16 (FP16) and 64 (BF16) cover it.
-    const std::vector<int32_t> rows = {1, 3, 8, 64};
+    // The row tiles (packed_gemm.h): 16 rows for 1..16 (k split here), 32 for 24, 64 for 64.
+    const std::vector<int32_t> rows = {1, 3, 8, 24, 64};
     // odd: k % 512 = 32 (a warp step with one lane in 16 busy), n % 16 = 9.
     check_shape<bf16>(gemm, "odd", 1056, 1001, rows, stream, 1);
     check_shape<f16>(gemm, "odd", 1056, 1001, {1, 8, 16}, stream, 2);
@@ -157,8 +159,17 @@ void run() {
     byte_ratio("qkv", 4096, 6144, 1, stream, 11);
     byte_ratio("o", 4096, 4096, 1, stream, 12);
     byte_ratio("o", 4096, 4096, 8, stream, 13);
+    byte_ratio("o", 4096, 4096, 16, stream, 13);
     check_gate_up_q8_0(4096, 14336, {1}, stream, 14, true);
     byte_ratio("down", 14336, 4096, 1, stream, 15);
+    byte_ratio("down", 14336, 4096, 64, stream, 15);
+#else
+    // Llama-3.1-8B's o and down projections in Q8_0, batches of 1 to 64.
+    for (auto [name, k, n] : {std::tuple{"o", 4096, 4096}, std::tuple{"down", 14336, 4096}}) {
+      const HostQ8 host = random_q8_0(n, k, 17);
+      bench_packed_linear<DeviceQ8>(kCheck, std::string("8B Q8_0 ") + name, k, n, double(packed_bytes(n, k)),
+                                    [&] { return std::make_unique<DeviceQ8>(host.tensor); }, stream);
+    }
 #endif
   }
   CUDA_CHECK(cudaStreamDestroy(stream));

@@ -8,7 +8,9 @@
 // max_num_seqs, bounds them) and four at once. The CUDA kernels are not batch invariant
 // (a row's bf16 rounding depends on the kernel a step's shape picks), so, as in
 // check_model, a prompt may differ from where the CPU's greedy choice is a near-tie: its
-// top-2 logit margin below twice the bf16 logits limit (2e-2 of the largest logit).
+// top-2 logit margin below twice the bf16 logits limit (2e-2 of the largest logit). Its
+// Q8_0 GGUF copy verifies up to 16 rows a step (every linear layer packed: one row tile
+// of packed_gemm.h), the others up to 8.
 //
 // With a draft model (speculative = "draft") on a second CUDA backend in the same process
 // (its own stream, graphs, KV cache and sampler): tiny llama itself and its Q8_0 GGUF as
@@ -71,6 +73,7 @@ struct Run {
   std::vector<std::vector<int32_t>> tokens;
   MetricsSnapshot metrics;
   CudaStepCounts steps;
+  int64_t decode_cost_rows = 0;  // the CUDA backend's rows_at_decode_cost()
   int64_t draft_forwards = 0;  // with a draft model: its forwards, and its CUDA backend's steps
   CudaStepCounts draft_steps;
 };
@@ -163,7 +166,7 @@ Run run(const std::string& path, bool speculative, bool together, Path on = Path
   }
   engine.stop();
   r.metrics = engine.metrics();
-  if (cuda) r.steps = cuda->step_counts();
+  if (cuda) r.steps = cuda->step_counts(), r.decode_cost_rows = cuda->rows_at_decode_cost();
   if (drafter) r.draft_forwards = drafter->forwards();
   if (draft_cuda) r.draft_steps = draft_cuda->step_counts();
   return r;
@@ -308,23 +311,31 @@ void verification_logits(const std::string& name) {
   }
 }
 
-void check(const std::string& name) {
+// `decode_cost_rows`: the rows a step verifies at about a decode step's cost, 16 with
+// every linear layer packed (packed_gemm.h's one row tile), else 8.
+void check(const std::string& name, int64_t decode_cost_rows = 8) {
   const std::string path = "tests/golden/models/" + name;
   for (bool together : {false, true}) {
     const Run off = run(path, false, together), on = run(path, true, together);
     const std::string how = together ? " (4 batched)" : " (one at a time, max_num_seqs 1)";
     same_row(path, name + " greedy 24 tok: speculation on == off" + how, off, on);
+    row("speculative", name + " rows at decode cost, most rows a verifying step took" + how,
+        std::to_string(on.decode_cost_rows) + ", " + std::to_string(on.steps.multi_row_most_rows),
+        std::to_string(decode_cost_rows) + ", <= that",
+        on.decode_cost_rows == decode_cost_rows && on.steps.multi_row_most_rows <= decode_cost_rows);
     // Steps of several rows a sequence (drafts, or a prompt of at most 8 tokens) replay or
     // capture a graph but for each bucket's first use; more of them than the prompts alone
     // make (speculation off), so draft steps did.
     const CudaStepCounts& c = on.steps;
+    const int64_t buckets = decode_cost_rows > 8 ? 5 : 4;  // 1, 2, 4, 8 (, 16)
     const int64_t prompt_steps = off.steps.multi_row_replayed + off.steps.multi_row_captured + off.steps.multi_row_eager;
     row("speculative", name + " multi-row steps: graph replays, captures / eager" + how,
         std::to_string(c.multi_row_replayed) + ", " + std::to_string(c.multi_row_captured) + " / " +
             std::to_string(c.multi_row_eager),
-        "sum > " + std::to_string(prompt_steps) + " (spec off) / <= 4 (buckets' first uses)",
+        "sum > " + std::to_string(prompt_steps) + " (spec off) / <= " + std::to_string(buckets) +
+            " (buckets' first uses)",
         c.multi_row_replayed > 0 && c.multi_row_replayed + c.multi_row_captured > prompt_steps &&
-            c.multi_row_eager <= 4);
+            c.multi_row_eager <= buckets);
     const Run eager = run(path, true, together, Path::EAGER), cpu = run(path, true, together, Path::CPU);
     row("speculative", name + " graphs off: multi-row steps eager" + how, std::to_string(eager.steps.multi_row_eager),
         "> 0, none replayed",
@@ -424,6 +435,8 @@ int main() {
     // and rejected drafts restore it (state copies on the device), while the rows still run
     // as one-row sequences through the decode graphs.
     run_part("speculative", "qwen3_5 ngram", [] { check("qwen3_5"); });
+    // Packed weights: verifying steps of up to 16 rows at a decode step's cost.
+    run_part("speculative", "llama Q8_0 GGUF ngram", [] { check("llama_q8_0.gguf", 16); });
     // Two CUDA backends in one process: the model's and its draft model's.
     run_part("speculative", "llama draft model", [] { check_draft("llama"); });
     run_part("speculative", "qwen3_5_moe_mtp MTP head", [] { check_mtp("qwen3_5_moe_mtp"); });

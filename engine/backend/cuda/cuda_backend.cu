@@ -74,9 +74,28 @@ cuda::AttentionShape attention_shape(const ModelSpec& s, const CudaOptions& o, c
   return a;
 }
 
+// Rows a step may hold at about the cost of one (rows_at_decode_cost). Packed weights go
+// through the GEMV up to kGemvMaxRows rows and through one row tile, each weight decoded
+// once for every row, up to 64 (packed_gemm.h): with every linear layer packed, a step of
+// 16 rows reads the bytes a step of one does and adds ~2 x 16 FLOPs a weight of
+// tensor-core work. 16-bit weights past kGemvMaxRows rows go to cuBLASLt, and each row of
+// an MoE layer reads its own experts, so those stop at kGemvMaxRows. (Verified rows also
+// read their sequence's KV each: rows_as_sequences.)
+constexpr int32_t kPackedDecodeRows = 16;
+
+int32_t decode_cost_rows_of(const cuda::DeviceWeights& w) {
+  for (const cuda::DeviceLayer& l : w.layers) {
+    if (l.expert_gate_up.data) return cuda::kGemvMaxRows;
+    for (const cuda::DeviceMatrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down, &l.lin_qkv, &l.lin_z, &l.lin_b, &l.lin_a,
+                                        &l.lin_out, &l.ssm_in, &l.ssm_out})
+      if (m->data && m->format == cuda::WeightFormat::HALF) return cuda::kGemvMaxRows;
+  }
+  return kPackedDecodeRows;
+}
+
 // The rows decode graphs cover: every decode step, and every step of at most
 // rows_at_decode_cost() rows (where drafts are verified), whatever max_num_seqs is.
-int32_t graph_rows(const CudaOptions& o) { return int32_t(std::max<int64_t>(o.max_num_seqs, cuda::kGemvMaxRows)); }
+int32_t graph_rows(const CudaOptions& o) { return int32_t(std::max<int64_t>(o.max_num_seqs, kPackedDecodeRows)); }
 
 int32_t largest_bucket(const CudaOptions& o) { return cuda::DecodeGraphs(graph_rows(o)).largest_bucket(); }
 
@@ -100,6 +119,7 @@ struct CudaBackend::Impl {
   BatchLayout layout;
   cudaStream_t stream = nullptr;
   std::unique_ptr<cuda::DeviceWeights> weights;
+  int32_t decode_cost_rows = cuda::kGemvMaxRows;  // decode_cost_rows_of(*weights)
   std::unique_ptr<cuda::Gemm> gemm;
   std::unique_ptr<cuda::Attention> attention;
   std::unique_ptr<cuda::DeviceSampler> sampler;
@@ -361,7 +381,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   const int32_t S = batch.num_seqs();
   const bool decode_only = S > 0 && batch.num_tokens() == S;
   // A small step with a sequence of several rows (drafts to verify) replays a graph too.
-  const bool multi_row = S > 0 && !decode_only && batch.num_tokens() <= cuda::kGemvMaxRows;
+  const bool multi_row = S > 0 && !decode_only && batch.num_tokens() <= decode_cost_rows;
   std::optional<Batch> flat;
   // (A recurrent layer still reads each sequence's rows in order, as one: upload.)
   if (graphs && multi_row) flat = rows_as_sequences(batch, !spec.encoder);
@@ -435,6 +455,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
     step();
   }
   if (decode_only || multi_row) count(multi_row, use);
+  if (multi_row) counts.multi_row_most_rows = std::max<int64_t>(counts.multi_row_most_rows, batch.num_tokens());
   return has_head ? R : 0;
 }
 
@@ -502,6 +523,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   }
   SPARK_CHECK(int64_t(rope_tables.size()) <= cuda::rope_tables(spec), "more RoPE tables than the workspace holds");
   m.weights = std::make_unique<cuda::DeviceWeights>(spec, weights, m.half(), options.quantize);
+  m.decode_cost_rows = decode_cost_rows_of(*m.weights);
   if (spec.mtp_head)
     m.mtp = {&m.weights->mtp_fc, m.weights->mtp_embed_norm, m.weights->mtp_hidden_norm, int32_t(spec.hidden_size),
              float(spec.rms_norm_eps)};
@@ -687,11 +709,8 @@ void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardRes
   m.copy_final_hidden(batch, out.final_hidden);
 }
 
-// The gemv kernel streams each weight once for up to kGemvMaxRows activation rows (its
-// tensor-core tile's columns), so a step of that many rows reads what a step of one does.
-// Past it the linear layers go to cuBLASLt: still memory-bound on paper, but one more
-// kernel family per layer, so drafts stop there.
-int64_t CudaBackend::rows_at_decode_cost() const { return cuda::kGemvMaxRows; }
+// decode_cost_rows_of() above: 16 rows when every dense linear layer is packed, else 8.
+int64_t CudaBackend::rows_at_decode_cost() const { return impl_->decode_cost_rows; }
 
 CudaStepCounts CudaBackend::step_counts() const { return impl_->counts; }
 

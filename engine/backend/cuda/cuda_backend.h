@@ -38,6 +38,7 @@ struct CudaOptions {
 struct CudaStepCounts {
   int64_t decode_replayed = 0, decode_captured = 0, decode_eager = 0;
   int64_t multi_row_replayed = 0, multi_row_captured = 0, multi_row_eager = 0;
+  int64_t multi_row_most_rows = 0;  // the largest such step
 };
 
 class CudaBackend : public Backend {

@@ -78,6 +78,9 @@ struct Gemm::Plan {
 };
 
 Gemm::Gemm() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
   cublasLtHandle_t handle = nullptr;
   CUBLAS_CHECK(cublasLtCreate(&handle));
   handle_ = handle;
@@ -207,7 +210,8 @@ void Gemm::linear(HalfType type, const void* x, int32_t rows, int32_t k, const D
     } else {
       DeviceMatrix segment = *part;
       segment.tail = nullptr;
-      packed_gemm(type, x, rows, k, segment, pn, py, n, out, stream, programmatic);
+      packed_gemm(type, x, rows, k, segment, pn, py, n, out, PackedScratch{workspace_, kWorkspaceBytes, sms_}, stream,
+                  programmatic);
     }
     n0 += pn;
   }

@@ -20,7 +20,9 @@ enum class GemmPath : uint8_t { AUTO, GEMV, CUBLASLT };
 
 class Gemm {
  public:
-  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's scratch, planned up front
+  // cuBLASLt's scratch, planned up front, and packed_gemm's split-K partial sums (one stream
+  // runs either at a time).
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
   Gemm();  // creates the cuBLASLt handle and the workspace on the current device
   ~Gemm();
@@ -59,7 +61,8 @@ class Gemm {
                 GemmOut out, cudaStream_t stream);
 
   void* handle_ = nullptr;     // cublasLtHandle_t
-  void* workspace_ = nullptr;  // device memory, kWorkspaceBytes
+  void* workspace_ = nullptr;  // device memory, kWorkspaceBytes; also packed_gemm's split-K partial sums
+  int sms_ = 0;                // the device's SMs, which packed_gemm's split-K fills
   // Keyed by (type, rows, k, n, ldy, out): the algorithm and layouts differ per data type.
   std::map<std::tuple<int, int32_t, int32_t, int32_t, int32_t, int>, std::unique_ptr<Plan>> plans_;
 };

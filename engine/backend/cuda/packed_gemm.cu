@@ -1,10 +1,10 @@
 // packed_gemm.cu — y = x · wᵀ for many rows over a packed weight matrix (packed_gemm.h):
-// each block decodes a 64-row x 32-value tile of w through the format's reader
-// (weight_readers.cuh) into shared memory as the compute type, copies the matching 128 x
-// 32 tile of x beside it (cp.async), and its 8 warps multiply them on tensor cores
-// (ldmatrix + mma.sync m16n8k16, sm_80 and up: H100 and GB10 alike), each warp 32 rows x
-// 32 columns of the 128 x 64 output tile.
+// each block decodes a BN-row x BK-value tile of w through the format's reader
+// (weight_readers.cuh) into shared memory as the compute type, copies the matching BM x BK
+// tile of x beside it (cp.async), and its 8 warps multiply them on tensor cores (ldmatrix +
+// mma.sync m16n8k16, sm_80 and up: H100 and GB10 alike). Two families of tiles:
 //
+// Prefill (more than 64 rows): 128 x 64 tiles, BK 32, each warp 32 rows x 32 columns.
 // Bytes, Llama-3.1-8B in Q4_K_M (7.5e9 weights in the layers, 4.6 GB packed), a prefill
 // step of T tokens. Dequantizing each matrix into a 16-bit scratch for cuBLASLt (the
 // previous path) wrote 2 bytes a weight and read them back: ~30 GB a step whatever T,
@@ -15,17 +15,34 @@
 // GB10. Compute: 2 x 7.5e9 x T FLOPs, T = 512: 7.7 TFLOP, ~84 ms at GB10's ~92 TFLOPS
 // dense BF16, so on GB10 the copy cost more than the multiply up to T ≈ 800 and this
 // path is compute-bound. On H100 this kernel's mma rate (no pipelining of the weight
-// tiles yet, below) stays under cuBLASLt's, which there outweighs the ~10 ms copy at
-// long prefills; the rule is that no full 16-bit copy is made.
+// tiles yet) stays under cuBLASLt's, which there outweighs the ~10 ms copy at long
+// prefills; the rule is that no full 16-bit copy is made. A 32-value step of a block: 2 x
+// 128 x 64 x 32 = 524k FLOPs (64 mma a warp) against 2,048 weights decoded (~5 lane
+// operations each) and 768 16-byte shared stores and loads: decoding is ~2% of the
+// tensor-core time. Waves: T = 512, n = 4096 gives 4 x 64 = 256 blocks: 5.3 waves of one
+// block an SM on GB10's 48 SMs, 1.9 on H100's 132.
 //
-// Instructions. A 32-value step of a block: 2 x 128 x 64 x 32 = 524k FLOPs (64 mma a
-// warp) against 2,048 weights decoded (~5 lane operations each, 10k) and 768 16-byte
-// shared stores and loads: decoding is ~2% of the tensor-core time. Loads in flight: x's
-// tile by cp.async (16 bytes a copy, 2 a thread), the weights through registers, so one
-// block waits for its loads while the others resident on the SM (15 KB of shared memory
-// each, several an SM) run their mma. A double-buffered weight tile is the next step when
-// a GPU measures the gap. Waves: T = 512, n = 4096 gives 4 x 64 = 256 blocks of 8 warps:
-// 5.3 waves of one block an SM on GB10's 48 SMs, 1.9 on H100's 132.
+// Decode buckets and verification (9..64 rows): BM = 16, 32 or 64 (the rows rounded up),
+// BN = 128, BK = 64, so one row tile holds every row and each weight is decoded once a
+// step for all of them (bytes read / packed bytes 1.00, check_blocks' byte rows). The
+// 128-row tile at 16 rows did 8x the mma work on padding and, with n = 4096, gave 64
+// blocks: under one per SM on H100, each with ~1.1 KB of weights in flight. Here a step
+// of a block decodes 128 x 64 weights (one 32-value chunk a thread in the block formats,
+// 4.6 KB of Q4_K), and split-K (blockIdx.z) gives the grid at least one block an SM:
+// Llama-3.1-8B's 4096-wide projections make 32 column tiles, split 2 ways on GB10 (48
+// SMs) and 5 on H100 (132). The splits write f32 partial sums (row scale applied) to the
+// Gemm's scratch and a second kernel adds them: 8 bytes a row and column a split (written
+// once, read once, from L2), held to at most half the weights' bytes at 4 bits a weight,
+// so 64 rows x k 4096 split at most 2 ways. Little's law: GB10 needs ~218 GB/s x ~0.6 µs
+// = 130 KB in flight, 2.7 KB an SM, which one block's decode step covers; H100 ~3.0 TB/s
+// x ~0.7 µs = 2.1 MB, 16 KB an SM: 4 resident blocks at BM 16 (<= 64 registers, 32 warps
+// an SM, 18 KB of Q4_K a step), 2 at BM 64 (<= 128 registers; make kernel-report), and
+// the grid has them only where there are enough tiles: the 14336-wide gate/up (112 column
+// tiles) and the split projections at 16 rows (160 blocks).
+// Projected at 16 rows, 8B Q4_K_M: ~4.6 GB a step, ~21 ms on GB10 (~760 tok/s at 16
+// sequences), ~1.5 ms of weight bytes on H100; compute 2 x 7.5e9 x 16 = 0.24 TFLOP, a
+// few ms at most: still bound by bytes, as the 8-row GEMV is. A GPU run must confirm.
+#include <algorithm>
 #include <string>
 
 #include "engine/backend/cuda/block_formats.h"
@@ -37,38 +54,59 @@
 namespace spark::cuda {
 namespace {
 
-constexpr int kThreads = 256;  // 8 warps: 4 along the rows x 2 along the columns
-constexpr int kBM = 128;       // rows of x a tile
-constexpr int kBN = 64;        // weight rows (output columns) a tile
-constexpr int kBK = 32;        // values a step
-constexpr int kStride = kBK + 8;  // shared row stride in elements: 80 bytes, so ldmatrix's 8 rows fall in distinct banks
-constexpr int kTileABytes = kBM * kStride * 2, kTileBBytes = kBN * kStride * 2;
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kWarps = kThreads / 32;
 
-template <typename T, typename R, typename OutT>
+// A tile shape: BM rows of x by BN weight rows (output columns), BK values a step. Each
+// warp takes MI 16-row mma tiles and NJ 8-column ones; the warps are laid kWarpsM along the
+// rows and kWarpsN along the columns.
+template <int BM_, int BN_, int BK_>
+struct Tile {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_;
+  static constexpr int MI = BM >= 32 ? 2 : 1;
+  static constexpr int kWarpsM = BM / (16 * MI), kWarpsN = kWarps / kWarpsM;
+  static constexpr int WN = BN / kWarpsN, NJ = WN / 8;
+  // Shared row stride in elements: BK + 8, so ldmatrix's 8 rows fall in distinct banks.
+  static constexpr int kStride = BK + 8;
+  static constexpr size_t kSmem = size_t(BM + BN) * kStride * 2;
+  static_assert(kWarpsM * kWarpsN == kWarps && NJ % 2 == 0 && BK % 16 == 0);
+};
+using PrefillTile = Tile<128, 64, 32>;
+template <int BM>
+using DecodeTile = Tile<BM, 128, 64>;
+
+// Block (x, y, z) computes rows x * BM.., columns y * BN.. over steps z * steps_per_split..
+// of k. Without partials it writes y; with them, split z's f32 sums (row scale applied) go
+// to partials[z][row][col], which split_sum_kernel adds.
+template <typename Tl, typename T, typename R, typename OutT>
 __global__ void __launch_bounds__(kThreads)
-    packed_gemm_kernel(R w, const T* __restrict__ x, int rows, int k, int n, OutT* __restrict__ y, int ldy) {
-  constexpr int V = R::kValues;
+    packed_gemm_kernel(R w, const T* __restrict__ x, int rows, int k, int n, int steps_per_split,
+                       OutT* __restrict__ y, int ldy, float* __restrict__ partials) {
+  constexpr int BM = Tl::BM, BN = Tl::BN, BK = Tl::BK, S = Tl::kStride, V = R::kValues;
+  constexpr int kChunks = BN * BK / V;  // weight chunks a step
   extern __shared__ __align__(128) uint8_t smem[];
-  const uint32_t sA = smem_u32(smem), sB = sA + kTileABytes;
+  const uint32_t sA = smem_u32(smem), sB = sA + uint32_t(BM * S * 2);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // the warp's rows and columns within the tile
-  const int m0 = blockIdx.x * kBM, n0 = blockIdx.y * kBN;
-  float acc[2][4][4] = {};  // [16-row tile][8-column tile][mma fragment]
+  // The warp's rows and columns within the tile.
+  const int wm = (warp % Tl::kWarpsM) * 16 * Tl::MI, wn = (warp / Tl::kWarpsM) * Tl::WN;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int k_begin = blockIdx.z * steps_per_split * BK, k_end = min(k, k_begin + steps_per_split * BK);
+  float acc[Tl::MI][Tl::NJ][4] = {};  // [16-row tile][8-column tile][mma fragment]
   wait_then_allow_next_kernel();
 
-  for (int k0 = 0; k0 < k; k0 += kBK) {
-    // x: 128 rows x 32 values, 8 a copy; zeros past the rows or k.
-    for (int idx = tid; idx < kBM * kBK / 8; idx += kThreads) {
-      const int m = idx / (kBK / 8), c = idx % (kBK / 8) * 8;
-      const bool valid = m0 + m < rows && k0 + c < k;
-      cp_async16(sA + uint32_t(m * kStride + c) * 2, x + (valid ? int64_t(m0 + m) * k + k0 + c : 0), valid);
+  for (int k0 = k_begin; k0 < k_end; k0 += BK) {
+    // x: BM rows x BK values, 8 a copy; zeros past the rows or the split's end.
+    for (int idx = tid; idx < BM * BK / 8; idx += kThreads) {
+      const int m = idx / (BK / 8), c = idx % (BK / 8) * 8;
+      const bool valid = m0 + m < rows && k0 + c < k_end;
+      cp_async16(sA + uint32_t(m * S + c) * 2, x + (valid ? int64_t(m0 + m) * k + k0 + c : 0), valid);
     }
     cp_async_commit();
-    // w: 64 rows x 32 values decoded by the reader, rounded to T; zeros past n or k.
-    for (int idx = tid; idx < kBN * kBK / V; idx += kThreads) {
-      const int r = idx / (kBK / V), c = idx % (kBK / V) * V;
+    // w: BN rows x BK values decoded by the reader, rounded to T; zeros past n or the end.
+    for (int idx = tid; idx < kChunks; idx += kThreads) {
+      const int r = idx / (BK / V), c = idx % (BK / V) * V;
       float wv[V];
-      if (n0 + r < n && k0 + c < k) {
+      if (n0 + r < n && k0 + c < k_end) {
         w.decode(w.load(n0 + r, k0 + c), n0 + r, k0 + c, wv);
       } else {
 #pragma unroll
@@ -79,27 +117,27 @@ __global__ void __launch_bounds__(kThreads)
         alignas(16) T part[8];
 #pragma unroll
         for (int j = 0; j < 8; ++j) part[j] = from_f32<T>(wv[h * 8 + j]);
-        st_shared_v4(sB + uint32_t(r * kStride + c + h * 8) * 2, *reinterpret_cast<const uint4*>(part));
+        st_shared_v4(sB + uint32_t(r * S + c + h * 8) * 2, *reinterpret_cast<const uint4*>(part));
       }
     }
     cp_async_wait<0>();
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < kBK; kk += 16) {
-      // A fragments of the warp's two 16-row tiles; B fragments of its four 8-column
-      // tiles, two a load (matrices: columns 0-7 k lo, k hi, columns 8-15 k lo, k hi).
-      uint32_t a[2][4], b[2][4];
+    for (int kk = 0; kk < BK; kk += 16) {
+      // A fragments of the warp's 16-row tiles; B fragments of its 8-column tiles, two a
+      // load (matrices: columns 0-7 k lo, k hi, columns 8-15 k lo, k hi).
+      uint32_t a[Tl::MI][4], b[Tl::NJ / 2][4];
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
-        ldsm_x4(sA + uint32_t((wm + i * 16 + (lane & 15)) * kStride + kk + (lane >> 4) * 8) * 2, a[i]);
+      for (int i = 0; i < Tl::MI; ++i)
+        ldsm_x4(sA + uint32_t((wm + i * 16 + (lane & 15)) * S + kk + (lane >> 4) * 8) * 2, a[i]);
       const int q = lane >> 3;
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
-        ldsm_x4(sB + uint32_t((wn + j * 16 + (q >> 1) * 8 + (lane & 7)) * kStride + kk + (q & 1) * 8) * 2, b[j]);
+      for (int j = 0; j < Tl::NJ / 2; ++j)
+        ldsm_x4(sB + uint32_t((wn + j * 16 + (q >> 1) * 8 + (lane & 7)) * S + kk + (q & 1) * 8) * 2, b[j]);
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < Tl::MI; ++i)
 #pragma unroll
-        for (int jn = 0; jn < 4; ++jn)
+        for (int jn = 0; jn < Tl::NJ; ++jn)
           mma_16816<T>(acc[i][jn], a[i][0], a[i][1], a[i][2], a[i][3], b[jn / 2][(jn % 2) * 2],
                        b[jn / 2][(jn % 2) * 2 + 1]);
     }
@@ -109,45 +147,114 @@ __global__ void __launch_bounds__(kThreads)
   // Thread (g, t) holds rows g and g + 8 of each 16-row tile, columns 2t and 2t + 1 of
   // each 8-column tile.
   const int g = lane >> 2, t = lane & 3;
+  float* part = partials ? partials + int64_t(blockIdx.z) * rows * n : nullptr;
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < Tl::MI; ++i)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = m0 + wm + i * 16 + g + half * 8;
       if (row >= rows) continue;
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn)
+      for (int jn = 0; jn < Tl::NJ; ++jn)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int col = n0 + wn + jn * 8 + 2 * t + c;
-          if (col < n) y[int64_t(row) * ldy + col] = from_f32<OutT>(acc[i][jn][half * 2 + c] * row_scale(w, col));
+          if (col >= n) continue;
+          const float v = acc[i][jn][half * 2 + c] * row_scale(w, col);
+          if (part)
+            part[int64_t(row) * n + col] = v;
+          else
+            y[int64_t(row) * ldy + col] = from_f32<OutT>(v);
         }
     }
 }
 
+// y[row, col] = the sum of the splits' partial sums, in order (the same result every run).
+template <typename OutT>
+__global__ void split_sum_kernel(const float* __restrict__ partials, int splits, int rows, int n,
+                                 OutT* __restrict__ y, int ldy) {
+  wait_then_allow_next_kernel();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, count = int64_t(rows) * n;
+  if (i >= count) return;
+  float sum = 0.0f;
+  for (int s = 0; s < splits; ++s) sum += __ldg(partials + s * count + i);
+  y[i / n * ldy + i % n] = from_f32<OutT>(sum);
+}
+
+// Splits of k for tile Tl: enough for one block an SM, each split at least 4 steps, and
+// the partial sums' 8 bytes a row and column a split at most half the weights' bytes at 4
+// bits a weight (k / 2 bytes a column): splits <= k / (32 rows). Each split takes
+// ceil(steps / splits) steps, so none is left empty.
+template <typename Tl>
+int tile_splits(int32_t rows, int32_t k, int32_t n, const PackedScratch& scratch) {
+  const int64_t tiles = ceil_div(int64_t(rows), int64_t(Tl::BM)) * ceil_div(int64_t(n), int64_t(Tl::BN));
+  const int64_t steps = ceil_div(int64_t(k), int64_t(Tl::BK));
+  if (scratch.data == nullptr || tiles >= scratch.sms) return 1;
+  int64_t splits = ceil_div(int64_t(scratch.sms), tiles);
+  splits = std::min<int64_t>(splits, steps / 4);
+  splits = std::min<int64_t>(splits, k / (32 * int64_t(rows)));
+  splits = std::min<int64_t>(splits, int64_t(scratch.bytes / (size_t(rows) * size_t(n) * sizeof(float))));
+  if (splits <= 1) return 1;
+  return int(ceil_div(steps, ceil_div(steps, splits)));
+}
+
+template <typename Tl, typename T, typename R, typename OutT>
+void launch_tiles(const R& reader, const T* x, int32_t rows, int32_t k, int32_t n, OutT* y, int32_t ldy,
+                  const PackedScratch& scratch, cudaStream_t stream, bool programmatic) {
+  SPARK_CHECK(ceil_div(n, Tl::BN) <= 65535, "packed_gemm: n too large for the grid");
+  const int splits = tile_splits<Tl>(rows, k, n, scratch), per_split = int(ceil_div(ceil_div(k, Tl::BK), splits));
+  const dim3 grid{unsigned(ceil_div(rows, Tl::BM)), unsigned(ceil_div(n, Tl::BN)), unsigned(splits)};
+  float* partials = splits > 1 ? static_cast<float*>(scratch.data) : nullptr;
+  launch_kernel("packed_gemm_kernel", programmatic, packed_gemm_kernel<Tl, T, R, OutT>, grid, dim3{kThreads},
+                Tl::kSmem, stream, reader, x, int(rows), int(k), int(n), per_split, y, int(ldy), partials);
+  if (splits > 1)
+    launch_kernel("split_sum_kernel", programmatic, split_sum_kernel<OutT>,
+                  dim3{unsigned(ceil_div(int64_t(rows) * n, int64_t(256)))}, dim3{256}, 0, stream,
+                  static_cast<const float*>(partials), splits, int(rows), int(n), y, int(ldy));
+}
+
+// The tile a row count takes: `f` called with a Tile type.
+template <typename F>
+void with_tile(int32_t rows, F&& f) {
+  if (rows <= 16)
+    f(DecodeTile<16>{});
+  else if (rows <= 32)
+    f(DecodeTile<32>{});
+  else if (rows <= 64)
+    f(DecodeTile<64>{});
+  else
+    f(PrefillTile{});
+}
+
 }  // namespace
 
+int packed_gemm_splits(int32_t rows, int32_t k, int32_t n, const PackedScratch& scratch) {
+  int splits = 1;
+  with_tile(rows, [&](auto tile) { splits = tile_splits<decltype(tile)>(rows, k, n, scratch); });
+  return splits;
+}
+
 void packed_gemm(HalfType type, const void* x, int32_t rows, int32_t k, const DeviceMatrix& w, int32_t n, void* y,
-                 int32_t ldy, GemmOut out, cudaStream_t stream, bool programmatic) {
+                 int32_t ldy, GemmOut out, const PackedScratch& scratch, cudaStream_t stream, bool programmatic) {
   SPARK_CHECK(w.format != WeightFormat::HALF && w.tail == nullptr && w.data,
               "packed_gemm: w must be one packed segment");
   SPARK_CHECK(rows > 0 && n > 0 && ldy >= n && k > 0 && k % block_values(w.format) == 0 && k % 8 == 0,
               "packed_gemm: bad shape rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
                   " n=" + std::to_string(n));
   SPARK_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && y != nullptr, "packed_gemm: x must be 16-byte aligned");
-  SPARK_CHECK(ceil_div(n, kBN) <= 65535, "packed_gemm: n too large for the grid");
-  const dim3 grid{unsigned(ceil_div(rows, kBM)), unsigned(ceil_div(n, kBN))}, block{kThreads};
-  const size_t smem = kTileABytes + kTileBBytes;
   with_half_type(type, [&](auto tag) {
     using T = decltype(tag);
     with_weight_reader<T>(w, n, k, [&](auto reader) {
-      using R = decltype(reader);
+      const auto run = [&](auto* yt) {
+        with_tile(rows, [&](auto tile) {
+          launch_tiles<decltype(tile)>(reader, static_cast<const T*>(x), rows, k, n, yt, ldy, scratch, stream,
+                                       programmatic);
+        });
+      };
       if (out == GemmOut::F32)
-        launch_kernel("packed_gemm_kernel", programmatic, packed_gemm_kernel<T, R, float>, grid, block, smem, stream,
-                      reader, static_cast<const T*>(x), int(rows), int(k), int(n), static_cast<float*>(y), int(ldy));
+        run(static_cast<float*>(y));
       else
-        launch_kernel("packed_gemm_kernel", programmatic, packed_gemm_kernel<T, R, T>, grid, block, smem, stream,
-                      reader, static_cast<const T*>(x), int(rows), int(k), int(n), static_cast<T*>(y), int(ldy));
+        run(static_cast<T*>(y));
     });
   });
 }

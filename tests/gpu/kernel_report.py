@@ -4,12 +4,13 @@
 architecture the build targets (sm_90, H100/H200; sm_121, GB10), its registers per thread,
 stack frame (spilled registers and local arrays) and local memory, static shared memory,
 and the warps an SM can keep resident as far as registers allow; and, from the SASS
-(nvdisasm), each decode reader's instruction count and int-to-float conversions (I2F: the
-slow conversion the Q8_0 readers still use).
+(nvdisasm) of decode_probe.cu compiled apart with nvcc, the instructions and int-to-float
+conversions (I2F: the slow conversion) each decode reader takes a weight.
 
 tests/gpu/kernel_budgets.json gives each hot kernel family a budget: at most that many
-registers and that many stack bytes a thread, no local memory. --check exits 1 naming every
-kernel over its budget (tests/integration/test_kernel_budgets.py runs it); without it the
+registers and that many stack bytes a thread, no local memory; and each decode reader at
+most that many instructions a weight, no I2F. --check exits 1 naming every kernel or reader
+over its budget (tests/integration/test_kernel_budgets.py runs it); without it the
 report only prints. cuobjdump and nvdisasm come from the CUDA toolkit, or from the
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels (tests/requirements.txt).
 
@@ -28,10 +29,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 BUDGETS = os.path.join(HERE, "kernel_budgets.json")
+PROBE = os.path.join(HERE, "decode_probe.cu")
 REGISTERS_PER_SM = 65536
 MAX_WARPS = {"sm_90": 64, "sm_121": 48}
 
@@ -83,7 +86,8 @@ def resources(cuobjdump, obj):
 
 
 def sass_counts(cuobjdump, nvdisasm, obj, arch):
-    """{mangled name: (instructions, I2F instructions)} from obj's SASS for arch."""
+    """{mangled name: (instructions, I2F instructions)} from obj's SASS for arch (the NOPs
+    that pad a function's end not counted)."""
     env = dict(os.environ, NVDISASM_PATH=os.path.dirname(nvdisasm))
     text = subprocess.run([cuobjdump, "-sass", "-arch", arch, obj], capture_output=True, text=True, env=env,
                           check=True).stdout
@@ -92,10 +96,30 @@ def sass_counts(cuobjdump, nvdisasm, obj, arch):
         if m := re.match(r"\s*Function : (\S+)", line):
             name = m.group(1)
             counts[name] = [0, 0]
-        elif name and re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", line):
+        elif name and re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", line) and not re.search(r"\bNOP\b", line):
             counts[name][0] += 1
             counts[name][1] += bool(re.search(r"\bI2F(\.|\s)", line))
     return {k: tuple(v) for k, v in counts.items()}
+
+
+def reader_costs(cuobjdump, nvdisasm, arch):
+    """{reader: (instructions, I2F) a weight} on arch, from decode_probe.cu compiled apart:
+    its N = 2 kernel less its N = 1 kernel is one chunk's loads, decode and one FMA a weight."""
+    nvcc = find_tool("nvcc")
+    if not nvcc:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        obj = os.path.join(tmp, "decode_probe.o")
+        number = arch.removeprefix("sm_")
+        subprocess.run([nvcc, "-O3", "-std=c++20", "-I", REPO, "-DSPARKD_CUDA=1", "--expt-relaxed-constexpr",
+                        f"-gencode=arch=compute_{number},code={arch}", "-c", PROBE, "-o", obj],
+                       check=True, capture_output=True, text=True)
+        counts = sass_counts(cuobjdump, nvdisasm, obj, arch)
+    kernels = {}
+    for text, (total, i2f) in zip(demangle(list(counts)), counts.values()):
+        if m := re.search(r"decode_probe<(.+), (\d)>\(", short_name(text) + "("):
+            kernels[(m.group(1), int(m.group(2)))] = (total, i2f)
+    return kernels
 
 
 def main():
@@ -134,13 +158,25 @@ def main():
                             f"{family.get('max_stack_bytes', 0)}) and {r['LOCAL']} bytes of local memory")
     print(f"\n{len(seen)} kernels budgeted of {len(kernels)} ({len(objects)} objects); what each family is: "
           f"{BUDGETS}")
-    print("\ndecode readers' SASS (sm_121): instructions, I2F conversions")
-    for reader in budgets["decode_readers"]:
-        obj = os.path.join(args.objects, reader["object"])
-        for name, (total, i2f) in sorted(sass_counts(cuobjdump, nvdisasm, obj, "sm_121").items()):
-            text = readable.get(name) or demangle([name])[0]
-            if re.search(reader["match"], text):
-                print(f"  {short_name(text)[:90]:90} {total:6} {i2f:4}")
+    print("\ndecode readers (decode_probe.cu): SASS instructions a weight to load, decode and multiply "
+          "(less its one FMA), I2F conversions a weight, budget")
+    for arch in MAX_WARPS:
+        kernels = reader_costs(cuobjdump, nvdisasm, arch)
+        if kernels is None:
+            print("  no nvcc: not measured")
+            break
+        for reader in budgets["decode_readers"]:
+            one, two = kernels.get((reader["reader"], 1)), kernels.get((reader["reader"], 2))
+            if not one or not two:
+                over.append(f"decode reader {reader['reader']}: no probe kernel (renamed?)")
+                continue
+            per_weight = (two[0] - one[0]) / reader["values"] - 1
+            i2f = (two[1] - one[1]) / reader["values"]
+            name = reader["reader"] + (f" ({reader['what']})" if "what" in reader else "")
+            print(f"  {arch:7} {name:40} {per_weight:6.2f} {i2f:5.2f} {reader['max_per_weight']:6}")
+            if per_weight > reader["max_per_weight"] or (i2f > 0 and not reader.get("i2f", False)):
+                over.append(f"{arch} decode reader {reader['reader']}: {per_weight:.2f} instructions a weight "
+                            f"(budget {reader['max_per_weight']}), {i2f:.2f} I2F")
     if over:
         print("\nover budget:\n  " + "\n  ".join(over))
     return 1 if args.check and over else 0

@@ -24,8 +24,9 @@
 // 13.2 MB, plus 34.6 KB of f32 biases. B = 1 reads 4 of them: 53 MB a layer, 1.27 GB over
 // 24 layers, ~170 steps/s for the experts alone on GB10 (~218 GB/s), ~2,350 on H100. A
 // lane's chunk is one block (16 bytes: a warp reads 512 contiguous bytes, as Q8_0) and its
-// scale byte through the read-only cache; the decode builds each E2M1 value's f32 bits
-// (two shifts, a select) and multiplies by the scale: ~4 integer ops and one FMA a weight,
+// scale byte through the read-only cache; the decode places each E2M1 code in an f16 and
+// multiplies by the scale (weight_readers.cuh's e2m1_word): ~4.5 instructions and one FMA a
+// weight (make kernel-report; ~12.7 when it built f32 bits per code with selects),
 // 2 x 3 x 2880^2 x 4 = 0.2 GFLOP a token a layer, far under the bytes' time. Waves: the
 // gate/up launch of B = 1 is 360 x 4 = 1,440 blocks of 8 warps (30 blocks an SM on GB10's
 // 48 SMs, 11 on H100's 132), down the same.

@@ -115,17 +115,44 @@ struct Fp8Rows {
 __device__ __forceinline__ float e8m0_decode(uint32_t e) {
   return __uint_as_float(e == 0 ? 0x00400000u : e == 255 ? 0x7F800000u : e << 23);
 }
-// The E2M1 value of a 4-bit code (sign, 2 exponent bits, 1 mantissa bit: 0, 0.5, 1, 1.5,
-// 2, 3, 4, 6 and their negatives), built as f32 bits: no table in local memory.
-__device__ __forceinline__ float e2m1_decode(uint32_t code) {
-  const uint32_t e = (code >> 1) & 3, m = code & 1;
-  const uint32_t mag = e == 0 ? (m ? 0x3F000000u : 0u) : ((e + 126) << 23) | (m << 22);
-  return __uint_as_float(mag | ((code & 8) << 28));
+// The eight E2M1 codes of a 32-bit word (byte i: code lo[i] in its low nibble, hi[i] in
+// its high one; E2M1 is a sign, 2 exponent bits and 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3,
+// 4, 6 and their negatives) times d, where d14 = d x 2^14. Each code is moved into an f16
+// as it stands: its sign to bit 15, its exponent and mantissa bits to bits 11-9, the low
+// bits of the f16's exponent and the top of its mantissa, which makes the f16 e2m1 x 2^-14
+// (code 1, 0.5, lands on the subnormal 2^-15; code 0 on zero). Two codes a 32-bit
+// operation: the pairs (byte 0, byte 2) and (byte 1, byte 3) sit 16 bits apart, so one
+// shift and one masked merge place both halves of an f16 pair; the pair's conversion to
+// f32 and the multiply by d14 finish it, both exact (e2m1 has 2 significant bits): 4
+// instructions a code with the multiply, where building f32 bits with selects took ~11
+// (make kernel-report's "instructions a weight", load and addressing included: MXFP4 12.7
+// -> 4.5 on sm_121).
+__device__ __forceinline__ void e2m1_word(uint32_t w, float d14, float* lo, float* hi) {
+  constexpr uint32_t kMag = 0x0E000E00u, kSign = 0x80008000u;
+  const uint32_t pairs[4] = {
+      ((w << 9) & kMag) | ((w << 12) & kSign),  // low nibbles of bytes 0 and 2
+      ((w << 1) & kMag) | ((w << 4) & kSign),   // low nibbles of bytes 1 and 3
+      ((w << 5) & kMag) | ((w << 8) & kSign),   // high nibbles of bytes 0 and 2
+      ((w >> 3) & kMag) | (w & kSign),          // high nibbles of bytes 1 and 3
+  };
+  float2 f[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    __half2 h;
+    memcpy(&h, &pairs[p], 4);  // the bits as they are: no repacking of the halves
+    f[p] = __half22float2(h);
+  }
+  lo[0] = __fmul_rn(f[0].x, d14), lo[2] = __fmul_rn(f[0].y, d14);
+  lo[1] = __fmul_rn(f[1].x, d14), lo[3] = __fmul_rn(f[1].y, d14);
+  hi[0] = __fmul_rn(f[2].x, d14), hi[2] = __fmul_rn(f[2].y, d14);
+  hi[1] = __fmul_rn(f[3].x, d14), hi[3] = __fmul_rn(f[3].y, d14);
 }
 
 // MXFP4 as DeviceWeights keeps it (kernel_args.h): a chunk is one block, its 16 code bytes
 // (a warp: 512 contiguous bytes, as Q8_0's int8), its E8M0 scale one byte through the
-// read-only cache; value = e2m1 * scale in f32, as the CPU backend multiplies it.
+// read-only cache; value = e2m1 * scale in f32, as the CPU backend multiplies it. The
+// scale times 2^14 (e2m1_word) is 2^(e - 113) for e <= 240 (e = 0, 2^-127, included);
+// the upload refuses 241..254 (weights of 2^114 and more), and 255 is infinite as on the CPU.
 struct Mxfp4Rows {
   static constexpr int kValues = 32;
   using Chunk = uint4;
@@ -134,13 +161,11 @@ struct Mxfp4Rows {
   int64_t k;
   __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(codes + (r * k + c) / 2); }
   __device__ __forceinline__ void decode(const Chunk& q, int64_t r, int c, float (&out)[kValues]) const {
-    const float d = e8m0_decode(__ldg(scales + (r * k + c) / 32));
-    const uint8_t* b = reinterpret_cast<const uint8_t*>(&q);
+    const uint32_t e = __ldg(scales + (r * k + c) / 32);
+    const float d14 = __uint_as_float(e <= 240 ? (e + 14) << 23 : 0x7F800000u);
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      out[j] = __fmul_rn(e2m1_decode(b[j] & 0x0F), d);
-      out[16 + j] = __fmul_rn(e2m1_decode(b[j] >> 4), d);
-    }
+    for (int i = 0; i < 4; ++i) e2m1_word(words[i], d14, out + 4 * i, out + 16 + 4 * i);
   }
 };
 
@@ -157,8 +182,8 @@ __device__ __forceinline__ float ue4m3_decode(uint32_t v) {
 // through the read-only cache, as BlockRows reads its blocks) decoded to e2m1 * e4m3,
 // exact in f32 and in either 16-bit type (at most 5 significant bits, 2^-10 .. 2688); the
 // row's scale multiplies the row's sum (row_scale below), so the tiles' 16-bit weights are
-// exact and the decode takes one multiply a weight. Sub-block s's byte j holds its value
-// j (low nibble) and j + 8 (high nibble).
+// exact and the decode takes one multiply a weight (e2m1_word). Sub-block s's byte j holds
+// its value j (low nibble) and j + 8 (high nibble).
 struct Nvfp4Rows {
   static constexpr int kValues = 32;
   using Chunk = const uint8_t*;
@@ -172,14 +197,10 @@ struct Nvfp4Rows {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int s = 2 * half + h;
-      const float d = ue4m3_decode((d4 >> (8 * s)) & 0xFF);
-      const uint32_t q[2] = {ld_word<4>(b + 4 + 8 * s), ld_word<4>(b + 8 + 8 * s)};
+      const float d14 = ue4m3_decode((d4 >> (8 * s)) & 0xFF) * 16384.0f;  // exact: at most 448 x 2^14
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const uint32_t byte = (q[j >> 2] >> (8 * (j & 3))) & 0xFF;
-        out[16 * h + j] = __fmul_rn(e2m1_decode(byte & 0x0F), d);
-        out[16 * h + j + 8] = __fmul_rn(e2m1_decode(byte >> 4), d);
-      }
+      for (int i = 0; i < 2; ++i)
+        e2m1_word(ld_word<4>(b + 4 + 8 * s + 4 * i), d14, out + 16 * h + 4 * i, out + 16 * h + 8 + 4 * i);
     }
   }
   __device__ __forceinline__ float row_scale(int64_t r) const { return __ldg(scales + r); }

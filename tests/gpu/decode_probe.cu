@@ -1,0 +1,37 @@
+// decode_probe.cu — what one weight costs each decode reader (weight_readers.cuh), for
+// kernel_report.py: decode_probe<R, N> loads and decodes N chunks of a row and consumes every
+// weight with one FMA, as a GEMV does. Compiled apart (never linked), so that the difference
+// between the N = 2 and N = 1 kernels' SASS is one chunk's loads, decode and FMAs:
+// instructions a weight = that difference / the chunk's values - 1.
+#include "engine/backend/cuda/weight_readers.cuh"
+
+namespace spark::cuda {
+
+template <typename R, int N>
+__global__ void decode_probe(R w, float* out) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int c = (int(threadIdx.x) * N + i) * R::kValues;
+    float v[R::kValues];
+    w.decode(w.load(blockIdx.x, c), blockIdx.x, c, v);
+#pragma unroll
+    for (int j = 0; j < R::kValues; ++j) acc = fmaf(v[j], v[j], acc);
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+#define SPARK_DECODE_PROBE(R)                                \
+  template __global__ void decode_probe<R, 1>(R, float*); \
+  template __global__ void decode_probe<R, 2>(R, float*)
+
+SPARK_DECODE_PROBE(Q8_0Rows);
+SPARK_DECODE_PROBE(Fp8Rows);
+SPARK_DECODE_PROBE(Mxfp4Rows);
+SPARK_DECODE_PROBE(Nvfp4Rows);
+SPARK_DECODE_PROBE(BlockRows<WeightFormat::Q4_0>);
+SPARK_DECODE_PROBE(BlockRows<WeightFormat::Q4_K>);
+SPARK_DECODE_PROBE(BlockRows<WeightFormat::Q5_K>);
+SPARK_DECODE_PROBE(BlockRows<WeightFormat::Q6_K>);
+
+}  // namespace spark::cuda

@@ -425,7 +425,7 @@ void llama8b_quantized_decode(const std::string& name, const std::function<DType
                                            spec.hidden_size));
   const double read = double(CudaBackend::weight_bytes(spec, full_range(spec), as_stored)) - table +
                       double(CudaBackend::kv_bytes_per_token(spec, full_range(spec), false)) * ctx;
-  decode_rate_rows("bench", "8B " + name, *gpu, blocks_per_seq, kBlock, 1.0, read, copy_gbs,
+  step_rate_rows("bench", "8B " + name, *gpu, blocks_per_seq, kBlock, read, copy_gbs,
                    fmt(", %.2f GB read a token", read / 1e9));
 }
 

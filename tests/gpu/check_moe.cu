@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cpu/moe.h"
 #include "engine/backend/cpu/ops.h"
 #include "engine/backend/cuda/block_formats.h"
@@ -696,20 +697,54 @@ void bytes_table(const BytesShape& m, DType expert_dtype, const std::vector<int3
         fmt("1 +- 0.03 of %.1f MB", double(distinct) * double(expert_bytes) / 1e6), ratio >= 0.97 && ratio <= 1.03);
   }
 }
+
+// repeat_layers, which the benchmark below uses to upload 48 layers from 12, on the tiny
+// Qwen3-MoE with 4 layers from its first 2 (Q8_0; every layer MoE, as the 30B-A3B's, where
+// the fixture keeps layer 1 dense): every tensor of the 4-layer model is there, and a CUDA
+// prefill of it gives the CPU backend's logits (within the BF16 limit).
+void repeat_layers_row() {
+  Config c = config_for_model("tests/golden/models/qwen3_moe");
+  c.model.load_format = "dummy";
+  ModelSpec full = inspect_model(c).spec;
+  full.mlp_only_layers.clear();
+  ModelSpec built = full;
+  full.num_layers = 4;
+  built.num_layers = 2;
+  const Weights w =
+      repeat_layers(make_dummy_weights(built, full_range(built), DType::Q8_0), built.num_layers, full.num_layers);
+  size_t missing = 0;
+  for (const TensorSpec& t : expected_tensors(full, full_range(full))) missing += w.find(t.name) == nullptr;
+  CudaOptions o;
+  o.max_num_seqs = 1;
+  o.max_num_batched_tokens = 64;
+  o.max_model_len = 64;
+  o.block_size = 16;
+  CudaBackend gpu(full, bind_stage(full, w), o);
+  CpuBackend cpu(full, bind_stage(full, w), 0);
+  ForwardResult out[2];
+  int i = 0;
+  for (Backend* b : {static_cast<Backend*>(&gpu), static_cast<Backend*>(&cpu)}) {
+    b->init_kv_cache(4, 16);
+    b->forward(prefill_batch(9, 4), nullptr, out[i++]);
+  }
+  row(kCheck, "repeat_layers: 4 layers from 2 (tiny Qwen3-MoE, Q8_0): tensors missing", std::to_string(missing), "0",
+      missing == 0);
+  error_row(kCheck, "repeat_layers: 4 layers from 2: CUDA vs CPU logits", rel_error(out[1].logits, out[0].logits),
+            kBf16Limit);
+}
 #else
 // ---- benchmarks (a GPU only) --------------------------------------------------------
 
-// Decode tok/s of a Qwen3-30B-A3B-shaped model (dummy weights in `dtype`, FP8 as
-// Qwen3-30B-A3B-FP8 keeps it (qwen3_30b_spec, stored_dtype); 12 of its 48
-// layers so that the host's dummy generation stays short; the step time is scaled by
-// 48 / 12, which counts the LM head and sampling four times: a conservative rate) at
-// batch 1, 16 and 64, context 512, beside the copy bandwidth and the batch-1 bound it
-// gives for the bytes a token reads.
+// Decode and prefill tok/s of a Qwen3-30B-A3B-shaped model (dummy weights in `dtype`, FP8
+// as Qwen3-30B-A3B-FP8 keeps it (qwen3_30b_spec, stored_dtype); the host makes 12 layers
+// and repeat_layers uploads them as all 48, so a step runs and times every layer) at batch
+// 1, 16 and 64, context 512, and prefills of 512 and 2,048 tokens, beside the copy
+// bandwidth and the batch-1 bound it gives for the bytes a token reads.
 void decode_benchmark(DType dtype, double copy_gbs) {
   const ModelSpec full = qwen3_30b_spec(dtype);
-  ModelSpec spec = full;
-  spec.num_layers = 12;
-  const int max_seqs = 64, blocks_per_seq = 1024 / 16;
+  ModelSpec built = full;
+  built.num_layers = 12;
+  const int max_seqs = 64, blocks_per_seq = 2048 / 16;
   CudaOptions o;
   o.max_num_seqs = max_seqs;
   o.max_num_batched_tokens = 2048;
@@ -717,15 +752,15 @@ void decode_benchmark(DType dtype, double copy_gbs) {
   o.block_size = 16;
   std::unique_ptr<CudaBackend> gpu;
   {
-    const Weights w = make_dummy_weights(spec, full_range(spec), dtype);
-    gpu = std::make_unique<CudaBackend>(spec, bind_stage(spec, w), o);
+    const Weights w = repeat_layers(make_dummy_weights(built, full_range(built), dtype), built.num_layers,
+                                    full.num_layers);
+    gpu = std::make_unique<CudaBackend>(full, bind_stage(full, w), o);
   }
   gpu->init_kv_cache(int64_t(max_seqs) * blocks_per_seq, 16);
   const StoredDType stored = [dtype](Part p, int64_t) { return stored_dtype(dtype, p); };
   const double per_token = double(CudaBackend::weight_bytes_per_token(full, full_range(full), stored));
   const std::string format = dtype == DType::F8_E4M3 ? "FP8 128x128" : std::string(dtype_name(dtype));
-  decode_rate_rows(kCheck, "30B-A3B " + format, *gpu, blocks_per_seq, 16, double(full.num_layers) / double(spec.num_layers),
-                   per_token, copy_gbs, ", 48 layers");
+  step_rate_rows(kCheck, "30B-A3B " + format, *gpu, blocks_per_seq, 16, per_token, copy_gbs, ", 48 layers");
 }
 #endif
 
@@ -786,6 +821,7 @@ void run() {
   skip_row(kCheck, "bytes 30B-A3B B=1, 4, 16 and Nemotron-3-Nano B=1, 4",
            "ASan build: the plain emulated build prints them");
 #elif SPARK_CUDA_EMU
+  repeat_layers_row();
   // BF16 at B = 1 only, FP8 at B = 1 and 4: the same kernels and grouping as Q8_0's
   // rows, and 16 steps of BF16 experts (760 MB a step) would double the check's time.
   bytes_table(kQwen30B, DType::Q8_0, {1, 4, 16}, stream);

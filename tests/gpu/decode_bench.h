@@ -1,14 +1,18 @@
 // decode_bench.h — the whole-model step benchmarks of make gpu-check (check_model's 8B,
 // check_moe's 30B-A3B, check_gptoss_moe's gpt-oss-20b): synthetic decode and prefill
-// batches over a backend's own blocks, the median time of a whole sampled step, and the
-// decode tok/s rows at batch 1, 16 and 64 beside the batch-1 bound of the copy bandwidth.
+// batches over a backend's own blocks, the median time of a whole sampled step, the
+// decode tok/s rows at batch 1, 16 and 64 beside the batch-1 bound of the copy bandwidth
+// and the prefill rows at 512 and 2,048 tokens; and dummy weights of every layer made from
+// a few (repeat_layers), so a step times all of a large model's layers.
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/model/weights.h"
 #include "engine/step/sampling_params.h"
 #include "engine/step/step.h"
 #include "tests/gpu/gpu_check.h"
@@ -72,19 +76,44 @@ inline double step_ms(Backend& backend, const Batch& b, int runs = 20) {
   return ms[ms.size() / 2];
 }
 
-// INFO rows "`label` decode b=B" at batch 1, 16 and 64, context 512, of a backend whose KV
-// cache holds 64 x blocks_per_seq blocks. `scale` multiplies the step time (a model built
-// with fewer layers than it has: its layers over those built); `bytes_per_token` is what a
-// batch-1 token must read, whose time at the copy bandwidth bounds batch 1.
-inline void decode_rate_rows(const std::string& check, const std::string& label, Backend& backend,
-                             int blocks_per_seq, int block, double scale, double bytes_per_token, double copy_gbs,
-                             const std::string& about) {
+// INFO rows "`label` decode b=B" at batch 1, 16 and 64, context 512, and "`label` prefill
+// T=..." of one sequence's 512 and 2,048 tokens, of a backend whose KV cache holds 64 x
+// blocks_per_seq blocks (at least 2,048 tokens a sequence) and whose steps take 2,048
+// tokens. `bytes_per_token` is what a batch-1 token must read, whose time at the copy
+// bandwidth bounds batch 1.
+inline void step_rate_rows(const std::string& check, const std::string& label, Backend& backend, int blocks_per_seq,
+                           int block, double bytes_per_token, double copy_gbs, const std::string& about) {
   for (int B : {1, 16, 64}) {
-    const double step = step_ms(backend, decode_batch(B, 512, blocks_per_seq, block)) * scale;
+    const double step = step_ms(backend, decode_batch(B, 512, blocks_per_seq, block));
     info(check, label + " decode b=" + std::to_string(B),
          fmt("%.0f tok/s", B / (step * 1e-3)) + fmt(" (%.2f ms/step", step) + about + ")",
          fmt("copy %.0f GB/s; b=1 bound ", copy_gbs) + fmt("%.0f tok/s", copy_gbs * 1e9 / bytes_per_token));
   }
+  for (int T : {512, 2048}) {
+    const double step = step_ms(backend, prefill_batch(T, blocks_per_seq), 5);
+    info(check, label + " prefill T=" + std::to_string(T),
+         fmt("%.0f tok/s", T / (step * 1e-3)) + fmt(" (%.1f ms/step", step) + about + ")", "one sequence's prompt");
+  }
+}
+
+// `built` (make_dummy_weights for layers [0, built_layers)) as weights of `num_layers`
+// layers: layer l's tensors are layer l % built_layers's host tensors under layer l's names,
+// so the backend uploads a device copy of every layer (a step reads them all) while the
+// host makes only a few. Each tensor name's "layers.N." is the layer index.
+inline Weights repeat_layers(const Weights& built, int64_t built_layers, int64_t num_layers) {
+  Weights w = built;
+  const std::regex layer(R"((^|\.)layers\.(\d+)\.)");
+  for (const auto& [name, t] : built.all()) {
+    std::smatch m;
+    if (!std::regex_search(name, m, layer)) continue;
+    for (int64_t l = std::stoll(m[2]) + built_layers; l < num_layers; l += built_layers) {
+      Tensor copy = t;
+      copy.name = m.prefix().str() + m[1].str() + "layers." + std::to_string(l) + "." + m.suffix().str();
+      w.add(std::move(copy));
+    }
+  }
+  w.set_range({0, num_layers});
+  return w;
 }
 
 }  // namespace spark::gpu_check

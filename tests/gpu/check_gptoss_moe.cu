@@ -42,6 +42,8 @@ using cuda::MoePath;
 using cuda::RouterRule;
 
 const char* kCheck = "gptoss_moe";
+// The MoE scratch's chunk (moe.h): 300 tokens run as chunks of 128, 128 and 44.
+constexpr int32_t kChunk = 128;
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;
 #else
@@ -190,8 +192,8 @@ struct DeviceLayer {
         down_bias(l.down_bias),
         gate_up(l.gate_up.tensor),
         down(l.down.tensor),
-        scratch_memory(cuda::MoeScratch::bytes(l.cfg)),
-        scratch(l.cfg, scratch_memory.get()) {
+        scratch_memory(cuda::MoeScratch::bytes(l.cfg, kChunk)),
+        scratch(l.cfg, kChunk, scratch_memory.get()) {
     w.norm = norm.get();
     w.router = router.get();
     w.router_bias = router_bias.get();
@@ -292,8 +294,8 @@ void bytes_table(cudaStream_t stream) {
                          {gu_bias.get(), dn_bias.get(), 7.0f, kAlpha}};
   DeviceArray<float> router(random_floats(size_t(E) * H, 99, -0.1f, 0.1f)), norm(random_floats(size_t(H), 98, 0.5f, 1.5f));
   DeviceArray<float> router_bias(random_floats(size_t(E), 95));
-  DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(cfg));
-  const cuda::MoeScratch s(cfg, scratch_memory.get());
+  DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(cfg, kChunk));
+  const cuda::MoeScratch s(cfg, kChunk, scratch_memory.get());
   for (int32_t B : {1, 4, 16}) {
     const std::vector<float> x = random_floats(size_t(B) * H, uint64_t(B) * 31);
     DeviceArray<bf16> dx(to_half<bf16>(x));

@@ -55,6 +55,8 @@ using cuda::MoePath;
 using cuda::RouterRule;
 
 const char* kCheck = "moe";
+// The MoE scratch's chunk (moe.h): 300 tokens run as chunks of 128, 128 and 44.
+constexpr int32_t kChunk = 128;
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;
 #else
@@ -415,8 +417,8 @@ struct DeviceLayer {
         score_bias(l.score_bias.empty() ? std::vector<float>{0.0f} : l.score_bias),
         gate_up(l.gate_up.tensor, l.gate_up_scales),
         down(l.down.tensor, l.down_scales),
-        scratch_memory(cuda::MoeScratch::bytes(l.cfg)),
-        scratch(l.cfg, scratch_memory.get()) {
+        scratch_memory(cuda::MoeScratch::bytes(l.cfg, kChunk)),
+        scratch(l.cfg, kChunk, scratch_memory.get()) {
     w.norm = norm.get();
     w.router = router.get();
     w.score_bias = l.score_bias.empty() ? nullptr : score_bias.get();
@@ -668,8 +670,8 @@ void bytes_table(const BytesShape& m, DType expert_dtype, const std::vector<int3
   cuda::ExpertWeights ew{{format, gu.get(), gu_scales, 0, nullptr, block, block},
                          {format, dn.get(), dn_scales, 0, nullptr, block, block}};
   DeviceArray<float> router(random_floats(size_t(E) * H, 99, -0.1f, 0.1f)), norm(random_floats(size_t(H), 98, 0.5f, 1.5f));
-  DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(cfg));
-  const cuda::MoeScratch s(cfg, scratch_memory.get());
+  DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(cfg, kChunk));
+  const cuda::MoeScratch s(cfg, kChunk, scratch_memory.get());
   for (int32_t B : steps) {
     const std::vector<float> x = random_floats(size_t(B) * H, uint64_t(B) * 31);
     DeviceArray<bf16> dx(to_half<bf16>(x));

@@ -553,7 +553,7 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   m.act.inv_freq = reinterpret_cast<float*>(take(m.sizes.inv_freq));
   m.act.ints = reinterpret_cast<int32_t*>(take(m.sizes.ints));
   m.act.moe = take(m.sizes.moe);
-  if (m.sizes.moe) m.moe.emplace(moe_config(spec), m.act.moe);
+  if (m.sizes.moe) m.moe.emplace(moe_config(spec), cuda::moe_chunk_tokens(m.sizes.max_tokens), m.act.moe);
   m.act.aux = reinterpret_cast<float*>(take(m.sizes.aux));
   m.act.boundary = take(m.sizes.boundary);
   for (size_t k = 0; k < rope_tables.size(); ++k)

@@ -17,8 +17,9 @@ size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
 struct ScratchLayout {
   size_t logits, ids, weights, offsets, pair_row, row_token, active, tile_offsets, act, y, total;
-  explicit ScratchLayout(const MoeConfig& c) {
-    const size_t T = MoeScratch::kChunkTokens, E = size_t(c.shape.experts), P = T * size_t(c.top_k);
+  ScratchLayout(const MoeConfig& c, int32_t chunk_tokens) {
+    SPARK_CHECK(chunk_tokens > 0, "MoeScratch: a chunk of no tokens");
+    const size_t T = size_t(chunk_tokens), E = size_t(c.shape.experts), P = T * size_t(c.top_k);
     size_t at = 0;
     auto take = [&](size_t bytes) {
       const size_t here = at;
@@ -41,10 +42,12 @@ struct ScratchLayout {
 
 }  // namespace
 
-size_t MoeScratch::bytes(const MoeConfig& cfg) { return ScratchLayout(cfg).total; }
+size_t MoeScratch::bytes(const MoeConfig& cfg, int32_t chunk_tokens) {
+  return ScratchLayout(cfg, chunk_tokens).total;
+}
 
-MoeScratch::MoeScratch(const MoeConfig& cfg, void* memory) {
-  const ScratchLayout l(cfg);
+MoeScratch::MoeScratch(const MoeConfig& cfg, int32_t chunk_tokens, void* memory) : chunk_tokens(chunk_tokens) {
+  const ScratchLayout l(cfg, chunk_tokens);
   char* base = static_cast<char*>(memory);
   logits = reinterpret_cast<float*>(base + l.logits);
   ids = reinterpret_cast<int32_t*>(base + l.ids);
@@ -66,8 +69,8 @@ void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, 
   const bool sigmoid = cfg.rule == RouterRule::SIGMOID_BIAS;
   // cpu::moe_ffn would add a router bias to the logits before the sigmoid; no model has both.
   SPARK_CHECK(!sigmoid || !w.router_bias, "moe_forward: SIGMOID_BIAS takes a score bias, not a router bias");
-  for (int32_t t0 = 0; t0 < tokens; t0 += MoeScratch::kChunkTokens) {
-    const int32_t n = std::min(MoeScratch::kChunkTokens, tokens - t0);
+  for (int32_t t0 = 0; t0 < tokens; t0 += scratch.chunk_tokens) {
+    const int32_t n = std::min(scratch.chunk_tokens, tokens - t0);
     const void* xc = static_cast<const char*>(x) + size_t(t0) * size_t(s.hidden) * 2;
     const int32_t pairs = n * cfg.top_k;
     const bool gemv = path == MoePath::GEMV || (path == MoePath::AUTO && n <= kMoeGemvMaxTokens);

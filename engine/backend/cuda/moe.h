@@ -36,16 +36,24 @@ struct MoeConfig {
 enum class MoePath : uint8_t { AUTO, GEMV, GEMM };
 inline constexpr int32_t kMoeGemvMaxTokens = 64;
 
-// Device scratch of one MoE block for up to `chunk_tokens` tokens at a time (a larger
-// step runs in chunks, so the scratch stays bounded by the chunk, not the step).
+// Device scratch of one MoE block for up to `chunk_tokens` tokens at a time: a larger step
+// runs in chunks, each of which reads every expert its tokens select, so the backend sizes
+// the chunk by its largest step (the plan's max_num_batched_tokens) up to kMaxChunkTokens.
+// A prefill step of 2,048 tokens of Qwen3-30B-A3B selects nearly all 128 experts a layer
+// in any 512 of its tokens: in chunks of 512 it read the experts' 57 GB (BF16) four times,
+// ~1 s of GB10's bandwidth, against ~0.13 s of its tensor cores; in one chunk, once. The
+// scratch grows with the chunk: [chunk x top_k, hidden] f32 partial outputs dominate,
+// 134 MB at 2,048 tokens of 30B-A3B, 268 MB at 4,096.
 class MoeScratch {
  public:
-  static constexpr int32_t kChunkTokens = 512;
-  // Bytes for cfg at most kChunkTokens tokens a chunk, in one allocation.
-  static size_t bytes(const MoeConfig& cfg);
-  // Carves the buffers out of `memory` (bytes(cfg) of device memory, 256-byte aligned).
-  MoeScratch(const MoeConfig& cfg, void* memory);
+  static constexpr int32_t kMaxChunkTokens = 4096;
+  // Bytes for cfg at most chunk_tokens tokens a chunk, in one allocation.
+  static size_t bytes(const MoeConfig& cfg, int32_t chunk_tokens);
+  // Carves the buffers out of `memory` (bytes(cfg, chunk_tokens) of device memory, 256-byte
+  // aligned).
+  MoeScratch(const MoeConfig& cfg, int32_t chunk_tokens, void* memory);
 
+  int32_t chunk_tokens = 0;
   float* logits = nullptr;   // [chunk, experts]
   int32_t* ids = nullptr;    // [chunk, top_k]
   float* weights = nullptr;  // [chunk, top_k]
@@ -55,7 +63,7 @@ class MoeScratch {
 };
 
 // out[t, :] (f32, [tokens, shape.hidden]) = the MoE block for t < tokens, in chunks of
-// MoeScratch::kChunkTokens: the router reads residual[t, :] (f32 [tokens, router_hidden],
+// scratch.chunk_tokens: the router reads residual[t, :] (f32 [tokens, router_hidden],
 // the rows before ffn_norm) through w.norm, the experts read x[t, :] (compute type
 // [tokens, shape.hidden]: the normed rows, or LatentMoE's latent projection of them).
 void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, const float* residual, float eps,

@@ -10,7 +10,7 @@
 // reductions (5 shuffles of value and index each): 8 x 10 shuffles for k = 8.
 // The grouping is one block of 1024 threads: shared-memory counters (experts <= 256),
 // one thread's scan over the experts, then each pair takes a row with a shared atomic.
-// One block is enough for a chunk of 512 tokens x 8 (4096 pairs, 4 a thread); a single
+// One block is enough for a chunk of 4096 tokens x 8 (32,768 pairs, 32 a thread); a single
 // block on a 48-SM GPU costs its latency only, and it is one launch whatever the batch.
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/moe_router.h"

@@ -88,6 +88,12 @@ inline MoeConfig moe_config(const ModelSpec& s) {
   return c;
 }
 
+// The MoE chunk (moe.h's MoeScratch): a step of the plan's largest size in one pass over
+// the experts, up to MoeScratch::kMaxChunkTokens.
+inline int32_t moe_chunk_tokens(int64_t max_tokens) {
+  return int32_t(std::clamp<int64_t>(max_tokens, 1, MoeScratch::kMaxChunkTokens));
+}
+
 // Whether a layer of `r` is one `is` names (ModelSpec::layer_is_moe, layer_is_recurrent).
 inline bool range_has(const ModelSpec& s, LayerRange r, bool (ModelSpec::*is)(int64_t) const) {
   for (int64_t l = r.first_layer; l < r.last_layer; ++l)
@@ -152,7 +158,7 @@ struct Sizes {
     logits = has_head ? aligned(size_t(max_rows * s.vocab_size) * 4) : 0;
     inv_freq = aligned(size_t(s.head_dim / 2) * 4 * size_t(rope_tables(s)));
     ints = aligned(size_t(BatchLayout(max_tokens, max_seqs, stride, max_rows).total) * 4);
-    moe = moe_here ? aligned(MoeScratch::bytes(moe_config(s))) : 0;
+    moe = moe_here ? aligned(MoeScratch::bytes(moe_config(s), moe_chunk_tokens(max_tokens))) : 0;
     boundary = whole ? 0 : aligned(size_t(max_tokens * H) * 2);
   }
   size_t total() const {

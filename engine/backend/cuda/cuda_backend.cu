@@ -709,7 +709,8 @@ void CudaBackend::forward(const Batch& batch, const float* hidden_in, ForwardRes
   m.copy_final_hidden(batch, out.final_hidden);
 }
 
-// decode_cost_rows_of() above: 16 rows when every dense linear layer is packed, else 8.
+// decode_cost_rows_of() above: 16 rows when every linear layer is packed and no layer is
+// MoE, else 8.
 int64_t CudaBackend::rows_at_decode_cost() const { return impl_->decode_cost_rows; }
 
 CudaStepCounts CudaBackend::step_counts() const { return impl_->counts; }

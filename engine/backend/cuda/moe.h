@@ -41,7 +41,7 @@ inline constexpr int32_t kMoeGemvMaxTokens = 64;
 // the chunk by its largest step (the plan's max_num_batched_tokens) up to kMaxChunkTokens.
 // A prefill step of 2,048 tokens of Qwen3-30B-A3B selects nearly all 128 experts a layer
 // in any 512 of its tokens: in chunks of 512 it read the experts' 57 GB (BF16) four times,
-// ~1 s of GB10's bandwidth, against ~0.13 s of its tensor cores; in one chunk, once. The
+// ~1 s of GB10's bandwidth, against ~0.15 s of its tensor cores; in one chunk, once. The
 // scratch grows with the chunk: [chunk x top_k, hidden] f32 partial outputs dominate,
 // 134 MB at 2,048 tokens of 30B-A3B, 268 MB at 4,096.
 class MoeScratch {

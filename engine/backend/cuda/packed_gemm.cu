@@ -37,8 +37,8 @@
 // = 130 KB in flight, 2.7 KB an SM, which one block's decode step covers; H100 ~3.0 TB/s
 // x ~0.7 µs = 2.1 MB, 16 KB an SM: 4 resident blocks at BM 16 (<= 64 registers, 32 warps
 // an SM, 18 KB of Q4_K a step), 2 at BM 64 (<= 128 registers; make kernel-report), and
-// the grid has them only where there are enough tiles: the 14336-wide gate/up (112 column
-// tiles) and the split projections at 16 rows (160 blocks).
+// the grid has them only where there are enough tiles: the fused gate/up (28,672 rows,
+// 224 column tiles) and the split projections at 16 rows (160 blocks).
 // Projected at 16 rows, 8B Q4_K_M: ~4.6 GB a step, ~21 ms on GB10 (~760 tok/s at 16
 // sequences), ~1.5 ms of weight bytes on H100; compute 2 x 7.5e9 x 16 = 0.24 TFLOP, a
 // few ms at most: still bound by bytes, as the 8-row GEMV is. A GPU run must confirm.

@@ -261,7 +261,7 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    // Tiles: 16 rows for 1..16 (split k at every size here), 32 for 24, 64 for 64, 128 for 512.
+    // Tiles: 16 rows for 1..16 (split k at every size here), 64 for 24 and 64, 128 for 512.
     const std::vector<int32_t> rows = {1, 3, 8, 24, 64};  // 16 in FP16 below
     const WeightFormat kquants[] = {WeightFormat::Q4_K, WeightFormat::Q6_K, WeightFormat::Q5_K};
     const WeightFormat small[] = {WeightFormat::Q4_0, WeightFormat::Q4_1};

@@ -144,7 +144,7 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    // The row tiles (packed_gemm.h): 16 rows for 1..16 (k split here), 32 for 24, 64 for 64.
+    // The row tiles (packed_gemm.h): 16 rows for 1..16 (k split here), 64 for 24 and 64.
     const std::vector<int32_t> rows = {1, 3, 8, 24, 64};
     // odd: k % 512 = 32 (a warp step with one lane in 16 busy), n % 16 = 9.
     check_shape<bf16>(gemm, "odd", 1056, 1001, rows, stream, 1);

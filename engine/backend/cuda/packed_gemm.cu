@@ -22,7 +22,8 @@
 // tensor-core time. Waves: T = 512, n = 4096 gives 4 x 64 = 256 blocks: 5.3 waves of one
 // block an SM on GB10's 48 SMs, 1.9 on H100's 132.
 //
-// Decode buckets and verification (9..64 rows): BM = 16, 32 or 64 (the rows rounded up),
+// Decode buckets and verification (9..64 rows): BM = 16 (up to 16 rows) or 64 (a 32-row
+// tile too would cost the GPU bundle ~0.45 MiB of code for less padding at 17..32 rows),
 // BN = 128, BK = 64, so one row tile holds every row and each weight is decoded once a
 // step for all of them (bytes read / packed bytes 1.00, check_blocks' byte rows). The
 // 128-row tile at 16 rows did 8x the mma work on padding and, with n = 4096, gave 64
@@ -44,6 +45,7 @@
 // few ms at most: still bound by bytes, as the 8-row GEMV is. A GPU run must confirm.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/common.cuh"
@@ -213,13 +215,14 @@ void launch_tiles(const R& reader, const T* x, int32_t rows, int32_t k, int32_t 
                   static_cast<const float*>(partials), splits, int(rows), int(n), y, int(ldy));
 }
 
-// The tile a row count takes: `f` called with a Tile type.
-template <typename F>
+// The tile a row count takes: `f` called with a Tile type. MXFP4 is an expert format only
+// (never a dense matrix: DeviceWeights), so its rows take the prefill tile alone.
+template <typename R, typename F>
 void with_tile(int32_t rows, F&& f) {
-  if (rows <= 16)
+  if constexpr (std::is_same_v<R, Mxfp4Rows>)
+    f(PrefillTile{});
+  else if (rows <= 16)
     f(DecodeTile<16>{});
-  else if (rows <= 32)
-    f(DecodeTile<32>{});
   else if (rows <= 64)
     f(DecodeTile<64>{});
   else
@@ -230,7 +233,7 @@ void with_tile(int32_t rows, F&& f) {
 
 int packed_gemm_splits(int32_t rows, int32_t k, int32_t n, const PackedScratch& scratch) {
   int splits = 1;
-  with_tile(rows, [&](auto tile) { splits = tile_splits<decltype(tile)>(rows, k, n, scratch); });
+  with_tile<void>(rows, [&](auto tile) { splits = tile_splits<decltype(tile)>(rows, k, n, scratch); });
   return splits;
 }
 
@@ -246,7 +249,7 @@ void packed_gemm(HalfType type, const void* x, int32_t rows, int32_t k, const De
     using T = decltype(tag);
     with_weight_reader<T>(w, n, k, [&](auto reader) {
       const auto run = [&](auto* yt) {
-        with_tile(rows, [&](auto tile) {
+        with_tile<decltype(reader)>(rows, [&](auto tile) {
           launch_tiles<decltype(tile)>(reader, static_cast<const T*>(x), rows, k, n, yt, ldy, scratch, stream,
                                        programmatic);
         });

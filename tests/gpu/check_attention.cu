@@ -1,6 +1,6 @@
 // check_attention.cu — checks the CUDA attention kernels (prefill tiles, split-K decode,
 // mixed steps, a replayed decode graph; BF16 and F16 compute with caches in the compute
-// type or FP8; head_dim 16 to 256; gpt-oss's sliding windows and sink logits, with the
+// type or FP8; head_dim 16 to 512; gpt-oss's sliding windows and sink logits, with the
 // blocks wholly before a window poisoned so that reading one shows; encoders' bidirectional
 // rows) against cpu::attention on shuffled block tables, and times decode and prefill at
 // the Llama-3.1-8B shape.
@@ -702,6 +702,15 @@ void run_all() {
       {"encoder prefill", 2, 2, 16, KvDtype::BF16, 16, {{57, 57}, {3, 3}, {9, 9}, {1, 1}}, HalfType::BF16, 0, false,
        false},
       {"encoder mixed", 4, 2, 32, KvDtype::F16, 16, {{40, 100}, {1, 30}, {70, 70}}, HalfType::F16, 0, false, false},
+      // Gemma 4's global layers (31B: 32/4 of 512; 26B-A4B: 16/2): GQA groups of 8 in two
+      // decode head chunks of 4, prefill tiles of 32 rows with tails, each head's value
+      // columns in two CTAs; decode rows of 999 and 2100 tokens take 8 and 17 partitions.
+      // Groups of 6 (a second chunk of 2) and 1 leave heads of the 4-head decode CTA idle.
+      {"mixed", 16, 2, 512, KvDtype::BF16, 16, {{150, 600}, {1, 999}, {70, 70}}},
+      {"mixed", 16, 2, 512, KvDtype::F16, 16, {{70, 300}, {1, 999}, {33, 33}}, HalfType::F16},
+      {"decode b4 +pad", 32, 4, 512, KvDtype::BF16, 16, {{1, 2100}, {1, 0}, {1, 77}, {1, 640}}},
+      {"decode b4 +pad", 12, 2, 512, KvDtype::FP8, 8, {{1, 2100}, {1, 0}, {1, 77}, {1, 640}}},
+      {"sliding mixed", 8, 8, 512, KvDtype::FP8, 16, {{100, 400}, {1, 700}, {33, 33}}, HalfType::F16, 128, true},
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {
@@ -709,13 +718,14 @@ void run_all() {
     // The emulator runs the large prefill (2048 rows of 32 heads) for minutes; its tiles
     // are the same code paths the T=1000 and mixed cases cover.
     if (emulated() && c.name == std::string("prefill T=2048")) continue;
-    check_case(c, seed);
+    // CHECK_PART selects cases by name and head size ("mixed d512").
+    run_part(kCheck, c.name + " d" + std::to_string(c.head_dim), [&] { check_case(c, seed); });
   }
-  check_graph_replay();
-  check_rejects_mismatch();
+  run_part(kCheck, "decode graph replay d128", check_graph_replay);
+  run_part(kCheck, "rejects mismatched cache", check_rejects_mismatch);
 
 #if SPARK_CUDA_EMU
-  bytes_sliding_decode();
+  run_part(kCheck, "bytes sliding decode d64", bytes_sliding_decode);
   return;  // benchmarks mean nothing on the CPU emulator
 #endif
   bench_decode(512, KvDtype::BF16);

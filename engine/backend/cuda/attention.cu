@@ -28,9 +28,10 @@ struct Layout {
 };
 
 Layout layout(const AttentionShape& s) {
-  if (s.head_dim != 16 && s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
+  if (s.head_dim != 16 && s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256 &&
+      s.head_dim != 512)
     throw InputError("attention: head_dim " + std::to_string(s.head_dim) +
-                     " is not supported by the CUDA backend (16, 32, 64, 128 or 256)");
+                     " is not supported by the CUDA backend (16, 32, 64, 128, 256 or 512)");
   if (s.num_heads <= 0 || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0)
     throw InputError("attention: num_heads (" + std::to_string(s.num_heads) +
                      ") must be a positive multiple of num_kv_heads (" + std::to_string(s.num_kv_heads) + ")");
@@ -46,12 +47,13 @@ Layout layout(const AttentionShape& s) {
 
   Layout l;
   l.group = s.num_heads / s.num_kv_heads;
-  l.head_chunks = attn::decode_head_chunks(l.group);
+  l.head_chunks = attn::decode_head_chunks(l.group, s.head_dim);
   const int64_t max_ctx = int64_t(s.max_blocks_per_seq) * s.block_size;
   l.max_parts =
       int(std::clamp<int64_t>((max_ctx + attn::kMinPartition - 1) / attn::kMinPartition, 1, attn::kMaxPartitions));
   // Every sequence adds at most one partial tile.
-  l.max_tiles = (s.max_tokens + attn::kPrefillRows - 1) / attn::kPrefillRows + s.max_seqs;
+  const int tile_rows = attn::prefill_rows(s.head_dim);
+  l.max_tiles = (s.max_tokens + tile_rows - 1) / tile_rows + s.max_seqs;
   SPARK_CHECK(l.max_tiles <= 65535, "attention: too many prefill tiles for one grid dimension");
   for (int n = 1; n <= s.max_seqs; ++n)
     l.part_rows = std::max<int64_t>(l.part_rows,
@@ -146,6 +148,7 @@ bool Attention::prepare(const Batch& batch, cudaStream_t stream) {
   auto* h_tiles = reinterpret_cast<attn::PrefillTile*>(st.pinned + st.lay.tiles);
   auto* h_decode = reinterpret_cast<int32_t*>(st.pinned + st.lay.decode);
   std::vector<std::pair<int32_t, attn::PrefillTile>> tiles;  // (keys the tile's last row sees, tile)
+  const int tile_rows = attn::prefill_rows(sh.head_dim);
   int nd = 0;
   for (int s = 0; s < S; ++s) {
     const int32_t n = batch.query_start[size_t(s) + 1] - batch.query_start[size_t(s)];
@@ -154,8 +157,8 @@ bool Attention::prepare(const Batch& batch, cudaStream_t stream) {
       h_decode[nd++] = s;
     } else if (n > 1) {
       if (ctx < n) throw InputError("attention: context_lens[" + std::to_string(s) + "] is shorter than its rows");
-      for (int32_t r0 = 0; r0 < n; r0 += attn::kPrefillRows)
-        tiles.push_back({ctx - n + std::min(r0 + attn::kPrefillRows, n), attn::PrefillTile{s, r0}});
+      for (int32_t r0 = 0; r0 < n; r0 += tile_rows)
+        tiles.push_back({ctx - n + std::min(r0 + tile_rows, n), attn::PrefillTile{s, r0}});
     }
   }
   // Longest first, so the last wave is made of short tiles.

@@ -16,7 +16,7 @@ namespace spark::cuda {
 struct AttentionShape {
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;  // 16, 32, 64, 128 or 256
+  int32_t head_dim = 0;  // 16, 32, 64, 128, 256 or 512
   int32_t block_size = 0;
   // The type of q and out and of the prefill's tensor-core inputs. The cache is in this
   // type (kv_dtype BF16 with BF16, F16 with F16) or FP8 with either; the constructor

@@ -7,6 +7,17 @@
 // kv heads x head chunks: 8 CTAs a sequence at batch 1 (under one wave of GB10's 48 SMs;
 // the layer costs ~1.2 us of bandwidth), 512 at batch 64 (~11 a SM). Sink logits cost one
 // exp2 a row and head in the final normalisation (softmax_normaliser).
+//
+// Head_dim 512 (Gemma 4's global layers: 32/4 heads at 31B, 16/2 at 26B-A4B, groups of 8):
+// a cache row is one warp's, 16 values a lane in two 16-byte vectors (chunks j and j + 32,
+// so each load instruction reads 512 contiguous bytes), and a CTA takes 4 heads
+// (decode_max_group): their q and accumulators are 4 x 16 x 2 = 128 registers a lane, and
+// U = 2 steps in flight (8-row chunks, 8 loads of 16 bytes a lane) add 32. ptxas: 220
+// (bf16) / 224 (f16) registers on sm_121, 236 / 193 on sm_90, 177 / 185 with an FP8 cache,
+// no spills: 2 CTAs (8 warps) an SM. Shared: s_red, 4 warps x 4 heads x 512 x 4 bytes =
+// 32 KB, with the logits 33 KB of the 48 KB static limit (8 heads would need 64 KB). A group
+// of 8 is two CTAs that read the same K/V rows at about the same time, the second mostly
+// from L2: DRAM still moves the cache's 4 x 512 x 2 x 2 = 8 KB a token (31B, BF16).
 #include <string>
 #include <type_traits>
 
@@ -34,20 +45,29 @@ __device__ __forceinline__ void unpack_kv(const KvVec<KV>& w, float (&f)[8]) {
 // One CTA: one sequence, one kv head (and up to NG of the q heads sharing it), one
 // partition of the context. Lanes work in groups of L = D/8 on one cache row (2 lanes at
 // head_dim 16, so a warp covers 16 rows), so each K/V row is one coalesced
-// 16-byte-per-lane read (8 bytes for FP8), and each row is read once for all NG heads. The partition is walked in
-// chunks of C rows: all loads of a chunk are issued first, the chunk's logits go to shared memory, one warp per head
-// folds them into the running max/sum, and the rescaled P·V accumulates in registers.
+// 16-byte-per-lane read (8 bytes for FP8), and each row is read once for all NG heads. At
+// head_dim 512 a row takes the whole warp and each lane NV = 2 vectors of 8, chunks j and
+// j + 32: each load instruction is still one contiguous 512-byte read across the warp.
+// The partition is walked in chunks of C rows: all loads of a chunk are issued first, the
+// chunk's logits go to shared memory, one warp per head folds them into the running
+// max/sum, and the rescaled P·V accumulates in registers.
 // T: the type of q and out; KV: the cache element type, T itself or Fp8Kv.
 template <int D, int NG, typename T, typename KV>
 __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const DecodeParams p) {
   static_assert(std::is_same_v<KV, T> || std::is_same_v<KV, Fp8Kv>, "the cache is T or FP8");
   constexpr bool FP8 = std::is_same_v<KV, Fp8Kv>;
-  static_assert(D == 16 || D == 32 || D == 64 || D == 128 || D == 256, "head_dim 16, 32, 64, 128 or 256");
-  constexpr int L = D / 8;     // lanes per cache row
-  constexpr int RPW = 32 / L;  // rows per warp per step
+  static_assert(D == 16 || D == 32 || D == 64 || D == 128 || D == 256 || D == 512,
+                "head_dim 16, 32, 64, 128, 256 or 512");
+  static_assert(NG <= decode_max_group(D), "the heads a CTA may take at this head_dim");
+  constexpr int NV = D <= 256 ? 1 : D / 256;  // 8-value vectors per lane
+  constexpr int L = D / 8 / NV;               // lanes per cache row
+  constexpr int RPW = 32 / L;                 // rows per warp per step
   constexpr int NW = kDecodeThreads / 32;
-  constexpr int STEP = NW * RPW;      // rows per step of the CTA
-  constexpr int U = NG <= 4 ? 8 : 4;  // steps per chunk: loads in flight per lane
+  constexpr int STEP = NW * RPW;  // rows per step of the CTA
+  // Steps per chunk: loads in flight per lane (NV each of K and V a step). At 512 the 4
+  // heads' q and acc hold 128 registers a lane; U = 2 (8 loads of 16 bytes, 32 registers)
+  // keeps it at 220-236, where 256's U = 8 would need 96 more.
+  constexpr int U = D > 256 ? 2 : NG <= 4 ? 8 : 4;
   constexpr int C = U * STEP;
   constexpr int XI = (C + 31) / 32;
   constexpr int HPW = (NG + NW - 1) / NW;  // heads whose softmax state one warp keeps
@@ -86,19 +106,23 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
   const int t_begin = first + part * split.len;
   const int t_end = min(ctx, t_begin + split.len);
 
-  // q pre-scaled by scale * log2(e): logits come out in the exp2 domain.
-  float qf[NG][8];
+  // q pre-scaled by scale * log2(e): logits come out in the exp2 domain. Vector v of a
+  // lane holds the head's values at chunk j + v * L.
+  float qf[NG][NV][8];
 #pragma unroll
   for (int h = 0; h < NG; ++h) {
-    if (h < nh) {
-      const T* src = static_cast<const T*>(p.q) + row_off + int64_t(head0 + h) * D + j * 8;
-      const uint4 w = *reinterpret_cast<const uint4*>(src);
-      unpack8<T>(w, qf[h]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) qf[h][e] *= p.scale_log2;
-    } else {
+    for (int v = 0; v < NV; ++v) {
+      if (h < nh) {
+        const T* src = static_cast<const T*>(p.q) + row_off + int64_t(head0 + h) * D + (j + v * L) * 8;
+        const uint4 w = *reinterpret_cast<const uint4*>(src);
+        unpack8<T>(w, qf[h][v]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) qf[h][e] = 0.0f;
+        for (int e = 0; e < 8; ++e) qf[h][v][e] *= p.scale_log2;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) qf[h][v][e] = 0.0f;
+      }
     }
   }
 
@@ -108,11 +132,13 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
   const int lbs = p.block_size_log2;
   const int bmask = (1 << lbs) - 1;
 
-  float acc[NG][8];
+  float acc[NG][NV][8];
 #pragma unroll
   for (int h = 0; h < NG; ++h)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc[h][e] = 0.0f;
+    for (int v = 0; v < NV; ++v)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[h][v][e] = 0.0f;
   float run_m[HPW], run_l[HPW];
 #pragma unroll
   for (int i = 0; i < HPW; ++i) run_m[i] = -INFINITY, run_l[i] = 0.0f;
@@ -120,36 +146,42 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
   int it = 0;
   for (int c0 = t_begin; c0 < t_end; c0 += C, ++it) {
     const int buf = it & 1;
-    Vec kv[U], vv[U];
+    Vec kv[U][NV], vv[U][NV];
     float ks[U], vs[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int tok = c0 + u * STEP + warp * RPW + gi;
-      kv[u] = Vec{};
-      vv[u] = Vec{};
+#pragma unroll
+      for (int v = 0; v < NV; ++v) kv[u][v] = vv[u][v] = Vec{};
       ks[u] = vs[u] = 0.0f;
       if (tok < t_end) {
         const int64_t slot = (cache_block(table, tok, lbs, p.cache) << lbs) | (tok & bmask);
         const int64_t hv = slot * p.num_kv_heads + kvh;
-        kv[u] = __ldg(reinterpret_cast<const Vec*>(kc + hv * D + j * 8));
-        vv[u] = __ldg(reinterpret_cast<const Vec*>(vc + hv * D + j * 8));
+#pragma unroll
+        for (int v = 0; v < NV; ++v) {
+          kv[u][v] = __ldg(reinterpret_cast<const Vec*>(kc + hv * D + (j + v * L) * 8));
+          vv[u][v] = __ldg(reinterpret_cast<const Vec*>(vc + hv * D + (j + v * L) * 8));
+        }
         if constexpr (FP8) {
           ks[u] = fp8_scale_value(__ldg(p.cache.k_scale + hv));
           vs[u] = fp8_scale_value(__ldg(p.cache.v_scale + hv));
         }
       }
     }
-    // Logits of this chunk: partial dots over each lane's 8 values, summed over the L lanes of the row.
+    // Logits of this chunk: partial dots over each lane's 8 x NV values, summed over the L lanes of the row.
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      float kf[8];
-      unpack_kv<KV>(kv[u], kf);
       float d[NG];
 #pragma unroll
-      for (int h = 0; h < NG; ++h) {
-        d[h] = 0.0f;
+      for (int h = 0; h < NG; ++h) d[h] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) d[h] = fmaf(qf[h][e], kf[e], d[h]);
+      for (int v = 0; v < NV; ++v) {
+        float kf[8];
+        unpack_kv<KV>(kv[u][v], kf);
+#pragma unroll
+        for (int h = 0; h < NG; ++h)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) d[h] = fmaf(qf[h][v][e], kf[e], d[h]);
       }
 #pragma unroll
       for (int off = L / 2; off > 0; off >>= 1)
@@ -201,19 +233,24 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
     for (int h = 0; h < NG; ++h) {
       const float a = s_alpha[buf][h];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[h][e] *= a;
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[h][v][e] *= a;
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      float vf[8];
-      unpack_kv<KV>(vv[u], vf);
       const int r = u * STEP + warp * RPW + gi;
 #pragma unroll
-      for (int h = 0; h < NG; ++h) {
-        float w = s_logit[buf][h][r];
-        if constexpr (FP8) w *= vs[u];
+      for (int v = 0; v < NV; ++v) {
+        float vf[8];
+        unpack_kv<KV>(vv[u][v], vf);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[h][e] = fmaf(w, vf[e], acc[h][e]);
+        for (int h = 0; h < NG; ++h) {
+          float w = s_logit[buf][h][r];
+          if constexpr (FP8) w *= vs[u];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[h][v][e] = fmaf(w, vf[e], acc[h][v][e]);
+        }
       }
     }
   }
@@ -224,13 +261,18 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(const Deco
 #pragma unroll
     for (int h = 0; h < NG; ++h)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[h][e] += __shfl_xor_sync(kFull, acc[h][e], off);
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[h][v][e] += __shfl_xor_sync(kFull, acc[h][v][e], off);
   if (gi == 0) {
 #pragma unroll
     for (int h = 0; h < NG; ++h) {
-      float4* dst = reinterpret_cast<float4*>(&s_red[warp][h][j * 8]);
-      dst[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
-      dst[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+#pragma unroll
+      for (int v = 0; v < NV; ++v) {
+        float4* dst = reinterpret_cast<float4*>(&s_red[warp][h][(j + v * L) * 8]);
+        dst[0] = make_float4(acc[h][v][0], acc[h][v][1], acc[h][v][2], acc[h][v][3]);
+        dst[1] = make_float4(acc[h][v][4], acc[h][v][5], acc[h][v][6], acc[h][v][7]);
+      }
     }
   }
 #pragma unroll
@@ -301,10 +343,18 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams 
 
 template <int D, typename T, typename KV>
 void launch_split(const DecodeParams& p, int ng, dim3 grid, cudaStream_t stream, bool programmatic) {
-  const auto kernel = ng == 1   ? decode_split_kernel<D, 1, T, KV>
-                      : ng == 2 ? decode_split_kernel<D, 2, T, KV>
-                      : ng == 4 ? decode_split_kernel<D, 4, T, KV>
-                                : decode_split_kernel<D, 8, T, KV>;
+  // Head_dim 512 has one width, 4 heads (the most it allows): Gemma 4's groups of 8 take
+  // two chunks of it, a smaller group leaves some of its heads idle. The 1- and 2-head
+  // widths would add ~0.45 MB of SASS (two architectures, four type pairs) to every binary.
+  const auto kernel = [&] {
+    if constexpr (D == 512)
+      return decode_split_kernel<D, 4, T, KV>;
+    else
+      return ng == 1   ? decode_split_kernel<D, 1, T, KV>
+             : ng == 2 ? decode_split_kernel<D, 2, T, KV>
+             : ng == 4 ? decode_split_kernel<D, 4, T, KV>
+                       : decode_split_kernel<D, 8, T, KV>;
+  }();
   launch_kernel("decode_split_kernel", programmatic, kernel, grid, dim3(kDecodeThreads), 0, stream, p);
 }
 
@@ -326,6 +376,9 @@ void launch_split_d(const DecodeParams& p, int ng, dim3 grid, cudaStream_t strea
     case 256:
       launch_split<256, T, KV>(p, ng, grid, stream, programmatic);
       break;
+    case 512:
+      launch_split<512, T, KV>(p, ng, grid, stream, programmatic);
+      break;
     default:
       SPARK_CHECK(false, "decode attention: unsupported head_dim " + std::to_string(p.head_dim));
   }
@@ -337,9 +390,10 @@ void launch_decode(const DecodeParams& p, HalfType compute, KvDtype dtype, cudaS
   if (p.num_decode == 0) return;
   SPARK_CHECK(valid_kv_for(compute, dtype), "decode attention: the cache type does not match the compute type");
   const int group = p.num_heads / p.num_kv_heads;
-  SPARK_CHECK(p.head_chunks == decode_head_chunks(group), "decode attention: head_chunks does not match the group");
+  SPARK_CHECK(p.head_chunks == decode_head_chunks(group, p.head_dim),
+              "decode attention: head_chunks does not match the group");
   SPARK_CHECK(p.parts_cap >= 1 && p.parts_cap <= kMaxPartitions, "decode attention: bad partition count");
-  const int g = std::min(group, kDecodeMaxGroup);
+  const int g = std::min(group, decode_max_group(p.head_dim));
   const int ng = g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : 8;
   const dim3 grid(unsigned(p.num_decode), unsigned(p.num_kv_heads * p.head_chunks), unsigned(p.parts_cap));
   // Instantiates only the pairs valid_kv_for allows: (T, T) and (T, Fp8Kv).

@@ -14,9 +14,14 @@
 
 namespace spark::cuda::attn {
 
-// Prefill: query rows per CTA (4 warps x 16 rows of mma.m16n8k16).
-inline constexpr int kPrefillRows = 64;
-inline constexpr int kPrefillThreads = 128;
+// Prefill: query rows per CTA, one warp a 16-row block of mma.m16n8k16: 64 (4 warps), or
+// 32 (2 warps) at head_dim 512, where a 64-row Q tile would take 64 KB of shared memory and
+// with the K and V tiles overrun GB10's 99 KB (attention_prefill.cu).
+__host__ __device__ constexpr int prefill_rows(int head_dim) { return head_dim > 256 ? 32 : 64; }
+__host__ __device__ constexpr int prefill_threads(int head_dim) { return prefill_rows(head_dim) / 16 * 32; }
+// Value columns one prefill CTA accumulates: the whole head up to 256; at 512 two CTAs
+// take half each (the grid's x is heads x head_dim / this), each computing the whole S.
+__host__ __device__ constexpr int prefill_value_cols(int head_dim) { return head_dim > 256 ? 256 : head_dim; }
 
 // Decode split-K: a partition takes at least kMinPartition tokens; a sequence is cut in
 // at most parts_cap partitions, parts_cap chosen per launch so that the grid holds about
@@ -26,8 +31,11 @@ inline constexpr int kDecodeThreads = 128;
 inline constexpr int kMinPartition = 128;
 inline constexpr int kMaxPartitions = 64;
 inline constexpr int kTargetCtas = 2048;
-// q heads one decode CTA serves; larger GQA groups are cut into chunks of this size.
+// q heads one decode CTA serves; larger GQA groups are cut into chunks of this size. At
+// head_dim 512 four: a head's q and accumulator take 32 registers a lane (twice 256's), and
+// the warps' partial sums s_red, 4 warps x heads x 512 x 4 bytes, stay at 32 KB of the 48 KB.
 inline constexpr int kDecodeMaxGroup = 8;
+constexpr int decode_max_group(int head_dim) { return head_dim > 256 ? 4 : kDecodeMaxGroup; }
 
 // The cache formats a compute type T reads: T itself, or e4m3 bytes with scales (any T).
 // Kernels are templated on (T, cache element type); only these pairs are instantiated.
@@ -42,7 +50,10 @@ struct PrefillTile {
   int32_t row0;  // first query row of the tile, counted from the sequence's first row
 };
 
-inline int decode_head_chunks(int group) { return (group + kDecodeMaxGroup - 1) / kDecodeMaxGroup; }
+inline int decode_head_chunks(int group, int head_dim) {
+  const int max_group = decode_max_group(head_dim);
+  return (group + max_group - 1) / max_group;
+}
 
 // Partitions per sequence a decode launch over num_decode sequences uses (the grid's z).
 inline int decode_parts_cap(int num_decode, int num_kv_heads, int head_chunks, int max_parts) {

@@ -172,6 +172,7 @@ struct RopeCase {
   int32_t rotary_dim = 0;  // 0: the whole head (ModelSpec::rotary_dim)
   int32_t extra_cols = 0;  // qkv rows carry this many more values (NaN) after v: qkv_stride
   bool no_rope = false;    // Nemotron-H: attention without RoPE
+  bool k_eq_v = false;     // Gemma 4's full layers: no v rows, the values are the keys as projected, then normed
 };
 
 ModelSpec rope_spec(const RopeCase& c) {
@@ -189,6 +190,8 @@ ModelSpec rope_spec(const RopeCase& c) {
     spec.rope_scaling.original_max_position_embeddings = 8192;
   } else if (c.scaling == "linear") {
     spec.rope_scaling.factor = 4.0;
+  } else if (c.scaling == "proportional") {  // Gemma 4's full layers: a quarter of the pairs turn
+    spec.rope_scaling.rotated_fraction = 0.25;
   }
   return spec;
 }
@@ -221,7 +224,7 @@ float fp8_value(uint8_t byte) {
 template <typename T>
 void check_rope(const RopeCase& c, uint64_t seed) {
   const int32_t rows = 37, nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
-  const int32_t heads = nh + 2 * nkv;
+  const int32_t heads = nh + (c.k_eq_v ? 1 : 2) * nkv;  // in a qkv row
   const int64_t width = int64_t(heads) * hd, stride = width + c.extra_cols;
   const float eps = 1e-6f;
   const bool fp8 = c.dtype == cuda::KvDtype::FP8;
@@ -270,7 +273,8 @@ void check_rope(const RopeCase& c, uint64_t seed) {
   rope_args.rotates = !c.no_rope;
   cuda::qkv_rope_kv_write(d_qkv.get(), c.bias ? d_bias.get() : nullptr, c.qk_norm ? d_qn.get() : nullptr,
                           c.qk_norm ? d_kn.get() : nullptr, eps, d_pos.get(), d_slots.get(), rows, nh,
-                          c.extra_cols ? int32_t(stride) : 0, rope_args, kv, layer, d_q.get(), nullptr);
+                          c.extra_cols ? int32_t(stride) : 0, rope_args, kv, layer, d_q.get(), nullptr, false,
+                          {c.k_eq_v, c.k_eq_v});
   sync();
 
   // The CPU backend's order (run_layer): bias, per-head norm, RoPE.
@@ -281,7 +285,12 @@ void check_rope(const RopeCase& c, uint64_t seed) {
       for (size_t i = 0; i < r.size(); ++i) r[i] += bias[i];
     float* q = r.data();
     float* k = q + int64_t(nh) * hd;
-    float* v = k + int64_t(nkv) * hd;
+    std::vector<float> k_values(k, k + int64_t(nkv) * hd);  // the keys as projected
+    float* v = c.k_eq_v ? k_values.data() : k + int64_t(nkv) * hd;
+    if (c.k_eq_v) {
+      const std::vector<float> ones(size_t(hd), 1.0f);
+      for (int32_t h = 0; h < nkv; ++h) cpu::rms_norm(v + h * hd, ones.data(), hd, eps, v + h * hd);
+    }
     if (c.qk_norm) {
       for (int32_t h = 0; h < nh; ++h) cpu::rms_norm(q + h * hd, q_norm.data(), hd, eps, q + h * hd);
       for (int32_t h = 0; h < nkv; ++h) cpu::rms_norm(k + h * hd, k_norm.data(), hd, eps, k + h * hd);
@@ -717,6 +726,12 @@ void run_cases() {
       // The tiny XLM-R encoder: 4 heads of 8 with biases, no RoPE.
       {"xlm-r hd16 2/2 bias no rope bf16", 2, 2, 16, true, false, "", 10000.0, KvDtype::BF16, 0, 0, true},
       {"xlm-r hd16 2/2 bias no rope fp8", 2, 2, 16, true, false, "", 10000.0, KvDtype::FP8, 0, 0, true},
+      // Gemma 4's full layers: 512-wide heads, a quarter of the pairs turning, K = V (the
+      // values the keys before k_norm and RoPE, normed without a weight).
+      {"gemma4 hd512 32/4 k=v proportional qk-norm bf16", 32, 4, 512, false, true, "proportional", 1e6,
+       KvDtype::BF16, 0, 0, false, true},
+      {"gemma4 hd512 32/4 k=v proportional qk-norm fp8", 32, 4, 512, false, true, "proportional", 1e6, KvDtype::FP8,
+       0, 0, false, true},
   };
   uint64_t seed = 1000;
   for (RopeCase c : cases) {

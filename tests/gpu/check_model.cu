@@ -1,6 +1,6 @@
 // check_model.cu — whole-model checks of the CUDA backend against the CPU backend (logits
 // of the tiny fixture models, in whole-prompt, padded-bucket and mixed chunked-prefill and
-// decode steps, the tiny llama also quantized to Q8_0, a tiny llama in Q4_K_M and a tiny Qwen3 in Q8_0, Q4_K and Q6_K, tiny FP8 checkpoints, tiny models quantized to Q8_0 and FP8 at load ([model] quantize), the tiny hybrids (Qwen3.5, Qwen3-Next; the Qwen3.5 also in NVFP4), the tiny Gemma 3 models (sandwich norms, a RoPE per layer type, with and without a logit cap), the tiny Qwen3.5-MoE's MTP head (also against independent reference logits), and of SmolLM2; the tiny XLM-R encoder's rows; SmolLM2 greedy text with 16-bit and FP8 KV; the
+// decode steps, the tiny llama also quantized to Q8_0, a tiny llama in Q4_K_M and a tiny Qwen3 in Q8_0, Q4_K and Q6_K, tiny FP8 checkpoints, tiny models quantized to Q8_0 and FP8 at load ([model] quantize), the tiny hybrids (Qwen3.5, Qwen3-Next; the Qwen3.5 also in NVFP4), the tiny Gemma 3 and Gemma 4 models (sandwich norms, a RoPE per layer type, with and without a logit cap; Gemma 4's per-layer KV geometry, K = V, its MoE block) and Gemma-4-31B- and 26B-A4B-shaped dummies (512-wide heads), the tiny Qwen3.5-MoE's MTP head (also against independent reference logits), and of SmolLM2; the tiny XLM-R encoder's rows; SmolLM2 greedy text with 16-bit and FP8 KV; the
 // size of FP8's effect on SmolLM2's logits against an independent reference), of a
 // two-stage pipeline split against one CUDA backend, and the Llama-3.1-8B-shaped
 // benchmarks (decode bandwidth, batching, prefill rate) against the copy bandwidth and
@@ -19,6 +19,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <unistd.h>
 
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/cpu/cpu_backend.h"
@@ -510,16 +511,18 @@ void llama8b_benchmarks() {
   llama8b_quantized_decode("Q8_0", [](Part) { return DType::Q8_0; }, copy_gbs);
 }
 
-// A hybrid model's config (Qwen3.6-35B-A3B: 40 layers, 3 Gated DeltaNet to 1 attention,
+// A published model's config (Qwen3.6-35B-A3B: 40 layers, 3 Gated DeltaNet to 1 attention,
 // 256 experts of which 8 and a shared one a token; Nemotron-3-Nano: 52 layers of Mamba-2,
-// MoE (128 experts, 6 and a shared one) and a few attention blocks) with dummy weights in
+// MoE (128 experts, 6 and a shared one) and a few attention blocks; Gemma-4-31B and
+// 26B-A4B: 5 sliding layers to 1 full with 512-wide heads, the 26B's 128 experts beside
+// its dense MLP) with dummy weights in
 // `dtype`: decode tok/s at batch 1, 16 and 64 (context 512) and prefill tok/s (one
 // 2,048-token prompt). So that the host's dummy generation stays short, the model is
 // measured as its first `unit` and 2 x `unit` layers (the layer pattern's repeating unit):
 // a unit costs their difference, and the embedding, LM head and sampling what the shorter
 // model leaves, each counted once. The batch-1 bound is the copy bandwidth over what a
 // token reads: the weights (top-k experts) and the recurrent state, read and written.
-void hybrid_benchmarks(const std::string& config, const std::string& name, int64_t unit, DType dtype, double copy_gbs,
+void shaped_benchmarks(const std::string& config, const std::string& name, int64_t unit, DType dtype, double copy_gbs,
                        const std::string& prefill_note) {
   Config c = config_for_model(config);
   c.model.load_format = "dummy";
@@ -1146,6 +1149,63 @@ void tiny_gptoss_dummy_parity() {
   }
 }
 
+// Gemma 4 in the 31B's or the 26B-A4B's attention geometry (32 or 16 query heads; 256-wide
+// sliding heads in groups of 2; 512-wide full heads, K = V, in groups of 8; the 26B's 128
+// experts, top 8, beside its dense MLP), with one period of layers (5 sliding, 1 full) and a
+// narrow residual, vocabulary and MLP, dummy weights: CUDA against the CPU backend on the
+// same bytes, prompts past the 16-token window.
+void gemma4_shaped_dummy_parity(const std::string& config, const std::string& name) {
+  std::ifstream in("tests/golden/configs/" + config + "/config.json");
+  nlohmann::json c = nlohmann::json::parse(in);
+  nlohmann::json& t = c["text_config"];
+  t["num_hidden_layers"] = 6;
+  t["layer_types"] = {"sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+                      "sliding_attention", "full_attention"};
+  t["hidden_size"] = 256;
+  t["intermediate_size"] = 512;
+  t["vocab_size"] = 512;
+  t["sliding_window"] = 16;
+  if (t.value("enable_moe_block", false)) t["moe_intermediate_size"] = 64;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sparkd_" + config + "_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << c.dump();
+  Config cfg = config_for_model(dir.string());
+  cfg.model.load_format = "dummy";
+  LoadedModel m{inspect_model(cfg), {}};
+  std::filesystem::remove_all(dir);
+  m.weights = make_dummy_weights(m.info.spec, full_range(m.info.spec), DType::BF16, 1);
+  // Two dummy values changed. Gemma 4 scales its attention logits by 1 and leaves their
+  // scale to the learned q_norm: norms of 1 would give logits of ~sqrt(head_dim) (~16 to 23
+  // here), a softmax so sharp that FP16's rounding of q decides it (measured: 0.14 apart
+  // with 256-wide heads everywhere); q_norm = 1/sqrt(head_dim) gives the usual scale. And a
+  // random router over 128 experts leaves near-ties at the 8th place that rounding flips
+  // (measured: 9.7e-2); a zero router scores every expert alike, and both backends take
+  // the first 8 by their shared tie order (the tiny Gemma 4 MoE checks real routing).
+  std::set<std::string> q_norms, routers;
+  for (int64_t l = 0; l < m.info.spec.num_layers; ++l) {
+    q_norms.insert(tensor_name(Part::Q_NORM, l));
+    routers.insert(tensor_name(Part::ROUTER, l));
+  }
+  m = with_replaced(
+      std::move(m), [&](const Tensor& t) { return q_norms.count(t.name) || routers.count(t.name); },
+      [&](const Tensor& t, const std::vector<float>& v, Weights& out) {
+        const float value = q_norms.count(t.name) ? 1.0f / std::sqrt(float(v.size())) : 0.0f;
+        auto values = std::make_shared<std::vector<float>>(v.size(), value);
+        Tensor f = t;
+        f.dtype = DType::F32;
+        f.data = values->data();
+        f.nbytes = values->size() * 4;
+        out.add(f);
+        out.keep_alive(values);
+      });
+  std::vector<std::vector<int32_t>> prompts = {{}, {}, {}};
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (uint64_t k = 0; k < 9 + 14 * i; ++k) prompts[i].push_back(int32_t(3 + splitmix64(i * 1000 + k) % 500));
+  // FP16 only: the tiny Gemma 4s take both types, and the emulator's time is CI's.
+  logits_parity(name + "-shaped dummy (512-wide full heads)", m, prompts, true);
+}
+
 // A layer whose first expert has one scale and the others one a row: refused at load.
 void tiny_fp8_moe_mixed_scales() {
   const LoadedModel m = with_fp8_experts(load_model(config_for_model(tiny_model_path("qwen3_moe"))), 0, true);
@@ -1547,7 +1607,7 @@ void tiny_model_split(const std::string& name, bool staggered = false) {
 
 int main() {
   return run_main("model", [] {
-    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16", "gemma3", "gemma3_gguf"})
+    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_bf16", "gemma3", "gemma3_gguf", "gemma4", "gemma4_moe"})
       run_part("model", name, [name] { tiny_model_parity(name); });
     for (bool q8_0 : {false, true})
       for (bool staggered : {false, true}) run_part("model", "qwen3_moe", [q8_0, staggered] { tiny_moe_parity(q8_0, staggered); });
@@ -1555,6 +1615,9 @@ int main() {
     run_part("model", "qwen3_moe FP8 experts, mixed scales", tiny_fp8_moe_mixed_scales);
     run_part("model", "qwen3_moe-shaped FP8 dummy", tiny_fp8_dummy_parity);
     run_part("model", "gpt_oss-shaped MXFP4 dummy", tiny_gptoss_dummy_parity);
+    run_part("model", "gemma-4-31b-shaped dummy", [] { gemma4_shaped_dummy_parity("gemma_4_31b", "Gemma-4-31B"); });
+    run_part("model", "gemma-4-26b-a4b-shaped dummy",
+             [] { gemma4_shaped_dummy_parity("gemma_4_26b_a4b", "Gemma-4-26B-A4B"); });
     run_part("model", "llama massive activations", tiny_model_massive_activation);
     run_part("model", "llama x12", [] { tiny_model_wide_batch("llama"); });
     run_part("model", "llama Q8_0", tiny_q8_0_parity);
@@ -1568,7 +1631,7 @@ int main() {
         if (std::string(name) != "qwen3_5" || std::string(to) == "q8_0")  // see quantized_at_load_parity
           run_part("model", std::string(name) + " quantized at load, " + to,
                    [name, to] { quantized_at_load_parity(name, to); });
-    for (const char* name : {"llama", "qwen3", "gemma3", "gemma3_gguf"})
+    for (const char* name : {"llama", "qwen3", "gemma3", "gemma3_gguf", "gemma4", "gemma4_moe"})
       run_part("model", name, [name] { tiny_model_parity(name, true); });
     run_part("model", "gemma3 softcap", tiny_gemma3_softcap);
     for (bool staggered : {false, true}) run_part("model", "gpt_oss", [staggered] { tiny_gptoss_parity(staggered); });
@@ -1611,13 +1674,24 @@ int main() {
     // As llama.cpp's Q4_K GGUFs; one format keeps the run short.
     if (!emulated())
       run_part("model", "qwen3.6 35b", [] {
-        hybrid_benchmarks("tests/golden/configs/qwen3_5_35b_a3b", "Qwen3.6-35B-A3B", 4, DType::Q4_K,
+        shaped_benchmarks("tests/golden/configs/qwen3_5_35b_a3b", "Qwen3.6-35B-A3B", 4, DType::Q4_K,
                           copy_bandwidth_gbs(), "DeltaNet prefill: the exact recurrence, token by token");
       });
     if (!emulated())
       run_part("model", "nemotron-3 nano", [] {
-        hybrid_benchmarks("tests/golden/configs/nemotron_3_nano_30b_a3b", "Nemotron-3-Nano-30B-A3B", 7, DType::Q4_K,
+        shaped_benchmarks("tests/golden/configs/nemotron_3_nano_30b_a3b", "Nemotron-3-Nano-30B-A3B", 7, DType::Q4_K,
                           copy_bandwidth_gbs(), "Mamba-2 prefill: the exact recurrence, token by token; vLLM NVFP4 b=1: 74.75 tok/s");
+      });
+    // Gemma 4's layers repeat every 6 (5 sliding, 1 full with 512-wide heads).
+    if (!emulated())
+      run_part("model", "gemma-4 31b", [] {
+        shaped_benchmarks("tests/golden/configs/gemma_4_31b", "Gemma-4-31B", 6, DType::Q4_K, copy_bandwidth_gbs(),
+                          "Ollama Q4_K_M b=1 on a Spark: 10.34 tok/s");
+      });
+    if (!emulated())
+      run_part("model", "gemma-4 26b-a4b", [] {
+        shaped_benchmarks("tests/golden/configs/gemma_4_26b_a4b", "Gemma-4-26B-A4B", 6, DType::Q4_K,
+                          copy_bandwidth_gbs(), "Ollama Q4_K_M b=1 on a Spark: 58.7 tok/s");
       });
   });
 }

@@ -116,16 +116,14 @@ GPTOSS_16BIT = "16-bit weights flip this tiny model's near-uniform router; gpt_o
 # Nemotron-H's 2nd and 3rd selection scores come within 1.06e-3, its golden.json notes; 2 rows
 # of 76 in BF16); check_model holds the device MoE path to its own rule.
 ROUTER_FLIPS = pytest.mark.skipif(EMULATED_GPU, reason="16-bit activations flip this tiny model's near-uniform router")
-# The CUDA backend refuses Gemma 4's layers by name (no per-layer KV geometry there yet).
-CPU_ONLY = pytest.mark.skipif(EMULATED_GPU, reason="the CUDA backend has no case for Gemma 4's layers yet")
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3", pytest.param("qwen3_moe", marks=ROUTER_FLIPS),
     pytest.param("gpt_oss", marks=pytest.mark.skipif(
         EMULATED_GPU, reason=GPTOSS_16BIT)), "gpt_oss_separated",
     pytest.param("qwen3_5_moe", marks=ROUTER_FLIPS), "qwen3_5", pytest.param("qwen3_next", marks=ROUTER_FLIPS),
-    pytest.param("nemotron_h", marks=ROUTER_FLIPS), "gemma3", pytest.param("gemma4", marks=CPU_ONLY),
-    pytest.param("gemma4_moe", marks=CPU_ONLY)])
+    pytest.param("nemotron_h", marks=ROUTER_FLIPS), "gemma3", "gemma4",
+    pytest.param("gemma4_moe", marks=ROUTER_FLIPS)])
 def test_tiny_safetensors_model_over_http_matches_transformers(name, tmp_path):
     rows = golden_rows(name)
     assert len(rows) >= 40, f"only {len(rows)} golden rows clear of ties"

@@ -72,6 +72,11 @@ __device__ __forceinline__ float code_to_f32(uint32_t u) {
   return __uint_as_float(0x4B000000u | u) - float(8388608 + kBias);
 }
 
+// torch's gelu(approximate="tanh") as cpu::gelu_tanh_mul computes it (Gemma's MLP gate).
+__device__ __forceinline__ float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
 // FP8 KV scales are powers of two kept as a biased exponent byte (value = e4m3 * 2^(e - 127)),
 // so a scale costs 1 byte per head vector and the cache holds 2x the tokens of BF16
 // (less 1/head_dim). Decoding is a shift: no table, no division.

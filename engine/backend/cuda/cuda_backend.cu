@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "engine/backend/cpu/attention.h"
@@ -58,20 +59,41 @@ cuda::KvDtype kv_dtype(const CudaOptions& o) {
   return o.f16 ? cuda::KvDtype::F16 : cuda::KvDtype::BF16;
 }
 
-cuda::AttentionShape attention_shape(const ModelSpec& s, const CudaOptions& o, const Sizes& z) {
-  cuda::AttentionShape a;
-  a.num_heads = int32_t(s.num_heads);
-  a.num_kv_heads = int32_t(s.num_kv_heads);
-  a.head_dim = int32_t(s.head_dim);
-  a.block_size = int32_t(o.block_size);
-  a.compute = half_type(o);
-  a.kv_dtype = kv_dtype(o);
-  a.max_tokens = int32_t(z.max_tokens);
-  a.max_seqs = int32_t(z.max_seqs);
-  a.max_blocks_per_seq = int32_t(z.stride);
-  // 1/sqrt(head_dim), or Gemma's query_pre_attn_scalar^-1/2 (LayerShape::attention_scale).
-  a.scale = float(1.0 / std::sqrt(s.query_pre_attn_scalar > 0 ? s.query_pre_attn_scalar : double(s.head_dim)));
-  return a;
+// The attention geometries of a stage's layers, each once: one for most models, two for
+// Gemma 4 (its full layers have their own kv heads and 512-wide heads). Each gets its own
+// Attention (its kernels' tiles and its split-K workspace follow the head width).
+struct AttentionPlan {
+  std::vector<cuda::AttentionShape> shapes;
+  std::vector<int> of_layer;  // per layer of the stage: its shape's index, or -1 without attention
+};
+
+AttentionPlan attention_plan(const std::vector<LayerShape>& layers, const CudaOptions& o, const Sizes& z) {
+  AttentionPlan plan;
+  for (const LayerShape& l : layers) {
+    if (!l.attends()) {
+      plan.of_layer.push_back(-1);
+      continue;
+    }
+    cuda::AttentionShape a;
+    a.num_heads = int32_t(l.num_heads);
+    a.num_kv_heads = int32_t(l.num_kv_heads);
+    a.head_dim = int32_t(l.head_dim);
+    a.block_size = int32_t(o.block_size);
+    a.compute = half_type(o);
+    a.kv_dtype = kv_dtype(o);
+    a.max_tokens = int32_t(z.max_tokens);
+    a.max_seqs = int32_t(z.max_seqs);
+    a.max_blocks_per_seq = int32_t(z.stride);
+    a.scale = float(l.attention_scale);  // 1/sqrt(head_dim), Gemma 3's query_pre_attn_scalar^-1/2, Gemma 4's 1
+    const auto same = [&](const cuda::AttentionShape& b) {
+      return b.num_kv_heads == a.num_kv_heads && b.head_dim == a.head_dim && b.num_heads == a.num_heads &&
+             b.scale == a.scale;
+    };
+    const auto it = std::find_if(plan.shapes.begin(), plan.shapes.end(), same);
+    plan.of_layer.push_back(int(it - plan.shapes.begin()));
+    if (it == plan.shapes.end()) plan.shapes.push_back(a);
+  }
+  return plan;
 }
 
 // Rows a step may hold at about the cost of one (rows_at_decode_cost). Packed weights go
@@ -121,7 +143,8 @@ struct CudaBackend::Impl {
   std::unique_ptr<cuda::DeviceWeights> weights;
   int32_t decode_cost_rows = cuda::kGemvMaxRows;  // decode_cost_rows_of(*weights)
   std::unique_ptr<cuda::Gemm> gemm;
-  std::unique_ptr<cuda::Attention> attention;
+  std::vector<std::unique_ptr<cuda::Attention>> attentions;  // one per geometry (AttentionPlan)
+  std::vector<cuda::Attention*> attention_of;                // per layer of the stage, or null
   std::unique_ptr<cuda::DeviceSampler> sampler;
   std::unique_ptr<cuda::DecodeGraphs> graphs;
   std::optional<cuda::MoeScratch> moe;
@@ -161,7 +184,7 @@ struct CudaBackend::Impl {
     if (stream) cudaStreamSynchronize(stream);
     graphs.reset();
     sampler.reset();
-    attention.reset();
+    attentions.clear();
     gemm.reset();
     weights.reset();
     if (kv_arena) cudaFree(kv_arena);
@@ -197,7 +220,7 @@ struct CudaBackend::Impl {
   void upload(const Batch& b, const Batch& step);
   HalfType half() const { return half_type(opt); }
   cuda::LayerStep layer_step() const {
-    return {spec, shapes, *weights, act, *gemm, *attention, moe ? &*moe : nullptr, ropes, kv, cache, states,
+    return {spec, shapes, *weights, act, *gemm, attention_of, moe ? &*moe : nullptr, ropes, kv, cache, states,
             state_slot_values(), recurrent_index, half()};
   }
   int32_t run(const Batch& batch, const float* hidden_in);
@@ -394,7 +417,8 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   // and outside a graph and the retry below (kv_block_copy.cu says why).
   cuda::copy_kv_blocks(batch.block_copies, full_layers, num_full_layers, kv, stream);
   copy_states(batch);
-  const bool graph_safe = attention->prepare(b, stream);
+  bool graph_safe = true;
+  for (const auto& a : attentions) graph_safe = a->prepare(b, stream) && graph_safe;
   const int32_t T = b.num_tokens();
   const int32_t H = int32_t(spec.hidden_size);
   cuda::DeviceBatch db = device_batch(T, b.num_seqs());
@@ -508,13 +532,15 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   CUDA_CHECK(cudaSetDevice(options.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
 
-  // One RoPE table for each base and scaling the layers use (Gemma 3's sliding layers have
-  // their own); made first, as cpu::Rope throws for a rope_scaling no backend supports.
-  std::vector<std::pair<double, RopeScaling>> rope_keys;
+  // One RoPE table for each base, scaling and head width the layers use (Gemma 3's and 4's
+  // sliding layers have their own); made first, as cpu::Rope throws for a rope_scaling no
+  // backend supports.
+  using RopeKey = std::tuple<double, RopeScaling, int64_t, int64_t>;
+  std::vector<RopeKey> rope_keys;
   std::vector<cpu::Rope> rope_tables;
   std::vector<size_t> rope_of_layer;
   for (const LayerShape& shape : m.shapes) {
-    const std::pair<double, RopeScaling> key{shape.rope_theta, shape.rope_scaling};
+    const RopeKey key{shape.rope_theta, shape.rope_scaling, shape.head_dim, shape.rotary_dim};
     const auto it = std::find(rope_keys.begin(), rope_keys.end(), key);
     rope_of_layer.push_back(size_t(it - rope_keys.begin()));
     if (it != rope_keys.end()) continue;
@@ -528,7 +554,9 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
     m.mtp = {&m.weights->mtp_fc, m.weights->mtp_embed_norm, m.weights->mtp_hidden_norm, int32_t(spec.hidden_size),
              float(spec.rms_norm_eps)};
   m.gemm = std::make_unique<cuda::Gemm>();
-  m.attention = std::make_unique<cuda::Attention>(attention_shape(spec, options, m.sizes));
+  const AttentionPlan plan = attention_plan(m.shapes, options, m.sizes);
+  for (const cuda::AttentionShape& a : plan.shapes) m.attentions.push_back(std::make_unique<cuda::Attention>(a));
+  for (int i : plan.of_layer) m.attention_of.push_back(i < 0 ? nullptr : m.attentions[size_t(i)].get());
   if (m.has_head)
     m.sampler = std::make_unique<cuda::DeviceSampler>(spec.vocab_size, spec.eos_token_ids, int32_t(m.sizes.max_rows),
                                                       options.max_model_len);
@@ -557,12 +585,12 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   m.act.aux = reinterpret_cast<float*>(take(m.sizes.aux));
   m.act.boundary = take(m.sizes.boundary);
   for (size_t k = 0; k < rope_tables.size(); ++k)
-    CUDA_CHECK(cudaMemcpy(m.act.inv_freq + int64_t(k) * (spec.head_dim / 2), rope_tables[k].inv_freq().data(),
+    CUDA_CHECK(cudaMemcpy(m.act.inv_freq + int64_t(k) * (cuda::widest_head(spec) / 2), rope_tables[k].inv_freq().data(),
                           rope_tables[k].inv_freq().size() * 4, cudaMemcpyHostToDevice));
   for (size_t l = 0; l < m.shapes.size(); ++l) {
     const cpu::Rope& rope = rope_tables[rope_of_layer[l]];
     cuda::RopeArgs& a = m.ropes.emplace_back();
-    a.inv_freq = m.act.inv_freq + int64_t(rope_of_layer[l]) * (spec.head_dim / 2);
+    a.inv_freq = m.act.inv_freq + int64_t(rope_of_layer[l]) * (cuda::widest_head(spec) / 2);
     a.position_scale = rope.position_scale();
     a.attention_scale = rope.attention_scale();
     a.rotary_dim = int32_t(m.shapes[l].rotary_dim);
@@ -626,21 +654,20 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
     if (m.sliding(size_t(l))) m.window_blocks = num_window_blocks;
   m.kv.dtype = kv_dtype(m.opt);
   m.kv.block_size = int32_t(block_size);
-  m.kv.num_kv_heads = int32_t(m.spec.num_kv_heads);
-  m.kv.head_dim = int32_t(m.spec.head_dim);
   m.kv.num_slots = num_blocks * block_size;
   const size_t layers = size_t(m.range.last_layer - m.range.first_layer);
   std::vector<int64_t> held(layers);
   for (size_t l = 0; l < layers; ++l) held[l] = !m.shapes[l].attends() ? 0 : m.sliding(l) ? m.window_blocks : num_blocks;
-  auto value_bytes = [&](int64_t blocks) {
-    const size_t values = size_t(blocks * block_size) * size_t(m.spec.num_kv_heads * m.spec.head_dim);
+  // Each layer in its own geometry (Gemma 4's full layers: other kv heads, wider heads).
+  auto value_bytes = [&](size_t l) {
+    const size_t values = size_t(held[l] * block_size) * size_t(m.shapes[l].num_kv_heads * m.shapes[l].head_dim);
     return aligned(values * (m.opt.fp8_kv ? 1 : 2));
   };
-  auto scale_bytes = [&](int64_t blocks) {
-    return m.opt.fp8_kv ? aligned(size_t(blocks * block_size) * size_t(m.spec.num_kv_heads)) : size_t(0);
+  auto scale_bytes = [&](size_t l) {
+    return m.opt.fp8_kv ? aligned(size_t(held[l] * block_size) * size_t(m.shapes[l].num_kv_heads)) : size_t(0);
   };
   size_t total = 0;
-  for (int64_t blocks : held) total += 2 * (value_bytes(blocks) + scale_bytes(blocks));
+  for (size_t l = 0; l < layers; ++l) total += 2 * (value_bytes(l) + scale_bytes(l));
   const size_t table_offset = total;
   total += aligned(layers * sizeof(cuda::KvLayer));
   CUDA_CHECK(cudaMalloc(&m.kv_arena, total));
@@ -649,8 +676,10 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
   char* p = static_cast<char*>(m.kv_arena);
   std::vector<cuda::KvLayer> full;
   for (size_t l = 0; l < layers; ++l) {
-    const size_t values = value_bytes(held[l]), scales = scale_bytes(held[l]);
+    const size_t values = value_bytes(l), scales = scale_bytes(l);
     cuda::KvLayer c;
+    c.num_kv_heads = int32_t(m.shapes[l].num_kv_heads);
+    c.head_dim = int32_t(m.shapes[l].head_dim);
     c.k = p;
     c.v = p + values;
     if (m.opt.fp8_kv) {
@@ -766,8 +795,9 @@ uint64_t CudaBackend::weight_bytes_per_token(const ModelSpec& spec, LayerRange r
 uint64_t CudaBackend::workspace_bytes(const ModelSpec& spec, const CudaOptions& options, LayerRange range) {
   const bool has_head = range.last_layer == spec.num_layers && !spec.encoder;
   Sizes z(spec, options, largest_bucket(options), range);
-  uint64_t total =
-      z.total() + cuda::Gemm::kWorkspaceBytes + cuda::Attention::workspace_bytes(attention_shape(spec, options, z));
+  uint64_t total = z.total() + cuda::Gemm::kWorkspaceBytes;
+  for (const cuda::AttentionShape& a : attention_plan(layer_shapes(spec, range), options, z).shapes)
+    total += cuda::Attention::workspace_bytes(a);
   if (has_head)
     total += cuda::DeviceSampler::workspace_bytes(spec.vocab_size, int32_t(z.max_rows), options.max_model_len);
   return total;

@@ -34,7 +34,8 @@ size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 enum class Layout : uint8_t { F32_VECTOR, HALF_MATRIX, PACKED_MATRIX };
 // What an f32 vector's values become on the way up: a zero-centred norm's weight w is used
 // as 1 + w, a DeltaNet layer's A_log as the decay's factor -exp(A_log).
-enum class VectorMap : uint8_t { AS_STORED, PLUS_ONE, NEG_EXP };
+// OVER_SQRT_LEN: Gemma 4's router scale as the router's norm weight, scale / sqrt(hidden).
+enum class VectorMap : uint8_t { AS_STORED, PLUS_ONE, NEG_EXP, OVER_SQRT_LEN };
 
 // Consecutive sources of a packed matrix stored in one format: one DeviceMatrix of the
 // chain (kernel_args.h), at `offset` bytes from the piece's start.
@@ -317,7 +318,7 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       vec({t(Part::MOE_NORM)}, {H}, v(&DeviceLayer::moe_norm), norm_map);
       vec({t(Part::POST_MLP_NORM)}, {H}, v(&DeviceLayer::post_mlp_norm), norm_map);
       vec({t(Part::POST_MOE_NORM)}, {H}, v(&DeviceLayer::post_moe_norm), norm_map);
-      vec({t(Part::ROUTER_INPUT_SCALE)}, {H}, v(&DeviceLayer::router_input_scale));
+      vec({t(Part::ROUTER_INPUT_SCALE)}, {H}, v(&DeviceLayer::router_norm), VectorMap::OVER_SQRT_LEN);
       vec({t(Part::EXPERT_SCALE)}, {E}, v(&DeviceLayer::expert_scale));
     }
     vec({t(Part::ROUTER)}, {E * H}, v(&DeviceLayer::router));
@@ -423,7 +424,9 @@ void upload_as(const Tensor& t, char* dst, ThreadPool& pool) {
 void upload_mapped(const Tensor& t, VectorMap map, char* dst) {
   std::vector<float> f(size_t(t.numel()));
   for (int64_t r = 0; r < t.rows(); ++r) dequantize_tensor_row(t, r, f.data() + r * t.cols());
-  for (float& x : f) x = map == VectorMap::PLUS_ONE ? 1.0f + x : -std::exp(x);
+  const float root = std::sqrt(static_cast<float>(f.size()));
+  for (float& x : f)
+    x = map == VectorMap::PLUS_ONE ? 1.0f + x : map == VectorMap::NEG_EXP ? -std::exp(x) : x / root;
   CUDA_CHECK(cudaMemcpy(dst, f.data(), f.size() * 4, cudaMemcpyHostToDevice));
 }
 

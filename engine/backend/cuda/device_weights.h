@@ -77,12 +77,13 @@ struct DeviceLayer {
   const float* router_score_bias = nullptr;  // [experts]: Nemotron-H's score-correction bias
   // Gemma 4: the layer's output scalar [1]; in its MoE block, beside gate_up and down (the
   // dense MLP), the experts' input norm, the MLP's and the experts' output norms [hidden],
-  // the router's input scale [hidden] and per-expert scales [experts]. Null otherwise.
+  // the router's norm weight (its input scale / sqrt(hidden)) [hidden] and per-expert
+  // scales [experts]. Null otherwise.
   const float* layer_scalar = nullptr;
   const float* moe_norm = nullptr;
   const float* post_mlp_norm = nullptr;
   const float* post_moe_norm = nullptr;
-  const float* router_input_scale = nullptr;
+  const float* router_norm = nullptr;
   const float* expert_scale = nullptr;
   DeviceMatrix moe_latent_in;   // [latent, hidden]: LatentMoE's way into the experts (Nemotron-3-Super)
   DeviceMatrix moe_latent_out;  // [hidden, latent]

@@ -59,9 +59,10 @@ struct DeviceMatrix {
 // The KV cache: the compute type itself (BF16 or F16), or FP8 e4m3 with scales.
 enum class KvDtype : uint8_t { BF16, F16, FP8 };
 
-// Geometry shared by every layer's cache. Slot s = block * block_size + offset (Batch's
-// slot_mapping) holds K (and V) of one token for every kv head: head h's head_dim values
-// start at element (s * num_kv_heads + h) * head_dim.
+// A layer's cache geometry. Slot s = block * block_size + offset (Batch's slot_mapping)
+// holds K (and V) of one token for every kv head: head h's head_dim values start at
+// element (s * num_kv_heads + h) * head_dim. Layers may differ in kv heads and head_dim
+// (Gemma 4), in nothing else.
 struct KvShape {
   KvDtype dtype = KvDtype::BF16;
   int32_t block_size = 0;
@@ -80,6 +81,8 @@ struct KvLayer {
   uint8_t* k_scale = nullptr;
   uint8_t* v_scale = nullptr;
   int64_t num_blocks = 0;  // blocks with storage here; 0: not stated (kernel checks that build one)
+  int32_t num_kv_heads = 0;  // this layer's geometry (KvShape's), which the block copies read
+  int32_t head_dim = 0;
 };
 
 // Batch (engine/backend/backend.h) copied to the device. Rows padded up to a CUDA graph's

@@ -46,11 +46,14 @@ struct CopyList {
   int32_t dst[kMaxPairs];
 };
 
-// block_words: 16-byte words of one block of K (or V); scale_bytes: one block's FP8 scale
-// bytes (0 without FP8).
+// Each layer's blocks in its own geometry (Gemma 4's full layers differ from each other
+// model's one): a block of K (or V) is block_size x kv heads x head_dim values of
+// value_bytes each, in whole 16-byte words; FP8 adds block_size x kv heads scale bytes.
 __global__ void __launch_bounds__(kThreads)
-    copy_kv_blocks_kernel(const KvLayer* layers, int64_t block_words, int64_t scale_bytes, CopyList list) {
+    copy_kv_blocks_kernel(const KvLayer* layers, int32_t block_size, int32_t value_bytes, bool fp8, CopyList list) {
   const KvLayer& layer = layers[blockIdx.y];
+  const int64_t block_words = int64_t(block_size) * layer.num_kv_heads * layer.head_dim * value_bytes / 16;
+  const int64_t scale_bytes = fp8 ? int64_t(block_size) * layer.num_kv_heads : 0;
   const bool is_v = blockIdx.z == 1;
   const int64_t src = list.src[blockIdx.x], dst = list.dst[blockIdx.x];
   const uint4* from = static_cast<const uint4*>(is_v ? layer.v : layer.k) + src * block_words;
@@ -78,10 +81,8 @@ void copy_kv_blocks(const std::vector<int32_t>& pairs, const KvLayer* layers, in
                     cudaStream_t stream) {
   SPARK_CHECK(pairs.size() % 2 == 0, "copy_kv_blocks: (source, destination) pairs");
   if (pairs.empty() || num_layers == 0) return;
-  const int64_t slot_values = int64_t(shape.num_kv_heads) * shape.head_dim;
-  const int64_t block_bytes = int64_t(shape.block_size) * slot_values * (shape.dtype == KvDtype::FP8 ? 1 : 2);
-  SPARK_CHECK(block_bytes % 16 == 0, "copy_kv_blocks: blocks of whole 16-byte words");
-  const int64_t scale_bytes = shape.dtype == KvDtype::FP8 ? int64_t(shape.block_size) * shape.num_kv_heads : 0;
+  const bool fp8 = shape.dtype == KvDtype::FP8;
+  // Whole 16-byte words: head_dim is a multiple of 16 on this backend's attention.
   const size_t n = pairs.size() / 2;
   for (size_t first = 0; first < n; first += kMaxPairs) {
     CopyList list;
@@ -90,8 +91,8 @@ void copy_kv_blocks(const std::vector<int32_t>& pairs, const KvLayer* layers, in
       list.src[i] = pairs[2 * (first + size_t(i))];
       list.dst[i] = pairs[2 * (first + size_t(i)) + 1];
     }
-    copy_kv_blocks_kernel<<<dim3(count, uint32_t(num_layers), 2), kThreads, 0, stream>>>(layers, block_bytes / 16,
-                                                                                         scale_bytes, list);
+    copy_kv_blocks_kernel<<<dim3(count, uint32_t(num_layers), 2), kThreads, 0, stream>>>(
+        layers, shape.block_size, fp8 ? 1 : 2, fp8, list);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -7,6 +7,7 @@
 #include "engine/backend/cuda/boundary.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/delta_net.h"
+#include "engine/backend/cuda/f32_scale.h"
 #include "engine/backend/cuda/gate_up_gemv.h"
 #include "engine/backend/cuda/gemv.h"
 #include "engine/backend/cuda/mamba2.h"
@@ -65,9 +66,16 @@ class Layers {
       }
       if (!shape.ffn) continue;
       add_and_norm(L.ffn_norm);
-      if (shape.moe) moe(L, shape);
+      const float* out = act_.proj;
+      if (shape.moe_beside_mlp) out = mlp_beside_experts(L, shape);
+      else if (shape.moe) moe(L, shape);
       else mlp(shape, L.gate_up, int32_t(s_.spec.intermediate_size), L.down, act_.proj);
-      if (sandwich) post_norm(L.post_ffn_norm);
+      if (sandwich) post_norm(L.post_ffn_norm, out);
+      // Gemma 4: the whole residual stream times the layer's scalar, once it holds the layer's output.
+      if (L.layer_scalar) {
+        add_scale_f32(act_.x, pending_, int64_t(rows_) * hidden_, L.layer_scalar, stream_, programmatic_);
+        pending_ = nullptr;
+      }
     }
     // The last block's output joins the residual stream here (the next stage, or the final
     // norm, reads x).
@@ -84,10 +92,10 @@ class Layers {
     pending_ = act_.proj;
   }
 
-  // Gemma's sandwich: the block's output (act.proj) normed in f32 into act.aux, which joins
-  // x in its place.
-  void post_norm(const float* w) {
-    rms_norm_strided<float>(act_.proj, rows_, w, hidden_, eps_, act_.aux, hidden_, stream_, programmatic_);
+  // Gemma's sandwich: the block's output (act.proj, or Gemma 4's MoE block's sum) normed in
+  // f32 into act.aux, which joins x in its place.
+  void post_norm(const float* w, const float* out = nullptr) {
+    rms_norm_strided<float>(out ? out : act_.proj, rows_, w, hidden_, eps_, act_.aux, hidden_, stream_, programmatic_);
     pending_ = act_.aux;
   }
 
@@ -100,17 +108,22 @@ class Layers {
   }
 
   void attention(const DeviceLayer& L, size_t l) {
-    const ModelSpec& spec = s_.spec;
-    const int32_t hd = int32_t(spec.head_dim), nh = int32_t(spec.num_heads);
-    const int32_t qkv_n = int32_t(qkv_width(spec)), gate_at = (nh + 2 * int32_t(spec.num_kv_heads)) * hd;
-    linear(act_.normed, hidden_, L.qkv, qkv_n, act_.wide, GemmOut::HALF);
-    KvShape layer_kv = s_.kv;  // a sliding layer holds the window blocks only
-    layer_kv.num_slots = s_.cache[l].num_blocks * s_.kv.block_size;
-    qkv_rope_kv_write<T>(t(act_.wide), L.qkv_bias, L.q_norm, L.k_norm, eps_, db_.positions, db_.slot_mapping, rows_, nh,
-                         qkv_n, s_.ropes[l], layer_kv, s_.cache[l], t(act_.q), stream_, programmatic_);
     const LayerShape& shape = s_.shapes[l];
-    s_.attention.run(db_, s_.cache[l], act_.q, act_.mid, stream_, programmatic_,
-                     {int32_t(shape.window), L.sinks, !shape.bidirectional});
+    // This layer's geometry: Gemma 4's full layers have their own kv heads and head width,
+    // and no v rows where the values are the keys (k_eq_v).
+    const int32_t hd = int32_t(shape.head_dim), nh = int32_t(shape.num_heads);
+    const int32_t kv_rows = (shape.k_eq_v ? 1 : 2) * int32_t(shape.num_kv_heads);
+    const int32_t gate_at = (nh + kv_rows) * hd, qkv_n = gate_at + (shape.output_gate ? nh * hd : 0);
+    linear(act_.normed, hidden_, L.qkv, qkv_n, act_.wide, GemmOut::HALF);
+    KvShape layer_kv = s_.kv;
+    layer_kv.num_kv_heads = int32_t(shape.num_kv_heads);
+    layer_kv.head_dim = hd;
+    layer_kv.num_slots = s_.cache[l].num_blocks * s_.kv.block_size;  // a sliding layer holds the window blocks only
+    qkv_rope_kv_write<T>(t(act_.wide), L.qkv_bias, L.q_norm, L.k_norm, eps_, db_.positions, db_.slot_mapping, rows_, nh,
+                         qkv_n, s_.ropes[l], layer_kv, s_.cache[l], t(act_.q), stream_, programmatic_,
+                         {shape.k_eq_v, shape.v_norm});
+    s_.attention[l]->run(db_, s_.cache[l], act_.q, act_.mid, stream_, programmatic_,
+                         {int32_t(shape.window), L.sinks, !shape.bidirectional});
     // The gates sit after v in each qkv row, untouched until gate_up overwrites them.
     if (shape.output_gate)
       apply_output_gate<T>(t(act_.mid), t(act_.wide) + gate_at, qkv_n, rows_, nh * hd, stream_, programmatic_);
@@ -184,12 +197,35 @@ class Layers {
     linear(act_.mid, inter, down, hidden_, out, GemmOut::F32);
   }
 
-  void moe(const DeviceLayer& L, const LayerShape& shape) {
+  ExpertWeights experts(const DeviceLayer& L, const LayerShape& shape) const {
     const bool clamped = shape.activation == Activation::CLAMPED_SWIGLU;
-    const ExpertExtras extras{L.expert_gate_up_bias, L.expert_down_bias, clamped ? shape.swiglu_limit : 0.0f,
-                              shape.swiglu_alpha};
-    const MoeLayerWeights w{L.ffn_norm, L.router, L.router_bias, L.router_score_bias,
-                            {L.expert_gate_up, L.expert_down, extras}};
+    return {L.expert_gate_up, L.expert_down,
+            {L.expert_gate_up_bias, L.expert_down_bias, clamped ? shape.swiglu_limit : 0.0f, shape.swiglu_alpha,
+             shape.activation == Activation::GELU_TANH}};
+  }
+
+  // Gemma 4's MoE block, as transformers' Gemma4TextDecoderLayer: the dense MLP on the
+  // ffn-normed rows and the experts on x through their own norm, routed on x through the
+  // router's scaled norm, each output normed; returns their sum (in act.aux's second [rows,
+  // hidden], which the sandwich's post-FFN norm in run() reads).
+  const float* mlp_beside_experts(const DeviceLayer& L, const LayerShape& shape) {
+    const int64_t n = int64_t(rows_) * hidden_;
+    float* dense = act_.aux;
+    float* routed = act_.aux + n;
+    mlp(shape, L.gate_up, int32_t(s_.spec.intermediate_size), L.down, act_.proj);
+    rms_norm_strided<float>(act_.proj, rows_, L.post_mlp_norm, hidden_, eps_, dense, hidden_, stream_, programmatic_);
+    rms_norm_strided<T>(act_.x, rows_, L.moe_norm, hidden_, eps_, t(act_.normed), hidden_, stream_, programmatic_);
+    MoeLayerWeights w{L.router_norm, L.router, nullptr, nullptr, experts(L, shape)};
+    w.expert_scale = L.expert_scale;
+    moe_forward(s_.half, moe_config(s_.spec), w, act_.x, eps_, act_.normed, rows_, *s_.moe, act_.proj, stream_,
+                programmatic_);
+    rms_norm_strided<float>(act_.proj, rows_, L.post_moe_norm, hidden_, eps_, routed, hidden_, stream_, programmatic_);
+    add_gated_rows(routed, dense, nullptr, 1, rows_, hidden_, stream_, programmatic_);  // ungated: routed += dense
+    return routed;
+  }
+
+  void moe(const DeviceLayer& L, const LayerShape& shape) {
+    const MoeLayerWeights w{L.ffn_norm, L.router, L.router_bias, L.router_score_bias, experts(L, shape)};
     const MoeConfig cfg = moe_config(s_.spec);
     if (L.moe_latent_in.data) {
       // LatentMoE (Nemotron-3-Super): routed on the hidden rows, the experts run on their

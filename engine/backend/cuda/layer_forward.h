@@ -29,7 +29,7 @@ struct LayerStep {
   const DeviceWeights& weights;
   const Activations& act;
   Gemm& gemm;
-  Attention& attention;
+  const std::vector<Attention*>& attention;  // each of the stage's layers' (its geometry's); null without attention
   const MoeScratch* moe;  // null without MoE layers
   const std::vector<RopeArgs>& ropes;  // each of the stage's layers' (its layer type's base and scaling)
   const KvShape& kv;

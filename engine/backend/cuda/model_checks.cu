@@ -87,6 +87,7 @@ std::vector<LayerShape> checked_layer_shapes(const ModelSpec& spec, LayerRange r
                            .norm_kinds = {NormKind::RMS, NormKind::RMS_PLUS_ONE, NormKind::LAYER},
                            .activations = {Activation::SILU, Activation::CLAMPED_SWIGLU, Activation::GELU_TANH,
                                            Activation::RELU2, Activation::GELU},
+                           .per_layer_geometry = true,
                            .per_layer_rope = true,
                            .partial_rotary = true,
                            .custom_attention_scale = true,
@@ -96,6 +97,10 @@ std::vector<LayerShape> checked_layer_shapes(const ModelSpec& spec, LayerRange r
                            .ffn_less_layers = true,
                            .sigmoid_router = true,
                            .bidirectional = true,
+                           .v_norm = true,
+                           .k_eq_v = true,
+                           .layer_scalar = true,
+                           .moe_beside_mlp = true,
                            .embedding_scale = true,
                            .logit_softcap = true});
   if (range_has(spec, r, &ModelSpec::layer_is_moe)) check_moe_config(spec);

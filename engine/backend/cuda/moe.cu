@@ -77,7 +77,7 @@ void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, 
     moe_router_logits(residual + size_t(t0) * size_t(router_hidden), w.norm, eps, w.router, n, router_hidden,
                       s.experts, scratch.logits, stream, programmatic);
     moe_route(cfg.rule, scratch.logits, sigmoid ? w.score_bias : w.router_bias, n, s.experts, cfg.top_k,
-              cfg.normalize, scratch.ids, scratch.weights, stream, programmatic, cfg.routed_scale);
+              cfg.normalize, scratch.ids, scratch.weights, stream, programmatic, cfg.routed_scale, w.expert_scale);
     moe_group(scratch.ids, n, cfg.top_k, s.experts, kMoeTileRows, scratch.groups, stream, programmatic);
     if (gemv) {
       moe_gate_up_gemv(type, s, w.experts, scratch.groups, xc, pairs, scratch.act, stream, programmatic);

@@ -18,6 +18,7 @@ struct MoeLayerWeights {
   const float* router_bias = nullptr;  // [experts] (gpt-oss), or null; not with SIGMOID_BIAS
   const float* score_bias = nullptr;   // [experts]: SIGMOID_BIAS's score-correction bias (selection only), or null
   ExpertWeights experts;
+  const float* expert_scale = nullptr;  // [experts]: each routing weight times its expert's (Gemma 4), or null
 };
 
 struct MoeConfig {

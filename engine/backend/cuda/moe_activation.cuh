@@ -1,8 +1,9 @@
 // moe_activation.cuh — the experts' gate/up epilogue, shared by the decode GEMVs and the
 // grouped GEMM (moe_experts.h): biases, then SwiGLU, plain (Qwen3-MoE) or clamped
-// (gpt-oss), or the ungated squared ReLU (Nemotron-H), in the CPU backend's order of
-// operations (cpu/moe.cpp, cpu/ops.cpp).
+// (gpt-oss), Gemma 4's GELU-tanh gate, or the ungated squared ReLU (Nemotron-H), in the CPU
+// backend's order of operations (cpu/moe.cpp, cpu/ops.cpp).
 #pragma once
+#include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/moe_experts.h"
 
 namespace spark::cuda {
@@ -21,6 +22,7 @@ __device__ __forceinline__ float expert_swiglu(const ExpertExtras& x, int64_t ga
     const float u = limit < lo ? limit : lo;
     return g / (1.0f + expf(-g * x.swiglu_alpha)) * (u + 1.0f);
   }
+  if (x.gelu_tanh) return gelu_tanh(gate) * up;
   return gate / (1.0f + expf(-gate)) * up;
 }
 

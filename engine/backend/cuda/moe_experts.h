@@ -26,6 +26,7 @@ struct ExpertExtras {
   const float* down_bias = nullptr;     // [experts * hidden], f32
   float swiglu_limit = 0;
   float swiglu_alpha = 1;
+  bool gelu_tanh = false;  // Gemma 4: gelu_tanh(gate) * up instead of SwiGLU
 };
 struct ExpertWeights {
   DeviceMatrix gate_up;

@@ -59,8 +59,8 @@ __device__ __forceinline__ bool beats(float v, int i, float best_v, int best_i) 
 
 __global__ void __launch_bounds__(kRouteWarps * 32)
     route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int tokens, int experts, int top_k,
-                 RouterRule rule, bool normalize, float routed_scale, int32_t* __restrict__ ids,
-                 float* __restrict__ weights) {
+                 RouterRule rule, bool normalize, float routed_scale, const float* __restrict__ expert_scale,
+                 int32_t* __restrict__ ids, float* __restrict__ weights) {
   wait_then_allow_next_kernel();
   const int lane = threadIdx.x & 31;
   const int t = blockIdx.x * kRouteWarps + (threadIdx.x >> 5);
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
   }
   if (holds) {
     ids[int64_t(t) * top_k + lane] = my_id;
-    weights[int64_t(t) * top_k + lane] = w * routed_scale;
+    weights[int64_t(t) * top_k + lane] = w * (expert_scale ? expert_scale[my_id] : routed_scale);
   }
 }
 
@@ -196,13 +196,13 @@ void moe_router_logits(const float* x, const float* norm, float eps, const float
 
 void moe_route(RouterRule rule, const float* logits, const float* bias, int32_t tokens, int32_t experts,
                int32_t top_k, bool normalize, int32_t* ids, float* weights, cudaStream_t stream, bool programmatic,
-               float routed_scale) {
+               float routed_scale, const float* expert_scale) {
   SPARK_CHECK(experts >= 1 && experts <= kMoeMaxExperts && top_k >= 1 && top_k <= std::min(experts, kMoeMaxTopK),
               "moe_route: need 1 <= top_k <= min(experts, 32) and experts <= 256");
   if (tokens <= 0) return;
   launch_kernel("route_kernel", programmatic, route_kernel, dim3(unsigned(ceil_div(tokens, kRouteWarps))),
                 dim3(kRouteWarps * 32), 0, stream, logits, bias, tokens, experts, top_k, rule, normalize, routed_scale,
-                ids, weights);
+                expert_scale, ids, weights);
 }
 
 void moe_group(const int32_t* ids, int32_t tokens, int32_t top_k, int32_t experts, int32_t tile_rows,

@@ -32,10 +32,11 @@ void moe_router_logits(const float* x, const float* norm, float eps, const float
 // order as the CPU backend). bias [experts] or null: gpt-oss's router bias (TOPK_SOFTMAX),
 // or Nemotron-H's score-correction bias (SIGMOID_BIAS: it selects, it does not weigh);
 // SOFTMAX_TOPK ignores it. Every weight is then multiplied by routed_scale (Nemotron-H's
-// routed_scaling_factor), as cpu::moe_ffn does.
+// routed_scaling_factor), or with expert_scale ([experts], Gemma 4) by its expert's, as
+// cpu::moe_ffn does.
 void moe_route(RouterRule rule, const float* logits, const float* bias, int32_t tokens, int32_t experts,
                int32_t top_k, bool normalize, int32_t* ids, float* weights, cudaStream_t stream,
-               bool programmatic = false, float routed_scale = 1.0f);
+               bool programmatic = false, float routed_scale = 1.0f, const float* expert_scale = nullptr);
 
 // The pairs p = t * top_k + j grouped by expert, in device memory:
 //   offsets[e] .. offsets[e + 1]: the grouped rows of expert e ([experts + 1]);

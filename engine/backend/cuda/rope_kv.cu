@@ -9,7 +9,12 @@
 namespace spark::cuda {
 namespace {
 
-constexpr int kMaxHeadDim = 256;
+constexpr int kMaxHeadDim = 512;
+// Heads the scalar path (one value a lane, kScalarIters a warp) takes: those of up to 256
+// values that 16-byte vectors cannot (80, 96, ...). Wider heads (Gemma 4's 512) are
+// multiples of 16 and take vectors of 8.
+constexpr int kMaxScalarHeadDim = 256;
+constexpr int kScalarIters = kMaxScalarHeadDim / 2 / 32;
 constexpr int kMaxThreads = 512;
 
 // Everything the kernel reads, by value (well under the 4 KB parameter limit). T is the
@@ -40,6 +45,8 @@ struct Params {
   int32_t pass_half;  // (head_dim - rotary_dim) / 2: the pairs that pass through
   int32_t group;      // lanes per head vector: a power of two <= 32
   bool fp8;
+  bool v_from_keys;   // ValueSource
+  bool v_norm;
 };
 
 template <int V, typename T>
@@ -163,13 +170,20 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
   const int heads = p.num_heads + 2 * p.num_kv_heads;
   const T* src_row = p.qkv + row * p.qkv_stride;
   const int first = threadIdx.x / group, step = blockDim.x / group;
+  // Gemma 4's values (ValueSource) only on the vector path: its heads (256, 512) take it,
+  // and the scalar path keeps its registers.
+  constexpr bool kValueOptions = V == 8;
   // k and v heads of a padded row (slot < 0) are neither read nor written.
   auto skipped = [&](int h) { return h >= p.num_heads && !write_kv; };
+  // The qkv head a head is read from: itself, or for values from the keys, its k head.
+  auto source = [&](int h) {
+    return kValueOptions && p.v_from_keys && h >= p.num_heads + p.num_kv_heads ? h - p.num_kv_heads : h;
+  };
 
   // The first head's loads go out before the table and its barrier, so they are in flight
   // while sincosf runs (for most models each group has exactly one head).
   float a[kIters][V], b[kIters][V];
-  if (first < heads && !skipped(first)) load_head<V, kIters, kPartial, T>(p, src_row, first, lane, a, b);
+  if (first < heads && !skipped(first)) load_head<V, kIters, kPartial, T>(p, src_row, source(first), lane, a, b);
   {
     const float pos = float(p.positions[row]) * p.position_scale;
     for (int i = threadIdx.x; i < rot_half; i += blockDim.x) {
@@ -185,8 +199,21 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
     if (skipped(h)) continue;  // the whole group skips: h is the group's
     const int kind = h < p.num_heads ? 0 : h < p.num_heads + p.num_kv_heads ? 1 : 2;  // q, k, v
     const int hh = kind == 0 ? h : kind == 1 ? h - p.num_heads : h - p.num_heads - p.num_kv_heads;
-    if (h != first) load_head<V, kIters, kPartial, T>(p, src_row, h, lane, a, b);
+    if (h != first) load_head<V, kIters, kPartial, T>(p, src_row, source(h), lane, a, b);
 
+    if (kValueOptions && kind == 2 && p.v_norm) {  // Gemma 4: RMSNorm over the value head, no weight
+      float ss = 0.0f;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it)
+#pragma unroll
+        for (int j = 0; j < V; ++j) ss += a[it][j] * a[it][j] + b[it][j] * b[it][j];
+      ss = group_sum(ss, mask, group);
+      const float inv = 1.0f / sqrtf(ss / float(hd) + p.eps);
+#pragma unroll
+      for (int it = 0; it < kIters; ++it)
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[it][j] *= inv, b[it][j] *= inv;
+    }
     if (kind != 2) {
       const float* norm_w = kind == 0 ? p.q_norm : p.k_norm;
       if (norm_w) {  // Qwen3: RMSNorm over this head vector before the rotation
@@ -285,17 +312,18 @@ template <typename T>
 void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
                        const int32_t* positions, const int32_t* slot_mapping, int32_t rows, int32_t num_heads,
                        int32_t qkv_stride, const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out,
-                       cudaStream_t stream, bool programmatic) {
+                       cudaStream_t stream, bool programmatic, ValueSource values) {
   const int hd = kv.head_dim;
   SPARK_CHECK(rows >= 0 && num_heads > 0 && kv.num_kv_heads > 0, "qkv_rope_kv_write: bad head counts");
-  SPARK_CHECK(hd >= 2 && hd % 2 == 0 && hd <= kMaxHeadDim, "qkv_rope_kv_write: head_dim must be even and <= 256");
+  SPARK_CHECK(hd >= 2 && hd % 2 == 0 && hd <= kMaxHeadDim, "qkv_rope_kv_write: head_dim must be even and <= 512");
   // Without RoPE, every pair is a pass-through pair of the partial-rotary path.
   const int rotary_dim = !rope.rotates ? 0 : rope.rotary_dim == 0 ? hd : rope.rotary_dim;
   SPARK_CHECK(rotary_dim >= 0 && rotary_dim % 2 == 0 && rotary_dim <= hd && (rotary_dim > 0 || !rope.rotates),
               "qkv_rope_kv_write: rotary_dim must be even and within head_dim");
-  const int heads = num_heads + 2 * kv.num_kv_heads;
-  const int64_t stride = qkv_stride == 0 ? int64_t(heads) * hd : qkv_stride;
-  SPARK_CHECK(stride >= int64_t(heads) * hd, "qkv_rope_kv_write: qkv_stride is shorter than the q, k and v heads");
+  const int heads = num_heads + 2 * kv.num_kv_heads;                                  // written
+  const int read_heads = num_heads + (values.from_keys ? 1 : 2) * kv.num_kv_heads;  // in a qkv row
+  const int64_t stride = qkv_stride == 0 ? int64_t(read_heads) * hd : qkv_stride;
+  SPARK_CHECK(stride >= int64_t(read_heads) * hd, "qkv_rope_kv_write: qkv_stride is shorter than the q, k and v heads");
   SPARK_CHECK(kv.num_slots > 0, "qkv_rope_kv_write: KvShape.num_slots is not set");
   if (rows == 0) return;
   const bool fp8 = kv.dtype == KvDtype::FP8;
@@ -330,6 +358,8 @@ void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, con
   p.rot_half = rotary_dim / 2;
   p.pass_half = (hd - rotary_dim) / 2;
   p.fp8 = fp8;
+  p.v_from_keys = values.from_keys;
+  p.v_norm = values.norm;
 
   const int half = hd / 2;
   const bool partial = rotary_dim < hd;
@@ -343,11 +373,14 @@ void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, con
   int group = 32;
   if (vec8) {
     group = 1;
-    while (group * 8 < half) group *= 2;  // half <= 128: at most 16 lanes, one pass each
+    while (group * 8 < half) group *= 2;  // half <= 256: at most 32 lanes, one pass each
   }
+  SPARK_CHECK(vec8 || hd <= kMaxScalarHeadDim,
+              "qkv_rope_kv_write: a head_dim above 256 needs 16-byte aligned vectors of 8 (a multiple of 16)");
+  SPARK_CHECK(vec8 || (!values.from_keys && !values.norm),
+              "qkv_rope_kv_write: values from the keys or normed need 16-byte aligned vectors of 8");
   p.group = group;
   const int threads = int(std::min<int64_t>(kMaxThreads, ceil_div(int64_t(heads) * group, 32) * 32));
-  constexpr int kScalarIters = kMaxHeadDim / 2 / 32;
   const auto kernel =
       vec8 ? (partial ? qkv_rope_kv_kernel<T, 8, 1, true> : qkv_rope_kv_kernel<T, 8, 1, false>)
            : (partial ? qkv_rope_kv_kernel<T, 1, kScalarIters, true> : qkv_rope_kv_kernel<T, 1, kScalarIters, false>);
@@ -357,9 +390,9 @@ void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, con
 
 template void qkv_rope_kv_write<bf16>(const bf16*, const float*, const float*, const float*, float, const int32_t*,
                                       const int32_t*, int32_t, int32_t, int32_t, const RopeArgs&, const KvShape&,
-                                      KvLayer, bf16*, cudaStream_t, bool);
+                                      KvLayer, bf16*, cudaStream_t, bool, ValueSource);
 template void qkv_rope_kv_write<f16>(const f16*, const float*, const float*, const float*, float, const int32_t*,
                                      const int32_t*, int32_t, int32_t, int32_t, const RopeArgs&, const KvShape&,
-                                     KvLayer, f16*, cudaStream_t, bool);
+                                     KvLayer, f16*, cudaStream_t, bool, ValueSource);
 
 }  // namespace spark::cuda

@@ -19,14 +19,23 @@ struct RopeArgs {
   bool rotates = true;              // false: attention without RoPE (Nemotron-H), every value passes through
 };
 
+// Where a layer's values come from: their own v rows, or (Gemma 4's full layers, k_eq_v)
+// the key rows as projected, before k_norm and RoPE; v_norm: then RMSNorm per head without
+// a weight (Gemma 4).
+struct ValueSource {
+  bool from_keys = false;
+  bool norm = false;
+};
+
 // qkv is the fused projection output, rows of T (the compute type, __nv_bfloat16 or __half)
 // qkv_stride values apart: q heads, then k heads, then v heads, (num_heads + 2 * num_kv_heads)
-// * head_dim values, and after them whatever else the projection carries (Qwen3.5's attention
-// output gate), which is not read. qkv_stride 0: exactly the q, k and v heads.
+// * head_dim values (no v heads with values.from_keys), and after them whatever else the
+// projection carries (Qwen3.5's attention output gate), which is not read. qkv_stride 0:
+// exactly the q, k and v heads.
 // For each row t:
 //   - adds bias ([(num_heads + 2 * num_kv_heads) * head_dim] f32) when bias is not null (Qwen2);
 //   - applies the per-head RMSNorm with q_norm / k_norm ([head_dim] f32, eps) over the whole
-//     head when not null (Qwen3, Qwen3.5);
+//     head when not null (Qwen3, Qwen3.5), and to v without a weight with values.norm;
 //   - rotates the first rotary_dim values of each q and k head by positions[t] (rotate_half
 //     convention: pairs (i, i + rotary_dim/2) with inv_freq[i]); the rest pass through;
 //   - writes q to q_out [rows, num_heads * head_dim] T;
@@ -40,6 +49,6 @@ template <typename T>
 void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, const float* k_norm, float eps,
                        const int32_t* positions, const int32_t* slot_mapping, int32_t rows, int32_t num_heads,
                        int32_t qkv_stride, const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out,
-                       cudaStream_t stream, bool programmatic = false);
+                       cudaStream_t stream, bool programmatic = false, ValueSource values = {});
 
 }  // namespace spark::cuda

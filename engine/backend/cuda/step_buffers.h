@@ -109,8 +109,11 @@ inline int64_t qkv_width(const ModelSpec& s) {
   return width;
 }
 
-// RoPE frequency tables a model's layers use: one, or (Gemma 3) another for the sliding layers.
+// RoPE frequency tables a model's layers use: one, or (Gemma 3 and 4) another for the sliding layers.
 inline int64_t rope_tables(const ModelSpec& s) { return s.sliding_rope ? 2 : 1; }
+
+// The widest attention head of the model's layers (Gemma 4's full layers: 512).
+inline int64_t widest_head(const ModelSpec& s) { return std::max(s.head_dim, s.full_head_dim); }
 
 struct Sizes {
   int64_t max_tokens, max_seqs, max_rows, stride;
@@ -124,7 +127,7 @@ struct Sizes {
     max_rows = max_seqs;
     stride = (o.max_model_len + o.block_size - 1) / o.block_size;
     // The widest layer's queries (Gemma 4's full layers have wider heads).
-    const int64_t H = s.hidden_size, qd = s.num_heads * std::max(s.head_dim, s.full_head_dim);
+    const int64_t H = s.hidden_size, qd = s.num_heads * widest_head(s);
     // A dense MLP's width, when the range holds one (Qwen3-30B-A3B's config names an
     // intermediate_size that none of its all-MoE layers uses).
     bool any_dense = false;
@@ -148,15 +151,15 @@ struct Sizes {
     mid = aligned(size_t(max_tokens * std::max({qd, I, shared_i, value_dim, inner, latent})) * 2);
     // f32 scratch: a DeltaNet layer's four projections, a Mamba-2 layer's in_proj, the
     // shared expert's output and gate logit, LatentMoE's weighted sum, a block's output
-    // through Gemma's sandwich norm.
+    // through Gemma's sandwich norm, Gemma 4's MoE block's two normed outputs.
     const int64_t aux_values = std::max({delta ? d.conv_dim() + value_dim + 2 * d.num_v_heads : 0,
                                          mamba ? mb.in_proj_rows() : 0, shared_i > 0 ? H + 1 : 0, latent,
-                                         s.sandwich_norms ? H : 0});
+                                         s.sandwich_norms ? H : 0, moe_here && s.moe_beside_mlp ? 2 * H : 0});
     aux = aligned(size_t(max_tokens * aux_values) * 4);
     proj = aligned(size_t(max_tokens * H) * 4);
     head_in = has_head ? aligned(size_t(max_rows * H) * 2) : 0;
     logits = has_head ? aligned(size_t(max_rows * s.vocab_size) * 4) : 0;
-    inv_freq = aligned(size_t(s.head_dim / 2) * 4 * size_t(rope_tables(s)));
+    inv_freq = aligned(size_t(widest_head(s) / 2) * 4 * size_t(rope_tables(s)));
     ints = aligned(size_t(BatchLayout(max_tokens, max_seqs, stride, max_rows).total) * 4);
     moe = moe_here ? aligned(MoeScratch::bytes(moe_config(s), moe_chunk_tokens(max_tokens))) : 0;
     boundary = whole ? 0 : aligned(size_t(max_tokens * H) * 2);

@@ -27,8 +27,7 @@ __global__ void swiglu_kernel(const T* __restrict__ gate_up, int32_t inter, int6
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     const float x = g[k];
-    o[k] = kGeluTanh ? 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[k]
-                     : x / (1.0f + expf(-x)) * u[k];
+    o[k] = kGeluTanh ? gelu_tanh(x) * u[k] : x / (1.0f + expf(-x)) * u[k];
   }
   store8(out + t * inter + col, o);
 }

@@ -32,7 +32,7 @@ TIE_MARGIN = 1e-3  # logits closer than this may swap under f32 rounding of anot
 # compares the hybrids in FP16, with the weights rounded on both sides).
 # The tiny Gemma 3 ships BF16 weights, which the CUDA backend computes in BF16.
 CUDA_LOGITS_LIMIT = {"llama": 3e-3, "qwen3": 2e-2, "qwen3_moe": 2e-2, "gpt_oss_separated": 3e-3, "qwen3_5": 5e-2,
-                     "gemma3": 2e-2}
+                     "gemma3": 2e-2, "gemma4": 2e-2}
 
 
 def tie_margin(name, row):

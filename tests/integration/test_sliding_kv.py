@@ -35,8 +35,8 @@ BLOCK = 8 if EMULATED_GPU else 4
 # limit in tests/gpu is 3e-3); the CPU backend's f32 keeps them within 1e-4. Its probe and
 # crowd are shorter (the emulator runs the tiny model at tens of tokens a second), still 32
 # sequences at once, each past the window.
-# The tiny Gemma 3's logits are larger (its rows reach ~30), and so are FP16's roundings of
-# its logprobs: measured 3.2e-3 on the emulated server, held to 1e-2 there.
+# The tiny Gemmas' logits are larger (Gemma 3's rows reach ~30), and so are FP16's roundings of
+# their logprobs: measured 3.2e-3 on the emulated server, held to 1e-2 there.
 PREFIX_TOL, SCHEDULE_TOL = (3e-3, 3e-3) if EMULATED_GPU else (1e-4, 1e-3)
 GEMMA_EMULATED_TOL = 1e-2
 # (prompt, output) lengths: the probe's, and the ranges of the 31 others'.
@@ -69,13 +69,13 @@ def model_dir(tmp_path_factory, name):
 @pytest.fixture(scope="module", params=SERVED)
 def servers(tmp_path_factory, request):
     d = model_dir(tmp_path_factory, request.param)
-    # Gemma 3's BF16 weights would compute in BF16; FP16, as gpt-oss runs, holds the tolerances.
-    dtype = {"model.dtype": "fp16"} if EMULATED_GPU and request.param == "gemma3" else {}
+    # The Gemmas' BF16 weights would compute in BF16; FP16, as gpt-oss runs, holds the tolerances.
+    gemma = EMULATED_GPU and request.param.startswith("gemma")
+    dtype = {"model.dtype": "fp16"} if gemma else {}
     with Server(model=d, settings={**LARGE, **dtype}) as large, Server(model=d, settings={**SMALL, **dtype}) as small:
         large.wait_ready(), small.wait_ready()
         large.vocab, large.sliding = small.vocab, small.sliding = MODELS[request.param]
-        large.prefix_tol, large.schedule_tol = ((GEMMA_EMULATED_TOL,) * 2 if EMULATED_GPU and request.param == "gemma3"
-                                                else (PREFIX_TOL, SCHEDULE_TOL))
+        large.prefix_tol, large.schedule_tol = (GEMMA_EMULATED_TOL,) * 2 if gemma else (PREFIX_TOL, SCHEDULE_TOL)
         yield large, small
 
 

@@ -37,7 +37,7 @@ struct Activations {
                               // encoder's position rows before its first layer (embedding.h)
   void* head_in = nullptr;    // [R, H] final-normed rows for the LM head
   float* logits = nullptr;    // [R, vocab]
-  float* inv_freq = nullptr;  // [head_dim / 2]
+  float* inv_freq = nullptr;  // [rope_tables, widest_head / 2]: each RoPE table the layers use
   int32_t* ints = nullptr;    // the batch's index arrays (BatchLayout)
   void* moe = nullptr;        // MoeScratch, when the stage holds an MoE layer
   // f32 scratch of the hybrids' layers: a DeltaNet layer's q/k/v, z, b and a projections

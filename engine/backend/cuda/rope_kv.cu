@@ -105,6 +105,19 @@ __device__ __forceinline__ float group_max(float v, unsigned mask, int group) {
   return v;
 }
 
+// 1 / rms of the head vector the group's lanes hold (a and b: every lane's pairs).
+template <int V, int kIters>
+__device__ __forceinline__ float inv_rms(const float (&a)[kIters][V], const float (&b)[kIters][V], unsigned mask,
+                                         int group, int hd, float eps) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it)
+#pragma unroll
+    for (int j = 0; j < V; ++j) ss += a[it][j] * a[it][j] + b[it][j] * b[it][j];
+  ss = group_sum(ss, mask, group);
+  return 1.0f / sqrtf(ss / float(hd) + eps);
+}
+
 // A head of head_dim values is head_dim / 2 pairs. Pair i < rot_half is the rotate_half pair
 // (i, i + rot_half); with partial rotary the values past rotary_dim pass through and are
 // paired (i + rot_half, i + rot_half + pass_half) only so that every lane keeps the same
@@ -202,13 +215,7 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
     if (h != first) load_head<V, kIters, kPartial, T>(p, src_row, source(h), lane, a, b);
 
     if (kValueOptions && kind == 2 && p.v_norm) {  // Gemma 4: RMSNorm over the value head, no weight
-      float ss = 0.0f;
-#pragma unroll
-      for (int it = 0; it < kIters; ++it)
-#pragma unroll
-        for (int j = 0; j < V; ++j) ss += a[it][j] * a[it][j] + b[it][j] * b[it][j];
-      ss = group_sum(ss, mask, group);
-      const float inv = 1.0f / sqrtf(ss / float(hd) + p.eps);
+      const float inv = inv_rms<V, kIters>(a, b, mask, group, hd, p.eps);
 #pragma unroll
       for (int it = 0; it < kIters; ++it)
 #pragma unroll
@@ -217,13 +224,7 @@ __global__ void __launch_bounds__(kMaxThreads) qkv_rope_kv_kernel(const Params<T
     if (kind != 2) {
       const float* norm_w = kind == 0 ? p.q_norm : p.k_norm;
       if (norm_w) {  // Qwen3: RMSNorm over this head vector before the rotation
-        float ss = 0.0f;
-#pragma unroll
-        for (int it = 0; it < kIters; ++it)
-#pragma unroll
-          for (int j = 0; j < V; ++j) ss += a[it][j] * a[it][j] + b[it][j] * b[it][j];
-        ss = group_sum(ss, mask, group);
-        const float inv = 1.0f / sqrtf(ss / float(hd) + p.eps);
+        const float inv = inv_rms<V, kIters>(a, b, mask, group, hd, p.eps);
 #pragma unroll
         for (int it = 0; it < kIters; ++it) {
           const int i0 = (it * group + lane) * V;

@@ -441,6 +441,34 @@ void bytes_sliding_decode() {
               fmt("%.1fx", full_reads / reads), "what the window saves a sliding layer");
   }
 }
+
+// The same on Gemma-4-31B's full layers: 32/4 heads of 512 with a BF16 cache, a GQA group of
+// 8 taken by two CTAs of 4 heads each. Both read the same K and V (the second from L2 on
+// a GPU; the emulator counts a sector once a launch), so a step still reads the K and V
+// once: 4 sequences of 2048, 700, 130 and 77 tokens, 4 x 512 x 2 x 2 = 8 KiB a token.
+void bytes_wide_head_decode() {
+  const int H = 32, KVH = 4, D = 512, bs = 16;
+  const std::vector<Seq> seqs = {{1, 2048}, {1, 700}, {1, 130}, {1, 77}};
+  const HostBatch hb = make_batch(seqs, bs, 91);
+  Caches caches;
+  caches.g = {hb.num_blocks, bs, KVH, D};
+  fill_cache(caches, KvDtype::BF16, 92);
+  const std::vector<float> q = random_floats(seqs.size() * H * D, 93, -3.0f, 3.0f);
+  DeviceArray<uint16_t> d_q(to_half_bits(HalfType::BF16, q)), d_out(q.size());
+  DevBatch dev(hb.batch);
+  Case c{"", H, KVH, D, KvDtype::BF16, bs, seqs};
+  cuda::Attention attn(shape_for(c, hb.batch));
+  attn.prepare(hb.batch, nullptr);
+  double kv_tokens = 0;
+  for (const Seq& s : seqs) kv_tokens += s.ctx;
+  const double kv_bytes = kv_tokens * KVH * D * 2 * 2;
+  ::emu::global_reads_begin();
+  attn.run(dev.db, caches.layer(), d_q.get(), d_out.get(), nullptr, false);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const double ratio = double(::emu::global_reads_end().total()) / kv_bytes;
+  row(kCheck, "bytes Gemma-4-31B full-layer decode b4 ctx 2048/700/130/77, 512-wide heads, 2 head chunks",
+      fmt("%.4f", ratio), fmt("1 .. 1.05 of %.0f KiB K/V", kv_bytes / 1024), ratio >= 1.0 && ratio <= 1.05);
+}
 #endif
 
 // Random cache contents made on the device (the benchmark caches are gigabytes).
@@ -726,6 +754,7 @@ void run_all() {
 
 #if SPARK_CUDA_EMU
   run_part(kCheck, "bytes sliding decode d64", bytes_sliding_decode);
+  run_part(kCheck, "bytes decode d512", bytes_wide_head_decode);
   return;  // benchmarks mean nothing on the CPU emulator
 #endif
   bench_decode(512, KvDtype::BF16);

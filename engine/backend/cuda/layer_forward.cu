@@ -64,13 +64,14 @@ class Layers {
         else attention(L, l);
         if (sandwich) post_norm(L.post_attn_norm);
       }
-      if (!shape.ffn) continue;
-      add_and_norm(L.ffn_norm);
-      const float* out = act_.proj;
-      if (shape.moe_beside_mlp) out = mlp_beside_experts(L, shape);
-      else if (shape.moe) moe(L, shape);
-      else mlp(shape, L.gate_up, int32_t(s_.spec.intermediate_size), L.down, act_.proj);
-      if (sandwich) post_norm(L.post_ffn_norm, out);
+      if (shape.ffn) {
+        add_and_norm(L.ffn_norm);
+        const float* out = act_.proj;
+        if (shape.moe_beside_mlp) out = mlp_beside_experts(L, shape);
+        else if (shape.moe) moe(L, shape);
+        else mlp(shape, L.gate_up, int32_t(s_.spec.intermediate_size), L.down, act_.proj);
+        if (sandwich) post_norm(L.post_ffn_norm, out);
+      }
       // Gemma 4: the whole residual stream times the layer's scalar, once it holds the layer's output.
       if (L.layer_scalar) {
         add_scale_f32(act_.x, pending_, int64_t(rows_) * hidden_, L.layer_scalar, stream_, programmatic_);

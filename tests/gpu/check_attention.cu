@@ -401,6 +401,33 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
 }
 
 #if SPARK_CUDA_EMU
+// Bytes one decode launch reads on shape H/KVH heads of D with a BF16 cache in blocks of 16
+// (the emulator counts each __ldg sector once), for one query row of each of `seqs`, and the
+// K and V bytes the tokens each row sees (its window's with window > 0) hold.
+struct DecodeReads {
+  double reads, kv_bytes;
+};
+DecodeReads decode_reads(int H, int KVH, int D, const std::vector<Seq>& seqs, int window, bool sinks, uint64_t seed) {
+  const int bs = 16;
+  const HostBatch hb = make_batch(seqs, bs, seed);
+  Caches caches;
+  caches.g = {hb.num_blocks, bs, KVH, D};
+  fill_cache(caches, KvDtype::BF16, seed + 1);
+  const std::vector<float> q = random_floats(seqs.size() * H * D, seed + 2, -3.0f, 3.0f);
+  DeviceArray<uint16_t> d_q(to_half_bits(HalfType::BF16, q)), d_out(q.size());
+  DeviceArray<float> d_sinks(random_floats(size_t(H), seed + 3, -3.0f, 3.0f));
+  DevBatch dev(hb.batch);
+  Case c{"", H, KVH, D, KvDtype::BF16, bs, seqs};
+  cuda::Attention attn(shape_for(c, hb.batch));
+  attn.prepare(hb.batch, nullptr);
+  double kv_tokens = 0;
+  for (const Seq& s : seqs) kv_tokens += window > 0 ? std::min(s.ctx, window) : s.ctx;
+  ::emu::global_reads_begin();
+  attn.run(dev.db, caches.layer(), d_q.get(), d_out.get(), nullptr, false, {window, sinks ? d_sinks.get() : nullptr});
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return {double(::emu::global_reads_end().total()), kv_tokens * KVH * D * 2 * 2};
+}
+
 // Bytes a decode step reads (the emulator counts each __ldg sector once) on gpt-oss-20b's
 // attention shape, 64/8 heads of 64 with a BF16 cache in blocks of 16, for 4 sequences of
 // 4096, 1000, 130 and 77 tokens: with its 128-token window, the K and V of the window's
@@ -408,37 +435,19 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
 // (8 MiB at 4096) without one. The K and V are >= 99% of a step's reads (q is 8 KiB a
 // sequence, a sink 4 bytes a head), so the ratio to them alone is held to 1 .. 1.05.
 void bytes_sliding_decode() {
-  const int H = 64, KVH = 8, D = 64, bs = 16, W = 128;
   const std::vector<Seq> seqs = {{1, 4096}, {1, 1000}, {1, 130}, {1, 77}};
-  const HostBatch hb = make_batch(seqs, bs, 95);
-  Caches caches;
-  caches.g = {hb.num_blocks, bs, KVH, D};
-  fill_cache(caches, KvDtype::BF16, 96);
-  const std::vector<float> q = random_floats(seqs.size() * H * D, 97, -3.0f, 3.0f);
-  DeviceArray<uint16_t> d_q(to_half_bits(HalfType::BF16, q)), d_out(q.size());
-  DeviceArray<float> d_sinks(random_floats(size_t(H), 98, -3.0f, 3.0f));
-  DevBatch dev(hb.batch);
-  Case c{"", H, KVH, D, KvDtype::BF16, bs, seqs};
   double full_reads = 0;
-  for (int window : {0, W}) {
-    cuda::Attention attn(shape_for(c, hb.batch));
-    attn.prepare(hb.batch, nullptr);
-    double kv_tokens = 0;
-    for (const Seq& s : seqs) kv_tokens += window > 0 ? std::min(s.ctx, window) : s.ctx;
-    const double kv_bytes = kv_tokens * KVH * D * 2 * 2;
-    ::emu::global_reads_begin();
-    attn.run(dev.db, caches.layer(), d_q.get(), d_out.get(), nullptr, false, {window, d_sinks.get()});
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const double reads = double(::emu::global_reads_end().total());
-    const double ratio = reads / kv_bytes;
+  for (int window : {0, 128}) {
+    const DecodeReads r = decode_reads(64, 8, 64, seqs, window, true, 95);
+    const double ratio = r.reads / r.kv_bytes;
     row(kCheck,
         std::string("bytes gpt-oss-20b decode b4 ctx 4096/1000/130/77 ") +
             (window > 0 ? "window " + std::to_string(window) : "full attention") + ", sinks",
-        fmt("%.4f", ratio) + fmt(" (%.0f KiB read)", reads / 1024),
-        fmt("1 .. 1.05 of %.0f KiB K/V", kv_bytes / 1024), ratio >= 1.0 && ratio <= 1.05);
-    if (window == 0) full_reads = reads;
+        fmt("%.4f", ratio) + fmt(" (%.0f KiB read)", r.reads / 1024),
+        fmt("1 .. 1.05 of %.0f KiB K/V", r.kv_bytes / 1024), ratio >= 1.0 && ratio <= 1.05);
+    if (window == 0) full_reads = r.reads;
     else info(kCheck, "bytes gpt-oss-20b decode: full attention / window " + std::to_string(window),
-              fmt("%.1fx", full_reads / reads), "what the window saves a sliding layer");
+              fmt("%.1fx", full_reads / r.reads), "what the window saves a sliding layer");
   }
 }
 
@@ -447,27 +456,10 @@ void bytes_sliding_decode() {
 // a GPU; the emulator counts a sector once a launch), so a step still reads the K and V
 // once: 4 sequences of 2048, 700, 130 and 77 tokens, 4 x 512 x 2 x 2 = 8 KiB a token.
 void bytes_wide_head_decode() {
-  const int H = 32, KVH = 4, D = 512, bs = 16;
-  const std::vector<Seq> seqs = {{1, 2048}, {1, 700}, {1, 130}, {1, 77}};
-  const HostBatch hb = make_batch(seqs, bs, 91);
-  Caches caches;
-  caches.g = {hb.num_blocks, bs, KVH, D};
-  fill_cache(caches, KvDtype::BF16, 92);
-  const std::vector<float> q = random_floats(seqs.size() * H * D, 93, -3.0f, 3.0f);
-  DeviceArray<uint16_t> d_q(to_half_bits(HalfType::BF16, q)), d_out(q.size());
-  DevBatch dev(hb.batch);
-  Case c{"", H, KVH, D, KvDtype::BF16, bs, seqs};
-  cuda::Attention attn(shape_for(c, hb.batch));
-  attn.prepare(hb.batch, nullptr);
-  double kv_tokens = 0;
-  for (const Seq& s : seqs) kv_tokens += s.ctx;
-  const double kv_bytes = kv_tokens * KVH * D * 2 * 2;
-  ::emu::global_reads_begin();
-  attn.run(dev.db, caches.layer(), d_q.get(), d_out.get(), nullptr, false);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const double ratio = double(::emu::global_reads_end().total()) / kv_bytes;
+  const DecodeReads r = decode_reads(32, 4, 512, {{1, 2048}, {1, 700}, {1, 130}, {1, 77}}, 0, false, 91);
+  const double ratio = r.reads / r.kv_bytes;
   row(kCheck, "bytes Gemma-4-31B full-layer decode b4 ctx 2048/700/130/77, 512-wide heads, 2 head chunks",
-      fmt("%.4f", ratio), fmt("1 .. 1.05 of %.0f KiB K/V", kv_bytes / 1024), ratio >= 1.0 && ratio <= 1.05);
+      fmt("%.4f", ratio), fmt("1 .. 1.05 of %.0f KiB K/V", r.kv_bytes / 1024), ratio >= 1.0 && ratio <= 1.05);
 }
 #endif
 

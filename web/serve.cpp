@@ -156,7 +156,9 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config, StagePlan stage_pl
   const ModelInfo& info = stage.info;
   const MemoryPlan& plan = stage.memory;
   parts->tokenizer = Tokenizer::load(info.tokenizer_path);
-  if (stage.draft && !stage.draft->spec.mtp_head) {  // its errors name it: the path alone may read as the model's
+  // Its errors name it: the path alone may read as the model's. (An MTP head and Gemma 4's
+  // assistant read the model's own embedding: no tokenizer of their own.)
+  if (stage.draft && !stage.draft->spec.mtp_head && !stage.draft->spec.is_assistant()) {
     try {
       require_same_vocabulary(*parts->tokenizer, *Tokenizer::load(stage.draft->tokenizer_path));
     } catch (const InputError& e) {
@@ -195,7 +197,10 @@ std::unique_ptr<LoadedParts> load_parts(const Config& config, StagePlan stage_pl
   parts->engine = std::make_unique<Engine>(config, std::move(executor), info.spec, *parts->tokenizer, blocks, window_blocks);
   if (parts->stage->draft_backend) {
     const ModelInfo& draft = *stage.draft;
-    log_info("speculative decoding with ", draft.spec.mtp_head ? "the model's MTP head" : "the draft model " + draft.path,
+    log_info("speculative decoding with ",
+             draft.spec.mtp_head         ? std::string("the model's MTP head")
+             : draft.spec.is_assistant() ? "Gemma 4's assistant " + draft.path
+                                         : "the draft model " + draft.path,
              " (", draft.spec.architecture, ", ", parts->stage->draft_backend->describe(), ")");
     parts->engine->attach_drafter(std::make_unique<DraftModel>(std::move(parts->stage->draft_backend), draft.spec,
                                                                config.engine.max_num_batched_tokens));

@@ -28,6 +28,13 @@ class Backend {
     SPARK_CHECK(num_window_blocks == num_blocks, "this backend keeps every layer's K and V for every block");
     init_kv_cache(num_blocks, block_size);
   }
+  // Gemma 4's assistant (ModelSpec::assistant_of_hidden) reads the model it drafts for: its
+  // embedding, and the K and V of its last layer of each type. Its backend is given the
+  // model's (of the same kind, holding every layer) once both exist, before the first
+  // forward; InputError when the two do not fit, or this backend cannot.
+  virtual void attach_model(const Backend& model) {
+    throw InputError(describe() + " does not run Gemma 4's assistant drafter");
+  }
   // Recurrent layers (the hybrids' Gated DeltaNet): the states of `num_slots` sequences,
   // Batch::state_slots naming each sequence's. A later call replaces them. A backend whose
   // layers hold no state needs none.

@@ -21,9 +21,10 @@ void require_same_vocabulary(const Tokenizer& model, const Tokenizer& draft) {
 DraftModel::DraftModel(std::unique_ptr<Backend> backend, const ModelSpec& spec, int64_t max_step_tokens)
     : backend_(std::move(backend)),
       vocab_size_(spec.vocab_size),
-      hidden_size_(spec.hidden_size),
+      hidden_size_(spec.is_assistant() ? spec.assistant_of_hidden : spec.hidden_size),
       recurrent_(spec.has_recurrent_layers()),
-      mtp_(spec.mtp_head),
+      mtp_(spec.mtp_head || spec.is_assistant()),
+      assistant_(spec.is_assistant()),
       max_step_tokens_(max_step_tokens) {
   SPARK_CHECK(backend_ != nullptr && vocab_size_ > 0 && max_step_tokens_ > 0, "a draft model needs a backend and a budget");
 }
@@ -121,6 +122,15 @@ void DraftModel::resume(Job& job) {
   // The last row of the sequence's tokens is run again in any case: its logits give the
   // first draft.
   if (job.wanted > 0) n = std::min(n, token_rows - 1);
+  if (assistant_) {
+    // No K and V of its own: only draft rows, the first needing the model's hidden state at
+    // the sequence's second-to-last position.
+    job.assistant = true;
+    job.computed = token_rows - 1;
+    if (job.wanted > 0 && !(token_rows > 0 && h.hidden_from <= token_rows - 1 && h.hidden_end(hidden_size_) >= token_rows))
+      job.wanted = 0;
+    return;
+  }
   if (mtp_) {
     // Rows before the first hidden state the model gave are in prefix-cached blocks: their
     // K and V are the head's as the sequence that filled them wrote them.
@@ -152,13 +162,13 @@ void DraftModel::draft(ScheduledStep& step) {
     const StepEntry& e = step.entries[i];
     const bool drafts = e.num_draft_tokens > 0 && e.logits_row >= 0;
     // An MTP head also catches up on the hidden states of sequences not drafting now.
-    if (!drafts && !(mtp_ && held_.contains(e.seq->seq_id))) continue;
+    if (!drafts && !(mtp_ && !assistant_ && held_.contains(e.seq->seq_id))) continue;
     Job& j = jobs.emplace_back();
     j.seq = e.seq;
     j.entry = i;
     j.wanted = drafts ? e.num_draft_tokens : 0;
     resume(j);
-    if (j.wanted == 0 && j.computed >= j.row_end(hidden_size_)) {
+    if (j.wanted == 0 && (j.assistant || j.computed >= j.row_end(hidden_size_))) {
       jobs.pop_back();
       continue;
     }
@@ -227,6 +237,10 @@ void DraftModel::observe(const ScheduledStep& step, const std::vector<float>& hi
     }
     const auto first = hidden.begin() + std::ptrdiff_t(size_t(e.draft_hidden_row) * H);
     h.hidden.insert(h.hidden.end(), first, first + std::ptrdiff_t(size_t(valid_end - start) * H));
+    if (assistant_ && h.hidden_end(hidden_size_) - h.hidden_from > 1) {  // it reads the last one only
+      h.hidden.erase(h.hidden.begin(), h.hidden.end() - std::ptrdiff_t(H));
+      h.hidden_from = valid_end - 1;
+    }
   }
 }
 
@@ -253,19 +267,23 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
       if (j->computed == j->seq->num_tokens()) b.state_copies.insert(b.state_copies.end(), {j->slot, snapshot});
       j->restore = false;
     }
+    // An assistant's one row is at the sequence's last position and reads the model's K and
+    // V before it; it writes none, so its slot is that position's, which the step holds.
+    const int64_t last = seq.num_tokens() - 1;
     for (int64_t pos = j->computed; pos < end; ++pos) {
+      const int64_t at = j->assistant ? last : pos;
       b.token_ids.push_back(j->row_token(pos));
-      b.positions.push_back(static_cast<int32_t>(pos));
+      b.positions.push_back(static_cast<int32_t>(at));
       if (mtp_) {
         const float* h = row_hidden(*j, pos);
         hidden_in_.insert(hidden_in_.end(), h, h + H);
       }
-      b.slot_mapping.push_back(static_cast<int32_t>(seq.block_table[size_t(pos / block_size_)] * block_size_ + pos % block_size_));
+      b.slot_mapping.push_back(static_cast<int32_t>(seq.block_table[size_t(at / block_size_)] * block_size_ + at % block_size_));
     }
     budget -= end - j->computed;
     j->computed = end;
     b.query_start.push_back(b.num_tokens());
-    b.context_lens.push_back(static_cast<int32_t>(end));
+    b.context_lens.push_back(static_cast<int32_t>(j->assistant ? last : end));
     b.block_tables.insert(b.block_tables.end(), seq.block_table.begin(), seq.block_table.end());
     b.block_tables.resize(b.block_tables.size() + (max_blocks - seq.block_table.size()), 0);
     if (end == j->rows() && int64_t(j->drafts.size()) < j->wanted) {

@@ -34,6 +34,15 @@
 // they are never kept, since the model's hidden state replaces the head's once the
 // drafts are verified. Rows in prefix-cached blocks keep the head's K and V written by
 // the sequence that filled them (the model computes no hidden state there).
+//
+// Gemma 4's assistant ([engine] speculative = "draft" with an assistant's checkpoint,
+// ModelSpec::assistant_of_hidden) is run as an MTP head without K and V of its own: its
+// layers read the model's, those of the tokens before the sequence's last (the model's K and
+// V of the accepted tokens, in the sequence's blocks). So it runs no catch-up rows: only
+// the draft rows, each at the position of the sequence's last token (as transformers'
+// drafting loop does), the first reading the model's hidden state before it, each later
+// one the assistant's own output hidden state. It keeps only the last of the model's hidden
+// states of a sequence.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -72,6 +81,8 @@ class DraftModel {
   // the step's hidden rows (StepEntry::draft_hidden_row); those of positions whose tokens
   // all stand are kept for the next draft().
   bool reads_model_hidden() const { return mtp_; }
+  // Gemma 4's assistant: reads the model's K and V (its backend attached to the model's).
+  bool reads_model_kv() const { return assistant_; }
   void observe(const ScheduledStep& step, const std::vector<float>& hidden);
 
   void retire(int64_t seq_id);
@@ -121,6 +132,7 @@ class DraftModel {
     int32_t token_at(int64_t pos) const {
       return pos < seq->num_tokens() ? seq->token_ids[size_t(pos)] : drafts[size_t(pos - seq->num_tokens())];
     }
+    bool assistant = false;
     // Rows its tokens (and drafts) allow, and the token row `row` reads.
     int64_t rows() const { return known() - (mtp ? 1 : 0); }
     int32_t row_token(int64_t row) const { return token_at(mtp ? row + 1 : row); }
@@ -144,7 +156,8 @@ class DraftModel {
   int64_t vocab_size_;
   int64_t hidden_size_;
   bool recurrent_;
-  bool mtp_;
+  bool mtp_;        // reads the model's hidden states: an MTP head or an assistant
+  bool assistant_;  // Gemma 4's assistant
   int64_t max_running_ = 0;
   std::vector<int32_t> free_slots_;
   int64_t max_step_tokens_;

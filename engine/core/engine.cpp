@@ -129,7 +129,6 @@ Engine::Engine(const Config& config, std::unique_ptr<StepExecutor> executor, con
   for (size_t i = 0; i < slots; ++i) {
     sc.first_state_slot = state_slots > 0 ? int64_t(i) * sc.max_num_seqs : -1;
     sc.snapshot_offset = state_slots > 0 && speculator_.enabled() ? (state_slots - checkpoints) / 2 : -1;
-    sc.hidden_for_drafts = speculator_.enabled() && config.engine.speculative == "mtp";
     schedulers_.push_back(std::make_unique<Scheduler>(sc, blocks_, checkpoints_.get()));
   }
   executor_->prepare(num_kv_blocks, blocks_.num_window_blocks(), config.engine.block_size, eos_ids_, state_slots);
@@ -156,6 +155,7 @@ void Engine::attach_drafter(std::unique_ptr<DraftModel> drafter) {
   SPARK_CHECK(!thread_.joinable() && drafter != nullptr, "a draft model is attached before the engine starts");
   drafter->prepare(blocks_.num_blocks(), blocks_.block_size(),
                    int64_t(schedulers_.size()) * schedulers_.front()->config().max_num_seqs, eos_ids_);
+  for (const auto& s : schedulers_) s->set_hidden_for_drafts(speculator_.enabled() && drafter->reads_model_hidden());
   drafter_ = std::move(drafter);
 }
 

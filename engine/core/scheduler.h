@@ -23,8 +23,8 @@ struct SchedulerConfig {
   // With drafts on a model with recurrent layers: each state slot's snapshot is the slot
   // this far above it (Batch::state_copies); -1: none.
   int64_t snapshot_offset = -1;
-  // Drafts from an MTP head, which reads the model's final hidden state at every position:
-  // each row of a sequence that may draft is a hidden row (StepEntry::draft_hidden_row).
+  // Drafts from an MTP head or Gemma 4's assistant, which read the model's final hidden
+  // states: each row of a sequence that may draft is a hidden row (StepEntry::draft_hidden_row).
   bool hidden_for_drafts = false;
   // An encoder (ModelSpec::encoder): each prompt runs whole in one step, since every token
   // attends to all of them (max_model_len must not exceed max_num_batched_tokens), and the
@@ -96,6 +96,9 @@ class Scheduler {
   const std::vector<Sequence*>& running() const { return running_; }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   const SchedulerConfig& config() const { return config_; }
+  // Set once a drafter that reads the model's hidden states is attached (an MTP head,
+  // Gemma 4's assistant), before the first step.
+  void set_hidden_for_drafts(bool on) { config_.hidden_for_drafts = on; }
   BlockManager& blocks() { return blocks_; }
   int64_t num_preemptions() const { return num_preemptions_; }
   int64_t num_free_state_slots() const { return static_cast<int64_t>(free_state_slots_.size()); }

@@ -29,6 +29,11 @@ constexpr PartNames kNames[kNumParts] = {
     {"model.embed_token_types", "token_types", "weight"},
     {"model.embed_norm", "token_embd_norm", "weight"},
     {"model.embed_norm", "token_embd_norm", "bias"},
+    // Gemma 4's assistant: read from its own checkpoint only (no GGUF names).
+    {"pre_projection", "", "weight"},
+    {"post_projection", "", "weight"},
+    {"masked_embedding.centroids", "", "weight"},
+    {"masked_embedding.token_ordering", "", ""},
     {"input_layernorm", "attn_norm", "weight"},
     {"self_attn.q_proj", "attn_q", "weight"},
     {"self_attn.k_proj", "attn_k", "weight"},
@@ -222,8 +227,10 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
     out = s.mamba2_layers() ? mamba2_parts(s) : delta_net_parts(s);
   } else {
     // An output gate doubles q_proj: per head, the query rows and then the gate rows.
-    out = {{Part::ATTN_NORM, {h}}, {Part::Q, {q_dim * (s.attn_output_gate ? 2 : 1), h}}, {Part::K, {kv_dim, h}}};
-    if (s.layer_has_v_proj(layer)) out.push_back({Part::V, {kv_dim, h}});
+    // An assistant's layers read the model's K and V: queries only.
+    out = {{Part::ATTN_NORM, {h}}, {Part::Q, {q_dim * (s.attn_output_gate ? 2 : 1), h}}};
+    if (!s.is_assistant()) out.push_back({Part::K, {kv_dim, h}});
+    if (!s.is_assistant() && s.layer_has_v_proj(layer)) out.push_back({Part::V, {kv_dim, h}});
     out.push_back({Part::O, {h, q_dim}});
     if (s.attention_bias) {
       out.push_back({Part::Q_BIAS, {q_dim}});
@@ -234,7 +241,7 @@ std::vector<PartSpec> layer_parts(const ModelSpec& s, int64_t layer) {
     if (s.attention_sinks) out.push_back({Part::SINKS, {s.num_heads}});
     if (s.qk_norm) {
       out.push_back({Part::Q_NORM, {hd}});
-      out.push_back({Part::K_NORM, {hd}});
+      if (!s.is_assistant()) out.push_back({Part::K_NORM, {hd}});
     }
     if (s.sandwich_norms) out.push_back({Part::POST_ATTN_NORM, {h}});
   }
@@ -291,6 +298,11 @@ std::vector<PartSpec> outer_parts(const ModelSpec& s, LayerRange range) {
   if (range.first_layer == 0 || (last_stage && s.tie_word_embeddings)) out.push_back({Part::EMBEDDING, {s.vocab_size, h}});
   if (s.mtp_head && range.first_layer == 0)
     out.insert(out.end(), {{Part::MTP_FC, {h, 2 * h}}, {Part::MTP_EMBED_NORM, {h}}, {Part::MTP_HIDDEN_NORM, {h}}});
+  if (s.is_assistant()) {
+    out.insert(out.end(), {{Part::ASSIST_IN, {h, 2 * s.assistant_of_hidden}}, {Part::ASSIST_OUT, {s.assistant_of_hidden, h}}});
+    if (s.num_centroids > 0)
+      out.insert(out.end(), {{Part::CENTROIDS, {s.num_centroids, h}}, {Part::TOKEN_ORDERING, {s.vocab_size}}});
+  }
   if (s.encoder && range.first_layer == 0) {
     out.push_back({Part::POS_EMBEDDING, {s.position_rows, h}});
     if (s.type_vocab_size > 0) out.push_back({Part::TYPE_EMBEDDING, {s.type_vocab_size, h}});

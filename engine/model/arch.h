@@ -21,6 +21,9 @@ enum class Part : uint8_t {
   MTP_FC, MTP_EMBED_NORM, MTP_HIDDEN_NORM,
   // An encoder's input (ModelSpec::encoder): learned positions, token types, the LayerNorm after them.
   POS_EMBEDDING, TYPE_EMBEDDING, EMBED_NORM, EMBED_NORM_BIAS,
+  // Gemma 4's assistant (ModelSpec::assistant_of_hidden): into its width from [embedding;
+  // hidden], back out to the model's, and its clustered vocabulary (I64 token ids).
+  ASSIST_IN, ASSIST_OUT, CENTROIDS, TOKEN_ORDERING,
   ATTN_NORM, Q, K, V, O, Q_BIAS, K_BIAS, V_BIAS, Q_NORM, K_NORM,
   FFN_NORM, GATE, UP, DOWN,                    // dense MLP
   ROUTER, EXPERT_GATE, EXPERT_UP, EXPERT_DOWN,  // mixture of experts; EXPERT_* once per expert

@@ -28,6 +28,9 @@ struct Architecture {
   // defaults for the class (published multimodal configs list only what differs from
   // them); nullptr when every key the readers need must be given.
   const char* config_defaults = nullptr;
+  // Keys such a class keeps beside text_config that read_config reads as well (they join the
+  // text model's settings): Gemma 4's assistant's own sizes.
+  std::vector<const char*> outer_keys = {};
 
   // The architecture's own config.json keys, read after the shared ones (sizes, RoPE,
   // dtype, quantization): biases, norms, MLP or experts, sliding windows. Throws

@@ -7,14 +7,14 @@ namespace spark {
 
 extern const Architecture kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kQwen3_5, kQwen3_5Moe, kQwen3Next,
     kNemotronH, kNemotronHMoe, kXlmRoberta, kXlmRobertaClassifier, kGemma3, kGemma3Multimodal,
-    kGemma4, kGemma4Multimodal;
+    kGemma4, kGemma4Multimodal, kGemma4Assistant;
 
 namespace {
 std::vector<const Architecture*>& registry() {
   static std::vector<const Architecture*> all = {&kLlama, &kMistral, &kQwen2, &kQwen3, &kQwen3Moe, &kGptOss,
                                                  &kQwen3_5, &kQwen3_5Moe, &kQwen3Next, &kNemotronH,
                                                  &kNemotronHMoe, &kXlmRoberta, &kXlmRobertaClassifier, &kGemma3,
-                                                 &kGemma3Multimodal, &kGemma4, &kGemma4Multimodal};
+                                                 &kGemma3Multimodal, &kGemma4, &kGemma4Multimodal, &kGemma4Assistant};
   return all;
 }
 }  // namespace

@@ -54,7 +54,8 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
     }
     x.qk_norm = s.qk_norm;
     x.sinks = s.attention_sinks;
-    x.window = s.layer_is_sliding(l) ? s.sliding_window : 0;
+    x.reads_model_kv = s.is_assistant() && x.mixer == Mixer::ATTENTION;
+    x.window = !s.layer_is_sliding(l) ? 0 : x.reads_model_kv ? s.sliding_window - 1 : s.sliding_window;
     const bool own_rope = s.sliding_rope && x.window > 0;
     x.rope_theta = own_rope ? s.sliding_rope_theta : s.rope_theta;
     x.rope_scaling = own_rope ? s.sliding_rope_scaling : s.rope_scaling;
@@ -62,7 +63,7 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
     x.rope = !s.no_rope && !s.encoder;  // an encoder's positions are learned, added to its input
     x.output_gate = s.attn_output_gate && x.mixer == Mixer::ATTENTION;
     x.v_norm = s.v_norm && x.mixer == Mixer::ATTENTION;
-    x.k_eq_v = x.mixer == Mixer::ATTENTION && !s.layer_has_v_proj(l);
+    x.k_eq_v = x.mixer == Mixer::ATTENTION && !s.is_assistant() && !s.layer_has_v_proj(l);
     x.layer_scalar = s.layer_scalar;
     x.ffn = s.layer_has_ffn(l);
     x.moe = s.layer_is_moe(l);
@@ -84,7 +85,8 @@ std::vector<LayerShape> layer_shapes(const ModelSpec& s, LayerRange range) {
 KvTokenSize kv_token_size(const ModelSpec& s, LayerRange range, bool sliding_only) {
   KvTokenSize n;
   for (int64_t l = range.first_layer; l < range.last_layer; ++l) {
-    if (!s.layer_has_mixer(l) || s.layer_is_recurrent(l) || (sliding_only && !s.layer_is_sliding(l))) continue;
+    if (!s.layer_has_mixer(l) || s.layer_is_recurrent(l) || s.is_assistant() || (sliding_only && !s.layer_is_sliding(l)))
+      continue;
     n.values += 2 * uint64_t(s.layer_num_kv_heads(l) * s.layer_head_dim(l));
     n.heads += 2 * uint64_t(s.layer_num_kv_heads(l));
   }
@@ -147,6 +149,7 @@ void require_cases(const std::vector<LayerShape>& layers, const ModelSpec& s, co
     if (!c.k_eq_v && l.k_eq_v) lacks(c, l, "values taken from the key projection (attention_k_eq_v)");
     if (!c.layer_scalar && l.layer_scalar) lacks(c, l, "output scalar");
     if (!c.moe_beside_mlp && l.moe_beside_mlp) lacks(c, l, "dense MLP beside its experts (Gemma 4's MoE block)");
+    if (!c.reads_model_kv && l.reads_model_kv) lacks(c, l, "attention over the model's K and V (Gemma 4's assistant)");
   }
   if (!c.embedding_scale && s.scale_embedding)
     throw InputError(c.backend + " has no case for the model's embedding scaled by sqrt(hidden_size)");

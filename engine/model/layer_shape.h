@@ -58,6 +58,11 @@ struct LayerShape {
   bool v_norm = false;
   bool k_eq_v = false;
   bool layer_scalar = false;
+  // Gemma 4's assistant (ModelSpec::assistant_of_hidden): queries only, over the K and V the
+  // model's last layer of this layer's type holds; it stores none. Its sliding layers see
+  // window - 1 tokens before the drafted position: those the model's next query reads, so
+  // the model's window cache holds them for sure.
+  bool reads_model_kv = false;
 
   // The MLP: dense, or experts chosen by a router; none in a Nemotron-H mixer block.
   bool ffn = true;
@@ -72,7 +77,9 @@ struct LayerShape {
   bool moe_beside_mlp = false;
 
   // K and V values one token stores in this layer's cache.
-  int64_t kv_values_per_token() const { return mixer == Mixer::ATTENTION ? 2 * num_kv_heads * head_dim : 0; }
+  int64_t kv_values_per_token() const {
+    return mixer == Mixer::ATTENTION && !reads_model_kv ? 2 * num_kv_heads * head_dim : 0;
+  }
   bool attends() const { return mixer == Mixer::ATTENTION; }
 };
 
@@ -113,6 +120,7 @@ struct LayerCases {
   bool k_eq_v = false;            // values from the key projection
   bool layer_scalar = false;      // the layer's output times a scalar
   bool moe_beside_mlp = false;    // Gemma 4's MoE block
+  bool reads_model_kv = false;    // Gemma 4's assistant
   // Around the layers (the ModelSpec's, not a layer's): the embedding times sqrt(hidden_size),
   // and logits capped by tanh (Gemma).
   bool embedding_scale = false;

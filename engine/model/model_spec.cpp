@@ -247,6 +247,38 @@ bool ModelSpec::layer_is_moe(int64_t layer) const {
   return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
 
+std::vector<int64_t> assistant_model_layers(const ModelSpec& model, const ModelSpec& assistant) {
+  SPARK_CHECK(assistant.is_assistant(), "assistant_model_layers of a spec that is no assistant");
+  const std::string what = "Gemma 4's assistant (" + assistant.architecture + ")";
+  if (model.hidden_size != assistant.assistant_of_hidden)
+    throw InputError(what + " was made for a model " + std::to_string(assistant.assistant_of_hidden) +
+                     " wide (backbone_hidden_size); this model is " + std::to_string(model.hidden_size) + " wide");
+  if (model.vocab_size != assistant.vocab_size)
+    throw InputError(what + " has " + std::to_string(assistant.vocab_size) + " token ids, the model " +
+                     std::to_string(model.vocab_size));
+  if (model.sliding_window != assistant.sliding_window)
+    throw InputError(what + " reads sliding windows of " + std::to_string(assistant.sliding_window) +
+                     " tokens, the model's are " + std::to_string(model.sliding_window));
+  std::vector<int64_t> reads(static_cast<size_t>(assistant.num_layers), -1);
+  for (int64_t i = 0; i < assistant.num_layers; ++i) {
+    const bool sliding = assistant.layer_is_sliding(i);
+    for (int64_t l = model.num_layers; l-- > 0 && reads[size_t(i)] < 0;)
+      if (model.layer_has_mixer(l) && !model.layer_is_recurrent(l) && model.layer_is_sliding(l) == sliding)
+        reads[size_t(i)] = l;
+    const int64_t l = reads[size_t(i)];
+    const std::string layer = what + "'s layer " + std::to_string(i);
+    if (l < 0)
+      throw InputError(layer + " reads the model's last " + (sliding ? "sliding" : "full") +
+                       "-attention layer, and the model has none");
+    if (model.layer_num_kv_heads(l) != assistant.layer_num_kv_heads(i) || model.layer_head_dim(l) != assistant.layer_head_dim(i))
+      throw InputError(layer + " reads " + std::to_string(assistant.layer_num_kv_heads(i)) + " KV heads of " +
+                       std::to_string(assistant.layer_head_dim(i)) + " values; the model's layer " + std::to_string(l) +
+                       " holds " + std::to_string(model.layer_num_kv_heads(l)) + " of " +
+                       std::to_string(model.layer_head_dim(l)));
+  }
+  return reads;
+}
+
 ModelSpec mtp_head_spec(const ModelSpec& model) {
   SPARK_CHECK(model.mtp_layers > 0 && !model.mtp_head, "mtp_head_spec of a model without an MTP head");
   ModelSpec s = model;
@@ -301,6 +333,8 @@ ModelSpec parse_hf_config(const std::string& config_text, const std::string& gen
   json j = section ? top[section] : top;
   for (const char* k : {"torch_dtype", "dtype", "tie_word_embeddings", "bos_token_id", "eos_token_id"})
     if (section && !(j.contains(k) && !j[k].is_null()) && top.contains(k)) j[k] = top[k];
+  for (const char* k : s.arch->outer_keys)
+    if (section && top.contains(k)) j[k] = top[k];
   if (s.arch->config_defaults) {
     const json defaults = json::parse(s.arch->config_defaults);
     for (const auto& [k, v] : defaults.items())

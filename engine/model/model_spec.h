@@ -209,6 +209,19 @@ struct ModelSpec {
   // state at the position before it)]), and the model's LM head.
   bool mtp_head = false;
 
+  // Gemma 4's assistant (Gemma4AssistantForCausalLM), a drafter that reads the model it
+  // drafts for; > 0 is that model's hidden width. Its layers compute queries only and attend
+  // to the K and V the model's last layer of the same type (sliding or full) holds before
+  // the drafted position; its input is ASSIST_IN over [the model's scaled embedding of the
+  // token; a hidden state of the model's width], and beside its logits (never soft-capped)
+  // it returns ASSIST_OUT of its normed final hidden state: the next draft's hidden state.
+  int64_t assistant_of_hidden = 0;
+  // Its logits over the tokens of the centroid_top_k most likely of num_centroids clusters
+  // only (CENTROIDS; TOKEN_ORDERING lists cluster c's tokens at [c * V / C, (c + 1) * V / C)),
+  // every other token the smallest of those minus 1; 0: over the whole head.
+  int64_t num_centroids = 0, centroid_top_k = 0;
+  bool is_assistant() const { return assistant_of_hidden > 0; }
+
   // Served as an embedder or reranker ([model] role): the final hidden states are the
   // output and no LM head is loaded. tie_word_embeddings is set with it, so that nothing
   // expects a head tensor (a head the file holds is ignored, as a tied model's is).
@@ -256,5 +269,11 @@ ModelSpec load_hf_spec(const std::string& dir);
 // layer, a full-attention layer shaped as the model's (the same MLP or experts), the
 // model's embedding and LM head, and the head's own norm as the final norm.
 ModelSpec mtp_head_spec(const ModelSpec& model);
+
+// Gemma 4's assistant `assistant` drafting for `model`: for each of its layers, the model's
+// layer whose K and V it reads (the model's last attention layer of the same type, sliding
+// or full). InputError unless the two fit: the assistant's backbone width, vocabulary,
+// sliding window and each read layer's KV heads and head width are the model's.
+std::vector<int64_t> assistant_model_layers(const ModelSpec& model, const ModelSpec& assistant);
 
 }  // namespace spark

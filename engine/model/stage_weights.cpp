@@ -52,6 +52,10 @@ StageWeights bind_stage(const ModelSpec& spec, const Weights& weights) {
     else if (p.part == Part::TYPE_EMBEDDING) stage.type_embedding = t;
     else if (p.part == Part::EMBED_NORM) stage.embed_norm = t;
     else if (p.part == Part::EMBED_NORM_BIAS) stage.embed_norm_bias = t;
+    else if (p.part == Part::ASSIST_IN) stage.assist_in = t;
+    else if (p.part == Part::ASSIST_OUT) stage.assist_out = t;
+    else if (p.part == Part::CENTROIDS) stage.centroids = t;
+    else if (p.part == Part::TOKEN_ORDERING) stage.token_ordering = t;
     else stage.lm_head = t;
   }
   if (stage.final_norm && !stage.lm_head) stage.lm_head = stage.embedding;  // tied
@@ -81,7 +85,9 @@ std::vector<const Tensor*> all_tensors(const StageWeights& stage) {
   add(stage.mtp_fc);
   add(stage.mtp_embed_norm);
   add(stage.mtp_hidden_norm);
-  for (const Tensor* t : {stage.pos_embedding, stage.type_embedding, stage.embed_norm, stage.embed_norm_bias}) add(t);
+  for (const Tensor* t : {stage.pos_embedding, stage.type_embedding, stage.embed_norm, stage.embed_norm_bias,
+                          stage.assist_in, stage.assist_out, stage.centroids})
+    add(t);
   for (const LayerWeights& l : stage.layers) {
     for (const Tensor* t : l.parts) add(t);
     for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down, &l.expert_gate_bias, &l.expert_up_bias,

@@ -40,6 +40,12 @@ struct StageWeights {
   const Tensor* type_embedding = nullptr;
   const Tensor* embed_norm = nullptr;
   const Tensor* embed_norm_bias = nullptr;
+  // Gemma 4's assistant (ModelSpec::assistant_of_hidden): ASSIST_IN, ASSIST_OUT and, with
+  // clustered logits, CENTROIDS and TOKEN_ORDERING (I64; not a weight: all_tensors leaves it out).
+  const Tensor* assist_in = nullptr;
+  const Tensor* assist_out = nullptr;
+  const Tensor* centroids = nullptr;
+  const Tensor* token_ordering = nullptr;
   std::vector<LayerWeights> layers;    // [range.last_layer - range.first_layer]
 
   bool has_embedding() const { return range.first_layer == 0; }

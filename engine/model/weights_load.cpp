@@ -38,7 +38,8 @@ Weights load_safetensors_weights(const SafetensorsModel& model, const ModelSpec&
       attach_fp8_scales(tensors, spec, t, w, source);
     else if (t.dtype == DType::NVFP4)
       t = nvfp4_from_modelopt(tensors, t, w, source);
-    else if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::MXFP4)
+    else if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::MXFP4 &&
+             !(ts.part == Part::TOKEN_ORDERING && t.dtype == DType::I64))  // token ids, read as such
       throw InputError(source + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
                        "; weights must be F32, F16 or BF16 (or F8_E4M3 in an FP8 checkpoint, U8 codes with E4M3 "
                        "scales in an NVFP4 one, MXFP4 experts)");

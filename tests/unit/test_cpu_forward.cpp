@@ -330,6 +330,78 @@ TEST_CASE("cpu forward: a Qwen3.5 MTP head matches the numpy reference within 1e
   }
 }
 
+TEST_CASE("cpu forward: Gemma 4's assistant drafts as transformers' within 1e-4, over the model's own K and V") {
+  // tests/gen/gen_gemma4_assistant.py: the tiny Gemma 4 runs a prompt; its assistant then
+  // drafts three tokens at the position after it, reading the model's embedding, its final
+  // hidden state and the K and V of its last sliding and last full layer (the sliding one's
+  // last window - 1 tokens), each later draft its own output hidden state; logits over its
+  // 4 best of 16 token clusters only.
+  const std::string dir = std::string(kGoldenDir) + "gemma4_assistant";
+  std::ifstream f(dir + "/assistant_golden.json");
+  REQUIRE(f.good());
+  const auto j = nlohmann::json::parse(f);
+  const LoadedModel model = load("gemma4");
+  const LoadedModel assistant = load("gemma4_assistant");
+  const ModelSpec& ms = model.info.spec;
+  const ModelSpec& as = assistant.info.spec;
+  REQUIRE(as.is_assistant());
+  CpuBackend target(ms, bind_stage(ms, model.weights), 2);
+  CpuBackend drafter(as, bind_stage(as, assistant.weights), 2);
+  target.init_kv_cache(kNumBlocks, kBlockSize);
+  drafter.init_kv_cache(kNumBlocks, kBlockSize);
+  CHECK(drafter.kv_block_bytes(kBlockSize) == 0);  // it keeps no K and V of its own
+  const std::vector<int32_t> one{5};
+  ForwardResult out;
+  Batch b = make_batch({{&one, 0, 1, blocks_for(1, 30)}}, true);
+  std::vector<float> h(size_t(ms.hidden_size));
+  CHECK_THROWS_WITH_AS(drafter.forward(b, h.data(), out), doctest::Contains("none was attached"), InputError);
+  drafter.attach_model(target);
+  const auto H = size_t(ms.hidden_size), V = size_t(as.vocab_size);
+  auto read = [&](const std::string& name, size_t n) {
+    std::ifstream in(dir + "/" + name, std::ios::binary);
+    std::vector<float> v(n);
+    in.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
+    REQUIRE(in.gcount() == std::streamsize(n * 4));
+    return v;
+  };
+  for (const auto& c : j["cases"]) {
+    auto tokens = c["prompt"].get<std::vector<int32_t>>();
+    const auto inputs = c["draft_inputs"].get<std::vector<int32_t>>();
+    const auto p = int32_t(tokens.size());
+    CAPTURE(p);
+    const std::vector<int32_t> blocks = blocks_for(p + 1, 30);
+    Batch prompt = make_batch({{&tokens, 0, p, blocks}}, false);
+    prompt.hidden_rows = prompt.logits_rows;
+    target.forward(prompt, nullptr, out);
+    std::vector<float> hidden = out.final_hidden;
+    REQUIRE(hidden.size() == H);
+    const std::vector<float> want_logits = read(c["logits"].get<std::string>(), inputs.size() * V);
+    const std::vector<float> want_hidden = read(c["hidden"].get<std::string>(), inputs.size() * H);
+    tokens.push_back(inputs[0]);
+    for (size_t d = 0; d < inputs.size(); ++d) {
+      CAPTURE(d);
+      // One row: the token at position p, over the model's K and V of the p tokens before it.
+      tokens[size_t(p)] = inputs[d];
+      Batch row = make_batch({{&tokens, p, p + 1, blocks}}, true);
+      row.context_lens = {p};
+      row.hidden_rows = row.logits_rows;
+      drafter.forward(row, hidden.data(), out);
+      REQUIRE(out.logits.size() == V);
+      REQUIRE(out.final_hidden.size() == H);
+      const double logits_error = rel_error(out.logits.data(), want_logits.data() + d * V, V);
+      const double hidden_error = rel_error(out.final_hidden.data(), want_hidden.data() + d * H, H);
+      MESSAGE("assistant after " << p << " tokens, draft " << d << ": max relative error " << logits_error
+                                 << " (logits), " << hidden_error << " (hidden state)");
+      CHECK(logits_error < 1e-4);
+      CHECK(hidden_error < 1e-4);
+      // Only 4 of 16 clusters of 8 tokens get logits; the rest share the smallest minus 1.
+      const float low = *std::min_element(out.logits.begin(), out.logits.end());
+      CHECK(std::count(out.logits.begin(), out.logits.end(), low) == int64_t(V) - 32);
+      hidden = out.final_hidden;
+    }
+  }
+}
+
 TEST_CASE("cpu forward: a hybrid's sequences keep their own states, side by side and in a reused slot") {
   const Golden g = read_golden(std::string(kGoldenDir) + "qwen3_5_moe");
   LoadedModel m = load("qwen3_5_moe");

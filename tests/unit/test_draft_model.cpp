@@ -1,10 +1,15 @@
 // test_draft_model.cpp — the draft model's and the MTP head's bookkeeping against a
 // recomputation: at every step, whatever the verification accepted before, preemptions
 // included, their drafts equal those of one that runs every sequence from its first token.
+// Gemma 4's assistant's drafts against transformers' drafting loop.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <random>
 #include <span>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/core/admission.h"
@@ -246,5 +251,68 @@ TEST_CASE("MTP head: drafts equal a recomputation from the first position after 
   MESSAGE("MTP head: ", compared, " drafts compared, ", restarts, " preemptions, ", live->forwards(), " forwards");
   CHECK(compared > 200);
   CHECK(restarts > 0);
+  CHECK(blocks.num_free_blocks() == num_blocks);
+}
+
+TEST_CASE("Gemma 4's assistant: through the scheduler's steps, the drafts of transformers' drafting loop") {
+  // tests/gen/gen_gemma4_assistant.py: after each prompt, the model's next token and the three
+  // tokens transformers' Gemma 4 assistant drafts greedily after it (each fed back, every
+  // draft at the same position, over the model's K and V of the prompt).
+  std::ifstream f("tests/golden/models/gemma4_assistant/assistant_golden.json");
+  REQUIRE(f.good());
+  const auto j = nlohmann::json::parse(f);
+  const LoadedModel model = load_model(config_for_model("tests/golden/models/gemma4"));
+  const LoadedModel assistant = load_model(config_for_model("tests/golden/models/gemma4_assistant"));
+  const ModelSpec& ms = model.info.spec;
+  const ModelSpec& as = assistant.info.spec;
+  const int64_t num_blocks = 64, budget = 64;
+  CpuBackend target(ms, bind_stage(ms, model.weights), 1);
+  target.init_kv_cache(num_blocks, kBlockSize);
+  auto backend = std::make_unique<CpuBackend>(as, bind_stage(as, assistant.weights), 1);
+  backend->attach_model(target);
+  DraftModel drafter(std::move(backend), as, budget);
+  drafter.prepare(num_blocks, kBlockSize, kMaxSeqs, {});
+  REQUIRE(drafter.reads_model_hidden());
+  BlockManager blocks(num_blocks, kBlockSize, false);
+  SchedulerConfig sc = small_steps(budget);
+  sc.hidden_for_drafts = true;
+  Scheduler sched(sc, blocks);
+  int64_t id = 0;
+  for (const auto& c : j["cases"]) {
+    const auto prompt = c["prompt"].get<std::vector<int32_t>>();
+    std::vector<int32_t> want = c["draft_inputs"].get<std::vector<int32_t>>();
+    const int32_t next = want.front();
+    CAPTURE(prompt.size());
+    // The drafts: each fed-back token after the first, then the assistant's argmax after the last.
+    std::ifstream lf("tests/golden/models/gemma4_assistant/" + c["logits"].get<std::string>(), std::ios::binary);
+    std::vector<float> last(size_t(as.vocab_size) * want.size());
+    lf.read(reinterpret_cast<char*>(last.data()), std::streamsize(last.size() * 4));
+    REQUIRE(lf.gcount() == std::streamsize(last.size() * 4));
+    want.erase(want.begin());
+    want.push_back(int32_t(std::max_element(last.end() - as.vocab_size, last.end()) - (last.end() - as.vocab_size)));
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 8;
+    Sequence seq(++id, prompt, p);
+    seq.max_tokens = 8;
+    sched.add(&seq);
+    // The prompt's step: the model's final hidden states go to the drafter (it keeps the last).
+    ScheduledStep step = sched.schedule();
+    ForwardResult out;
+    target.forward(step.batch, nullptr, out);
+    REQUIRE(out.final_hidden.size() == prompt.size() * size_t(ms.hidden_size));
+    sched.update(step, {next});
+    drafter.observe(step, out.final_hidden);
+    // The next step verifies three drafts, which the assistant makes.
+    seq.draft_tokens.assign(3, seq.last_token());
+    ScheduledStep verify = sched.schedule();
+    REQUIRE(verify.entries.size() == 1);
+    REQUIRE(verify.entries[0].num_draft_tokens == 3);
+    drafter.draft(verify);
+    CHECK(seq.draft_tokens == want);
+    sched.finish(&seq, FinishReason::ABORT);
+    drafter.retire(seq.seq_id);
+  }
+  CHECK(drafter.forwards() == 3 * int64_t(j["cases"].size()));  // the draft rows only: no K and V to catch up on
   CHECK(blocks.num_free_blocks() == num_blocks);
 }

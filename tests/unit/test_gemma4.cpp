@@ -153,6 +153,52 @@ TEST_CASE("gemma4 layer shapes: per-layer heads and widths, the layers' parts an
   CHECK(layer_shapes(m, {0, 4})[2].moe_beside_mlp);
 }
 
+TEST_CASE("gemma4 assistant spec: queries only over the model's last layer of each type, clustered logits") {
+  // tests/gen/gen_gemma4_assistant.py: text_config with every layer KV-shared, the model's
+  // width and the clusters beside it, as transformers 5 wrote it.
+  const json c = golden_config("gemma4_assistant");
+  const ModelSpec a = parse(c);
+  CHECK(a.arch == find_hf_architecture("Gemma4AssistantForCausalLM"));
+  CHECK(a.is_assistant());
+  CHECK(a.assistant_of_hidden == 64);
+  CHECK(a.hidden_size == 32);
+  CHECK(a.num_centroids == 16);
+  CHECK(a.centroid_top_k == 4);
+  CHECK(a.final_logit_softcap == 0);  // its head's logits are not capped, whatever text_config says
+  CHECK(a.layer_sliding == std::vector<uint8_t>{1, 1, 1, 0});
+  for (const LayerShape& l : layer_shapes(a, {0, 4})) {
+    CAPTURE(l.layer);
+    CHECK(l.reads_model_kv);
+    CHECK(!l.k_eq_v);
+    CHECK(l.kv_values_per_token() == 0);
+    CHECK(l.window == (l.layer < 3 ? 7 : 0));  // the model's window - 1: what its window cache holds for sure
+  }
+  std::vector<Part> parts;
+  for (const PartSpec& p : layer_parts(a, 3)) parts.push_back(p.part);
+  for (Part p : {Part::K, Part::V, Part::K_NORM}) CHECK(std::count(parts.begin(), parts.end(), p) == 0);
+  for (Part p : {Part::Q, Part::O, Part::Q_NORM}) CHECK(std::count(parts.begin(), parts.end(), p) == 1);
+  std::map<Part, std::vector<int64_t>> outer;
+  for (const PartSpec& p : outer_parts(a, {0, 4})) outer[p.part] = p.shape;
+  CHECK(outer.at(Part::ASSIST_IN) == std::vector<int64_t>{32, 128});
+  CHECK(outer.at(Part::ASSIST_OUT) == std::vector<int64_t>{64, 32});
+  CHECK(outer.at(Part::CENTROIDS) == std::vector<int64_t>{16, 32});
+  CHECK(outer.at(Part::TOKEN_ORDERING) == std::vector<int64_t>{128});
+  CHECK(kv_token_size(a, {0, 4}).values == 0);
+  // The model's last sliding layer (2) and last full layer (3).
+  CHECK(assistant_model_layers(parse(golden_config("gemma4")), a) == std::vector<int64_t>{2, 2, 2, 3});
+
+  auto refused = [&](const std::function<void(json&)>& edit, const std::string& needle) {
+    json e = c;
+    edit(e);
+    CHECK_INPUT_ERROR(parse(e), needle);
+  };
+  refused([](json& e) { e["text_config"]["num_kv_shared_layers"] = 3; }, "\"num_kv_shared_layers\" must be num_hidden_layers (4)");
+  refused([](json& e) { e["num_centroids"] = 24; }, "\"num_centroids\" must divide vocab_size (128)");
+  refused([](json& e) { e["centroid_intermediate_top_k"] = 17; }, "\"centroid_intermediate_top_k\" = 17 is outside [1, 16]");
+  refused([](json& e) { e.erase("backbone_hidden_size"); }, "\"backbone_hidden_size\" is missing");
+  refused([](json& e) { e["text_config"]["enable_moe_block"] = true; }, "is not an assistant's");
+}
+
 TEST_CASE("gemma4 layer shapes: a backend without Gemma 4's cases refuses it by name") {
   const ModelSpec s = parse(golden_config("gemma4"));
   const std::vector<LayerShape> layers = layer_shapes(s, {0, 4});

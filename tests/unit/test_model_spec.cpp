@@ -127,7 +127,7 @@ TEST_CASE("model spec: configs sparkd cannot run are refused with a clear messag
                     "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM, "
                     "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration, Qwen3NextForCausalLM, NemotronHForCausalLM, "
                     "XLMRobertaModel, XLMRobertaForSequenceClassification, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, "
-                    "Gemma4ForCausalLM, Gemma4ForConditionalGeneration)");
+                    "Gemma4ForCausalLM, Gemma4ForConditionalGeneration, Gemma4AssistantForCausalLM)");
   CHECK_INPUT_ERROR(parse_hf_config(R"({"vocab_size":5})", "", "c"), "\"architectures\" must list");
   CHECK_INPUT_ERROR(parse_hf_config("[1]", "", "c"), "not a JSON object");
   CHECK_INPUT_ERROR(parse_hf_config("{", "", "c"), "invalid JSON");
@@ -225,7 +225,7 @@ TEST_CASE("model spec: an architecture added to the registry is read through its
   CHECK_INPUT_ERROR(parse_hf_config(config, "", "fake.json"), "architecture FakeForCausalLM is not supported");
   {
     ScopedArchitecture added(kFake);
-    CHECK(hf_architecture_list().find("Gemma4ForConditionalGeneration, FakeForCausalLM") != std::string::npos);
+    CHECK(hf_architecture_list().find("Gemma4AssistantForCausalLM, FakeForCausalLM") != std::string::npos);
     ModelSpec s = parse_hf_config(config, "", "fake.json");
     CHECK(s.arch == &kFake);
     CHECK(s.architecture == "FakeForCausalLM");

@@ -67,6 +67,7 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
                            .k_eq_v = true,
                            .layer_scalar = true,
                            .moe_beside_mlp = true,
+                           .reads_model_kv = true,
                            .embedding_scale = true,
                            .logit_softcap = true});
   // Zero-centred RMSNorm weights are used as (1 + w): folded in once here.
@@ -92,6 +93,12 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     mtp_fc_ = weights.mtp_fc;
     mtp_embed_norm_ = norm_f32(weights.mtp_embed_norm);
     mtp_hidden_norm_ = norm_f32(weights.mtp_hidden_norm);
+  }
+  if (spec.is_assistant()) {
+    assist_in_ = weights.assist_in;
+    assist_out_ = weights.assist_out;
+    centroids_ = weights.centroids;
+    if (weights.token_ordering) token_order_ = read_token_order(*weights.token_ordering, spec.vocab_size);
   }
   for (const LayerWeights& w : weights.layers) {
     const LayerShape& shape = shapes[layers_.size()];
@@ -160,9 +167,10 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
       d.dt_bias = vec_f32(w.find(Part::LIN_DT_BIAS));
       d.norm = vec_f32(w.find(Part::LIN_NORM));  // the gated norm's weight is used as is
     } else if (shape.mixer == Mixer::ATTENTION) {
+      L.reads_model_kv = shape.reads_model_kv;
       L.q = &w.get(Part::Q);
-      L.k = &w.get(Part::K);
-      L.v = shape.k_eq_v ? nullptr : &w.get(Part::V);
+      L.k = shape.reads_model_kv ? nullptr : &w.get(Part::K);
+      L.v = shape.k_eq_v || shape.reads_model_kv ? nullptr : &w.get(Part::V);
       L.o = &w.get(Part::O);
       L.output_gate = shape.output_gate;
     }
@@ -287,7 +295,7 @@ void CpuBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_b
     if (L.window > 0) window_blocks_ = num_window_blocks;
   cache_ = std::vector<cpu::LayerKv>(layers_.size());
   for (size_t i = 0; i < cache_.size(); ++i) {
-    if (!layers_[i].attends()) continue;
+    if (!layers_[i].attends() || layers_[i].reads_model_kv) continue;
     const cpu::KvGeometry g = layer_kv(static_cast<int64_t>(i));
     const size_t n = static_cast<size_t>(g.slots() * g.slot_floats());
     cache_[i].k.allocate(n);
@@ -372,6 +380,7 @@ void CpuBackend::run_layer(int64_t index, const Batch& batch, float* x) {
 
 void CpuBackend::attend(int64_t index, const Batch& batch, float* h) {
   const Layer& L = layers_[static_cast<size_t>(index)];
+  if (L.reads_model_kv) return attend_model_kv(index, batch, h);
   ThreadPool& pool = *pool_;
   const int64_t T = batch.num_tokens(), H = spec_.hidden_size, hd = L.head_dim;
   const int64_t nh = spec_.num_heads, nkv = L.num_kv_heads;
@@ -613,7 +622,9 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
   grow(up_, T * inter);
 
   float* x = x_.data();
-  if (mtp_fc_) {
+  if (spec_.is_assistant()) {
+    embed_assistant_input(batch, hidden_in, x);
+  } else if (mtp_fc_) {
     embed_mtp_input(batch, hidden_in, x);
   } else if (spec_.encoder && !hidden_in) {
     embed_encoder_input(batch, x);
@@ -652,13 +663,15 @@ void CpuBackend::forward(const Batch& batch, const float* hidden_in, ForwardResu
   out.final_hidden.resize(batch.hidden_rows.size() * static_cast<size_t>(H));
   for (size_t r = 0; r < batch.hidden_rows.size(); ++r)
     cpu::rms_norm(x + batch.hidden_rows[r] * H, final_norm_.data(), H, eps, out.final_hidden.data() + r * size_t(H));
+  if (spec_.is_assistant()) assistant_hidden(out.final_hidden.data(), int64_t(batch.hidden_rows.size()), out.final_hidden);
   const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
   if (R == 0) return;
   float* h = h_.data();
   for (int64_t r = 0; r < R; ++r)
     cpu::rms_norm(x + batch.logits_rows[static_cast<size_t>(r)] * H, final_norm_.data(), H, eps, h + r * H);
   out.logits.resize(static_cast<size_t>(R * spec_.vocab_size));
-  cpu::matmul(*pool_, h, R, *lm_head_, out.logits.data());
+  if (centroids_) clustered_logits(h, R, out.logits.data());
+  else cpu::matmul(*pool_, h, R, *lm_head_, out.logits.data());
   if (spec_.final_logit_softcap > 0) {
     const auto cap = static_cast<float>(spec_.final_logit_softcap);
     for (float& v : out.logits) v = std::tanh(v / cap) * cap;

@@ -32,6 +32,7 @@ class CpuBackend : public Backend {
   void init_state_slots(int64_t num_slots) override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
   int64_t rows_at_decode_cost() const override;
+  void attach_model(const Backend& model) override;  // engine/backend/cpu/assistant.cpp
 
   // For the memory plan, before a backend exists: K and V bytes of one token in the layers
   // of `range` (f32; of the sliding layers only, with sliding_only), and the activations
@@ -48,6 +49,7 @@ class CpuBackend : public Backend {
     bool ffn = true;           // false in a Nemotron-H mixer block
     bool rope = true;
     bool attends() const { return mixer == Mixer::ATTENTION; }
+    bool reads_model_kv = false;  // Gemma 4's assistant: queries over the model's K and V (model_layer_)
     const Tensor* q = nullptr;  // with an output gate, per head the query rows then the gate rows
     bool output_gate = false;
     const Tensor* k = nullptr;
@@ -97,6 +99,16 @@ class CpuBackend : public Backend {
   // Gemma 4's MoE block on the residual x (h: its FFN_NORM); adds its output to x.
   void dense_beside_experts(const Layer& L, float* h, int64_t T, float* x);
   void embed_mtp_input(const Batch& batch, const float* hidden_in, float* x);
+  // Gemma 4's assistant (engine/backend/cpu/assistant.cpp): its input, ASSIST_IN over [the
+  // model's scaled embedding; hidden_in]; its hidden rows, ASSIST_OUT of the normed rows h
+  // [R x H] (into out, [R x model hidden]); its logits over its most likely clusters only.
+  void embed_assistant_input(const Batch& batch, const float* hidden_in, float* x);
+  void assistant_hidden(const float* h, int64_t R, std::vector<float>& out);
+  void clustered_logits(const float* h, int64_t R, float* logits);
+  // An assistant's attention mixer of held layer `index` (queries over the model's K and V).
+  void attend_model_kv(int64_t index, const Batch& batch, float* h);
+  // TOKEN_ORDERING as token ids; InputError unless it lists every id below `vocab` once.
+  static std::vector<int32_t> read_token_order(const Tensor& t, int64_t vocab);
   // An encoder's input: LayerNorm(token + learned position + token type 0).
   void embed_encoder_input(const Batch& batch, float* x);
   // An encoder layer on x in place: x = LN(x + attn(x)), x = LN(x + ffn(x)).
@@ -119,6 +131,15 @@ class CpuBackend : public Backend {
   const Tensor* mtp_fc_ = nullptr;
   std::vector<float> mtp_embed_norm_, mtp_hidden_norm_;
   std::vector<float> mtp_in_;  // [T x 2H]
+  // Gemma 4's assistant: its parts, and the model whose embedding and K and V it reads,
+  // model_layer_[i] the model's layer held layer i reads (attach_model).
+  const Tensor* assist_in_ = nullptr;
+  const Tensor* assist_out_ = nullptr;
+  const Tensor* centroids_ = nullptr;
+  std::vector<int32_t> token_order_;  // [vocab]: the clusters' tokens, cluster after cluster
+  const CpuBackend* model_ = nullptr;
+  std::vector<int64_t> model_layer_;
+  std::vector<float> assist_rows_;  // [T x 2 x model hidden]
   // An encoder's input (ModelSpec::encoder): rows of the position table and token type 0.
   const Tensor* pos_embedding_ = nullptr;
   std::vector<float> type0_, embed_norm_, embed_norm_bias_;

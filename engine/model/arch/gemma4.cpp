@@ -11,7 +11,9 @@
 // enable_moe_block, every layer's dense MLP and routed experts run side by side
 // (ModelSpec::moe_beside_mlp). The E2B / E4B shapes (per-layer input embeddings, KV shared
 // between layers) are refused by name. GGUF files as llama.cpp's converter writes them
-// (gemma4): see read_gguf.
+// (gemma4): see read_gguf. Gemma 4's assistant (Gemma4AssistantForCausalLM), the drafter
+// shipped beside each model, is a text model of the same kind whose layers read the model's
+// K and V (read_assistant_config; engine/core/draft_model.h runs it).
 #include <algorithm>
 #include <cstring>
 #include <string_view>
@@ -50,7 +52,8 @@ void set_experts(ModelSpec& s, int64_t experts, int64_t top_k, int64_t width) {
   s.moe_beside_mlp = true;
 }
 
-void read_config(const ConfigReader& r, ModelSpec& s) {
+// Gemma 4's text model; `assistant`: an assistant's, whose layers all read K and V.
+void read_text_config(const ConfigReader& r, ModelSpec& s, bool assistant) {
   refuse_attention_and_mlp_bias(r, s);
   read_dense_mlp(r, s);
   set_gemma4(s);
@@ -64,7 +67,10 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
   // earlier ones, a double-wide MLP there. Refused, not ignored.
   if (r.integer_or("hidden_size_per_layer_input", 0, MAX_HIDDEN, 0) != 0)
     r.fail("hidden_size_per_layer_input", "> 0 (per-layer input embeddings, Gemma 4 E2B / E4B) is not supported");
-  if (r.integer_or("num_kv_shared_layers", 0, MAX_LAYERS, 0) != 0)
+  if (assistant && r.integer("num_kv_shared_layers", 0, MAX_LAYERS) != s.num_layers)
+    r.fail("num_kv_shared_layers", "must be num_hidden_layers (" + std::to_string(s.num_layers) +
+                                       "): every layer of an assistant reads the model's K and V");
+  if (!assistant && r.integer_or("num_kv_shared_layers", 0, MAX_LAYERS, 0) != 0)
     r.fail("num_kv_shared_layers", "> 0 (layers sharing KV, Gemma 4 E2B / E4B) is not supported");
   if (r.boolean_or("use_double_wide_mlp", false)) r.fail("use_double_wide_mlp", "= true is not supported");
   if (r.has("use_bidirectional_attention") && r.j["use_bidirectional_attention"] != "vision")
@@ -89,9 +95,28 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
   if (!read_rope_by_layer_type(r, s))
     r.fail("rope_parameters", "must give the RoPE of each layer type (full_attention, sliding_attention)");
   if (r.boolean_or("enable_moe_block", false)) {
+    if (assistant) r.fail("enable_moe_block", "= true is not an assistant's");
     const int64_t experts = r.integer("num_experts", 1, MAX_EXPERTS);
     set_experts(s, experts, r.integer("top_k_experts", 1, experts), r.integer("moe_intermediate_size", 1, MAX_DIM));
   }
+}
+
+void read_config(const ConfigReader& r, ModelSpec& s) { read_text_config(r, s, false); }
+
+// Gemma 4's assistant (Gemma4AssistantForCausalLM): a Gemma 4 text model whose layers read
+// the model's K and V, with backbone_hidden_size (the model's width) and, with
+// use_ordered_embeddings, its vocabulary in num_centroids clusters of which the
+// centroid_intermediate_top_k most likely get logits (ModelSpec::assistant_of_hidden).
+void read_assistant_config(const ConfigReader& r, ModelSpec& s) {
+  read_text_config(r, s, true);
+  s.final_logit_softcap = 0;  // transformers' assistant takes its logits from the head as they are
+  s.assistant_of_hidden = r.integer("backbone_hidden_size", 1, MAX_HIDDEN);
+  if (s.sliding_window == 1) r.fail("sliding_window", "= 1 leaves an assistant's sliding layers nothing to read");
+  if (!r.boolean_or("use_ordered_embeddings", false)) return;
+  s.num_centroids = r.integer("num_centroids", 1, s.vocab_size);
+  if (s.vocab_size % s.num_centroids != 0)
+    r.fail("num_centroids", "must divide vocab_size (" + std::to_string(s.vocab_size) + ")");
+  s.centroid_top_k = r.integer("centroid_intermediate_top_k", 1, s.num_centroids);
 }
 
 // The full layers' proportional RoPE as llama.cpp stores it: rope_freqs, a divisor per
@@ -235,6 +260,18 @@ extern const Architecture kGemma4{
     .gguf_fused = {{"ffn_gate_up_exps", "experts.gate_up_proj"}},
     .convert_gguf = convert_gguf,
     .gguf_kv_heads_per_layer = true,
+    .needs_bf16_activations = true,
+};
+
+extern const Architecture kGemma4Assistant{
+    .hf_class = "Gemma4AssistantForCausalLM",
+    .gguf_name = nullptr,
+    .text_config = "text_config",
+    .config_defaults = kDefaults,
+    .outer_keys = {"backbone_hidden_size", "use_ordered_embeddings", "num_centroids", "centroid_intermediate_top_k"},
+    .read_config = read_assistant_config,
+    .read_gguf = nullptr,
+    .convert_checkpoint = convert,
     .needs_bf16_activations = true,
 };
 

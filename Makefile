@@ -172,7 +172,7 @@ test: deps $(FIXTURES_STAMP) $(GOLDEN_GGUF_STAMP)
 	    echo '<testsuite><testcase classname="gpu" name="emulator build"><failure message="the emulated GPU checks did not build"/></testcase></testsuite>' > $(BUILD)/test-results/gpu-emu.xml; \
 	  echo "== the GPU bundle, and the device command rehearsed on the emulated one"; rm -f $(GPU_BUNDLE) $(EMU_BUNDLE); \
 	  $(if $(filter 1,$(CUDA)),$(MAKE) --no-print-directory -j$(JOBS) gpu-bundle;) \
-	  sh tests/gpu/make_bundle.sh $(BUILD)/emu/fast $(EMU_BUNDLE) emulated $(BUILD)/sparkd; \
+	  sh tests/gpu/make_bundle.sh $(BUILD)/emu/fast $(EMU_BUNDLE) emulated $(BUILD)/emu/sparkd; \
 	  $(if $(filter 1,$(CUDA)),SPARKD_GPU_BUNDLE=$(GPU_BUNDLE)) SPARKD_EMU_BUNDLE=$(EMU_BUNDLE) $(PY) -m pytest -q -p no:cacheprovider \
 	    tests/gpu/test_device_run.py --junitxml=$(BUILD)/test-results/gpu-run.xml || test -s $(BUILD)/test-results/gpu-run.xml || \
 	    echo '<testsuite><testcase classname="gpu" name="device run rehearsal"><failure message="pytest did not run"/></testcase></testsuite>' > $(BUILD)/test-results/gpu-run.xml; \

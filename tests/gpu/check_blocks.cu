@@ -1,5 +1,5 @@
 // check_blocks.cu — the linear layer on GGUF blocks kept packed as the file stores them
-// (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; block_formats.h, through Gemm::linear): both paths
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; block_formats.h, through Gemm::linear): both paths
 // (packed GEMV up to 8 rows, packed tensor-core tiles beyond, packed_gemm.h), both compute
 // types and both outputs against the CPU backend's matmul on the same blocks; a chained
 // matrix mixing formats (Q4_K_M's q/k/v); the fused gate+up+SwiGLU decode
@@ -54,6 +54,8 @@ DType dtype_of(WeightFormat f) {
     case WeightFormat::Q4_K: return DType::Q4_K;
     case WeightFormat::Q5_K: return DType::Q5_K;
     case WeightFormat::Q6_K: return DType::Q6_K;
+    case WeightFormat::Q5_0: return DType::Q5_0;
+    case WeightFormat::Q5_1: return DType::Q5_1;
     default: return DType::Q8_0;
   }
 }
@@ -82,6 +84,8 @@ HostBlocks random_blocks(WeightFormat f, int32_t n, int32_t k, uint64_t seed) {
     switch (f) {
       case WeightFormat::Q4_0: put_half(block, scale / 8); break;
       case WeightFormat::Q4_1: put_half(block, scale / 16), put_half(block + 2, -scale / 2); break;
+      case WeightFormat::Q5_0: put_half(block, scale / 16); break;
+      case WeightFormat::Q5_1: put_half(block, scale / 32), put_half(block + 2, -scale / 2); break;
       case WeightFormat::Q4_K:
       case WeightFormat::Q5_K: put_half(block, scale / 512), put_half(block + 2, scale / 1024); break;
       case WeightFormat::Q6_K: put_half(block + 208, scale / 2048); break;
@@ -264,7 +268,7 @@ void run() {
     // Tiles: 16 rows for 1..16 (split k at every size here), 64 for 24 and 64, 128 for 512.
     const std::vector<int32_t> rows = {1, 3, 8, 24, 64};  // 16 in FP16 below
     const WeightFormat kquants[] = {WeightFormat::Q4_K, WeightFormat::Q6_K, WeightFormat::Q5_K};
-    const WeightFormat small[] = {WeightFormat::Q4_0, WeightFormat::Q4_1};
+    const WeightFormat small[] = {WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q5_0, WeightFormat::Q5_1};
     uint64_t seed = 1;
     // odd: five super-blocks a row (a warp step of four, then one with 8 of 32 lanes
     // busy), n % 16 = 9; the small blocks' k = 1056 is no multiple of 256 either.
@@ -294,7 +298,7 @@ void run() {
       check_gate_up_format(f, 4096, 14336, {1}, stream, 13, true);
       byte_ratio(f, "down", 14336, 4096, 1, stream, 14);
     }
-    for (WeightFormat f : {WeightFormat::Q5_K, WeightFormat::Q4_0, WeightFormat::Q4_1})
+    for (WeightFormat f : {WeightFormat::Q5_K, WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q5_0, WeightFormat::Q5_1})
       byte_ratio(f, "o", 4096, 4096, 1, stream, 15);
     byte_ratio(WeightFormat::Q4_K, "down", 14336, 4096, 64, stream, 16);
 #else

@@ -205,8 +205,9 @@ HostMatrix random_fp8(int64_t rows, int64_t cols, uint64_t seed) {
   return m;
 }
 
-// A host matrix of random GGUF K-quant blocks (Q4_K or Q6_K): random quants and scales,
-// super-block scales d (and dmin) random halves of ~1/(64 sqrt(cols)), so values stay O(1/sqrt(cols)).
+// A host matrix of random GGUF blocks (Q4_K, Q6_K, Q5_0 or Q5_1): random quants and scales,
+// super-block scales d (and dmin) random halves of ~1/(64 sqrt(cols)) (Q5_0 and Q5_1, whose
+// quants carry no sub-block scale: d and m 16 times that), so values stay O(1/sqrt(cols)).
 HostMatrix random_k_blocks(DType dtype, int64_t rows, int64_t cols, uint64_t seed) {
   HostMatrix m;
   m.bytes.resize(dtype_nbytes(dtype, rows * cols, cols));
@@ -220,6 +221,10 @@ HostMatrix random_k_blocks(DType dtype, int64_t rows, int64_t cols, uint64_t see
     if (dtype == DType::Q4_K) {
       std::memcpy(p + offsetof(BlockQ4_K, d), &dh, 2);
       std::memcpy(p + offsetof(BlockQ4_K, dmin), &mh, 2);
+    } else if (dtype == DType::Q5_0 || dtype == DType::Q5_1) {
+      const f16 d16 = __float2half(16.0f * __half2float(dh)), m16 = __float2half(-16.0f * __half2float(mh));
+      std::memcpy(p, &d16, 2);
+      if (dtype == DType::Q5_1) std::memcpy(p + offsetof(BlockQ5_1, m), &m16, 2);
     } else {
       std::memcpy(p + offsetof(BlockQ6_K, d), &dh, 2);
     }
@@ -320,7 +325,8 @@ struct Layer {
     const int64_t up_rows = int64_t(experts) * (gated ? 2 : 1) * inter;  // rows of the gate_up stack
     norm = random_floats(size_t(rh), seed + 3, 0.5f, 1.5f);
     router = random_matrix(router_dtype, experts, rh, 1.0f / std::sqrt(float(rh)) * 4, seed);
-    const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K;
+    const bool k_quant = expert_dtype == DType::Q4_K || expert_dtype == DType::Q6_K || expert_dtype == DType::Q5_0 ||
+                         expert_dtype == DType::Q5_1;
     const bool fp8 = expert_dtype == DType::F8_E4M3, nvfp4 = expert_dtype == DType::NVFP4;
     gate_up = k_quant ? random_k_blocks(expert_dtype, up_rows, hidden, seed + 1)
               : fp8   ? random_fp8(up_rows, hidden, seed + 1)
@@ -788,6 +794,9 @@ void run() {
   block_case<f16>(DType::Q8_0, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 14);
   block_case<bf16>(DType::Q4_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 16, 64, 300}, stream, 15);
   block_case<bf16>(DType::Q6_K, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 16, 300}, stream, 16);
+  // Q5_0 and Q5_1: Gemma-4-26B-A4B's Q4_K_M and Q5_K_M experts' down projections (704 columns).
+  block_case<bf16>(DType::Q5_0, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64, 300}, stream, 41);
+  block_case<f16>(DType::Q5_1, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 64}, stream, 42);
   block_case<bf16>(DType::F8_E4M3, tokens, stream, 17, 128);
   block_case<bf16>(DType::F8_E4M3, kSanitized ? std::vector<int32_t>{7} : std::vector<int32_t>{1, 7, 64}, stream, 18, 0);
   block_case<bf16>(DType::NVFP4, tokens, stream, 19);

@@ -33,5 +33,7 @@ SPARK_DECODE_PROBE(BlockRows<WeightFormat::Q4_0>);
 SPARK_DECODE_PROBE(BlockRows<WeightFormat::Q4_K>);
 SPARK_DECODE_PROBE(BlockRows<WeightFormat::Q5_K>);
 SPARK_DECODE_PROBE(BlockRows<WeightFormat::Q6_K>);
+SPARK_DECODE_PROBE(BlockRows<WeightFormat::Q5_0>);
+SPARK_DECODE_PROBE(BlockRows<WeightFormat::Q5_1>);
 
 }  // namespace spark::cuda

@@ -4,7 +4,9 @@
 #   sparkd-gpu/bin/gpu_checks    every GPU check in one executable (gpu.mk or emu.mk); on a
 #                                GPU build it is sparkd too, and
 #   sparkd-gpu/bin/sparkd        links to it; SPARKD, when given, is copied here instead (the
-#                                emulated checks hold no server)
+#                                emulated checks hold no server: `make test` gives the
+#                                emulated one, build/emu/sparkd, whose `sparkd check` is the
+#                                real one's and whose size is a sixth of it)
 #   sparkd-gpu/bin/check_*       one link to gpu_checks per check
 #   sparkd-gpu/lib/              the shared libraries a bare machine lacks: everything ldd
 #                                names but glibc and the CUDA driver and toolkit libraries

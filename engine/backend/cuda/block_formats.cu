@@ -53,6 +53,8 @@ constexpr std::array<FormatRow, size_t(WeightFormat::COUNT)> kFormats{{
     split(WeightFormat::FP8, "FP8", 16),  // fp8.h's unit of 16 values
     split(WeightFormat::MXFP4, "MXFP4", 32),
     split(WeightFormat::NVFP4, "NVFP4", 64),  // the file's blocks and a scale a row (nvfp4.h)
+    raw_blocks<WeightFormat::Q5_0>("Q5_0"),
+    raw_blocks<WeightFormat::Q5_1>("Q5_1"),
 }};
 
 // One row per DType, in the enum's order: the packed device format a stored tensor of
@@ -82,8 +84,8 @@ constexpr std::array<PackedRow, size_t(DType::COUNT)> kPacked{{
     {DType::Q6_K, WeightFormat::Q6_K},
     {DType::MXFP4, WeightFormat::MXFP4},
     {DType::NVFP4, WeightFormat::NVFP4},
-    {DType::Q5_0, {}},  // converted to the compute type at upload
-    {DType::Q5_1, {}},
+    {DType::Q5_0, WeightFormat::Q5_0},
+    {DType::Q5_1, WeightFormat::Q5_1},
 }};
 
 constexpr bool rows_in_order() {

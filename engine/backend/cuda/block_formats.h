@@ -1,10 +1,10 @@
 // block_formats.h — linear layers and embeddings over GGUF block formats kept packed on
-// the device exactly as the file stores them (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; DeviceMatrix
+// the device exactly as the file stores them (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; DeviceMatrix
 // in kernel_args.h): the decode GEMV that reads the packed bytes once (many rows go
 // through packed_gemm.h), the embedding gather, the upload, and
 // the mapping between the file's DType and the device's WeightFormat (Q8_0 included, whose
 // kernels are in q8_0.h). The kernels are block_gemv.cuh over block_readers.cuh,
-// compiled per format in q4_0.cu, q4_1.cu, q4_k.cu, q5_k.cu, q6_k.cu (block_gemv.cuh's
+// compiled per format in q4_0.cu, q4_1.cu, q5_0.cu, q5_1.cu, q4_k.cu, q5_k.cu, q6_k.cu (block_gemv.cuh's
 // GEMV also serves Q8_0 and FP8, from q8_0.cu and fp8.cu).
 #pragma once
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // block_gemv.cuh — the decode GEMV of every packed format and the embedding gather of the
-// raw-block formats (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), written once and instantiated per
+// raw-block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), written once and instantiated per
 // format in its own file (q4_k.cu, q6_k.cu, ..., q8_0.cu, fp8.cu), whose header carries
 // that format's byte and instruction arithmetic:
 //   - gemv_rows_kernel: y = x · wᵀ for 1..8 activation rows over a row reader of

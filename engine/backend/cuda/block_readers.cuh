@@ -1,5 +1,5 @@
 // block_readers.cuh — the device-side decoders of the GGUF block formats the CUDA backend
-// keeps packed as the file stores them (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; layouts in
+// keeps packed as the file stores them (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; layouts in
 // engine/model/quant.h). Every format is read in parts of 32 consecutive values:
 //
 //   BlockReader<F>::kBlockValues   values in one block (32 or 256)
@@ -85,6 +85,61 @@ struct BlockReader<WeightFormat::Q4_1> {
         const uint32_t byte = (q >> (8 * j)) & 0xFF;
         w[4 * i + j] = __fadd_rn(__fmul_rn(d, float(byte & 0x0F)), m);
         w[16 + 4 * i + j] = __fadd_rn(__fmul_rn(d, float(byte >> 4)), m);
+      }
+    }
+  }
+};
+
+// Q5_0 and Q5_1's fifth bits: value l < 16 is nibble l of the low nibbles with bit l of qh
+// above it, value 16 + l the high nibble with bit 16 + l. `q` is 4 bytes of nibbles (values
+// 4i .. 4i + 3 and 16 + 4i ..), `qh` the 32 fifth bits; out[j] gets value 4i + j and out[4 + j]
+// value 16 + 4i + j, as integers 0..31.
+__device__ __forceinline__ void q5_quad(uint32_t q, uint32_t qh, int i, uint32_t (&out)[8]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t byte = (q >> (8 * j)) & 0xFF;
+    out[j] = (byte & 0x0F) | (((qh >> (4 * i + j)) & 1) << 4);
+    out[4 + j] = (byte >> 4) | (((qh >> (16 + 4 * i + j)) & 1) << 4);
+  }
+}
+
+// Q5_0 (llama-quantize's fallback for Q4_K rows that are not whole 256-value blocks): d,
+// 4 bytes of fifth bits, 16 bytes of nibbles as Q4_0; value = (q - 16) * d. 22-byte blocks:
+// 2-byte aligned.
+template <>
+struct BlockReader<WeightFormat::Q5_0> {
+  static constexpr int kBlockValues = 32, kBlockBytes = 22, kParts = 1;
+  __device__ static __forceinline__ void part(const uint8_t* b, int, float (&w)[32]) {
+    const float d = ld_half(b);
+    const uint32_t qh = ld_word<2>(b + 2);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t v[8];
+      q5_quad(ld_word<2>(b + 6 + 4 * i), qh, i, v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        w[4 * i + j] = __fmul_rn(float(v[j]) - 16.0f, d);
+        w[16 + 4 * i + j] = __fmul_rn(float(v[4 + j]) - 16.0f, d);
+      }
+    }
+  }
+};
+
+// Q5_1 (the fallback for Q5_K rows): d, m, fifth bits and nibbles as Q5_0; value = q * d + m.
+template <>
+struct BlockReader<WeightFormat::Q5_1> {
+  static constexpr int kBlockValues = 32, kBlockBytes = 24, kParts = 1;
+  __device__ static __forceinline__ void part(const uint8_t* b, int, float (&w)[32]) {
+    const float d = ld_half(b), m = ld_half(b + 2);
+    const uint32_t qh = ld_word<4>(b + 4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t v[8];
+      q5_quad(ld_word<4>(b + 8 + 4 * i), qh, i, v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        w[4 * i + j] = __fadd_rn(__fmul_rn(float(v[j]), d), m);
+        w[16 + 4 * i + j] = __fadd_rn(__fmul_rn(float(v[4 + j]), d), m);
       }
     }
   }

@@ -1,5 +1,5 @@
 // device_weights.cu — checks a stage's tensors against the spec, keeps GGUF block matrices
-// packed (Q8_0 repacked, q8_0.h; MXFP4 experts split, mxfp4.h; Q4_0, Q4_1, Q4_K, Q5_K, Q6_K as the file's blocks,
+// packed (Q8_0 repacked, q8_0.h; MXFP4 experts split, mxfp4.h; Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K as the file's blocks,
 // block_formats.h; NVFP4's blocks with a scale a row, nvfp4.h) or converts them to the compute type on the host, and uploads them into
 // one device allocation.
 #include "engine/backend/cuda/device_weights.h"

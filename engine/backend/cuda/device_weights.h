@@ -1,6 +1,6 @@
 // device_weights.h — a pipeline stage's tensors in device memory, laid out for the
 // kernels: matrices in the compute type, BF16 or FP16, or kept packed where a kernel
-// reads the format (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; q/k/v and gate/up fused into one
+// reads the format (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; q/k/v and gate/up fused into one
 // matrix each, a chain of parts where their formats differ), f32 vectors.
 #pragma once
 #include <cstdint>

@@ -39,7 +39,7 @@ class Gemm {
               cudaStream_t stream, GemmPath path = GemmPath::AUTO, bool programmatic = false);
 
   // The same for a weight matrix in any device format (kernel_args.h). HALF: as above.
-  // Packed (Q8_0, q8_0.h; Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, block_formats.h; FP8, fp8.h; k a
+  // Packed (Q8_0, q8_0.h; Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, block_formats.h; FP8, fp8.h; k a
   // multiple of the format's block): up to kGemvMaxRows rows through the format's GEMV, which reads
   // the packed bytes once; more rows (or path CUBLASLT) through packed_gemm.h, whose
   // tensor-core tiles decode w into shared memory, so no 16-bit copy of the matrix is

@@ -18,7 +18,7 @@ enum class HalfType : uint8_t { BF16, F16 };
 //         k % 32 == 0), `scales` [n, k / 32] IEEE half block scales; value (r, c) is
 //         data[r * k + c] * scales[r * k / 32 + c / 32]. k * 34 / 32 bytes a row, as in
 //         the file.
-//   Q4_0, Q4_1, Q4_K, Q5_K, Q6_K: `data` holds the file's blocks as they are, row after
+//   Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: `data` holds the file's blocks as they are, row after
 //         row (row r at r * block_row_bytes(format, k), block_formats.h); read by the
 //         block readers of block_readers.cuh. No `scales`.
 //   FP8: an FP8 checkpoint's e4m3 weights (engine/model/fp8_weights.h): `data` is [n, k]
@@ -44,7 +44,7 @@ enum class HalfType : uint8_t { BF16, F16 };
 // Q4_K and v in Q6_K in half the layers) is a chain: rows [0, rows) in this format, the
 // rest in `tail` (rows 0: this part holds every remaining row).
 enum class WeightFormat : uint8_t {
-  HALF, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, FP8, MXFP4, NVFP4,
+  HALF, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, FP8, MXFP4, NVFP4, Q5_0, Q5_1,
   COUNT  // not a format: how many there are (each has a row in block_formats.cu)
 };
 struct DeviceMatrix {

@@ -231,6 +231,8 @@ void with_weight_reader(const DeviceMatrix& w, int64_t matrix_rows, int64_t k, F
     case WeightFormat::Q4_K: return f(BlockRows<WeightFormat::Q4_K>{blocks, block_row_bytes(w.format, k)});
     case WeightFormat::Q5_K: return f(BlockRows<WeightFormat::Q5_K>{blocks, block_row_bytes(w.format, k)});
     case WeightFormat::Q6_K: return f(BlockRows<WeightFormat::Q6_K>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::Q5_0: return f(BlockRows<WeightFormat::Q5_0>{blocks, block_row_bytes(w.format, k)});
+    case WeightFormat::Q5_1: return f(BlockRows<WeightFormat::Q5_1>{blocks, block_row_bytes(w.format, k)});
     case WeightFormat::FP8: {
       const int32_t br = w.scale_block_rows, bc = w.scale_block_cols;
       SPARK_CHECK(w.scales && br > 0 && bc > 0 && k % 16 == 0 && (bc % 16 == 0 || bc >= k),

@@ -134,7 +134,7 @@ GOLDEN_GGUF_STAMP := build/golden/models/.stamp
 export SPARKD_GOLDEN_GGUF ?= $(CURDIR)/build/golden/models
 $(GOLDEN_GGUF_STAMP): $(foreach m,qwen3_5 qwen3_5_moe qwen3_next gpt_oss,tests/golden/models/$(m)/config.json \
   tests/golden/models/$(m)/model.safetensors) tests/gen/golden_gguf.py tests/gen/gen_qwen3_5_gguf.py \
-  tests/gen/gen_qwen3_next_gguf.py tests/gen/gen_gptoss.py | deps
+  tests/gen/gen_qwen3_next_gguf.py tests/gen/gen_gptoss.py tests/gen/gen_qwen3_5_mtp.py | deps
 	@$(PY) tests/gen/golden_gguf.py >/dev/null && touch $@
 
 $(BUILD)/unit_tests: $(UNIT_OBJS) $(ENGINE_OBJS)

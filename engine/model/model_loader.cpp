@@ -107,7 +107,8 @@ ModelInfo mtp_head_info(const ModelInfo& model) {
   if (model.spec.mtp_layers <= 0)
     throw InputError("model '" + model.path + "' (" + model.spec.architecture + ") has no MTP head: its " +
                      (model.format == ModelFormat::GGUF ? "file sets no nextn_predict_layers"
-                                                        : "config names no mtp_num_hidden_layers"));
+                                                        : "config names no MTP layers (mtp_num_hidden_layers, "
+                                                          "num_nextn_predict_layers)"));
   ModelInfo head = model;
   head.spec = mtp_head_spec(model.spec);
   if (model.format == ModelFormat::DUMMY) return head;

@@ -53,9 +53,13 @@ LAYER = MTP + "layers.0."
 
 
 class Config:
-    """The text_config keys the head needs."""
+    """The text_config keys the head needs (Qwen3-Next's config.json keeps them at the top
+    level, and its checkpoints store the experts one by one and the embedding without
+    Qwen3.5's language_model prefix)."""
 
-    def __init__(self, tc):
+    def __init__(self, tc, qwen3_next=False):
+        self.qwen3_next = qwen3_next
+        self.embedding = "model.embed_tokens.weight" if qwen3_next else "model.language_model.embed_tokens.weight"
         self.H = tc["hidden_size"]
         self.nh = tc["num_attention_heads"]
         self.nkv = tc["num_key_value_heads"]
@@ -89,14 +93,34 @@ def mtp_shapes(c):
         LAYER + "self_attn.q_norm.weight": ((c.hd,), norm),
         LAYER + "self_attn.k_norm.weight": ((c.hd,), norm),
         LAYER + "mlp.gate.weight": ((c.E, c.H), mat),
-        # Stacked as the main layers are stored: per expert I gate rows then I up rows.
-        LAYER + "mlp.experts.gate_up_proj": ((c.E, 2 * c.I, c.H), mat),
-        LAYER + "mlp.experts.down_proj": ((c.E, c.H, c.I), mat),
+        **expert_shapes(c),
         LAYER + "mlp.shared_expert.gate_proj.weight": ((c.Is, c.H), mat),
         LAYER + "mlp.shared_expert.up_proj.weight": ((c.Is, c.H), mat),
         LAYER + "mlp.shared_expert.down_proj.weight": ((c.H, c.Is), mat),
         LAYER + "mlp.shared_expert_gate.weight": ((1, c.H), mat),
     }
+
+
+def expert_shapes(c):
+    """As the main layers are stored: Qwen3.5 stacks them (per expert I gate rows then I up
+    rows), Qwen3-Next keeps each expert's projections apart."""
+    if not c.qwen3_next:
+        return {LAYER + "mlp.experts.gate_up_proj": ((c.E, 2 * c.I, c.H), "matrix"),
+                LAYER + "mlp.experts.down_proj": ((c.E, c.H, c.I), "matrix")}
+    out = {}
+    for e in range(c.E):
+        for name, shape in (("gate_proj", (c.I, c.H)), ("up_proj", (c.I, c.H)), ("down_proj", (c.H, c.I))):
+            out[f"{LAYER}mlp.experts.{e}.{name}.weight"] = (shape, "matrix")
+    return out
+
+
+def stacked_experts(w, c):
+    """[E, 2I, H] gate_up and [E, H, I] down, whichever way the checkpoint stores them."""
+    if not c.qwen3_next:
+        return w[LAYER + "mlp.experts.gate_up_proj"], w[LAYER + "mlp.experts.down_proj"]
+    one = lambda e, name: w[f"{LAYER}mlp.experts.{e}.{name}.weight"]
+    gate_up = np.stack([np.concatenate([one(e, "gate_proj"), one(e, "up_proj")]) for e in range(c.E)])
+    return gate_up, np.stack([one(e, "down_proj") for e in range(c.E)])
 
 
 def random_mtp(c, rng):
@@ -161,7 +185,7 @@ def moe(w, c, m):
     top = np.argsort(-probs, axis=-1, kind="stable")[:, :c.k]
     weights = np.take_along_axis(probs, top, axis=-1)
     weights /= weights.sum(axis=-1, keepdims=True)
-    gate_up, down = w[LAYER + "mlp.experts.gate_up_proj"], w[LAYER + "mlp.experts.down_proj"]
+    gate_up, down = stacked_experts(w, c)
     out = np.zeros_like(m)
     for t in range(m.shape[0]):
         for e, wt in zip(top[t], weights[t]):
@@ -175,7 +199,7 @@ def moe(w, c, m):
 
 
 def fc_input(w, c, tokens, hidden):
-    e = w["model.language_model.embed_tokens.weight"][np.asarray(tokens)]
+    e = w[c.embedding][np.asarray(tokens)]
     # Embedding half first, hidden half second.
     cat = np.concatenate([rmsnorm1p(e, w[MTP + "pre_fc_norm_embedding.weight"], c.eps),
                           rmsnorm1p(hidden, w[MTP + "pre_fc_norm_hidden.weight"], c.eps)], axis=-1)
@@ -207,25 +231,38 @@ def router_margin(router):
 def check_transformers(w64, tc, c, tokens, hidden):
     import torch
     import transformers
-    from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as mq
+    if c.qwen3_next:
+        from transformers.models.qwen3_next import modeling_qwen3_next as mq
+        config_class, layer_class, rotary_class = mq.Qwen3NextConfig, mq.Qwen3NextDecoderLayer, mq.Qwen3NextRotaryEmbedding
+    else:
+        from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as mq
+        config_class, layer_class = mq.Qwen3_5MoeTextConfig, mq.Qwen3_5MoeDecoderLayer
+        rotary_class = mq.Qwen3_5MoeTextRotaryEmbedding
 
     idx = tc["layer_types"].index("full_attention")
-    cfg = mq.Qwen3_5MoeTextConfig(**{k: v for k, v in tc.items() if k != "model_type"})
+    # The head's layer has the experts whatever the model's layer idx has (mlp_only_layers).
+    cfg = config_class(**{k: v for k, v in tc.items() if k not in ("model_type", "mlp_only_layers")})
     cfg._attn_implementation = "eager"
     cfg._experts_implementation = "eager"  # a standalone layer gets no dispatch otherwise
-    layer = mq.Qwen3_5MoeDecoderLayer(cfg, idx).to(torch.float64).eval()
+    layer = layer_class(cfg, idx).to(torch.float64).eval()
     params = dict(layer.named_parameters())
+    # transformers stacks Qwen3-Next's experts as Qwen3.5's; the checkpoint keeps them apart.
+    gate_up, down = stacked_experts(w64, c)
+    stacked = {LAYER + "mlp.experts.gate_up_proj": gate_up, LAYER + "mlp.experts.down_proj": down}
     loaded = set()
     with torch.no_grad():
         for name, p in params.items():
             src = LAYER + name
-            assert src in w64, f"no checkpoint tensor for transformers parameter {name}"
-            assert tuple(p.shape) == w64[src].shape, (name, tuple(p.shape), w64[src].shape)
-            p.copy_(torch.from_numpy(w64[src]))
+            value = stacked.get(src, w64.get(src))
+            assert value is not None, f"no checkpoint tensor for transformers parameter {name}"
+            assert tuple(p.shape) == value.shape, (name, tuple(p.shape), value.shape)
+            p.copy_(torch.from_numpy(value))
             loaded.add(src)
+    if c.qwen3_next:
+        loaded |= {n for n in w64 if n.startswith(LAYER + "mlp.experts.")}
     unused = sorted(n for n in w64 if n.startswith(LAYER) and n not in loaded)
     assert not unused, f"checkpoint tensors transformers' layer does not use: {unused}"
-    rotary = mq.Qwen3_5MoeTextRotaryEmbedding(cfg).to(torch.float64)
+    rotary = rotary_class(cfg).to(torch.float64)
 
     # transformers has no MTP module (it skips "mtp.*" on load), so only the decoder layer is
     # compared, on our fc output. Its RMSNorm and RoPE compute in f32 even in an f64 module,
@@ -236,8 +273,8 @@ def check_transformers(w64, tc, c, tokens, hidden):
     ours, _ = decoder_layer(w64, c, x, pos)
     xt = torch.from_numpy(x)[None]
     ids = torch.arange(T)[None]
-    # Text positions: the same in all three M-RoPE axes.
-    pe = rotary(xt, ids[None].expand(3, 1, T))
+    # Text positions: Qwen3.5's M-RoPE takes them the same in all three axes.
+    pe = rotary(xt, ids if c.qwen3_next else ids[None].expand(3, 1, T))
     mask = torch.triu(torch.full((T, T), float("-inf"), dtype=torch.float64), 1)[None, None]
     with torch.no_grad():
         out = layer(xt, position_embeddings=pe, attention_mask=mask, position_ids=ids)
@@ -249,23 +286,24 @@ def check_transformers(w64, tc, c, tokens, hidden):
     assert err < TRANSFORMERS_TOLERANCE, err
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--src", default=os.path.join(MODELS, "qwen3_5_moe"))
-    ap.add_argument("--out", default=os.path.join(MODELS, "qwen3_5_moe_mtp"))
-    ap.add_argument("--check-transformers", action="store_true",
-                    help="also compare the decoder layer with transformers' (needs torch)")
-    args = ap.parse_args()
-
-    with open(os.path.join(args.src, "config.json")) as f:
+def write_head(src, out, check=False, quiet=False):
+    """The model of folder `src` with a random MTP head, and the head's golden logits, into
+    folder `out` (see the module's docstring)."""
+    say = (lambda *a: None) if quiet else print
+    with open(os.path.join(src, "config.json")) as f:
         config = json.load(f)
-    tc = config["text_config"]
-    tc["mtp_num_hidden_layers"] = 1
-    tc["mtp_use_dedicated_embeddings"] = False
-    c = Config(tc)
+    qwen3_next = "text_config" not in config
+    if qwen3_next:  # as vLLM reads Qwen3-Next's head: num_nextn_predict_layers, 1 where absent
+        tc = config
+        tc["num_nextn_predict_layers"] = 1
+    else:
+        tc = config["text_config"]
+        tc["mtp_num_hidden_layers"] = 1
+        tc["mtp_use_dedicated_embeddings"] = False
+    c = Config(tc, qwen3_next)
 
-    rng = np.random.default_rng(SEED)
-    tensors = load_file(os.path.join(args.src, "model.safetensors"))
+    rng = np.random.default_rng(SEED + (1 if qwen3_next else 0))
+    tensors = load_file(os.path.join(src, "model.safetensors"))
     assert not any(n.startswith(MTP) for n in tensors), "source already has an MTP head"
     assert all(v.dtype == np.float32 for v in tensors.values())
     tensors.update(random_mtp(c, rng))
@@ -275,44 +313,48 @@ def main():
     hiddens = [(HIDDEN_SCALE * rng.standard_normal((n, c.H))).astype(np.float32)
                for n in SEQUENCE_LENGTHS]
 
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "config.json"), "w") as f:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
         f.write("\n")
-    save_file(dict(sorted(tensors.items())), os.path.join(args.out, "model.safetensors"),
+    save_file(dict(sorted(tensors.items())), os.path.join(out, "model.safetensors"),
               metadata={"format": "pt"})
-    with open(os.path.join(args.src, "golden.json")) as f:
+    with open(os.path.join(src, "golden.json")) as f:
         text_golden = json.load(f)
     for name in ["generation_config.json", "golden.json"] + text_golden["logits"]:
-        shutil.copyfile(os.path.join(args.src, name), os.path.join(args.out, name))
+        if os.path.exists(os.path.join(src, name)):
+            shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
 
     hidden_files, logits_files, margins = [], [], []
     for i, (ids, hid) in enumerate(zip(seqs, hiddens)):
         # The stored f32 hidden rows are the input, so the reference reads them back as f32.
         logits, router = mtp_forward(w64, c, ids, hid.astype(np.float64))
         margins.append(router_margin(router))
-        print(f"  seq {i} len {len(ids)}: logits max |x| {np.abs(logits).max():.3f}, "
-              f"std {logits.std():.3f}; least router gap 2nd-3rd {margins[-1]:.2e}")
+        say(f"  seq {i} len {len(ids)}: logits max |x| {np.abs(logits).max():.3f}, "
+            f"std {logits.std():.3f}; least router gap 2nd-3rd {margins[-1]:.2e}")
         hidden_files.append(f"mtp_hidden_{i}.f32")
         logits_files.append(f"mtp_logits_{i}.f32")
-        hid.astype("<f4").tofile(os.path.join(args.out, hidden_files[-1]))
-        logits.astype("<f4").tofile(os.path.join(args.out, logits_files[-1]))
+        hid.astype("<f4").tofile(os.path.join(out, hidden_files[-1]))
+        logits.astype("<f4").tofile(os.path.join(out, logits_files[-1]))
     margin = min(margins)
-    print(f"least router logit gap between 2nd and 3rd expert over all rows: {margin:.3e}")
+    say(f"least router logit gap between 2nd and 3rd expert over all rows: {margin:.3e}")
     assert margin >= MIN_ROUTER_MARGIN, f"routing too close to a tie ({margin:.2e}); change SEED"
 
-    if args.check_transformers:
+    if check:
         check_transformers(w64, tc, c, seqs[-1], hiddens[-1].astype(np.float64))
+    layer_class = "Qwen3NextDecoderLayer" if qwen3_next else "Qwen3_5MoeDecoderLayer"
+    experts = ("one by one (experts.E.gate_proj / up_proj [I, H], down_proj [H, I])" if qwen3_next else
+               "stacked (experts.gate_up_proj [E, 2I, H], gate rows first; experts.down_proj [E, H, I])")
     # The same text with or without the check, so the outputs depend on the seed alone.
     meta = {
         "reference": ("float64 numpy forward of tests/gen/gen_qwen3_5_mtp.py, stored as f32; "
-                      "its decoder layer is checked against transformers' "
-                      "Qwen3_5MoeDecoderLayer by --check-transformers"),
+                      f"its decoder layer is checked against transformers' {layer_class} by --check-transformers"),
         "sequences": seqs,
         "hidden": hidden_files,
         "logits": logits_files,
         "notes": (
-            f"MTP head of the text model of this folder (mtp_num_hidden_layers 1, shared "
+            f"MTP head of the text model of this folder ("
+            f"{'num_nextn_predict_layers' if qwen3_next else 'mtp_num_hidden_layers'} 1, shared "
             f"embeddings and lm_head). Sequence i: row r has token sequences[i][r], incoming "
             f"hidden state row r of hidden[i] ([len, {c.H}] little-endian f32) and position r; "
             f"logits[i] is [len, {c.vocab}] little-endian f32. The hidden rows are random, not "
@@ -321,16 +363,25 @@ def main():
             f"multiply by 1 + weight), then one gated full-attention + MoE decoder layer "
             f"(mtp.layers.0, causal over earlier rows of the same sequence, partial RoPE on "
             f"the first {c.rot} dims of each head), then lm_head @ rmsnorm(x, mtp.norm). "
-            f"Experts are stored stacked (experts.gate_up_proj [E, 2I, H], gate rows first; "
-            f"experts.down_proj [E, H, I]). Least gap between a row's 2nd and 3rd router "
+            f"Experts are stored {experts}. Least gap between a row's 2nd and 3rd router "
             f"logits: {margin:.2e}. golden.json and logits_*.f32 are the unchanged text "
-            f"model's, copied from qwen3_5_moe."),
+            f"model's, copied from {os.path.basename(os.path.normpath(src))}."),
     }
-    with open(os.path.join(args.out, "mtp_golden.json"), "w") as f:
+    with open(os.path.join(out, "mtp_golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")
-    for name in sorted(os.listdir(args.out)):
-        print(f"  {name} {os.path.getsize(os.path.join(args.out, name))} bytes")
+    for name in sorted(os.listdir(out)):
+        say(f"  {name} {os.path.getsize(os.path.join(out, name))} bytes")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--src", default=os.path.join(MODELS, "qwen3_5_moe"))
+    ap.add_argument("--out", default=os.path.join(MODELS, "qwen3_5_moe_mtp"))
+    ap.add_argument("--check-transformers", action="store_true",
+                    help="also compare the decoder layer with transformers' (needs torch)")
+    args = ap.parse_args()
+    write_head(args.src, args.out, args.check_transformers)
 
 
 if __name__ == "__main__":

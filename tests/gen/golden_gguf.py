@@ -1,4 +1,6 @@
-"""golden_gguf.py — the tiny models' llama.cpp-layout GGUF copies, written at test time.
+"""golden_gguf.py — the tiny models' llama.cpp-layout GGUF copies, written at test time (and
+one folder: qwen3_next_mtp, the tiny Qwen3-Next with a random MTP head and its numpy golden
+logits, tests/gen/gen_qwen3_5_mtp.py, kept out of the tracked tree for the same reason).
 
 tests/gen/gen_qwen3_5_gguf.py, gen_qwen3_next_gguf.py, gen_gptoss.py, gguf_gemma3.py and
 gguf_gemma4.py write the committed safetensors models tests/golden/models/qwen3_5, qwen3_5_moe,
@@ -22,6 +24,7 @@ folder: SPARKD_GOLDEN_GGUF, else build/golden/models relative to the repository 
 """
 import os
 import pathlib
+import shutil
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -39,6 +42,7 @@ FILES = {
     "gemma3.gguf": ("gemma3_gguf", "gguf_gemma3", None),
     "gemma4.gguf": ("gemma4", "gguf_gemma4", None),
     "gemma4_moe.gguf": ("gemma4_moe", "gguf_gemma4", None),
+    "qwen3_next_mtp": ("qwen3_next", "gen_qwen3_5_mtp", None),  # a folder
 }
 
 
@@ -70,6 +74,9 @@ def _write(name, out):
     elif script == "gguf_gemma4":
         import gguf_gemma4
         gguf_gemma4.write(str(MODELS / src), str(out))
+    elif script == "gen_qwen3_5_mtp":
+        import gen_qwen3_5_mtp
+        gen_qwen3_5_mtp.write_head(str(MODELS / src), str(out), quiet=True)
     else:
         import gen_gptoss
         gen_gptoss.write_gguf_from_checkpoint(str(MODELS / src), str(out))
@@ -80,17 +87,27 @@ def materialize(dst=PLAIN, names=None):
     dst = pathlib.Path(dst)
     for name in names or FILES:
         out = dst / name
-        if out.is_file():
-            mtime = out.stat().st_mtime_ns
+        folder = not name.endswith(".gguf")
+        done = out / "mtp_golden.json" if folder else out  # a folder's last file written
+        if done.is_file():
+            mtime = done.stat().st_mtime_ns
             if all(p.stat().st_mtime_ns <= mtime for p in _inputs(name)):
                 continue
         dst.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
         try:
             _write(name, tmp)
-            os.replace(tmp, out)
+            if folder and out.is_dir():
+                shutil.rmtree(out, ignore_errors=True)
+            try:
+                os.replace(tmp, out)
+            except OSError:
+                if not (folder and done.is_file()):  # else another process put a fresh one there
+                    raise
         finally:
-            if tmp.exists():
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            elif tmp.exists():
                 tmp.unlink()
     return dst
 
@@ -105,7 +122,7 @@ def golden_gguf_dir():
 
 
 def path(name):
-    """The GGUF copy `name` (a key of FILES, e.g. "qwen3_5_moe.gguf"), written or refreshed
+    """The GGUF copy (or folder) `name` (a key of FILES, e.g. "qwen3_5_moe.gguf"), written or refreshed
     first (once per process) when the folder is build/golden/models."""
     if name not in FILES:
         raise KeyError(f"{name}: not one of {', '.join(FILES)}")

@@ -93,6 +93,34 @@ def test_a_gguf_head_drafts_and_changes_nothing():
     assert "speculative decoding with the model's MTP head" in log, log
 
 
+def test_qwen3_next_head_drafts_and_changes_nothing(tmp_path):
+    """Qwen3-Next's head (the tiny Qwen3-Next with a random mtp.*, written at test time by
+    tests/gen/gen_qwen3_5_mtp.py; its config names no head count, read as 1): drafts are
+    made and verified, and every answer and its logprobs equal the same folder served
+    without them."""
+    model = served_copy("qwen3_next_mtp", tmp_path, src=golden_gguf.path("qwen3_next_mtp"))
+    off = Server(SETTINGS, model=model)
+    on = Server({**SETTINGS, **MTP}, model=model)
+    try:
+        off.wait_ready()
+        on.wait_ready()
+        want = [completion(off.url, p) for p in PROMPTS[:4]]
+        got = [completion(on.url, p) for p in PROMPTS[:4]]
+        drafted, _ = drafts(on.url)
+        log = on.output()
+    finally:
+        off.stop()
+        on.stop()
+    assert got == want
+    assert drafted > 0
+    assert "speculative decoding with the model's MTP head (Qwen3NextForCausalLM (MTP head)" in log, log
+
+
+def test_mtp_on_a_qwen3_next_without_a_head(tmp_path):
+    model = served_copy("qwen3_next", tmp_path)
+    refused(tmp_path, {"model.path": str(model), **MTP}, 'speculative = "mtp"', "holds no MTP head tensors (mtp.*)")
+
+
 def test_server_logs_the_mtp_head(pair):
     off, on = pair
     log = on.output()

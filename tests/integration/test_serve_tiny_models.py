@@ -52,11 +52,14 @@ def char_tokenizer(eos_id, vocab_size=256):
                       "merges": []}}
 
 
-def served_copy(name, tmp_path):
+def served_copy(name, tmp_path, src=None):
+    """A copy of model folder `src` (tests/golden/models/<name> by default) in tmp_path/<name>
+    with a tokenizer of one character a token id and a chat template that joins the messages."""
+    src = src or MODELS / name
     d = tmp_path / name
-    shutil.copytree(MODELS / name, d)
-    eos = eos_id(name)
-    vocab_size = json.loads((MODELS / name / "golden.json").read_text())["vocab_size"]
+    shutil.copytree(src, d)
+    eos = eos_id(name, src)
+    vocab_size = json.loads((src / "golden.json").read_text())["vocab_size"]
     (d / "tokenizer.json").write_text(json.dumps(char_tokenizer(eos, vocab_size)))
     (d / "tokenizer_config.json").write_text(json.dumps({
         "eos_token": chr(BASE + eos),
@@ -83,9 +86,9 @@ def recurrent_state_bytes(name, slots):
     return layers * per_layer * 4 * slots
 
 
-def eos_id(name):
+def eos_id(name, src=None):
     """The first of the model's EOS ids (the tokenizer's special token; the others are plain)."""
-    eos = json.loads((MODELS / name / "generation_config.json").read_text())["eos_token_id"]
+    eos = json.loads(((src or MODELS / name) / "generation_config.json").read_text())["eos_token_id"]
     return eos[0] if isinstance(eos, list) else eos
 
 

@@ -4,7 +4,10 @@
 // RMSNorm). What differs is the checkpoint: settings at config.json's top level, experts
 // stored one by one (the shared table's names), dense layers where mlp_only_layers says,
 // and each DeltaNet layer's input projections fused per key-head group, which the
-// conversion below unfuses. The MTP head is not read. GGUF files (llama.cpp's qwen3next)
+// conversion below unfuses. The MTP head (mtp.*, one layer shaped as the full-attention
+// layers with experts, as Qwen3.5's) is read for the head's spec only; the config names no
+// count of it, so it is num_nextn_predict_layers where given, else 1, as vLLM reads it.
+// GGUF files (llama.cpp's qwen3next)
 // are read too: llama.cpp splits in_proj_qkvz into the table's parts itself and keeps
 // in_proj_ba fused (ssm_ba), which the same conversion splits; the value heads stay
 // grouped by key head, and a layer without a router is one of mlp_only_layers.
@@ -29,6 +32,29 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
   read_gated_delta_net_hybrid(r, s);
   read_qwen_routed_experts(r, s, true);
   s.shared_expert_intermediate_size = r.integer_or("shared_expert_intermediate_size", 0, MAX_DIM, 0);
+  s.mtp_layers = r.integer_or("num_nextn_predict_layers", 0, 16, 1);
+}
+
+// The MTP head's tensors under the table's names (ModelSpec::mtp_head): mtp.layers.0.* is its
+// layer and mtp.norm its final norm, mtp.fc and the pre-fc norms keep their names, and the
+// embedding and the LM head are the model's. Throws when the checkpoint holds no head.
+std::map<std::string, Tensor> head_tensors(const std::map<std::string, Tensor>& file, const std::string& source) {
+  std::map<std::string, Tensor> out;
+  bool head = false;
+  for (const auto& [name, tensor] : file) {
+    head = head || name.starts_with(kMtpPrefix);
+    std::string table;
+    if (name == tensor_name(Part::EMBEDDING) || name == tensor_name(Part::LM_HEAD)) table = name;
+    else if (name.starts_with("mtp.layers.0.") || name.starts_with("mtp.norm.")) table = "model." + name.substr(kMtpPrefix.size());
+    else if (name.starts_with(kMtpPrefix) && !name.starts_with("mtp.layers.")) table = name;
+    if (table.empty()) continue;
+    Tensor t = tensor;
+    t.name = table;
+    out.emplace(table, t);
+  }
+  if (!head)
+    throw InputError(source + " holds no MTP head tensors (mtp.*): this Qwen3-Next checkpoint has no head to draft with");
+  return out;
 }
 
 void read_gguf(const GgufMetaReader& m, ModelSpec& s) {
@@ -209,6 +235,7 @@ class FusedProjections {
 
 std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec& spec,
                                       LayerRange range, Weights* keep, const std::string& source) {
+  if (spec.mtp_head) return head_tensors(file, source);
   std::map<std::string, Tensor> out;
   size_t skipped = 0;
   for (const auto& [name, t] : file) {

@@ -93,6 +93,7 @@ def test_a_gguf_head_drafts_and_changes_nothing():
     assert "speculative decoding with the model's MTP head" in log, log
 
 
+@pytest.mark.cuda_path
 def test_qwen3_next_head_drafts_and_changes_nothing(tmp_path):
     """Qwen3-Next's head (the tiny Qwen3-Next with a random mtp.*, written at test time by
     tests/gen/gen_qwen3_5_mtp.py; its config names no head count, read as 1): drafts are

@@ -18,7 +18,8 @@ import struct
 import pytest
 import requests
 
-from conftest import Server, run_sparkd, to_toml, wait_engine_idle
+from conftest import Server
+from test_mtp_head import drafts, refused
 from test_serve_tiny_models import MODELS, served_copy
 
 MAX_TOKENS = 24
@@ -42,11 +43,6 @@ def pair(tmp_path_factory):
     finally:
         off.stop()
         on.stop()
-
-
-def drafts(url):
-    m = wait_engine_idle(url)
-    return m.get("vllm:spec_decode_num_draft_tokens_total", 0), m.get("vllm:spec_decode_num_accepted_tokens_total", 0)
 
 
 def completion(url, prompt, **sampling):
@@ -86,26 +82,16 @@ def test_server_logs_the_assistant_and_its_memory(pair):
     assert "speculative decoding" not in off.output()
 
 
-# ---- pairings that must be refused -----------------------------------------------------------
-
-def refused(tmp_path, settings, *words):
-    p = tmp_path / "spark.toml"
-    p.write_text(to_toml({"engine.cpu_threads": 2, "server.port": 0, **SETTINGS, **settings}))
-    r = run_sparkd("check", "--config", p, timeout=60)
-    assert r.returncode == 2, r.stdout + r.stderr
-    for w in words:
-        assert w in r.stderr, f"{w!r} not in: {r.stderr}"
-    assert "Aborted" not in r.stderr and "terminate" not in r.stderr
-
+# ---- pairings that must be refused (`sparkd check`, exit status 2) ---------------------------
 
 def test_an_assistant_for_another_model_is_refused(tmp_path):
     # The MoE model's full layers hold 2 KV heads; the assistant reads 1.
     model = served_copy("gemma4_moe", tmp_path)
-    refused(tmp_path, {"model.path": str(model), **assistant_settings()}, "engine.speculative_model",
+    refused(tmp_path, {**SETTINGS, "model.path": str(model), **assistant_settings()}, "engine.speculative_model",
             "Gemma 4's assistant", "layer 3 reads 1 KV heads of 32 values", "the model's layer 3 holds 2 of 32")
     # A model of another vocabulary.
     llama = served_copy("llama", tmp_path)
-    refused(tmp_path, {"model.path": str(llama), **assistant_settings()}, "has 128 token ids, the model 256")
+    refused(tmp_path, {**SETTINGS, "model.path": str(llama), **assistant_settings()}, "has 128 token ids, the model 256")
 
 
 def assistant_copy(tmp_path, edit_config=None):
@@ -131,7 +117,7 @@ def set_int64(path, name, index, value):
 
 def test_hostile_assistant_files_are_refused(tmp_path):
     model = served_copy("gemma4", tmp_path)
-    base = {"model.path": str(model)}
+    base = {**SETTINGS, "model.path": str(model)}
 
     def not_all_shared(c):
         c["text_config"]["num_kv_shared_layers"] = 2

@@ -69,25 +69,31 @@ def test_concurrent_answers_equal_those_without_drafts(pair):
     assert run_all(on.url, PROMPTS, MAX_TOKENS) == run_all(off.url, PROMPTS, MAX_TOKENS)
 
 
-def test_a_gguf_head_drafts_and_changes_nothing():
-    """The same model as llama.cpp's converter writes it (tests/gen/golden_gguf.py): the head
-    is the block after the layers (block_count counts it, nextn_predict_layers = 1), its own
-    parts under nextn.*. Drafts are made and verified, and every answer and its logprobs
-    are those of the same file served without them."""
-    gguf = golden_gguf.path("qwen3_5_moe_mtp.gguf")
-    off = Server(SETTINGS, model=gguf)
-    on = Server({**SETTINGS, **MTP}, model=gguf)
+def served_with_and_without_the_head(model, concurrent=False):
+    """`model` served with and without its head: the answers to PROMPTS[:4] (and all PROMPTS
+    at once, with `concurrent`) of each, the drafts made, and the log of the one drafting."""
+    off = Server(SETTINGS, model=model)
+    on = Server({**SETTINGS, **MTP}, model=model)
     try:
         off.wait_ready()
         on.wait_ready()
         want = [completion(off.url, p) for p in PROMPTS[:4]]
         got = [completion(on.url, p) for p in PROMPTS[:4]]
         drafted, _ = drafts(on.url)
-        assert run_all(on.url, PROMPTS, MAX_TOKENS) == run_all(off.url, PROMPTS, MAX_TOKENS)
-        log = on.output()
+        if concurrent:
+            assert run_all(on.url, PROMPTS, MAX_TOKENS) == run_all(off.url, PROMPTS, MAX_TOKENS)
+        return want, got, drafted, on.output()
     finally:
         off.stop()
         on.stop()
+
+
+def test_a_gguf_head_drafts_and_changes_nothing():
+    """The same model as llama.cpp's converter writes it (tests/gen/golden_gguf.py): the head
+    is the block after the layers (block_count counts it, nextn_predict_layers = 1), its own
+    parts under nextn.*. Drafts are made and verified, and every answer and its logprobs
+    are those of the same file served without them."""
+    want, got, drafted, log = served_with_and_without_the_head(golden_gguf.path("qwen3_5_moe_mtp.gguf"), True)
     assert got == want
     assert drafted > 0
     assert "speculative decoding with the model's MTP head" in log, log
@@ -100,18 +106,7 @@ def test_qwen3_next_head_drafts_and_changes_nothing(tmp_path):
     made and verified, and every answer and its logprobs equal the same folder served
     without them."""
     model = served_copy("qwen3_next_mtp", tmp_path, src=golden_gguf.path("qwen3_next_mtp"))
-    off = Server(SETTINGS, model=model)
-    on = Server({**SETTINGS, **MTP}, model=model)
-    try:
-        off.wait_ready()
-        on.wait_ready()
-        want = [completion(off.url, p) for p in PROMPTS[:4]]
-        got = [completion(on.url, p) for p in PROMPTS[:4]]
-        drafted, _ = drafts(on.url)
-        log = on.output()
-    finally:
-        off.stop()
-        on.stop()
+    want, got, drafted, log = served_with_and_without_the_head(model)
     assert got == want
     assert drafted > 0
     assert "speculative decoding with the model's MTP head (Qwen3NextForCausalLM (MTP head)" in log, log

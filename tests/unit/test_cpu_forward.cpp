@@ -63,6 +63,15 @@ Golden read_golden(const std::string& dir) {
   return g;
 }
 
+// n little-endian f32 values from the file at `path` (golden logits and hidden states).
+std::vector<float> read_f32(const std::string& path, size_t n) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> v(n);
+  in.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
+  REQUIRE(in.gcount() == std::streamsize(n * 4));
+  return v;
+}
+
 // max |a - b| / max |b|: the error relative to the scale of the logits.
 double rel_error(const float* a, const float* b, size_t n) {
   double diff = 0, mag = 0;
@@ -297,13 +306,7 @@ TEST_CASE("cpu forward: Qwen3.5's and Qwen3-Next's MTP heads match the numpy ref
     CpuBackend backend(spec, bind_stage(spec, head.weights), 2);
     backend.init_kv_cache(kNumBlocks, kBlockSize);
     const auto H = size_t(spec.hidden_size), V = size_t(spec.vocab_size);
-    auto read = [&](const std::string& name, size_t n) {
-      std::ifstream in(dir + "/" + name, std::ios::binary);
-      std::vector<float> v(n);
-      in.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
-      REQUIRE(in.gcount() == std::streamsize(n * 4));
-      return v;
-    };
+    auto read = [&](const std::string& name, size_t n) { return read_f32(dir + "/" + name, n); };
     for (size_t s = 0; s < j["sequences"].size(); ++s) {
       CAPTURE(s);
       const auto seq = j["sequences"][s].get<std::vector<int32_t>>();
@@ -359,13 +362,7 @@ TEST_CASE("cpu forward: Gemma 4's assistant drafts as transformers' within 1e-4,
   CHECK_THROWS_WITH_AS(drafter.forward(b, h.data(), out), doctest::Contains("none was attached"), InputError);
   drafter.attach_model(target);
   const auto H = size_t(ms.hidden_size), V = size_t(as.vocab_size);
-  auto read = [&](const std::string& name, size_t n) {
-    std::ifstream in(dir + "/" + name, std::ios::binary);
-    std::vector<float> v(n);
-    in.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
-    REQUIRE(in.gcount() == std::streamsize(n * 4));
-    return v;
-  };
+  auto read = [&](const std::string& name, size_t n) { return read_f32(dir + "/" + name, n); };
   for (const auto& c : j["cases"]) {
     auto tokens = c["prompt"].get<std::vector<int32_t>>();
     const auto inputs = c["draft_inputs"].get<std::vector<int32_t>>();

@@ -90,38 +90,32 @@ struct BlockReader<WeightFormat::Q4_1> {
   }
 };
 
-// Q5_0 and Q5_1's fifth bits: value l < 16 is nibble l of the low nibbles with bit l of qh
-// above it, value 16 + l the high nibble with bit 16 + l. `q` is 4 bytes of nibbles (values
-// 4i .. 4i + 3 and 16 + 4i ..), `qh` the 32 fifth bits; out[j] gets value 4i + j and out[4 + j]
-// value 16 + 4i + j, as integers 0..31.
-__device__ __forceinline__ void q5_quad(uint32_t q, uint32_t qh, int i, uint32_t (&out)[8]) {
+// Q5_0 and Q5_1's 32 values, each 5-bit quant q (0..31) through value(q): value l < 16 is
+// the low nibble of byte l of qs with bit l of the 32 fifth bits qh above it, value 16 + l
+// the high nibble with bit 16 + l. Align: the words' alignment (2 for Q5_0's 22-byte blocks).
+template <int Align, typename F>
+__device__ __forceinline__ void q5_values(const uint8_t* qh_bytes, const uint8_t* qs, F value, float (&w)[32]) {
+  const uint32_t qh = ld_word<Align>(qh_bytes);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t byte = (q >> (8 * j)) & 0xFF;
-    out[j] = (byte & 0x0F) | (((qh >> (4 * i + j)) & 1) << 4);
-    out[4 + j] = (byte >> 4) | (((qh >> (16 + 4 * i + j)) & 1) << 4);
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t q = ld_word<Align>(qs + 4 * i);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t byte = (q >> (8 * j)) & 0xFF, l = 4 * i + j;
+      w[l] = value((byte & 0x0F) | (((qh >> l) & 1) << 4));
+      w[16 + l] = value((byte >> 4) | (((qh >> (16 + l)) & 1) << 4));
+    }
   }
 }
 
 // Q5_0 (llama-quantize's fallback for Q4_K rows that are not whole 256-value blocks): d,
-// 4 bytes of fifth bits, 16 bytes of nibbles as Q4_0; value = (q - 16) * d. 22-byte blocks:
-// 2-byte aligned.
+// 4 bytes of fifth bits, 16 bytes of nibbles; value = (q - 16) * d.
 template <>
 struct BlockReader<WeightFormat::Q5_0> {
   static constexpr int kBlockValues = 32, kBlockBytes = 22, kParts = 1;
   __device__ static __forceinline__ void part(const uint8_t* b, int, float (&w)[32]) {
     const float d = ld_half(b);
-    const uint32_t qh = ld_word<2>(b + 2);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t v[8];
-      q5_quad(ld_word<2>(b + 6 + 4 * i), qh, i, v);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        w[4 * i + j] = __fmul_rn(float(v[j]) - 16.0f, d);
-        w[16 + 4 * i + j] = __fmul_rn(float(v[4 + j]) - 16.0f, d);
-      }
-    }
+    q5_values<2>(b + 2, b + 6, [d](uint32_t q) { return __fmul_rn(float(q) - 16.0f, d); }, w);
   }
 };
 
@@ -131,17 +125,7 @@ struct BlockReader<WeightFormat::Q5_1> {
   static constexpr int kBlockValues = 32, kBlockBytes = 24, kParts = 1;
   __device__ static __forceinline__ void part(const uint8_t* b, int, float (&w)[32]) {
     const float d = ld_half(b), m = ld_half(b + 2);
-    const uint32_t qh = ld_word<4>(b + 4);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t v[8];
-      q5_quad(ld_word<4>(b + 8 + 4 * i), qh, i, v);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        w[4 * i + j] = __fadd_rn(__fmul_rn(float(v[j]), d), m);
-        w[16 + 4 * i + j] = __fadd_rn(__fmul_rn(float(v[4 + j]), d), m);
-      }
-    }
+    q5_values<4>(b + 4, b + 8, [d, m](uint32_t q) { return __fadd_rn(__fmul_rn(float(q), d), m); }, w);
   }
 };
 

@@ -102,20 +102,20 @@ StagePlan plan_stage(const Config& config) {
       throw InputError(std::string(mtp ? "engine.speculative = \"mtp\": " : "engine.speculative_model: ") + e.what());
     }
     if (!mtp) check_draft_model(p.info.spec, effective_max_model_len(config, p.info.spec), p.draft->spec, dc.model.path);
-    // Gemma 4's assistant reads the model's last layers' K and V where they are.
+    // Gemma 4's assistant reads the model's embedding and last layers' K and V where they are.
     if (p.draft->spec.is_assistant()) {
+      const std::string what = "engine.speculative_model (" + dc.model.path + ")";
       try {
         assistant_model_layers(p.info.spec, p.draft->spec);
       } catch (const InputError& e) {
-        throw InputError("engine.speculative_model (" + dc.model.path + "): " + e.what());
+        throw InputError(what + ": " + e.what());
       }
+      if (config.peer.enabled)
+        throw InputError(what + " is Gemma 4's assistant, which reads the model's last layers: it runs without [peer]");
+      if (p.backend != "cpu")
+        throw InputError(what + " is Gemma 4's assistant, which the " + p.backend +
+                         " backend does not run yet (engine.backend = \"cpu\" does)");
     }
-    if (p.draft->spec.is_assistant() && config.peer.enabled)
-      throw InputError("engine.speculative_model (" + dc.model.path +
-                       ") is Gemma 4's assistant, which reads the model's last layers: it runs without [peer]");
-    if (p.draft->spec.is_assistant() && p.backend != "cpu")
-      throw InputError("engine.speculative_model (" + dc.model.path + ") is Gemma 4's assistant, which the " + p.backend +
-                       " backend does not run yet (engine.backend = \"cpu\" does)");
     const StageFootprint d = stage_footprint(dc, *p.draft, full_range(p.draft->spec), p.backend);
     footprint.draft_weight_bytes = d.weight_bytes;
     footprint.draft_kv_bytes_per_token = d.kv_bytes_per_token;

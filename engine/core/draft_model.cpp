@@ -125,7 +125,6 @@ void DraftModel::resume(Job& job) {
   if (assistant_) {
     // No K and V of its own: only draft rows, the first needing the model's hidden state at
     // the sequence's second-to-last position.
-    job.assistant = true;
     job.computed = token_rows - 1;
     if (job.wanted > 0 && !(token_rows > 0 && h.hidden_from <= token_rows - 1 && h.hidden_end(hidden_size_) >= token_rows))
       job.wanted = 0;
@@ -168,7 +167,7 @@ void DraftModel::draft(ScheduledStep& step) {
     j.entry = i;
     j.wanted = drafts ? e.num_draft_tokens : 0;
     resume(j);
-    if (j.wanted == 0 && (j.assistant || j.computed >= j.row_end(hidden_size_))) {
+    if (j.wanted == 0 && (assistant_ || j.computed >= j.row_end(hidden_size_))) {
       jobs.pop_back();
       continue;
     }
@@ -271,7 +270,7 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
     // V before it; it writes none, so its slot is that position's, which the step holds.
     const int64_t last = seq.num_tokens() - 1;
     for (int64_t pos = j->computed; pos < end; ++pos) {
-      const int64_t at = j->assistant ? last : pos;
+      const int64_t at = assistant_ ? last : pos;
       b.token_ids.push_back(j->row_token(pos));
       b.positions.push_back(static_cast<int32_t>(at));
       if (mtp_) {
@@ -283,7 +282,7 @@ void DraftModel::forward(std::vector<Job*>& jobs) {
     budget -= end - j->computed;
     j->computed = end;
     b.query_start.push_back(b.num_tokens());
-    b.context_lens.push_back(static_cast<int32_t>(j->assistant ? last : end));
+    b.context_lens.push_back(static_cast<int32_t>(assistant_ ? last : end));
     b.block_tables.insert(b.block_tables.end(), seq.block_table.begin(), seq.block_table.end());
     b.block_tables.resize(b.block_tables.size() + (max_blocks - seq.block_table.size()), 0);
     if (end == j->rows() && int64_t(j->drafts.size()) < j->wanted) {

@@ -81,8 +81,6 @@ class DraftModel {
   // the step's hidden rows (StepEntry::draft_hidden_row); those of positions whose tokens
   // all stand are kept for the next draft().
   bool reads_model_hidden() const { return mtp_; }
-  // Gemma 4's assistant: reads the model's K and V (its backend attached to the model's).
-  bool reads_model_kv() const { return assistant_; }
   void observe(const ScheduledStep& step, const std::vector<float>& hidden);
 
   void retire(int64_t seq_id);
@@ -132,7 +130,6 @@ class DraftModel {
     int32_t token_at(int64_t pos) const {
       return pos < seq->num_tokens() ? seq->token_ids[size_t(pos)] : drafts[size_t(pos - seq->num_tokens())];
     }
-    bool assistant = false;
     // Rows its tokens (and drafts) allow, and the token row `row` reads.
     int64_t rows() const { return known() - (mtp ? 1 : 0); }
     int32_t row_token(int64_t row) const { return token_at(mtp ? row + 1 : row); }

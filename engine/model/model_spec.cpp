@@ -291,6 +291,19 @@ ModelSpec mtp_head_spec(const ModelSpec& model) {
   s.decoder_sparse_step = 1;
   s.mtp_layers = 0;
   s.mtp_head = true;
+  s.mtp_blocks.clear();
+  s.layer_ffn_only.clear();
+  s.layer_mixer_only.clear();
+  if (!model.mtp_blocks.empty()) {  // one block a layer: attention ('*'), or an MLP ('-') or MoE ('E')
+    s.num_layers = int64_t(model.mtp_blocks.size());
+    for (size_t l = 0; l < model.mtp_blocks.size(); ++l) {
+      const char c = model.mtp_blocks[l];
+      SPARK_CHECK(c == '*' || c == '-' || c == 'E', "mtp_blocks holds only attention, MLP and MoE blocks");
+      s.layer_mixer_only.push_back(c == '*');
+      s.layer_ffn_only.push_back(c != '*');
+      if (c == '-') s.mlp_only_layers.push_back(int64_t(l));
+    }
+  }
   return s;
 }
 

@@ -208,6 +208,10 @@ struct ModelSpec {
   // layer whose input is fc([norm(embedding of a token); norm(the model's final hidden
   // state at the position before it)]), and the model's LM head.
   bool mtp_head = false;
+  // Nemotron-3-Super's head (mtp_hybrid_override_pattern) is several one-block layers, named
+  // by hybrid_override_pattern's letters ('*' attention, '-' MLP, 'E' MoE), after the same
+  // fc; empty: one layer shaped as the model's full-attention layers (Qwen3.5/3.6, Qwen3-Next).
+  std::string mtp_blocks;
 
   // Gemma 4's assistant (Gemma4AssistantForCausalLM), a drafter that reads the model it
   // drafts for; > 0 is that model's hidden width. Its layers compute queries only and attend
@@ -266,8 +270,9 @@ ModelSpec parse_hf_config(const std::string& config_json, const std::string& gen
 ModelSpec load_hf_spec(const std::string& dir);
 
 // The MTP head of `model` (model.mtp_layers > 0) as a model of its own: its first MTP
-// layer, a full-attention layer shaped as the model's (the same MLP or experts), the
-// model's embedding and LM head, and the head's own norm as the final norm.
+// layer, a full-attention layer shaped as the model's (the same MLP or experts), or the
+// one-block layers of mtp_blocks, the model's embedding and LM head, and the head's own
+// norm as the final norm.
 ModelSpec mtp_head_spec(const ModelSpec& model);
 
 // Gemma 4's assistant `assistant` drafting for `model`: for each of its layers, the model's

@@ -123,10 +123,11 @@ def stacked_experts(w, c):
     return gate_up, np.stack([one(e, "down_proj") for e in range(c.E)])
 
 
-def random_mtp(c, rng):
-    # Drawn in sorted-name order so the tensors depend on the seed alone.
+def random_tensors(shapes, rng):
+    """f32 tensors of `shapes` (name -> (shape, kind), as mtp_shapes gives them), drawn in
+    sorted-name order so the tensors depend on the seed alone."""
     out = {}
-    for name, (shape, kind) in sorted(mtp_shapes(c).items()):
+    for name, (shape, kind) in sorted(shapes.items()):
         r = rng.standard_normal(shape)
         r = 0.2 * r if kind == "norm" else r / np.sqrt(shape[-1])
         out[name] = r.astype(np.float32)
@@ -306,36 +307,15 @@ def write_head(src, out, check=False, quiet=False):
     tensors = load_file(os.path.join(src, "model.safetensors"))
     assert not any(n.startswith(MTP) for n in tensors), "source already has an MTP head"
     assert all(v.dtype == np.float32 for v in tensors.values())
-    tensors.update(random_mtp(c, rng))
+    tensors.update(random_tensors(mtp_shapes(c), rng))
     w64 = {n: v.astype(np.float64) for n, v in tensors.items()}
 
-    seqs = [rng.integers(3, c.vocab, size=n).tolist() for n in SEQUENCE_LENGTHS]
-    hiddens = [(HIDDEN_SCALE * rng.standard_normal((n, c.H))).astype(np.float32)
-               for n in SEQUENCE_LENGTHS]
+    def forward(ids, hid):
+        logits, router = mtp_forward(w64, c, ids, hid)
+        return logits, router_margin(router)
 
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(config, f, indent=2, sort_keys=True)
-        f.write("\n")
-    save_file(dict(sorted(tensors.items())), os.path.join(out, "model.safetensors"),
-              metadata={"format": "pt"})
-    with open(os.path.join(src, "golden.json")) as f:
-        text_golden = json.load(f)
-    for name in ["generation_config.json", "golden.json"] + text_golden["logits"]:
-        if os.path.exists(os.path.join(src, name)):
-            shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
-
-    hidden_files, logits_files, margins = [], [], []
-    for i, (ids, hid) in enumerate(zip(seqs, hiddens)):
-        # The stored f32 hidden rows are the input, so the reference reads them back as f32.
-        logits, router = mtp_forward(w64, c, ids, hid.astype(np.float64))
-        margins.append(router_margin(router))
-        say(f"  seq {i} len {len(ids)}: logits max |x| {np.abs(logits).max():.3f}, "
-            f"std {logits.std():.3f}; least router gap 2nd-3rd {margins[-1]:.2e}")
-        hidden_files.append(f"mtp_hidden_{i}.f32")
-        logits_files.append(f"mtp_logits_{i}.f32")
-        hid.astype("<f4").tofile(os.path.join(out, hidden_files[-1]))
-        logits.astype("<f4").tofile(os.path.join(out, logits_files[-1]))
+    seqs, hiddens, hidden_files, logits_files, margins = write_folder(src, out, config, tensors, c.vocab, c.H,
+                                                                      rng, forward, say)
     margin = min(margins)
     say(f"least router logit gap between 2nd and 3rd expert over all rows: {margin:.3e}")
     assert margin >= MIN_ROUTER_MARGIN, f"routing too close to a tie ({margin:.2e}); change SEED"
@@ -367,6 +347,45 @@ def write_head(src, out, check=False, quiet=False):
             f"logits: {margin:.2e}. golden.json and logits_*.f32 are the unchanged text "
             f"model's, copied from {os.path.basename(os.path.normpath(src))}."),
     }
+    write_meta(out, meta, say)
+
+
+def write_folder(src, out, config, tensors, vocab, hidden_size, rng, forward, say):
+    """The model of folder `src` with its head into folder `out`: config.json, model.safetensors
+    (`tensors`), the text model's golden files copied, and per sequence of SEQUENCE_LENGTHS
+    random tokens and random incoming hidden rows, the rows (mtp_hidden_<i>.f32) and the
+    head's logits, forward(ids, hidden f64) -> (logits, router margin) (mtp_logits_<i>.f32).
+    Returns the sequences, the hidden rows, both lists of file names and the margins."""
+    seqs = [rng.integers(3, vocab, size=n).tolist() for n in SEQUENCE_LENGTHS]
+    hiddens = [(HIDDEN_SCALE * rng.standard_normal((n, hidden_size))).astype(np.float32)
+               for n in SEQUENCE_LENGTHS]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    save_file(dict(sorted(tensors.items())), os.path.join(out, "model.safetensors"),
+              metadata={"format": "pt"})
+    with open(os.path.join(src, "golden.json")) as f:
+        text_golden = json.load(f)
+    for name in ["generation_config.json", "golden.json"] + text_golden["logits"]:
+        if os.path.exists(os.path.join(src, name)):
+            shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
+
+    hidden_files, logits_files, margins = [], [], []
+    for i, (ids, hid) in enumerate(zip(seqs, hiddens)):
+        # The stored f32 hidden rows are the input, so the reference reads them back as f32.
+        logits, margin = forward(ids, hid.astype(np.float64))
+        margins.append(margin)
+        say(f"  seq {i} len {len(ids)}: logits max |x| {np.abs(logits).max():.3f}, "
+            f"std {logits.std():.3f}; least router gap {margins[-1]:.2e}")
+        hidden_files.append(f"mtp_hidden_{i}.f32")
+        logits_files.append(f"mtp_logits_{i}.f32")
+        hid.astype("<f4").tofile(os.path.join(out, hidden_files[-1]))
+        logits.astype("<f4").tofile(os.path.join(out, logits_files[-1]))
+    return seqs, hiddens, hidden_files, logits_files, margins
+
+
+def write_meta(out, meta, say):
     with open(os.path.join(out, "mtp_golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")

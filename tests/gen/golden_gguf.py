@@ -1,6 +1,7 @@
 """golden_gguf.py — the tiny models' llama.cpp-layout GGUF copies, written at test time (and
-one folder: qwen3_next_mtp, the tiny Qwen3-Next with a random MTP head and its numpy golden
-logits, tests/gen/gen_qwen3_5_mtp.py, kept out of the tracked tree for the same reason).
+two folders: qwen3_next_mtp and nemotron_h_mtp, the tiny Qwen3-Next and Nemotron-H with random
+MTP heads and their numpy golden logits, tests/gen/gen_qwen3_5_mtp.py and
+gen_nemotron_h_mtp.py, kept out of the tracked tree for the same reason).
 
 tests/gen/gen_qwen3_5_gguf.py, gen_qwen3_next_gguf.py, gen_gptoss.py, gguf_gemma3.py and
 gguf_gemma4.py write the committed safetensors models tests/golden/models/qwen3_5, qwen3_5_moe,
@@ -43,6 +44,7 @@ FILES = {
     "gemma4.gguf": ("gemma4", "gguf_gemma4", None),
     "gemma4_moe.gguf": ("gemma4_moe", "gguf_gemma4", None),
     "qwen3_next_mtp": ("qwen3_next", "gen_qwen3_5_mtp", None),  # a folder
+    "nemotron_h_mtp": ("nemotron_h_latent", "gen_nemotron_h_mtp", None),  # a folder
 }
 
 
@@ -52,7 +54,8 @@ def _inputs(name):
     gguf_pooling and its attention keys from gen_qwen3_5_gguf)."""
     src, script, _ = FILES[name]
     helpers = {"gen_qwen3_next_gguf": {"gen_qwen3_5_gguf"}, "gguf_gemma3": {"gguf_pooling", "gen_qwen3_5_gguf"},
-               "gguf_gemma4": {"gguf_gemma3", "gguf_pooling", "gen_qwen3_5_gguf"}}
+               "gguf_gemma4": {"gguf_gemma3", "gguf_pooling", "gen_qwen3_5_gguf"},
+               "gen_nemotron_h_mtp": {"gen_qwen3_5_mtp"}}
     scripts = {script} | helpers.get(script, set())
     return ([MODELS / src / "config.json", MODELS / src / "model.safetensors"]
             + [HERE / f"{s}.py" for s in sorted(scripts)])
@@ -77,6 +80,9 @@ def _write(name, out):
     elif script == "gen_qwen3_5_mtp":
         import gen_qwen3_5_mtp
         gen_qwen3_5_mtp.write_head(str(MODELS / src), str(out), quiet=True)
+    elif script == "gen_nemotron_h_mtp":
+        import gen_nemotron_h_mtp
+        gen_nemotron_h_mtp.write_head(str(MODELS / src), str(out), quiet=True)
     else:
         import gen_gptoss
         gen_gptoss.write_gguf_from_checkpoint(str(MODELS / src), str(out))

@@ -594,6 +594,18 @@ std::string golden_gguf_path(const std::string& name) {
   return std::string(env && *env ? env : "build/golden/models") + "/" + name;
 }
 
+// Whether `path` is here; if not, row `name` says so (failed, or skipped under
+// GPU_CHECK_MODELS=optional).
+bool present_or_row(const std::string& path, const std::string& name) {
+  if (std::filesystem::exists(path)) return true;
+  const char* models = std::getenv("GPU_CHECK_MODELS");
+  if (models && std::string(models) == "optional")
+    skip_row("model", name, path + " is not here (written at test time; GPU_CHECK_MODELS=optional)");
+  else
+    row("model", name, path + " missing", "make build/golden/models/.stamp", false);
+  return false;
+}
+
 // Hidden rows (Batch::hidden_rows: every row of a prefill, then each decode row) from the
 // CUDA backend against the CPU backend's, through forward and through forward_sample
 // (whose decode steps replay graphs), each fed the CPU's greedy tokens.
@@ -827,12 +839,11 @@ double worst_row_error(const std::vector<std::vector<float>>& want, const std::v
 // 4.8e-3 in FP16, beside 4.8e-3 and 7.8e-4 against the CPU): BF16's logits limit for both.
 // The fixture's least gap between a row's 2nd and 3rd router logits is 1.0e-2
 // (mtp_golden.json's notes): no row's experts flip on the activations' rounding.
-void mtp_head_parity() {
-  const std::string dir = tiny_model_path("qwen3_5_moe_mtp");
-  if (!std::filesystem::exists(dir + "/mtp_golden.json")) {
-    skip_row("model", "qwen3_5_moe MTP head", dir + "/mtp_golden.json is not here (tests/gen/gen_qwen3_5_mtp.py)");
-    return;
-  }
+// Nemotron-3-Super's head (tests/gen/gen_nemotron_h_mtp.py, written at test time: eh_proj,
+// an attention block without RoPE and a LatentMoE block, then final_layernorm) the same way;
+// its least gap between a row's k-th and (k+1)-th biased router score is 5.9e-3.
+void mtp_head_parity(const std::string& dir, const std::string& model) {
+  if (!present_or_row(dir + "/mtp_golden.json", model + " MTP head")) return;
   const ModelInfo head = mtp_head_info(inspect_model(config_for_model(dir)));
   const ModelSpec& spec = head.spec;
   const int64_t H = spec.hidden_size, V = spec.vocab_size;
@@ -852,9 +863,9 @@ void mtp_head_parity() {
 
   CpuBackend cpu(spec, bind_stage(spec, stored.weights), 0);
   const MtpOutputs cpu_out = run_mtp_head(cpu, spec, seqs, hidden, blocks_per_seq, false);
-  error_row("model", "qwen3_5_moe MTP head cpu logits vs numpy reference (prefill)",
+  error_row("model", model + " MTP head cpu logits vs numpy reference (prefill)",
             worst_row_error(reference, cpu_out.prefill_logits, V), 1e-4);
-  error_row("model", "qwen3_5_moe MTP head cpu logits vs numpy reference (decode steps)",
+  error_row("model", model + " MTP head cpu logits vs numpy reference (decode steps)",
             worst_row_error(reference, cpu_out.decode_logits, V), 1e-4);
   CpuBackend cpu_rounded(spec, bind_stage(spec, rounded.weights), 0);
   const MtpOutputs want = run_mtp_head(cpu_rounded, spec, seqs, hidden, blocks_per_seq, false);
@@ -869,7 +880,7 @@ void mtp_head_parity() {
     o.block_size = kBlock;
     CudaBackend gpu(spec, bind_stage(spec, rounded.weights), o);
     const MtpOutputs got = run_mtp_head(gpu, spec, seqs, hidden, blocks_per_seq, true);
-    const std::string name = std::string("qwen3_5_moe MTP head ") + (f16 ? "fp16" : "bf16");
+    const std::string name = model + " MTP head " + (f16 ? "fp16" : "bf16");
     const double limit = f16 ? kLogitsLimitF16 : kLogitsLimitBF16;
     error_row("model", name + " logits vs cpu (prefill of 1, 5, 40 rows)",
               worst_row_error(want.prefill_logits, got.prefill_logits, V), limit);
@@ -1419,14 +1430,7 @@ LoadedModel with_separated_routing(LoadedModel m) {
 void tiny_hybrid_parity(const std::string& file, const std::string& golden, bool separated = false) {
   const bool gguf = file.ends_with(".gguf");
   const std::string path = gguf ? golden_gguf_path(file) : tiny_model_path(file);
-  if (gguf && !std::filesystem::exists(path)) {
-    const char* models = std::getenv("GPU_CHECK_MODELS");
-    if (models && std::string(models) == "optional")
-      skip_row("model", file, path + " is not here (written at test time; GPU_CHECK_MODELS=optional)");
-    else
-      row("model", file, path + " missing", "make build/golden/models/.stamp", false);
-    return;
-  }
+  if (gguf && !present_or_row(path, file)) return;
   LoadedModel loaded = load_model(config_for_model(path));
   const LoadedModel m = with_bf16_matrices(separated ? with_separated_routing(std::move(loaded)) : std::move(loaded));
   const std::string name = separated ? file + " separated routing" : file;
@@ -1649,7 +1653,9 @@ int main() {
       run_part("model", name, [name] {
         hidden_rows_parity(name, load_model(config_for_model(tiny_model_path(name))), tiny_model_prompts(name));
       });
-    run_part("model", "qwen3_5_moe MTP head", mtp_head_parity);
+    run_part("model", "qwen3_5_moe MTP head", [] { mtp_head_parity(tiny_model_path("qwen3_5_moe_mtp"), "qwen3_5_moe"); });
+    run_part("model", "nemotron_h MTP head",
+             [] { mtp_head_parity(golden_gguf_path("nemotron_h_mtp"), "nemotron_h_latent"); });
     for (bool f16 : {false, true}) run_part("model", "xlmr_embed", [f16] { tiny_encoder_parity(f16); });
     if (emulated()) {
       for (const char* name : {"llama", "qwen3", "qwen3_moe", "qwen3_moe_separated", "gpt_oss", "gpt_oss_separated"})

@@ -112,6 +112,32 @@ def test_qwen3_next_head_drafts_and_changes_nothing(tmp_path):
     assert "speculative decoding with the model's MTP head (Qwen3NextForCausalLM (MTP head)" in log, log
 
 
+@pytest.mark.cuda_path
+def test_nemotron_super_head_drafts_and_changes_nothing(tmp_path):
+    """Nemotron-3-Super's head (the tiny Nemotron-H with LatentMoE and a random "*E" head,
+    tests/gen/gen_nemotron_h_mtp.py): an attention block with its own K and V, then an MoE
+    block, over the hybrid's Mamba-2 states rolled back after rejections."""
+    model = served_copy("nemotron_h_mtp", tmp_path, src=golden_gguf.path("nemotron_h_mtp"))
+    want, got, drafted, log = served_with_and_without_the_head(model, True)
+    assert got == want
+    assert drafted > 0
+    assert "speculative decoding with the model's MTP head (NemotronHForCausalLM (MTP head)" in log, log
+
+
+@pytest.mark.parametrize("pattern, words", [
+    (None, "must name the MTP head's blocks"),
+    ("*M", "has 'M' at block 1; an MTP block is * (attention), - (MLP) or E (MoE)"),
+])
+def test_nemotron_head_patterns_it_cannot_run(tmp_path, pattern, words):
+    model = served_copy("nemotron_h_mtp", tmp_path, src=golden_gguf.path("nemotron_h_mtp"))
+    config = json.loads((model / "config.json").read_text())
+    config.pop("mtp_hybrid_override_pattern")
+    if pattern:
+        config["mtp_hybrid_override_pattern"] = pattern
+    (model / "config.json").write_text(json.dumps(config))
+    refused(tmp_path, {"model.path": str(model), **MTP}, "mtp_hybrid_override_pattern", words)
+
+
 def test_mtp_on_a_qwen3_next_without_a_head(tmp_path):
     model = served_copy("qwen3_next", tmp_path)
     refused(tmp_path, {"model.path": str(model), **MTP}, 'speculative = "mtp"', "holds no MTP head tensors (mtp.*)")

@@ -123,13 +123,15 @@ std::vector<int32_t> blocks_for(int32_t len, int32_t first) {
   return blocks;
 }
 
-// The llama.cpp-layout copies of the tiny models (a name ending in .gguf) and qwen3_next_mtp
-// (the tiny Qwen3-Next with a random MTP head, tests/gen/gen_qwen3_5_mtp.py) are not committed:
+// The llama.cpp-layout copies of the tiny models (a name ending in .gguf), qwen3_next_mtp and
+// nemotron_h_mtp (the tiny Qwen3-Next and Nemotron-H with random MTP heads,
+// tests/gen/gen_qwen3_5_mtp.py and gen_nemotron_h_mtp.py) are not committed:
 // tests/gen/golden_gguf.py writes them at test time into SPARKD_GOLDEN_GGUF (make sets it to
 // build/golden/models' absolute path and writes them first), else build/golden/models.
 // Every other model is a folder of tests/golden/models.
 std::string model_path(const std::string& name) {
-  if (!name.ends_with(".gguf") && name != "qwen3_next_mtp") return std::string(kGoldenDir) + name;
+  const bool written = name.ends_with(".gguf") || name == "qwen3_next_mtp" || name == "nemotron_h_mtp";
+  if (!written) return std::string(kGoldenDir) + name;
   const char* env = std::getenv("SPARKD_GOLDEN_GGUF");
   const std::string path = std::string(env && *env ? env : "build/golden/models") + "/" + name;
   INFO(path << " is written at test time: make build/golden/models/.stamp, or build/venv/bin/python "
@@ -289,15 +291,17 @@ TEST_CASE("cpu forward: Qwen3.5, Qwen3-Next and Nemotron-H hybrids match transfo
   }
 }
 
-TEST_CASE("cpu forward: Qwen3.5's and Qwen3-Next's MTP heads match the numpy reference within 1e-4, whole and row by row") {
+TEST_CASE("cpu forward: Qwen3.5's, Qwen3-Next's and Nemotron-3-Super's MTP heads match the numpy reference within 1e-4, whole and row by row") {
   // tests/gen/gen_qwen3_5_mtp.py: rows of (token, incoming hidden state), the head's own
   // forward (fc over the normed embedding and hidden state, one gated attention + MoE
   // layer, its norm, the model's LM head) in float64 numpy. The same head read from the
   // Hugging Face folder and from llama.cpp's layout (the block after the layers, nextn.*);
   // Qwen3-Next's (experts one by one, settings at the config's top level), written at test time.
-  for (const std::string file : {"qwen3_5_moe_mtp", "qwen3_5_moe_mtp.gguf", "qwen3_next_mtp"}) {
+  // Nemotron-3-Super's (tests/gen/gen_nemotron_h_mtp.py, also written at test time): the same
+  // fc (eh_proj) before an attention block and a LatentMoE block, then final_layernorm.
+  for (const std::string file : {"qwen3_5_moe_mtp", "qwen3_5_moe_mtp.gguf", "qwen3_next_mtp", "nemotron_h_mtp"}) {
     CAPTURE(file);
-    const std::string dir = file == "qwen3_next_mtp" ? model_path(file) : std::string(kGoldenDir) + "qwen3_5_moe_mtp";
+    const std::string dir = file.starts_with("qwen3_5") ? std::string(kGoldenDir) + "qwen3_5_moe_mtp" : model_path(file);
     std::ifstream f(dir + "/mtp_golden.json");
     REQUIRE(f.good());
     const auto j = nlohmann::json::parse(f);

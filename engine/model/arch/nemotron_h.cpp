@@ -5,11 +5,16 @@
 // router takes the sigmoid of its logits, chooses by score + e_score_correction_bias and
 // weighs by the scores (renormalised), times routed_scaling_factor; with moe_latent_size
 // (Nemotron-3-Super's LatentMoE) the routed experts run on fc1_latent_proj(x) and their sum
-// goes back through fc2_latent_proj. Super's MTP layers ("mtp.*") are not read: the model
-// runs without them. Each block is one layer
-// of the shared table: a mixer block has no feed-forward, an MLP or MoE block no mixer.
-// Checkpoints name tensors "backbone.layers.N.mixer.*"; they are renamed into the table.
+// goes back through fc2_latent_proj. Each block is one layer of the shared table: a mixer
+// block has no feed-forward, an MLP or MoE block no mixer. Checkpoints name tensors
+// "backbone.layers.N.mixer.*"; they are renamed into the table.
+// Super's MTP head (num_nextn_predict_layers, "mtp.*", as vLLM's NemotronHMTP reads it) is
+// the blocks of mtp_hybrid_override_pattern ("*E": attention, then MoE), the first after
+// eh_proj([enorm(embedding); hnorm(hidden)]), the last followed by final_layernorm; it is
+// read for the head's spec only (ModelSpec::mtp_blocks).
 // llama.cpp's GGUF files of it are read too (nemotron_h_gguf.cpp).
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +25,7 @@
 #include "engine/model/arch/nemotron_h_gguf.h"
 #include "engine/model/architecture.h"
 #include "engine/model/spec_readers.h"
+#include "engine/util/log.h"
 
 namespace spark {
 
@@ -47,6 +53,20 @@ char block_letter(const std::string& type) {
   if (type == "mlp") return '-';
   if (type == "moe") return 'E';
   return '?';
+}
+
+// Super's MTP head: the blocks of one MTP step, attention, MLP or MoE (vLLM builds no other).
+std::string read_mtp_pattern(const ConfigReader& r) {
+  const char* key = "mtp_hybrid_override_pattern";
+  if (!r.has(key) || !r.j[key].is_string() || r.j[key].get<std::string>().empty())
+    r.fail(key, "must name the MTP head's blocks (e.g. \"*E\"), as num_nextn_predict_layers is above 0");
+  const std::string pattern = r.j[key].get<std::string>();
+  if (pattern.size() > 16) r.fail(key, "has " + std::to_string(pattern.size()) + " blocks; at most 16 are accepted");
+  for (size_t i = 0; i < pattern.size(); ++i)
+    if (std::string_view("*-E").find(pattern[i]) == std::string_view::npos)
+      r.fail(key, "has '" + std::string(1, pattern[i]) + "' at block " + std::to_string(i) +
+                      "; an MTP block is * (attention), - (MLP) or E (MoE)");
+  return pattern;
 }
 
 std::string read_pattern(const ConfigReader& r, int64_t layers) {
@@ -91,8 +111,11 @@ void read_config(const ConfigReader& r, ModelSpec& s) {
     if (r.boolean_or(key, false)) r.fail(key, "= true is not supported (Nemotron-3 checkpoints have no such biases)");
 
   set_nemotron_h_pattern(s, pattern);
-  const bool any_mamba = pattern.find('M') != std::string::npos, any_moe = pattern.find('E') != std::string::npos,
-             any_mlp = pattern.find('-') != std::string::npos;
+  s.mtp_layers = r.integer_or("num_nextn_predict_layers", 0, 16, 0);
+  if (s.mtp_layers > 0) s.mtp_blocks = read_mtp_pattern(r);
+  const std::string blocks = pattern + s.mtp_blocks;
+  const bool any_mamba = pattern.find('M') != std::string::npos, any_moe = blocks.find('E') != std::string::npos,
+             any_mlp = blocks.find('-') != std::string::npos;
 
   if (any_mamba) {
     ModelSpec::Mamba2& m = s.mamba2;
@@ -154,15 +177,46 @@ std::string table_name(const std::string& name, const ModelSpec& spec) {
   return prefix + "mlp." + part;
 }
 
-std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec& spec, LayerRange,
-                                      Weights*, const std::string& source) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, tensor] : file) {
-    if (name.starts_with("mtp.")) continue;  // Super's MTP layers: not read
-    Tensor t = tensor;
-    t.name = table_name(name, spec);
-    if (!out.emplace(t.name, t).second) throw InputError(source + ": tensor " + t.name + " appears twice");
+constexpr std::string_view kMtpLayers = "mtp.layers.";
+
+// An MTP head's tensor (ModelSpec::mtp_head) in the table, or nullopt for one it does not
+// read: block N of the head's first step ("mtp.layers.N.*") is the head's layer N, named as
+// a model layer is; its fc and pre-fc norms are on the first block, its final norm on the
+// last; the embedding and the LM head are the model's.
+std::optional<std::string> head_table_name(const std::string& name, const ModelSpec& spec) {
+  if (!name.starts_with("mtp.")) {
+    const std::string table = table_name(name, spec);
+    if (table == tensor_name(Part::EMBEDDING) || table == "lm_head.weight") return table;
+    return std::nullopt;
   }
+  const std::optional<LayerName> in_layer = split_layer_name(name, kMtpLayers);
+  if (!in_layer || in_layer->layer >= spec.num_layers) return std::nullopt;  // a further step's blocks
+  const int64_t layer = in_layer->layer;
+  const std::string& rest = in_layer->rest;
+  if (layer == 0 && rest == "eh_proj.weight") return tensor_name(Part::MTP_FC);
+  if (layer == 0 && rest == "enorm.weight") return tensor_name(Part::MTP_EMBED_NORM);
+  if (layer == 0 && rest == "hnorm.weight") return tensor_name(Part::MTP_HIDDEN_NORM);
+  if (layer == spec.num_layers - 1 && rest == "final_layernorm.weight") return tensor_name(Part::FINAL_NORM);
+  return table_name("backbone.layers." + std::to_string(layer) + "." + rest, spec);
+}
+
+std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& file, const ModelSpec& spec, LayerRange,
+                                      Weights* keep, const std::string& source) {
+  if (spec.mtp_head) {
+    if (std::none_of(file.begin(), file.end(), [](const auto& t) { return t.first.starts_with("mtp."); }))
+      throw InputError(source + " holds no MTP head tensors (mtp.*), though its config names num_nextn_predict_layers");
+    return renamed_tensors(file, [&](const std::string& name) { return head_table_name(name, spec); }, source);
+  }
+  size_t skipped = 0;
+  std::map<std::string, Tensor> out = renamed_tensors(
+      file,
+      [&](const std::string& name) -> std::optional<std::string> {
+        if (name.starts_with("mtp.")) return std::nullopt;  // the MTP head's (read for its own spec)
+        return table_name(name, spec);
+      },
+      source, &skipped);
+  if (skipped > 0 && !keep)  // said once, when the model is inspected
+    log_info("model: ", skipped, " tensors of the MTP head are not loaded with the model");
   return out;
 }
 

@@ -116,16 +116,22 @@ StagePlan plan_stage(const Config& config) {
         throw InputError(what + " is Gemma 4's assistant, which the " + p.backend +
                          " backend does not run yet (engine.backend = \"cpu\" does)");
     }
-    const StageFootprint d = stage_footprint(dc, *p.draft, full_range(p.draft->spec), p.backend);
-    footprint.draft_weight_bytes = d.weight_bytes;
-    footprint.draft_kv_bytes_per_token = d.kv_bytes_per_token;
-    // With recurrent layers, each running sequence's state and its snapshot
-    // (engine/core/draft_model.h).
-    footprint.draft_workspace_bytes =
-        d.workspace_bytes + d.reserve_bytes + 2 * uint64_t(config.engine.max_num_seqs) * d.state_bytes_per_sequence;
+    add_draft_footprint(config, *p.draft, p.backend, footprint);
   }
   p.memory = plan_memory(p.info.spec, p.range, footprint, config, memory_budget(p.backend));
   return p;
+}
+
+void add_draft_footprint(const Config& config, const ModelInfo& draft, const std::string& backend,
+                         StageFootprint& footprint) {
+  const Config dc = config.engine.speculative == "mtp" ? config : draft_model_config(config);
+  const StageFootprint d = stage_footprint(dc, draft, full_range(draft.spec), backend);
+  footprint.draft_weight_bytes = d.weight_bytes;
+  footprint.draft_kv_bytes_per_token = d.kv_bytes_per_token;
+  // With recurrent layers, each running sequence's state and its snapshot
+  // (engine/core/draft_model.h).
+  footprint.draft_workspace_bytes =
+      d.workspace_bytes + d.reserve_bytes + 2 * uint64_t(config.engine.max_num_seqs) * d.state_bytes_per_sequence;
 }
 
 std::unique_ptr<LoadedStage> load_stage(const Config& config) { return load_stage(config, plan_stage(config)); }

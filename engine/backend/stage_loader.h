@@ -41,6 +41,10 @@ struct StagePlan {
 // inspect -> range -> plan. Does not require that the plan fits (`sparkd check` prints
 // one that does not); load_stage does.
 StagePlan plan_stage(const Config& config);
+// The draft model's (or MTP head's) part of a box's footprint on `backend`: its weights,
+// K and V a token, workspace and recurrent states.
+void add_draft_footprint(const Config& config, const ModelInfo& draft, const std::string& backend,
+                         StageFootprint& footprint);
 
 struct LoadedStage {
   StagePlan plan;

@@ -86,8 +86,13 @@ double bytes_read_per_token(const MemoryPlan& plan, const FileBytes& file) {
 std::string device_plan_report(const Config& config, const StagePlan& stage, const DevicePreset& device, bool& fits) {
   const MemoryBudget budget{uint64_t(device.available_gib * double(1ull << 30)), device.name + " (" + device.about + ")"};
   const FileBytes file = file_bytes(stage);
-  const StageFootprint footprint = stage_footprint(config, stage.info, stage.range, "cuda");
-  const MemoryPlan plan = plan_memory(stage.info.spec, stage.range, footprint, config, budget);
+  // The plan on the device's backend, with the draft model's part where there is one.
+  auto footprint = [&](const Config& c, const ModelInfo& info) {
+    StageFootprint f = stage_footprint(c, info, stage.range, "cuda");
+    if (stage.draft) add_draft_footprint(c, *stage.draft, "cuda", f);
+    return f;
+  };
+  const MemoryPlan plan = plan_memory(stage.info.spec, stage.range, footprint(config, stage.info), config, budget);
   fits = plan.fits;
   const double device_weights = double(plan.weight_bytes);
   const double ratio = file.total > 0 ? device_weights / file.total : 1.0;
@@ -112,8 +117,7 @@ std::string device_plan_report(const Config& config, const StagePlan& stage, con
     as_stored.model.quantize = "none";
     ModelInfo info = stage.info;
     info.quantize = {};
-    const MemoryPlan stored = plan_memory(info.spec, stage.range, stage_footprint(as_stored, info, stage.range, "cuda"),
-                                          as_stored, budget);
+    const MemoryPlan stored = plan_memory(info.spec, stage.range, footprint(as_stored, info), as_stored, budget);
     const double stored_read = bytes_read_per_token(stored, file);
     std::snprintf(line, sizeof line, "  as stored        ~%.0f tokens/s at batch 1: %s read a token, %s of weights\n",
                   device.copy_gb_per_s * 1e9 / stored_read, format_bytes(uint64_t(stored_read)).c_str(),

@@ -345,8 +345,8 @@ def super_config():
 
 
 def mtp_parameter_count(c):
-    """The MTP layers sparkd does not read (num_nextn_predict_layers, mtp_hybrid_override_pattern
-    "*E"): eh_proj (the embedding and the hidden state, concatenated, to hidden), enorm, hnorm,
+    """The MTP layers the model does not read (num_nextn_predict_layers, mtp_hybrid_override_pattern
+    "*E"; the head reads them with speculative = "mtp"): eh_proj (the embedding and the hidden state, concatenated, to hidden), enorm, hnorm,
     each block with its norm, and the final norm."""
     assert c["num_nextn_predict_layers"] == 1 and c["mtp_hybrid_override_pattern"] == "*E"
     H = c["hidden_size"]
@@ -415,10 +415,26 @@ def test_check_device_gb10_plans_nemotron_3_super_120b_a12b():
     assert abs(q8_read_gib * GIB / (q8_read + 2 * state) - 1) < 0.02, (q8_read_gib, (q8_read + 2 * state) / GIB)
     assert abs(q8_rate - SPARK_GB_S * 1e9 / (q8_read + 2 * state)) <= 1, q8_rate
     print(f"\nNemotron-3-Super-120B-A12B on gb10: {params / 1e9:.2f} B parameters (+ {mtp_parameter_count(c) / 1e9:.2f} B "
-          f"of MTP, not read), {state} B of state a sequence, {kv_per_token} B of KV a token; BF16: "
+          f"of the MTP head's), {state} B of state a sequence, {kv_per_token} B of KV a token; BF16: "
           f"{total / GIB:.2f} GiB of weights, {read_gib} GiB read a token, ~{rate} tok/s projected; Q8_0 at load: "
           f"{q8_total / GIB:.2f} GiB, {q8_read_gib} GiB a token, ~{q8_rate} tok/s projected (neither fits one box); "
           f"vLLM measured {VLLM_SUPER_TOK_S['NVFP4']} (NVFP4)")
+
+
+def test_check_device_gb10_counts_nemotron_3_super_mtp_head():
+    """speculative = "mtp": the plan adds the MTP head (eh_proj, its attention and LatentMoE
+    blocks, their norms, and its copy of the model's embedding and LM head) and its one
+    attention block's K and V in every block."""
+    c = super_config()
+    rc, out = check_super('engine.speculative="mtp"')
+    assert rc == 2 and out.rstrip().endswith("does not fit"), out
+    m = field(r"draft model +([\d.]+) GiB weights, ([\d.]+) GiB workspace, (\d+) bytes/token of K and V", out)
+    H, V = c["hidden_size"], c["vocab_size"]
+    head = (mtp_parameter_count(c) + 2 * V * H) * 2  # BF16
+    assert abs(float(m.group(1)) - head / GIB) < 0.006, (m.group(0), head / GIB)
+    assert int(m.group(3)) == 2 * c["num_key_value_heads"] * c["head_dim"] * 2 == 1024
+    print(f"\nNemotron-3-Super-120B-A12B's MTP head on gb10: {m.group(1)} GiB of BF16 weights "
+          f"({mtp_parameter_count(c) / 1e9:.2f} B parameters of its own), {m.group(3)} B of K and V a token")
 
 
 @pytest.mark.cuda_path

@@ -124,18 +124,37 @@ def test_nemotron_super_head_drafts_and_changes_nothing(tmp_path):
     assert "speculative decoding with the model's MTP head (NemotronHForCausalLM (MTP head)" in log, log
 
 
-@pytest.mark.parametrize("pattern, words", [
-    (None, "must name the MTP head's blocks"),
-    ("*M", "has 'M' at block 1; an MTP block is * (attention), - (MLP) or E (MoE)"),
-])
-def test_nemotron_head_patterns_it_cannot_run(tmp_path, pattern, words):
+def nemotron_head_with(tmp_path, **keys):
+    """The tiny Nemotron-H with its head, the head's pattern replaced by `keys`."""
     model = served_copy("nemotron_h_mtp", tmp_path, src=golden_gguf.path("nemotron_h_mtp"))
     config = json.loads((model / "config.json").read_text())
     config.pop("mtp_hybrid_override_pattern")
-    if pattern:
-        config["mtp_hybrid_override_pattern"] = pattern
-    (model / "config.json").write_text(json.dumps(config))
-    refused(tmp_path, {"model.path": str(model), **MTP}, "mtp_hybrid_override_pattern", words)
+    (model / "config.json").write_text(json.dumps({**config, **keys}))
+    return model
+
+
+@pytest.mark.parametrize("keys", [{}, {"mtp_layers_block_type": ["full_attention", "moe"]}])
+def test_nemotron_head_named_as_transformers_5_names_it(tmp_path, keys):
+    """transformers 5 writes the head's blocks as mtp_layers_block_type, and reads a config
+    naming none as attention then MoE."""
+    model = nemotron_head_with(tmp_path, **keys)
+    p = tmp_path / "spark.toml"
+    p.write_text(to_toml({"engine.cpu_threads": 2, "server.port": 0, "model.path": str(model), **SETTINGS, **MTP}))
+    r = run_sparkd("check", "--config", p, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # Its one attention block's K and V in f32: 2 x 2 kv heads x head_dim 16 x 4 bytes a token.
+    assert re.search(r"^  draft model\s+.* weights, .*, 256 bytes/token of K and V in every block", r.stdout, re.M), r.stdout
+
+
+@pytest.mark.parametrize("keys, words", [
+    ({"mtp_hybrid_override_pattern": "*M"},
+     ["mtp_hybrid_override_pattern", "has 'M' at block 1; an MTP block is * (attention), - (MLP) or E (MoE)"]),
+    ({"mtp_hybrid_override_pattern": ""}, ["mtp_hybrid_override_pattern", "has 0 blocks; an MTP head has 1 to 16"]),
+    ({"mtp_layers_block_type": ["attention", "mamba"]}, ["mtp_layers_block_type", "has 'M' at block 1"]),
+    ({"mtp_layers_block_type": ["attention", "conv"]}, ["mtp_layers_block_type", 'holds "conv"']),
+])
+def test_nemotron_head_patterns_it_cannot_run(tmp_path, keys, words):
+    refused(tmp_path, {"model.path": str(nemotron_head_with(tmp_path, **keys)), **MTP}, *words)
 
 
 def test_mtp_on_a_qwen3_next_without_a_head(tmp_path):

@@ -55,30 +55,22 @@ char block_letter(const std::string& type) {
   return '?';
 }
 
-// Super's MTP head: the blocks of one MTP step, attention, MLP or MoE (vLLM builds no other).
-std::string read_mtp_pattern(const ConfigReader& r) {
-  const char* key = "mtp_hybrid_override_pattern";
-  if (!r.has(key) || !r.j[key].is_string() || r.j[key].get<std::string>().empty())
-    r.fail(key, "must name the MTP head's blocks (e.g. \"*E\"), as num_nextn_predict_layers is above 0");
-  const std::string pattern = r.j[key].get<std::string>();
-  if (pattern.size() > 16) r.fail(key, "has " + std::to_string(pattern.size()) + " blocks; at most 16 are accepted");
-  for (size_t i = 0; i < pattern.size(); ++i)
-    if (std::string_view("*-E").find(pattern[i]) == std::string_view::npos)
-      r.fail(key, "has '" + std::string(1, pattern[i]) + "' at block " + std::to_string(i) +
-                      "; an MTP block is * (attention), - (MLP) or E (MoE)");
-  return pattern;
-}
-
-std::string read_pattern(const ConfigReader& r, int64_t layers) {
+// The block letters a config gives as a string (`pattern_key`) or, where that is absent, as
+// transformers 5's list of block types (`list_key`); `key` is set to the one read. Each
+// letter is one of `allowed` (what `what` says they are; a wrong one is named as the `unit`
+// it is, layer or block). nullopt when neither key is given.
+std::optional<std::string> read_blocks(const ConfigReader& r, const char* pattern_key, const char* list_key,
+                                       std::string_view allowed, const std::string& what, const char* unit,
+                                       const char*& key) {
   std::string pattern;
-  const char* key = "hybrid_override_pattern";
+  key = pattern_key;
   if (r.has(key)) {
-    if (!r.j[key].is_string()) r.fail(key, "must be a string of M, *, - and E, one letter a layer");
+    if (!r.j[key].is_string()) r.fail(key, "must be a string of " + what);
     pattern = r.j[key].get<std::string>();
   } else {
-    key = "layers_block_type";
-    if (!r.has(key) || !r.j[key].is_array())
-      r.fail("hybrid_override_pattern", "is missing (nor is there a layers_block_type list)");
+    key = list_key;
+    if (!r.has(key)) return std::nullopt;
+    if (!r.j[key].is_array()) r.fail(key, "must list block types as strings");
     for (const auto& v : r.j[key]) {
       if (!v.is_string()) r.fail(key, "must list block types as strings");
       const char c = block_letter(v.get<std::string>());
@@ -88,12 +80,32 @@ std::string read_pattern(const ConfigReader& r, int64_t layers) {
       pattern += c;
     }
   }
-  if (int64_t(pattern.size()) != layers)
-    r.fail(key, "has " + std::to_string(pattern.size()) + " blocks, but num_hidden_layers is " + std::to_string(layers));
   for (size_t i = 0; i < pattern.size(); ++i)
-    if (std::string_view("M*-E").find(pattern[i]) == std::string_view::npos)
-      r.fail(key, "has '" + std::string(1, pattern[i]) + "' at layer " + std::to_string(i) +
-                      "; each layer is M (Mamba-2), * (attention), - (MLP) or E (MoE)");
+    if (allowed.find(pattern[i]) == std::string_view::npos)
+      r.fail(key, "has '" + std::string(1, pattern[i]) + "' at " + unit + " " + std::to_string(i) + "; " + what);
+  return pattern;
+}
+
+std::string read_pattern(const ConfigReader& r, int64_t layers) {
+  const char* key = nullptr;
+  const std::optional<std::string> pattern = read_blocks(
+      r, "hybrid_override_pattern", "layers_block_type", "M*-E",
+      "each layer is M (Mamba-2), * (attention), - (MLP) or E (MoE)", "layer", key);
+  if (!pattern) r.fail("hybrid_override_pattern", "is missing (nor is there a layers_block_type list)");
+  if (int64_t(pattern->size()) != layers)
+    r.fail(key, "has " + std::to_string(pattern->size()) + " blocks, but num_hidden_layers is " + std::to_string(layers));
+  return *pattern;
+}
+
+// Super's MTP head: the blocks of one MTP step, attention, MLP or MoE (vLLM builds no other);
+// transformers' default where the config names none: attention, then MoE.
+std::string read_mtp_pattern(const ConfigReader& r) {
+  const char* key = nullptr;
+  const std::string pattern = read_blocks(r, "mtp_hybrid_override_pattern", "mtp_layers_block_type", "*-E",
+                                          "an MTP block is * (attention), - (MLP) or E (MoE)", "block", key)
+                                  .value_or("*E");
+  if (pattern.empty() || pattern.size() > 16)
+    r.fail(key, "has " + std::to_string(pattern.size()) + " blocks; an MTP head has 1 to 16");
   return pattern;
 }
 

@@ -5,11 +5,16 @@
 // programmatic launches; tiny shapes (partial row tiles and state columns, conv_kernel 1
 // and 3, no conv bias, both dt clamps, state columns past 32 a lane) and Nemotron-3-Nano's
 // per-layer shape (64 heads of 64, 8 groups, state 128, conv 4); long prefills (many
-// steps of the recurrence) continued by more. Also the bytes a decode call reads, beside
-// their formula (emulator only).
+// steps of the recurrence) continued by more. The chunked SSD scan: prompts shorter than,
+// as long as and several chunks longer than its chunk beside decodes and padding, fresh
+// and continued, strong and weak decays, odd shapes, checked also against a run forced
+// onto the recurrence to show which path ran. Also the bytes a decode call and a long
+// prefill read, beside their formula (emulator only).
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -26,6 +31,9 @@ using cuda::f16;
 constexpr const char* kCheck = "mamba2";
 // f32 state and f32 arithmetic on both sides; only the summation order differs.
 constexpr double kStateLimit = 1e-4;
+// The chunked calls' state matrices (the chunked form reorders the sums): measured here
+// up to 1.4e-7. 5e-7 still fails a chunked form that sums L in float (up to 1.1e-6 here).
+constexpr double kLongStateLimit = 5e-7;
 using namespace recurrent;
 
 struct Case {
@@ -92,9 +100,10 @@ struct Layer {
 
 // One call on both sides; rows past the sequences: `extra_rows`. in_proj's output is
 // random, with one dt value past softplus's threshold (20).
+// Returns the device pool after the call.
 template <typename T>
-void run_call(const Case& c, Layer& L, Pool& pool, const std::vector<Seq>& seqs, int32_t extra_rows, uint64_t seed,
-              bool graph, const std::string& label) {
+std::vector<float> run_call(const Case& c, Layer& L, Pool& pool, const std::vector<Seq>& seqs, int32_t extra_rows,
+                            uint64_t seed, bool graph, const std::string& label, double state_limit = kStateLimit) {
   const ModelSpec::Mamba2& m = L.spec;
   const int64_t I = m.inner(), C = m.conv_dim(), H = m.num_heads, P = m.in_proj_rows();
   const Rows r = batch_rows(seqs, extra_rows);
@@ -115,6 +124,13 @@ void run_call(const Case& c, Layer& L, Pool& pool, const std::vector<Seq>& seqs,
   // Past softplus's threshold (20, the linear branch) on the first row of the second
   // sequence, head H - 1: in calls 2 and 3 a row that continues a state.
   if (seqs.size() > 1 && seqs[1].rows > 0) proj[size_t(r.query_start[1] * P + I + C + H - 1)] = 24.0f;
+  // In a long first sequence (the chunked form): dt past the threshold (a decay near 0)
+  // mid-chunk on head 0, and dt at its floor (decays within dt_min |A| of 1) over rows
+  // 10 .. 29 of head 1.
+  if (!seqs.empty() && seqs[0].rows > 40) {
+    proj[size_t(37 * P + I + C)] = 24.0f;
+    for (int64_t t = 10; t < 30; ++t) proj[size_t(t * P + I + C + 1 % H)] = -20.0f;
+  }
 
   CpuStates states = cpu_states(pool, seqs);
   Batch batch;
@@ -135,24 +151,23 @@ void run_call(const Case& c, Layer& L, Pool& pool, const std::vector<Seq>& seqs,
   d_out.poison();
   const cuda::RecurrentStates st{pool.device.get(), pool.slot_stride, pool.layer_offset, d_slots.get()};
   launch_call(graph, [&](cudaStream_t stream, bool programmatic) {
-    cuda::mamba2_mix<T>(L.shape, L.device(), st, d_qs.get(), d_pos.get(), r.num_seqs, tokens, d_proj.get(),
-                        d_out.get(), stream, programmatic);
+    cuda::mamba2_mix<T>(L.shape, L.device(), st, d_qs.get(), d_pos.get(), r.num_seqs, tokens, d_proj.get(), d_out.get(),
+                        stream, programmatic);
   });
 
   const std::string what = call_name<T>(c.name, label, seqs, extra_rows);
   check_out(kCheck, what, want, d_out, I);
-  check_states(kCheck, what, pool, before, states.written, m.conv_dim() * (m.conv_kernel - 1), kStateLimit,
-               kStateLimit);
+  return check_states(kCheck, what, pool, before, states.written, m.conv_dim() * (m.conv_kernel - 1), kStateLimit,
+                      state_limit);
 }
 
 template <typename T>
 void check_case(const Case& c, uint64_t seed) {
   Layer L(c, seed);
   Pool pool(L.spec.state_values(), seed + 10);
-  mixed_calls(seed, [&](const std::vector<Seq>& seqs, int32_t extra_rows, uint64_t call_seed, bool graph,
-                        const std::string& label) {
-    run_call<T>(c, L, pool, seqs, extra_rows, call_seed, graph, label);
-  });
+  mixed_calls(seed,
+              [&](const std::vector<Seq>& seqs, int32_t extra_rows, uint64_t call_seed, bool graph,
+                  const std::string& label) { run_call<T>(c, L, pool, seqs, extra_rows, call_seed, graph, label); });
 }
 
 // Long prefills beside a decode and a padding sequence, then continued by a second prefill
@@ -165,21 +180,95 @@ void check_long(const Case& c, uint64_t seed) {
   run_call<T>(c, L, pool, {{0, 70, 40}, {2, 33, 1}, {1, 1, 17}}, 2, seed + 30, true, "long 2 graph");
 }
 
-// The bytes a decode call of B sequences (one row each, continuing their states) must
-// move in this design: per sequence the state matrices H hd N 4 and the conv state
-// C (K-1) 4, read and written; proj's x|B|C C 4 read and written by the conv, then x
-// inner 4, the group's B and C 2 G N 4 and dt H 4 read and y inner 4 written by the state
-// update; y and z 2 inner 4 read and out inner 2 written by the norm. Per call the conv
-// weights C K 4 and bias C 4, A, D and dt_bias 3 H 4, the norm weight inner 4.
-DecodeBytes decode_bytes(const ModelSpec::Mamba2& m, int64_t B) {
+// Sets the chunked form's row threshold for a scope.
+struct ChunkMinRows {
+  int32_t old;
+  explicit ChunkMinRows(int32_t rows) : old(cuda::mamba2_set_chunk_min_rows(rows)) {}
+  ~ChunkMinRows() { cuda::mamba2_set_chunk_min_rows(old); }
+};
+
+// The chunked SSD scan (32-row chunks): long prefills of 300 (9 chunks and a partial
+// one), 31, 32, 33 and 101 rows beside decodes, a two-row prefill and padding in one call,
+// from position 0 (dirty slots) and with strong and weak decays (run_call), then
+// continued by a second call, a captured graph (chunks of 70, 33, 64, 16 rows from
+// non-zero positions); then the same two calls from the same pool with every sequence
+// forced onto the recurrence. Both runs are checked against cpu::mamba2; between them, the
+// state matrices of slots that saw a sequence of >= 16 rows differ (the chunked form ran:
+// it sums in another order) and those of slots that saw only shorter ones are
+// bit-identical (the recurrence ran in both). Then a call with the threshold at 1: one-
+// and three-row sequences through the chunked form; last, a call with room for a single
+// long sequence (the chunked kernel's grid has one sequence row) that comes last.
+// strong_a: head 0's A is -40 (a decay of exp(-40 dt) a row).
+template <typename T>
+void check_chunked(const Case& c, uint64_t seed, bool strong_a = false) {
+  Layer L(c, seed);
+  if (strong_a) {
+    L.cpu_w.neg_exp_a[0] = -40.0f;
+    L.neg_exp_a = DeviceArray<float>(L.cpu_w.neg_exp_a);
+  }
+  const std::vector<Seq> first = {{0, 0, 300}, {1, 0, 1},   {2, 0, 31}, {3, 0, 32},
+                                  {4, 0, 33},  {-1, 0, 40}, {5, 0, 2},  {7, 0, 101}};
+  const std::vector<Seq> second = {{0, 300, 70}, {1, 1, 1},  {2, 31, 33}, {3, 32, 1},
+                                   {4, 33, 16},  {5, 2, 64}, {6, 0, 15},  {7, 101, 1}};
+  const std::vector<bool> long_slot = {true, false, true, true, true, true, false, true};
+  const std::string name = strong_a ? c.name + " A=-40" : c.name;
+  const Case named{name,          c.num_heads, c.head_dim, c.n_groups, c.state_size,
+                   c.conv_kernel, c.conv_bias, c.dt_min,   c.dt_max};
+  Pool chunked(L.spec.state_values(), seed + 10), recurrent(L.spec.state_values(), seed + 10);
+  run_call<T>(named, L, chunked, first, 0, seed + 20, false, "chunked 1", kLongStateLimit);
+  const std::vector<float> got =
+      run_call<T>(named, L, chunked, second, 2, seed + 30, true, "chunked 2 graph", kLongStateLimit);
+  std::vector<float> forced;
+  {
+    const ChunkMinRows all_recurrent(INT32_MAX);
+    run_call<T>(named, L, recurrent, first, 0, seed + 20, false, "chunked 1 forced recurrent", kLongStateLimit);
+    forced =
+        run_call<T>(named, L, recurrent, second, 2, seed + 30, true, "chunked 2 forced recurrent", kLongStateLimit);
+  }
+  const int64_t conv_values = L.spec.conv_dim() * (L.spec.conv_kernel - 1), sv = L.spec.state_values();
+  std::string differ, same;
+  bool ok_differ = true, ok_same = true;
+  for (int32_t slot = 0; slot < chunked.num_slots; ++slot) {
+    int64_t n = 0;
+    for (int64_t i = conv_values; i < sv; ++i) {
+      const size_t at = size_t(slot * chunked.slot_stride + chunked.layer_offset + i);
+      n += std::memcmp(&got[at], &forced[at], sizeof(float)) != 0;
+    }
+    std::string& list = long_slot[size_t(slot)] ? differ : same;
+    list += (list.empty() ? "" : " ") + std::to_string(slot) + ":" + std::to_string(n);
+    (long_slot[size_t(slot)] ? ok_differ : ok_same) &= long_slot[size_t(slot)] ? n > 0 : n == 0;
+  }
+  const std::string what = name + " " + half_name<T>() + " dispatch vs forced recurrence";
+  row(kCheck, what + ": >= 16-row slots' matrices differ (slot:floats)", differ, "> 0 each", ok_differ);
+  row(kCheck, what + ": shorter-row slots' bit-identical (slot:floats)", same, "0 each", ok_same);
+
+  {
+    const ChunkMinRows all_chunked(1);
+    run_call<T>(named, L, chunked, {{1, 2, 1}, {3, 33, 1}, {-1, 0, 1}, {6, 15, 3}, {0, 370, 1}}, 1, seed + 40, false,
+                "threshold 1", kLongStateLimit);
+  }
+  // 20 rows: room for one long sequence, the last, behind short and padding ones.
+  run_call<T>(named, L, chunked, {{6, 18, 1}, {-1, 0, 1}, {1, 3, 1}, {7, 102, 17}}, 0, seed + 50, false,
+              "one long last", kLongStateLimit);
+}
+
+// The bytes a call of B sequences of `rows` rows each (continuing their states) must move
+// in this design: per sequence the state matrices H hd N 4 and the conv state C (K-1) 4,
+// read and written once, whatever the rows; per row proj's x|B|C C 4 read and written by
+// the conv, then x inner 4, the group's B and C 2 G N 4 and dt H 4 read and y inner 4
+// written by the state update; y and z 2 inner 4 read and out inner 2 written by the
+// norm. Per call the conv weights C K 4 and bias C 4, A, D and dt_bias 3 H 4, the norm
+// weight inner 4.
+DecodeBytes call_bytes(const ModelSpec::Mamba2& m, int64_t B, int64_t rows) {
   const double C = double(m.conv_dim()), I = double(m.inner()), H = double(m.num_heads), K = double(m.conv_kernel),
-               GN = double(m.n_groups) * double(m.state_size);
+               GN = double(m.n_groups) * double(m.state_size), T = double(rows);
   const double matrices = H * double(m.head_dim) * double(m.state_size);
-  const double per_seq_read = 4.0 * (matrices + C * (K - 1) + C + I + 2 * GN + H + 2 * I);
+  const double per_seq_read = 4.0 * (matrices + C * (K - 1)) + T * 4.0 * (C + I + 2 * GN + H + 2 * I);
   const double per_call_read = 4.0 * (C * K + (m.conv_bias ? C : 0.0) + 3 * H + I);
-  const double per_seq_written = 4.0 * (matrices + C * (K - 1) + C + I) + 2.0 * I;
+  const double per_seq_written = 4.0 * (matrices + C * (K - 1)) + T * (4.0 * (C + I) + 2.0 * I);
   return {double(B) * per_seq_read + per_call_read, double(B) * per_seq_written};
 }
+DecodeBytes decode_bytes(const ModelSpec::Mamba2& m, int64_t B) { return call_bytes(m, B, 1); }
 
 #if SPARK_CUDA_EMU
 // The bytes one decode call reads, as the emulator counts them (state, proj's x|B|C and y
@@ -191,7 +280,8 @@ void check_decode_bytes(const Case& c, int64_t B) {
   const int64_t P = m.in_proj_rows(), I = m.inner(), sv = m.state_values();
   const int64_t matrices = int64_t(m.num_heads) * m.head_dim * m.state_size;
   // A permutation: every slot once.
-  const Rows r = decode_rows(B, [B](int64_t s) { return (s * 3 + 1) % B; }, 7, 13);
+  const Rows r = decode_rows(
+      B, [B](int64_t s) { return (s * 3 + 1) % B; }, 7, 13);
   DeviceArray<float> states(random_floats(size_t(B * sv), 902));
   DeviceArray<int32_t> d_slots(r.slots), d_qs(r.query_start), d_pos(r.positions);
   DeviceArray<float> proj(random_floats(size_t(B * P), 903));
@@ -203,6 +293,36 @@ void check_decode_bytes(const Case& c, int64_t B) {
   const double reads = double(::emu::global_reads_end().total());
   const std::string what = "bytes decode b" + std::to_string(B) + " " + c.name + " bf16";
   decode_bytes_rows(kCheck, what, reads, decode_bytes(m, B), 2.0 * double(B) * 4.0 * double(matrices));
+}
+
+// The bytes a prefill call of B sequences of `rows` rows each (the chunked form, continuing
+// their states) reads, as the emulator counts them, against call_bytes: each state element
+// read once for the whole prefill, not once a row or a chunk (a second read of the state
+// matrices is 2 MiB of 26 at Nemotron-3-Nano's shape and 300 rows, past the 1% margin).
+void check_prefill_bytes(const Case& c, int64_t B, int32_t rows) {
+  Layer L(c, 905, false);
+  const ModelSpec::Mamba2& m = L.spec;
+  const int64_t P = m.in_proj_rows(), I = m.inner(), sv = m.state_values();
+  const int64_t matrices = int64_t(m.num_heads) * m.head_dim * m.state_size;
+  Rows r;
+  for (int64_t s = 0; s < B; ++s) {
+    r.slots.push_back(int32_t(B - 1 - s));
+    r.query_start.push_back(r.query_start.back() + rows);
+    for (int32_t i = 0; i < rows; ++i) r.positions.push_back(int32_t(9 + 5 * s + i));
+  }
+  r.seq_rows = r.tokens = r.query_start.back();
+  r.num_seqs = int32_t(B);
+  DeviceArray<float> states(random_floats(size_t(B * sv), 906, -0.1f, 0.1f));
+  DeviceArray<int32_t> d_slots(r.slots), d_qs(r.query_start), d_pos(r.positions);
+  DeviceArray<float> proj(random_floats(size_t(r.tokens * P), 907));
+  DeviceArray<bf16> out(size_t(r.tokens * I));
+  ::emu::global_reads_begin();
+  cuda::mamba2_mix<bf16>(L.shape, L.device(), {states.get(), sv, 0, d_slots.get()}, d_qs.get(), d_pos.get(), int32_t(B),
+                         r.tokens, proj.get(), out.get(), nullptr);
+  sync();
+  const double reads = double(::emu::global_reads_end().total());
+  const std::string what = "bytes prefill " + std::to_string(B) + "x" + std::to_string(rows) + " " + c.name + " bf16";
+  decode_bytes_rows(kCheck, what, reads, call_bytes(m, B, rows), 2.0 * double(B) * 4.0 * double(matrices));
 }
 #endif
 
@@ -218,7 +338,8 @@ void bench_decode() {
   for (int64_t B : {1, 4, 16, 64}) {
     const DecodeBytes bytes = decode_bytes(m, B);
     const int copies = bench_copies(B, sv);
-    const Rows r = decode_rows(B, [](int64_t s) { return s; }, 100, 1);
+    const Rows r = decode_rows(
+        B, [](int64_t s) { return s; }, 100, 1);
     DeviceArray<float> states(random_floats(size_t(B * copies * sv), 951, -0.1f, 0.1f));
     DeviceArray<int32_t> d_slots(r.slots), d_qs(r.query_start), d_pos(r.positions);
     DeviceArray<float> proj(random_floats(size_t(B * P), 952));
@@ -254,7 +375,32 @@ void run() {
     run_part(kCheck, "long " + cases[i].name + " bf16", [&] { check_long<bf16>(cases[i], seed); });
     seed += 100;
   }
+  // name, heads, head_dim, groups, state, conv_kernel, conv bias, dt_min, dt_max
+  const std::vector<Case> chunk_cases = {
+      {"2h hd8 g1 N16 k4", 2, 8, 1, 16, 4, true, 1e-3, 0.0},
+      {"6h hd24 g3 N40 k3 dt-clamped", 6, 24, 3, 40, 3, true, 0.3, 1.5},
+      {"3h hd5 g1 N200 k1", 3, 5, 1, 200, 1, true, 0.0, 0.0},
+      {"4h hd40 g2 N256 k4", 4, 40, 2, 256, 4, true, 1e-3, 0.0},
+      {"2h hd64 g2 N128 k2", 2, 64, 2, 128, 2, false, 1e-3, 0.0},
+  };
+  for (const Case& c : chunk_cases) {
+    run_part(kCheck, "chunked " + c.name + " bf16", [&] { check_chunked<bf16>(c, seed); });
+    seed += 100;
+  }
+  run_part(kCheck, "chunked " + chunk_cases[1].name + " f16", [&] { check_chunked<f16>(chunk_cases[1], seed); });
+  run_part(kCheck, "chunked " + chunk_cases[4].name + " A=-40 f16",
+           [&] { check_chunked<f16>(chunk_cases[4], seed + 100, true); });
+  run_part(kCheck, "chunked " + chunk_cases[3].name + " A=-40 bf16",
+           [&] { check_chunked<bf16>(chunk_cases[3], seed + 200, true); });
+  seed += 300;
+  run_part(kCheck, "long " + cases[5].name + " bf16", [&] { check_long<bf16>(cases[5], seed); });
 #if SPARK_CUDA_EMU
+  run_part(kCheck, "bytes prefill 4h hd64 N128", [] {
+    check_prefill_bytes({"4h hd64 g2 N128", 4, 64, 2, 128, 4, true, 1e-3, 0.0}, 2, 300);
+  });
+  run_part(kCheck, "bytes prefill Nemotron-3-Nano", [] {
+    check_prefill_bytes({"64h hd64 g8 N128 (Nemotron-3-Nano)", 64, 64, 8, 128, 4, true, 1e-3, 0.0}, 1, 300);
+  });
   run_part(kCheck, "bytes decode 4h hd64 N128", [] {
     check_decode_bytes({"4h hd64 g2 N128", 4, 64, 2, 128, 4, true, 1e-3, 0.0}, 4);
   });

@@ -1,5 +1,6 @@
-// mamba2.cu — the Mamba-2 token mixer (mamba2.h) in three kernels: the causal conv1d with
-// bias + SiLU over x|B|C, the selective state update token by token, the grouped gated
+// mamba2.cu — the Mamba-2 token mixer (mamba2.h) in four kernels: the causal conv1d with
+// bias + SiLU over x|B|C, the selective state update token by token for short sequences
+// (decode, speculative verification) and in chunks for long ones, the grouped gated
 // RMSNorm.
 //
 // Decode is the case to be fast, and it is bound by the recurrent state: at
@@ -19,12 +20,26 @@
 // sequence's rows, and its fetch is issued before the kernel waits for the conv
 // (ssm_kernel).
 //
-// A prefill runs the same recurrence: N rows of one sequence are N dependent steps of a
-// warp reduction each per state row. The next step is the chunked SSD scan for long
-// sequences (as delta_net's chunked form): within a chunk of C rows, with the cumulative
-// log-decays L, y = (C B^T o exp(L_i - L_j)) (dt x) + exp(L) C S_0 as C x C and C x N
-// products (tensor cores), and the state carried between chunks.
+// A prefill chunk is the other way round. N rows of one sequence move the state once (the
+// prefill byte rows: 26332 KiB read for 300 rows, the formula's to 0.01%) but 80 KiB of
+// proj a row, and the recurrence runs them as N dependent steps, each a round
+// trip for the row's x, B, C and dt and 4 warp sums a warp. Sequences with at least
+// kChunkMinRows rows in the call take the chunked SSD scan (ssd_chunk_kernel): with L_t
+// the cumulative log-decay within a chunk of C = 32 rows and S_0 the state before it,
+//   y_t = sum_{s<=t} exp(L_t - L_s) (C_t . B_s) dt_s x_s + exp(L_t) S_0 C_t + D x_t
+//   S_C = exp(L_C) S_0 + sum_s exp(L_C - L_s) dt_s x_s B_s^T
+// so the chunk's loads are issued at once and its products are independent FMAs, 3
+// barriers a chunk. Its f32 arithmetic a row and head at that shape, a block taking 32
+// of the head's 64 channels:
+//   C_t . B_s, each of the 2 blocks all 32 pairs of the row     2 x 32 N   = 8 K FMA
+//   S_0 C_t                                                      hd N       = 8 K FMA
+//   the chunk's own rows, sum_s M_ts x_s                         ~C/2 hd    = 1 K FMA
+//   the state's update                                           hd N       = 8 K FMA
+// ~25 K FMA against the recurrence's ~25 K flops (decay, rank-1 update, S C: 3 hd N):
+// the same arithmetic, traded for latency (no dependent step a row). Tensor cores for
+// the C x N by N x C and N x C by C x 32 products are the next step.
 #include <algorithm>
+#include <atomic>
 
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/mamba2.h"
@@ -41,6 +56,23 @@ constexpr int kSsmRowsPerWarp = 4;  // state rows (head channels) a warp holds
 constexpr int kSsmRowsPerBlock = kSsmWarps * kSsmRowsPerWarp;
 constexpr int kNormThreads = 128;
 constexpr int kNormValuesPerThread = kMamba2MaxGroupSize / kNormThreads;
+constexpr int kChunkWarps = 8;
+constexpr int kChunk = 32;                // rows a chunk: a lane per row s in the C_t . B_s products
+constexpr int kChunkSlice = 32;           // head channels (state rows) a block: a lane per channel
+constexpr int kChunkStride = kChunk + 1;  // shared rows of 33 floats: no bank conflicts across rows
+constexpr int kChunkRowsPerWarp = kChunk / kChunkWarps;
+// A sequence with at least this many rows in a call takes the chunked form; decode and
+// short verification steps keep the recurrence. A guess without GPU timings, delta_net's:
+// at 16 rows the chunk's 3 barriers replace 16 dependent steps.
+constexpr int32_t kChunkMinRows = 16;
+std::atomic<int32_t> g_chunk_min_rows{kChunkMinRows};
+
+// ssd_chunk_kernel's dynamic shared memory for state_size N: L (doubles), then dt_s,
+// rest_s, x_s, m_s, b_s, s_s.
+size_t chunk_smem_bytes(int32_t N) {
+  return sizeof(double) * kChunk +
+         sizeof(float) * (2 * size_t(kChunk) + 2 * size_t(kChunk) * kChunkStride + 2 * size_t(N) * kChunkStride);
+}
 
 struct SsmArgs {
   float* proj;  // conv output in its x|B|C columns; y written over x
@@ -53,8 +85,17 @@ struct SsmArgs {
   int64_t row_stride;         // proj's: inner + conv_dim + num_heads
   int64_t conv_state_values;  // floats before the matrices in a layer's state
   int32_t num_heads, head_dim, n_groups, state_size;
+  int32_t num_seqs;
+  int32_t chunk_min_rows;  // sequences with at least this many rows take ssd_chunk_kernel
   float dt_min, dt_max;
 };
+
+// dt = clamp(softplus(dt_raw + dt_bias)), as cpu::mamba2 has it.
+__device__ __forceinline__ float clamped_dt(float raw, float dt_bias, const SsmArgs& p) {
+  float dt = fmaxf(softplus(raw + dt_bias), p.dt_min);
+  if (p.dt_max > 0.0f) dt = fminf(dt, p.dt_max);
+  return dt;
+}
 
 // The selective state update, per head and row of the sequence:
 //   dt = clamp(softplus(dt_raw + dt_bias));  S = S exp(dt A) + dt x B^T;  y = S C + D x
@@ -76,7 +117,8 @@ __global__ void __launch_bounds__(32 * kSsmWarps) ssm_kernel(SsmArgs p) {
   const int N = p.state_size;
 
   const int32_t r0 = __ldg(p.query_start + seq), r1 = __ldg(p.query_start + seq + 1);
-  float* const state = layer_state(p.st, seq, p.query_start);
+  // Long sequences are ssd_chunk_kernel's: their states are not read here.
+  float* const state = r1 - r0 < p.chunk_min_rows ? layer_state(p.st, seq, p.query_start) : nullptr;
   float* const matrix = state ? state + p.conv_state_values + int64_t(h) * p.head_dim * N : nullptr;
   const bool load = state && __ldg(p.positions + r0) != 0;  // position 0: a zero state
   float m[kSsmRowsPerWarp][NJ];
@@ -99,9 +141,7 @@ __global__ void __launch_bounds__(32 * kSsmWarps) ssm_kernel(SsmArgs p) {
   const bool has_x = lane < kSsmRowsPerWarp && row0 + lane < p.head_dim;
   for (int64_t r = r0; r < r1; ++r) {
     float* row = p.proj + r * p.row_stride;
-    float dt = softplus(__ldg(row + dt_col) + dt_bias);
-    dt = fmaxf(dt, p.dt_min);
-    if (p.dt_max > 0.0f) dt = fminf(dt, p.dt_max);
+    const float dt = clamped_dt(__ldg(row + dt_col), dt_bias, p);
     const float decay = expf(dt * neg_exp_a);
     float b[NJ], c[NJ];
 #pragma unroll
@@ -134,6 +174,147 @@ __global__ void __launch_bounds__(32 * kSsmWarps) ssm_kernel(SsmArgs p) {
       const int row = row0 + i, n = lane + 32 * j;
       if (row < p.head_dim && n < N) __stcs(matrix + int64_t(row) * N + n, m[i][j]);
     }
+}
+
+// The chunked form of the same update, for sequences with many rows this step (prefill
+// chunks). Within a chunk of n <= C rows, with a_t = dt_t A the row's log-decay, L_t =
+// a_1 + .. + a_t and S_0 the state before the chunk, unrolling the recurrence gives
+//   S_t = exp(L_t) S_0 + sum_{s<=t} exp(L_t - L_s) dt_s x_s B_s^T
+//   y_t = S_t C_t + D x_t = exp(L_t) S_0 C_t + sum_{s<=t} M_ts x_s + D x_t,
+//   M_ts = exp(L_t - L_s) (C_t . B_s) dt_s.
+// Only exponents with s <= t occur: each is <= 0, so nothing overflows. L is summed in
+// double, as delta_chunk_kernel's G: with strong decays (dt past softplus's threshold, |A|
+// of a few) |L| reaches thousands within a chunk, where a float's L_t - L_s would lose the
+// digits that matter.
+// Rows of S (head channels p) are independent given dt, B, C: a block takes kChunkSlice
+// channels of one head of one long sequence and walks its chunks in order, with its rows
+// of the state in shared memory (read once, written once). Lane p owns channel p, lane s
+// row s of the chunk; per chunk:
+//   1. x (the block's channels) and B into shared memory, column-major; warp 0: dt, L's
+//      prefix sum and exp(L_n - L_s) dt_s;
+//   2. warp w takes rows t = w, w + 8, .. : C_t . B_s (lane s) and S_0 C_t (lane p) in one
+//      pass over the state columns, C_t read from proj (the same address for the warp);
+//      M_ts into m_s, then y_t over x in proj (x is in x_s already);
+//   3. the state's update in place, a thread its channel of the columns n = w, w + 8, ..
+//      (the rows' weighted x in registers).
+// The C_t . B_s products are recomputed by each of a head's head_dim / 32 blocks; f32
+// FMAs, a first version. Shared memory: chunk_smem_bytes, 42 KiB at N = 128 (two blocks an
+// SM on sm_121's 100 KiB) and 75 KiB at N = 256, within sm_121's opt-in 99 KiB.
+__global__ void __launch_bounds__(32 * kChunkWarps, 2) ssd_chunk_kernel(SsmArgs p) {
+  extern __shared__ double chunk_smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int h = blockIdx.y, p0 = blockIdx.x * kChunkSlice;
+  const int N = p.state_size, rows = min(kChunkSlice, p.head_dim - p0);  // the block's channels
+  // Block z takes the batch's z-th sequence of at least chunk_min_rows rows (-1: none).
+  // The grid has only num_tokens / chunk_min_rows of them, so that a decode batch of many
+  // sequences launches few blocks here.
+  int seq = -1;
+  for (int s = 0, found = 0; s < p.num_seqs; ++s)
+    if (__ldg(p.query_start + s + 1) - __ldg(p.query_start + s) >= p.chunk_min_rows && found++ == int(blockIdx.z)) {
+      seq = s;
+      break;
+    }
+  double* const L_s = chunk_smem;                              // [C]
+  float* const dt_s = reinterpret_cast<float*>(L_s + kChunk);  // [C]
+  float* const rest_s = dt_s + kChunk;                         // [C]: exp(L_n - L_s) dt_s
+  float* const x_s = rest_s + kChunk;                          // [C][33]: x_s[p] at [s][p]
+  float* const m_s = x_s + kChunk * kChunkStride;              // [C][33]: M_ts at [t][s]
+  float* const b_s = m_s + kChunk * kChunkStride;              // [N][33]: B_s[n] at [n][s]
+  float* const s_s = b_s + N * kChunkStride;                   // [N][33]: S[p][n] at [n][p]
+
+  const int32_t r0 = seq < 0 ? 0 : __ldg(p.query_start + seq), r1 = seq < 0 ? 0 : __ldg(p.query_start + seq + 1);
+  float* const state = seq < 0 ? nullptr : layer_state(p.st, seq, p.query_start);
+  // The block's rows of the head's matrix: rows x N floats in a row.
+  float* const slice = state ? state + p.conv_state_values + (int64_t(h) * p.head_dim + p0) * N : nullptr;
+  const bool load = state && __ldg(p.positions + r0) != 0;  // position 0: a zero state
+  for (int i = threadIdx.x; i < kChunkSlice * N; i += blockDim.x) {
+    const int row = i / N, n = i - row * N;
+    s_s[n * kChunkStride + row] = load && row < rows ? load_once(slice + i) : 0.0f;
+  }
+  wait_then_allow_next_kernel();
+  if (!state) return;  // uniform over the block
+
+  const int g = h / (p.num_heads / p.n_groups);
+  const int64_t inner = int64_t(p.num_heads) * p.head_dim;
+  const int64_t x_col = inner + int64_t(h) * p.head_dim + p0;  // the block's channels' x (then y)
+  const int64_t b_col = 2 * inner + int64_t(g) * N, c_col = b_col + int64_t(p.n_groups) * N;
+  const int64_t dt_col = 2 * inner + 2 * int64_t(p.n_groups) * N + h;
+  const float neg_exp_a = __ldg(p.neg_exp_a + h), d_skip = __ldg(p.d + h), dt_bias = __ldg(p.dt_bias + h);
+  for (int64_t base = r0; base < r1; base += kChunk) {
+    const int n_rows = int(r1 - base < kChunk ? r1 - base : kChunk);
+    for (int i = threadIdx.x; i < kChunk * kChunkSlice; i += blockDim.x) {
+      const int s = i / kChunkSlice, c = i % kChunkSlice;
+      x_s[s * kChunkStride + c] =
+          s < n_rows && c < rows ? load_once(p.proj + (base + s) * p.row_stride + x_col + c) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < kChunk * N; i += blockDim.x) {
+      const int s = i / N, n = i - s * N;
+      b_s[n * kChunkStride + s] = s < n_rows ? __ldg(p.proj + (base + s) * p.row_stride + b_col + n) : 0.0f;
+    }
+    if (warp == 0) {
+      const float dt =
+          lane < n_rows ? clamped_dt(__ldg(p.proj + (base + lane) * p.row_stride + dt_col), dt_bias, p) : 0.0f;
+      dt_s[lane] = dt;
+      L_s[lane] = double(dt * neg_exp_a);  // rows past n_rows add 0
+      __syncwarp();
+      if (lane == 0)
+        for (int t = 1; t < kChunk; ++t) L_s[t] += L_s[t - 1];
+      __syncwarp();
+      rest_s[lane] = lane < n_rows ? expf(float(L_s[n_rows - 1] - L_s[lane])) * dt : 0.0f;
+    }
+    __syncthreads();
+
+    float cb[kChunkRowsPerWarp], sc[kChunkRowsPerWarp];
+    if (warp < n_rows) {                      // uniform over the warp
+      const float* c_row[kChunkRowsPerWarp];  // rows t past the chunk read its last row, unused
+#pragma unroll
+      for (int k = 0; k < kChunkRowsPerWarp; ++k) {
+        cb[k] = sc[k] = 0.0f;
+        c_row[k] = p.proj + (base + min(warp + k * kChunkWarps, n_rows - 1)) * p.row_stride + c_col;
+      }
+      for (int n = 0; n < N; ++n) {
+        const float b = b_s[n * kChunkStride + lane], sv = s_s[n * kChunkStride + lane];
+#pragma unroll
+        for (int k = 0; k < kChunkRowsPerWarp; ++k) {
+          const float c = __ldg(c_row[k] + n);
+          cb[k] += c * b;
+          sc[k] += c * sv;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kChunkRowsPerWarp; ++k) {
+        const int t = warp + k * kChunkWarps;
+        if (t < n_rows)
+          m_s[t * kChunkStride + lane] = lane <= t ? cb[k] * expf(float(L_s[t] - L_s[lane])) * dt_s[lane] : 0.0f;
+      }
+      __syncwarp();  // a warp reads only its own rows of m_s
+#pragma unroll
+      for (int k = 0; k < kChunkRowsPerWarp; ++k) {
+        const int t = warp + k * kChunkWarps;
+        if (t >= n_rows) break;
+        float y = expf(float(L_s[t])) * sc[k] + d_skip * x_s[t * kChunkStride + lane];
+        for (int s = 0; s <= t; ++s) y += m_s[t * kChunkStride + s] * x_s[s * kChunkStride + lane];
+        if (lane < rows) p.proj[(base + t) * p.row_stride + x_col + lane] = y;
+      }
+    }
+    __syncthreads();  // every read of S_0 is done
+
+    const float decay_all = expf(float(L_s[n_rows - 1]));
+    float wx[kChunk];  // exp(L_n - L_s) dt_s x_s[p], zero past the chunk's rows
+#pragma unroll
+    for (int s = 0; s < kChunk; ++s) wx[s] = rest_s[s] * x_s[s * kChunkStride + lane];
+    for (int n = warp; n < N; n += kChunkWarps) {
+      float acc = decay_all * s_s[n * kChunkStride + lane];
+#pragma unroll
+      for (int s = 0; s < kChunk; ++s) acc += wx[s] * b_s[n * kChunkStride + s];
+      s_s[n * kChunkStride + lane] = acc;
+    }
+    __syncthreads();  // the next chunk overwrites x_s, b_s, L_s, m_s
+  }
+  for (int i = threadIdx.x; i < rows * N; i += blockDim.x) {
+    const int row = i / N, n = i - row * N;
+    __stcs(slice + i, s_s[n * kChunkStride + row]);
+  }
 }
 
 // The grouped gated RMSNorm, a block per (row, group): g = y * silu(z), out =
@@ -205,8 +386,8 @@ void mamba2_mix(const Mamba2Shape& m, const Mamba2LayerWeights& w, const Recurre
 
   const int64_t row_stride = m.in_proj_rows();
   if (num_seqs > 0) {
-    recurrent::conv_silu(proj, row_stride, m.inner(), int32_t(m.conv_dim()), w.conv, w.conv_bias, m.conv_kernel,
-                         states, query_start, positions, num_seqs, stream, programmatic);
+    recurrent::conv_silu(proj, row_stride, m.inner(), int32_t(m.conv_dim()), w.conv, w.conv_bias, m.conv_kernel, states,
+                         query_start, positions, num_seqs, stream, programmatic);
 
     SsmArgs args;
     args.proj = proj;
@@ -222,6 +403,8 @@ void mamba2_mix(const Mamba2Shape& m, const Mamba2LayerWeights& w, const Recurre
     args.head_dim = m.head_dim;
     args.n_groups = m.n_groups;
     args.state_size = m.state_size;
+    args.num_seqs = num_seqs;
+    args.chunk_min_rows = g_chunk_min_rows.load();
     args.dt_min = m.dt_min;
     args.dt_max = m.dt_max;
     const dim3 grid(unsigned(ceil_div(m.head_dim, kSsmRowsPerBlock)), unsigned(m.num_heads), unsigned(num_seqs));
@@ -236,6 +419,16 @@ void mamba2_mix(const Mamba2Shape& m, const Mamba2LayerWeights& w, const Recurre
       launch_kernel("ssm_kernel", programmatic, ssm_kernel<4>, grid, block, 0, stream, args);
     else
       launch_kernel("ssm_kernel", programmatic, ssm_kernel<8>, grid, block, 0, stream, args);
+    // At most num_tokens / chunk_min_rows sequences can be long: a block row (z) for each,
+    // none at all for a batch of fewer rows.
+    const int32_t long_seqs = std::min(num_seqs, num_tokens / args.chunk_min_rows);
+    if (long_seqs > 0) {
+      const size_t smem = chunk_smem_bytes(m.state_size);
+      CUDA_CHECK(cudaFuncSetAttribute(ssd_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      launch_kernel("ssd_chunk_kernel", programmatic, ssd_chunk_kernel,
+                    dim3(unsigned(ceil_div(m.head_dim, kChunkSlice)), unsigned(m.num_heads), unsigned(long_seqs)),
+                    dim3(32 * kChunkWarps), smem, stream, args);
+    }
   }
 
   const int64_t blocks = int64_t(num_tokens) * m.n_groups;
@@ -244,6 +437,8 @@ void mamba2_mix(const Mamba2Shape& m, const Mamba2LayerWeights& w, const Recurre
                 stream, proj, w.norm, states.slots, query_start, num_seqs, num_tokens, m.n_groups,
                 int32_t(m.inner() / m.n_groups), row_stride, m.eps, out);
 }
+
+int32_t mamba2_set_chunk_min_rows(int32_t rows) { return g_chunk_min_rows.exchange(rows < 1 ? 1 : rows); }
 
 template void mamba2_mix<bf16>(const Mamba2Shape&, const Mamba2LayerWeights&, const RecurrentStates&, const int32_t*,
                                const int32_t*, int32_t, int32_t, float*, bf16*, cudaStream_t, bool);

@@ -62,4 +62,9 @@ void mamba2_mix(const Mamba2Shape& shape, const Mamba2LayerWeights& w, const Rec
                 const int32_t* query_start, const int32_t* positions, int32_t num_seqs, int32_t num_tokens, float* proj,
                 T* out, cudaStream_t stream, bool programmatic = false);
 
+// Sequences with at least `rows` rows in a call take the chunked SSD scan, shorter ones
+// the token-by-token recurrence (default 16). For checks that force one path;
+// process-wide, read at each mamba2_mix call. Returns the previous value.
+int32_t mamba2_set_chunk_min_rows(int32_t rows);
+
 }  // namespace spark::cuda

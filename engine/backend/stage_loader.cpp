@@ -112,9 +112,6 @@ StagePlan plan_stage(const Config& config) {
       }
       if (config.peer.enabled)
         throw InputError(what + " is Gemma 4's assistant, which reads the model's last layers: it runs without [peer]");
-      if (p.backend != "cpu")
-        throw InputError(what + " is Gemma 4's assistant, which the " + p.backend +
-                         " backend does not run yet (engine.backend = \"cpu\" does)");
     }
     add_draft_footprint(config, *p.draft, p.backend, footprint);
   }

@@ -99,4 +99,20 @@ std::vector<const Tensor*> all_tensors(const StageWeights& stage) {
   return out;
 }
 
+std::vector<int32_t> read_token_ordering(const Tensor& t, int64_t vocab) {
+  SPARK_CHECK(t.numel() == vocab, "TOKEN_ORDERING is bound with the vocabulary's shape");
+  if (t.dtype != DType::I64)
+    throw InputError("tensor " + t.name + " has dtype " + std::string(dtype_name(t.dtype)) + ", not I64 (token ids)");
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::vector<uint8_t> seen(static_cast<size_t>(vocab), 0);
+  const auto* ids = static_cast<const int64_t*>(t.data);
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab || seen[size_t(ids[i])]++)
+      throw InputError("tensor " + t.name + " must list every token id below " + std::to_string(vocab) +
+                       " once; entry " + std::to_string(i) + " is " + std::to_string(ids[i]));
+    order[size_t(i)] = static_cast<int32_t>(ids[i]);
+  }
+  return order;
+}
+
 }  // namespace spark

@@ -65,4 +65,7 @@ StageWeights bind_stage(const ModelSpec& spec, const Weights& weights);
 // backend makes of all of them (dtypes it can read).
 std::vector<const Tensor*> all_tensors(const StageWeights& stage);
 
+// TOKEN_ORDERING's token ids (I64), each below `vocab` and each once; InputError otherwise.
+std::vector<int32_t> read_token_ordering(const Tensor& t, int64_t vocab);
+
 }  // namespace spark

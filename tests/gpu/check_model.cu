@@ -916,6 +916,101 @@ void mtp_head_parity(const std::string& dir, const std::string& model) {
   }
 }
 
+// Gemma 4's assistant (tests/gen/gen_gemma4_assistant.py) beside the tiny Gemma 4: each
+// case's prompt is run by the model, then three drafts at the position after it, each a
+// row over the model's K and V (its last sliding layer's last window - 1 tokens and its
+// last full layer's), the first reading the model's final hidden state and each later one
+// the draft before's (ASSIST_OUT), logits over the 4 best of 16 clusters only. The CUDA
+// pair (model and assistant, BF16-rounded matrices) against the CPU pair given the same
+// matrices, and against transformers' logits; the masked tokens are exactly the 96 of 128
+// outside the chosen clusters; forward_sample's greedy draft is its logits' argmax.
+void assistant_parity() {
+  const std::string dir = tiny_model_path("gemma4_assistant");
+  std::ifstream f(dir + "/assistant_golden.json");
+  const auto golden = nlohmann::json::parse(f);
+  const LoadedModel model = with_bf16_matrices(load_model(config_for_model(tiny_model_path("gemma4"))));
+  const LoadedModel assistant = with_bf16_matrices(load_model(config_for_model(dir)));
+  const ModelSpec &ms = model.info.spec, &as = assistant.info.spec;
+  const int64_t H = ms.hidden_size, V = as.vocab_size;
+  const int blocks_per_seq = 4;
+  const auto cases = int32_t(golden["cases"].size());
+  struct Drafts {
+    std::vector<std::vector<float>> logits, hidden;
+    int64_t masked_right = 0, sampled_same = 0, rows = 0;
+  };
+  SamplingParams greedy;
+  greedy.temperature = 0.0;
+  auto run = [&](Backend& target, Backend& drafter) {
+    target.init_kv_cache(cases * blocks_per_seq, kBlock);
+    drafter.init_kv_cache(cases * blocks_per_seq, kBlock);
+    drafter.attach_model(target);
+    Drafts out;
+    for (int32_t i = 0; i < cases; ++i) {
+      const auto& c = golden["cases"][size_t(i)];
+      std::vector<int32_t> tokens = c["prompt"].get<std::vector<int32_t>>();
+      const auto inputs = c["draft_inputs"].get<std::vector<int32_t>>();
+      const auto p = int32_t(tokens.size());
+      std::vector<float> unused, prompt_hidden;
+      Batch prompt = mtp_step({{&tokens, &unused, 0, p, i * blocks_per_seq}}, blocks_per_seq, 0, unused);
+      prompt.logits_rows = prompt.hidden_rows = {p - 1};
+      ForwardResult r;
+      target.forward(prompt, nullptr, r);
+      std::vector<float> hidden = r.final_hidden;
+      std::vector<float> logits, hiddens;
+      tokens.push_back(0);
+      for (int32_t d : inputs) {
+        tokens[size_t(p)] = d;
+        // One row at position p, over the model's K and V of the p tokens before it.
+        Batch row = mtp_step({{&tokens, &unused, p, p + 1, i * blocks_per_seq}}, blocks_per_seq, 0, unused);
+        row.context_lens = {p};
+        drafter.forward(row, hidden.data(), r);
+        const float low = *std::min_element(r.logits.begin(), r.logits.end());
+        out.masked_right += std::count(r.logits.begin(), r.logits.end(), low) ==
+                            V - as.centroid_top_k * (V / as.num_centroids);
+        if (drafter.samples_on_device()) {
+          StepOutput s;
+          const std::vector<SampleRow> rows{{&greedy, std::span<const int32_t>(tokens.data(), size_t(p) + 1), 0, 0, 0}};
+          drafter.forward_sample(row, hidden.data(), rows, s);
+          out.sampled_same += s.samples[0].token == argmax_rows(r.logits, V)[0];
+        }
+        ++out.rows;
+        logits.insert(logits.end(), r.logits.begin(), r.logits.end());
+        hiddens.insert(hiddens.end(), r.final_hidden.begin(), r.final_hidden.end());
+        hidden = r.final_hidden;
+      }
+      out.logits.push_back(logits);
+      out.hidden.push_back(hiddens);
+    }
+    return out;
+  };
+  std::vector<std::vector<float>> reference;
+  for (const auto& c : golden["cases"])
+    reference.push_back(read_f32_file(dir + "/" + c["logits"].get<std::string>(), c["draft_inputs"].size() * size_t(V)));
+  CpuBackend cpu_target(ms, bind_stage(ms, model.weights), 0), cpu_drafter(as, bind_stage(as, assistant.weights), 0);
+  const Drafts want = run(cpu_target, cpu_drafter);
+  for (bool f16 : {false, true}) {
+    CudaOptions o;
+    o.f16 = f16;
+    o.max_num_seqs = 4;
+    o.max_num_batched_tokens = 64;
+    o.max_model_len = int64_t(blocks_per_seq) * kBlock;
+    o.block_size = kBlock;
+    CudaBackend gpu_target(ms, bind_stage(ms, model.weights), o), gpu_drafter(as, bind_stage(as, assistant.weights), o);
+    const Drafts got = run(gpu_target, gpu_drafter);
+    const std::string name = std::string("gemma4 assistant ") + (f16 ? "fp16" : "bf16");
+    const double limit = f16 ? kLogitsLimitF16 : kLogitsLimitBF16;
+    error_row("model", name + " draft logits vs cpu (3 prompts x 3 drafts)", worst_row_error(want.logits, got.logits, V),
+              limit);
+    error_row("model", name + " draft hidden states vs cpu (ASSIST_OUT)", worst_row_error(want.hidden, got.hidden, H),
+              limit);
+    error_row("model", name + " draft logits vs transformers (BF16 weights)",
+              worst_row_error(reference, got.logits, V), kLogitsLimitBF16);
+    row("model", name + " rows masked to their 4 best clusters; device greedy == argmax",
+        std::to_string(got.masked_right) + ", " + std::to_string(got.sampled_same) + " of " + std::to_string(got.rows),
+        "all, all", got.masked_right == got.rows && got.sampled_same == got.rows && got.rows > 0);
+  }
+}
+
 // The token sequences of a tiny model's golden file.
 std::vector<std::vector<int32_t>> tiny_model_prompts(const std::string& name) {
   std::ifstream f(tiny_model_path(name) + "/golden.json");
@@ -1654,6 +1749,7 @@ int main() {
         hidden_rows_parity(name, load_model(config_for_model(tiny_model_path(name))), tiny_model_prompts(name));
       });
     run_part("model", "qwen3_5_moe MTP head", [] { mtp_head_parity(tiny_model_path("qwen3_5_moe_mtp"), "qwen3_5_moe"); });
+    run_part("model", "gemma4 assistant", assistant_parity);
     run_part("model", "nemotron_h MTP head",
              [] { mtp_head_parity(golden_gguf_path("nemotron_h_mtp"), "nemotron_h_latent"); });
     for (bool f16 : {false, true}) run_part("model", "xlmr_embed", [f16] { tiny_encoder_parity(f16); });

@@ -1,6 +1,6 @@
 """Speculative decoding with Gemma 4's assistant ([engine] speculative = "draft",
-speculative_model = the assistant's checkpoint) through the real server on the CPU backend,
-and the pairings it must refuse.
+speculative_model = the assistant's checkpoint) through the real server on the CPU backend
+(and the emulated CUDA one: the tests marked cuda_path), and the pairings it must refuse.
 
 The fixtures are the tiny Gemma 4 (tests/gen/gen_gemma4.py) and a tiny random assistant made
 for it (tests/gen/gen_gemma4_assistant.py): the assistant reads the model's embedding, final
@@ -53,6 +53,7 @@ def completion(url, prompt, **sampling):
     return choice["text"], choice["logprobs"]
 
 
+@pytest.mark.cuda_path
 def test_greedy_and_seeded_answers_and_logprobs_equal_those_without_drafts(pair):
     """One request at a time (the CPU backend drafts while a step holds fewer rows than
     rows_at_decode_cost). The random assistant's drafts mostly fail, so the draft cost model
@@ -67,12 +68,14 @@ def test_greedy_and_seeded_answers_and_logprobs_equal_those_without_drafts(pair)
     assert drafted > accepted
 
 
+@pytest.mark.cuda_path
 def test_concurrent_answers_equal_those_without_drafts(pair):
     from test_peer_hybrid import run_all
     off, on = pair
     assert run_all(on.url, PROMPTS, MAX_TOKENS) == run_all(off.url, PROMPTS, MAX_TOKENS)
 
 
+@pytest.mark.cuda_path
 def test_server_logs_the_assistant_and_its_memory(pair):
     off, on = pair
     log = on.output()

@@ -11,22 +11,6 @@
 
 namespace spark {
 
-std::vector<int32_t> CpuBackend::read_token_order(const Tensor& t, int64_t vocab) {
-  SPARK_CHECK(t.numel() == vocab, "TOKEN_ORDERING is bound with the vocabulary's shape");
-  if (t.dtype != DType::I64)
-    throw InputError("tensor " + t.name + " has dtype " + std::string(dtype_name(t.dtype)) + ", not I64 (token ids)");
-  std::vector<int32_t> order(static_cast<size_t>(vocab));
-  std::vector<uint8_t> seen(static_cast<size_t>(vocab), 0);
-  const auto* ids = static_cast<const int64_t*>(t.data);
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab || seen[size_t(ids[i])]++)
-      throw InputError("tensor " + t.name + " must list every token id below " + std::to_string(vocab) +
-                       " once; entry " + std::to_string(i) + " is " + std::to_string(ids[i]));
-    order[size_t(i)] = static_cast<int32_t>(ids[i]);
-  }
-  return order;
-}
-
 void CpuBackend::attach_model(const Backend& model) {
   if (!spec_.is_assistant()) throw InputError("only Gemma 4's assistant reads the model it drafts for");
   const auto* m = dynamic_cast<const CpuBackend*>(&model);

@@ -98,7 +98,7 @@ CpuBackend::CpuBackend(const ModelSpec& spec, const StageWeights& weights, int t
     assist_in_ = weights.assist_in;
     assist_out_ = weights.assist_out;
     centroids_ = weights.centroids;
-    if (weights.token_ordering) token_order_ = read_token_order(*weights.token_ordering, spec.vocab_size);
+    if (weights.token_ordering) token_order_ = read_token_ordering(*weights.token_ordering, spec.vocab_size);
   }
   for (const LayerWeights& w : weights.layers) {
     const LayerShape& shape = shapes[layers_.size()];

@@ -107,8 +107,6 @@ class CpuBackend : public Backend {
   void clustered_logits(const float* h, int64_t R, float* logits);
   // An assistant's attention mixer of held layer `index` (queries over the model's K and V).
   void attend_model_kv(int64_t index, const Batch& batch, float* h);
-  // TOKEN_ORDERING as token ids; InputError unless it lists every id below `vocab` once.
-  static std::vector<int32_t> read_token_order(const Tensor& t, int64_t vocab);
   // An encoder's input: LayerNorm(token + learned position + token type 0).
   void embed_encoder_input(const Batch& batch, float* x);
   // An encoder layer on x in place: x = LN(x + attn(x)), x = LN(x + ffn(x)).

@@ -14,6 +14,7 @@
 #include "engine/backend/cpu/attention.h"
 #include "engine/backend/cpu/matmul.h"
 #include "engine/backend/cpu/ops.h"
+#include "engine/backend/cuda/assistant.h"
 #include "engine/backend/cuda/attention.h"
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/boundary.h"
@@ -171,6 +172,12 @@ struct CudaBackend::Impl {
   std::vector<int64_t> recurrent_index;  // per layer of the stage: its place among the recurrent ones, or -1
   float* states = nullptr;
   int64_t num_state_slots = 0;
+  // Gemma 4's assistant (attach_model): its model's backend, the model's layer each held
+  // layer reads the K and V of (-1: none), and each token's cluster on the device (null
+  // without clusters).
+  const Impl* model = nullptr;
+  std::vector<int64_t> model_layer;
+  int32_t* token_cluster = nullptr;
 
   Impl(const ModelSpec& s, const CudaOptions& o, LayerRange r)
       : spec(s),
@@ -189,6 +196,7 @@ struct CudaBackend::Impl {
     weights.reset();
     if (kv_arena) cudaFree(kv_arena);
     if (states) cudaFree(states);
+    if (token_cluster) cudaFree(token_cluster);
     if (act_arena) cudaFree(act_arena);
     if (host_ints) cudaFreeHost(host_ints);
     if (stream) cudaStreamDestroy(stream);
@@ -225,6 +233,10 @@ struct CudaBackend::Impl {
   }
   int32_t run(const Batch& batch, const float* hidden_in);
   void copy_final_hidden(const Batch& batch, std::vector<float>& out);
+  // Gemma 4's assistant (assistant.h): its input stage, and before each step the model's
+  // K and V its layers read, checked against the batch.
+  cuda::AssistantInput assistant_input_stage() const;
+  void read_model_kv(const Batch& batch, const float* hidden_in);
 
   // An encoder's first layer reads x and x rounded to T in act.normed (layer_forward.h): on
   // the first stage x = LayerNorm(token + position + type 0) over the gathered tokens, which
@@ -396,9 +408,10 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   CUDA_CHECK(cudaSetDevice(opt.device));
   const bool from_boundary = std::exchange(boundary_in, false) && !hidden_in && !has_embedding;
   // An MTP head embeds the batch's tokens and takes hidden_in beside them (mtp_input.h).
-  check_batch(batch, spec.mtp_head || (hidden_in == nullptr && !from_boundary));
+  check_batch(batch, spec.mtp_head || spec.is_assistant() || (hidden_in == nullptr && !from_boundary));
   if (spec.mtp_head && !hidden_in)
     throw InputError("an MTP head runs on the model's hidden states, and none came with the batch");
+  if (spec.is_assistant()) read_model_kv(batch, hidden_in);
   if (!hidden_in && !has_embedding && !from_boundary)
     throw InputError("this pipeline stage needs hidden states from the previous stage");
   const int32_t S = batch.num_seqs();
@@ -429,21 +442,18 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   auto step = [&] {
     cuda::with_half_type(half(), [&](auto tag) {
       using Half = decltype(tag);
-      if (hidden_in && !spec.mtp_head)
+      if (spec.is_assistant())  // the model's embedding beside hidden_in (assistant.h)
+        cuda::assistant_input(*gemm, half(), assistant_input_stage(), db.token_ids, hidden_in, batch.num_tokens(), T,
+                              act.aux, act.wide, act.x, stream, programmatic);
+      else if (hidden_in && !spec.mtp_head)
         CUDA_CHECK(cudaMemcpyAsync(act.x, hidden_in, size_t(batch.num_tokens()) * size_t(H) * 4, cudaMemcpyHostToDevice,
                                    stream));
       else if (from_boundary)
         cuda::hidden_from_16bit(static_cast<const cuda::bf16*>(act.boundary), int64_t(batch.num_tokens()) * H, act.x, stream);
-      else if (weights->embedding.format == cuda::WeightFormat::Q8_0)
-        cuda::embedding_gather_q8_0(db.token_ids, T, weights->embedding, spec.vocab_size, H, act.x, stream);
-      else if (weights->embedding.format != cuda::WeightFormat::HALF)
-        cuda::embedding_gather_blocks(weights->embedding.format, db.token_ids, T, weights->embedding.data,
-                                      spec.vocab_size, H, act.x, stream);
       else
-        cuda::embedding_gather<Half>(db.token_ids, T, static_cast<const Half*>(weights->embedding.data),
-                                     spec.vocab_size, H, act.x, stream);
+        cuda::embedding_rows(half(), weights->embedding, db.token_ids, T, spec.vocab_size, H, act.x, stream);
       // Gemma's normalizer, in f32 as the CPU backend applies it (cpu_backend.cpp says why).
-      if (spec.scale_embedding && (!hidden_in || spec.mtp_head) && !from_boundary)
+      if (spec.scale_embedding && (!hidden_in || spec.mtp_head) && !from_boundary && !spec.is_assistant())
         cuda::scale_f32(act.x, int64_t(T) * H, float(std::sqrt(double(H))), stream);
       if (spec.encoder) encoder_input<Half>(hidden_in || from_boundary, T, db);
       // Outside any graph, as the gather: hidden_in changes every step. Padding rows (past
@@ -464,6 +474,12 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
                    cuda::GemmOut::F32, stream, cuda::GemmPath::AUTO, programmatic);
       if (spec.final_logit_softcap > 0)
         cuda::softcap_f32(act.logits, int64_t(R) * spec.vocab_size, float(spec.final_logit_softcap), stream);
+      if (token_cluster) {  // Gemma 4's assistant: its best clusters' tokens only
+        const auto C = int32_t(spec.num_centroids);
+        gemm->linear(half(), act.head_in, R, H, weights->centroids, C, act.aux, cuda::GemmOut::F32, stream);
+        cuda::mask_to_best_clusters(act.logits, act.aux, token_cluster, R, int32_t(spec.vocab_size), C,
+                                    int32_t(spec.centroid_top_k), stream);
+      }
     }
   };
   try {
@@ -496,15 +512,67 @@ void CudaBackend::Impl::copy_final_hidden(const Batch& batch, std::vector<float>
   if (!raw_rows)
     cuda::rms_norm_strided<float>(act.x + first * H, int32_t(span), weights->final_norm, int32_t(H),
                                   float(spec.rms_norm_eps), act.proj, int64_t(H), stream);
-  std::vector<float> rows(span * H);
-  CUDA_CHECK(cudaMemcpyAsync(rows.data(), raw_rows ? act.x + first * H : act.proj, rows.size() * 4,
-                             cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  out.resize(batch.hidden_rows.size() * H);
-  for (size_t r = 0; r < batch.hidden_rows.size(); ++r) {
-    const float* row = rows.data() + (size_t(batch.hidden_rows[r]) - first) * H;
-    std::copy(row, row + H, out.begin() + std::ptrdiff_t(r * H));
+  const float* from = raw_rows ? act.x + first * H : act.proj;
+  // Gemma 4's assistant returns its hidden state in the model's width (ASSIST_OUT).
+  const size_t width = spec.is_assistant() ? size_t(spec.assistant_of_hidden) : H;
+  if (spec.is_assistant()) {
+    cuda::assistant_hidden_out(*gemm, half(), weights->assist_out, act.proj, int32_t(span), int32_t(H), int32_t(width),
+                               act.normed, act.aux, stream);
+    from = act.aux;
   }
+  std::vector<float> rows(span * width);
+  CUDA_CHECK(cudaMemcpyAsync(rows.data(), from, rows.size() * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  out.resize(batch.hidden_rows.size() * width);
+  for (size_t r = 0; r < batch.hidden_rows.size(); ++r) {
+    const float* row = rows.data() + (size_t(batch.hidden_rows[r]) - first) * width;
+    std::copy(row, row + width, out.begin() + std::ptrdiff_t(r * width));
+  }
+}
+
+cuda::AssistantInput CudaBackend::Impl::assistant_input_stage() const {
+  const int64_t W = spec.assistant_of_hidden;
+  return {&model->weights->embedding, model->spec.vocab_size, int32_t(W),
+          model->spec.scale_embedding ? float(std::sqrt(double(W))) : 1.0f, &weights->assist_in,
+          int32_t(spec.hidden_size)};
+}
+
+void CudaBackend::Impl::read_model_kv(const Batch& batch, const float* hidden_in) {
+  if (!model) throw InputError("Gemma 4's assistant runs beside its model, and none was attached");
+  if (!hidden_in) throw InputError("Gemma 4's assistant runs on the model's hidden states, and none came with the batch");
+  SPARK_CHECK(model->cache.size() == size_t(model->spec.num_layers), "the assistant's model has no KV cache yet");
+  // A window cache holds the sliding layers' K and V of recent blocks only: the rows must
+  // not reach past them (they read window - 1 tokens, which the model's next query reads too).
+  if (model->window_blocks < model->num_blocks)
+    check_window_blocks(batch, model->window_blocks, opt.block_size, spec.sliding_window - 1);
+  for (size_t l = 0; l < shapes.size(); ++l) {
+    if (model_layer[l] < 0) continue;
+    const cuda::KvLayer& c = model->cache[size_t(model_layer[l])];
+    // Graphs hold the cache they were captured with: a model that reallocated its cache
+    // (init_kv_cache again) outdates them.
+    if (cache[l].k != c.k && graphs) graphs = std::make_unique<cuda::DecodeGraphs>(graph_rows(opt));
+    cache[l] = c;
+  }
+}
+
+void CudaBackend::attach_model(const Backend& model) {
+  Impl& m = *impl_;
+  if (!m.spec.is_assistant()) throw InputError("only Gemma 4's assistant reads the model it drafts for");
+  const auto* other = dynamic_cast<const CudaBackend*>(&model);
+  if (!other)
+    throw InputError("Gemma 4's assistant runs on the CUDA backend beside a model on it, not beside " + model.describe());
+  const Impl& o = *other->impl_;
+  if (o.range.first_layer != 0 || o.range.last_layer != o.spec.num_layers)
+    throw InputError("Gemma 4's assistant reads the model's last layers and its embedding: one box must hold the whole model");
+  if (o.opt.device != m.opt.device || o.opt.f16 != m.opt.f16 || o.opt.fp8_kv != m.opt.fp8_kv ||
+      o.opt.block_size != m.opt.block_size)
+    throw InputError("Gemma 4's assistant reads the model's K and V in place: it runs on the model's device, in its "
+                     "compute type, with its KV cache type and block size");
+  const std::vector<int64_t> reads = assistant_model_layers(o.spec, m.spec);
+  m.model_layer.assign(m.shapes.size(), -1);
+  for (size_t l = 0; l < m.shapes.size(); ++l)
+    if (m.shapes[l].reads_model_kv) m.model_layer[l] = reads[l];
+  m.model = &o;
 }
 
 CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, const CudaOptions& options)
@@ -553,6 +621,15 @@ CudaBackend::CudaBackend(const ModelSpec& spec, const StageWeights& weights, con
   if (spec.mtp_head)
     m.mtp = {&m.weights->mtp_fc, m.weights->mtp_embed_norm, m.weights->mtp_hidden_norm, int32_t(spec.hidden_size),
              float(spec.rms_norm_eps)};
+  if (spec.num_centroids > 0 && weights.token_ordering) {  // Gemma 4's assistant's clusters
+    if (spec.num_centroids > cuda::kMaxClusters)
+      throw InputError("model config: num_centroids = " + std::to_string(spec.num_centroids) +
+                       "; the CUDA backend takes at most " + std::to_string(cuda::kMaxClusters));
+    const std::vector<int32_t> cluster =
+        cuda::token_clusters(read_token_ordering(*weights.token_ordering, spec.vocab_size), spec.num_centroids);
+    CUDA_CHECK(cudaMalloc(&m.token_cluster, cluster.size() * 4));
+    CUDA_CHECK(cudaMemcpy(m.token_cluster, cluster.data(), cluster.size() * 4, cudaMemcpyHostToDevice));
+  }
   m.gemm = std::make_unique<cuda::Gemm>();
   const AttentionPlan plan = attention_plan(m.shapes, options, m.sizes);
   for (const cuda::AttentionShape& a : plan.shapes) m.attentions.push_back(std::make_unique<cuda::Attention>(a));
@@ -657,7 +734,9 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
   m.kv.num_slots = num_blocks * block_size;
   const size_t layers = size_t(m.range.last_layer - m.range.first_layer);
   std::vector<int64_t> held(layers);
-  for (size_t l = 0; l < layers; ++l) held[l] = !m.shapes[l].attends() ? 0 : m.sliding(l) ? m.window_blocks : num_blocks;
+  // Gemma 4's assistant's layers read the model's K and V (attach_model): they hold none.
+  for (size_t l = 0; l < layers; ++l)
+    held[l] = !m.shapes[l].attends() || m.shapes[l].reads_model_kv ? 0 : m.sliding(l) ? m.window_blocks : num_blocks;
   // Each layer in its own geometry (Gemma 4's full layers: other kv heads, wider heads).
   auto value_bytes = [&](size_t l) {
     const size_t values = size_t(held[l] * block_size) * size_t(m.shapes[l].num_kv_heads * m.shapes[l].head_dim);
@@ -688,7 +767,7 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
     }
     c.num_blocks = held[l];
     m.cache.push_back(c);
-    if (!m.sliding(l) && m.shapes[l].attends()) full.push_back(c);
+    if (!m.sliding(l) && held[l] > 0) full.push_back(c);
     p += 2 * (values + scales);
   }
   auto* table = reinterpret_cast<cuda::KvLayer*>(static_cast<char*>(m.kv_arena) + table_offset);
@@ -800,6 +879,7 @@ uint64_t CudaBackend::workspace_bytes(const ModelSpec& spec, const CudaOptions& 
     total += cuda::Attention::workspace_bytes(a);
   if (has_head)
     total += cuda::DeviceSampler::workspace_bytes(spec.vocab_size, int32_t(z.max_rows), options.max_model_len);
+  if (spec.num_centroids > 0) total += uint64_t(spec.vocab_size) * 4;  // each token's cluster
   return total;
 }
 

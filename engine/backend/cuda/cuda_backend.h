@@ -59,6 +59,8 @@ class CudaBackend : public Backend {
   void init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_blocks, int64_t block_size) override;
   // The hybrids' recurrent states, f32 in device memory (Gated DeltaNet, delta_net.h).
   void init_state_slots(int64_t num_slots) override;
+  // Gemma 4's assistant beside its model on the same device (engine/backend/cuda/assistant.h).
+  void attach_model(const Backend& model) override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
   bool samples_on_device() const override;
   int64_t rows_at_decode_cost() const override;

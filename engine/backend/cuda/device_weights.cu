@@ -204,6 +204,14 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
       vec({stage ? stage->mtp_embed_norm : nullptr}, {H}, w ? slot(w->mtp_embed_norm) : &sink, norm_map);
       vec({stage ? stage->mtp_hidden_norm : nullptr}, {H}, w ? slot(w->mtp_hidden_norm) : &sink, norm_map);
     }
+    if (s.is_assistant()) {  // Gemma 4's assistant's own stages around its layers (cuda_backend.cu)
+      const int64_t W = s.assistant_of_hidden;
+      matrix({stage ? stage->assist_in : nullptr}, {Part::ASSIST_IN}, -1, {H}, 2 * W, w ? &w->assist_in : &matrix_sink);
+      matrix({stage ? stage->assist_out : nullptr}, {Part::ASSIST_OUT}, -1, {W}, H, w ? &w->assist_out : &matrix_sink);
+      if (s.num_centroids > 0)
+        matrix({stage ? stage->centroids : nullptr}, {Part::CENTROIDS}, -1, {s.num_centroids}, H,
+               w ? &w->centroids : &matrix_sink);
+    }
     if (s.encoder) {  // the input's positions, token types and LayerNorm (embedding.h)
       vec({stage ? stage->pos_embedding : nullptr}, {s.position_rows * H}, w ? slot(w->pos_embedding) : &sink);
       out.back().read_per_token = 0;  // one row a token
@@ -277,6 +285,8 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
         }
       }
       matrix(std::move(from), std::move(parts), l, std::move(rows), H, m(&DeviceLayer::qkv));
+    } else if (s.is_assistant()) {  // queries only: it reads its model's K and V (layer_forward.cu)
+      matrix({t(Part::Q)}, {Part::Q}, l, {nh * hd}, H, m(&DeviceLayer::qkv));
     } else if (!s.layer_has_v_proj(l)) {  // Gemma 4's K = V layers: the values are the keys' rows
       matrix({t(Part::Q), t(Part::K)}, {Part::Q, Part::K}, l, {nh * hd, nkv * hd}, H, m(&DeviceLayer::qkv));
     } else {
@@ -289,7 +299,7 @@ std::vector<Piece> layout(const ModelSpec& s, LayerRange range, const StoredDTyp
             v(&DeviceLayer::qkv_bias));
       if (s.qk_norm) {
         vec({t(Part::Q_NORM)}, {hd}, v(&DeviceLayer::q_norm), norm_map);
-        vec({t(Part::K_NORM)}, {hd}, v(&DeviceLayer::k_norm), norm_map);
+        if (!s.is_assistant()) vec({t(Part::K_NORM)}, {hd}, v(&DeviceLayer::k_norm), norm_map);
       }
       matrix({t(Part::O)}, {Part::O}, l, {H}, nh * hd, m(&DeviceLayer::o));
       if (s.o_bias || s.encoder) vec({t(Part::O_BIAS)}, {H}, v(&DeviceLayer::o_bias));
@@ -570,6 +580,9 @@ StoredDType stored_in(const StageWeights& stage) {
     }
     const Tensor* t = lw                                        ? lw->find(part)
                       : part == Part::MTP_FC                       ? stage.mtp_fc
+                      : part == Part::ASSIST_IN                    ? stage.assist_in
+                      : part == Part::ASSIST_OUT                   ? stage.assist_out
+                      : part == Part::CENTROIDS                    ? stage.centroids
                       : part == Part::EMBEDDING && stage.embedding ? stage.embedding
                                                                    : stage.lm_head;
     SPARK_CHECK(t != nullptr, "a device matrix lacks a bound tensor");

@@ -119,6 +119,13 @@ class DeviceWeights {
   DeviceMatrix mtp_fc;                     // [hidden, 2 * hidden]: over [normed embedding; normed hidden]
   const float* mtp_embed_norm = nullptr;   // [hidden], as used (1 + w for zero-centred norms)
   const float* mtp_hidden_norm = nullptr;  // [hidden]
+  // Gemma 4's assistant (ModelSpec::assistant_of_hidden, W its model's width): its input
+  // over [the model's scaled embedding; a hidden state], its hidden state back out in the
+  // model's width, and its clusters' centroids (no data without clusters). TOKEN_ORDERING
+  // is the backend's (as each token's cluster).
+  DeviceMatrix assist_in;   // [hidden, 2 W]
+  DeviceMatrix assist_out;  // [W, hidden]
+  DeviceMatrix centroids;   // [num_centroids, hidden]
   // An encoder's input (ModelSpec::encoder, embedding.h), when the stage holds layer 0; null
   // otherwise. f32: the position table is small beside the token table ([position_rows,
   // hidden]), and a row is read once a token.

@@ -1,6 +1,7 @@
 // embedding.cu — the token embedding gather: 16-bit or Q8_0 table rows widened into the f32
 // residual; and an encoder's position rows (plus token type 0) gathered beside it. Gathers:
 // per row H table values read (2 or 4 bytes each) and 4H bytes written.
+#include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/embedding.h"
 
@@ -124,5 +125,17 @@ void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const T* tab
 
 template void embedding_gather<bf16>(const int32_t*, int32_t, const bf16*, int64_t, int32_t, float*, cudaStream_t);
 template void embedding_gather<f16>(const int32_t*, int32_t, const f16*, int64_t, int32_t, float*, cudaStream_t);
+
+void embedding_rows(HalfType type, const DeviceMatrix& table, const int32_t* token_ids, int32_t num_tokens,
+                    int64_t vocab, int32_t hidden, float* out, cudaStream_t stream) {
+  if (table.format == WeightFormat::Q8_0)
+    return embedding_gather_q8_0(token_ids, num_tokens, table, vocab, hidden, out, stream);
+  if (table.format != WeightFormat::HALF)
+    return embedding_gather_blocks(table.format, token_ids, num_tokens, table.data, vocab, hidden, out, stream);
+  with_half_type(type, [&](auto tag) {
+    using T = decltype(tag);
+    embedding_gather<T>(token_ids, num_tokens, static_cast<const T*>(table.data), vocab, hidden, out, stream);
+  });
+}
 
 }  // namespace spark::cuda

@@ -22,6 +22,11 @@ void embedding_gather(const int32_t* token_ids, int32_t num_tokens, const T* tab
 void embedding_gather_q8_0(const int32_t* token_ids, int32_t num_tokens, const DeviceMatrix& table, int64_t vocab,
                            int32_t hidden, float* out, cudaStream_t stream);
 
+// The same from a table in whatever format the device keeps it (DeviceMatrix::format: 16-bit
+// in `type`, Q8_0, or another block format, block_formats.h).
+void embedding_rows(HalfType type, const DeviceMatrix& table, const int32_t* token_ids, int32_t num_tokens,
+                    int64_t vocab, int32_t hidden, float* out, cudaStream_t stream);
+
 // An encoder's input beyond its token (ModelSpec::encoder): out[t] = pos_table[position_offset
 // + positions[t]] + type0, f32 [num_tokens, hidden], which add_layer_norm (rms_norm.h) then
 // adds to the gathered tokens and normalises (the CPU's word + (position + type) order).

@@ -111,15 +111,17 @@ class Layers {
   void attention(const DeviceLayer& L, size_t l) {
     const LayerShape& shape = s_.shapes[l];
     // This layer's geometry: Gemma 4's full layers have their own kv heads and head width,
-    // and no v rows where the values are the keys (k_eq_v).
+    // and no v rows where the values are the keys (k_eq_v). Gemma 4's assistant projects
+    // queries only, and reads the K and V its model's layer holds (cache[l] is that one's).
     const int32_t hd = int32_t(shape.head_dim), nh = int32_t(shape.num_heads);
-    const int32_t kv_rows = (shape.k_eq_v ? 1 : 2) * int32_t(shape.num_kv_heads);
+    const int32_t kv_rows = shape.reads_model_kv ? 0 : (shape.k_eq_v ? 1 : 2) * int32_t(shape.num_kv_heads);
     const int32_t gate_at = (nh + kv_rows) * hd, qkv_n = gate_at + (shape.output_gate ? nh * hd : 0);
     linear(act_.normed, hidden_, L.qkv, qkv_n, act_.wide, GemmOut::HALF);
     KvShape layer_kv = s_.kv;
     layer_kv.num_kv_heads = int32_t(shape.num_kv_heads);
     layer_kv.head_dim = hd;
-    layer_kv.num_slots = s_.cache[l].num_blocks * s_.kv.block_size;  // a sliding layer holds the window blocks only
+    // A sliding layer holds the window blocks only; 0: queries only (rope_kv.h).
+    layer_kv.num_slots = shape.reads_model_kv ? 0 : s_.cache[l].num_blocks * s_.kv.block_size;
     qkv_rope_kv_write<T>(t(act_.wide), L.qkv_bias, L.q_norm, L.k_norm, eps_, db_.positions, db_.slot_mapping, rows_, nh,
                          qkv_n, s_.ropes[l], layer_kv, s_.cache[l], t(act_.q), stream_, programmatic_,
                          {shape.k_eq_v, shape.v_norm});

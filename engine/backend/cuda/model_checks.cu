@@ -101,6 +101,7 @@ std::vector<LayerShape> checked_layer_shapes(const ModelSpec& spec, LayerRange r
                            .k_eq_v = true,
                            .layer_scalar = true,
                            .moe_beside_mlp = true,
+                           .reads_model_kv = true,
                            .embedding_scale = true,
                            .logit_softcap = true});
   if (range_has(spec, r, &ModelSpec::layer_is_moe)) check_moe_config(spec);

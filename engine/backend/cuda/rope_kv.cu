@@ -315,25 +315,28 @@ void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, con
                        int32_t qkv_stride, const RopeArgs& rope, const KvShape& kv, KvLayer cache, T* q_out,
                        cudaStream_t stream, bool programmatic, ValueSource values) {
   const int hd = kv.head_dim;
-  SPARK_CHECK(rows >= 0 && num_heads > 0 && kv.num_kv_heads > 0, "qkv_rope_kv_write: bad head counts");
+  // Queries only (Gemma 4's assistant): the rows hold no k or v heads, and none is written.
+  const bool queries_only = kv.num_slots == 0;
+  const int kv_heads = queries_only ? 0 : kv.num_kv_heads;
+  SPARK_CHECK(rows >= 0 && num_heads > 0 && (kv_heads > 0 || queries_only), "qkv_rope_kv_write: bad head counts");
   SPARK_CHECK(hd >= 2 && hd % 2 == 0 && hd <= kMaxHeadDim, "qkv_rope_kv_write: head_dim must be even and <= 512");
   // Without RoPE, every pair is a pass-through pair of the partial-rotary path.
   const int rotary_dim = !rope.rotates ? 0 : rope.rotary_dim == 0 ? hd : rope.rotary_dim;
   SPARK_CHECK(rotary_dim >= 0 && rotary_dim % 2 == 0 && rotary_dim <= hd && (rotary_dim > 0 || !rope.rotates),
               "qkv_rope_kv_write: rotary_dim must be even and within head_dim");
-  const int heads = num_heads + 2 * kv.num_kv_heads;                                  // written
-  const int read_heads = num_heads + (values.from_keys ? 1 : 2) * kv.num_kv_heads;  // in a qkv row
+  const int heads = num_heads + 2 * kv_heads;                                  // written
+  const int read_heads = num_heads + (values.from_keys ? 1 : 2) * kv_heads;  // in a qkv row
   const int64_t stride = qkv_stride == 0 ? int64_t(read_heads) * hd : qkv_stride;
   SPARK_CHECK(stride >= int64_t(read_heads) * hd, "qkv_rope_kv_write: qkv_stride is shorter than the q, k and v heads");
-  SPARK_CHECK(kv.num_slots > 0, "qkv_rope_kv_write: KvShape.num_slots is not set");
+  SPARK_CHECK(kv.num_slots >= 0, "qkv_rope_kv_write: a negative KvShape.num_slots");
   if (rows == 0) return;
   const bool fp8 = kv.dtype == KvDtype::FP8;
   // A 16-bit cache is written as T: a cache of the other 16-bit type would be misread.
   constexpr KvDtype kSame = std::is_same_v<T, f16> ? KvDtype::F16 : KvDtype::BF16;
   SPARK_CHECK(fp8 || kv.dtype == kSame, "qkv_rope_kv_write: a 16-bit KV cache must hold the compute type");
-  SPARK_CHECK(qkv && positions && slot_mapping && rope.inv_freq && q_out && cache.k && cache.v,
+  SPARK_CHECK(qkv && positions && slot_mapping && rope.inv_freq && q_out && (queries_only || (cache.k && cache.v)),
               "qkv_rope_kv_write: null argument");
-  SPARK_CHECK(!fp8 || (cache.k_scale && cache.v_scale), "qkv_rope_kv_write: FP8 cache without scales");
+  SPARK_CHECK(queries_only || !fp8 || (cache.k_scale && cache.v_scale), "qkv_rope_kv_write: FP8 cache without scales");
 
   Params<T> p{};
   p.qkv = qkv;
@@ -353,7 +356,7 @@ void qkv_rope_kv_write(const T* qkv, const float* bias, const float* q_norm, con
   p.position_scale = rope.position_scale;
   p.attention_scale = rope.attention_scale;
   p.num_heads = num_heads;
-  p.num_kv_heads = kv.num_kv_heads;
+  p.num_kv_heads = kv_heads;
   p.head_dim = hd;
   p.qkv_stride = stride;
   p.rot_half = rotary_dim / 2;

@@ -39,7 +39,9 @@ struct ValueSource {
 //   - rotates the first rotary_dim values of each q and k head by positions[t] (rotate_half
 //     convention: pairs (i, i + rotary_dim/2) with inv_freq[i]); the rest pass through;
 //   - writes q to q_out [rows, num_heads * head_dim] T;
-//   - writes k and v to the cache at slot_mapping[t] (nothing when it is negative). A 16-bit
+//   - writes k and v to the cache at slot_mapping[t] (nothing when it is negative; and with
+//     kv.num_slots 0, queries only: the rows hold no k or v heads, none is written, and
+//     the cache may be empty, as Gemma 4's assistant reads another model's K and V). A 16-bit
 //     cache holds T, so kv.dtype must be T's (BF16 for __nv_bfloat16, F16 for __half); FP8
 //     caches get one power-of-two scale per (slot, kv head) from that head vector's
 //     absolute maximum (fp8_scale_for in common.cuh).

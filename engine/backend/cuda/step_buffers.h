@@ -141,12 +141,17 @@ struct Sizes {
     const bool mamba = recurrent && s.mamba2_layers(), delta = recurrent && !mamba;
     const int64_t value_dim = delta ? d.value_dim() : 0, inner = mamba ? mb.inner() : 0;
     const int64_t latent = moe_here ? s.moe_latent_size : 0;  // LatentMoE's width (layer_forward.cu)
+    // Gemma 4's assistant (cuda_backend.cu): its input pair of 2 W values a row (W its
+    // model's width) in T, and in f32 beside the embedded rows; its hidden state out (W a
+    // row); its clusters' scores.
+    const int64_t assist = s.assistant_of_hidden;
     x = aligned(size_t(max_tokens * H) * 4);
     normed = aligned(size_t(max_tokens * H) * 2);
     // A fused gate/up output is 2 I wide; an encoder's MLP has no gate and writes mid.
     const int64_t gate_up = s.encoder ? 0 : 2 * I;
-    wide = aligned(size_t(max_tokens * std::max({qkv_width(s), gate_up, 2 * shared_i, s.mtp_head ? 2 * H : 0, latent})) *
-                   2);
+    wide = aligned(
+        size_t(max_tokens * std::max({qkv_width(s), gate_up, 2 * shared_i, s.mtp_head ? 2 * H : 0, latent, 2 * assist})) *
+        2);
     q = aligned(size_t(max_tokens * qd) * 2);
     mid = aligned(size_t(max_tokens * std::max({qd, I, shared_i, value_dim, inner, latent})) * 2);
     // f32 scratch: a DeltaNet layer's four projections, a Mamba-2 layer's in_proj, the
@@ -154,7 +159,8 @@ struct Sizes {
     // through Gemma's sandwich norm, Gemma 4's MoE block's two normed outputs.
     const int64_t aux_values = std::max({delta ? d.conv_dim() + value_dim + 2 * d.num_v_heads : 0,
                                          mamba ? mb.in_proj_rows() : 0, shared_i > 0 ? H + 1 : 0, latent,
-                                         s.sandwich_norms ? H : 0, moe_here && s.moe_beside_mlp ? 2 * H : 0});
+                                         s.sandwich_norms ? H : 0, moe_here && s.moe_beside_mlp ? 2 * H : 0,
+                                         3 * assist, s.num_centroids});
     aux = aligned(size_t(max_tokens * aux_values) * 4);
     proj = aligned(size_t(max_tokens * H) * 4);
     head_in = has_head ? aligned(size_t(max_rows * H) * 2) : 0;

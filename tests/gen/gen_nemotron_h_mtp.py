@@ -32,7 +32,7 @@ import os
 import numpy as np
 from safetensors.numpy import load_file
 
-from gen_qwen3_5_mtp import random_tensors, write_folder, write_meta
+from gen_qwen3_5_mtp import causal_gqa, random_tensors, write_folder, write_meta
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "..", "golden", "models")
@@ -115,15 +115,7 @@ def attention(w, c, a):
     q = (a @ w[ATTN + "mixer.q_proj.weight"].T).reshape(T, c.nh, c.hd)
     k = (a @ w[ATTN + "mixer.k_proj.weight"].T).reshape(T, c.nkv, c.hd)
     v = (a @ w[ATTN + "mixer.v_proj.weight"].T).reshape(T, c.nkv, c.hd)
-    causal = np.triu(np.full((T, T), -np.inf), 1)
-    heads = []
-    for h in range(c.nh):
-        g = h // (c.nh // c.nkv)  # GQA: consecutive query heads share a kv head
-        s = q[:, h] @ k[:, g].T / np.sqrt(c.hd) + causal
-        p = np.exp(s - s.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
-        heads.append(p @ v[:, g])
-    return np.concatenate(heads, axis=-1) @ w[ATTN + "mixer.o_proj.weight"].T
+    return np.concatenate(causal_gqa(q, k, v, c), axis=-1) @ w[ATTN + "mixer.o_proj.weight"].T
 
 
 def moe(w, c, m):

@@ -167,6 +167,14 @@ def attention(w, c, a, pos):
     v = (a @ w[LAYER + "self_attn.v_proj.weight"].T).reshape(T, c.nkv, c.hd)
     q = partial_rope(rmsnorm1p(q, w[LAYER + "self_attn.q_norm.weight"], c.eps), pos, c)
     k = partial_rope(rmsnorm1p(k, w[LAYER + "self_attn.k_norm.weight"], c.eps), pos, c)
+    heads = [o * sigmoid(gate[:, h]) for h, o in enumerate(causal_gqa(q, k, v, c))]
+    return np.concatenate(heads, axis=-1) @ w[LAYER + "self_attn.o_proj.weight"].T
+
+
+def causal_gqa(q, k, v, c):
+    """Each query head's softmax attention, q [T, nh, hd] over k, v [T, nkv, hd] of the rows up
+    to its own, scaled by 1/sqrt(hd): a list of nh [T, hd] outputs."""
+    T = q.shape[0]
     causal = np.triu(np.full((T, T), -np.inf), 1)
     heads = []
     for h in range(c.nh):
@@ -174,8 +182,8 @@ def attention(w, c, a, pos):
         s = q[:, h] @ k[:, g].T / np.sqrt(c.hd) + causal
         p = np.exp(s - s.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
-        heads.append((p @ v[:, g]) * sigmoid(gate[:, h]))
-    return np.concatenate(heads, axis=-1) @ w[LAYER + "self_attn.o_proj.weight"].T
+        heads.append(p @ v[:, g])
+    return heads
 
 
 def moe(w, c, m):

@@ -205,22 +205,8 @@ void check_long(const Case& c, uint64_t seed) {
     run_call<T>(c, L, recurrent, first, 0, seed + 20, false, "long 1 forced recurrent", kLongStateLimit);
     forced = run_call<T>(c, L, recurrent, second, 2, seed + 30, true, "long 2 forced recurrent", kLongStateLimit);
   }
-  const int64_t conv_values = L.spec.conv_dim() * (L.spec.conv_kernel - 1), sv = L.spec.state_values();
-  std::string differ, same;
-  bool ok_differ = true, ok_same = true;
-  for (int32_t slot = 0; slot < chunked.num_slots; ++slot) {
-    int64_t n = 0;
-    for (int64_t i = conv_values; i < sv; ++i) {
-      const size_t at = size_t(slot * chunked.slot_stride + chunked.layer_offset + i);
-      n += std::memcmp(&got[at], &forced[at], sizeof(float)) != 0;
-    }
-    std::string& list = long_slot[size_t(slot)] ? differ : same;
-    list += (list.empty() ? "" : " ") + std::to_string(slot) + ":" + std::to_string(n);
-    (long_slot[size_t(slot)] ? ok_differ : ok_same) &= long_slot[size_t(slot)] ? n > 0 : n == 0;
-  }
-  const std::string what = c.name + " " + half_name<T>() + " dispatch vs forced recurrence";
-  row(kCheck, what + ": >= 16-row slots' matrices differ (slot:floats)", differ, "> 0 each", ok_differ);
-  row(kCheck, what + ": shorter-row slots' bit-identical (slot:floats)", same, "0 each", ok_same);
+  dispatch_rows(kCheck, c.name + " " + half_name<T>() + " dispatch vs forced recurrence", chunked, got, forced,
+                long_slot, L.spec.conv_dim() * (L.spec.conv_kernel - 1));
 
   {
     const ChunkMinRows all_chunked(1);

@@ -143,6 +143,28 @@ void launch_call(bool graph, Launch&& launch) {
   sync();
 }
 
+// The same calls run by row count (the chunked form for long sequences) and forced onto the
+// recurrence: the matrices (past the first conv_values floats of each state) of the slots
+// that ran >= 16 rows (long_slot) must differ, so the chunked form ran, and the others'
+// be bit-identical, so it ran for them alone.
+inline void dispatch_rows(const char* check, const std::string& what, const Pool& pool, const std::vector<float>& got,
+                          const std::vector<float>& forced, const std::vector<bool>& long_slot, int64_t conv_values) {
+  std::string differ, same;
+  bool ok_differ = true, ok_same = true;
+  for (int32_t slot = 0; slot < pool.num_slots; ++slot) {
+    int64_t n = 0;
+    for (int64_t i = conv_values; i < pool.state_values; ++i) {
+      const size_t at = size_t(slot * pool.slot_stride + pool.layer_offset + i);
+      n += std::memcmp(&got[at], &forced[at], sizeof(float)) != 0;
+    }
+    std::string& list = long_slot[size_t(slot)] ? differ : same;
+    list += (list.empty() ? "" : " ") + std::to_string(slot) + ":" + std::to_string(n);
+    (long_slot[size_t(slot)] ? ok_differ : ok_same) &= long_slot[size_t(slot)] ? n > 0 : n == 0;
+  }
+  row(check, what + ": >= 16-row slots' matrices differ (slot:floats)", differ, "> 0 each", ok_differ);
+  row(check, what + ": shorter-row slots' bit-identical (slot:floats)", same, "0 each", ok_same);
+}
+
 // A call's row name: the case, the type, the label and its batch.
 template <typename T>
 std::string call_name(const std::string& name, const std::string& label, const std::vector<Seq>& seqs,

@@ -1,7 +1,8 @@
 // cuda_backend.h — the GPU backend: BF16 or FP16 weights in device memory, a paged KV
 // cache in that type or FP8, cuBLASLt GEMMs, fused kernels, CUDA graphs for decode steps, and sampling on
 // the device. Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE (moe.h), gpt-oss, and the hybrids
-// Qwen3.5/3.6 and Qwen3-Next (Gated DeltaNet layers, delta_net.h). No CUDA headers here.
+// Qwen3.5/3.6 and Qwen3-Next (Gated DeltaNet layers, delta_net.h), Nemotron-H (Mamba-2,
+// mamba2.h), Gemma 3 and 4 and Gemma 4's assistant (assistant.h). No CUDA headers here.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -21,6 +21,7 @@
 
 #include "engine/model/arch.h"
 #include "engine/model/arch/shared_keys.h"
+#include "engine/util/log.h"
 
 namespace spark {
 namespace {
@@ -115,7 +116,11 @@ Tensor a_log_from_ssm_a(const Tensor& ssm_a, Weights& keep, const std::string& s
 void read_nemotron_h_gguf(const GgufMetaReader& m, ModelSpec& s) {
   const int64_t blocks = s.num_layers;
   // The converter appends an MTP block after the model's layers; it is not read.
-  s.num_layers -= m.integer("nextn_predict_layers", 0, blocks - 1, 0);
+  const int64_t mtp_blocks = m.integer("nextn_predict_layers", 0, blocks - 1, 0);
+  s.num_layers -= mtp_blocks;
+  if (mtp_blocks > 0)
+    log_info("model: the file's MTP block (", m.arch, ".nextn_predict_layers = ", mtp_blocks,
+             ") is not read; speculative = \"mtp\" reads Nemotron-H's head from its Hugging Face checkpoint");
   const std::vector<int64_t> kv = gguf_per_layer(m, "attention.head_count_kv", blocks, s.num_heads);
   const std::vector<int64_t> ff = gguf_per_layer(m, "feed_forward_length", blocks, MAX_DIM);
   s.no_rope = true;

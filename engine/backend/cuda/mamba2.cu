@@ -90,6 +90,18 @@ struct SsmArgs {
   float dt_min, dt_max;
 };
 
+// Where head h reads in a proj row (x | B | C | dt after the z columns): its first channel's
+// x (then y), its group's B and C, its dt.
+struct HeadColumns {
+  int64_t x, b, c, dt;
+};
+__device__ __forceinline__ HeadColumns head_columns(const SsmArgs& p, int h) {
+  const int64_t inner = int64_t(p.num_heads) * p.head_dim, N = p.state_size;
+  const int g = h / (p.num_heads / p.n_groups);
+  const int64_t b = 2 * inner + int64_t(g) * N;
+  return {inner + int64_t(h) * p.head_dim, b, b + int64_t(p.n_groups) * N, 2 * inner + 2 * int64_t(p.n_groups) * N + h};
+}
+
 // dt = clamp(softplus(dt_raw + dt_bias)), as cpu::mamba2 has it.
 __device__ __forceinline__ float clamped_dt(float raw, float dt_bias, const SsmArgs& p) {
   float dt = fmaxf(softplus(raw + dt_bias), p.dt_min);
@@ -132,11 +144,8 @@ __global__ void __launch_bounds__(32 * kSsmWarps) ssm_kernel(SsmArgs p) {
   wait_then_allow_next_kernel();
   if (!state || row0 >= p.head_dim) return;  // uniform over the warp
 
-  const int g = h / (p.num_heads / p.n_groups);
-  const int64_t inner = int64_t(p.num_heads) * p.head_dim;
-  const int64_t x_col = inner + int64_t(h) * p.head_dim + row0;  // this warp's rows' x (then y)
-  const int64_t b_col = 2 * inner + int64_t(g) * N, c_col = b_col + int64_t(p.n_groups) * N;
-  const int64_t dt_col = 2 * inner + 2 * int64_t(p.n_groups) * N + h;
+  const HeadColumns cols = head_columns(p, h);
+  const int64_t x_col = cols.x + row0, b_col = cols.b, c_col = cols.c, dt_col = cols.dt;  // x: this warp's rows'
   const float neg_exp_a = __ldg(p.neg_exp_a + h), d_skip = __ldg(p.d + h), dt_bias = __ldg(p.dt_bias + h);
   const bool has_x = lane < kSsmRowsPerWarp && row0 + lane < p.head_dim;
   for (int64_t r = r0; r < r1; ++r) {
@@ -234,11 +243,8 @@ __global__ void __launch_bounds__(32 * kChunkWarps, 2) ssd_chunk_kernel(SsmArgs 
   wait_then_allow_next_kernel();
   if (!state) return;  // uniform over the block
 
-  const int g = h / (p.num_heads / p.n_groups);
-  const int64_t inner = int64_t(p.num_heads) * p.head_dim;
-  const int64_t x_col = inner + int64_t(h) * p.head_dim + p0;  // the block's channels' x (then y)
-  const int64_t b_col = 2 * inner + int64_t(g) * N, c_col = b_col + int64_t(p.n_groups) * N;
-  const int64_t dt_col = 2 * inner + 2 * int64_t(p.n_groups) * N + h;
+  const HeadColumns cols = head_columns(p, h);
+  const int64_t x_col = cols.x + p0, b_col = cols.b, c_col = cols.c, dt_col = cols.dt;  // x: the block's channels'
   const float neg_exp_a = __ldg(p.neg_exp_a + h), d_skip = __ldg(p.d + h), dt_bias = __ldg(p.dt_bias + h);
   for (int64_t base = r0; base < r1; base += kChunk) {
     const int n_rows = int(r1 - base < kChunk ? r1 - base : kChunk);

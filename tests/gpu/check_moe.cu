@@ -638,71 +638,143 @@ struct BytesShape {
 };
 constexpr BytesShape kQwen30B{"30B-A3B", 128, 8, 2048, 768, true, RouterRule::SOFTMAX_TOPK};
 constexpr BytesShape kNemotronNano{"Nemotron-3-Nano", 128, 6, 2688, 1856, false, RouterRule::SIGMOID_BIAS};
+// 30B-A3B's routing (128 experts, k = 8) on experts narrowed to hidden 256 and inter 128, so
+// a prefill of a thousand tokens runs in seconds on the emulator.
+constexpr BytesShape kQwen30BNarrow{"30B-A3B-routed 256x128", 128, 8, 256, 128, true, RouterRule::SOFTMAX_TOPK};
+
+// A layer of shape m with every expert in `dtype` on the device, for the byte counts: the
+// expert weights a constant pattern (their values do not matter to a count; the router's
+// random weights pick the experts), the router and its norm random.
+struct BytesLayer {
+  cuda::MoeConfig cfg;
+  const char* format_name;
+  size_t expert_bytes;  // one expert: 3 matrices (2 ungated) and their scales
+  DeviceArray<uint8_t> gu, dn, gu_s, dn_s;
+  DeviceArray<float> router, norm;
+  cuda::ExpertWeights ew;
+
+  BytesLayer(const BytesShape& m, DType dtype)
+      : cfg(config_of(m)), format_name(dtype == DType::Q8_0 ? "Q8_0" : dtype == DType::F8_E4M3 ? "FP8 128x128"
+                                                                   : dtype == DType::NVFP4     ? "NVFP4"
+                                                                                               : "BF16") {
+    const int32_t E = m.experts, H = m.hidden, I = m.inter;
+    const bool q8 = dtype == DType::Q8_0, fp8 = dtype == DType::F8_E4M3, nv = dtype == DType::NVFP4;
+    const size_t matrices = m.gated ? 3 : 2, up_matrices = matrices - 1;
+    const size_t gate_up_rows = size_t(E) * up_matrices * I, down_rows = size_t(E) * H;
+    // Bytes of a weight (NVFP4: 36 a 64), and of the scales of one expert matrix ([I, H] or
+    // [H, I]): Q8_0 one f16 per 32 weights; FP8 one f32 per 128x128 block (30B-A3B: 6 x 16
+    // = 96 a matrix); NVFP4 one f32 a row (I of a gate or up, H of a down).
+    const double weight_bytes = nv ? 36.0 / 64 : q8 || fp8 ? 1 : 2;
+    const size_t matrix_scale_bytes =
+        q8 ? size_t(I) * H / 32 * 2 : fp8 ? size_t(cuda::ceil_div(I, 128)) * size_t(cuda::ceil_div(H, 128)) * 4 : 0;
+    expert_bytes = nv ? (matrices * size_t(I) * H / 64 * 36 + (up_matrices * size_t(I) + size_t(H)) * 4)
+                      : matrices * size_t(I) * H * size_t(weight_bytes) + matrices * matrix_scale_bytes;
+    gu = DeviceArray<uint8_t>(nv ? cuda::nvfp4_bytes(int64_t(gate_up_rows), H) : gate_up_rows * H * size_t(weight_bytes));
+    dn = DeviceArray<uint8_t>(nv ? cuda::nvfp4_bytes(int64_t(down_rows), I) : down_rows * I * size_t(weight_bytes));
+    gu_s = DeviceArray<uint8_t>(std::max<size_t>(1, up_matrices * E * matrix_scale_bytes));
+    dn_s = DeviceArray<uint8_t>(std::max<size_t>(1, size_t(E) * matrix_scale_bytes));
+    for (auto* a : {&gu, &dn, &gu_s, &dn_s}) CUDA_CHECK(cudaMemset(a->get(), 0x11, a->size()));
+    const auto format = q8 ? cuda::WeightFormat::Q8_0 : fp8 ? cuda::WeightFormat::FP8
+                        : nv ? cuda::WeightFormat::NVFP4 : cuda::WeightFormat::HALF;
+    const int32_t block = fp8 ? 128 : 0;
+    const void* gu_scales = nv ? gu.get() + cuda::nvfp4_scales_offset(int64_t(gate_up_rows), H) : gu_s.get();
+    const void* dn_scales = nv ? dn.get() + cuda::nvfp4_scales_offset(int64_t(down_rows), I) : dn_s.get();
+    ew = {{format, gu.get(), gu_scales, 0, nullptr, block, block}, {format, dn.get(), dn_scales, 0, nullptr, block, block}};
+    router = DeviceArray<float>(random_floats(size_t(E) * H, 99, -0.1f, 0.1f));
+    norm = DeviceArray<float>(random_floats(size_t(H), 98, 0.5f, 1.5f));
+  }
+  static cuda::MoeConfig config_of(const BytesShape& m) {
+    cuda::MoeConfig c;
+    c.shape = {m.experts, m.hidden, m.inter, m.gated};
+    c.top_k = m.top_k;
+    c.rule = m.rule;
+    c.normalize = true;
+    return c;
+  }
+  // Every byte of the experts' weights and scales, for global_reads_watch.
+  void watch() const {
+    for (const auto* a : {&gu, &dn, &gu_s, &dn_s}) ::emu::global_reads_watch(a->get(), a->size());
+  }
+  // The distinct experts of a step's selection (the ids the router wrote).
+  size_t distinct_experts(const cuda::MoeScratch& s, int32_t tokens) const {
+    std::vector<int32_t> ids(size_t(tokens) * size_t(cfg.top_k));
+    CUDA_CHECK(cudaMemcpy(ids.data(), s.ids, ids.size() * 4, cudaMemcpyDeviceToHost));
+    return std::set<int32_t>(ids.begin(), ids.end()).size();
+  }
+};
 
 // Bytes a decode step's expert kernels read on a layer of shape m, B tokens a step for B
 // in `steps`: router and selection first (not counted), then gate/up and down counted,
-// against (distinct experts selected) x (one expert's bytes: 3 matrices, or 2 ungated).
-// Expert weights are a constant pattern (their values do not matter to the count; the
-// router's random weights pick the experts).
+// against (distinct experts selected) x (one expert's bytes).
 void bytes_table(const BytesShape& m, DType expert_dtype, const std::vector<int32_t>& steps, cudaStream_t stream) {
+  const BytesLayer l(m, expert_dtype);
+  const cuda::MoeConfig& cfg = l.cfg;
   const int32_t E = m.experts, k = m.top_k, H = m.hidden, I = m.inter;
-  cuda::MoeConfig cfg;
-  cfg.shape = {E, H, I, m.gated};
-  cfg.top_k = k;
-  cfg.rule = m.rule;
-  cfg.normalize = true;
-  const bool q8 = expert_dtype == DType::Q8_0, fp8 = expert_dtype == DType::F8_E4M3;
-  const bool nv = expert_dtype == DType::NVFP4;
-  const size_t matrices = m.gated ? 3 : 2, up_matrices = matrices - 1;
-  const size_t gate_up_rows = size_t(E) * up_matrices * I, down_rows = size_t(E) * H;
-  // Bytes of a weight (NVFP4: 36 a 64), and of the scales of one expert matrix ([I, H] or
-  // [H, I]): Q8_0 one f16 per 32 weights; FP8 one f32 per 128x128 block (30B-A3B: 6 x 16
-  // = 96 a matrix); NVFP4 one f32 a row (I of a gate or up, H of a down).
-  const double weight_bytes = nv ? 36.0 / 64 : q8 || fp8 ? 1 : 2;
-  const size_t matrix_scale_bytes =
-      q8 ? size_t(I) * H / 32 * 2 : fp8 ? size_t(cuda::ceil_div(I, 128)) * size_t(cuda::ceil_div(H, 128)) * 4 : 0;
-  const size_t expert_bytes = nv ? (matrices * size_t(I) * H / 64 * 36 + (up_matrices * size_t(I) + size_t(H)) * 4)
-                                 : matrices * size_t(I) * H * size_t(weight_bytes) + matrices * matrix_scale_bytes;
-  DeviceArray<uint8_t> gu(nv ? cuda::nvfp4_bytes(int64_t(gate_up_rows), H) : gate_up_rows * H * size_t(weight_bytes)),
-      dn(nv ? cuda::nvfp4_bytes(int64_t(down_rows), I) : down_rows * I * size_t(weight_bytes));
-  DeviceArray<uint8_t> gu_s(std::max<size_t>(1, up_matrices * E * matrix_scale_bytes)),
-      dn_s(std::max<size_t>(1, size_t(E) * matrix_scale_bytes));
-  for (auto* a : {&gu, &dn, &gu_s, &dn_s}) CUDA_CHECK(cudaMemset(a->get(), 0x11, a->size()));
-  const auto format = q8 ? cuda::WeightFormat::Q8_0 : fp8 ? cuda::WeightFormat::FP8
-                      : nv ? cuda::WeightFormat::NVFP4 : cuda::WeightFormat::HALF;
-  const int32_t block = fp8 ? 128 : 0;
-  const void* gu_scales = nv ? gu.get() + cuda::nvfp4_scales_offset(int64_t(gate_up_rows), H) : gu_s.get();
-  const void* dn_scales = nv ? dn.get() + cuda::nvfp4_scales_offset(int64_t(down_rows), I) : dn_s.get();
-  cuda::ExpertWeights ew{{format, gu.get(), gu_scales, 0, nullptr, block, block},
-                         {format, dn.get(), dn_scales, 0, nullptr, block, block}};
-  DeviceArray<float> router(random_floats(size_t(E) * H, 99, -0.1f, 0.1f)), norm(random_floats(size_t(H), 98, 0.5f, 1.5f));
   DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(cfg, kChunk));
   const cuda::MoeScratch s(cfg, kChunk, scratch_memory.get());
   for (int32_t B : steps) {
     const std::vector<float> x = random_floats(size_t(B) * H, uint64_t(B) * 31);
     DeviceArray<bf16> dx(to_half<bf16>(x));
     DeviceArray<float> residual(x);
-    cuda::moe_router_logits(residual.get(), norm.get(), kEps, router.get(), B, H, E, s.logits, stream);
+    cuda::moe_router_logits(residual.get(), l.norm.get(), kEps, l.router.get(), B, H, E, s.logits, stream);
     cuda::moe_route(m.rule, s.logits, nullptr, B, E, k, true, s.ids, s.weights, stream);
     cuda::moe_group(s.ids, B, k, E, cuda::kMoeTileRows, s.groups, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<int32_t> ids(size_t(B) * k);
-    CUDA_CHECK(cudaMemcpy(ids.data(), s.ids, ids.size() * 4, cudaMemcpyDeviceToHost));
-    const size_t distinct = std::set<int32_t>(ids.begin(), ids.end()).size();
+    const size_t distinct = l.distinct_experts(s, B);
     ::emu::global_reads_begin();
-    cuda::moe_gate_up_gemv(HalfType::BF16, cfg.shape, ew, s.groups, dx.get(), B * k, s.act, stream, false);
-    cuda::moe_down_gemv(HalfType::BF16, cfg.shape, ew, s.groups, s.act, B * k, s.y, stream, false);
+    cuda::moe_gate_up_gemv(HalfType::BF16, cfg.shape, l.ew, s.groups, dx.get(), B * k, s.act, stream, false);
+    cuda::moe_down_gemv(HalfType::BF16, cfg.shape, l.ew, s.groups, s.act, B * k, s.y, stream, false);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const ::emu::GlobalReads reads = ::emu::global_reads_end();
     // Activations: x (B rows) and the gate/up output (B x k rows), each read once.
     const double activations = double(B) * H * 2 + double(B) * k * I * 2;
     const double weights_read = double(reads.total()) - activations;
-    const double ratio = weights_read / (double(distinct) * double(expert_bytes));
+    const double ratio = weights_read / (double(distinct) * double(l.expert_bytes));
     row(kCheck,
-        std::string("bytes ") + m.name + " " + (q8 ? "Q8_0" : fp8 ? "FP8 128x128" : nv ? "NVFP4" : "BF16") + " B=" +
-            std::to_string(B) + ": " + std::to_string(distinct) + " experts",
+        std::string("bytes ") + m.name + " " + l.format_name + " B=" + std::to_string(B) + ": " +
+            std::to_string(distinct) + " experts",
         fmt("%.4f", ratio) + fmt(" (%.1f MB expert weights)", weights_read / 1e6),
-        fmt("1 +- 0.03 of %.1f MB", double(distinct) * double(expert_bytes) / 1e6), ratio >= 0.97 && ratio <= 1.03);
+        fmt("1 +- 0.03 of %.1f MB", double(distinct) * double(l.expert_bytes) / 1e6), ratio >= 0.97 && ratio <= 1.03);
+  }
+}
+
+// The expert bytes a prefill step of `tokens` reads from DRAM (GlobalReads::dram_bytes: an
+// L2 that keeps what the blocks resident together share, here GB10's 48 SMs x 4 grouped-GEMM
+// blocks) through the whole block (moe_forward: router, grouping, grouped GEMMs, weighted
+// sum), its scratch sized for `chunk` tokens a pass, against (distinct experts selected) x
+// (one expert's bytes). The grouped GEMM's blocks walk the output columns fastest, so the
+// row tiles of one expert that re-read a weight tile are a few dozen blocks apart and find it
+// in L2: a chunk as large as the step reads each selected expert once. Chunks of a quarter
+// of the step read it once a chunk (as 512-token chunks did before the plan sized them),
+// which the second row shows the count sees.
+void prefill_bytes_rows(const BytesShape& m, DType expert_dtype, int32_t tokens, cudaStream_t stream) {
+  constexpr uint32_t kResidentBlocks = 48 * 4;
+  const BytesLayer l(m, expert_dtype);
+  const std::vector<float> x = random_floats(size_t(tokens) * m.hidden, 77);
+  DeviceArray<bf16> dx(to_half<bf16>(x));
+  DeviceArray<float> residual(x), out(size_t(tokens) * m.hidden);
+  cuda::MoeLayerWeights w;
+  w.norm = l.norm.get();
+  w.router = l.router.get();
+  w.experts = l.ew;
+  for (int32_t chunk : {tokens, tokens / 4}) {
+    DeviceArray<uint8_t> scratch_memory(cuda::MoeScratch::bytes(l.cfg, chunk));
+    const cuda::MoeScratch s(l.cfg, chunk, scratch_memory.get());
+    ::emu::global_reads_begin(kResidentBlocks);
+    l.watch();
+    cuda::moe_forward(HalfType::BF16, l.cfg, w, residual.get(), kEps, dx.get(), tokens, s, out.get(), stream, false,
+                      MoePath::GEMM);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const ::emu::GlobalReads reads = ::emu::global_reads_end();
+    // The last chunk's selection stands for all: every expert is chosen in any chunk here.
+    const size_t distinct = l.distinct_experts(s, std::min(chunk, tokens));
+    const double ratio = double(reads.dram_bytes) / (double(distinct) * double(l.expert_bytes));
+    const std::string what = std::string("prefill bytes ") + m.name + " " + l.format_name + " T=" +
+                             std::to_string(tokens) + ", chunks of " + std::to_string(chunk) + ": " +
+                             std::to_string(distinct) + " experts";
+    const std::string got = fmt("%.4f", ratio) + fmt(" (%.2f MB from DRAM)", double(reads.dram_bytes) / 1e6);
+    if (chunk == tokens) row(kCheck, what, got, "<= 1.05 of the selected experts' bytes", ratio >= 0.97 && ratio <= 1.05);
+    else row(kCheck, what, got, "> 1.5: a re-read per chunk is seen", ratio > 1.5);
   }
 }
 
@@ -841,6 +913,8 @@ void run() {
   bytes_table(kQwen30B, DType::BF16, {1}, stream);
   bytes_table(kNemotronNano, DType::Q8_0, {1, 4}, stream);
   bytes_table(kNemotronNano, DType::BF16, {1}, stream);
+  prefill_bytes_rows(kQwen30BNarrow, DType::BF16, 1024, stream);
+  prefill_bytes_rows(kQwen30BNarrow, DType::Q8_0, 1024, stream);
 #else
   const double copy_gbs = copy_bandwidth_gbs();
   info(kCheck, "device copy bandwidth (read+write)", fmt("%.0f GB/s", copy_gbs), "2 GiB cudaMemcpy D2D");

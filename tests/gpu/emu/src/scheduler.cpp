@@ -407,6 +407,7 @@ bool run_grid(const LaunchInfo& launch) {
     g.warps[size_t(i / 32)].exists |= 1u << (i % 32);
   }
   g.launch = &launch;
+  ++g_launch_serial;
   g.errors = 0;
   g.dyn_bytes = launch.smem;
   g.dyn = static_cast<uint8_t*>(std::malloc(launch.smem ? launch.smem : 1));

@@ -33,14 +33,24 @@ void device_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // cached path (__ldg) count each 32-byte sector (the DRAM/L2 transfer unit) once, as a
 // re-read hits the cache. Plain dereferences are not seen: a kernel measured this way
 // must read global memory only through those two paths.
+//
+// dram_bytes is a second count, of the memory global_reads_watch names, under a model of L2
+// as what the blocks resident together share: a load of a sector (either path) counts
+// unless a block of the same launch read that sector at most `resident_blocks` blocks
+// earlier in launch order (blocks run in order here, x fastest, as a GPU dispatches them).
+// So a kernel whose blocks re-read one tile close together in the grid reads it from DRAM
+// once, and one that comes back to it waves later, or in a later launch, reads it again.
 struct GlobalReads {
   uint64_t streamed_bytes = 0;  // read-once loads
   uint64_t cached_bytes = 0;    // distinct sectors of cached loads x 32
+  uint64_t dram_bytes = 0;      // watched memory's sectors under the resident-blocks model
   uint64_t total() const { return streamed_bytes + cached_bytes; }
 };
 extern bool g_counting_reads;
+extern uint64_t g_launch_serial;  // counts launches run, for dram_bytes
 void count_global_read(const void* p, size_t bytes, bool streamed);
-void global_reads_begin();
+void global_reads_begin(uint32_t resident_blocks = 0);
+void global_reads_watch(const void* p, size_t bytes);
 GlobalReads global_reads_end();
 
 // One warp collective's exchange area: each lane's input words and output words.

@@ -5,8 +5,10 @@
 //
 // Work: a prefill of T tokens on Qwen3-30B-A3B does 2 x T x 8 x 3 x 768 x 2048 FLOPs a
 // layer (T = 4096: 0.62 TFLOP, ~7 ms at GB10's ~92 TFLOPS dense BF16) and reads every
-// expert about once per 64-row tile (128 experts x 9.4 MB BF16 = 1.2 GB when T x 8 / 128 <=
-// 64 rows an expert, ~5.5 ms at 218 GB/s): near balance, so the tiles stay 64 x 64.
+// selected expert from DRAM once a step (128 experts x 9.4 MB BF16 = 1.2 GB, ~5.5 ms at
+// 218 GB/s; check_moe's prefill byte rows): near balance. A weight tile is read by each
+// 64-row tile of its expert, but those blocks are launched within a few dozen of each
+// other (the column blocks walk fastest), so the later ones find it in L2.
 // FP8 experts (4.72 MB each incl. their 128x128 block scales, moe_gemv.cu) halve the
 // bytes: 604 MB a layer, ~2.8 ms on GB10 and ~0.2 ms on H100 (132 SMs, ~3.0 TB/s), so
 // prefill is compute-bound there; the e4m3 values are decoded to the compute type as they
@@ -14,33 +16,41 @@
 // MXFP4 experts (gpt-oss-20b: 32 experts of 3 x 2880 x 2880 values, 13.2 MB each) are
 // decoded 32 values (one block) a thread a k step: a prefill of T = 4096 tokens does
 // 2 x 4096 x 4 x 3 x 2880^2 = 0.82 TFLOP a layer (~9 ms at GB10's ~92 TFLOPS, ~1 ms on
-// H100) and reads the 423 MB of experts about once per 64-row tile (~1.9 ms at 218 GB/s):
-// compute-bound. 4096 x 4 / 32 = 512 rows an expert make 8 tiles, 256 in all, times 45
-// column blocks of 64 for down (90 of 32 for gate/up): 11,520 (23,040) blocks, at 4
-// blocks of 4 warps an SM 60 (120) waves on GB10's 48 SMs, 22 (44) on H100's 132.
+// H100) and reads the 423 MB of experts (~1.9 ms at 218 GB/s): compute-bound. 4096 x 4 /
+// 32 = 512 rows an expert make 8 tiles, 256 in all, times 23 column blocks of 128 for down
+// (45 of 64 for gate/up): 5,888 (11,520) blocks, at 3 blocks of 4 warps an SM 41 (80)
+// waves on GB10's 48 SMs, 15 (29) at 3 an SM on H100's 132.
 // Tiles: blockIdx.y walks the tiles of all experts (MoeGroups::tile_offsets; the grid is
 // sized for the worst case, pairs / 64 + experts, and blocks past the step's tiles exit),
 // blockIdx.x the output columns. A block of 4 warps stages a 64-row slice of the grouped
-// activations (gathered by token for gate/up) and 64 weight rows decoded to the compute
+// activations (gathered by token for gate/up) and 128 weight rows decoded to the compute
 // type by the format's reader (weight_readers.cuh) in shared memory, 32 k at a time;
-// each warp then multiplies its 16 rows by the 64 columns (8 mma tiles). For gate/up the
-// 64 weight rows are 32 gate rows and the same 32 up rows, so each thread holds gate and
-// up of the same outputs and writes silu(gate) x up directly; ungated experts (Nemotron-H)
-// take 64 up rows and write relu(up)^2, so half the column blocks of a gated launch. Each weight byte is read
-// once per tile of its expert; activation tiles are re-read from L2 by every column block.
+// each warp then multiplies its 16 rows by the 128 columns (16 mma tiles a 16-wide k step,
+// fragments by ldmatrix: one x4 for the activations, eight for the weights). For gate/up
+// the 128 weight rows are 64 gate rows and the same 64 up rows, so each thread holds gate
+// and up of the same outputs and writes silu(gate) x up directly; ungated experts
+// (Nemotron-H) take 128 up rows and write relu(up)^2, so half the column blocks of a gated
+// launch. Activation tiles are re-read from L2 by every column block: 128 columns a block
+// (64 before) halve those reads and the activation fragments loaded per mma.
+// Tiles sized by the expert's rows: a warp whose 16 rows are all past its expert's stages
+// its share and skips the multiply, so an expert with r rows costs ceil(r / 16) warps of
+// mma work, not 4 (a prefill of 512 tokens on 30B-A3B averages 32 rows an expert, and many
+// experts get fewer than 16). The weight staging stays whole: its bytes are the bound.
 // Pipeline: two stages. While the warps multiply step i's tiles, step i + 1's are in
 // flight: its 64 x 32 activations by cp.async into the other shared buffer (4 KB, two
-// 16-byte copies a thread, zeros past the expert's rows) and its 64 x 32 weights as raw
-// chunks in registers (BF16 4 KB, two 16-byte loads a thread; Q8_0 and FP8 2 KB plus
-// scales, one; a K-quant chunk is its block's address, read as it is decoded), decoded
+// 16-byte copies a thread, zeros past the expert's rows) and its 128 x 32 weights as raw
+// chunks in registers (BF16 8 KB, four 16-byte loads a thread; Q8_0 and FP8 4 KB plus
+// scales, two; a K-quant chunk is its block's address, read as it is decoded), decoded
 // into shared memory at the start of step i + 1; one barrier a step. Per block: 2 x (64 +
-// 64) x 40 x 2 B = 20 KB of dynamic shared memory and 80-96 registers a thread (ptxas,
-// sm_90), so 4 blocks an SM (GB10: ~100 KB shared, 64k registers), 32 KB in flight an SM
-// against the ~5 KB (GB10: 218 GB/s x ~1 us / 48 SMs) to ~23 KB (H100: ~3 TB/s / 132)
-// Little's law asks for. A 64 x 64 x 32 step is 262k FLOPs (16 mma a warp) for 8 KB moved.
-// Waves, T = 4096 on 30B-A3B (32,768 pairs, <= 640 tiles): gate/up 24 column blocks
-// (15,360 blocks) is 80 waves of 4 blocks an SM on GB10's 48 SMs, 29 on H100's 132; down
-// 32 column blocks (20,480 blocks) 107 and 39.
+// 128) x 40 x 2 B = 30 KB of dynamic shared memory and 128-134 registers a thread (ptxas,
+// sm_90 and sm_121; 64 of them the accumulators), so 3 blocks an SM on GB10 (~100 KB
+// shared) and 4 on H100 (registers): 12 KB in flight a block (next step's 8 KB of BF16
+// weights and 4 KB of activations), 36-48 KB an SM against the ~5 KB (GB10: 218 GB/s x
+// ~1 us / 48 SMs) to ~23 KB (H100: ~3 TB/s / 132) Little's law asks for. A 64 x 128 x 32
+// step is 524k FLOPs (32 mma a warp) for 12 KB moved.
+// Waves, T = 4096 on 30B-A3B (32,768 pairs, <= 640 tiles): gate/up 12 column blocks
+// (7,680 blocks) is 53 waves of 3 blocks an SM on GB10's 48 SMs, 15 of 4 on H100's 132;
+// down 16 column blocks (10,240 blocks) 71 and 20.
 // k (hidden for gate/up, inter for down) need not be a multiple of the 32 a k step takes:
 // a step past k stages zeros (cp.async's zero fill, no weight load), so LatentMoE's
 // narrow latent widths (16 on the test fixture) run; a multiple of 32 costs one compare a
@@ -57,7 +67,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kBM = kMoeTileRows;  // grouped rows a tile
-constexpr int kBN = 64;            // weight rows a tile
+constexpr int kBN = 128;           // weight rows a tile
 constexpr int kBK = 32;
 constexpr int kStride = kBK + 8;   // shared row stride in elements: 80 bytes, so the 8 rows a warp reads spread over banks
 
@@ -156,6 +166,11 @@ __global__ void __launch_bounds__(kThreads)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gq = lane >> 2, t = lane & 3;
+  // A warp whose 16 rows are all past the expert's stages its share of the tiles and skips
+  // the multiply: a tile of an expert with r rows does ceil(r / 16) warps' mma work.
+  const bool busy = warp * 16 < m_rows;
+  const uint32_t a_base = smem_u32(&as[0][0][0]), b_base = smem_u32(&bs[0][0][0]);
+  constexpr uint32_t kStageA = kBM * kStride * sizeof(T), kStageB = kBN * kStride * sizeof(T);
   float acc[kBN / 8][4] = {};
   issue(0, 0);
   for (int k0 = 0, buf = 0; k0 < k; k0 += kBK, buf ^= 1) {
@@ -164,16 +179,22 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<0>();
     __syncthreads();  // this step's tiles are in shared memory; every warp is done with the last step's
     if (k0 + kBK < k) issue(k0 + kBK, buf ^ 1);
+    if (!busy) continue;
+    // Fragments by ldmatrix (one x4 for the warp's 16 x 16 of activations, one a 16 weight
+    // rows), as packed_gemm.cu reads them: 80-byte rows put its 8 row addresses in 8 bank groups.
+    const uint32_t sa = a_base + buf * kStageA, sb = b_base + buf * kStageB;
+    const int q = lane >> 3;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
-      const int m0 = warp * 16 + gq;
-      auto pair = [](const T* p) { return *reinterpret_cast<const uint32_t*>(p); };
-      const uint32_t a0 = pair(&as[buf][m0][kk + 2 * t]), a1 = pair(&as[buf][m0 + 8][kk + 2 * t]);
-      const uint32_t a2 = pair(&as[buf][m0][kk + 2 * t + 8]), a3 = pair(&as[buf][m0 + 8][kk + 2 * t + 8]);
+      uint32_t a[4];
+      ldsm_x4(sa + uint32_t((warp * 16 + (lane & 15)) * kStride + kk + (lane >> 4) * 8) * sizeof(T), a);
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
-        mma_16816<T>(acc[j], a0, a1, a2, a3, pair(&bs[buf][j * 8 + gq][kk + 2 * t]),
-                     pair(&bs[buf][j * 8 + gq][kk + 2 * t + 8]));
+      for (int j = 0; j < kBN / 16; ++j) {
+        uint32_t b[4];
+        ldsm_x4(sb + uint32_t((j * 16 + (q >> 1) * 8 + (lane & 7)) * kStride + kk + (q & 1) * 8) * sizeof(T), b);
+        mma_16816<T>(acc[2 * j], a[0], a[1], a[2], a[3], b[0], b[1]);
+        mma_16816<T>(acc[2 * j + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+      }
     }
   }
 

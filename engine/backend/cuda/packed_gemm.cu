@@ -4,7 +4,8 @@
 // tile of x beside it (cp.async), and its 8 warps multiply them on tensor cores (ldmatrix +
 // mma.sync m16n8k16, sm_80 and up: H100 and GB10 alike). Two families of tiles:
 //
-// Prefill (more than 64 rows): 128 x 64 tiles, BK 32, each warp 32 rows x 32 columns.
+// Prefill (more than 64 rows): 128 x 128 tiles, BK 64, each warp 32 rows x 64 columns,
+// two stages (below).
 // Bytes, Llama-3.1-8B in Q4_K_M (7.5e9 weights in the layers, 4.6 GB packed), a prefill
 // step of T tokens. Dequantizing each matrix into a 16-bit scratch for cuBLASLt (the
 // previous path) wrote 2 bytes a weight and read them back: ~30 GB a step whatever T,
@@ -14,13 +15,20 @@
 // bytes, 16 MB at T = 2048) is re-read per column block, mostly from L2. 4.6 GB: ~21 ms on
 // GB10. Compute: 2 x 7.5e9 x T FLOPs, T = 512: 7.7 TFLOP, ~84 ms at GB10's ~92 TFLOPS
 // dense BF16, so on GB10 the copy cost more than the multiply up to T ≈ 800 and this
-// path is compute-bound. On H100 this kernel's mma rate (no pipelining of the weight
-// tiles yet) stays under cuBLASLt's, which there outweighs the ~10 ms copy at long
-// prefills; the rule is that no full 16-bit copy is made. A 32-value step of a block: 2 x
-// 128 x 64 x 32 = 524k FLOPs (64 mma a warp) against 2,048 weights decoded (~5 lane
-// operations each) and 768 16-byte shared stores and loads: decoding is ~2% of the
-// tensor-core time. Waves: T = 512, n = 4096 gives 4 x 64 = 256 blocks: 5.3 waves of one
-// block an SM on GB10's 48 SMs, 1.9 on H100's 132.
+// path is compute-bound; the rule is that no full 16-bit copy is made.
+// A 64-value step of a block: 2 x 128 x 128 x 64 = 2.1M FLOPs (128 mma a warp, each A
+// fragment used 8 times and each B fragment twice) against 8,192 weights decoded, one
+// chunk a thread in the 32-value formats and two in Q8_0 and FP8 (so every thread decodes;
+// the 128 x 64 x 32 tile it replaces had a quarter of them decode while the rest waited
+// at the barrier), ~5-11 lane operations a weight: ~10% of the tensor-core time on GB10.
+// Two stages: while the warps multiply step i, step i + 1's x tile is in flight by
+// cp.async into the other shared buffer and its weight chunks in registers (a K-quant's
+// chunk is its block's address, read as it is decoded), decoded at the top of step i + 1;
+// one barrier a step. Shared memory 2 x (128 + 128) x 72 x 2 B = 72 KB (opted in): one
+// block of 8 warps an SM on GB10 (~100 KB) and, by its registers (up to 166 on sm_121 and
+// 176 on sm_90, no spills), on H100; 16 KB of x and up to 16 KB of weights in flight a block.
+// Waves: T = 512, n = 4096 gives 4 x 32 = 128 blocks: 2.7 waves on GB10's 48 SMs, 1.0 on
+// H100's 132 (T = 2048: 3.9).
 //
 // Decode buckets and verification (9..64 rows): BM = 16 (up to 16 rows) or 64 (a 32-row
 // tile too would cost the GPU bundle ~0.45 MiB of code for less padding at 17..32 rows),
@@ -62,32 +70,39 @@ constexpr int kWarps = kThreads / 32;
 // A tile shape: BM rows of x by BN weight rows (output columns), BK values a step. Each
 // warp takes MI 16-row mma tiles and NJ 8-column ones; the warps are laid kWarpsM along the
 // rows and kWarpsN along the columns.
-template <int BM_, int BN_, int BK_>
+// kStages 2: the next step's x tile and weight chunks are in flight while this step's are
+// multiplied (two shared buffers); 1: each step loads, then multiplies. kMinBlocks: the
+// blocks an SM ptxas must leave registers for (2: at most 128 a thread).
+template <int BM_, int BN_, int BK_, int kStages_, int kMinBlocks_>
 struct Tile {
-  static constexpr int BM = BM_, BN = BN_, BK = BK_;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, kStages = kStages_, kMinBlocks = kMinBlocks_;
   static constexpr int MI = BM >= 32 ? 2 : 1;
   static constexpr int kWarpsM = BM / (16 * MI), kWarpsN = kWarps / kWarpsM;
   static constexpr int WN = BN / kWarpsN, NJ = WN / 8;
   // Shared row stride in elements: BK + 8, so ldmatrix's 8 rows fall in distinct banks.
   static constexpr int kStride = BK + 8;
-  static constexpr size_t kSmem = size_t(BM + BN) * kStride * 2;
+  static constexpr size_t kStageBytes = size_t(BM + BN) * kStride * 2;
+  static constexpr size_t kSmem = kStageBytes * kStages;
   static_assert(kWarpsM * kWarpsN == kWarps && NJ % 2 == 0 && BK % 16 == 0);
 };
-using PrefillTile = Tile<128, 64, 32>;
+// The prefill tile's 72 KB of shared memory allow one block an SM on GB10 and two on
+// H100, where holding it to 128 registers (from up to 176 on sm_90) spills; so one.
+using PrefillTile = Tile<128, 128, 64, 2, 1>;
 template <int BM>
-using DecodeTile = Tile<BM, 128, 64>;
+using DecodeTile = Tile<BM, 128, 64, 1, 2>;
 
 // Block (x, y, z) computes rows x * BM.., columns y * BN.. over steps z * steps_per_split..
 // of k. Without partials it writes y; with them, split z's f32 sums (row scale applied) go
 // to partials[z][row][col], which split_sum_kernel adds.
 template <typename Tl, typename T, typename R, typename OutT>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, Tl::kMinBlocks)
     packed_gemm_kernel(R w, const T* __restrict__ x, int rows, int k, int n, int steps_per_split,
                        OutT* __restrict__ y, int ldy, float* __restrict__ partials) {
   constexpr int BM = Tl::BM, BN = Tl::BN, BK = Tl::BK, S = Tl::kStride, V = R::kValues;
   constexpr int kChunks = BN * BK / V;  // weight chunks a step
+  constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
   extern __shared__ __align__(128) uint8_t smem[];
-  const uint32_t sA = smem_u32(smem), sB = sA + uint32_t(BM * S * 2);
+  const uint32_t s0 = smem_u32(smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // The warp's rows and columns within the tile.
   const int wm = (warp % Tl::kWarpsM) * 16 * Tl::MI, wn = (warp / Tl::kWarpsM) * Tl::WN;
@@ -96,20 +111,36 @@ __global__ void __launch_bounds__(kThreads)
   float acc[Tl::MI][Tl::NJ][4] = {};  // [16-row tile][8-column tile][mma fragment]
   wait_then_allow_next_kernel();
 
-  for (int k0 = k_begin; k0 < k_end; k0 += BK) {
-    // x: BM rows x BK values, 8 a copy; zeros past the rows or the split's end.
+  // x: BM rows x BK values of step k0 into stage `st` by cp.async, 8 a copy; zeros past
+  // the rows or the split's end.
+  auto copy_x = [&](int k0, int st) {
+    const uint32_t sA = s0 + uint32_t(st * Tl::kStageBytes);
     for (int idx = tid; idx < BM * BK / 8; idx += kThreads) {
       const int m = idx / (BK / 8), c = idx % (BK / 8) * 8;
       const bool valid = m0 + m < rows && k0 + c < k_end;
       cp_async16(sA + uint32_t(m * S + c) * 2, x + (valid ? int64_t(m0 + m) * k + k0 + c : 0), valid);
     }
     cp_async_commit();
-    // w: BN rows x BK values decoded by the reader, rounded to T; zeros past n or the end.
-    for (int idx = tid; idx < kChunks; idx += kThreads) {
-      const int r = idx / (BK / V), c = idx % (BK / V) * V;
+  };
+  // w: the thread's chunks of step k0 (BN rows x BK values), loaded into `raw`, then decoded
+  // by the reader into stage `st`, rounded to T; zeros past n or the split's end.
+  typename R::Chunk raw[kPerThread] = {};
+  auto load_w = [&](int k0) {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int idx = tid + i * kThreads, r = idx / (BK / V), c = idx % (BK / V) * V;
+      if (idx < kChunks && n0 + r < n && k0 + c < k_end) raw[i] = w.load(n0 + r, k0 + c);
+    }
+  };
+  auto decode_w = [&](int k0, int st) {
+    const uint32_t sB = s0 + uint32_t(st * Tl::kStageBytes + BM * S * 2);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int idx = tid + i * kThreads, r = idx / (BK / V), c = idx % (BK / V) * V;
+      if (idx >= kChunks) continue;
       float wv[V];
       if (n0 + r < n && k0 + c < k_end) {
-        w.decode(w.load(n0 + r, k0 + c), n0 + r, k0 + c, wv);
+        w.decode(raw[i], n0 + r, k0 + c, wv);
       } else {
 #pragma unroll
         for (int v = 0; v < V; ++v) wv[v] = 0.0f;
@@ -122,8 +153,32 @@ __global__ void __launch_bounds__(kThreads)
         st_shared_v4(sB + uint32_t(r * S + c + h * 8) * 2, *reinterpret_cast<const uint4*>(part));
       }
     }
+  };
+
+  // Two stages: step k0's tiles were issued during the step before (x by cp.async into this
+  // stage, w into `raw`); they are decoded and waited for, one barrier, and step k0 + BK's
+  // are issued into the other stage before the multiply. Stage st's x was last read two
+  // steps ago and its w likewise, both before the last barrier. One stage: load, barrier,
+  // multiply, barrier.
+  if constexpr (Tl::kStages == 2) {
+    copy_x(k_begin, 0);
+    load_w(k_begin);
+  }
+  for (int k0 = k_begin, st = 0; k0 < k_end; k0 += BK, st ^= Tl::kStages - 1) {
+    if constexpr (Tl::kStages == 1) {
+      copy_x(k0, 0);
+      load_w(k0);
+    }
+    decode_w(k0, st);
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (Tl::kStages == 2) {
+      if (k0 + BK < k_end) {
+        copy_x(k0 + BK, st ^ 1);
+        load_w(k0 + BK);
+      }
+    }
+    const uint32_t sA = s0 + uint32_t(st * Tl::kStageBytes), sB = sA + uint32_t(BM * S * 2);
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
       // A fragments of the warp's 16-row tiles; B fragments of its 8-column tiles, two a
@@ -143,7 +198,7 @@ __global__ void __launch_bounds__(kThreads)
           mma_16816<T>(acc[i][jn], a[i][0], a[i][1], a[i][2], a[i][3], b[jn / 2][(jn % 2) * 2],
                        b[jn / 2][(jn % 2) * 2 + 1]);
     }
-    __syncthreads();
+    if constexpr (Tl::kStages == 1) __syncthreads();
   }
 
   // Thread (g, t) holds rows g and g + 8 of each 16-row tile, columns 2t and 2t + 1 of
@@ -207,6 +262,9 @@ void launch_tiles(const R& reader, const T* x, int32_t rows, int32_t k, int32_t 
   const int splits = tile_splits<Tl>(rows, k, n, scratch), per_split = int(ceil_div(ceil_div(k, Tl::BK), splits));
   const dim3 grid{unsigned(ceil_div(rows, Tl::BM)), unsigned(ceil_div(n, Tl::BN)), unsigned(splits)};
   float* partials = splits > 1 ? static_cast<float*>(scratch.data) : nullptr;
+  if constexpr (Tl::kSmem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(packed_gemm_kernel<Tl, T, R, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(Tl::kSmem)));
   launch_kernel("packed_gemm_kernel", programmatic, packed_gemm_kernel<Tl, T, R, OutT>, grid, dim3{kThreads},
                 Tl::kSmem, stream, reader, x, int(rows), int(k), int(n), per_split, y, int(ldy), partials);
   if (splits > 1)

@@ -39,6 +39,10 @@ class Backend {
   // Batch::state_slots naming each sequence's. A later call replaces them. A backend whose
   // layers hold no state needs none.
   virtual void init_state_slots(int64_t num_slots) {}
+  // After the cache and the state slots, before the first request: what a first step of
+  // each size would otherwise pay for (the CUDA backend captures its decode graphs here,
+  // so no live step waits on a capture). A later init_* call may undo it; call it again.
+  virtual void warm_up() {}
   // Runs the held layers. hidden_in is [num_tokens x hidden_size] from the previous stage,
   // or nullptr when this backend holds the embedding and starts from token ids.
   virtual void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) = 0;

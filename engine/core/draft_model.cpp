@@ -41,6 +41,7 @@ void DraftModel::prepare(int64_t num_kv_blocks, int64_t block_size, int64_t max_
   block_size_ = block_size;
   max_running_ = max_running;
   if (recurrent_) backend_->init_state_slots(2 * max_running);
+  backend_->warm_up();
   forget_all();
 }
 

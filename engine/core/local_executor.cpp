@@ -17,6 +17,7 @@ void LocalExecutor::prepare(int64_t num_kv_blocks, int64_t num_window_blocks, in
                             const std::vector<int32_t>& eos_token_ids, int64_t num_state_slots) {
   backend_->init_windowed_kv_cache(num_kv_blocks, num_window_blocks, block_size);
   backend_->init_state_slots(num_state_slots);
+  backend_->warm_up();
   sampler_.emplace(vocab_size_, eos_token_ids);
 }
 

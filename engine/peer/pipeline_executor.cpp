@@ -26,6 +26,7 @@ void PipelineExecutor::prepare(int64_t num_kv_blocks, int64_t num_window_blocks,
   // stage's backend does on these.
   backend_->init_windowed_kv_cache(num_kv_blocks, num_window_blocks, block_size);
   backend_->init_state_slots(num_state_slots);
+  backend_->warm_up();
   eos_ids_ = eos_token_ids;  // the masks' end-of-sequence ids (the worker samples with the same set)
 }
 

@@ -154,7 +154,9 @@ class Worker {
       throw Refused("the head's session (" + std::to_string(w.kv_blocks) + " KV blocks, " +
                     std::to_string(w.window_blocks) + " of them in the sliding layers) needs " + format_bytes(needed) +
                     " of KV cache here, and this worker planned " + format_bytes(kv_cache_bytes(plan, plan.kv_blocks)));
+    bool renewed = false;
     if (w.kv_blocks != kv_blocks_ || w.window_blocks != window_blocks_) {
+      renewed = true;
       backend_->init_windowed_kv_cache(w.kv_blocks, w.window_blocks, w.block_size);
       kv_blocks_ = w.kv_blocks;
       window_blocks_ = w.window_blocks;
@@ -168,11 +170,13 @@ class Worker {
       throw Refused("the head's session keeps " + std::to_string(w.state_slots) + " recurrent state slots, and " +
                     spec.architecture + (spec.has_recurrent_layers() ? " has" : " has no") + " recurrent layers");
     if (w.state_slots != state_slots_) {
+      renewed = true;
       backend_->init_state_slots(w.state_slots);
       state_slots_ = w.state_slots;
       log_info("peer: the session's recurrent state: ", w.state_slots, " slots (",
                format_bytes(plan.state_bytes_per_sequence * uint64_t(w.state_slots)), ")");
     }
+    if (renewed) backend_->warm_up();  // a new cache or new slots dropped the decode graphs
     sampler_ = std::make_unique<Sampler>(spec.vocab_size, w.eos_token_ids);
     // The device sampler knows the EOS ids of this box's model files; the head's set (the
     // tokenizer's EOS added) decides min_tokens, so the device samples only when they agree.

@@ -232,6 +232,7 @@ struct CudaBackend::Impl {
             state_slot_values(), recurrent_index, half()};
   }
   int32_t run(const Batch& batch, const float* hidden_in);
+  void warm_graph(int32_t bucket);
   void copy_final_hidden(const Batch& batch, std::vector<float>& out);
   // Gemma 4's assistant (assistant.h): its input stage, and before each step the model's
   // K and V its layers read, checked against the batch.
@@ -497,6 +498,38 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
   if (decode_only || multi_row) count(multi_row, use);
   if (multi_row) counts.multi_row_most_rows = std::max<int64_t>(counts.multi_row_most_rows, batch.num_tokens());
   return has_head ? R : 0;
+}
+
+// The layers of a decode step of `bucket` padding rows, which write no KV (slot -1), attend
+// to nothing (context 0) and have no state slot, run eagerly and then captured, as the
+// first two steps of that size would (DecodeGraphs::run); the graph reads its rows from
+// the same device buffers a live step fills, so a live step of that size only replays it.
+// A capture costs a few milliseconds a bucket, which the first request of each batch size
+// would otherwise wait on.
+void CudaBackend::Impl::warm_graph(int32_t bucket) {
+  const Batch none;
+  const Batch b = padded(none, bucket);
+  upload(b, none);
+  for (const auto& a : attentions)
+    if (!a->prepare(b, stream)) return;  // this size runs without a graph
+  CUDA_CHECK(cudaMemsetAsync(act.x, 0, size_t(bucket) * size_t(spec.hidden_size) * 4, stream));
+  const cuda::DeviceBatch db = device_batch(bucket, bucket);
+  auto twice = [&] {
+    cuda::with_half_type(half(), [&](auto tag) {
+      using Half = decltype(tag);
+      for (int i = 0; i < 2; ++i)
+        graphs->run(bucket, stream, [&] { cuda::run_layers<Half>(layer_step(), db, stream, programmatic); });
+    });
+  };
+  try {
+    twice();
+  } catch (const RuntimeError& e) {
+    if (!programmatic) throw;  // as run(): a refused programmatic launch costs the overlap only
+    log_warn("cuda: programmatic dependent launch failed (", e.what(), "); running without it");
+    cudaGetLastError();
+    programmatic = false;
+    twice();
+  }
 }
 
 // The batch's hidden rows after run(): the span of the residual stream that holds them
@@ -776,6 +809,16 @@ void CudaBackend::init_windowed_kv_cache(int64_t num_blocks, int64_t num_window_
   m.full_layers = table;
   m.num_full_layers = int32_t(full.size());
   CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream zeroing and upload, unordered with the compute stream
+}
+
+// Not for an encoder (no decode steps) or Gemma 4's assistant (its layers read the model's
+// cache, which a step sets up outside the graph).
+void CudaBackend::warm_up() {
+  Impl& m = *impl_;
+  if (!m.graphs || m.spec.encoder || m.spec.is_assistant()) return;
+  CUDA_CHECK(cudaSetDevice(m.opt.device));
+  for (int32_t bucket : m.graphs->buckets()) m.warm_graph(bucket);
+  CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 
 // One allocation of every slot's states, zeroed (a sequence starting at position 0 ignores

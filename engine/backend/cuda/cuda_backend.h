@@ -62,6 +62,8 @@ class CudaBackend : public Backend {
   void init_state_slots(int64_t num_slots) override;
   // Gemma 4's assistant beside its model on the same device (engine/backend/cuda/assistant.h).
   void attach_model(const Backend& model) override;
+  // Every decode graph bucket run once eagerly and captured (decode_graphs.h).
+  void warm_up() override;
   void forward(const Batch& batch, const float* hidden_in, ForwardResult& out) override;
   bool samples_on_device() const override;
   int64_t rows_at_decode_cost() const override;

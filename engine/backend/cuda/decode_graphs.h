@@ -28,11 +28,13 @@ class DecodeGraphs {
   // The padded size of a step of `rows` one-row sequences; 0 when it exceeds every bucket.
   int32_t bucket_for(int32_t rows) const;
   int32_t largest_bucket() const { return buckets_.back(); }
+  const std::vector<int32_t>& buckets() const { return buckets_; }
 
   // Queues `work` (the layers of a decode step padded to `bucket`) on `stream`. The first
   // use of a bucket runs it eagerly, so one-time set-up (cuBLASLt's algorithm search)
   // stays out of the graph; the second captures it; later uses replay the graph. `work`
-  // must read its inputs only from device buffers whose addresses never change.
+  // must read its inputs only from device buffers whose addresses never change. The
+  // backend makes the first two uses of every bucket at start-up (CudaBackend::warm_up).
   Use run(int32_t bucket, cudaStream_t stream, const std::function<void()>& work);
 
  private:

@@ -1,7 +1,8 @@
 // decode_bench.h — the whole-model step benchmarks of make gpu-check (check_model's 8B,
 // check_moe's 30B-A3B, check_gptoss_moe's gpt-oss-20b): synthetic decode and prefill
 // batches over a backend's own blocks, the median time of a whole sampled step, the
-// decode tok/s rows at batch 1, 16 and 64 beside the batch-1 bound of the copy bandwidth
+// decode tok/s rows at batch 1, 16 and 64 beside the copy and read bandwidths and the
+// batch-1 bound of the read bandwidth
 // and the prefill rows at 512 and 2,048 tokens; and dummy weights of every layer made from
 // a few (repeat_layers), so a step times all of a large model's layers.
 #pragma once
@@ -79,7 +80,7 @@ inline double step_ms(Backend& backend, const Batch& b, int runs = 20) {
 // INFO rows "`label` decode b=B" at batch 1, 16 and 64, context 512, and "`label` prefill
 // T=..." of one sequence's 512 and 2,048 tokens, of a backend whose KV cache holds 64 x
 // blocks_per_seq blocks (at least 2,048 tokens a sequence) and whose steps take 2,048
-// tokens. `bytes_per_token` is what a batch-1 token must read, whose time at the copy
+// tokens. `bytes_per_token` is what a batch-1 token must read, whose time at the read
 // bandwidth bounds batch 1.
 inline void step_rate_rows(const std::string& check, const std::string& label, Backend& backend, int blocks_per_seq,
                            int block, double bytes_per_token, double copy_gbs, const std::string& about) {
@@ -87,7 +88,7 @@ inline void step_rate_rows(const std::string& check, const std::string& label, B
     const double step = step_ms(backend, decode_batch(B, 512, blocks_per_seq, block));
     info(check, label + " decode b=" + std::to_string(B),
          fmt("%.0f tok/s", B / (step * 1e-3)) + fmt(" (%.2f ms/step", step) + about + ")",
-         fmt("copy %.0f GB/s; b=1 bound ", copy_gbs) + fmt("%.0f tok/s", copy_gbs * 1e9 / bytes_per_token));
+         decode_roof(copy_gbs, bytes_per_token));
   }
   for (int T : {512, 2048}) {
     const double step = step_ms(backend, prefill_batch(T, blocks_per_seq), 5);

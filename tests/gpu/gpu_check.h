@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/common.cuh"
+#include "engine/backend/cuda/ptx.cuh"
 #include "engine/util/splitmix.h"
 
 namespace spark::gpu_check {
@@ -155,6 +156,58 @@ inline double copy_bandwidth_gbs() {
   const double ms = time_ms(
       [&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, nullptr)); }, nullptr, 20, 3);
   return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+}
+
+// Reads `n16` 16-byte words once, four loads in flight a thread; the xor keeps every load
+// live and the store that never happens keeps the xor.
+template <int = 0>
+__global__ void read_stream_kernel(const uint4* __restrict__ p, size_t n16, unsigned* out) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  unsigned acc = 0;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    const uint4 a = cuda::ld_global_nc_na_v4(p + i), b = cuda::ld_global_nc_na_v4(p + i + stride),
+                c = cuda::ld_global_nc_na_v4(p + i + 2 * stride), d = cuda::ld_global_nc_na_v4(p + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 a = cuda::ld_global_nc_na_v4(p + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x9E3779B9u) *out = acc;
+}
+
+// The device's read bandwidth (GB/s): a streaming sum over 1 GiB, 8 blocks of 256 threads
+// an SM. A decode step reads its weights and writes little, so this is its roof, and the
+// decode rows print it beside the copy bandwidth. Measured once a process.
+inline double read_bandwidth_gbs() {
+  static const double gbs = [] {
+    const size_t bytes = size_t(1) << 30;
+    DeviceArray<uint8_t> a(bytes);
+    DeviceArray<unsigned> sink(1);
+    CUDA_CHECK(cudaMemset(a.get(), 0x5A, bytes));
+    int device = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const double ms = time_ms(
+        [&] {
+          cuda::launch_kernel("read_stream_kernel", false, read_stream_kernel<>, dim3(unsigned(sms * 8)), dim3(256), 0,
+                              nullptr, reinterpret_cast<const uint4*>(a.get()), bytes / 16, sink.get());
+        },
+        nullptr, 20, 3);
+    return double(bytes) / (ms * 1e-3) / 1e9;
+  }();
+  return gbs;
+}
+
+// The reference column of a decode benchmark's row: both bandwidths and the batch-1 bound
+// that reading `bytes_per_token` at the read bandwidth gives.
+inline std::string decode_roof(double copy_gbs, double bytes_per_token) {
+  const double read_gbs = read_bandwidth_gbs();
+  char s[160];
+  std::snprintf(s, sizeof s, "copy %.0f, read %.0f GB/s; b=1 bound %.0f tok/s", copy_gbs, read_gbs,
+                read_gbs * 1e9 / bytes_per_token);
+  return s;
 }
 
 // One row of the final table: "ROW|<check>|<case>|<measured>|<limit or reference>|PASS/FAIL/INFO/SKIP".

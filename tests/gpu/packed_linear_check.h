@@ -61,7 +61,7 @@ void check_packed_linear(const char* check, cuda::Gemm& gemm, const char* name, 
 
 // On a real device, a decode step's linear layer over a packed [n, k] matrix timed at
 // 1..64 rows through AUTO (the GEMV up to kGemvMaxRows rows, one row tile past it): µs,
-// and GB/s of its `packed` bytes beside the copy bandwidth. `make_copy` uploads one copy
+// and GB/s of its `packed` bytes beside the read and copy bandwidths. `make_copy` uploads one copy
 // of the matrix; enough copies to pass 256 MB rotate, so L2 (50 MB on H100) holds none
 // of them from one call to the next.
 template <typename Copy>
@@ -73,7 +73,7 @@ void bench_packed_linear(const char* check, const std::string& name, int32_t k, 
   DeviceArray<cuda::bf16> x(to_half<cuda::bf16>(random_floats(size_t(kMaxRows) * k, 5)));
   DeviceArray<cuda::bf16> y(size_t(kMaxRows) * n);
   cuda::Gemm gemm;
-  const double copy_gbps = copy_bandwidth_gbs();
+  const double copy_gbps = copy_bandwidth_gbs(), read_gbps = read_bandwidth_gbs();
   for (int32_t rows : {1, 8, 9, 16, 32, kMaxRows}) {
     constexpr int kCalls = 10;
     size_t next = 0;
@@ -88,7 +88,8 @@ void bench_packed_linear(const char* check, const std::string& name, int32_t k, 
     info(check,
          "bench " + name + " r=" + std::to_string(rows) + " k=" + std::to_string(k) + " n=" + std::to_string(n) +
              (rows > cuda::kGemvMaxRows ? " tiles" : " gemv"),
-         fmt("%.1f us", us) + fmt(" %.0f GB/s", gbps), fmt("%.0f%% of copy", 100.0 * gbps / copy_gbps));
+         fmt("%.1f us", us) + fmt(" %.0f GB/s", gbps),
+         fmt("%.0f%% of read", 100.0 * gbps / read_gbps) + fmt(", %.0f%% of copy", 100.0 * gbps / copy_gbps));
   }
 }
 

@@ -279,12 +279,14 @@ inline int bench_copies(int64_t B, int64_t sv) {
   return int(std::clamp(std::ceil(150e6 / (double(B) * double(sv) * 4)), 1.0, 64.0));
 }
 
-// A decode benchmark's row: its time against the bytes it must move at copy bandwidth.
+// A decode benchmark's row: its time against the bytes it must move at copy bandwidth
+// (they are read and written), beside the read bandwidth.
 inline void bench_row(const char* check, const std::string& what, double ms, const DecodeBytes& bytes,
                       double copy_gbs) {
   const double moved = bytes.read + bytes.written;
   info(check, what, fmt("%.1f us", ms * 1e3) + fmt(", %.0f GB/s", moved / (ms * 1e-3) / 1e9),
-       fmt("%.1f MB moved, ", moved / 1e6) + fmt("floor %.1f us at copy bandwidth", moved / (copy_gbs * 1e9) * 1e6));
+       fmt("%.1f MB moved, ", moved / 1e6) + fmt("floor %.1f us at copy bandwidth", moved / (copy_gbs * 1e9) * 1e6) +
+           fmt(" (read %.0f GB/s)", read_bandwidth_gbs()));
 }
 
 }  // namespace spark::gpu_check::recurrent

@@ -135,7 +135,8 @@ __device__ __forceinline__ void k_scale_min(const uint8_t* scales, int j, float&
   uint32_t s[3];
 #pragma unroll
   for (int i = 0; i < 3; ++i) s[i] = ld_word<4>(scales + 4 * i);
-  auto byte = [&](int i) { return (s[i >> 2] >> (8 * (i & 3))) & 0xFF; };
+  // Selects, not s[i >> 2]: an index the compiler cannot fold would leave s in local memory.
+  auto byte = [&](int i) { return ((i < 4 ? s[0] : i < 8 ? s[1] : s[2]) >> (8 * (i & 3))) & 0xFF; };
   if (j < 4) {
     sc = float(byte(j) & 63);
     m = float(byte(j + 4) & 63);

@@ -9,19 +9,26 @@
 //   Chunk load(r, c)   requests the raw chunk of row r starting at column c (c a multiple
 //                      of kValues); weights are read once, so loads bypass L1;
 //   decode(q, r, c, w) turns it into kValues f32 weights (the per-block scales, small
-//                      and shared by neighbouring lanes, come through the cached path).
-// Splitting load from decode lets a kernel request the next chunk before it multiplies
-// the current one. The GGUF block formats kept as the file's blocks (Q4_0, Q4_1, Q4_K,
-// Q5_K, Q6_K) come through BlockRows over their decoders (block_readers.cuh): a chunk is
-// one 32-value part of a block. FP8 (Fp8Rows) applies the scale of the block a value falls
-// in, each matrix of a stack with its own scale grid. MXFP4 (Mxfp4Rows) decodes a block's
-// 32 E2M1 codes with its power-of-two scale; NVFP4 (Nvfp4Rows) half a block's 64 with
-// their E4M3 scales and the row's scale.
+//                      and shared by neighbouring lanes, come through the cached path);
+//   at(r, c)           the address of the chunk's bytes (for prefetches; a pointer
+//                      chunk's load returns the same).
+// Splitting load from decode lets a kernel request the next chunk before it multiplies the
+// current one. A GEMV that sums each chunk's products on its own may instead call
+// decode_folded (below): the chunk's weights without a factor common to all of them, and
+// that factor, which then multiplies the chunk's dot product once a row (MXFP4's
+// power-of-two scale: one multiply a weight fewer). The GGUF block formats kept as the
+// file's blocks (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) come through BlockRows over their decoders
+// (block_readers.cuh): a chunk is one 32-value part of a block. FP8 (Fp8Rows) applies the
+// scale of the block a value falls in, each matrix of a stack with its own scale grid.
+// MXFP4 (Mxfp4Rows) decodes a block's 32 E2M1 codes with its power-of-two scale; NVFP4
+// (Nvfp4Rows) half a block's 64 with their E4M3 scales and the row's scale.
 #pragma once
 #include "engine/backend/cuda/block_formats.h"
 #include "engine/backend/cuda/block_readers.cuh"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/ptx.cuh"
+
+#include <concepts>
 
 namespace spark::cuda {
 
@@ -32,7 +39,8 @@ struct HalfRows {
   using Chunk = uint4;
   const T* w;
   int64_t k;
-  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(w + r * k + c); }
+  __device__ __forceinline__ const T* at(int64_t r, int c) const { return w + r * k + c; }
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(at(r, c)); }
   __device__ __forceinline__ void decode(const Chunk& q, int64_t, int, float (&out)[kValues]) const {
     const T* v = reinterpret_cast<const T*>(&q);
 #pragma unroll
@@ -58,7 +66,8 @@ struct Q8_0Rows {
   const int8_t* qs;
   const f16* scales;
   int64_t k;
-  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(qs + r * k + c); }
+  __device__ __forceinline__ const int8_t* at(int64_t r, int c) const { return qs + r * k + c; }
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(at(r, c)); }
   __device__ __forceinline__ void decode(const Chunk& q, int64_t r, int c, float (&out)[kValues]) const {
     const float d = to_f32(__ldg(scales + r * (k / 32) + c / 32));
     int8x4_to_f32(q.x, out);
@@ -83,8 +92,10 @@ struct BlockRows {
   __device__ __forceinline__ Chunk load(int64_t r, int c) const {
     return data + r * row_bytes + int64_t(c / Reader::kBlockValues) * Reader::kBlockBytes;
   }
+  __device__ __forceinline__ Chunk at(int64_t r, int c) const { return load(r, c); }
   __device__ __forceinline__ void decode(const Chunk& b, int64_t, int c, float (&out)[kValues]) const {
-    Reader::part(b, (c % Reader::kBlockValues) / kPartValues, out);
+    // Unsigned, so that the compiler knows the part is 0 .. kParts - 1.
+    Reader::part(b, int((unsigned(c) % Reader::kBlockValues) / kPartValues), out);
   }
 };
 
@@ -100,7 +111,8 @@ struct Fp8Rows {
   const float* scales;
   int64_t k;
   int32_t matrix_rows, block_rows, block_cols, grid_cols, grid_size;
-  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(q + r * k + c); }
+  __device__ __forceinline__ const uint8_t* at(int64_t r, int c) const { return q + r * k + c; }
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(at(r, c)); }
   __device__ __forceinline__ void decode(const Chunk& raw, int64_t r, int c, float (&out)[kValues]) const {
     const int64_t m = r / matrix_rows;
     const int i = int(r - m * matrix_rows);
@@ -123,11 +135,12 @@ __device__ __forceinline__ float e8m0_decode(uint32_t e) {
 // (code 1, 0.5, lands on the subnormal 2^-15; code 0 on zero). Two codes a 32-bit
 // operation: the pairs (byte 0, byte 2) and (byte 1, byte 3) sit 16 bits apart, so one
 // shift and one masked merge place both halves of an f16 pair; the pair's conversion to
-// f32 and the multiply by d14 finish it, both exact (e2m1 has 2 significant bits): 4
-// instructions a code with the multiply, where building f32 bits with selects took ~11
-// (make kernel-report's "instructions a weight", load and addressing included: MXFP4 12.7
-// -> 4.5 on sm_121).
-__device__ __forceinline__ void e2m1_word(uint32_t w, float d14, float* lo, float* hi) {
+// f32 finishes it, exact (e2m1 has 2 significant bits): e2m1_word_2m14 gives e2m1 x 2^-14,
+// e2m1_word multiplies by d14 too (exact). 4 instructions a code with the multiply, where
+// building f32 bits with selects took ~11 (make kernel-report's "instructions a weight",
+// load, addressing and the GEMV's FMA included: MXFP4 12.7 -> 4.5 on sm_121); without the
+// multiply, which decode_folded leaves to the chunk's dot product, 3.5.
+__device__ __forceinline__ void e2m1_word_2m14(uint32_t w, float* lo, float* hi) {
   constexpr uint32_t kMag = 0x0E000E00u, kSign = 0x80008000u;
   const uint32_t pairs[4] = {
       ((w << 9) & kMag) | ((w << 12) & kSign),  // low nibbles of bytes 0 and 2
@@ -142,10 +155,13 @@ __device__ __forceinline__ void e2m1_word(uint32_t w, float d14, float* lo, floa
     memcpy(&h, &pairs[p], 4);  // the bits as they are: no repacking of the halves
     f[p] = __half22float2(h);
   }
-  lo[0] = __fmul_rn(f[0].x, d14), lo[2] = __fmul_rn(f[0].y, d14);
-  lo[1] = __fmul_rn(f[1].x, d14), lo[3] = __fmul_rn(f[1].y, d14);
-  hi[0] = __fmul_rn(f[2].x, d14), hi[2] = __fmul_rn(f[2].y, d14);
-  hi[1] = __fmul_rn(f[3].x, d14), hi[3] = __fmul_rn(f[3].y, d14);
+  lo[0] = f[0].x, lo[2] = f[0].y, lo[1] = f[1].x, lo[3] = f[1].y;
+  hi[0] = f[2].x, hi[2] = f[2].y, hi[1] = f[3].x, hi[3] = f[3].y;
+}
+__device__ __forceinline__ void e2m1_word(uint32_t w, float d14, float* lo, float* hi) {
+  e2m1_word_2m14(w, lo, hi);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lo[i] = __fmul_rn(lo[i], d14), hi[i] = __fmul_rn(hi[i], d14);
 }
 
 // MXFP4 as DeviceWeights keeps it (kernel_args.h): a chunk is one block, its 16 code bytes
@@ -153,19 +169,32 @@ __device__ __forceinline__ void e2m1_word(uint32_t w, float d14, float* lo, floa
 // read-only cache; value = e2m1 * scale in f32, as the CPU backend multiplies it. The
 // scale times 2^14 (e2m1_word) is 2^(e - 113) for e <= 240 (e = 0, 2^-127, included);
 // the upload refuses 241..254 (weights of 2^114 and more), and 255 is infinite as on the CPU.
+// decode_2m14 gives e2m1 x 2^-14 and returns that d14: a power of two, so a dot product
+// of those times d14 is the dot product of the scaled weights, bit for bit (unless it
+// leaves f32's normal range); a block of scale 255 gives inf or NaN as on the CPU, though
+// not always the same one (the CPU's 0 x inf weights are NaN, here a zero dot product is).
 struct Mxfp4Rows {
   static constexpr int kValues = 32;
   using Chunk = uint4;
   const uint8_t* codes;
   const uint8_t* scales;
   int64_t k;
-  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(codes + (r * k + c) / 2); }
-  __device__ __forceinline__ void decode(const Chunk& q, int64_t r, int c, float (&out)[kValues]) const {
+  __device__ __forceinline__ const uint8_t* at(int64_t r, int c) const { return codes + (r * k + c) / 2; }
+  __device__ __forceinline__ Chunk load(int64_t r, int c) const { return ld_global_nc_na_v4(at(r, c)); }
+  __device__ __forceinline__ float decode_2m14(const Chunk& q, int64_t r, int c, float (&out)[kValues]) const {
     const uint32_t e = __ldg(scales + (r * k + c) / 32);
-    const float d14 = __uint_as_float(e <= 240 ? (e + 14) << 23 : 0x7F800000u);
     const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) e2m1_word(words[i], d14, out + 4 * i, out + 16 + 4 * i);
+    for (int i = 0; i < 4; ++i) e2m1_word_2m14(words[i], out + 4 * i, out + 16 + 4 * i);
+    return __uint_as_float(e <= 240 ? (e + 14) << 23 : 0x7F800000u);
+  }
+  __device__ __forceinline__ void decode(const Chunk& q, int64_t r, int c, float (&out)[kValues]) const {
+    const float d14 = decode_2m14(q, r, c, out);
+#pragma unroll
+    for (int i = 0; i < kValues; ++i) out[i] = __fmul_rn(out[i], d14);
+  }
+  __device__ __forceinline__ float decode_folded(const Chunk& q, int64_t r, int c, float (&out)[kValues]) const {
+    return decode_2m14(q, r, c, out);
   }
 };
 
@@ -191,6 +220,7 @@ struct Nvfp4Rows {
   const float* scales;
   int64_t row_bytes;
   __device__ __forceinline__ Chunk load(int64_t r, int c) const { return data + r * row_bytes + int64_t(c / 64) * 36; }
+  __device__ __forceinline__ Chunk at(int64_t r, int c) const { return load(r, c); }
   __device__ __forceinline__ void decode(const Chunk& b, int64_t, int c, float (&out)[kValues]) const {
     const int half = (c % 64) / 32;
     const uint32_t d4 = ld_word<4>(b);
@@ -215,6 +245,27 @@ __device__ __forceinline__ float row_scale(const R& w, int64_t r) {
     return w.row_scale(r);
   else
     return 1.0f;
+}
+
+// Whether R's decode leaves a factor to each chunk's dot product (decode_folded).
+template <typename R>
+concept FoldsFactor = requires(const R& w, const typename R::Chunk& q, float (&out)[R::kValues]) {
+  { w.decode_folded(q, int64_t(0), 0, out) } -> std::same_as<float>;
+};
+
+// Decodes chunk q of row r at column c into out without the factor the reader leaves to
+// the chunk's dot product, and returns that factor: a FoldsFactor reader's decode_folded,
+// else decode and 1. A GEMV sums a FoldsFactor chunk's products on their own and adds
+// them with one fmaf(dot, factor, acc); the others' straight into the row's accumulator.
+template <typename R>
+__device__ __forceinline__ float decode_folded(const R& w, const typename R::Chunk& q, int64_t r, int c,
+                                               float (&out)[R::kValues]) {
+  if constexpr (FoldsFactor<R>) {
+    return w.decode_folded(q, r, c, out);
+  } else {
+    w.decode(q, r, c, out);
+    return 1.0f;
+  }
 }
 
 // Calls f(reader) with the reader of w for compute type T: a stack of matrices of

@@ -43,8 +43,9 @@
 // scales, two; a K-quant chunk is its block's address, read as it is decoded), decoded
 // into shared memory at the start of step i + 1; one barrier a step. Per block: 2 x (64 +
 // 128) x 40 x 2 B = 30 KB of dynamic shared memory and 128-134 registers a thread (ptxas,
-// sm_90 and sm_121; 64 of them the accumulators), so 3 blocks an SM on GB10 (~100 KB
-// shared) and 4 on H100 (registers): 12 KB in flight a block (next step's 8 KB of BF16
+// sm_90 and sm_121; 64 of them the accumulators; 166 for BF16 and FP16 gate/up on sm_90,
+// whose four raw 16-byte chunks a thread take 16), so 3 blocks an SM on GB10 (~100 KB
+// shared) and 3-4 on H100 (registers): 12 KB in flight a block (next step's 8 KB of BF16
 // weights and 4 KB of activations), 36-48 KB an SM against the ~5 KB (GB10: 218 GB/s x
 // ~1 us / 48 SMs) to ~23 KB (H100: ~3 TB/s / 132) Little's law asks for. A 64 x 128 x 32
 // step is 524k FLOPs (32 mma a warp) for 12 KB moved.
@@ -94,7 +95,7 @@ __device__ __forceinline__ int tile_expert(const MoeGroups& g, int experts, int 
 //          from gate and up rows (kGated) or up rows alone.
 // Else:    a = act [pairs, inter],                      out = y [pairs, hidden] (f32).
 template <typename T, typename R, bool kGateUp, bool kGated>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)  // <= 168 registers: 3 blocks an SM, as GB10's shared memory allows
     expert_gemm_kernel(R w, ExpertShape s, ExpertExtras ex, MoeGroups g, const T* __restrict__ a,
                        void* __restrict__ out) {
   constexpr int V = R::kValues;

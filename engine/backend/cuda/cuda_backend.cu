@@ -6,6 +6,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <tuple>
@@ -817,8 +818,12 @@ void CudaBackend::warm_up() {
   Impl& m = *impl_;
   if (!m.graphs || m.spec.encoder || m.spec.is_assistant()) return;
   CUDA_CHECK(cudaSetDevice(m.opt.device));
+  const auto t0 = std::chrono::steady_clock::now();
   for (int32_t bucket : m.graphs->buckets()) m.warm_graph(bucket);
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  log_info("cuda: decode graphs for 1..", m.graphs->largest_bucket(), " rows (", m.graphs->buckets().size(),
+           " sizes) captured in ", ms.count(), " ms");
 }
 
 // One allocation of every slot's states, zeroed (a sequence starting at position 0 ignores

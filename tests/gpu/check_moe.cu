@@ -1,7 +1,10 @@
 // check_moe.cu — the mixture-of-experts block on the device (moe.h) against the CPU
 // backend (cpu/moe.h): the router's selection and weights for random logits with exact
 // ties (Qwen3-MoE's, gpt-oss's and Nemotron-H's sigmoid rule with its score bias and
-// routed scale), the whole block at 1, 2, 7, 16, 64 and 300
+// routed scale), the decode steps' fused selection + grouping against the separate
+// kernels (1..64 tokens, odd expert counts, k up to 32, ties and NaN logits), the block's
+// weighted sum folded into the next add_rms_norm against combine + add_rms_norm (same
+// bits), the whole block at 1, 2, 7, 16, 64 and 300
 // tokens through the expert paths a step of that size can take (decode GEMVs up to 64
 // tokens, grouped GEMM) for BF16, FP16, Q8_0, Q4_K, Q6_K, FP8 (128x128 block and
 // per-channel scales) and NVFP4 experts, Nemotron-H's block
@@ -18,6 +21,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +40,7 @@
 #include "engine/backend/cuda/moe.h"
 #include "engine/backend/cuda/nvfp4.h"
 #include "engine/backend/cuda/q8_0.h"
+#include "engine/backend/cuda/rms_norm.h"
 #include "engine/config.h"
 #include "engine/model/arch.h"
 #include "engine/model/dummy.h"
@@ -135,6 +140,129 @@ void router_case(RouterRule rule, int32_t experts, int32_t top_k, bool normalize
                            ", 300 tok with ties";
   row(kCheck, "router " + name + ": ids == cpu", std::to_string(id_mismatch) + " differ", "0", id_mismatch == 0);
   row(kCheck, "router " + name + ": weights vs cpu", fmt("max abs %.1e", worst), "<= 1e-6", worst <= 1e-6);
+}
+
+// The selection and grouping of a decode step in one launch (moe_route_group) against
+// moe_route then moe_group on the same logits: ids, weights, offsets, active and
+// tile_offsets the same bits (NaN weights included), and both groupings valid and equal to
+// the one the CPU's ids give (each pair's row inside its expert's range, holding the
+// pair's token, every row taken once). Logits with ties (logits_with_ties), NaN entries in
+// every fifth token and a row all NaN (token 13: every score -inf, the lowest ids win).
+struct Grouping {
+  DeviceArray<int32_t> ids, offsets, pair_row, row_token, active, tile_offsets;
+  DeviceArray<float> weights;
+  Grouping(int32_t tokens, int32_t experts, int32_t top_k)
+      : ids(size_t(tokens * top_k)), offsets(size_t(experts + 1)), pair_row(size_t(tokens * top_k)),
+        row_token(size_t(tokens * top_k)), active(size_t(experts + 1)), tile_offsets(size_t(experts + 1)),
+        weights(size_t(tokens * top_k)) {
+    for (DeviceArray<int32_t>* a : {&ids, &offsets, &pair_row, &row_token, &active, &tile_offsets}) a->poison();
+    weights.poison();
+  }
+  cuda::MoeGroups groups() const {
+    return {offsets.get(), pair_row.get(), row_token.get(), active.get(), tile_offsets.get()};
+  }
+};
+
+// What is wrong with g's grouping of `want_ids` (empty: nothing): the expert ranges,
+// the active list and the tiles as the ids give them, each pair's row in its expert's
+// range holding its token, no row taken twice.
+std::string grouping_errors(const Grouping& g, const std::vector<int32_t>& want_ids, int32_t experts, int32_t top_k,
+                            int32_t tile_rows) {
+  const size_t pairs = want_ids.size();
+  std::vector<int32_t> count(size_t(experts), 0);
+  for (int32_t e : want_ids) ++count[size_t(e)];
+  std::vector<int32_t> offsets(size_t(experts + 1)), tiles(size_t(experts + 1)), active;
+  for (int32_t e = 0; e < experts; ++e) {
+    offsets[size_t(e) + 1] = offsets[size_t(e)] + count[size_t(e)];
+    tiles[size_t(e) + 1] = tiles[size_t(e)] + (count[size_t(e)] + tile_rows - 1) / tile_rows;
+    if (count[size_t(e)] > 0) active.push_back(e);
+  }
+  const std::vector<int32_t> got_offsets = g.offsets.download(), got_tiles = g.tile_offsets.download(),
+                             got_active = g.active.download(), pair_row = g.pair_row.download(),
+                             row_token = g.row_token.download();
+  if (got_offsets != offsets) return "offsets";
+  if (got_tiles != tiles) return "tile_offsets";
+  if (got_active[size_t(experts)] != int32_t(active.size()) ||
+      !std::equal(active.begin(), active.end(), got_active.begin()))
+    return "active";
+  std::vector<bool> taken(pairs, false);
+  for (size_t p = 0; p < pairs; ++p) {
+    const int32_t r = pair_row[p], e = want_ids[p];
+    if (r < offsets[size_t(e)] || r >= offsets[size_t(e) + 1] || taken[size_t(r)]) return "pair_row";
+    taken[size_t(r)] = true;
+    if (row_token[size_t(r)] != int32_t(p) / top_k) return "row_token";
+  }
+  return "";
+}
+
+void route_group_case(RouterRule rule, int32_t experts, int32_t top_k, bool normalize, bool with_bias,
+                      bool with_expert_scale, int32_t tile_rows, const std::vector<int32_t>& token_counts,
+                      cudaStream_t stream, uint64_t seed, float routed_scale = 1.0f) {
+  const int32_t most = *std::max_element(token_counts.begin(), token_counts.end());
+  std::vector<float> logits = logits_with_ties(most, experts, seed);
+  for (int32_t t = 4; t < most; t += 5)
+    for (int i = 0; i < 3; ++i) logits[size_t(t) * experts + splitmix64(seed + uint64_t(t * 3 + i)) % uint64_t(experts)] = NAN;
+  if (most > 13)
+    for (int32_t e = 0; e < experts; ++e) logits[size_t(13) * experts + size_t(e)] = NAN;
+  std::vector<float> bias = random_floats(size_t(experts), seed + 1, -1.0f, 1.0f);
+  bias[size_t(experts / 2)] = bias[0];
+  const std::vector<float> scale = random_floats(size_t(experts), seed + 2, 0.5f, 2.0f);
+  const DeviceArray<float> d_logits(logits), d_bias(bias), d_scale(scale);
+  const float* b = with_bias ? d_bias.get() : nullptr;
+  const float* s = with_expert_scale ? d_scale.get() : nullptr;
+  int failed_counts = 0;
+  std::string first;
+  for (int32_t tokens : token_counts) {
+    Grouping two(tokens, experts, top_k), one(tokens, experts, top_k);
+    cuda::moe_route(rule, d_logits.get(), b, tokens, experts, top_k, normalize, two.ids.get(), two.weights.get(),
+                    stream, false, routed_scale, s);
+    cuda::moe_group(two.ids.get(), tokens, top_k, experts, tile_rows, two.groups(), stream);
+    cuda::moe_route_group(rule, d_logits.get(), b, tokens, experts, top_k, normalize, one.ids.get(),
+                          one.weights.get(), tile_rows, one.groups(), stream, false, routed_scale, s);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    // The CPU's ids where a row has no NaN (its sort is undefined on NaN); on the others the
+    // separate kernels' ids, which must still be k distinct experts.
+    const std::vector<int32_t> separate_ids = two.ids.download();
+    std::vector<int32_t> want_ids(size_t(tokens * top_k));
+    std::vector<float> unused(static_cast<size_t>(top_k));
+    bool valid = true;
+    for (int32_t t = 0; t < tokens; ++t) {
+      const float* row = logits.data() + size_t(t) * experts;
+      int32_t* want = want_ids.data() + size_t(t) * top_k;
+      if (std::none_of(row, row + experts, [](float v) { return std::isnan(v); })) {
+        cpu::route_token(rule, row, with_bias ? bias.data() : nullptr, experts, top_k, normalize, want, unused.data());
+        continue;
+      }
+      std::copy_n(separate_ids.begin() + size_t(t) * top_k, top_k, want);
+      std::set<int32_t> distinct(want, want + top_k);
+      valid = valid && int32_t(distinct.size()) == top_k && *distinct.begin() >= 0 && *distinct.rbegin() < experts;
+    }
+    const std::vector<float> w1 = one.weights.download(), w2 = two.weights.download();
+    std::string err = !valid                          ? "ids on NaN rows not k distinct experts"
+                      : one.ids.download() != want_ids ? "fused ids"
+                      : separate_ids != want_ids       ? "separate ids vs cpu"
+                      : std::memcmp(w1.data(), w2.data(), w1.size() * 4) != 0 ? "weights' bits"
+                                                                               : "";
+    if (err.empty()) {
+      const std::string a = grouping_errors(one, want_ids, experts, top_k, tile_rows);
+      const std::string c = grouping_errors(two, want_ids, experts, top_k, tile_rows);
+      err = !a.empty() ? "fused " + a : !c.empty() ? "separate " + c : "";
+    }
+    if (!err.empty()) {
+      ++failed_counts;
+      if (first.empty()) first = "T=" + std::to_string(tokens) + ": " + err;
+    }
+  }
+  const char* rule_name = rule == RouterRule::SOFTMAX_TOPK   ? "softmax-topk"
+                          : rule == RouterRule::TOPK_SOFTMAX ? "topk-softmax"
+                                                             : "sigmoid-bias";
+  const std::string name = std::string("route+group fused vs separate: ") + rule_name + " E=" +
+                           std::to_string(experts) + " k=" + std::to_string(top_k) + (normalize ? " norm" : "") +
+                           (with_bias ? " bias" : "") + (with_expert_scale ? " expert scales" : "") +
+                           (routed_scale != 1.0f ? fmt(" scale %.1f", routed_scale) : std::string()) + " tiles of " +
+                           std::to_string(tile_rows) + ", " + std::to_string(token_counts.size()) +
+                           " sizes 1.." + std::to_string(most) + " tok, ties + NaN";
+  row(kCheck, name, failed_counts ? first : "all the same", "0 sizes differ", failed_counts == 0);
 }
 
 // ---- the MoE block ---------------------------------------------------------------------
@@ -564,6 +692,55 @@ void batch_invariance(cudaStream_t stream) {
       "0 (same bits)", differ == 0);
 }
 
+// The block's weighted sum left to the next norm (moe_forward without out, add_rms_norm
+// of WeightedRows, as layer_forward.cu runs a plain MoE layer) against moe_combine's sum
+// added by add_rms_norm: x and the normed rows the same bits, at decode sizes and a whole
+// chunk, with the norm and with the add alone (the stage's last layer). Qwen3-MoE-shaped
+// (softmax, k = 4) and gpt-oss-shaped (router bias, softmax over the k) routers.
+void folded_sum_case(RouterRule rule, cudaStream_t stream) {
+  Layer l(DType::Q8_0, DType::BF16, 16, 4, 256, 96, 61);
+  l.cfg.rule = rule;
+  DeviceLayer d(l);
+  const DeviceArray<float> router_bias(random_floats(16, 62, -1.0f, 1.0f));
+  if (rule == RouterRule::TOPK_SOFTMAX) d.w.router_bias = router_bias.get();
+  const int32_t H = 256;
+  const DeviceArray<float> norm_w(random_floats(size_t(H), 63, 0.5f, 1.5f));
+  int differ = 0;
+  for (int32_t tokens : {1, 7, 64, kChunk}) {
+    const Inputs in = make_inputs(l, tokens, 64 + uint64_t(tokens));
+    const DeviceArray<bf16> dx(to_half<bf16>(in.normed));
+    const DeviceArray<float> residual(in.residual);
+    for (bool with_norm : {true, false}) {
+      DeviceArray<float> x_a(in.residual), x_b(in.residual), sum(size_t(tokens) * H);
+      DeviceArray<bf16> out_a(size_t(tokens) * H), out_b(size_t(tokens) * H);
+      out_a.poison();
+      out_b.poison();
+      cuda::moe_forward(HalfType::BF16, l.cfg, d.w, residual.get(), kEps, dx.get(), tokens, d.scratch, sum.get(),
+                        stream, false);
+      cuda::add_rms_norm<bf16>(x_a.get(), sum.get(), with_norm ? norm_w.get() : nullptr, tokens, H, kEps,
+                               with_norm ? out_a.get() : nullptr, stream);
+      d.scratch_memory.poison();
+      cuda::moe_forward(HalfType::BF16, l.cfg, d.w, residual.get(), kEps, dx.get(), tokens, d.scratch, nullptr, stream,
+                        false);
+      const cuda::WeightedRows folded{d.scratch.y, d.scratch.groups.pair_row, d.scratch.weights, l.cfg.top_k};
+      cuda::add_rms_norm<bf16>(x_b.get(), folded, with_norm ? norm_w.get() : nullptr, tokens, H, kEps,
+                               with_norm ? out_b.get() : nullptr, stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      const std::vector<float> a = x_a.download(), b = x_b.download();
+      differ += std::memcmp(a.data(), b.data(), a.size() * 4) != 0;
+      const std::vector<bf16> oa = out_a.download(), ob = out_b.download();
+      differ += std::memcmp(oa.data(), ob.data(), oa.size() * 2) != 0;
+      // The sum must reach x: a fold that added nothing would match only a zero sum.
+      differ += a == in.residual;
+    }
+  }
+  row(kCheck,
+      std::string("MoE sum folded into add_rms_norm (") +
+          (rule == RouterRule::TOPK_SOFTMAX ? "topk-softmax bias" : "softmax-topk") +
+          ") vs combine + add_rms_norm, T=1/7/64/128, norm and add alone",
+      std::to_string(differ) + " outputs differ", "0 (same bits)", differ == 0);
+}
+
 // ---- memory plan ----------------------------------------------------------------------
 
 constexpr const char* kQwen3_30B = "tests/golden/configs/qwen3_30b_a3b";
@@ -857,6 +1034,18 @@ void run() {
   router_case(RouterRule::SIGMOID_BIAS, 8, 2, true, true, stream, 8, 2.5f);    // the test fixture's
   router_case(RouterRule::SIGMOID_BIAS, 60, 4, false, true, stream, 9);
   router_case(RouterRule::SIGMOID_BIAS, 256, 32, true, false, stream, 10, 2.5f);
+  // The decode steps' fused selection + grouping: the models' shapes, odd expert counts,
+  // k up to 32, tiles of 64 (kMoeTileRows) and of 3 (tiles straddling many experts).
+  const std::vector<int32_t> decode_sizes = {1, 2, 3, 7, 13, 14, 31, 32, 33, 63, 64};
+  route_group_case(RouterRule::SOFTMAX_TOPK, 128, 8, true, false, false, 64, decode_sizes, stream, 51);
+  route_group_case(RouterRule::TOPK_SOFTMAX, 32, 4, false, true, false, 64, decode_sizes, stream, 52);
+  route_group_case(RouterRule::SIGMOID_BIAS, 128, 6, true, true, false, 64, decode_sizes, stream, 53, 2.5f);
+  route_group_case(RouterRule::SOFTMAX_TOPK, 61, 5, false, false, true, 3, decode_sizes, stream, 54);
+  route_group_case(RouterRule::TOPK_SOFTMAX, 7, 3, false, true, false, 3, decode_sizes, stream, 55);
+  route_group_case(RouterRule::SIGMOID_BIAS, 97, 32, false, true, false, 64, {1, 14, 33, 64}, stream, 56);
+  route_group_case(RouterRule::TOPK_SOFTMAX, 256, 32, false, false, false, 3, {1, 14, 64}, stream, 57);
+  route_group_case(RouterRule::SOFTMAX_TOPK, 33, 32, true, false, false, 64, {1, 14, 64}, stream, 58);
+  route_group_case(RouterRule::SOFTMAX_TOPK, 1, 1, true, false, false, 64, {1, 64}, stream, 59);
   // ASan's run (4x slower) checks the kernels' bounds on fewer sizes; the plain one runs all.
   const std::vector<int32_t> tokens = kSanitized ? std::vector<int32_t>{2, 64, 300}
                                                  : std::vector<int32_t>{1, 2, 7, 16, 64, 300};
@@ -895,6 +1084,8 @@ void run() {
   nemotron_case<f16>(DType::Q8_0, 64, 96, 256, kSanitized ? std::vector<int32_t>{7} : all, stream, 34);
   nemotron_case<bf16>(DType::Q4_K, 256, 256, 512, few, stream, 35);
   batch_invariance(stream);
+  folded_sum_case(RouterRule::SOFTMAX_TOPK, stream);
+  folded_sum_case(RouterRule::TOPK_SOFTMAX, stream);
   plan_rows(DType::BF16);
   plan_rows(DType::Q8_0);
   plan_rows(DType::Q4_K);

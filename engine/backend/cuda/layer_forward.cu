@@ -80,8 +80,7 @@ class Layers {
     }
     // The last block's output joins the residual stream here (the next stage, or the final
     // norm, reads x).
-    if (pending_)
-      add_rms_norm<T>(act_.x, pending_, nullptr, rows_, hidden_, eps_, static_cast<T*>(nullptr), stream_, programmatic_);
+    if (pending_ || pending_sum_.terms > 0) add_pending(nullptr, static_cast<T*>(nullptr));
   }
 
  private:
@@ -89,8 +88,19 @@ class Layers {
 
   // x += the previous block's output, then act.normed = rms_norm(x) * w in T.
   void add_and_norm(const float* w) {
-    add_rms_norm<T>(act_.x, pending_, w, rows_, hidden_, eps_, t(act_.normed), stream_, programmatic_);
+    add_pending(w, t(act_.normed));
     pending_ = act_.proj;
+  }
+
+  // x += the pending output (a buffer, or the MoE block's weighted sum), then out =
+  // rms_norm(x) * w (out null: the add alone).
+  void add_pending(const float* w, T* out) {
+    if (pending_sum_.terms > 0) {
+      add_rms_norm<T>(act_.x, pending_sum_, w, rows_, hidden_, eps_, out, stream_, programmatic_);
+      pending_sum_ = {};
+    } else {
+      add_rms_norm<T>(act_.x, pending_, w, rows_, hidden_, eps_, out, stream_, programmatic_);
+    }
   }
 
   // Gemma's sandwich: the block's output (act.proj, or Gemma 4's MoE block's sum) normed in
@@ -227,9 +237,26 @@ class Layers {
     return routed;
   }
 
+  // A plain MoE block (its output straight into the residual: Qwen3-MoE, gpt-oss) of one
+  // chunk leaves its weighted sum to the next add_rms_norm (moe.h, rms_norm.h's
+  // WeightedRows): no combine launch, no [rows, hidden] f32 written and read back. A shared
+  // expert (Nemotron-H, Qwen3.5-MoE), LatentMoE's projection back, a sandwich's post-norm or
+  // a layer scalar reads the sum first: those keep moe_forward's combine.
+  bool sum_deferrable(const DeviceLayer& L, const LayerShape& shape) const {
+    return !L.moe_latent_in.data && !shape.shared_expert && shape.norm_placement != NormPlacement::SANDWICH &&
+           !L.layer_scalar && rows_ <= s_.moe->chunk_tokens;
+  }
+
   void moe(const DeviceLayer& L, const LayerShape& shape) {
     const MoeLayerWeights w{L.ffn_norm, L.router, L.router_bias, L.router_score_bias, experts(L, shape)};
     const MoeConfig cfg = moe_config(s_.spec);
+    if (sum_deferrable(L, shape)) {
+      const MoeScratch& m = *s_.moe;
+      moe_forward(s_.half, cfg, w, act_.x, eps_, act_.normed, rows_, m, nullptr, stream_, programmatic_);
+      pending_sum_ = {m.y, m.groups.pair_row, m.weights, cfg.top_k};
+      pending_ = nullptr;
+      return;
+    }
     if (L.moe_latent_in.data) {
       // LatentMoE (Nemotron-3-Super): routed on the hidden rows, the experts run on their
       // latent projection, and the weighted sum goes back out to the hidden width.
@@ -260,6 +287,7 @@ class Layers {
   int32_t rows_, hidden_;
   float eps_;
   const float* pending_ = nullptr;  // a block's output that x does not have yet (act.proj or act.aux), or null
+  WeightedRows pending_sum_;        // terms > 0: instead, the MoE block's weighted sum (moe())
 };
 
 }  // namespace

@@ -1,8 +1,21 @@
 // moe.cu — the MoE block's launch sequence (moe.h): per chunk of tokens, the router's
 // logits in f32, the selection and grouping (moe_router.h), gate/up with SwiGLU (or up
-// with the squared ReLU), down, and the weighted sum (moe_experts.h): six launches a
-// chunk; the host only chooses the path from the token count, which a CUDA graph's
-// bucket fixes.
+// with the squared ReLU), down, and the weighted sum (moe_experts.h); the host only
+// chooses the path from the token count, which a CUDA graph's bucket fixes.
+//
+// Launches a chunk: a decode step (<= 64 tokens) runs logits, route+group (one launch),
+// gate/up, down and the weighted sum: 5, where it ran 6 (route and group apart); a plain
+// MoE layer (its output straight into the residual; layer_forward.cu) leaves the weighted
+// sum to the next layer's add_rms_norm (out null): 4. Before -> after, a plain layer's
+// chain from its ffn norm to the next layer's norm: 7 kernels -> 5, two dependency
+// boundaries fewer (~1.5-2 us each for these small grids with programmatic launches),
+// the combine's own time (~1-2 us: k rows of hidden f32 from L2 a token) folded into a
+// norm that reads the same rows, and [tokens, hidden] f32 neither written nor read back
+// (16 KB at B = 1 on 30B-A3B's hidden 2,048; 512 KB each way at B = 64). With the router
+// loads before their wait and the grouping's scan (moe_router.cu), ~6-9 us a layer of
+// the estimated 12-17 us routing chain, ~0.3-0.4 ms a decode step of 48 layers (estimated
+// from launch and dependency costs, not measured on a GPU). Prefill chunks keep route
+// and group apart; a one-chunk prefill of a plain layer folds its sum as well.
 #include "engine/backend/cuda/moe.h"
 
 #include <algorithm>
@@ -69,6 +82,7 @@ void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, 
   const bool sigmoid = cfg.rule == RouterRule::SIGMOID_BIAS;
   // cpu::moe_ffn would add a router bias to the logits before the sigmoid; no model has both.
   SPARK_CHECK(!sigmoid || !w.router_bias, "moe_forward: SIGMOID_BIAS takes a score bias, not a router bias");
+  SPARK_CHECK(out || tokens <= scratch.chunk_tokens, "moe_forward: the sum is left to the caller for one chunk only");
   for (int32_t t0 = 0; t0 < tokens; t0 += scratch.chunk_tokens) {
     const int32_t n = std::min(scratch.chunk_tokens, tokens - t0);
     const void* xc = static_cast<const char*>(x) + size_t(t0) * size_t(s.hidden) * 2;
@@ -76,9 +90,16 @@ void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, 
     const bool gemv = path == MoePath::GEMV || (path == MoePath::AUTO && n <= kMoeGemvMaxTokens);
     moe_router_logits(residual + size_t(t0) * size_t(router_hidden), w.norm, eps, w.router, n, router_hidden,
                       s.experts, scratch.logits, stream, programmatic);
-    moe_route(cfg.rule, scratch.logits, sigmoid ? w.score_bias : w.router_bias, n, s.experts, cfg.top_k,
-              cfg.normalize, scratch.ids, scratch.weights, stream, programmatic, cfg.routed_scale, w.expert_scale);
-    moe_group(scratch.ids, n, cfg.top_k, s.experts, kMoeTileRows, scratch.groups, stream, programmatic);
+    const float* bias = sigmoid ? w.score_bias : w.router_bias;
+    if (n <= kMoeRouteGroupMaxTokens) {
+      moe_route_group(cfg.rule, scratch.logits, bias, n, s.experts, cfg.top_k, cfg.normalize, scratch.ids,
+                      scratch.weights, kMoeTileRows, scratch.groups, stream, programmatic, cfg.routed_scale,
+                      w.expert_scale);
+    } else {
+      moe_route(cfg.rule, scratch.logits, bias, n, s.experts, cfg.top_k, cfg.normalize, scratch.ids, scratch.weights,
+                stream, programmatic, cfg.routed_scale, w.expert_scale);
+      moe_group(scratch.ids, n, cfg.top_k, s.experts, kMoeTileRows, scratch.groups, stream, programmatic);
+    }
     if (gemv) {
       moe_gate_up_gemv(type, s, w.experts, scratch.groups, xc, pairs, scratch.act, stream, programmatic);
       moe_down_gemv(type, s, w.experts, scratch.groups, scratch.act, pairs, scratch.y, stream, programmatic);
@@ -86,8 +107,9 @@ void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, 
       moe_gate_up_gemm(type, s, w.experts, scratch.groups, xc, pairs, scratch.act, stream, programmatic);
       moe_down_gemm(type, s, w.experts, scratch.groups, scratch.act, pairs, scratch.y, stream, programmatic);
     }
-    moe_combine(scratch.y, scratch.groups.pair_row, scratch.weights, n, cfg.top_k, s.hidden,
-                out + size_t(t0) * size_t(s.hidden), stream, programmatic);
+    if (out)
+      moe_combine(scratch.y, scratch.groups.pair_row, scratch.weights, n, cfg.top_k, s.hidden,
+                  out + size_t(t0) * size_t(s.hidden), stream, programmatic);
   }
 }
 

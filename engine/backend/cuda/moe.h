@@ -67,6 +67,11 @@ class MoeScratch {
 // scratch.chunk_tokens: the router reads residual[t, :] (f32 [tokens, router_hidden],
 // the rows before ffn_norm) through w.norm, the experts read x[t, :] (compute type
 // [tokens, shape.hidden]: the normed rows, or LatentMoE's latent projection of them).
+// out null (tokens <= scratch.chunk_tokens: one chunk): no weighted sum; it is left in the
+// scratch, out[t, :] = sum over j < top_k of scratch.weights[t * top_k + j] *
+// scratch.y[scratch.groups.pair_row[t * top_k + j], :] (moe_combine's, in the order of j),
+// for the caller's next kernel to fold in (the next layer's add_rms_norm: rms_norm.h's
+// WeightedRows) before any other MoE block runs on the scratch.
 void moe_forward(HalfType type, const MoeConfig& cfg, const MoeLayerWeights& w, const float* residual, float eps,
                  const void* x, int32_t tokens, const MoeScratch& scratch, float* out, cudaStream_t stream,
                  bool programmatic, MoePath path = MoePath::AUTO);

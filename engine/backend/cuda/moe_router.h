@@ -57,4 +57,15 @@ struct MoeGroups {
 void moe_group(const int32_t* ids, int32_t tokens, int32_t top_k, int32_t experts, int32_t tile_rows,
                const MoeGroups& groups, cudaStream_t stream, bool programmatic = false);
 
+// moe_route then moe_group in one launch (one block) for up to kMoeRouteGroupMaxTokens
+// tokens: the same ids, weights, offsets, active and tile_offsets bit for bit (one
+// selection function and one grouping function serve both), pair_row and row_token a
+// grouping as valid (rows within an expert come in any order either way). Decode steps
+// take it; larger chunks the two launches, whose selection spreads over many blocks.
+inline constexpr int32_t kMoeRouteGroupMaxTokens = 64;
+void moe_route_group(RouterRule rule, const float* logits, const float* bias, int32_t tokens, int32_t experts,
+                     int32_t top_k, bool normalize, int32_t* ids, float* weights, int32_t tile_rows,
+                     const MoeGroups& groups, cudaStream_t stream, bool programmatic = false,
+                     float routed_scale = 1.0f, const float* expert_scale = nullptr);
+
 }  // namespace spark::cuda

@@ -1,6 +1,13 @@
 // rms_norm.cu — the fused residual add + RMSNorm, an encoder's residual add + LayerNorm, and
 // the final norm of selected rows. Each reads a row of x (and delta) once into registers and
 // writes its outputs once: per row 4H (+4H delta) bytes read, 2H written (+4H x); memory-bound.
+//
+// The add may take the MoE block's weighted sum in place of a delta (WeightedRows): the
+// norm after a plain MoE layer reads the k grouped expert rows of its token (4kH bytes,
+// what moe_combine read) and sums them in moe_combine's order, so combine_kernel, its
+// launch and its dependency boundary (~1.5-2 us at decode) and its [rows, H] f32 output
+// (4H bytes written, 4H read again here) leave the decode chain; the variant re-reads its
+// own x row for the scaling (4H from L1/L2) instead of holding it in registers.
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/ptx.cuh"
 #include "engine/backend/cuda/rms_norm.h"
@@ -18,17 +25,62 @@ constexpr int kMaxHidden = 8 * kChunksPerThread * 1024;
 // Row r reads x row row_ids[r] (r itself when row_ids is null) and writes out row r, which
 // starts out_stride values after row r - 1's.
 // x is written only when delta is not null; rms_norm_rows passes a const x that way.
-template <typename T>
+// kWeighted (WeightedRows): the delta is a weighted sum of `terms` rows of delta; the row's
+// terms go through shared memory once, then each chunk sums its 8 columns of them. That
+// variant does not keep the row in registers (the sum's 16 live values would spill them):
+// it writes x + delta back and reads it again for the scaling, 4H bytes through L1 and L2.
+template <typename T, bool kWeighted = false>
 __global__ void __launch_bounds__(1024)
     add_rms_norm_kernel(float* __restrict__ x, const int32_t* __restrict__ row_ids, const float* __restrict__ delta,
+                        const int32_t* __restrict__ term_rows, const float* __restrict__ term_weights, int terms,
                         const float* __restrict__ weight, int32_t hidden, float eps, T* __restrict__ out,
                         int64_t out_stride) {
   __shared__ float scratch[32];
+  __shared__ int32_t term_row[kWeighted ? 32 : 1];
+  __shared__ float term_weight[kWeighted ? 32 : 1];
   wait_then_allow_next_kernel();
   const int64_t r = blockIdx.x;
   const int64_t src = row_ids ? int64_t(row_ids[r]) : r;
   float* xr = x + src * hidden;
   const int chunks = hidden / 8;
+  if constexpr (kWeighted) {
+    if (int(threadIdx.x) < terms) {
+      term_row[threadIdx.x] = term_rows[r * terms + threadIdx.x];
+      term_weight[threadIdx.x] = term_weights[r * terms + threadIdx.x];
+    }
+    __syncthreads();
+    float sum_sq = 0.0f;
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+      // moe_combine's sum: fmaf onto 0 in the order of the terms, then added to x.
+      float d[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      for (int j = 0; j < terms; ++j) {
+        const float p = term_weight[j];
+        float y[8];
+        load8(delta + int64_t(term_row[j]) * hidden + c * 8, y);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d[i] = fmaf(p, y[i], d[i]);
+      }
+      float v[8];
+      load8(xr + c * 8, v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        v[i] += d[i];
+        sum_sq += v[i] * v[i];
+      }
+      store8(xr + c * 8, v);
+    }
+    if (!out) return;  // uniform over the block: nobody reaches block_sum
+    const float inv = 1.0f / sqrtf(block_sum(sum_sq, scratch) / float(hidden) + eps);
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+      float v[8], w[8], o[8];
+      load8(xr + c * 8, v);
+      load8(weight + c * 8, w);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[i] = w[i] * (v[i] * inv);  // the CPU's order: weight * (x * inv)
+      store8(out + r * out_stride + c * 8, o);
+    }
+    return;
+  }
 
   float v[kChunksPerThread][8];
   float sum_sq = 0.0f;
@@ -137,9 +189,16 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // Threads for a row of `hidden` values: each keeps up to kChunksPerThread chunks of 8.
 int threads_for(int32_t hidden) { return int(ceil_div(ceil_div(hidden / 8, kChunksPerThread), 32) * 32); }
 
+// sum.terms > 0: the delta is that weighted sum of sum.rows (delta unused).
 template <typename T>
 void launch(float* x, const int32_t* row_ids, const float* delta, const float* weight, int32_t rows, int32_t hidden,
-            float eps, T* out, int64_t out_stride, cudaStream_t stream, bool programmatic) {
+            float eps, T* out, int64_t out_stride, cudaStream_t stream, bool programmatic,
+            const WeightedRows& sum = {}) {
+  if (sum.terms > 0) {
+    SPARK_CHECK(sum.terms <= 32 && sum.rows && sum.row_of && sum.weights,
+                "add_rms_norm: a weighted sum takes 1..32 terms, its rows, row indices and weights");
+    delta = sum.rows;
+  }
   SPARK_CHECK(rows >= 0, "rms_norm: negative rows");
   SPARK_CHECK(hidden > 0 && hidden % 8 == 0 && hidden <= kMaxHidden,
               "rms_norm: hidden must be a positive multiple of 8, at most 32768");
@@ -148,8 +207,12 @@ void launch(float* x, const int32_t* row_ids, const float* delta, const float* w
   SPARK_CHECK(aligned16(x) && aligned16(delta) && aligned16(weight) && aligned16(out) && out_stride % 8 == 0 &&
                   out_stride >= hidden,
               "rms_norm: pointers must be 16-byte aligned, and output rows a multiple of 8 values apart");
-  launch_kernel("add_rms_norm_kernel", programmatic, add_rms_norm_kernel<T>, dim3(unsigned(rows)),
-                dim3(unsigned(threads_for(hidden))), 0, stream, x, row_ids, delta, weight, hidden, eps, out, out_stride);
+  auto* kernel = add_rms_norm_kernel<T>;
+  if constexpr (!std::is_same_v<T, float>)  // no f32 output takes a weighted sum
+    if (sum.terms > 0) kernel = add_rms_norm_kernel<T, true>;
+  launch_kernel("add_rms_norm_kernel", programmatic, kernel, dim3(unsigned(rows)), dim3(unsigned(threads_for(hidden))),
+                0, stream, x, row_ids, delta, sum.row_of, sum.weights, int(sum.terms), weight, hidden, eps, out,
+                out_stride);
 }
 
 }  // namespace
@@ -158,6 +221,12 @@ template <typename T>
 void add_rms_norm(float* x, const float* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
                   cudaStream_t stream, bool programmatic) {
   launch<T>(x, nullptr, delta, weight, rows, hidden, eps, out, hidden, stream, programmatic);
+}
+
+template <typename T>
+void add_rms_norm(float* x, const WeightedRows& delta, const float* weight, int32_t rows, int32_t hidden, float eps,
+                  T* out, cudaStream_t stream, bool programmatic) {
+  launch<T>(x, nullptr, nullptr, weight, rows, hidden, eps, out, hidden, stream, programmatic, delta);
 }
 
 template <typename T>
@@ -193,6 +262,10 @@ void rms_norm_strided(const float* x, int32_t rows, const float* weight, int32_t
 template void add_rms_norm<bf16>(float*, const float*, const float*, int32_t, int32_t, float, bf16*, cudaStream_t,
                                  bool);
 template void add_rms_norm<f16>(float*, const float*, const float*, int32_t, int32_t, float, f16*, cudaStream_t, bool);
+template void add_rms_norm<bf16>(float*, const WeightedRows&, const float*, int32_t, int32_t, float, bf16*,
+                                 cudaStream_t, bool);
+template void add_rms_norm<f16>(float*, const WeightedRows&, const float*, int32_t, int32_t, float, f16*, cudaStream_t,
+                                bool);
 template void add_layer_norm<bf16>(float*, const float*, const float*, const float*, const float*, int32_t, int32_t,
                                    float, bf16*, cudaStream_t, bool);
 template void add_layer_norm<f16>(float*, const float*, const float*, const float*, const float*, int32_t, int32_t,

@@ -20,6 +20,24 @@ template <typename T>
 void add_rms_norm(float* x, const float* delta, const float* weight, int32_t rows, int32_t hidden, float eps, T* out,
                   cudaStream_t stream, bool programmatic = false);
 
+// A delta given as a weighted sum of rows of another matrix: delta[r, :] = sum over j <
+// terms of weights[r * terms + j] * rows[row_of[r * terms + j], :], each term an fmaf
+// onto the sum from 0 in the order of j (moe_combine's sum, moe_experts.h): the MoE block's
+// grouped expert outputs, added to x without the [rows, hidden] round trip through memory
+// that combining them first takes. terms <= 32.
+struct WeightedRows {
+  const float* rows = nullptr;  // [*, hidden] f32
+  const int32_t* row_of = nullptr;
+  const float* weights = nullptr;
+  int32_t terms = 0;
+};
+
+// add_rms_norm with x += that sum: the same bits as moe_combine into a buffer and
+// add_rms_norm of it.
+template <typename T>
+void add_rms_norm(float* x, const WeightedRows& delta, const float* weight, int32_t rows, int32_t hidden, float eps,
+                  T* out, cudaStream_t stream, bool programmatic = false);
+
 // An encoder's post-norm (NormPlacement::POST), for each of `rows` rows of `hidden` values:
 // x = LayerNorm(x + (delta + delta_bias)) = (y - mean(y)) / sqrt(var(y) + eps) * weight + bias
 // with y the sum, written back to x in f32, and the same rounded to T into out (the next

@@ -14,7 +14,7 @@ CHECK_BINS := $(CHECK_SRCS:tests/gpu/%.cu=$(GPU_DIR)/%)
 # (From the sources, not the folder: an object whose source is gone must not come along.)
 ENGINE_OBJS := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(shell find engine -name '*.cpp' | sort)) \
                $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(shell find engine -name '*.cu' | sort))
-GPU_NVCCFLAGS := -O3 -Xcompiler -g1 -lineinfo -std=c++20 -I. -DSPARKD_CUDA=1 --expt-relaxed-constexpr -Xcompiler -Wall \
+GPU_NVCCFLAGS := -O3 -Xcompiler -g1 -lineinfo -compress-mode=size -std=c++20 -I. -DSPARKD_CUDA=1 --expt-relaxed-constexpr -Xcompiler -Wall \
   $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 GPU_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,--as-needed -lcudart_static -lcublasLt \
   -Wl,-Bstatic -lpcre2-8 -lutf8proc -Wl,-Bdynamic -ldl -lrt -pthread

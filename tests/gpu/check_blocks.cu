@@ -265,7 +265,8 @@ void run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     Gemm gemm;
-    // Tiles: 16 rows for 1..16 (split k at every size here), 64 for 24 and 64, 128 for 512.
+    // Tiles: 16 rows for 1..16 (split k at every size here), 64 for 24 and 64, the prefill
+    // tile (128 x 128, two stages) for 512 and a 4,096-token prefill.
     const std::vector<int32_t> rows = {1, 3, 8, 24, 64};  // 16 in FP16 below
     const WeightFormat kquants[] = {WeightFormat::Q4_K, WeightFormat::Q6_K, WeightFormat::Q5_K};
     const WeightFormat small[] = {WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q5_0, WeightFormat::Q5_1};
@@ -275,14 +276,14 @@ void run() {
     for (WeightFormat f : kquants) {
       check_shape<bf16>(gemm, f, "odd", 1280, 1001, rows, stream, seed++);
       check_shape<f16>(gemm, f, "odd", 1280, 1001, {1, 8, 16}, stream, seed++);
-      check_shape<f16>(gemm, f, "tiny", 256, 48, {2, 512}, stream, seed++);
+      check_shape<f16>(gemm, f, "tiny", 256, 48, {2, 512, 4096}, stream, seed++);
       check_gate_up_format(f, 1280, 501, {1, 3, 8}, stream, seed++);
       check_embedding(f, 512, stream);
     }
     for (WeightFormat f : small) {
       check_shape<bf16>(gemm, f, "odd", 1056, 1001, rows, stream, seed++);
       check_shape<f16>(gemm, f, "odd", 1056, 1001, {1, 8, 16}, stream, seed++);
-      check_shape<f16>(gemm, f, "tiny", 96, 48, {2, 512}, stream, seed++);
+      check_shape<f16>(gemm, f, "tiny", 96, 48, {2, 512, 4096}, stream, seed++);
       check_gate_up_format(f, 1056, 501, {1, 3, 8}, stream, seed++);
       check_embedding(f, 96, stream);
     }

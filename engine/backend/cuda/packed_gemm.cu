@@ -26,7 +26,8 @@
 // chunk is its block's address, read as it is decoded), decoded at the top of step i + 1;
 // one barrier a step. Shared memory 2 x (128 + 128) x 72 x 2 B = 72 KB (opted in): one
 // block of 8 warps an SM on GB10 (~100 KB) and, by its registers (up to 166 on sm_121 and
-// 176 on sm_90, no spills), on H100; 16 KB of x and up to 16 KB of weights in flight a block.
+// 176 on sm_90, no spills), on H100; 16 KB of x and up to 8.5 KB of packed weights (Q8_0)
+// in flight a block.
 // Waves: T = 512, n = 4096 gives 4 x 32 = 128 blocks: 2.7 waves on GB10's 48 SMs, 1.0 on
 // H100's 132 (T = 2048: 3.9).
 //

@@ -234,6 +234,23 @@ struct CudaBackend::Impl {
   }
   int32_t run(const Batch& batch, const float* hidden_in);
   void warm_graph(int32_t bucket);
+  // Runs `work` (queueing kernels from its start: the input included, since a retry starts
+  // over), and once more without programmatic launches if the runtime refused one.
+  // Programmatic launches are young in drivers and graph capture (they are reported to
+  // fail capture on some GPUs): a launch the runtime refuses costs the overlap, not the
+  // step. A failed kernel would fail again here and go on up.
+  template <typename F>
+  void with_launch_fallback(const F& work) {
+    try {
+      work();
+    } catch (const RuntimeError& e) {
+      if (!programmatic) throw;
+      log_warn("cuda: programmatic dependent launch failed (", e.what(), "); running without it");
+      cudaGetLastError();  // the refused launch's error, which the retry must not report
+      programmatic = false;
+      work();
+    }
+  }
   void copy_final_hidden(const Batch& batch, std::vector<float>& out);
   // Gemma 4's assistant (assistant.h): its input stage, and before each step the model's
   // K and V its layers read, checked against the batch.
@@ -484,18 +501,7 @@ int32_t CudaBackend::Impl::run(const Batch& batch, const float* hidden_in) {
       }
     }
   };
-  try {
-    step();
-  } catch (const RuntimeError& e) {
-    // Programmatic launches are young in drivers and graph capture (they are reported to
-    // fail capture on some GPUs): a launch the runtime refuses costs the overlap, not the
-    // step. A failed kernel would fail again here and go on up.
-    if (!programmatic) throw;
-    log_warn("cuda: programmatic dependent launch failed (", e.what(), "); running without it");
-    cudaGetLastError();  // the refused launch's error, which the retry must not report
-    programmatic = false;
-    step();
-  }
+  with_launch_fallback(step);
   if (decode_only || multi_row) count(multi_row, use);
   if (multi_row) counts.multi_row_most_rows = std::max<int64_t>(counts.multi_row_most_rows, batch.num_tokens());
   return has_head ? R : 0;
@@ -522,15 +528,7 @@ void CudaBackend::Impl::warm_graph(int32_t bucket) {
         graphs->run(bucket, stream, [&] { cuda::run_layers<Half>(layer_step(), db, stream, programmatic); });
     });
   };
-  try {
-    twice();
-  } catch (const RuntimeError& e) {
-    if (!programmatic) throw;  // as run(): a refused programmatic launch costs the overlap only
-    log_warn("cuda: programmatic dependent launch failed (", e.what(), "); running without it");
-    cudaGetLastError();
-    programmatic = false;
-    twice();
-  }
+  with_launch_fallback(twice);
 }
 
 // The batch's hidden rows after run(): the span of the residual stream that holds them

@@ -88,15 +88,6 @@ constexpr int kMinBlocks = 2;       // 16 warps an SM: ptxas keeps a thread to 1
 constexpr int kTokens = 16;         // rows a warp multiplies per pass over its weight rows
 constexpr int kPrefetchSteps = 4;   // warp steps of each weight row prefetched to L2 at block start
 
-// The 128-byte line holding p into L2 (generic address; nothing to do in the emulator).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-#if SPARK_CUDA_EMU
-  (void)p;
-#else
-  asm volatile("prefetch.L2 [%0];" ::"l"(p));
-#endif
-}
-
 // Expert `a`-th active or -1.
 __device__ __forceinline__ int active_expert(const MoeGroups& g, int experts, int a) {
   return a < g.active[experts] ? g.active[a] : -1;

@@ -44,13 +44,8 @@ constexpr int kLogitWarps = 8;  // experts a block, one a warp
 constexpr int kEarlyLoads = 4;
 constexpr int kLineFloats = 32;  // a 128-byte L2 line
 
-// The router and the norm are weights: nothing the kernels ahead write. An L2 prefetch of
-// the lines at p lets them arrive while those kernels still run.
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-#if !SPARK_CUDA_EMU
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#endif
-}
+// The router and the norm are weights: nothing the kernels ahead write, so their L2
+// prefetches (ptx.cuh) may go before the dependency wait.
 
 // Block (expert group, token): the token's RMSNorm in f32 as cpu::rms_norm computes it
 // (weight * (x * inv)), then one expert's dot product a warp. Bytes: the router once per

@@ -181,6 +181,16 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
+// The 128-byte line holding global address p into L2, without waiting for it (nothing to do
+// in the emulator): a load that comes later finds it there.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if SPARK_CUDA_EMU
+  (void)p;
+#else
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
 // How the decode step's small kernels begin: wait for the kernel ahead, then let the
 // next one launch. In this order at most two kernels are in flight, the running one and
 // the next one waiting for it.
